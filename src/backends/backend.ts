@@ -1,0 +1,98 @@
+import type { Readable, Writable } from 'node:stream';
+import type { BackendName, ProfileSettings } from '../config/types.js';
+
+/** (installation, tenant, profile, key); `profile` is undefined for `shared:*` keys. */
+export interface SandboxIdentity {
+  installation: string;
+  tenant: string;
+  profile: string | undefined;
+  key: string;
+}
+
+/** What the broker asks a backend to create or adopt. Pure data, no I/O. */
+export interface SandboxSpec {
+  identity: SandboxIdentity;
+  /** Hex sha256 of the identity (see scope/naming.ts). */
+  digest: string;
+  /** Directory / readable name stem under `$BERTH_HOME/sandboxes/<backend>/`. */
+  dirName: string;
+  ephemeral: boolean;
+  /** Host dir to bind at /workspace (container backends), or null. */
+  mount: string | null;
+  /** The scope mode / auto row that produced the key, for labels. */
+  rule: string;
+  settings: ProfileSettings;
+}
+
+export interface ShellTransport {
+  stdin: Writable;
+  stdout: Readable;
+  stderr: Readable;
+  /** Resolves with the shell's exit code when it ended (null when the backend cannot tell). */
+  exited: Promise<number | null>;
+  /** End the shell process now. Idempotent; never throws. */
+  kill(): Promise<void>;
+}
+
+export interface ExecOnceResult {
+  exitCode: number;
+  stdout: Buffer;
+  stderr: Buffer;
+}
+
+/** A running (or adopted) sandbox. */
+export interface Sandbox {
+  readonly spec: SandboxSpec;
+  /** Backend reference (container id, host dir) recorded in the state store. */
+  readonly ref: string;
+  /** Container name or directory name, for people. */
+  readonly name: string;
+  /** Starting directory inside the sandbox when nothing else applies. */
+  readonly defaultCwd: string;
+  /** In-sandbox directory for berth's own files (shell snapshots); never mounted from the host workspace. */
+  readonly stateDir: string;
+  /** Host directory that holds this sandbox's files (local dir, docker bind root), if any. */
+  readonly hostDir: string | undefined;
+  /** True when `ensure` had to recreate a sandbox that was removed out of band. */
+  readonly recreated: boolean;
+  /**
+   * Start a persistent `bash` reading commands from stdin. `env` is the full granted environment;
+   * values travel through the process/API env, never argv.
+   */
+  openShell(opts: { env: Readonly<Record<string, string>>; cwd: string }): Promise<ShellTransport>;
+  /** Run one short helper inside the sandbox (kill helper, probes). Not for user commands. */
+  execOnce(argv: string[], opts?: { timeoutMs?: number }): Promise<ExecOnceResult>;
+}
+
+/** What a backend found labelled as berth's, for reapers. */
+export interface ManagedSandbox {
+  ref: string;
+  name: string;
+  digest: string;
+  ephemeral: boolean;
+  running: boolean;
+}
+
+/**
+ * The narrow seam between the broker and an engine. What a backend cannot do throws
+ * `UnsupportedError`; nothing ever falls back to the host.
+ */
+export interface Backend {
+  readonly name: BackendName;
+  /** `container` backends get /workspace mounts and in-container cwd mapping. */
+  readonly kind: 'container' | 'host';
+  /** Check the engine is reachable and usable for these settings (start-up). */
+  check(settings: ProfileSettings): Promise<void>;
+  /** Create, adopt or reattach the sandbox for `spec`. `knownRef` is the store's record, if any. */
+  ensure(spec: SandboxSpec, knownRef: string | undefined): Promise<Sandbox>;
+  /** Remove the sandbox and its host dir. "Already gone" is success. */
+  remove(ref: string, hostDir: string | undefined): Promise<void>;
+  /** Stop (not remove) a persistent sandbox that went idle. No-op where meaningless. */
+  stop(ref: string): Promise<void>;
+  /** This installation's sandboxes as the engine sees them. */
+  listManaged(): Promise<ManagedSandbox[]>;
+  /** Release engine connections. Idempotent. */
+  close(): Promise<void>;
+}
+
+export type BackendFactory = (name: BackendName) => Backend;
