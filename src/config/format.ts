@@ -1,0 +1,55 @@
+import { stringify } from 'yaml';
+import { isContainerBackend, type BerthConfig, type ProfileSettings } from './types.js';
+
+/*
+ * Output of `berth config check`. The config holds no value read from the environment
+ * (env.forward lists names only), so printing it cannot leak a secret; env.static values are
+ * literals from the file and not secrets (DESIGN section 7).
+ */
+
+function settingsView(s: ProfileSettings): Record<string, unknown> {
+  const view: Record<string, unknown> = {
+    backend: s.backend,
+    scope: s.scope,
+    persistent: s.persistent,
+  };
+  if (s.sharedKey !== undefined) view['sharedKey'] = s.sharedKey;
+  Object.assign(view, {
+    userSandbox: s.userSandbox,
+    workspace: { ...s.workspace },
+    exec: { ...s.exec },
+    lifecycle: { ...s.lifecycle },
+    env: {
+      static: { ...s.env.static },
+      forward: [...s.env.forward],
+      perUserPrefix: s.env.perUserPrefix,
+      redact: s.env.redact,
+    },
+  });
+  // Docker settings mean nothing to local or ssh sandboxes; showing them would mislead.
+  if (isContainerBackend(s.backend)) {
+    // Unset limits are left out: the backend applies its own defaults for them.
+    view['docker'] = Object.fromEntries(Object.entries(s.docker).filter(([, v]) => v !== undefined));
+  }
+  return view;
+}
+
+/**
+ * The effective config as YAML: the top-level settings, then each profile section fully
+ * merged. Unset optional values are omitted.
+ *
+ * @example
+ * process.stdout.write(formatEffectiveConfig(loadConfig(opts)));
+ */
+export function formatEffectiveConfig(config: BerthConfig): string {
+  const header =
+    config.source === undefined
+      ? '# effective berth config: built-in defaults (no config file found)'
+      : `# effective berth config from ${config.source.replace(/[\r\n]/g, ' ')}`;
+  const doc: Record<string, unknown> = { multiProfile: config.multiProfile, ...settingsView(config.base) };
+  const names = Object.keys(config.profiles).sort();
+  if (names.length > 0) {
+    doc['profiles'] = Object.fromEntries(names.map((n) => [n, settingsView(config.profiles[n]!)]));
+  }
+  return `${header}\n${stringify(doc, { lineWidth: 0 })}`;
+}
