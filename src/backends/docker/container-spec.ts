@@ -1,0 +1,180 @@
+import path from 'node:path';
+import type Dockerode from 'dockerode';
+import type { SandboxSpec } from '../backend.js';
+import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
+
+export const WORKSPACE = '/workspace';
+export const HOME = '/root';
+/** In-container dir for berth's own files (shell snapshots); under home, never the workspace. */
+export const STATE_DIR = '/root/.berth';
+
+export const LABEL = {
+  managed: 'berth.managed',
+  installation: 'berth.installation',
+  identity: 'berth.identity',
+  key: 'berth.key',
+  tenant: 'berth.tenant',
+  profile: 'berth.profile',
+  scope: 'berth.scope',
+  lifecycle: 'berth.lifecycle',
+} as const;
+
+/**
+ * Capabilities added back after dropping ALL. Docker's default set also has FSETID, MKNOD,
+ * NET_RAW, NET_BIND_SERVICE, SYS_CHROOT, SETPCAP, SETFCAP and AUDIT_WRITE; none is needed to run
+ * commands or install packages, so they stay dropped.
+ */
+export const CAP_ADD = [
+  // dpkg/tar give unpacked files their owners (root:shadow, _apt, …).
+  'CHOWN',
+  // root must write files and dirs it does not own or whose mode excludes it (dpkg, apt's
+  // partial dir owned by _apt, 0400 files such as /etc/shadow on user creation).
+  'DAC_OVERRIDE',
+  // chmod/utime on files root does not own (dpkg restoring modes and mtimes after chown).
+  'FOWNER',
+  // apt drops to the _apt user to download; adduser/su/runuser switch users in postinst scripts.
+  'SETUID',
+  'SETGID',
+  // With SETUID a command may run as another uid (su nobody -c …); root needs KILL to signal it,
+  // or a timeout could not end that command's process tree.
+  'KILL',
+] as const;
+
+/** Bit mask of CAP_ADD as `/proc/<pid>/status` shows it in CapEff (for tests and diagnostics). */
+export const CAP_ADD_MASK = 0b1110_1011n; // CHOWN 0, DAC_OVERRIDE 1, FOWNER 3, KILL 5, SETGID 6, SETUID 7
+
+/** Deterministic name of a persistent sandbox's container. */
+export function persistentName(digest: string): string {
+  return `berth-${digest.slice(0, 24)}`;
+}
+
+/** Unique name of one ephemeral container; `random8hex` comes from the caller's id source. */
+export function ephemeralName(digest: string, random8hex: string): string {
+  return `berth-${digest.slice(0, 16)}-${random8hex}`;
+}
+
+export function labelsFor(spec: SandboxSpec): Record<string, string> {
+  return {
+    [LABEL.managed]: 'true',
+    [LABEL.installation]: spec.identity.installation,
+    [LABEL.identity]: spec.digest,
+    [LABEL.key]: spec.identity.key,
+    [LABEL.tenant]: spec.identity.tenant,
+    [LABEL.profile]: spec.identity.profile ?? '',
+    [LABEL.scope]: spec.rule,
+    [LABEL.lifecycle]: spec.ephemeral ? 'ephemeral' : 'persistent',
+  };
+}
+
+/** Host root of a persistent sandbox's binds: `$berthHome/sandboxes/docker/<dirName>`. */
+export function hostDirFor(berthHome: string, spec: SandboxSpec): string {
+  return path.join(sandboxesRoot(berthHome), spec.dirName);
+}
+
+export function sandboxesRoot(berthHome: string): string {
+  return path.join(path.resolve(berthHome), 'sandboxes', 'docker');
+}
+
+interface ParsedVolume {
+  source: string;
+  target: string;
+  readOnly: boolean;
+}
+
+/** Splits `host:container[:ro|rw]`. The broker has already refused credential surfaces. */
+export function parseVolume(volume: string): ParsedVolume {
+  const parts = volume.split(':');
+  const last = parts[parts.length - 1];
+  const hasMode = parts.length >= 3 && (last === 'ro' || last === 'rw');
+  const mode = hasMode ? parts.pop() : undefined;
+  const target = parts.pop() ?? '';
+  const normalized = path.posix.normalize(target).replace(/(.)\/+$/, '$1');
+  return { source: parts.join(':'), target: normalized, readOnly: mode === 'ro' };
+}
+
+/**
+ * The host dir that must be bound at /workspace, or undefined for a tmpfs workspace.
+ * A user volume targeting /workspace wins over the session mount and the automatic dir.
+ */
+export function expectedWorkspaceSource(spec: SandboxSpec, hostDir: string | undefined): string | undefined {
+  const volume = spec.settings.docker.volumes.map(parseVolume).find((v) => v.target === WORKSPACE);
+  if (volume) return path.resolve(volume.source);
+  if (spec.mount !== null) return path.resolve(spec.mount);
+  return hostDir === undefined ? undefined : path.join(hostDir, 'workspace');
+}
+
+export interface CreatePlanInput {
+  spec: SandboxSpec;
+  name: string;
+  image: string;
+  /** Persistent sandboxes: the bind root; ephemeral: undefined (tmpfs). */
+  hostDir: string | undefined;
+  limits: LimitPlan;
+  /** Host uid/gid for `runAsHostUser`; undefined where the platform has none. */
+  hostUser: { uid: number; gid: number } | undefined;
+}
+
+/**
+ * The full `POST /containers/create` body for a sandbox. Pure.
+ * Hardening: caps dropped to CAP_ADD, no-new-privileges, an init as PID 1, pids/memory/cpu
+ * limits, size-limited tmpfs for /tmp, and optionally no network and a non-root user.
+ */
+export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreateOptions {
+  const { spec, hostDir, hostUser } = input;
+  const docker = spec.settings.docker;
+  const user = docker.runAsHostUser && hostUser ? hostUser : undefined;
+  // tmpfs defaults to noexec in docker; builds, test runners and installers execute from /tmp
+  // and the workspace, so exec stays on while nosuid/nodev keep setuid binaries and devices out.
+  const owner = user ? `,uid=${user.uid},gid=${user.gid}` : '';
+  const tmpfs: Record<string, string> = {
+    '/tmp': `rw,exec,nosuid,nodev,size=${docker.tmpSizeMb ?? LIMIT_DEFAULTS.tmpSizeMb}m,mode=1777`,
+  };
+  const binds: string[] = [];
+  const userVolumes = docker.volumes.map(parseVolume);
+  const workspaceFromVolume = userVolumes.some((v) => v.target === WORKSPACE);
+  const ephemeralSize = `${docker.ephemeralSizeMb ?? LIMIT_DEFAULTS.ephemeralSizeMb}m`;
+
+  if (hostDir !== undefined) {
+    binds.push(`${path.join(hostDir, 'home')}:${HOME}`);
+  } else {
+    tmpfs[HOME] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0700${owner}`;
+  }
+  if (!workspaceFromVolume) {
+    if (spec.mount !== null) binds.push(`${path.resolve(spec.mount)}:${WORKSPACE}`);
+    else if (hostDir !== undefined) binds.push(`${path.join(hostDir, 'workspace')}:${WORKSPACE}`);
+    else tmpfs[WORKSPACE] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0755${owner}`;
+  }
+  for (const volume of userVolumes) {
+    binds.push(`${path.resolve(volume.source)}:${volume.target}${volume.readOnly ? ':ro' : ''}`);
+  }
+
+  return {
+    name: input.name,
+    Image: input.image,
+    // The sandbox's main process only keeps the container alive; commands run through exec.
+    Cmd: ['sleep', 'infinity'],
+    Entrypoint: [],
+    Labels: labelsFor(spec),
+    Env: [`HOME=${HOME}`],
+    WorkingDir: WORKSPACE,
+    User: user ? `${user.uid}:${user.gid}` : undefined,
+    Tty: false,
+    OpenStdin: false,
+    AttachStdin: false,
+    AttachStdout: false,
+    AttachStderr: false,
+    NetworkDisabled: docker.network === 'none' ? true : undefined,
+    HostConfig: {
+      Binds: binds,
+      Tmpfs: tmpfs,
+      NetworkMode: docker.network === 'none' ? 'none' : 'bridge',
+      CapDrop: ['ALL'],
+      CapAdd: [...CAP_ADD],
+      SecurityOpt: ['no-new-privileges:true'],
+      Init: true,
+      ...input.limits.hostConfig,
+      RestartPolicy: { Name: 'no', MaximumRetryCount: 0 },
+      AutoRemove: false,
+    },
+  };
+}

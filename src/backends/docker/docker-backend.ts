@@ -1,0 +1,394 @@
+import { randomBytes } from 'node:crypto';
+import { mkdir, rm } from 'node:fs/promises';
+import path from 'node:path';
+import type { Duplex } from 'node:stream';
+import type Dockerode from 'dockerode';
+import type { ProfileSettings } from '../../config/types.js';
+import { BackendUnavailableError, BerthError, ConfigError, PolicyRefusedError } from '../../errors.js';
+import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
+import {
+  LABEL,
+  WORKSPACE,
+  createOptions,
+  ephemeralName,
+  expectedWorkspaceSource,
+  hostDirFor,
+  parseVolume,
+  persistentName,
+  sandboxesRoot,
+} from './container-spec.js';
+import {
+  defaultDocker,
+  fromDockerError,
+  imageMissingError,
+  statusOf,
+  unavailableError,
+  withTimeout,
+} from './engine.js';
+import { DockerSandbox } from './docker-sandbox.js';
+import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
+
+const PING_TIMEOUT_MS = 5_000;
+const STOP_TIMEOUT_SECONDS = 3;
+/** Inspect/create rounds when racing another process for a persistent name. */
+const ADOPT_ATTEMPTS = 20;
+
+export interface DockerBackendOptions {
+  /** Engine client; defaults to `DOCKER_HOST` or the default socket. */
+  docker?: Dockerode;
+  /** This installation's id: every container is labelled with it and only those are touched. */
+  installation: string;
+  berthHome: string;
+  /** Debug/warning sink (`berth:docker`); never receives secret values. */
+  log?: (msg: string) => void;
+  /** Host uid/gid for `runAsHostUser`; defaults to this process's. */
+  hostUser?: { uid: number; gid: number };
+}
+
+/**
+ * Sandboxes as containers on a Docker Engine, through its API only.
+ *
+ * @example
+ * const backend = new DockerBackend({ installation: 'inst-1', berthHome: '/home/ana/.berth' });
+ * await backend.check(settings);
+ * const sandbox = await backend.ensure(spec, undefined);
+ * const shell = await sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd });
+ */
+export class DockerBackend implements Backend {
+  readonly name = 'docker' as const;
+  readonly kind = 'container' as const;
+
+  private readonly docker: Dockerode;
+  private readonly installation: string;
+  private readonly berthHome: string;
+  private readonly log: (msg: string) => void;
+  private readonly hostUser: { uid: number; gid: number } | undefined;
+  private capabilities: Promise<EngineCapabilities> | undefined;
+  private readonly warned = new Set<string>();
+  private readonly sockets = new Set<Duplex>();
+  private closed = false;
+
+  constructor(opts: DockerBackendOptions) {
+    this.docker = opts.docker ?? defaultDocker();
+    this.installation = opts.installation;
+    this.berthHome = path.resolve(opts.berthHome);
+    const log = opts.log ?? (() => undefined);
+    this.log = (msg) => log(`berth:docker ${msg}`);
+    this.hostUser =
+      opts.hostUser ??
+      (typeof process.getuid === 'function' && typeof process.getgid === 'function'
+        ? { uid: process.getuid(), gid: process.getgid() }
+        : undefined);
+  }
+
+  async check(settings: ProfileSettings): Promise<void> {
+    await this.ping();
+    await this.requireImage(settings.docker.image);
+    this.limitsFor(settings, await this.probe(), true);
+  }
+
+  async ensure(spec: SandboxSpec, knownRef: string | undefined): Promise<Sandbox> {
+    this.assertOpen();
+    this.assertOwn(spec);
+    const caps = await this.probe();
+    const limits = this.limitsFor(spec.settings, caps, false);
+    return spec.ephemeral ? this.ensureEphemeral(spec, knownRef, limits) : this.ensurePersistent(spec, knownRef, limits);
+  }
+
+  async remove(ref: string, hostDir: string | undefined): Promise<void> {
+    try {
+      await this.docker.getContainer(ref).remove({ force: true, v: true });
+    } catch (err) {
+      if (statusOf(err) !== 404) throw fromDockerError(this.docker, err, `remove container ${short(ref)}`);
+    }
+    if (hostDir !== undefined) {
+      const root = sandboxesRoot(this.berthHome);
+      const resolved = path.resolve(hostDir);
+      // Only ever delete inside berth's own docker sandbox root.
+      if (!resolved.startsWith(root + path.sep)) {
+        throw new PolicyRefusedError(
+          `refusing to delete "${resolved}": docker sandbox dirs live under "${root}" (is the state store from another BERTH_HOME?)`,
+        );
+      }
+      await rm(resolved, { recursive: true, force: true });
+    }
+    this.log(`removed ${short(ref)}`);
+  }
+
+  async stop(ref: string): Promise<void> {
+    try {
+      await this.docker.getContainer(ref).stop({ t: STOP_TIMEOUT_SECONDS });
+    } catch (err) {
+      const status = statusOf(err);
+      if (status !== 304 && status !== 404) throw fromDockerError(this.docker, err, `stop container ${short(ref)}`);
+    }
+  }
+
+  async listManaged(): Promise<ManagedSandbox[]> {
+    let list: Dockerode.ContainerInfo[];
+    try {
+      list = await this.docker.listContainers({
+        all: true,
+        filters: { label: [`${LABEL.managed}=true`, `${LABEL.installation}=${this.installation}`] },
+      });
+    } catch (err) {
+      throw fromDockerError(this.docker, err, 'list containers');
+    }
+    return list
+      .filter((c) => c.Labels[LABEL.installation] === this.installation)
+      .map((c) => ({
+        ref: c.Id,
+        name: (c.Names[0] ?? '').replace(/^\//, ''),
+        digest: c.Labels[LABEL.identity] ?? '',
+        ephemeral: c.Labels[LABEL.lifecycle] === 'ephemeral',
+        running: c.State === 'running',
+      }));
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const socket of this.sockets) socket.destroy();
+    this.sockets.clear();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  /** Probe the engine once per instance; a failed probe is retried on the next call. */
+  private probe(): Promise<EngineCapabilities> {
+    this.capabilities ??= (async () => {
+      try {
+        const info = (await withTimeout(this.docker.info(), PING_TIMEOUT_MS, timeoutErr)) as Record<string, unknown>;
+        const caps = capabilitiesFromInfo(info);
+        this.log(`engine cgroup v${caps.cgroupVersion} (${caps.cgroupDriver}) memory=${caps.memoryLimit} cpu=${caps.cpuCfsQuota} pids=${caps.pidsLimit}`);
+        return caps;
+      } catch (err) {
+        this.capabilities = undefined;
+        throw fromDockerError(this.docker, err, 'report its capabilities');
+      }
+    })();
+    return this.capabilities;
+  }
+
+  private async ping(): Promise<void> {
+    try {
+      await withTimeout(this.docker.ping(), PING_TIMEOUT_MS, timeoutErr);
+    } catch (err) {
+      if (statusOf(err) === undefined) throw unavailableError(this.docker, err);
+      throw fromDockerError(this.docker, err, 'answer a ping');
+    }
+  }
+
+  private async requireImage(image: string): Promise<void> {
+    try {
+      await this.docker.getImage(image).inspect();
+    } catch (err) {
+      if (statusOf(err) === 404) throw imageMissingError(image, err);
+      throw fromDockerError(this.docker, err, `inspect image ${image}`);
+    }
+  }
+
+  private limitsFor(settings: ProfileSettings, caps: EngineCapabilities, isCheck: boolean): LimitPlan {
+    const plan = planLimits(settings.docker, caps);
+    if (plan.errors.length > 0) throw new ConfigError(plan.errors.join('; '));
+    for (const warning of plan.warnings) {
+      if (isCheck || !this.warned.has(warning)) this.log(`warning: ${warning}`);
+      this.warned.add(warning);
+    }
+    return plan;
+  }
+
+  private async ensurePersistent(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan): Promise<Sandbox> {
+    const name = persistentName(spec.digest);
+    const hostDir = hostDirFor(this.berthHome, spec);
+    const options = createOptions({ spec, name, image: spec.settings.docker.image, hostDir, limits, hostUser: this.hostUser });
+    // Create-or-adopt. A 409 means another process of this installation holds the name; its
+    // container may not be inspectable yet (still being created) or may vanish again (its start
+    // failed and it cleaned up), so look again a few times before giving up.
+    for (let attempt = 1; ; attempt += 1) {
+      const existing = await this.inspect(name);
+      if (existing) {
+        const adopted = await this.adopt(spec, existing, hostDir);
+        return this.sandbox(spec, adopted, hostDir, knownRef !== undefined && !sameRef(knownRef, adopted.Id));
+      }
+      await this.makeHostDirs(hostDir);
+      try {
+        const created = await this.createAndStart(spec, options);
+        return this.sandbox(spec, created, hostDir, knownRef !== undefined);
+      } catch (err) {
+        if (statusOf(err) !== 409) throw err;
+        if (attempt >= ADOPT_ATTEMPTS) throw fromDockerError(this.docker, err, `create container ${name}`);
+        await new Promise((resolve) => setTimeout(resolve, 25 * attempt));
+      }
+    }
+  }
+
+  private async ensureEphemeral(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan): Promise<Sandbox> {
+    if (knownRef !== undefined) {
+      const known = await this.inspect(knownRef);
+      if (known) {
+        // Only the exact container the store recorded, and only if it is this identity's.
+        this.verifyOwner(spec, known);
+        if (known.Config.Labels?.[LABEL.lifecycle] !== 'ephemeral') {
+          throw new PolicyRefusedError(
+            `container ${short(known.Id)} recorded for "${spec.identity.key}" is not an ephemeral berth sandbox; remove it or clear its record`,
+          );
+        }
+        this.verifyMount(spec, known, undefined);
+        const running = await this.startIfStopped(known);
+        return this.sandbox(spec, running, undefined, false);
+      }
+      this.log(`${spec.identity.key}: container ${short(knownRef)} is gone; creating a new one`);
+    }
+    const name = ephemeralName(spec.digest, randomBytes(4).toString('hex'));
+    const options = createOptions({ spec, name, image: spec.settings.docker.image, hostDir: undefined, limits, hostUser: this.hostUser });
+    const created = await this.createAndStart(spec, options);
+    return this.sandbox(spec, created, undefined, knownRef !== undefined);
+  }
+
+  /** Create and start; a failed start removes what was created and rethrows the original error. */
+  private async createAndStart(
+    spec: SandboxSpec,
+    options: Dockerode.ContainerCreateOptions,
+  ): Promise<Dockerode.ContainerInspectInfo> {
+    const image = spec.settings.docker.image;
+    let container: Dockerode.Container;
+    try {
+      container = await this.docker.createContainer(options);
+    } catch (err) {
+      const status = statusOf(err);
+      if (status === 404) throw imageMissingError(image, err);
+      if (status === 409) throw err; // name taken: the persistent path adopts
+      throw fromDockerError(this.docker, err, `create container ${options.name ?? ''} for "${spec.identity.key}"`);
+    }
+    try {
+      try {
+        await container.start();
+      } catch (err) {
+        // 304: a racing process of this installation adopted and started it already.
+        if (statusOf(err) !== 304) throw err;
+      }
+      const info = await container.inspect();
+      this.log(`${spec.identity.key}: created ${short(container.id)} ${options.name ?? ''}`);
+      return info;
+    } catch (err) {
+      try {
+        await container.remove({ force: true, v: true });
+      } catch (cleanupErr) {
+        this.log(`${spec.identity.key}: could not remove failed container ${short(container.id)}: ${String(cleanupErr)}`);
+      }
+      throw fromDockerError(this.docker, err, `start container ${short(container.id)} for "${spec.identity.key}"`);
+    }
+  }
+
+  private async adopt(
+    spec: SandboxSpec,
+    info: Dockerode.ContainerInspectInfo,
+    hostDir: string,
+  ): Promise<Dockerode.ContainerInspectInfo> {
+    this.verifyOwner(spec, info);
+    this.verifyMount(spec, info, hostDir);
+    return this.startIfStopped(info);
+  }
+
+  private verifyOwner(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo): void {
+    const labels = info.Config.Labels ?? {};
+    if (labels[LABEL.installation] !== this.installation || labels[LABEL.identity] !== spec.digest) {
+      throw new PolicyRefusedError(
+        `container ${info.Name.replace(/^\//, '')} (${short(info.Id)}) does not belong to sandbox "${spec.identity.key}" of this installation ` +
+          `(labels ${LABEL.installation}=${labels[LABEL.installation] ?? 'none'}); berth never adopts it — remove or rename it`,
+      );
+    }
+  }
+
+  /** A mount is fixed at create: refuse a sandbox whose /workspace differs from what is asked now. */
+  private verifyMount(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): void {
+    const want = expectedWorkspaceSource(spec, hostDir);
+    // Nothing asked (no session mount, no volume): whatever the shared sandbox has stays.
+    const asked = spec.mount !== null || spec.settings.docker.volumes.some((v) => parseVolume(v).target === WORKSPACE);
+    if (!asked || want === undefined) return;
+    const have = info.Mounts.find((m) => m.Destination === WORKSPACE);
+    const haveSource = have?.Type === 'bind' ? path.resolve(have.Source) : undefined;
+    if (haveSource === want) return;
+    throw new PolicyRefusedError(
+      `sandbox "${spec.identity.key}" (container ${short(info.Id)}) already has ${haveSource ? `mount "${haveSource}"` : 'no host mount'} at ${WORKSPACE}; ` +
+        `a mount is fixed when the sandbox is created, so "${want}" cannot be added — close or remove that sandbox, or use the same workspace`,
+    );
+  }
+
+  private async startIfStopped(info: Dockerode.ContainerInspectInfo): Promise<Dockerode.ContainerInspectInfo> {
+    if (info.State.Running && !info.State.Paused) return info;
+    const container = this.docker.getContainer(info.Id);
+    try {
+      if (info.State.Paused) await container.unpause();
+      else await container.start();
+    } catch (err) {
+      // 304: another process started it first.
+      if (statusOf(err) !== 304) throw fromDockerError(this.docker, err, `start container ${short(info.Id)}`);
+    }
+    this.log(`started ${short(info.Id)}`);
+    return container.inspect();
+  }
+
+  private async inspect(ref: string): Promise<Dockerode.ContainerInspectInfo | undefined> {
+    try {
+      return await this.docker.getContainer(ref).inspect();
+    } catch (err) {
+      if (statusOf(err) === 404) return undefined;
+      throw fromDockerError(this.docker, err, `inspect container ${short(ref)}`);
+    }
+  }
+
+  private async makeHostDirs(hostDir: string): Promise<void> {
+    await mkdir(path.join(hostDir, 'workspace'), { recursive: true, mode: 0o700 });
+    await mkdir(path.join(hostDir, 'home'), { recursive: true, mode: 0o700 });
+  }
+
+  private sandbox(
+    spec: SandboxSpec,
+    info: Dockerode.ContainerInspectInfo,
+    hostDir: string | undefined,
+    recreated: boolean,
+  ): Sandbox {
+    if (recreated) this.log(`${spec.identity.key}: recreated as ${short(info.Id)}`);
+    return new DockerSandbox({
+      spec,
+      info,
+      hostDir,
+      recreated,
+      docker: this.docker,
+      log: this.log,
+      track: (socket) => {
+        this.sockets.add(socket);
+        return () => this.sockets.delete(socket);
+      },
+    });
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new BackendUnavailableError('the docker backend was closed; create a new one');
+  }
+
+  private assertOwn(spec: SandboxSpec): void {
+    if (spec.identity.installation !== this.installation) {
+      throw new BerthError(
+        'internal',
+        `sandbox spec for installation "${spec.identity.installation}" given to the docker backend of "${this.installation}"`,
+      );
+    }
+  }
+}
+
+export function short(ref: string): string {
+  return /^[0-9a-f]{64}$/.test(ref) ? ref.slice(0, 12) : ref;
+}
+
+function sameRef(known: string, id: string): boolean {
+  return known === id || (known.length >= 12 && id.startsWith(known));
+}
+
+function timeoutErr(): Error {
+  return Object.assign(new Error(`no answer within ${PING_TIMEOUT_MS} ms`), { code: 'ETIMEDOUT' });
+}

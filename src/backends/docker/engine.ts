@@ -1,0 +1,111 @@
+import Dockerode from 'dockerode';
+import { BackendUnavailableError, BerthError, SandboxNotFoundError } from '../../errors.js';
+
+/**
+ * A client for the engine named by `DOCKER_HOST`, or the default socket. Creating it does no I/O.
+ * Only the composition root (or a test) should call this; everything else receives a client.
+ */
+export function defaultDocker(): Dockerode {
+  return new Dockerode();
+}
+
+/** Where a client talks to, for error messages: `unix:///var/run/docker.sock`, `tcp://h:2375`. */
+export function describeEndpoint(docker: Dockerode): string {
+  const modem = docker.modem as { socketPath?: unknown; host?: unknown; port?: unknown; protocol?: unknown };
+  if (typeof modem.socketPath === 'string' && modem.socketPath !== '') return `unix://${modem.socketPath}`;
+  const protocol = typeof modem.protocol === 'string' ? modem.protocol : 'http';
+  const host = typeof modem.host === 'string' ? modem.host : 'localhost';
+  const port = typeof modem.port === 'string' || typeof modem.port === 'number' ? `:${modem.port}` : '';
+  return `${protocol === 'http' ? 'tcp' : protocol}://${host}${port}`;
+}
+
+/** HTTP status of an engine error (dockerode sets `statusCode`), or undefined for transport errors. */
+export function statusOf(err: unknown): number | undefined {
+  if (typeof err === 'object' && err !== null && 'statusCode' in err) {
+    const status = (err as { statusCode: unknown }).statusCode;
+    if (typeof status === 'number') return status;
+  }
+  return undefined;
+}
+
+const UNREACHABLE_CODES = new Set([
+  'ENOENT',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EACCES',
+  'EPERM',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EPIPE',
+  'ENOTSOCK',
+]);
+
+/** True for errors of the connection itself (no engine answered), as opposed to API errors. */
+export function isUnreachable(err: unknown): boolean {
+  if (typeof err !== 'object' || err === null) return false;
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' && UNREACHABLE_CODES.has(code) && statusOf(err) === undefined;
+}
+
+export function unavailableError(docker: Dockerode, err: unknown): BackendUnavailableError {
+  const endpoint = describeEndpoint(docker);
+  const code = (err as { code?: unknown } | null)?.code;
+  const reason = typeof code === 'string' ? code : err instanceof Error ? err.message : String(err);
+  const fix =
+    code === 'EACCES' || code === 'EPERM'
+      ? 'give this user access to the socket (add it to the "docker" group) or set DOCKER_HOST'
+      : 'start the engine (systemctl start docker, or run dockerd) or set DOCKER_HOST to a running engine';
+  return new BackendUnavailableError(`docker engine not reachable at ${endpoint} (${reason}); ${fix}`, {
+    cause: err,
+  });
+}
+
+export function imageMissingError(image: string, err?: unknown): SandboxNotFoundError {
+  return new SandboxNotFoundError(
+    `docker image "${image}" not found; run "berth image build" (or set docker.image)`,
+    err === undefined ? undefined : { cause: err },
+  );
+}
+
+/**
+ * The docker boundary's one error translator: connection failures become
+ * `BackendUnavailableError`; berth's own errors pass through; anything else is wrapped with
+ * what was being done.
+ */
+export function fromDockerError(docker: Dockerode, err: unknown, doing: string): BerthError {
+  if (err instanceof BerthError) return err;
+  if (isUnreachable(err)) return unavailableError(docker, err);
+  const status = statusOf(err);
+  const detail = engineMessage(err);
+  return new BerthError('docker_error', `docker engine refused to ${doing}${status ? ` (HTTP ${status})` : ''}: ${detail}`, {
+    cause: err,
+  });
+}
+
+/** The engine's own message (`json.message`) or the error text. */
+export function engineMessage(err: unknown): string {
+  if (typeof err === 'object' && err !== null) {
+    const json = (err as { json?: unknown }).json;
+    if (typeof json === 'object' && json !== null && typeof (json as { message?: unknown }).message === 'string') {
+      return (json as { message: string }).message;
+    }
+    if (err instanceof Error) return err.message;
+  }
+  return String(err);
+}
+
+/** Reject with `onTimeout()` when `promise` has not settled within `timeoutMs`; the timer is always cleared. */
+export async function withTimeout<T>(promise: Promise<T>, timeoutMs: number, onTimeout: () => Error): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(onTimeout()), timeoutMs);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,92 @@
+import type { DockerSettings } from '../../config/types.js';
+
+/** Defaults for limits the user left unset. A default the engine cannot apply is only a warning. */
+export const LIMIT_DEFAULTS = {
+  memoryMb: 2048,
+  cpus: 2,
+  pidsLimit: 512,
+  shmSizeMb: 64,
+  tmpSizeMb: 256,
+  ephemeralSizeMb: 512,
+} as const;
+
+/** What the engine can enforce, read once from `GET /info`. */
+export interface EngineCapabilities {
+  memoryLimit: boolean;
+  swapLimit: boolean;
+  cpuCfsQuota: boolean;
+  pidsLimit: boolean;
+  cgroupDriver: string;
+  cgroupVersion: string;
+}
+
+/** Reads the capability flags of `docker.info()`. Missing flags count as unsupported. */
+export function capabilitiesFromInfo(info: Record<string, unknown>): EngineCapabilities {
+  const flag = (key: string): boolean => info[key] === true;
+  return {
+    memoryLimit: flag('MemoryLimit'),
+    swapLimit: flag('SwapLimit'),
+    cpuCfsQuota: flag('CpuCfsQuota'),
+    pidsLimit: flag('PidsLimit'),
+    cgroupDriver: typeof info['CgroupDriver'] === 'string' ? info['CgroupDriver'] : 'unknown',
+    cgroupVersion: typeof info['CgroupVersion'] === 'string' ? info['CgroupVersion'] : 'unknown',
+  };
+}
+
+/** The resource part of a container's HostConfig, and what could not be applied. */
+export interface LimitPlan {
+  hostConfig: { Memory?: number; MemorySwap?: number; NanoCpus?: number; PidsLimit?: number; ShmSize?: number };
+  /** Explicit settings the engine cannot apply: start-up errors. */
+  errors: string[];
+  /** Defaults the engine cannot apply: warnings; the sandbox runs without that limit. */
+  warnings: string[];
+}
+
+const MB = 1024 * 1024;
+
+/**
+ * Decide the resource limits for `settings` on an engine with `caps`. Pure.
+ *
+ * @example
+ * planLimits({ ...docker, pidsLimit: 64 }, { ...caps, pidsLimit: false }).errors
+ * // → ['docker.pidsLimit is set to 64 but this engine cannot limit pids (cgroup v1, cgroupfs); …']
+ */
+export function planLimits(settings: DockerSettings, caps: EngineCapabilities): LimitPlan {
+  const plan: LimitPlan = { hostConfig: {}, errors: [], warnings: [] };
+  const cgroup = `cgroup v${caps.cgroupVersion}, ${caps.cgroupDriver}`;
+  const apply = (
+    key: 'memoryMb' | 'cpus' | 'pidsLimit',
+    supported: boolean,
+    what: string,
+    set: (value: number) => void,
+  ): void => {
+    const explicit = settings[key];
+    const value = explicit ?? LIMIT_DEFAULTS[key];
+    if (supported) {
+      set(value);
+      return;
+    }
+    if (explicit !== undefined) {
+      plan.errors.push(
+        `docker.${key} is set to ${explicit} but this engine cannot limit ${what} (${cgroup}); ` +
+          `remove docker.${key} from the config or enable the cgroup controller on the docker host`,
+      );
+    } else {
+      plan.warnings.push(`this engine cannot limit ${what} (${cgroup}); sandboxes run without the default ${key} ${value}`);
+    }
+  };
+  apply('memoryMb', caps.memoryLimit, 'memory', (mb) => {
+    plan.hostConfig.Memory = mb * MB;
+    // Without swap accounting MemorySwap cannot be set; with it, equal values mean "no swap".
+    if (caps.swapLimit) plan.hostConfig.MemorySwap = mb * MB;
+  });
+  apply('cpus', caps.cpuCfsQuota, 'cpu time', (cpus) => {
+    plan.hostConfig.NanoCpus = Math.round(cpus * 1e9);
+  });
+  apply('pidsLimit', caps.pidsLimit, 'the number of processes', (pids) => {
+    plan.hostConfig.PidsLimit = pids;
+  });
+  // shm is a tmpfs size, not a cgroup limit: every engine applies it.
+  plan.hostConfig.ShmSize = (settings.shmSizeMb ?? LIMIT_DEFAULTS.shmSizeMb) * MB;
+  return plan;
+}
