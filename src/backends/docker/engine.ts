@@ -5,8 +5,10 @@ import { BackendUnavailableError, BerthError, SandboxNotFoundError } from '../..
  * A client for the engine named by `DOCKER_HOST`, or the default socket. Creating it does no I/O.
  * Only the composition root (or a test) should call this; everything else receives a client.
  */
-export function defaultDocker(): Dockerode {
-  return new Dockerode();
+export function defaultDocker(env: NodeJS.ProcessEnv = process.env): Dockerode {
+  // Without DOCKER_HOST, name the default socket explicitly: left to itself the client falls back
+  // to tcp://localhost when the socket file is missing, and the error would name the wrong place.
+  return env['DOCKER_HOST'] ? new Dockerode() : new Dockerode({ socketPath: '/var/run/docker.sock' });
 }
 
 /** Where a client talks to, for error messages: `unix:///var/run/docker.sock`, `tcp://h:2375`. */
