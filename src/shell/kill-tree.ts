@@ -1,0 +1,101 @@
+import type { ExecOnceResult } from '../backends/backend.js';
+import { TAG_VAR } from './protocol.js';
+
+/**
+ * In-sandbox helper that kills one command's whole process tree. POSIX sh (dash, busybox ash);
+ * needs only /proc, `grep` and the `kill` builtin. Run as
+ * `sh -c KILL_TREE_SCRIPT sh <shell pid> <tag> [protected pgid...]`: the tag is not a secret
+ * (it is in the command's own env) and nothing secret is ever on argv.
+ *
+ * Targets, found afresh in each of three rounds (to catch processes forked meanwhile):
+ * - processes whose environ carries `BERTH_CMD_TAG=<tag>` (escaped with `setsid`, double fork,
+ *   reparented to init) and their descendants;
+ * - descendants of the shell, skipping subtrees of protected process groups (background jobs
+ *   of earlier commands) and of processes tagged by another command;
+ * - every process group of a target, except the shell's own group (on a host backend that
+ *   group is berth's) and the helper's own.
+ * Never the shell itself, the helper, or pid 1. Other shells' commands carry other tags and are
+ * not descendants of this shell, so they are never touched.
+ */
+export const KILL_TREE_SCRIPT = `
+sp=$1; tag=$2; shift 2
+prot=" $* "
+me=$$
+pgof() { { read -r l < "/proc/$1/stat"; } 2>/dev/null || return 1; r=\${l##*) }; set -- $r; echo "$3"; }
+spg=$(pgof "$sp"); mpg=$(pgof "$me")
+killed=0
+round=0
+while [ "$round" -lt 3 ]; do
+  round=$((round + 1))
+  ours=' '
+  for f in $(grep -l -s -F "${TAG_VAR}=$tag" /proc/[0-9]*/environ 2>/dev/null); do
+    p=\${f#/proc/}; ours="$ours\${p%/environ} "
+  done
+  other=' '
+  for f in $(grep -l -s -F "${TAG_VAR}=" /proc/[0-9]*/environ 2>/dev/null); do
+    p=\${f#/proc/}; p=\${p%/environ}
+    case "$ours" in *" $p "*) ;; *) other="$other$p " ;; esac
+  done
+  T=''
+  for d in /proc/[0-9]*; do
+    p=\${d#/proc/}
+    { read -r l < "$d/stat"; } 2>/dev/null || continue
+    r=\${l##*) }
+    set -- $r
+    T="$T$p $2 $3
+"
+  done
+  tg=' '
+  ch=1
+  while [ "$ch" = 1 ]; do
+    ch=0
+    while read -r p pp pg; do
+      [ -n "$p" ] || continue
+      case " $me $sp 1 " in *" $p "*) continue ;; esac
+      case "$tg" in *" $p "*) continue ;; esac
+      case "$ours" in *" $p "*) tg="$tg$p "; ch=1; continue ;; esac
+      case "$prot" in *" $pg "*) continue ;; esac
+      case "$other" in *" $p "*) continue ;; esac
+      case "$tg" in *" $pp "*) tg="$tg$p "; ch=1; continue ;; esac
+      if [ "$pp" = "$sp" ]; then tg="$tg$p "; ch=1; fi
+    done <<EOF
+$T
+EOF
+  done
+  [ "$tg" = ' ' ] && break
+  groups=' '
+  while read -r p pp pg; do
+    case "$tg" in *" $p "*) ;; *) continue ;; esac
+    case " 0 1 $spg $mpg $prot $groups " in *" $pg "*) continue ;; esac
+    groups="$groups$pg "
+  done <<EOF
+$T
+EOF
+  for p in $tg; do kill -KILL "$p" 2>/dev/null && killed=$((killed + 1)); done
+  for g in $groups; do kill -KILL "-$g" 2>/dev/null; done
+done
+echo "$killed"
+`;
+
+export interface KillTreeInput {
+  shellPid: number;
+  tag: string;
+  /** Process groups of background jobs started by earlier commands (kept alive). */
+  protectedPgids: readonly number[];
+  timeoutMs: number;
+}
+
+export type ExecOnce = (argv: string[], opts?: { timeoutMs?: number }) => Promise<ExecOnceResult>;
+
+/** Kill one command's process tree inside the sandbox. Returns how many processes were signalled. */
+export async function killCommandTree(execOnce: ExecOnce, k: KillTreeInput): Promise<number> {
+  const argv = ['sh', '-c', KILL_TREE_SCRIPT, 'sh', String(k.shellPid), k.tag, ...k.protectedPgids.map(String)];
+  const r = await execOnce(argv, { timeoutMs: k.timeoutMs });
+  const n = Number(r.stdout.toString('utf8').trim());
+  return Number.isInteger(n) ? n : 0;
+}
+
+/** Send a signal to one pid inside the sandbox (shell replacement). */
+export async function signalPid(execOnce: ExecOnce, pid: number, signal: 'USR1' | 'KILL', timeoutMs: number): Promise<void> {
+  await execOnce(['sh', '-c', 'kill -s "$1" "$2"', 'sh', signal, String(pid)], { timeoutMs });
+}

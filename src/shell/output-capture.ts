@@ -1,0 +1,278 @@
+import { closeSync, chmodSync, mkdirSync, openSync, rmSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { TextDecoder } from 'node:util';
+import { partialSuffix } from './protocol.js';
+
+export type StreamName = 'stdout' | 'stderr';
+
+export const REDACTED = '[REDACTED]';
+/** Shorter values are not redacted (too likely to hit ordinary text). */
+export const MIN_REDACT_LENGTH = 8;
+
+/**
+ * Replaces secret values in a byte stream. Works on bytes, before decoding, so binary output and
+ * values split across chunk boundaries are both handled: an end of a chunk that could begin a
+ * value is held back until more data (or the end) shows whether it does.
+ */
+export class ByteRedactor {
+  private readonly needles: Buffer[];
+  private readonly replacement = Buffer.from(REDACTED);
+  private carry: Buffer = Buffer.alloc(0);
+
+  constructor(values: readonly string[]) {
+    const unique = [...new Set(values.filter((v) => v.length >= MIN_REDACT_LENGTH))];
+    this.needles = unique.map((v) => Buffer.from(v, 'utf8')).sort((a, b) => b.length - a.length);
+  }
+
+  get active(): boolean {
+    return this.needles.length > 0;
+  }
+
+  push(chunk: Buffer): Buffer {
+    if (!this.active) return chunk;
+    const data = this.carry.length === 0 ? chunk : Buffer.concat([this.carry, chunk]);
+    // Hold back only an end that could begin a value: nothing else is delayed.
+    let held = 0;
+    for (const n of this.needles) held = Math.max(held, partialSuffix(data, n));
+    const safeEnd = data.length - Math.max(held, 0);
+    const out: Buffer[] = [];
+    let pos = 0;
+    while (true) {
+      const m = this.nextMatch(data, pos);
+      if (m === undefined || m.at >= safeEnd) break;
+      out.push(data.subarray(pos, m.at), this.replacement);
+      pos = m.at + m.len;
+    }
+    const emitEnd = Math.max(pos, safeEnd);
+    out.push(data.subarray(pos, emitEnd));
+    this.carry = Buffer.from(data.subarray(emitEnd));
+    return out.length === 1 ? (out[0] as Buffer) : Buffer.concat(out);
+  }
+
+  flush(): Buffer {
+    const rest = this.carry;
+    this.carry = Buffer.alloc(0);
+    if (rest.length === 0) return rest;
+    const out: Buffer[] = [];
+    let pos = 0;
+    for (let m = this.nextMatch(rest, 0); m !== undefined; m = this.nextMatch(rest, pos)) {
+      out.push(rest.subarray(pos, m.at), this.replacement);
+      pos = m.at + m.len;
+    }
+    out.push(rest.subarray(pos));
+    return Buffer.concat(out);
+  }
+
+  /** Redact a whole string at once (cwd, messages). */
+  redactString(s: string): string {
+    let r = s;
+    for (const n of this.needles) r = r.split(n.toString('utf8')).join(REDACTED);
+    return r;
+  }
+
+  private nextMatch(data: Buffer, from: number): { at: number; len: number } | undefined {
+    let best: { at: number; len: number } | undefined;
+    for (const n of this.needles) {
+      const at = data.indexOf(n, from);
+      // Needles are sorted longest first, so on a tie the longest wins.
+      if (at >= 0 && (best === undefined || at < best.at)) best = { at, len: n.length };
+    }
+    return best;
+  }
+}
+
+/**
+ * Keeps the first `headChars` and the last `limit - headChars` chars of a text stream, and the
+ * exact total; memory stays O(limit + one chunk) however long the stream is.
+ */
+export class TextWindow {
+  private head = '';
+  private tail: string[] = [];
+  private tailLen = 0;
+  total = 0;
+  private readonly headCap: number;
+  private readonly tailCap: number;
+
+  constructor(private readonly limit: number) {
+    this.headCap = Math.floor(limit / 2);
+    this.tailCap = limit - this.headCap;
+  }
+
+  push(s: string): void {
+    if (s.length === 0) return;
+    this.total += s.length;
+    let rest = s;
+    if (this.head.length < this.headCap) {
+      const take = this.headCap - this.head.length;
+      this.head += rest.slice(0, take);
+      rest = rest.slice(take);
+      if (rest.length === 0) return;
+    }
+    this.tail.push(rest);
+    this.tailLen += rest.length;
+    while (this.tail.length > 1 && this.tailLen - (this.tail[0] as string).length >= this.tailCap) {
+      this.tailLen -= (this.tail.shift() as string).length;
+    }
+    if (this.tail.length === 1 && this.tailLen > this.tailCap * 2) {
+      this.tail = [(this.tail[0] as string).slice(-this.tailCap)];
+      this.tailLen = this.tailCap;
+    }
+  }
+
+  get truncated(): boolean {
+    return this.total > this.limit;
+  }
+
+  /** The whole text, or head + notice + tail when over the limit. */
+  text(notice: (omitted: number) => string): string {
+    const joined = this.tail.join('');
+    if (!this.truncated) return this.head + joined.slice(joined.length - (this.total - this.head.length));
+    let head = this.head;
+    let tail = joined.slice(-this.tailCap);
+    // Never cut a surrogate pair in half.
+    if (/[\uD800-\uDBFF]$/.test(head)) head = head.slice(0, -1);
+    if (/^[\uDC00-\uDFFF]/.test(tail)) tail = tail.slice(1);
+    const omitted = this.total - head.length - tail.length;
+    const sep = head.length === 0 || head.endsWith('\n') ? '' : '\n';
+    return `${head}${sep}${notice(omitted)}\n${tail}`;
+  }
+}
+
+export interface CaptureOptions {
+  maxChars: number;
+  /** Host dir for the spill file (created 0700). */
+  spillDir: string;
+  /** File name stem for the spill file. */
+  spillStem: string;
+  redactValues?: readonly string[] | undefined;
+  onChunk?: ((stream: StreamName, chunk: string) => void) | undefined;
+}
+
+export interface CaptureResult {
+  stdout: string;
+  stderr: string;
+  output: string;
+  truncated: boolean;
+  fullOutputPath?: string;
+}
+
+/**
+ * The output of one command: redaction (bytes), decoding (per stream, so a multi-byte char is
+ * never split by interleaving), head/tail windows for stdout, stderr and combined output, and a
+ * spill file with the full combined stream once the output passes the limit. Before the limit
+ * is reached the raw bytes are kept in memory (at most ~4 bytes per char of the limit); after,
+ * they go straight to the file.
+ */
+export class OutputCapture {
+  private readonly redactors: Record<StreamName, ByteRedactor>;
+  private readonly decoders: Record<StreamName, TextDecoder>;
+  private readonly windows: Record<StreamName | 'output', TextWindow>;
+  private pending: Buffer[] = [];
+  private spillFd: number | undefined;
+  private spillPath: string | undefined;
+  private spillError: unknown;
+  private finished = false;
+
+  constructor(private readonly opts: CaptureOptions) {
+    const values = opts.redactValues ?? [];
+    this.redactors = { stdout: new ByteRedactor(values), stderr: new ByteRedactor(values) };
+    this.decoders = {
+      stdout: new TextDecoder('utf-8', { fatal: false, ignoreBOM: true }),
+      stderr: new TextDecoder('utf-8', { fatal: false, ignoreBOM: true }),
+    };
+    const limit = Math.max(1, Math.floor(opts.maxChars));
+    this.windows = { stdout: new TextWindow(limit), stderr: new TextWindow(limit), output: new TextWindow(limit) };
+  }
+
+  push(stream: StreamName, raw: Buffer): void {
+    if (this.finished || raw.length === 0) return;
+    this.accept(stream, this.redactors[stream].push(raw), false);
+  }
+
+  /** Flush held-back bytes, close the spill file and build the result. Idempotent. */
+  finish(): CaptureResult {
+    if (!this.finished) {
+      for (const s of ['stdout', 'stderr'] as const) this.accept(s, this.redactors[s].flush(), true);
+      this.finished = true;
+      if (this.spillFd !== undefined) {
+        try {
+          closeSync(this.spillFd);
+        } catch {
+          // the data is written; a failing close changes nothing for the caller
+        }
+        this.spillFd = undefined;
+      }
+      this.pending = [];
+      // Opened on a byte estimate; multi-byte text may still have fitted.
+      if (this.spillPath !== undefined && !this.windows.output.truncated) {
+        rmSync(this.spillPath, { force: true });
+        this.spillPath = undefined;
+      }
+    }
+    const path = this.spillPath;
+    const notice = (omitted: number): string =>
+      path !== undefined
+        ? `[... ${omitted} chars omitted; full output: ${path} ...]`
+        : `[... ${omitted} chars omitted; full output could not be saved ...]`;
+    const result: CaptureResult = {
+      stdout: this.windows.stdout.text(notice),
+      stderr: this.windows.stderr.text(notice),
+      output: this.windows.output.text(notice),
+      truncated: this.windows.output.truncated,
+    };
+    if (path !== undefined) result.fullOutputPath = path;
+    return result;
+  }
+
+  private accept(stream: StreamName, bytes: Buffer, final: boolean): void {
+    if (bytes.length > 0) this.spill(bytes);
+    const text = this.decoders[stream].decode(bytes, { stream: !final });
+    if (text.length === 0) return;
+    this.windows[stream].push(text);
+    this.windows.output.push(text);
+    if (this.opts.onChunk !== undefined) {
+      try {
+        this.opts.onChunk(stream, text);
+      } catch {
+        // a failing consumer must not break the capture
+      }
+    }
+  }
+
+  private spill(bytes: Buffer): void {
+    if (this.spillError !== undefined) return;
+    if (this.spillFd === undefined) {
+      if (!this.windows.output.truncated) {
+        // Copy: the caller's buffer may be reused.
+        this.pending.push(Buffer.from(bytes));
+        // The window is updated after this call, so check what it will be.
+        if (this.windows.output.total + bytes.length <= this.opts.maxChars) return;
+      }
+      try {
+        mkdirSync(this.opts.spillDir, { recursive: true, mode: 0o700 });
+        chmodSync(this.opts.spillDir, 0o700);
+        const name = `${this.opts.spillStem}-${Date.now()}-${randomBytes(4).toString('hex')}.out`;
+        const path = join(this.opts.spillDir, name);
+        this.spillFd = openSync(path, 'wx', 0o600);
+        this.spillPath = path;
+        for (const b of this.pending) writeAll(this.spillFd, b);
+        this.pending = [];
+      } catch (err) {
+        this.spillError = err;
+        this.pending = [];
+      }
+      return;
+    }
+    try {
+      writeAll(this.spillFd, bytes);
+    } catch (err) {
+      this.spillError = err;
+    }
+  }
+}
+
+function writeAll(fd: number, b: Buffer): void {
+  let off = 0;
+  while (off < b.length) off += writeSync(fd, b, off, b.length - off);
+}

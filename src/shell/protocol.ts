@@ -1,0 +1,288 @@
+import { randomBytes } from 'node:crypto';
+
+/**
+ * The wire protocol between berth and one persistent bash.
+ *
+ * At start the transport's bash re-executes itself to read its commands from the control pipe
+ * on fd 255 (close-on-exec) with fd 0 on /dev/null, so no command can read the control stream
+ * and no per-command redirection is needed. (When stdin is not a pipe, e.g. a socket that
+ * /dev/fd cannot reopen, it stays as it is and each command gets `</dev/null` instead.)
+ *
+ * Every command is then sent as ONE line, so bash has consumed the whole frame (and with it
+ * the nonce) before the command starts:
+ *
+ *   __bs TAG;eval 'CMD';__be $? NONCE [flags]
+ *
+ * - `CMD` is single-quoted with every `'` written as `'\''`: injection-proof for any text
+ *   without NUL bytes, and parsed by bash directly (no heredoc pipe, no fork). Bash reads a
+ *   pipe one byte per syscall, so every byte of the frame costs; it is kept short.
+ * - `eval` runs at top level (inside a brace group when stdin is redirected), so `cd`,
+ *   `export`, `declare -x`, functions and aliases persist as in an interactive shell.
+ * - `__be` prints on stderr `NONCE~NONCE~`, with the pids of running jobs in between when they
+ *   may have changed, then `NONCE~<status> <PWD>NONCE~` on stdout in one write (stderr first,
+ *   so both usually reach berth in the same poll; the reader waits for both anyway). The
+ *   `~` comes from the printf format, so the key `NONCE~` never appears in the frame text
+ *   (xtrace, `set -v` and DEBUG traps echo the frame, never the key). The nonce is a fresh
+ *   96-bit value per command and is never stored in a shell variable.
+ */
+
+/** Env var carrying the per-command tag, visible in /proc/<pid>/environ of every exec'd descendant. */
+export const TAG_VAR = 'BERTH_CMD_TAG';
+
+const NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+export function isShellName(name: string): boolean {
+  return NAME_RE.test(name);
+}
+
+/**
+ * base64url tokens (alphabet has no `~`, `%`, `\`, spaces or quotes) from the CSPRNG, drawn in
+ * blocks: one `randomBytes` call per command costs more than the rest of the frame.
+ */
+export class TokenSource {
+  private pool: Buffer = Buffer.alloc(0);
+  private at = 0;
+
+  next(bytes: number): string {
+    if (this.at + bytes > this.pool.length) {
+      this.pool = randomBytes(Math.max(1024, bytes));
+      this.at = 0;
+    }
+    const s = this.pool.toString('base64url', this.at, this.at + bytes);
+    // Never reuse the bytes.
+    this.pool.fill(0, this.at, this.at + bytes);
+    this.at += bytes;
+    return s;
+  }
+}
+
+/** Single-quote for bash/sh. The input must not contain NUL. */
+export function shQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+/**
+ * Encode arbitrary bytes as a bash `printf` format string (ASCII only, to be single-quoted):
+ * printable bytes stay, `%` and `\` are escaped, everything else becomes a 3-digit octal escape.
+ */
+export function printfFormat(data: Buffer): string {
+  let out = '';
+  for (const b of data) {
+    if (b === 0x25) out += '%%';
+    else if (b === 0x5c) out += '\\\\';
+    else if (b >= 0x20 && b < 0x7f && b !== 0x27) out += String.fromCharCode(b);
+    else out += `\\${b.toString(8).padStart(3, '0')}`;
+  }
+  return out;
+}
+
+export interface FrameInput {
+  command: string;
+  nonce: string;
+  tag: string;
+  workdir?: string | undefined;
+  /** printf format of the stdin bytes (see `printfFormat`), or undefined for /dev/null. */
+  stdinFormat?: string | undefined;
+  /** In-sandbox file used to hand stdin over. */
+  stdinPath: string;
+  /** The shell's fd 0 is /dev/null already (it re-executed onto the control pipe). */
+  stdinIsNull: boolean;
+  /** The last report had running jobs: report them again even if `$!` did not change. */
+  hadJobs: boolean;
+}
+
+/** The single line that runs one command. */
+export function buildFrame(f: FrameInput): string {
+  let line = `__bs ${f.tag};`;
+  let flags = '';
+  let redirect = f.stdinIsNull ? '' : '</dev/null';
+  if (f.stdinFormat !== undefined) {
+    const path = shQuote(f.stdinPath);
+    // `>|`: a user's `set -C` must not keep stale stdin.
+    line += `builtin printf ${shQuote(f.stdinFormat)} >|${path};`;
+    redirect = `<${path}`;
+    flags += 's';
+  }
+  if (f.workdir !== undefined) {
+    line += `__bw ${shQuote(f.workdir)}&&`;
+    flags += 'w';
+  }
+  if (f.hadJobs) flags += 'j';
+  const run = `eval ${shQuote(f.command)}`;
+  line += redirect === '' ? `${run};` : `{ ${run};}${redirect};`;
+  line += `__be $? ${f.nonce}`;
+  if (flags !== '') line += ` ${flags}`;
+  return `${line}\n`;
+}
+
+export interface InitInput {
+  nonce: string;
+  /** `${stateDir}/shells` */
+  shellsDir: string;
+  snapshotPath: string;
+  stdinPath: string;
+  secretNames: readonly string[];
+  /** Directories to try in order; `SNAPSHOT_CWD` stands for the cwd recorded in the snapshot. */
+  cwdCandidates: readonly string[];
+}
+
+/** Placeholder in `InitInput.cwdCandidates` for the snapshot's recorded cwd. */
+export const SNAPSHOT_CWD = '\u0000snapshot';
+
+/** Variables never written to the snapshot, besides the secret names. */
+const NOT_SNAPSHOTTED = ['PWD', 'OLDPWD', 'SHLVL', '_', TAG_VAR, 'BASHOPTS', 'SHELLOPTS', 'BASH_ENV', 'ENV'];
+
+/** Functions of ours, never written to the snapshot. */
+const OUR_FUNCTIONS = ['__bs', '__be', '__bw', '__bd'];
+
+/**
+ * The script sent once to a fresh bash. It saves the secrets as granted, sources the snapshot
+ * at top level (so `declare -x` stays global), defines our helpers and traps, picks the first
+ * existing cwd, and ends with the same trailer as a command, carrying `$$` as the status.
+ */
+export function buildInit(i: InitInput): string {
+  const secrets = i.secretNames;
+  const snap = shQuote(i.snapshotPath);
+  const lines: string[] = [];
+  // Read the rest from the pipe on fd 255 (close-on-exec) with fd 0 on /dev/null; the pid stays.
+  lines.push(`[ -p /dev/fd/0 ] && exec "$BASH" --noprofile --norc /dev/fd/3 3<&0 0</dev/null`);
+  // From here on, possibly a new bash: name it for error messages, report how stdin is wired.
+  lines.push(`{ exec 3<&-; } 2>/dev/null; BASH_ARGV0=bash; [ /dev/fd/0 -ef /dev/null ] && __bm=n || __bm=p`);
+  lines.push('set -m');
+  lines.push('shopt -s expand_aliases');
+  // The state dir lives in the sandbox; 0700 because snapshots hold the user's env.
+  lines.push(`(umask 077 && mkdir -p -- ${shQuote(i.shellsDir)} && exec chmod 700 -- ${shQuote(i.shellsDir)}) 2>/dev/null`);
+  // Secrets as granted at shell start, before anything else can change them.
+  for (const n of secrets) {
+    lines.push(`if [ -n "\${${n}+x}" ]; then __bsv_${n}=$${n}; else unset -v __bsv_${n}; fi`);
+  }
+  lines.push(`if [ -f ${snap} ]; then . ${snap} 2>/dev/null; fi`);
+  // __bs: per-command prologue (tag + secrets afresh). Must return 0 (a user may `set -e`).
+  const reexport = secrets.map((n) => `[ -n "\${__bsv_${n}+x}" ] && builtin export ${n}="$__bsv_${n}";`).join(' ');
+  lines.push(`__bs(){ builtin export ${TAG_VAR}=$1; ${reexport} return 0; }`);
+  // __bw: one-off workdir.
+  lines.push(
+    `__bw(){ __bwp=\${PWD-}; __bwo=\${OLDPWD-}; CDPATH= builtin cd -- "$1" 2>/dev/null && return 0; ` +
+      `builtin printf 'berth: workdir %s does not exist or is not a directory; the command was not run\\n' "$1" >&2; return 1; }`,
+  );
+  // __be: epilogue, trailers on stdout and stderr.
+  lines.push(
+    `__be(){ case \${3-} in *w*) CDPATH= builtin cd -- "\${__bwp-}" 2>/dev/null; OLDPWD=\${__bwo-};; esac; ` +
+      `case \${3-} in *s*) : >|${shQuote(i.stdinPath)};; esac; ` +
+      `local __f=\${3-}; if [ "\${!:-}" = "\${__bl-}" ] && [ "$__f" = "\${__f#*j}" ]; then builtin printf '%s~%s~' "$2" "$2" >&2; ` +
+      `else __bl=\${!:-}; { builtin printf '%s~' "$2"; builtin jobs -pr; builtin printf '%s~' "$2"; } >&2; fi; ` +
+      `builtin printf '%s~%d %s%s~' "$2" "$1" "\${PWD-}" "$2"; return 0; }`,
+  );
+  // __bd: dump the snapshot (0600, atomic rename). Forks are fine: it runs at close/exit/USR1 only.
+  const unsetVars = [...NOT_SNAPSHOTTED, ...secrets].join(' ');
+  lines.push(
+    `__bd(){ local __c=\${PWD-}; ( builtin unset -v ${unsetVars}; builtin unset -f ${OUR_FUNCTIONS.join(' ')}; umask 077; ` +
+      `{ builtin export -p; builtin declare -f; builtin alias -p; builtin printf '__berth_cwd=%q\\n' "$__c"; } >|${snap}.tmp && ` +
+      `exec mv -f -- ${snap}.tmp ${snap} ) 2>/dev/null; return 0; }`,
+  );
+  lines.push(`trap __bd EXIT`);
+  lines.push(`trap '__bd; trap - EXIT; exit 143' USR1`);
+  // Secrets win over anything the snapshot may have held under the same name.
+  if (secrets.length > 0) lines.push('__bs x');
+  const candidates = i.cwdCandidates.map((c) => (c === SNAPSHOT_CWD ? '"${__berth_cwd-}"' : shQuote(c))).join(' ');
+  lines.push(
+    `for __d in ${candidates}; do [ -n "$__d" ] && CDPATH= builtin cd -- "$__d" 2>/dev/null && break; done; unset -v __d __berth_cwd`,
+  );
+  // Stdout payload of the init: `p` when fd 0 is the pipe still (commands need </dev/null).
+  lines.push(`builtin printf %s "$__bm"; unset -v __bm; __be $$ ${i.nonce} j`);
+  return `${lines.join('\n')}\n`;
+}
+
+/** The stdout trailer (between the two keys): `<status> <PWD>`. */
+export function parseStdoutTrailer(t: Buffer): { status: number; cwd: string } | undefined {
+  const s = t.toString('utf8');
+  const sp = s.indexOf(' ');
+  if (sp <= 0) return undefined;
+  const status = Number(s.slice(0, sp));
+  if (!Number.isInteger(status)) return undefined;
+  return { status, cwd: s.slice(sp + 1) };
+}
+
+/** The stderr trailer: pids (= process group ids) of running jobs, one per line. */
+export function parseStderrTrailer(t: Buffer): number[] {
+  const pids: number[] = [];
+  for (const line of t.toString('utf8').split('\n')) {
+    const n = Number(line.trim());
+    if (line.trim() !== '' && Number.isInteger(n) && n > 0) pids.push(n);
+  }
+  return pids;
+}
+
+/**
+ * Splits one stream into the command's payload (everything before the first key) and the
+ * trailer (between the first and the second key). Holds back only an end of a chunk that could
+ * be the start of the key, so a split key is found and output is not delayed (which would also
+ * skew the order of stdout against stderr). Binary-safe: works on bytes.
+ */
+export class MarkerScanner {
+  private carry: Buffer = Buffer.alloc(0);
+  private trailerParts: Buffer[] | undefined;
+  private trailerLen = 0;
+  trailer: Buffer | undefined;
+
+  constructor(
+    private readonly key: Buffer,
+    private readonly onPayload: (chunk: Buffer) => void,
+  ) {}
+
+  get done(): boolean {
+    return this.trailer !== undefined;
+  }
+
+  push(chunk: Buffer): void {
+    if (this.done) return;
+    if (this.trailerParts !== undefined) {
+      this.pushTrailer(chunk);
+      return;
+    }
+    const data = this.carry.length === 0 ? chunk : Buffer.concat([this.carry, chunk]);
+    const at = data.indexOf(this.key);
+    if (at >= 0) {
+      if (at > 0) this.onPayload(data.subarray(0, at));
+      this.carry = Buffer.alloc(0);
+      this.trailerParts = [];
+      this.pushTrailer(data.subarray(at + this.key.length));
+      return;
+    }
+    const emit = data.length - partialSuffix(data, this.key);
+    if (emit > 0) this.onPayload(data.subarray(0, emit));
+    this.carry = Buffer.from(data.subarray(emit));
+  }
+
+  /** Payload still held back (the stream ended without a marker). */
+  flush(): void {
+    if (this.trailerParts === undefined && this.carry.length > 0) this.onPayload(this.carry);
+    this.carry = Buffer.alloc(0);
+  }
+
+  private pushTrailer(chunk: Buffer): void {
+    const parts = this.trailerParts as Buffer[];
+    if (chunk.length > 0) {
+      parts.push(Buffer.from(chunk));
+      this.trailerLen += chunk.length;
+    }
+    const all = parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts, this.trailerLen);
+    const end = all.indexOf(this.key);
+    if (end >= 0) {
+      this.trailer = all.subarray(0, end);
+      this.trailerParts = [];
+      return;
+    }
+    this.trailerParts = [all];
+  }
+}
+
+/** Length of the longest end of `data` that is a proper beginning of `needle` (0 if none). */
+export function partialSuffix(data: Buffer, needle: Buffer): number {
+  const first = needle[0];
+  for (let k = Math.min(data.length, needle.length - 1); k > 0; k--) {
+    const at = data.length - k;
+    if (data[at] === first && data.compare(needle, 0, k, at, data.length) === 0) return k;
+  }
+  return 0;
+}

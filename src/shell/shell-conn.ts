@@ -1,0 +1,147 @@
+import type { Readable } from 'node:stream';
+import type { ShellTransport } from '../backends/backend.js';
+import { MarkerScanner, parseStderrTrailer, parseStdoutTrailer } from './protocol.js';
+import type { StreamName } from './output-capture.js';
+
+/** Where the bytes of the running exchange go; at most one at a time. */
+interface Sink {
+  data(stream: StreamName, chunk: Buffer): void;
+  ended(code: number | null): void;
+}
+
+export type Outcome =
+  | { kind: 'ok'; status: number; cwd: string; jobs: number[] }
+  | { kind: 'dead'; code: number | null }
+  | { kind: 'abandoned' };
+
+export interface Exchange {
+  outcome: Promise<Outcome>;
+  /** Stop listening (shell being replaced); payload held back so far is delivered first. */
+  abandon(): void;
+}
+
+/** How long after an end is seen to wait for the other half (exit code or last bytes). */
+const EXIT_AFTER_EOF_MS = 1000;
+
+/**
+ * One bash process behind a transport. Always reads both streams (a full pipe would block the
+ * shell); bytes go to the current exchange or are dropped between commands.
+ */
+export class ShellConn {
+  /** The shell's pid inside the sandbox, known once the init exchange completed. */
+  pid = 0;
+  /** fd 0 of the shell is /dev/null (it re-executed onto the control pipe). */
+  stdinIsNull = false;
+  isDead = false;
+  /** Resolves with the exit code (null if unknown) once the shell is gone; never rejects. */
+  readonly dead: Promise<number | null>;
+  private sink: Sink | undefined;
+
+  constructor(
+    readonly transport: ShellTransport,
+    drainMs: number,
+    private readonly log: (msg: string) => void,
+  ) {
+    const forward = (stream: StreamName) => (chunk: Buffer | string) => {
+      this.sink?.data(stream, typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
+    };
+    transport.stdout.on('data', forward('stdout'));
+    transport.stderr.on('data', forward('stderr'));
+    transport.stdin.on('error', (err: Error) => log(`stdin: ${err.message}`));
+    transport.stdout.on('error', (err: Error) => log(`stdout: ${err.message}`));
+    transport.stderr.on('error', (err: Error) => log(`stderr: ${err.message}`));
+    const stdoutEnded = endOf(transport.stdout);
+    const streamsEnded = Promise.all([stdoutEnded, endOf(transport.stderr)]);
+
+    this.dead = new Promise<number | null>((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      const settle = (code: number | null): void => {
+        if (this.isDead) return;
+        this.isDead = true;
+        if (timer !== undefined) clearTimeout(timer);
+        resolve(code);
+      };
+      transport.exited.then(settle, () => settle(null));
+      void stdoutEnded.then(() => {
+        if (!this.isDead) timer = setTimeout(() => settle(null), EXIT_AFTER_EOF_MS);
+      });
+    });
+
+    void this.dead.then(async (code) => {
+      // Let the last bytes arrive, but a background process may hold the pipes open forever.
+      let t: NodeJS.Timeout | undefined;
+      await Promise.race([streamsEnded, new Promise<void>((r) => (t = setTimeout(r, drainMs)))]);
+      clearTimeout(t);
+      const sink = this.sink;
+      this.sink = undefined;
+      sink?.ended(code);
+    });
+  }
+
+  write(text: string): void {
+    if (this.isDead || this.transport.stdin.destroyed || this.transport.stdin.writableEnded) return;
+    this.transport.stdin.write(text);
+  }
+
+  /**
+   * Send `frame` and collect until both trailers (keyed by `nonce`) arrived or the shell died.
+   * `onPayload` gets the command's bytes, without markers.
+   */
+  exchange(frame: string, nonce: string, onPayload: (stream: StreamName, chunk: Buffer) => void): Exchange {
+    const key = Buffer.from(`${nonce}~`);
+    const out = new MarkerScanner(key, (b) => onPayload('stdout', b));
+    const err = new MarkerScanner(key, (b) => onPayload('stderr', b));
+    let settle: (o: Outcome) => void = () => undefined;
+    const outcome = new Promise<Outcome>((resolve) => (settle = resolve));
+    let settled = false;
+    const finish = (o: Outcome): void => {
+      if (settled) return;
+      settled = true;
+      if (this.sink === sink) this.sink = undefined;
+      if (o.kind !== 'ok') {
+        out.flush();
+        err.flush();
+      }
+      settle(o);
+    };
+    const sink: Sink = {
+      data: (stream, chunk) => {
+        (stream === 'stdout' ? out : err).push(chunk);
+        if (out.trailer !== undefined && err.trailer !== undefined) {
+          const parsed = parseStdoutTrailer(out.trailer);
+          const jobs = parseStderrTrailer(err.trailer);
+          finish(parsed === undefined ? { kind: 'ok', status: 1, cwd: '', jobs } : { kind: 'ok', ...parsed, jobs });
+        }
+      },
+      ended: (code) => finish({ kind: 'dead', code }),
+    };
+    if (this.isDead) {
+      finish({ kind: 'dead', code: null });
+    } else {
+      this.sink = sink;
+      this.write(frame);
+    }
+    return { outcome, abandon: () => finish({ kind: 'abandoned' }) };
+  }
+
+  /** End the shell process; never throws. */
+  async kill(): Promise<void> {
+    this.sink = undefined;
+    try {
+      await this.transport.kill();
+    } catch (err) {
+      this.log(`kill: ${(err as Error).message}`);
+    }
+  }
+}
+
+function endOf(s: Readable): Promise<void> {
+  return new Promise<void>((resolve) => {
+    if (s.readableEnded || s.destroyed) {
+      resolve();
+      return;
+    }
+    s.once('end', () => resolve());
+    s.once('close', () => resolve());
+  });
+}

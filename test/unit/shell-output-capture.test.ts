@@ -1,0 +1,90 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ByteRedactor, OutputCapture, TextWindow } from '../../src/shell/output-capture.js';
+import { MarkerScanner, buildFrame, printfFormat, shQuote } from '../../src/shell/protocol.js';
+
+describe('ByteRedactor', () => {
+  it('redacts values split across chunks and ignores values under 8 chars', () => {
+    const r = new ByteRedactor(['abcdefghij', 'short']);
+    const input = 'xx abcdefghij yy abcdefghij short';
+    for (let cut = 0; cut <= input.length; cut++) {
+      const out = Buffer.concat([r.push(Buffer.from(input.slice(0, cut))), r.push(Buffer.from(input.slice(cut))), r.flush()]);
+      expect(out.toString()).toBe('xx [REDACTED] yy [REDACTED] short');
+    }
+  });
+
+  it('prefers the longest value at the same position', () => {
+    const r = new ByteRedactor(['password', 'password-long']);
+    expect(Buffer.concat([r.push(Buffer.from('a password-long b')), r.flush()]).toString()).toBe('a [REDACTED] b');
+  });
+});
+
+describe('TextWindow', () => {
+  it('returns everything under the limit and head + notice + tail over it', () => {
+    const w = new TextWindow(10);
+    w.push('12345');
+    w.push('67890');
+    expect(w.text(() => 'N')).toBe('1234567890');
+    w.push('abcdef');
+    expect(w.truncated).toBe(true);
+    expect(w.text((n) => `[${n}]`)).toBe('12345\n[6]\nbcdef');
+  });
+});
+
+describe('OutputCapture', () => {
+  const dirs: string[] = [];
+  afterEach(() => {
+    for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  });
+
+  it('decodes per stream so interleaving never splits a multi-byte char', () => {
+    const c = new OutputCapture({ maxChars: 100, spillDir: '/nonexistent', spillStem: 's' });
+    const e = Buffer.from('é');
+    c.push('stdout', e.subarray(0, 1));
+    c.push('stderr', Buffer.from('x'));
+    c.push('stdout', e.subarray(1));
+    const r = c.finish();
+    expect(r.stdout).toBe('é');
+    expect(r.output).toBe('xé');
+    expect(r.truncated).toBe(false);
+    expect(r.fullOutputPath).toBeUndefined();
+  });
+
+  it('keeps memory bounded and spills the full redacted stream', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'berth-cap-'));
+    dirs.push(dir);
+    const c = new OutputCapture({ maxChars: 50, spillDir: join(dir, 'spill'), spillStem: 's', redactValues: ['topsecret!'] });
+    const chunk = Buffer.from('line topsecret! ok\n');
+    for (let i = 0; i < 10_000; i++) c.push(i % 2 === 0 ? 'stdout' : 'stderr', chunk);
+    const r = c.finish();
+    expect(r.truncated).toBe(true);
+    const full = readFileSync(r.fullOutputPath as string, 'utf8');
+    expect(full).toBe('line [REDACTED] ok\n'.repeat(10_000));
+    expect(r.output).toMatch(/\[\.\.\. \d+ chars omitted; full output: .+ \.\.\.\]/);
+    expect(r.output).not.toContain('topsecret!');
+  });
+});
+
+describe('protocol', () => {
+  it('finds a key split across chunks and keeps payload before it', () => {
+    const got: Buffer[] = [];
+    const s = new MarkerScanner(Buffer.from('KEY~'), (b) => got.push(b));
+    const data = 'payload KEY KEY~0 /tmpKEY~';
+    for (const ch of data) s.push(Buffer.from(ch));
+    expect(Buffer.concat(got).toString()).toBe('payload KEY ');
+    expect(s.trailer?.toString()).toBe('0 /tmp');
+  });
+
+  it('quotes any text for bash', () => {
+    expect(shQuote(`a'b`)).toBe(`'a'\\''b'`);
+    expect(printfFormat(Buffer.from([0x25, 0x5c, 0x27, 0, 0x41]))).toBe('%%\\\\\\047\\000A');
+  });
+
+  it('never puts the marker key itself in the frame', () => {
+    const f = buildFrame({ command: 'echo hi', nonce: 'N0nce', tag: 't', stdinPath: '/x', stdinIsNull: false, hadJobs: true, workdir: '/w' });
+    expect(f).not.toContain('N0nce~');
+    expect(f.split('\n')).toHaveLength(2);
+  });
+});
