@@ -1,0 +1,109 @@
+import { spawn } from 'node:child_process';
+import { mkdirSync, rmSync } from 'node:fs';
+import { join, resolve, sep } from 'node:path';
+import type { ProfileSettings } from '../../config/types.js';
+import type { Backend, ExecOnceResult, ManagedSandbox, Sandbox, SandboxSpec, ShellTransport } from '../backend.js';
+import { spawnTransport } from './spawn-transport.js';
+
+/**
+ * `backend: local` runs the shell on the host in a per-sandbox directory. It isolates NOTHING:
+ * commands see the whole host filesystem as the user running berth. It exists for development and
+ * for machines with no engine, and is used only when the config says `backend: local`.
+ * What it does guarantee: the shell's environment is built only from grants (plus PATH, HOME, LANG,
+ * TERM), never berth's whole environment.
+ */
+export class LocalBackend implements Backend {
+  readonly name = 'local' as const;
+  readonly kind = 'host' as const;
+  private readonly root: string;
+
+  constructor(opts: { berthHome: string }) {
+    this.root = join(opts.berthHome, 'sandboxes', 'local');
+  }
+
+  /** The directory a sandbox lives in; pure, so `explain` can report it without I/O. */
+  static sandboxDir(berthHome: string, dirName: string): string {
+    return join(berthHome, 'sandboxes', 'local', dirName);
+  }
+
+  async check(_settings: ProfileSettings): Promise<void> {
+    // Nothing to reach: the host is always there.
+  }
+
+  async ensure(spec: SandboxSpec, _knownRef: string | undefined): Promise<Sandbox> {
+    const dir = join(this.root, spec.dirName);
+    mkdirSync(join(dir, '.berth'), { recursive: true, mode: 0o700 });
+    return new LocalSandbox(spec, dir);
+  }
+
+  async remove(ref: string, hostDir: string | undefined): Promise<void> {
+    for (const dir of [ref, hostDir]) {
+      if (dir !== undefined && isUnder(dir, this.root)) rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  async stop(_ref: string): Promise<void> {
+    // A directory has nothing to stop; its shells are closed by the broker.
+  }
+
+  async listManaged(): Promise<ManagedSandbox[]> {
+    // Host dirs carry no labels; the broker reaps local sandboxes from its own records.
+    return [];
+  }
+
+  async close(): Promise<void> {}
+}
+
+function isUnder(path: string, root: string): boolean {
+  const p = resolve(path);
+  return p.startsWith(resolve(root) + sep);
+}
+
+class LocalSandbox implements Sandbox {
+  readonly ref: string;
+  readonly name: string;
+  readonly defaultCwd: string;
+  readonly stateDir: string;
+  readonly hostDir: string;
+  readonly recreated = false;
+
+  constructor(readonly spec: SandboxSpec, dir: string) {
+    this.ref = dir;
+    this.name = spec.dirName;
+    this.defaultCwd = dir;
+    this.stateDir = join(dir, '.berth');
+    this.hostDir = dir;
+  }
+
+  private baseEnv(): Record<string, string> {
+    return {
+      PATH: process.env['PATH'] ?? '/usr/local/bin:/usr/bin:/bin',
+      HOME: this.hostDir,
+      LANG: 'C.UTF-8',
+      TERM: 'dumb',
+      SHELL: '/bin/bash',
+    };
+  }
+
+  async openShell(opts: { env: Readonly<Record<string, string>>; cwd: string }): Promise<ShellTransport> {
+    return spawnTransport('bash', ['--noprofile', '--norc'], { cwd: opts.cwd, env: { ...this.baseEnv(), ...opts.env } });
+  }
+
+  execOnce(argv: string[], opts?: { timeoutMs?: number }): Promise<ExecOnceResult> {
+    const [file, ...args] = argv;
+    if (file === undefined) return Promise.reject(new Error('execOnce needs a program'));
+    return new Promise((resolvePromise, reject) => {
+      const child = spawn(file, args, { cwd: this.defaultCwd, env: this.baseEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      child.stdout.on('data', (b: Buffer) => out.push(b));
+      child.stderr.on('data', (b: Buffer) => err.push(b));
+      const timer = setTimeout(() => child.kill('SIGKILL'), opts?.timeoutMs ?? 10_000);
+      child.on('error', (e) => { clearTimeout(timer); reject(e); });
+      child.on('close', (code, signal) => {
+        clearTimeout(timer);
+        resolvePromise({ exitCode: code ?? (signal ? 128 + 9 : 1), stdout: Buffer.concat(out), stderr: Buffer.concat(err) });
+      });
+    });
+  }
+}

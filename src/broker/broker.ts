@@ -1,0 +1,672 @@
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import type { Backend, ManagedSandbox, Sandbox } from '../backends/backend.js';
+import { defaultBerthHome, loadConfig } from '../config/load.js';
+import type { BackendName, BerthConfig } from '../config/types.js';
+import { isContainerBackend, settingsFor } from '../config/types.js';
+import { BerthError, PolicyRefusedError, SandboxNotFoundError } from '../errors.js';
+import { effectiveScope } from '../scope/async-context.js';
+import type { CallScope, CallScopeInput } from '../scope/call-scope.js';
+import { normalizeScope } from '../scope/normalize.js';
+import { mapWorkdir } from '../policy/cwd.js';
+import { PersistentShell } from '../shell/persistent-shell.js';
+import type { ExecResult } from '../shell/types.js';
+import { BackendRegistry } from './backend-registry.js';
+import { KeyedLock } from './keyed-lock.js';
+import { ownerAlive, ownerToken } from './process-owner.js';
+import { registerAlias, resolveCall, sessionRefOf, type Binding, type ResolvedCall } from './resolve-call.js';
+import { StateStore, type SandboxRecord } from './state-store.js';
+import { TaskOverrideSchema, type TaskOverride } from './task-override.js';
+
+export interface BrokerOptions {
+  /** A validated config; when absent it is loaded from `configPath`, `./berth.yaml` or `$BERTH_HOME/config.yaml`. */
+  config?: BerthConfig;
+  configPath?: string;
+  /** Directory searched for `berth.yaml` (default: process.cwd()). */
+  cwd?: string;
+  /** State dir (default `$BERTH_HOME` or `~/.berth`). */
+  berthHome?: string;
+  /** The environment read once at start-up (forwarded grants, BERTH_SESSION). Default: process.env. */
+  env?: NodeJS.ProcessEnv;
+  /** Injected backends (tests). */
+  backends?: Partial<Record<BackendName, Backend>>;
+  /**
+   * Whether this process holds the sessions it opens (default true: a library or server owns its
+   * sessions; if it dies they are reaped). The CLI passes false: its sessions stay open across
+   * invocations until `berth close` or idle expiry.
+   */
+  holdSessions?: boolean;
+  /** Run the orphan reaper at first engine use and periodically (default true). */
+  reap?: boolean;
+  log?: (namespace: string, message: string) => void;
+}
+
+export interface ExecOptions {
+  timeoutSeconds?: number;
+  workdir?: string;
+  stdin?: string | Buffer;
+  onChunk?: (stream: 'stdout' | 'stderr', chunk: string) => void;
+}
+
+export interface BrokerExecResult extends ExecResult {
+  sandboxKey: string;
+}
+
+export interface SandboxInfo {
+  sandboxKey: string;
+  tenant: string;
+  profile: string | null;
+  backend: string;
+  rule: string;
+  persistent: boolean;
+  name: string;
+  mount: string | null;
+  createdMs: number;
+  lastUsedMs: number;
+  sessions: { session: string; open: boolean }[];
+}
+
+export interface CloseResult {
+  /** Keys of the ephemeral sandboxes this close removed. */
+  removed: string[];
+  /** Keys of the sandboxes kept (persistent, or still used by another open session). */
+  kept: string[];
+}
+
+interface LiveShell {
+  shell: PersistentShell;
+  tenant: string;
+  profile: string;
+  sessionRef: string;
+  /** The cwd last written to the store for this shell identity (skip rewriting the same value). */
+  recordedCwd: string | undefined;
+}
+
+interface LiveSandbox {
+  digest: string;
+  backend: Backend;
+  sandbox: Sandbox;
+  record: SandboxRecord;
+  idleMs: number;
+  inflight: number;
+  lastActivityMs: number;
+  /** The backend recreated a sandbox removed out of band; the next result says so. */
+  recreatedUnreported: boolean;
+  shells: Map<string, Promise<LiveShell>>;
+  /** Sessions linked to this sandbox by this process, with when `last_seen` was last written. */
+  sessions: Map<string, number>;
+}
+
+const SESSION_TOUCH_MS = 5_000;
+
+const DOCKER_SOCKETS = ['/var/run/docker.sock', '/run/docker.sock'];
+
+/**
+ * The composition root: config, state store, backends, sandboxes and shells for one installation.
+ *
+ * @example
+ * ```ts
+ * await using broker = await Broker.open({ config: parseConfig({ backend: 'docker' }) });
+ * const session = broker.session({ tenant: 'acme', session: 'chat-42' });
+ * const r = await session.exec('cd /workspace && ls');
+ * console.log(r.exitCode, r.stdout);
+ * await session.close(); // removes the session's ephemeral sandbox
+ * ```
+ */
+export class Broker implements AsyncDisposable {
+  readonly config: BerthConfig;
+  readonly berthHome: string;
+  readonly installationId: string;
+  private readonly store: StateStore;
+  private readonly backends: BackendRegistry;
+  private readonly hostEnv: Readonly<Record<string, string | undefined>>;
+  private readonly envSession: string | undefined;
+  private readonly homeDir: string;
+  private readonly dockerSockets: string[];
+  private readonly owner: string | null;
+  private readonly reap: boolean;
+  private readonly log: (namespace: string, message: string) => void;
+  private readonly locks = new KeyedLock();
+  private readonly live = new Map<string, LiveSandbox>();
+  private readonly checked = new Set<string>();
+  private reaped: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private closing: Promise<void> | undefined;
+
+  private constructor(opts: BrokerOptions, config: BerthConfig, berthHome: string, store: StateStore) {
+    const env = opts.env ?? process.env;
+    this.config = config;
+    this.berthHome = berthHome;
+    this.store = store;
+    this.installationId = store.installationId;
+    this.hostEnv = Object.freeze({ ...env });
+    this.envSession = env['BERTH_SESSION'] || undefined;
+    this.homeDir = homedir();
+    const dockerHost = env['DOCKER_HOST'];
+    this.dockerSockets = dockerHost?.startsWith('unix://') ? [...DOCKER_SOCKETS, dockerHost.slice('unix://'.length)] : DOCKER_SOCKETS;
+    this.owner = opts.holdSessions === false ? null : ownerToken();
+    this.reap = opts.reap ?? true;
+    this.log = opts.log ?? (() => {});
+    this.backends = new BackendRegistry({
+      berthHome, installation: store.installationId, injected: opts.backends, log: (m) => this.log('berth:backend', m),
+    });
+  }
+
+  /** Reads config and state once; contacts no engine until a call needs one. */
+  static async open(opts: BrokerOptions = {}): Promise<Broker> {
+    const env = opts.env ?? process.env;
+    const berthHome = opts.berthHome ?? defaultBerthHome(env);
+    const config = opts.config ?? loadConfig({ configFlag: opts.configPath, cwd: opts.cwd ?? process.cwd(), berthHome });
+    const store = StateStore.open(berthHome);
+    const broker = new Broker(opts, config, berthHome, store);
+    if (broker.reap) {
+      const everyMs = Math.min(60_000, Math.max(1_000, minIdleMs(config) / 4));
+      broker.timer = setInterval(() => void broker.sweep(), everyMs);
+      broker.timer.unref();
+    }
+    return broker;
+  }
+
+  /** A handle bound to one call scope. */
+  session(scope: CallScopeInput): SessionHandle {
+    return new SessionHandle(this, scope);
+  }
+
+  /** The binding for a call: pure policy, no engine contacted (`--parent` registers its alias). */
+  explain(scope: CallScopeInput = {}): Binding {
+    return this.resolve(scope).binding;
+  }
+
+  /** Sets per-task overrides (image, backend, cwd, cwd source) for a task of this scope. */
+  setTaskOverride(scope: CallScopeInput, override: TaskOverride): void {
+    const s = this.normalize(scope);
+    if (s.task === undefined) throw new PolicyRefusedError('a task override needs a task id (scope.task)');
+    const parsed = TaskOverrideSchema.parse(override);
+    this.store.putTaskOverride(s.tenant, s.profile, s.task, parsed, s.session ?? null);
+    // Validate now so a forbidden backend is refused when it is set, not at the next call.
+    this.resolve(s);
+  }
+
+  /** Runs one shell line in the call's sandbox, through its persistent shell. */
+  async exec(scope: CallScopeInput, command: string, opts: ExecOptions = {}): Promise<BrokerExecResult> {
+    this.assertOpen();
+    const call = this.resolve(scope);
+    const started = Date.now();
+    let result: BrokerExecResult | undefined;
+    try {
+      result = await this.execResolved(call, command, opts);
+      return result;
+    } finally {
+      this.store.addAudit({
+        timeMs: started, tenant: call.scope.tenant, profile: call.scope.profile, user: call.scope.user ?? null,
+        session: call.scope.session ?? null, sandboxKey: call.binding.sandboxKey, kind: 'exec',
+        command: redact(command, call.redactValues), exitCode: result?.exitCode ?? null, durationMs: Date.now() - started,
+      });
+    }
+  }
+
+  private async execResolved(call: ResolvedCall, command: string, opts: ExecOptions): Promise<BrokerExecResult> {
+    const timeoutMs = Math.round((opts.timeoutSeconds ?? call.settings.exec.timeoutSeconds) * 1000);
+    const workdir = opts.workdir === undefined ? undefined
+      : mapWorkdir(opts.workdir, { containerBackend: isContainerBackend(call.settings.backend), mount: call.spec.mount });
+    let gone = false;
+    for (let attempt = 0; ; attempt++) {
+      const live = await this.sandboxFor(call);
+      live.inflight++;
+      live.lastActivityMs = Date.now();
+      try {
+        const ls = await this.shellFor(call, live);
+        const r = await ls.shell.run(command, { timeoutMs, workdir, stdin: opts.stdin, onChunk: opts.onChunk });
+        // The record follows only what the shell reports after a completed command.
+        if (r.cwd !== '' && !r.timedOut && r.cwd !== ls.recordedCwd) {
+          this.recordCwd(call, r.cwd);
+          ls.recordedCwd = r.cwd;
+        }
+        const out: BrokerExecResult = { ...r, sandboxKey: call.binding.sandboxKey };
+        // Reported once, on the call that found the sandbox gone.
+        if (live.recreatedUnreported || gone) out.sandboxRecreated = true;
+        live.recreatedUnreported = false;
+        return out;
+      } catch (err) {
+        // The sandbox vanished (or was stopped) out of band between calls: re-ensure once (a
+        // removed one is recreated and the result says so; a stopped one is just started). A
+        // backend may report the missing container only as a failed shell start, so ask the engine.
+        const state = attempt > 0 || this.closing ? undefined
+          : err instanceof SandboxNotFoundError ? 'gone' : await this.outOfBandState(live);
+        if (state !== undefined) {
+          this.log('berth:broker', `sandbox ${call.binding.sandboxKey} is ${state}; re-ensuring it once`);
+          gone = state === 'gone';
+          await this.forget(live);
+          continue;
+        }
+        throw err;
+      } finally {
+        live.inflight--;
+        live.lastActivityMs = Date.now();
+      }
+    }
+  }
+
+  /** Closes a session: its shells, cwd records, aliases and overrides; removes ephemeral sandboxes no other open session uses. */
+  async closeSession(scope: CallScopeInput): Promise<CloseResult> {
+    const s = this.normalize(scope);
+    return this.closeSessionRef(s.tenant, s.profile, sessionRefOf(s), s);
+  }
+
+  private async closeSessionRef(tenant: string, profile: string, sessionRef: string, scope?: CallScope): Promise<CloseResult> {
+    const started = Date.now();
+    for (const live of this.live.values()) {
+      live.sessions.delete(`${tenant}\0${profile}\0${sessionRef}`);
+      for (const [key, p] of live.shells) {
+        const ls = await p.catch(() => undefined);
+        if (ls && ls.tenant === tenant && ls.profile === profile && ls.sessionRef === sessionRef) {
+          live.shells.delete(key);
+          await ls.shell.close();
+        }
+      }
+    }
+    const digests = this.store.closeSession(tenant, profile, sessionRef, Date.now());
+    const result: CloseResult = { removed: [], kept: [] };
+    for (const digest of digests) {
+      const rec = this.store.getSandbox(digest);
+      if (rec === undefined) continue;
+      if (rec.ephemeral && !this.hasLiveSession(rec)) {
+        await this.removeSandbox(rec);
+        result.removed.push(rec.key);
+      } else {
+        result.kept.push(rec.key);
+      }
+    }
+    this.store.addAudit({
+      timeMs: started, tenant, profile, user: scope?.user ?? null, session: sessionRef, sandboxKey: null,
+      kind: 'close', command: null, exitCode: null, durationMs: Date.now() - started,
+    });
+    return result;
+  }
+
+  /** Removes the call's sandbox (persistent ones too) after closing its shells. */
+  async removeSandboxOf(scope: CallScopeInput): Promise<boolean> {
+    const call = this.resolve(scope);
+    const rec = this.store.getSandbox(call.spec.digest);
+    if (rec === undefined) return false;
+    await this.removeSandbox(rec);
+    return true;
+  }
+
+  /** Sandboxes of a tenant as the store knows them (no engine contacted). */
+  list(tenant: string): SandboxInfo[] {
+    return this.store.listSandboxes(tenant).map((r) => ({
+      sandboxKey: r.key, tenant: r.tenant, profile: r.profile, backend: r.backend, rule: r.rule, persistent: !r.ephemeral,
+      name: r.name, mount: r.mount, createdMs: r.createdMs, lastUsedMs: r.lastUsedMs,
+      sessions: this.store.sessionsOf(r.digest).map((s) => ({ session: s.session, open: this.sessionLive(s, r) })),
+    }));
+  }
+
+  /** Audit entries of one tenant, newest first. */
+  audit(filter: { tenant: string; user?: string; session?: string; limit?: number }) {
+    return this.store.listAudit(filter);
+  }
+
+  /**
+   * Shuts down: waits for in-flight calls (bounded), closes shells (their state snapshot is kept in
+   * the sandbox), removes the ephemeral sandboxes of sessions this process holds, keeps the rest.
+   */
+  async close(opts: { graceMs?: number } = {}): Promise<void> {
+    this.closing ??= this.doClose(opts.graceMs ?? 10_000);
+    return this.closing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  private async doClose(graceMs: number): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    const deadline = Date.now() + graceMs;
+    while ([...this.live.values()].some((l) => l.inflight > 0) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    if (this.owner !== null) {
+      for (const s of this.store.listSessions()) {
+        if (s.owner === this.owner && s.closedMs === null) {
+          await this.closeSessionRef(s.tenant, s.profile, s.session).catch((e) => this.log('berth:broker', `close ${s.session}: ${String(e)}`));
+        }
+      }
+      this.store.releaseSessions(this.owner);
+    }
+    for (const live of this.live.values()) await this.closeShells(live);
+    this.live.clear();
+    await this.backends.closeAll();
+    this.store.close();
+  }
+
+  // --- internals -----------------------------------------------------------------------
+
+  private assertOpen(): void {
+    if (this.closing) throw new BerthError('shutting_down', 'berth is shutting down; retry the call on a running berth');
+  }
+
+  private normalize(scope: CallScopeInput): CallScope {
+    return normalizeScope(effectiveScope(scope, this.envSession));
+  }
+
+  private resolve(scopeInput: CallScopeInput): ResolvedCall {
+    const scope = this.normalize(scopeInput);
+    registerAlias(this.store, scope);
+    return resolveCall({
+      config: this.config, store: this.store, berthHome: this.berthHome, homeDir: this.homeDir,
+      dockerSockets: this.dockerSockets, hostEnv: this.hostEnv,
+    }, scope);
+  }
+
+  private async backendFor(call: ResolvedCall): Promise<Backend> {
+    const backend = await this.backends.get(call.settings.backend);
+    const checkKey = `${call.settings.backend}:${call.scope.profile}:${call.settings.docker.image}`;
+    if (!this.checked.has(checkKey)) {
+      await backend.check(call.settings);
+      this.checked.add(checkKey);
+      if (this.reap) await this.reapOrphansOnce(backend);
+    }
+    return backend;
+  }
+
+  private reapOrphansOnce(backend: Backend): Promise<void> {
+    this.reaped ??= this.reapOrphans([backend]).then(
+      () => undefined,
+      (e: unknown) => this.log('berth:reaper', `orphan reap failed: ${String(e)}`),
+    );
+    return this.reaped;
+  }
+
+  /** Get-or-create under the identity's lock: concurrent first calls create one sandbox. */
+  private sandboxFor(call: ResolvedCall): Promise<LiveSandbox> {
+    const existing = this.live.get(call.spec.digest);
+    if (existing !== undefined && existing.backend.name === call.settings.backend) {
+      // Hot path: no lock and no store write unless this session is new to the sandbox.
+      this.assertMountFits(call, existing.record);
+      this.linkSession(call, existing);
+      return Promise.resolve(existing);
+    }
+    return this.locks.run(`sandbox:${call.spec.digest}`, async () => {
+      const raced = this.live.get(call.spec.digest);
+      if (raced !== undefined && raced.backend.name === call.settings.backend) {
+        this.linkSession(call, raced);
+        return raced;
+      }
+      let known = this.store.getSandbox(call.spec.digest);
+      if (known !== undefined && known.backend !== call.settings.backend) {
+        // The config (or a task override) moved this identity to another backend: the old ref
+        // means nothing to the new backend (a local dir is no container id).
+        await this.retireForeign(known, raced);
+        known = undefined;
+      }
+      if (known !== undefined) this.assertMountFits(call, known);
+      const backend = await this.backendFor(call);
+      const now = Date.now();
+      // Record the intent first, so a concurrent orphan reaper never takes a fresh container for an orphan.
+      const pending: SandboxRecord = known ?? {
+        digest: call.spec.digest, backend: backend.name, tenant: call.scope.tenant, profile: call.spec.identity.profile ?? null,
+        key: call.binding.sandboxKey, rule: call.spec.rule, ephemeral: call.spec.ephemeral, ref: '', name: call.spec.dirName,
+        hostDir: null, mount: call.spec.mount, createdMs: now, lastUsedMs: now,
+      };
+      if (known === undefined) this.store.putSandbox(pending);
+      let sandbox: Sandbox;
+      try {
+        sandbox = await backend.ensure(call.spec, known?.ref || undefined);
+      } catch (err) {
+        if (known === undefined) this.store.deleteSandbox(call.spec.digest);
+        throw err;
+      }
+      const record: SandboxRecord = {
+        ...pending, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null,
+        mount: known?.mount ?? call.spec.mount, lastUsedMs: now,
+      };
+      this.store.putSandbox(record);
+      const live: LiveSandbox = {
+        digest: call.spec.digest, backend, sandbox, record, idleMs: call.settings.lifecycle.idleSeconds * 1000,
+        inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, shells: new Map(), sessions: new Map(),
+      };
+      this.live.set(call.spec.digest, live);
+      this.linkSession(call, live);
+      return live;
+    });
+  }
+
+  private assertMountFits(call: ResolvedCall, known: SandboxRecord): void {
+    if (call.spec.mount !== null && known.mount !== call.spec.mount) {
+      throw new PolicyRefusedError(
+        `sandbox "${call.binding.sandboxKey}" already mounts ${known.mount ?? 'no workspace'} at /workspace, not ${call.spec.mount}; ` +
+        'a mount is fixed when the sandbox is created: use the same workspace, or remove the sandbox first (berth rm with the same scope flags)');
+    }
+  }
+
+  /**
+   * Opens the call's session in the store and links it to the sandbox the first time this process
+   * sees the pair; afterwards only refreshes `last_seen` every few seconds (idle expiry needs no more).
+   */
+  private linkSession(call: ResolvedCall, live: LiveSandbox): void {
+    const id = `${call.scope.tenant}\0${call.scope.profile}\0${call.sessionRef}`;
+    const now = Date.now();
+    const seen = live.sessions.get(id);
+    if (seen === undefined) {
+      this.store.openSession(call.scope.tenant, call.scope.profile, call.sessionRef, call.spec.digest, this.owner, now);
+      live.sessions.set(id, now);
+    } else if (now - seen > SESSION_TOUCH_MS) {
+      this.store.touchSession(call.scope.tenant, call.scope.profile, call.sessionRef, now);
+      this.store.touchSandbox(live.digest, now);
+      live.sessions.set(id, now);
+    }
+  }
+
+  private shellFor(call: ResolvedCall, live: LiveSandbox): Promise<LiveShell> {
+    const existing = live.shells.get(call.shell.digest);
+    if (existing !== undefined) return existing;
+    const sandbox = live.sandbox;
+    const p = PersistentShell.start({
+      open: () => sandbox.openShell({ env: call.env, cwd: sandbox.defaultCwd }),
+      execOnce: (argv, o) => sandbox.execOnce(argv, o),
+      stateDir: sandbox.stateDir,
+      shellId: call.shell.fileStem,
+      defaultCwd: call.defaultCwd,
+      initialCwd: call.binding.cwd,
+      secretNames: call.secretNames,
+      spillDir: join(this.berthHome, 'spill'),
+      maxOutputChars: call.settings.exec.maxOutputChars,
+      redactValues: call.redactValues,
+    }).then((shell): LiveShell => ({
+      shell, tenant: call.scope.tenant, profile: call.scope.profile, sessionRef: call.sessionRef, recordedCwd: undefined,
+    }));
+    live.shells.set(call.shell.digest, p);
+    p.catch(() => live.shells.delete(call.shell.digest));
+    return p;
+  }
+
+  private recordCwd(call: ResolvedCall, cwd: string): void {
+    this.store.putCwd(call.shell.digest, {
+      tenant: call.scope.tenant, profile: call.scope.profile, session: call.scope.session ?? null, cwd, backend: call.settings.backend,
+    }, Date.now());
+  }
+
+  private async closeShells(live: LiveSandbox): Promise<void> {
+    const shells = [...live.shells.values()];
+    live.shells.clear();
+    await Promise.all(shells.map(async (p) => {
+      const ls = await p.catch(() => undefined);
+      await ls?.shell.close();
+    }));
+  }
+
+  /**
+   * Drops a sandbox recorded under another backend than the one its identity now resolves to.
+   * An ephemeral one is removed (its sessions continue on the new backend); a persistent one's
+   * files stay where that backend keeps them, found again by name if the config switches back.
+   * Runs under the identity's lock.
+   */
+  private async retireForeign(rec: SandboxRecord, live: LiveSandbox | undefined): Promise<void> {
+    this.log('berth:broker', `sandbox ${rec.key} moved from backend ${rec.backend}; retiring its old record`);
+    if (live !== undefined) await this.forget(live);
+    if (rec.ephemeral && rec.ref !== '') {
+      try {
+        const old = await this.backends.get(rec.backend as BackendName);
+        await old.remove(rec.ref, rec.hostDir ?? undefined);
+      } catch (e) {
+        this.log('berth:broker', `remove ${rec.key} on ${rec.backend}: ${String(e)}`);
+      }
+    }
+    this.store.deleteSandbox(rec.digest);
+  }
+
+  /** After a failed call: whether the engine still has the sandbox's container, and running. */
+  private async outOfBandState(live: LiveSandbox): Promise<'gone' | 'stopped' | undefined> {
+    if (live.backend.kind !== 'container') return undefined;
+    try {
+      const found = (await live.backend.listManaged()).find((m) => m.ref === live.sandbox.ref);
+      if (found === undefined) return 'gone';
+      return found.running ? undefined : 'stopped';
+    } catch {
+      return undefined; // the engine itself is unreachable: report the original error
+    }
+  }
+
+  /** Drops a live sandbox from memory (its shells are closed), e.g. after it vanished. */
+  private async forget(live: LiveSandbox): Promise<void> {
+    await this.closeShells(live);
+    if (this.live.get(live.digest) === live) this.live.delete(live.digest);
+  }
+
+  private async removeSandbox(rec: SandboxRecord): Promise<void> {
+    await this.locks.run(`sandbox:${rec.digest}`, async () => {
+      const live = this.live.get(rec.digest);
+      if (live) await this.forget(live);
+      if (rec.ref !== '') {
+        const backend = await this.backends.get(rec.backend as BackendName);
+        await backend.remove(rec.ref, rec.hostDir ?? undefined);
+      }
+      this.store.deleteSandbox(rec.digest);
+    });
+  }
+
+  private idleMsFor(rec: SandboxRecord): number {
+    return settingsFor(this.config, rec.profile ?? 'default').lifecycle.idleSeconds * 1000;
+  }
+
+  private sessionLive(s: { closedMs: number | null; lastSeenMs: number; owner: string | null }, rec: SandboxRecord): boolean {
+    if (s.closedMs !== null) return false;
+    if (s.owner !== null) return s.owner === this.owner || ownerAlive(s.owner);
+    return Date.now() - s.lastSeenMs < this.idleMsFor(rec);
+  }
+
+  private hasLiveSession(rec: SandboxRecord): boolean {
+    return this.store.sessionsOf(rec.digest).some((s) => this.sessionLive(s, rec));
+  }
+
+  /**
+   * Backends this installation may have sandboxes on: those in use, those the config names and
+   * those the store records (a fresh process has created none yet, but its orphans are there).
+   */
+  private async reapableBackends(): Promise<Backend[]> {
+    const names = new Set<string>([this.config.base.backend, ...Object.values(this.config.profiles).map((p) => p.backend)]);
+    for (const rec of this.store.listSandboxes()) names.add(rec.backend);
+    const out = await this.backends.created();
+    for (const name of names) {
+      if (out.some((b) => b.name === name)) continue;
+      try {
+        out.push(await this.backends.get(name as BackendName));
+      } catch {
+        // A backend that cannot be created (not built yet) has no sandboxes to list.
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Orphan reaper: this installation's sandboxes whose record is gone, or whose ephemeral sessions
+   * are all closed, expired or held by a dead process, are removed (running or not) with their dirs.
+   */
+  async reapOrphans(backends?: Backend[]): Promise<string[]> {
+    const removed: string[] = [];
+    for (const backend of backends ?? await this.reapableBackends()) {
+      let managed: ManagedSandbox[];
+      try {
+        managed = await backend.listManaged();
+      } catch (e) {
+        // One unreachable engine must not stop the reaper; the store-driven pass below still runs.
+        this.log('berth:reaper', `list ${backend.name} sandboxes: ${String(e)}`);
+        continue;
+      }
+      for (const m of managed) {
+        const rec = this.store.getSandbox(m.digest);
+        if (rec === undefined || (rec.ref !== '' && rec.ref !== m.ref)) {
+          if (this.live.has(m.digest)) continue;
+          await backend.remove(m.ref, undefined).catch((e) => this.log('berth:reaper', `remove ${m.name}: ${String(e)}`));
+          removed.push(m.name);
+        }
+      }
+    }
+    for (const rec of this.store.listSandboxes()) {
+      if (!rec.ephemeral || this.live.get(rec.digest)?.inflight) continue;
+      if (rec.ref === '' && Date.now() - rec.createdMs < 60_000) continue; // being created right now
+      if (!this.hasLiveSession(rec)) {
+        await this.removeSandbox(rec).catch((e) => this.log('berth:reaper', `remove ${rec.key}: ${String(e)}`));
+        removed.push(rec.name);
+      }
+    }
+    return removed;
+  }
+
+  /** Idle reaper + periodic orphan reaper. In-flight commands and background jobs count as activity. */
+  private async sweep(): Promise<void> {
+    if (this.closing) return;
+    const now = Date.now();
+    for (const live of [...this.live.values()]) {
+      if (live.inflight > 0 || now - live.lastActivityMs < live.idleMs) continue;
+      const shells = await Promise.all([...live.shells.values()].map((p) => p.catch(() => undefined)));
+      if (shells.some((s) => s !== undefined && (s.shell.busy || s.shell.backgroundJobCount() > 0))) continue;
+      this.log('berth:reaper', `sandbox ${live.record.key} idle for ${Math.round((now - live.lastActivityMs) / 1000)}s`);
+      if (live.record.ephemeral) {
+        for (const s of this.store.sessionsOf(live.digest)) {
+          if (s.closedMs === null) await this.closeSessionRef(s.tenant, s.profile, s.session).catch(() => undefined);
+        }
+        if (this.store.getSandbox(live.digest)) await this.removeSandbox(live.record).catch(() => undefined);
+      } else {
+        await this.forget(live);
+        await live.backend.stop(live.record.ref).catch((e) => this.log('berth:reaper', `stop ${live.record.key}: ${String(e)}`));
+      }
+    }
+    if (this.reap) await this.reapOrphans().catch((e) => this.log('berth:reaper', String(e)));
+  }
+}
+
+function minIdleMs(config: BerthConfig): number {
+  return Math.min(config.base.lifecycle.idleSeconds, ...Object.values(config.profiles).map((p) => p.lifecycle.idleSeconds)) * 1000;
+}
+
+function redact(text: string, values: readonly string[]): string {
+  let out = text;
+  for (const v of values) out = out.split(v).join('[REDACTED]');
+  return out;
+}
+
+/**
+ * A call scope bound to a broker: what an agent framework holds per conversation.
+ * `close()` ends the session (ephemeral sandboxes go away; persistent ones stay).
+ */
+export class SessionHandle implements AsyncDisposable {
+  constructor(private readonly broker: Broker, readonly scope: CallScopeInput) {}
+
+  exec(command: string, opts?: ExecOptions): Promise<BrokerExecResult> {
+    return this.broker.exec(this.scope, command, opts);
+  }
+
+  explain(): Binding {
+    return this.broker.explain(this.scope);
+  }
+
+  close(): Promise<CloseResult> {
+    return this.broker.closeSession(this.scope);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}

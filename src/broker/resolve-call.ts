@@ -1,0 +1,181 @@
+import { realpathSync, statSync } from 'node:fs';
+import type { SandboxSpec } from '../backends/backend.js';
+import { LocalBackend } from '../backends/local/local-backend.js';
+import type { BackendName, BerthConfig, ProfileSettings } from '../config/types.js';
+import { isContainerBackend, settingsFor } from '../config/types.js';
+import { PolicyRefusedError, UsageError } from '../errors.js';
+import { resolveStartCwd } from '../policy/cwd.js';
+import { resolveEnvGrants } from '../policy/env-grants.js';
+import { resolveMount } from '../policy/mount.js';
+import { wouldCreateCycle } from '../scope/aliases.js';
+import type { CallScope } from '../scope/call-scope.js';
+import { identityDigest, sandboxDirName, sandboxIdentity, shellIdentity } from '../scope/naming.js';
+import { resolveSandboxKey } from '../scope/sandbox-key.js';
+import type { StateStore } from './state-store.js';
+import { overrideIsolates, TaskOverrideSchema, type TaskOverride } from './task-override.js';
+
+/** What `explain` shows: the resolved answer for a call. Never contains an env value. */
+export interface Binding {
+  backend: BackendName;
+  tenant: string;
+  profile: string;
+  sandboxKey: string;
+  rule: string;
+  persistent: boolean;
+  mount: string | null;
+  mountReason: string;
+  cwd: string;
+  envNames: string[];
+  envMissing: string[];
+}
+
+/** Everything the broker needs to run a call; `binding` is its public face. */
+export interface ResolvedCall {
+  binding: Binding;
+  scope: CallScope;
+  settings: ProfileSettings;
+  spec: SandboxSpec;
+  /** Shared sandbox (`default`, `profile:*`, `shared:*`). */
+  shared: boolean;
+  shell: { id: string; digest: string; fileStem: string };
+  /** The session the call belongs to (or a stand-in naming its task/user) for lifecycle links. */
+  sessionRef: string;
+  /** The sandbox's default directory for this call (an attached workspace on `local`). */
+  defaultCwd: string;
+  env: Record<string, string>;
+  secretNames: string[];
+  redactValues: string[];
+}
+
+export interface ResolveContext {
+  config: BerthConfig;
+  store: StateStore;
+  berthHome: string;
+  homeDir: string;
+  dockerSockets: string[];
+  hostEnv: Readonly<Record<string, string | undefined>>;
+}
+
+const hostFs = {
+  realpath(p: string): string | undefined {
+    try {
+      return realpathSync(p);
+    } catch {
+      return undefined;
+    }
+  },
+  isDirectory(p: string): boolean {
+    try {
+      return statSync(p).isDirectory();
+    } catch {
+      return false;
+    }
+  },
+};
+
+/** The in-sandbox default directory of a backend, known without contacting it. */
+export function backendDefaultCwd(backend: BackendName, berthHome: string, dirName: string): string {
+  return backend === 'local' ? LocalBackend.sandboxDir(berthHome, dirName) : '/workspace';
+}
+
+/** Which backends a task override may name for a profile: its own, or another the config uses; never the host unless the profile already runs there. */
+function allowedOverrideBackends(config: BerthConfig, settings: ProfileSettings): Set<BackendName> {
+  const used = new Set<BackendName>([config.base.backend, ...Object.values(config.profiles).map((p) => p.backend)]);
+  if (settings.backend !== 'local') used.delete('local');
+  used.add(settings.backend);
+  return used;
+}
+
+export function readTaskOverride(store: StateStore, scope: CallScope): TaskOverride | undefined {
+  if (scope.task === undefined) return undefined;
+  const raw = store.getTaskOverride(scope.tenant, scope.profile, scope.task);
+  return raw === undefined ? undefined : TaskOverrideSchema.parse(raw);
+}
+
+/** Registers `task -> parentTask` (the `--parent` flag); refuses an alias that would close a cycle. */
+export function registerAlias(store: StateStore, scope: CallScope): void {
+  if (scope.task === undefined || scope.parentTask === undefined) return;
+  const parentOf = (child: string) => store.getAliasParent(scope.tenant, scope.profile, child);
+  if (parentOf(scope.task) === scope.parentTask) return;
+  if (scope.task === scope.parentTask || wouldCreateCycle(scope.task, scope.parentTask, parentOf)) {
+    throw new UsageError(`task "${scope.task}" cannot be a subagent of "${scope.parentTask}": that alias would close a cycle; pick the real parent task`);
+  }
+  store.putAlias(scope.tenant, scope.profile, scope.task, scope.parentTask, scope.session ?? null);
+}
+
+export function sessionRefOf(scope: CallScope): string {
+  if (scope.session !== undefined) return scope.session;
+  if (scope.task !== undefined) return `@task:${scope.task}`;
+  if (scope.user !== undefined) return `@user:${scope.user}`;
+  return '@default';
+}
+
+/**
+ * Resolves a normalised call scope to its binding. Pure policy over the config and the store's
+ * records (aliases, overrides, cwd records): it contacts no engine.
+ */
+export function resolveCall(ctx: ResolveContext, scope: CallScope): ResolvedCall {
+  const { config, store } = ctx;
+  const base = settingsFor(config, scope.profile);
+  const override = readTaskOverride(store, scope);
+  let settings = base;
+  if (override?.backend !== undefined || override?.image !== undefined) {
+    if (override.backend !== undefined && !allowedOverrideBackends(config, base).has(override.backend)) {
+      throw new PolicyRefusedError(`task "${scope.task}" asks for backend "${override.backend}", which profile "${scope.profile}" does not allow; use "${base.backend}"`);
+    }
+    settings = {
+      ...base,
+      backend: override.backend ?? base.backend,
+      docker: { ...base.docker, image: override.image ?? base.docker.image },
+    };
+  }
+  const parentOf = (child: string) => store.getAliasParent(scope.tenant, scope.profile, child);
+  const keyed = resolveSandboxKey({
+    scope, settings, multiProfile: config.multiProfile, parentOf, taskOverrideIsolates: overrideIsolates(override),
+  });
+  const identity = sandboxIdentity(store.installationId, scope.tenant, scope.profile, keyed.key);
+  const digest = identityDigest(identity);
+  const dirName = sandboxDirName(identity);
+  const container = isContainerBackend(settings.backend);
+
+  const workspace = scope.workspace
+    ?? (override?.cwd !== undefined ? { path: override.cwd, source: override.cwdSource ?? 'session' } : undefined);
+  const mount = resolveMount({
+    key: keyed.key, shared: keyed.shared, workspace, mountEnabled: settings.workspace.mount, containerBackend: container,
+    homeDir: ctx.homeDir, stateDir: ctx.berthHome, dockerSockets: ctx.dockerSockets, fs: hostFs,
+  });
+
+  const isSubagent = scope.task !== undefined && parentOf(scope.task) !== undefined;
+  const shell = shellIdentity(scope, isSubagent);
+  const defaultCwd = mount.startDir ?? backendDefaultCwd(settings.backend, ctx.berthHome, dirName);
+  const record = store.getCwd(shell.digest) ?? inheritedCwd(store, scope, isSubagent);
+  const recorded = record === undefined ? undefined : { path: record.cwd, backend: record.backend };
+  const cwd = resolveStartCwd({ recorded, backendName: settings.backend, containerBackend: container, mount: mount.mount, defaultCwd });
+
+  const grants = resolveEnvGrants({ env: settings.env, user: scope.user, hostEnv: ctx.hostEnv });
+  const spec: SandboxSpec = {
+    identity, digest, dirName, ephemeral: keyed.ephemeral, mount: mount.mount, rule: keyed.rule, settings,
+  };
+  return {
+    binding: {
+      backend: settings.backend, tenant: scope.tenant, profile: scope.profile, sandboxKey: keyed.key, rule: keyed.rule,
+      persistent: !keyed.ephemeral, mount: mount.mount, mountReason: mount.mountReason, cwd,
+      envNames: grants.names, envMissing: grants.missing,
+    },
+    scope, settings, spec, shared: keyed.shared, shell, sessionRef: sessionRefOf(scope), defaultCwd,
+    env: grants.env, secretNames: grants.secretNames, redactValues: grants.redactValues,
+  };
+}
+
+/** A subagent's shell starts in its parent's recorded cwd (the parent task's, else the session's). */
+function inheritedCwd(store: StateStore, scope: CallScope, isSubagent: boolean): { cwd: string; backend: string } | undefined {
+  if (!isSubagent || scope.task === undefined) return undefined;
+  const parent = store.getAliasParent(scope.tenant, scope.profile, scope.task);
+  if (parent === undefined || parent === '') return undefined;
+  const parentIsSubagent = store.getAliasParent(scope.tenant, scope.profile, parent) !== undefined;
+  const parentShell = shellIdentity({ ...scope, task: parent, parentTask: undefined }, parentIsSubagent);
+  const own = store.getCwd(parentShell.digest);
+  if (own !== undefined) return own;
+  if (scope.session === undefined) return undefined;
+  return store.getCwd(shellIdentity({ ...scope, task: undefined, parentTask: undefined }, false).digest);
+}

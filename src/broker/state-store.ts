@@ -1,0 +1,330 @@
+import { randomUUID } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+
+/** A sandbox this installation created, as the store remembers it. */
+export interface SandboxRecord {
+  digest: string;
+  backend: string;
+  tenant: string;
+  profile: string | null;
+  key: string;
+  rule: string;
+  ephemeral: boolean;
+  ref: string;
+  name: string;
+  hostDir: string | null;
+  mount: string | null;
+  createdMs: number;
+  lastUsedMs: number;
+}
+
+export interface SessionRecord {
+  tenant: string;
+  profile: string;
+  session: string;
+  openedMs: number;
+  closedMs: number | null;
+  lastSeenMs: number;
+  /** The process that holds the session open (`pid:starttime`), or null when detached (CLI). */
+  owner: string | null;
+}
+
+export interface CwdRecord {
+  cwd: string;
+  backend: string;
+}
+
+export interface AuditEntry {
+  timeMs: number;
+  tenant: string;
+  profile: string;
+  user: string | null;
+  session: string | null;
+  sandboxKey: string | null;
+  kind: string;
+  command: string | null;
+  exitCode: number | null;
+  durationMs: number | null;
+}
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sandboxes (
+  digest TEXT PRIMARY KEY, backend TEXT NOT NULL, tenant TEXT NOT NULL, profile TEXT,
+  key TEXT NOT NULL, rule TEXT NOT NULL, ephemeral INTEGER NOT NULL, ref TEXT NOT NULL,
+  name TEXT NOT NULL, host_dir TEXT, mount TEXT, created_ms INTEGER NOT NULL, last_used_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+  tenant TEXT NOT NULL, profile TEXT NOT NULL, session TEXT NOT NULL, opened_ms INTEGER NOT NULL,
+  closed_ms INTEGER, last_seen_ms INTEGER NOT NULL, owner TEXT,
+  PRIMARY KEY (tenant, profile, session));
+CREATE TABLE IF NOT EXISTS session_sandboxes (
+  tenant TEXT NOT NULL, profile TEXT NOT NULL, session TEXT NOT NULL, digest TEXT NOT NULL,
+  PRIMARY KEY (tenant, profile, session, digest));
+CREATE INDEX IF NOT EXISTS session_sandboxes_digest ON session_sandboxes (digest);
+CREATE TABLE IF NOT EXISTS cwd_records (
+  shell TEXT PRIMARY KEY, tenant TEXT NOT NULL, profile TEXT NOT NULL, session TEXT,
+  cwd TEXT NOT NULL, backend TEXT NOT NULL, updated_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS aliases (
+  tenant TEXT NOT NULL, profile TEXT NOT NULL, child TEXT NOT NULL, parent TEXT NOT NULL, session TEXT,
+  PRIMARY KEY (tenant, profile, child));
+CREATE TABLE IF NOT EXISTS task_overrides (
+  tenant TEXT NOT NULL, profile TEXT NOT NULL, task TEXT NOT NULL, override TEXT NOT NULL, session TEXT,
+  PRIMARY KEY (tenant, profile, task));
+CREATE TABLE IF NOT EXISTS audit (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, tenant TEXT NOT NULL, profile TEXT NOT NULL,
+  user TEXT, session TEXT, sandbox_key TEXT, kind TEXT NOT NULL, command TEXT, exit_code INTEGER, duration_ms INTEGER);
+`;
+
+interface SandboxRow {
+  digest: string; backend: string; tenant: string; profile: string | null; key: string; rule: string;
+  ephemeral: number; ref: string; name: string; host_dir: string | null; mount: string | null;
+  created_ms: number; last_used_ms: number;
+}
+
+function toSandbox(r: SandboxRow): SandboxRecord {
+  return {
+    digest: r.digest, backend: r.backend, tenant: r.tenant, profile: r.profile, key: r.key, rule: r.rule,
+    ephemeral: r.ephemeral === 1, ref: r.ref, name: r.name, hostDir: r.host_dir, mount: r.mount,
+    createdMs: r.created_ms, lastUsedMs: r.last_used_ms,
+  };
+}
+
+interface SessionRow {
+  tenant: string; profile: string; session: string; opened_ms: number; closed_ms: number | null;
+  last_seen_ms: number; owner: string | null;
+}
+
+function toSession(r: SessionRow): SessionRecord {
+  return {
+    tenant: r.tenant, profile: r.profile, session: r.session, openedMs: r.opened_ms, closedMs: r.closed_ms,
+    lastSeenMs: r.last_seen_ms, owner: r.owner,
+  };
+}
+
+/**
+ * berth's state under `BERTH_HOME/state.db`: what this installation owns, so a restarted berth
+ * can reattach and reap. Every query is scoped by tenant where a tenant is involved.
+ */
+export class StateStore {
+  readonly installationId: string;
+  private readonly db: Database.Database;
+  private readonly statements = new Map<string, Database.Statement>();
+  private auditQueue: AuditEntry[] = [];
+  private auditTimer: NodeJS.Timeout | undefined;
+
+  private constructor(db: Database.Database) {
+    this.db = db;
+    const row = db.prepare('SELECT v FROM meta WHERE k = ?').get('installation') as { v: string } | undefined;
+    if (row) {
+      this.installationId = row.v;
+    } else {
+      const id = randomUUID();
+      db.prepare('INSERT OR IGNORE INTO meta (k, v) VALUES (?, ?)').run('installation', id);
+      // Another process may have won the race: read back what is stored.
+      this.installationId = (db.prepare('SELECT v FROM meta WHERE k = ?').get('installation') as { v: string }).v;
+    }
+  }
+
+  /** Opens (creating if needed) the store in `berthHome`. */
+  static open(berthHome: string): StateStore {
+    mkdirSync(berthHome, { recursive: true, mode: 0o700 });
+    const db = new Database(join(berthHome, 'state.db'));
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = NORMAL');
+    db.pragma('busy_timeout = 5000');
+    db.exec(SCHEMA);
+    return new StateStore(db);
+  }
+
+  close(): void {
+    if (!this.db.open) return;
+    this.flushAudit();
+    this.db.close();
+  }
+
+  /** Prepared once per SQL text: preparing costs more than running these small queries. */
+  private q(sql: string): Database.Statement {
+    let st = this.statements.get(sql);
+    if (st === undefined) {
+      st = this.db.prepare(sql);
+      this.statements.set(sql, st);
+    }
+    return st;
+  }
+
+  // --- sandboxes -------------------------------------------------------------------------
+
+  getSandbox(digest: string): SandboxRecord | undefined {
+    const row = this.q('SELECT * FROM sandboxes WHERE digest = ?').get(digest) as SandboxRow | undefined;
+    return row ? toSandbox(row) : undefined;
+  }
+
+  putSandbox(r: SandboxRecord): void {
+    this.q(`INSERT INTO sandboxes (digest, backend, tenant, profile, key, rule, ephemeral, ref, name, host_dir, mount, created_ms, last_used_ms)
+      VALUES (@digest, @backend, @tenant, @profile, @key, @rule, @ephemeral, @ref, @name, @hostDir, @mount, @createdMs, @lastUsedMs)
+      ON CONFLICT (digest) DO UPDATE SET ref = excluded.ref, name = excluded.name, host_dir = excluded.host_dir,
+        mount = excluded.mount, rule = excluded.rule, last_used_ms = excluded.last_used_ms`)
+      .run({ ...r, ephemeral: r.ephemeral ? 1 : 0 });
+  }
+
+  touchSandbox(digest: string, nowMs: number): void {
+    this.q('UPDATE sandboxes SET last_used_ms = ? WHERE digest = ?').run(nowMs, digest);
+  }
+
+  deleteSandbox(digest: string): void {
+    this.db.transaction(() => {
+      this.q('DELETE FROM sandboxes WHERE digest = ?').run(digest);
+      this.q('DELETE FROM session_sandboxes WHERE digest = ?').run(digest);
+    })();
+  }
+
+  /** Sandboxes of one tenant, or of all tenants when `tenant` is undefined (reapers only). */
+  listSandboxes(tenant?: string): SandboxRecord[] {
+    const rows = tenant === undefined
+      ? this.q('SELECT * FROM sandboxes ORDER BY created_ms').all()
+      : this.q('SELECT * FROM sandboxes WHERE tenant = ? ORDER BY created_ms').all(tenant);
+    return (rows as SandboxRow[]).map(toSandbox);
+  }
+
+  // --- sessions --------------------------------------------------------------------------
+
+  /** Opens (or re-opens) a session and links it to a sandbox. */
+  openSession(tenant: string, profile: string, session: string, digest: string, owner: string | null, nowMs: number): void {
+    this.db.transaction(() => {
+      this.q(`INSERT INTO sessions (tenant, profile, session, opened_ms, closed_ms, last_seen_ms, owner)
+        VALUES (?, ?, ?, ?, NULL, ?, ?)
+        ON CONFLICT (tenant, profile, session) DO UPDATE SET
+          opened_ms = CASE WHEN closed_ms IS NULL THEN opened_ms ELSE excluded.opened_ms END,
+          closed_ms = NULL, last_seen_ms = excluded.last_seen_ms, owner = excluded.owner`)
+        .run(tenant, profile, session, nowMs, nowMs, owner);
+      this.q('INSERT OR IGNORE INTO session_sandboxes (tenant, profile, session, digest) VALUES (?, ?, ?, ?)')
+        .run(tenant, profile, session, digest);
+    })();
+  }
+
+  touchSession(tenant: string, profile: string, session: string, nowMs: number): void {
+    this.q('UPDATE sessions SET last_seen_ms = ? WHERE tenant = ? AND profile = ? AND session = ?')
+      .run(nowMs, tenant, profile, session);
+  }
+
+  getSession(tenant: string, profile: string, session: string): SessionRecord | undefined {
+    const row = this.q('SELECT * FROM sessions WHERE tenant = ? AND profile = ? AND session = ?')
+      .get(tenant, profile, session) as SessionRow | undefined;
+    return row ? toSession(row) : undefined;
+  }
+
+  /** Releases ownership of the sessions a process held (they stay open, detached). */
+  releaseSessions(owner: string): void {
+    this.q('UPDATE sessions SET owner = NULL WHERE owner = ?').run(owner);
+  }
+
+  /** Marks a session closed and forgets its cwd records, aliases and task overrides. */
+  closeSession(tenant: string, profile: string, session: string, nowMs: number): string[] {
+    return this.db.transaction(() => {
+      this.q('UPDATE sessions SET closed_ms = ?, owner = NULL WHERE tenant = ? AND profile = ? AND session = ?')
+        .run(nowMs, tenant, profile, session);
+      this.q('DELETE FROM cwd_records WHERE tenant = ? AND profile = ? AND session = ?').run(tenant, profile, session);
+      this.q('DELETE FROM aliases WHERE tenant = ? AND profile = ? AND session = ?').run(tenant, profile, session);
+      this.q('DELETE FROM task_overrides WHERE tenant = ? AND profile = ? AND session = ?').run(tenant, profile, session);
+      const digests = this.q('SELECT digest FROM session_sandboxes WHERE tenant = ? AND profile = ? AND session = ?')
+        .all(tenant, profile, session) as { digest: string }[];
+      this.q('DELETE FROM session_sandboxes WHERE tenant = ? AND profile = ? AND session = ?').run(tenant, profile, session);
+      return digests.map((d) => d.digest);
+    })();
+  }
+
+  /** Sessions linked to a sandbox (open or not). */
+  sessionsOf(digest: string): SessionRecord[] {
+    const rows = this.q(`SELECT s.* FROM sessions s JOIN session_sandboxes l
+      ON s.tenant = l.tenant AND s.profile = l.profile AND s.session = l.session WHERE l.digest = ?`).all(digest);
+    return (rows as SessionRow[]).map(toSession);
+  }
+
+  listSessions(tenant?: string): SessionRecord[] {
+    const rows = tenant === undefined
+      ? this.q('SELECT * FROM sessions').all()
+      : this.q('SELECT * FROM sessions WHERE tenant = ?').all(tenant);
+    return (rows as SessionRow[]).map(toSession);
+  }
+
+  // --- cwd records -----------------------------------------------------------------------
+
+  getCwd(shell: string): CwdRecord | undefined {
+    return this.q('SELECT cwd, backend FROM cwd_records WHERE shell = ?').get(shell) as CwdRecord | undefined;
+  }
+
+  putCwd(shell: string, r: { tenant: string; profile: string; session: string | null; cwd: string; backend: string }, nowMs: number): void {
+    this.q(`INSERT INTO cwd_records (shell, tenant, profile, session, cwd, backend, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?)
+      ON CONFLICT (shell) DO UPDATE SET cwd = excluded.cwd, backend = excluded.backend, updated_ms = excluded.updated_ms`)
+      .run(shell, r.tenant, r.profile, r.session, r.cwd, r.backend, nowMs);
+  }
+
+  // --- aliases and task overrides -------------------------------------------------------
+
+  getAliasParent(tenant: string, profile: string, child: string): string | undefined {
+    const row = this.q('SELECT parent FROM aliases WHERE tenant = ? AND profile = ? AND child = ?')
+      .get(tenant, profile, child) as { parent: string } | undefined;
+    return row?.parent;
+  }
+
+  putAlias(tenant: string, profile: string, child: string, parent: string, session: string | null): void {
+    this.q(`INSERT INTO aliases (tenant, profile, child, parent, session) VALUES (?, ?, ?, ?, ?)
+      ON CONFLICT (tenant, profile, child) DO UPDATE SET parent = excluded.parent, session = excluded.session`)
+      .run(tenant, profile, child, parent, session);
+  }
+
+  getTaskOverride(tenant: string, profile: string, task: string): unknown {
+    const row = this.q('SELECT override FROM task_overrides WHERE tenant = ? AND profile = ? AND task = ?')
+      .get(tenant, profile, task) as { override: string } | undefined;
+    return row ? JSON.parse(row.override) : undefined;
+  }
+
+  putTaskOverride(tenant: string, profile: string, task: string, override: unknown, session: string | null): void {
+    this.q(`INSERT INTO task_overrides (tenant, profile, task, override, session) VALUES (?, ?, ?, ?, ?)
+      ON CONFLICT (tenant, profile, task) DO UPDATE SET override = excluded.override, session = excluded.session`)
+      .run(tenant, profile, task, JSON.stringify(override), session);
+  }
+
+  // --- audit -----------------------------------------------------------------------------
+
+  /**
+   * Queues an audit entry; entries are written in one transaction within 50 ms (and at close, and
+   * before any read), so recording a call costs the hot path no disk write of its own.
+   */
+  addAudit(e: AuditEntry): void {
+    this.auditQueue.push(e);
+    if (this.auditQueue.length >= 200) this.flushAudit();
+    else if (this.auditTimer === undefined) {
+      this.auditTimer = setTimeout(() => this.flushAudit(), 50);
+      this.auditTimer.unref();
+    }
+  }
+
+  flushAudit(): void {
+    if (this.auditTimer !== undefined) clearTimeout(this.auditTimer);
+    this.auditTimer = undefined;
+    const batch = this.auditQueue;
+    if (batch.length === 0 || !this.db.open) return;
+    this.auditQueue = [];
+    const insert = this.q(`INSERT INTO audit (time_ms, tenant, profile, user, session, sandbox_key, kind, command, exit_code, duration_ms)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+    this.db.transaction(() => {
+      for (const e of batch) {
+        insert.run(e.timeMs, e.tenant, e.profile, e.user, e.session, e.sandboxKey, e.kind, e.command, e.exitCode, e.durationMs);
+      }
+    })();
+  }
+
+  listAudit(filter: { tenant: string; user?: string; session?: string; limit?: number }): AuditEntry[] {
+    this.flushAudit();
+    const where = ['tenant = @tenant'];
+    if (filter.user !== undefined) where.push('user = @user');
+    if (filter.session !== undefined) where.push('session = @session');
+    const rows = this.q(`SELECT time_ms AS timeMs, tenant, profile, user, session, sandbox_key AS sandboxKey, kind,
+      command, exit_code AS exitCode, duration_ms AS durationMs FROM audit WHERE ${where.join(' AND ')}
+      ORDER BY id DESC LIMIT @limit`).all({ ...filter, limit: filter.limit ?? 100 });
+    return rows as AuditEntry[];
+  }
+}

@@ -1,0 +1,27 @@
+import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
+import type { CliIo } from '../io.js';
+import { openCliBroker } from '../open-broker.js';
+
+export const CLOSE_HELP = `usage: berth close [scope flags] [--json]
+
+Closes a session: forgets its cwd records, subagent aliases and task overrides, and removes
+the ephemeral sandboxes no other open session uses. Persistent sandboxes are kept.
+
+${SCOPE_HELP}`;
+
+export async function closeCommand(argv: string[], io: CliIo): Promise<number> {
+  const { values } = parseFlags('close', argv, { ...SCOPE_OPTIONS, ...COMMON_OPTIONS, json: { type: 'boolean' } });
+  if (values.help) {
+    io.out(`${CLOSE_HELP}\n`);
+    return 0;
+  }
+  const broker = await openCliBroker(io, values.config);
+  try {
+    const r = await broker.closeSession(scopeFromFlags(values, io.env, io.cwd));
+    if (values.json) io.out(`${JSON.stringify(r)}\n`);
+    else io.out(`closed; removed: ${r.removed.join(', ') || '(none)'}; kept: ${r.kept.join(', ') || '(none)'}\n`);
+    return 0;
+  } finally {
+    await broker.close();
+  }
+}

@@ -1,0 +1,60 @@
+import { UsageError } from '../../errors.js';
+import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
+import type { CliIo } from '../io.js';
+import { openCliBroker } from '../open-broker.js';
+
+export const EXEC_HELP = `usage: berth exec [scope flags] [--workdir DIR] [--timeout SECONDS] [--json] -- CMD...
+
+Runs CMD (the words after --, joined with single spaces, as one shell line) in the call's
+sandbox through its persistent shell, and exits with the command's exit code.
+
+${SCOPE_HELP}
+  --workdir DIR       run this command in DIR (inside the sandbox); not remembered
+  --timeout SECONDS   kill the command's process tree after SECONDS (exit 124)
+  --json              print one single-line JSON result and nothing else on stdout`;
+
+export async function execCommand(argv: string[], io: CliIo): Promise<number> {
+  const { values, rest } = parseFlags('exec', argv, {
+    ...SCOPE_OPTIONS, ...COMMON_OPTIONS, workdir: { type: 'string' }, timeout: { type: 'string' }, json: { type: 'boolean' },
+  });
+  if (values.help) {
+    io.out(`${EXEC_HELP}\n`);
+    return 0;
+  }
+  if (rest === undefined || rest.length === 0) {
+    throw new UsageError('berth exec needs a command after "--", e.g. berth exec --session s1 -- ls -la');
+  }
+  let timeoutSeconds: number | undefined;
+  if (values.timeout !== undefined) {
+    timeoutSeconds = Number(values.timeout);
+    if (!Number.isFinite(timeoutSeconds) || timeoutSeconds <= 0 || timeoutSeconds > 86_400) {
+      throw new UsageError(`--timeout "${values.timeout}" is not a number of seconds between 0 and 86400`);
+    }
+  }
+  const scope = scopeFromFlags(values, io.env, io.cwd);
+  const broker = await openCliBroker(io, values.config);
+  try {
+    const json = values.json === true;
+    const r = await broker.exec(scope, rest.join(' '), {
+      timeoutSeconds,
+      workdir: values.workdir,
+      onChunk: json ? undefined : (stream, chunk) => (stream === 'stdout' ? io.out(chunk) : io.err(chunk)),
+    });
+    if (json) {
+      io.out(`${JSON.stringify({
+        exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr, output: r.output, cwd: r.cwd, sandboxKey: r.sandboxKey,
+        timedOut: r.timedOut, truncated: r.truncated, durationMs: r.durationMs,
+        ...(r.fullOutputPath !== undefined ? { fullOutputPath: r.fullOutputPath } : {}),
+        ...(r.shellReplaced ? { shellReplaced: true } : {}),
+        ...(r.sandboxRecreated ? { sandboxRecreated: true } : {}),
+      })}\n`);
+    } else {
+      if (r.sandboxRecreated) io.err(`berth: sandbox "${r.sandboxKey}" had been removed outside berth; it was recreated for this command\n`);
+      if (r.timedOut) io.err(`berth: command timed out and its process tree was killed (exit 124)\n`);
+      if (r.fullOutputPath !== undefined) io.err(`berth: output was capped; full output in ${r.fullOutputPath}\n`);
+    }
+    return r.exitCode;
+  } finally {
+    await broker.close();
+  }
+}

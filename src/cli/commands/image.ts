@@ -1,0 +1,37 @@
+import { defaultBerthHome, loadConfig } from '../../config/load.js';
+import { UsageError } from '../../errors.js';
+import { COMMON_OPTIONS, parseFlags } from '../args.js';
+import type { CliIo } from '../io.js';
+
+export const IMAGE_HELP = `usage: berth image build [--variant debian|minimal] [--image NAME] [--force]
+
+Builds a sandbox image from Debian packages, with no registry, and imports it into the engine
+(an image name with a registry host, e.g. localhost:5000/sandbox:1, is pulled instead).
+  debian   (default) debootstrap minbase bookworm: bash, coreutils, procps and a small toolset
+  minimal  busybox-static + bash-static: tiny and fast, for tests
+--image defaults to docker.image from the config (berth-sandbox:latest), or berth-sandbox:minimal
+for --variant minimal. An existing image is reused unless --force.`;
+
+export async function imageCommand(argv: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseFlags('image', argv, {
+    ...COMMON_OPTIONS, variant: { type: 'string' }, image: { type: 'string' }, force: { type: 'boolean' },
+  });
+  if (values.help || positionals[0] !== 'build') {
+    io.out(`${IMAGE_HELP}\n`);
+    return values.help ? 0 : 2;
+  }
+  const variant = values.variant ?? 'debian';
+  if (variant !== 'debian' && variant !== 'minimal') {
+    throw new UsageError(`--variant "${variant}" is not one of debian, minimal`);
+  }
+  const config = loadConfig({ configFlag: values.config, cwd: io.cwd, berthHome: defaultBerthHome(io.env) });
+  const image = values.image ?? (variant === 'minimal' ? 'berth-sandbox:minimal' : config.base.docker.image);
+  const { provideImage } = await import('../../backends/docker/image-pull.js');
+  const { defaultDocker } = await import('../../backends/docker/engine.js');
+  const r = await provideImage({
+    docker: defaultDocker(), image, variant, force: values.force === true, onProgress: (line) => io.err(`${line}\n`),
+  });
+  const said = { built: `built ${image}`, pulled: `pulled ${image}`, reused: `${image} already exists (use --force to rebuild)` };
+  io.out(`${said[r.action]}\n`);
+  return 0;
+}

@@ -1,0 +1,62 @@
+import { isBerthError } from '../errors.js';
+import { closeCommand } from './commands/close.js';
+import { configCommand } from './commands/config-check.js';
+import { execCommand } from './commands/exec.js';
+import { explainCommand } from './commands/explain.js';
+import { imageCommand } from './commands/image.js';
+import { lsCommand } from './commands/ls.js';
+import { rmCommand } from './commands/rm.js';
+import { processIo, type CliIo } from './io.js';
+
+const HELP = `berth: the right sandbox for every agent conversation
+
+usage: berth <command> [flags]
+
+commands:
+  exec [scope flags] [--workdir DIR] [--timeout S] [--json] -- CMD...   run a command
+  explain [scope flags] [--json]     show the binding (sandbox key, mount, cwd, env names)
+  ls [--tenant T] [--json]           list sandboxes
+  close [scope flags]                close a session (removes its ephemeral sandboxes)
+  rm [scope flags]                   remove a sandbox, persistent or not
+  config check [--config FILE]       validate the config and print the effective one
+  image build [--variant V] [--force] build a sandbox image without a registry
+
+Run "berth <command> --help" for details. State lives in $BERTH_HOME (default ~/.berth).`;
+
+const COMMANDS: Record<string, (argv: string[], io: CliIo) => Promise<number>> = {
+  exec: execCommand,
+  explain: explainCommand,
+  ls: lsCommand,
+  close: closeCommand,
+  rm: rmCommand,
+  config: configCommand,
+  image: imageCommand,
+};
+
+/** Runs the CLI; returns the exit code. Errors are one line on stderr that says what to do. */
+export async function main(argv: string[], io: CliIo = processIo()): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+    io.out(`${HELP}\n`);
+    return name === undefined ? 2 : 0;
+  }
+  const command = COMMANDS[name];
+  if (command === undefined) {
+    io.err(`berth: unknown command "${name}"; run "berth --help" for the list\n`);
+    return 2;
+  }
+  try {
+    return await command(rest, io);
+  } catch (err) {
+    if (isBerthError(err)) {
+      io.err(`berth: ${oneLine(err.message)}\n`);
+      return err.exitCode;
+    }
+    io.err(`berth: internal error: ${oneLine(err instanceof Error ? err.message : String(err))}; rerun with BERTH_DEBUG=* and report it\n`);
+    return 125;
+  }
+}
+
+function oneLine(text: string): string {
+  return text.replace(/\s*\n\s*/g, '; ');
+}

@@ -1,0 +1,26 @@
+/**
+ * berth: the right sandbox for every agent conversation.
+ *
+ * @example
+ * ```ts
+ * import { Broker, parseConfig } from 'berth';
+ * await using broker = await Broker.open({ config: parseConfig({ backend: 'docker', persistent: false }) });
+ * await using chat = broker.session({ tenant: 'acme', session: 'chat-42', user: 'telegram:123' });
+ * const r = await chat.exec('echo hello > note.txt && ls');
+ * ```
+ */
+export { Broker, SessionHandle } from './broker/broker.js';
+export type { BrokerOptions, BrokerExecResult, CloseResult, ExecOptions, SandboxInfo } from './broker/broker.js';
+export type { Binding } from './broker/resolve-call.js';
+export type { TaskOverride } from './broker/task-override.js';
+export { parseConfig } from './config/schema.js';
+export { loadConfig, findConfig, defaultBerthHome } from './config/load.js';
+export type { BerthConfig, ProfileSettings, BackendName, ScopeMode, DockerSettings, EnvSettings } from './config/types.js';
+export type { CallScope, CallScopeInput, AttachedWorkspace, CwdSource } from './scope/call-scope.js';
+export { runWithScope, currentScope } from './scope/async-context.js';
+export type { ExecResult } from './shell/types.js';
+export type { Backend, Sandbox, SandboxSpec, SandboxIdentity, ShellTransport, ManagedSandbox } from './backends/backend.js';
+export {
+  BerthError, ConfigError, UsageError, PolicyRefusedError, BackendUnavailableError, UnsupportedError,
+  SandboxNotFoundError, TimeoutError, isBerthError,
+} from './errors.js';

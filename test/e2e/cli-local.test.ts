@@ -1,0 +1,151 @@
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { runBerth, tempInstall } from '../helpers/cli.js';
+
+const LOCAL = 'backend: local\npersistent: false\n';
+
+describe('berth CLI on the local backend (real processes)', () => {
+  it('two sessions do not see each other\'s files', async () => {
+    using t = tempInstall(LOCAL);
+    const a = await runBerth(['exec', '--session', 'alice', '--', 'echo', 'from-alice', '>', 'note.txt'], { env: t.env, cwd: t.dir });
+    expect(a.stderr).toBe('');
+    expect(a.code).toBe(0);
+    const b = await runBerth(['exec', '--session', 'bob', '--', 'cat note.txt'], { env: t.env, cwd: t.dir });
+    expect(b.code).toBe(1);
+    expect(b.stderr).toMatch(/note\.txt: No such file/);
+    const a2 = await runBerth(['exec', '--session', 'alice', '--', 'cat note.txt'], { env: t.env, cwd: t.dir });
+    expect(a2).toMatchObject({ code: 0, stdout: 'from-alice\n' });
+  });
+
+  it('a cd in one berth exec is seen by the next one in the same session, not by another session', async () => {
+    using t = tempInstall(LOCAL);
+    const first = await runBerth(['exec', '--session', 's1', '--', 'mkdir -p deep/er && cd deep/er'], { env: t.env, cwd: t.dir });
+    expect(first.code).toBe(0);
+    const second = await runBerth(['exec', '--session', 's1', '--json', '--', 'pwd'], { env: t.env, cwd: t.dir });
+    const r = JSON.parse(second.stdout) as { stdout: string; cwd: string };
+    expect(r.stdout.trim()).toMatch(/\/deep\/er$/);
+    expect(r.cwd).toMatch(/\/deep\/er$/);
+    const other = await runBerth(['exec', '--session', 's2', '--', 'pwd'], { env: t.env, cwd: t.dir });
+    expect(other.stdout.trim()).not.toMatch(/deep\/er$/);
+  });
+
+  it('exported env, functions and aliases survive into the next berth exec', async () => {
+    using t = tempInstall(LOCAL);
+    await runBerth(['exec', '--session', 's', '--', 'export GREETING=hi; greet() { echo "$GREETING $1"; }; alias ll="echo aliased"'], { env: t.env, cwd: t.dir });
+    const r = await runBerth(['exec', '--session', 's', '--', 'greet you; alias ll'], { env: t.env, cwd: t.dir });
+    expect(r.stdout).toBe("hi you\nalias ll='echo aliased'\n");
+  });
+
+  it('--json prints exactly one single-line JSON object with the contract fields', async () => {
+    using t = tempInstall(LOCAL);
+    const r = await runBerth(['exec', '--session', 'j', '--json', '--', 'echo out; echo err >&2; (exit 3)'], { env: t.env, cwd: t.dir });
+    expect(r.code).toBe(3);
+    const lines = r.stdout.split('\n');
+    expect(lines).toHaveLength(2);
+    expect(lines[1]).toBe('');
+    const j = JSON.parse(lines[0]!) as Record<string, unknown>;
+    expect(Object.keys(j).sort()).toEqual(['cwd', 'durationMs', 'exitCode', 'output', 'sandboxKey', 'stderr', 'stdout', 'timedOut', 'truncated'].sort());
+    expect(j).toMatchObject({ exitCode: 3, stdout: 'out\n', stderr: 'err\n', sandboxKey: 'session:j', timedOut: false, truncated: false });
+  });
+
+  it('streams output and exits with the command\'s own code', async () => {
+    using t = tempInstall(LOCAL);
+    const r = await runBerth(['exec', '--session', 'x', '--', 'echo a; echo b >&2; exit 7'], { env: t.env, cwd: t.dir });
+    expect(r).toEqual({ code: 7, stdout: 'a\n', stderr: 'b\n' });
+  });
+
+  it('a timeout exits 124 and the session stays usable', async () => {
+    using t = tempInstall(LOCAL);
+    const r = await runBerth(['exec', '--session', 't', '--timeout', '1', '--', 'echo started; sleep 30'], { env: t.env, cwd: t.dir });
+    expect(r.code).toBe(124);
+    expect(r.stdout).toBe('started\n');
+    expect(r.stderr).toMatch(/timed out/);
+    const again = await runBerth(['exec', '--session', 't', '--', 'echo fine'], { env: t.env, cwd: t.dir });
+    expect(again).toMatchObject({ code: 0, stdout: 'fine\n' });
+  });
+
+  it('the shell environment is built from grants only, never the host environment', async () => {
+    using t = tempInstall(`${LOCAL}env:\n  static:\n    MODE: demo\n  forward: [SHARED_OK]\n`);
+    const env = { ...t.env, OPENAI_API_KEY: 'sk-host-secret-value', HOST_ONLY: 'leak', SHARED_OK: 'forwarded-value-123' };
+    const r = await runBerth(['exec', '--session', 'e', '--', 'echo "${OPENAI_API_KEY:-none} ${HOST_ONLY:-none} $MODE"; echo "$SHARED_OK"'], { env, cwd: t.dir });
+    expect(r.code).toBe(0);
+    // The forwarded value is granted, and redacted from what is returned to the caller.
+    expect(r.stdout).toBe('none none demo\n[REDACTED]\n');
+  });
+
+  it('bad config gives exit 2 and a one-line remedy', async () => {
+    using t = tempInstall('backend: local\nscope: sesion\n');
+    const r = await runBerth(['exec', '--session', 'x', '--', 'true'], { env: t.env, cwd: t.dir });
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(r.stderr.split('\n').filter(Boolean)).toHaveLength(1);
+    expect(r.stderr).toMatch(/^berth: .*scope/);
+    const check = await runBerth(['config', 'check'], { env: t.env, cwd: t.dir });
+    expect(check.code).toBe(2);
+    expect(check.stderr).toMatch(/^berth: .*scope/);
+  });
+
+  it('usage errors exit 2: missing command after --, unknown flag, --parent without --task', async () => {
+    using t = tempInstall(LOCAL);
+    const noCmd = await runBerth(['exec', '--session', 'x'], { env: t.env, cwd: t.dir });
+    expect(noCmd.code).toBe(2);
+    expect(noCmd.stderr).toMatch(/needs a command after "--"/);
+    const unknown = await runBerth(['exec', '--sesion', 'x', '--', 'true'], { env: t.env, cwd: t.dir });
+    expect(unknown.code).toBe(2);
+    const parent = await runBerth(['explain', '--parent', 'p'], { env: t.env, cwd: t.dir });
+    expect(parent.code).toBe(2);
+    expect(parent.stderr).toMatch(/--parent .* needs --task/);
+  });
+
+  it('a refused workspace exits 125 with the path and the rule', async () => {
+    using t = tempInstall(LOCAL);
+    const r = await runBerth(['exec', '--session', 'x', '--workspace', join(t.home, 'nope-missing'), '--', 'true'], { env: t.env, cwd: t.dir });
+    expect(r.code).toBe(125);
+    expect(r.stderr).toMatch(/nope-missing/);
+    const root = await runBerth(['exec', '--session', 'x', '--workspace', '/', '--', 'true'], { env: t.env, cwd: t.dir });
+    expect(root.code).toBe(125);
+  });
+
+  it('an unbuilt backend is a clear error, never a fallback to the host', async () => {
+    using t = tempInstall('backend: ssh\n');
+    const r = await runBerth(['exec', '--session', 'x', '--', 'echo ran-on-host > /tmp/berth-should-not-exist'], { env: t.env, cwd: t.dir });
+    expect(r.code).toBe(125);
+    expect(r.stderr).toMatch(/ssh.*not available/);
+  });
+
+  it('explain is pure: prints the binding and creates no sandbox', async () => {
+    using t = tempInstall(LOCAL);
+    const r = await runBerth(['explain', '--session', 'e1', '--json'], { env: t.env, cwd: t.dir });
+    expect(r.code).toBe(0);
+    const b = JSON.parse(r.stdout) as Record<string, unknown>;
+    expect(Object.keys(b).sort()).toEqual(['backend', 'cwd', 'envMissing', 'envNames', 'mount', 'mountReason', 'persistent', 'profile', 'rule', 'sandboxKey', 'tenant'].sort());
+    expect(b).toMatchObject({ backend: 'local', tenant: 'local', profile: 'default', sandboxKey: 'session:e1', rule: 'auto:5', persistent: false, mount: null });
+    expect(existsSync(join(t.home, 'sandboxes'))).toBe(false);
+  });
+
+  it('BERTH_SESSION in the env is the session when no flag is given', async () => {
+    using t = tempInstall(LOCAL);
+    const r = await runBerth(['explain', '--json'], { env: { ...t.env, BERTH_SESSION: 'from-env' }, cwd: t.dir });
+    expect(JSON.parse(r.stdout)).toMatchObject({ sandboxKey: 'session:from-env' });
+    const flag = await runBerth(['explain', '--json', '--session', 'flag'], { env: { ...t.env, BERTH_SESSION: 'from-env' }, cwd: t.dir });
+    expect(JSON.parse(flag.stdout)).toMatchObject({ sandboxKey: 'session:flag' });
+  });
+
+  it('close removes the session\'s ephemeral sandbox dir; ls shows what exists', async () => {
+    using t = tempInstall(LOCAL);
+    await runBerth(['exec', '--session', 'gone', '--', 'touch f'], { env: t.env, cwd: t.dir });
+    const ls = await runBerth(['ls', '--json'], { env: t.env, cwd: t.dir });
+    const list = JSON.parse(ls.stdout) as { sandboxKey: string; sessions: { session: string; open: boolean }[] }[];
+    expect(list.map((s) => s.sandboxKey)).toEqual(['session:gone']);
+    expect(list[0]!.sessions).toEqual([{ session: 'gone', open: true }]);
+    const dirs = readdirSync(join(t.home, 'sandboxes', 'local'));
+    expect(dirs).toHaveLength(1);
+    const close = await runBerth(['close', '--session', 'gone'], { env: t.env, cwd: t.dir });
+    expect(close.code).toBe(0);
+    expect(close.stdout).toMatch(/removed: session:gone/);
+    expect(readdirSync(join(t.home, 'sandboxes', 'local'))).toEqual([]);
+    const after = await runBerth(['ls', '--json'], { env: t.env, cwd: t.dir });
+    expect(JSON.parse(after.stdout)).toEqual([]);
+  });
+});
