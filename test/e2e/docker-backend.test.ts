@@ -158,11 +158,6 @@ async function ask(shell: ShellTransport, line: string, timeoutMs = 10_000): Pro
   });
 }
 
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)]!;
-}
-
 describeDocker(`docker backend against the real engine${skipReason}`, () => {
   const installation = testInstallation('e2e');
   const otherInstallation = testInstallation('e2e-other');
@@ -530,74 +525,10 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
   });
 });
 
-describe.runIf(status.ok && process.env['BERTH_DOCKER_BENCH'] === '1')('docker backend timings (BERTH_DOCKER_BENCH=1)', () => {
-  const installation = testInstallation('bench');
-  let berthHome: string;
-  let backend: DockerBackend;
-
-  beforeAll(async () => {
-    await ensureTestImage(docker);
-    berthHome = await mkdtemp(path.join(os.tmpdir(), 'berth-docker-bench-'));
-    backend = new DockerBackend({ docker, installation, berthHome });
-    await backend.check(profileSettings());
-  });
-
-  afterAll(async () => {
-    await removeInstallationContainers(docker, installation);
-    if (berthHome) await rm(berthHome, { recursive: true, force: true });
-  });
-
-  it('create-to-first-exec and per-command round trips', async () => {
-    const berth: number[] = [];
-    const bare: number[] = [];
-    for (let i = 0; i < 5; i += 1) {
-      let t = performance.now();
-      const sandbox = await backend.ensure(testSpec(installation, { ephemeral: true }), undefined);
-      await sandbox.execOnce(['true']);
-      berth.push(performance.now() - t);
-      await backend.remove(sandbox.ref, undefined);
-
-      t = performance.now();
-      const c = await docker.createContainer({ Image: 'berth-sandbox:minimal', Cmd: ['sleep', 'infinity'], Labels: { 'berth.installation': installation } });
-      await c.start();
-      const exec = await c.exec({ Cmd: ['true'], AttachStdout: true, AttachStderr: true });
-      const stream = await exec.start({});
-      await new Promise((resolve) => {
-        stream.on('end', resolve);
-        stream.resume();
-      });
-      await exec.inspect();
-      bare.push(performance.now() - t);
-      await c.remove({ force: true });
-    }
-
-    const sandbox = await backend.ensure(testSpec(installation, { ephemeral: true }), undefined);
-    const shell = await sandbox.openShell({ env: {}, cwd: '/workspace' });
-    const viaShell: number[] = [];
-    const viaExec: number[] = [];
-    // Measured in separate runs: an exec create/inspect interleaved with the attach stream slows it.
-    for (let i = 0; i < 50; i += 1) {
-      const t = performance.now();
-      await ask(shell, 'echo x');
-      viaShell.push(performance.now() - t);
-    }
-    for (let i = 0; i < 50; i += 1) {
-      const t = performance.now();
-      await sandbox.execOnce(['echo', 'x']);
-      viaExec.push(performance.now() - t);
-    }
-    await shell.kill();
-    const fmt = (v: number): string => `${v.toFixed(2)} ms`;
-    console.info(
-      [
-        `ephemeral ensure+first exec: median ${fmt(median(berth))} vs bare create+start+exec ${fmt(median(bare))} (ratio ${(median(berth) / median(bare)).toFixed(2)})`,
-        `trivial echo: openShell round trip median ${fmt(median(viaShell))} vs execOnce ${fmt(median(viaExec))} (${(median(viaExec) / median(viaShell)).toFixed(0)}x)`,
-      ].join('\n'),
-    );
-  });
-});
-
 const registryBinary = ['/usr/bin/docker-registry', '/usr/local/bin/docker-registry'].find((p) => existsSync(p));
+if (status.ok && !registryBinary && dockerRequired()) {
+  throw new Error('BERTH_REQUIRE_DOCKER=1 but the Debian package docker-registry is not installed (apt-get install docker-registry; .ci/run does)');
+}
 const describeRegistry = status.ok && registryBinary ? describe : describe.skip;
 const registrySkip = !status.ok ? skipReason : registryBinary ? '' : ' (skipped: Debian package docker-registry is not installed)';
 
