@@ -1,0 +1,102 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Dockerode from 'dockerode';
+import { Broker } from '../src/broker/broker.js';
+import { parseConfig } from '../src/config/schema.js';
+import { defaultDocker } from '../src/backends/docker/engine.js';
+import { fmt, percentile, row, timeMany } from './stats.js';
+
+const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
+
+function dockerCliExec(container: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const c = spawn('docker', ['exec', container, 'sh', '-c', 'true'], { stdio: 'ignore' });
+    c.on('error', reject);
+    c.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`docker exec exited ${code}`))));
+  });
+}
+
+/** create + start + one exec of the same image through the API, without berth: the floor. */
+async function bareCreateStartExec(docker: Dockerode): Promise<number> {
+  const t = process.hrtime.bigint();
+  const c = await docker.createContainer({ Image: IMAGE, Cmd: ['sleep', 'infinity'], HostConfig: { Init: true } });
+  try {
+    await c.start();
+    const e = await c.exec({ Cmd: ['true'], AttachStdout: true, AttachStderr: true });
+    const stream = await e.start({ hijack: true, stdin: false });
+    await new Promise<void>((resolve) => { stream.on('end', resolve); stream.on('close', resolve); stream.resume(); });
+    return Number(process.hrtime.bigint() - t) / 1e6;
+  } finally {
+    await c.remove({ force: true });
+  }
+}
+
+function openBroker(home: string): Promise<Broker> {
+  return Broker.open({
+    config: parseConfig({ backend: 'docker', persistent: false, docker: { image: IMAGE } }),
+    berthHome: home, env: { PATH: process.env['PATH'] },
+  });
+}
+
+export async function dockerBench(): Promise<void> {
+  const docker = defaultDocker();
+  try {
+    await docker.ping();
+    await docker.getImage(IMAGE).inspect();
+  } catch (err) {
+    console.log(`\n# docker: SKIPPED (${(err as Error).message}); start dockerd and run "berth image build --variant minimal"`);
+    return;
+  }
+  const home = mkdtempSync(join(tmpdir(), 'berth-bench-docker-'));
+  const broker = await openBroker(home);
+  try {
+    console.log('\n# docker: trivial command, same container');
+    const session = broker.session({ session: 'bench' });
+    await session.exec('true');
+    const berth = row('berth docker session exec', await timeMany(1000, () => session.exec('true')));
+    const container = broker.list('local')[0]!.name;
+    const cli = row('docker exec CONTAINER sh -c per command', await timeMany(30, () => dockerCliExec(container), 3));
+    console.log(`  berth p50 = ${fmt(berth.p50)} (target <= 1 ms); docker exec / berth = ${(cli.p50 / berth.p50).toFixed(0)}x faster (target >= 50x)`);
+
+    console.log('\n# docker: new ephemeral session, create to first command result (median of 5)');
+    const bare: number[] = [];
+    const ours: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      bare.push(await bareCreateStartExec(docker));
+      const t = process.hrtime.bigint();
+      await broker.exec({ session: `first-${i}` }, 'true');
+      ours.push(Number(process.hrtime.bigint() - t) / 1e6);
+      await broker.closeSession({ session: `first-${i}` });
+    }
+    const b50 = percentile(bare, 50);
+    const o50 = percentile(ours, 50);
+    console.log(`  bare API create+start+exec ${fmt(b50)}   berth session first command ${fmt(o50)}   ratio ${(o50 / b50).toFixed(2)}x (target <= 1.2x)`);
+
+    console.log('\n# docker: 100 idle sessions');
+    const rssBefore = process.memoryUsage().rss;
+    const t0 = Date.now();
+    const ids = Array.from({ length: 100 }, (_, i) => `idle-${i}`);
+    for (let i = 0; i < ids.length; i += 4) {
+      await Promise.all(ids.slice(i, i + 4).map((id) => broker.exec({ session: id }, 'true')));
+    }
+    const totalMs = Date.now() - t0;
+    const rssPer = (process.memoryUsage().rss - rssBefore) / 100;
+    const mine = broker.list('local').filter((s) => s.sandboxKey.startsWith('session:idle-'));
+    const usages: number[] = [];
+    for (const s of mine.slice(0, 20)) {
+      const st = await docker.getContainer(s.name).stats({ stream: false }) as { memory_stats?: { usage?: number; stats?: { cache?: number; inactive_file?: number } } };
+      const m = st.memory_stats;
+      if (m?.usage !== undefined) usages.push(m.usage - (m.stats?.inactive_file ?? m.stats?.cache ?? 0));
+    }
+    console.log(`  created ${mine.length} sandboxes in ${(totalMs / 1000).toFixed(1)} s (${(totalMs / 100).toFixed(0)} ms each, 4 at a time)`);
+    console.log(`  engine memory per idle sandbox (median of 20, cgroup usage minus page cache): ${(percentile(usages, 50) / 1024 / 1024).toFixed(2)} MiB`);
+    console.log(`  berth process memory per open session (RSS delta / 100): ${(rssPer / 1024).toFixed(0)} KiB`);
+    for (const id of ids) await broker.closeSession({ session: id });
+  } finally {
+    await broker.closeSession({ session: 'bench' }).catch(() => undefined);
+    await broker.close();
+    rmSync(home, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,34 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Broker } from '../src/broker/broker.js';
+import { parseConfig } from '../src/config/schema.js';
+import { RawShell, spawnPerCommand } from './raw-shell.js';
+import { row, timeMany } from './stats.js';
+import { dockerBench } from './docker.js';
+
+const N = Number(process.env['BENCH_N'] ?? 2000);
+
+async function localBench(): Promise<void> {
+  console.log(`\n# local backend: trivial command round trip (n=${N})`);
+  const home = mkdtempSync(join(tmpdir(), 'berth-bench-'));
+  try {
+    const raw = new RawShell();
+    const rawRow = row('raw persistent bash (pipe + nonce)', await timeMany(N, () => raw.run('true')));
+    raw.close();
+
+    const broker = await Broker.open({ config: parseConfig({ backend: 'local' }), berthHome: home, env: { PATH: process.env['PATH'] } });
+    const session = broker.session({ session: 'bench' });
+    const berthRow = row('berth library exec (local backend)', await timeMany(N, () => session.exec('true')));
+    await broker.close();
+
+    const spawnRow = row('spawn bash -c per command', await timeMany(Math.min(N, 300), () => spawnPerCommand('true')));
+    console.log(`  berth p50 / raw p50 = ${(berthRow.p50 / rawRow.p50).toFixed(2)}x   (target <= 1.5x)`);
+    console.log(`  spawn p50 / berth p50 = ${(spawnRow.p50 / berthRow.p50).toFixed(1)}x faster   (target >= 3x)`);
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+}
+
+await localBench();
+await dockerBench();

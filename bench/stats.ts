@@ -1,0 +1,27 @@
+/** Percentiles over durations in ms. */
+export function percentile(samples: number[], p: number): number {
+  const sorted = [...samples].sort((a, b) => a - b);
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i] ?? NaN;
+}
+
+export async function timeMany(n: number, fn: () => Promise<unknown>, warmup = 20): Promise<number[]> {
+  for (let i = 0; i < warmup; i++) await fn();
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = process.hrtime.bigint();
+    await fn();
+    out.push(Number(process.hrtime.bigint() - t) / 1e6);
+  }
+  return out;
+}
+
+export function fmt(ms: number): string {
+  return ms < 1 ? `${(ms * 1000).toFixed(0)} µs` : `${ms.toFixed(2)} ms`;
+}
+
+export function row(name: string, samples: number[]): { name: string; p50: number; p95: number } {
+  const r = { name, p50: percentile(samples, 50), p95: percentile(samples, 95) };
+  console.log(`  ${name.padEnd(44)} p50 ${fmt(r.p50).padStart(10)}   p95 ${fmt(r.p95).padStart(10)}   (n=${samples.length})`);
+  return r;
+}

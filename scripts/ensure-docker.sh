@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Makes a Docker engine available on this machine: installs docker.io from Debian if missing and
+# starts dockerd in the background when no engine answers. Prints the dockerd pid it started (or
+# nothing when an engine was already running) on fd 3, so callers can stop what they started.
+set -euo pipefail
+
+need_apt=()
+command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
+command -v busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  echo "ensure-docker: installing ${need_apt[*]}" >&2
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >&2
+fi
+
+if docker info >/dev/null 2>&1; then
+  exit 0
+fi
+
+echo "ensure-docker: starting dockerd" >&2
+dockerd >/tmp/berth-dockerd.log 2>&1 &
+pid=$!
+for _ in $(seq 1 120); do
+  if [ -S /var/run/docker.sock ] && docker info >/dev/null 2>&1; then
+    { echo "$pid" >&3; } 2>/dev/null || true
+    exit 0
+  fi
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "ensure-docker: dockerd exited; see /tmp/berth-dockerd.log" >&2
+    tail -20 /tmp/berth-dockerd.log >&2 || true
+    exit 1
+  fi
+  sleep 0.5
+done
+echo "ensure-docker: dockerd did not answer within 60 s; see /tmp/berth-dockerd.log" >&2
+exit 1
