@@ -4,7 +4,7 @@ import type { Backend, ManagedSandbox, Sandbox } from '../backends/backend.js';
 import { defaultBerthHome, loadConfig } from '../config/load.js';
 import type { BackendName, BerthConfig } from '../config/types.js';
 import { isContainerBackend, settingsFor } from '../config/types.js';
-import { BerthError, PolicyRefusedError, SandboxNotFoundError } from '../errors.js';
+import { BerthError, PolicyRefusedError, SandboxNotFoundError, TimeoutError } from '../errors.js';
 import { effectiveScope } from '../scope/async-context.js';
 import type { CallScope, CallScopeInput } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';
@@ -98,6 +98,9 @@ interface LiveSandbox {
 }
 
 const SESSION_TOUCH_MS = 5_000;
+/** How long a process waits for another one creating the same sandbox, and when its claim is stale. */
+const CLAIM_WAIT_MS = 90_000;
+const CLAIM_STALE_MS = 60_000;
 
 const DOCKER_SOCKETS = ['/var/run/docker.sock', '/run/docker.sock'];
 
@@ -400,26 +403,20 @@ export class Broker implements AsyncDisposable {
         await this.retireForeign(known, raced);
         known = undefined;
       }
-      if (known !== undefined) this.assertMountFits(call, known);
       const backend = await this.backendFor(call);
+      const claim = await this.claimOrAwait(call, backend, known);
+      this.assertMountFits(call, claim.record);
+      const pending = claim.record;
       const now = Date.now();
-      // Record the intent first, so a concurrent orphan reaper never takes a fresh container for an orphan.
-      const pending: SandboxRecord = known ?? {
-        digest: call.spec.digest, backend: backend.name, tenant: call.scope.tenant, profile: call.spec.identity.profile ?? null,
-        key: call.binding.sandboxKey, rule: call.spec.rule, ephemeral: call.spec.ephemeral, ref: '', name: call.spec.dirName,
-        hostDir: null, mount: call.spec.mount, createdMs: now, lastUsedMs: now,
-      };
-      if (known === undefined) this.store.putSandbox(pending);
       let sandbox: Sandbox;
       try {
-        sandbox = await backend.ensure(call.spec, known?.ref || undefined);
+        sandbox = await backend.ensure(call.spec, claim.mine ? undefined : pending.ref);
       } catch (err) {
-        if (known === undefined) this.store.deleteSandbox(call.spec.digest);
+        if (claim.mine) this.store.deleteSandbox(call.spec.digest);
         throw err;
       }
       const record: SandboxRecord = {
-        ...pending, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null,
-        mount: known?.mount ?? call.spec.mount, lastUsedMs: now,
+        ...pending, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: now,
       };
       this.store.putSandbox(record);
       const live: LiveSandbox = {
@@ -430,6 +427,36 @@ export class Broker implements AsyncDisposable {
       this.linkSession(call, live);
       return live;
     });
+  }
+
+  /**
+   * Get-or-create across processes: the record is the claim. The process that inserts it creates
+   * the sandbox; another one waits until the claimant records its ref (or gave up, or crashed).
+   * The intent is recorded before any container exists, so no orphan reaper mistakes it for one.
+   */
+  private async claimOrAwait(call: ResolvedCall, backend: Backend, known: SandboxRecord | undefined): Promise<{ record: SandboxRecord; mine: boolean }> {
+    const deadline = Date.now() + CLAIM_WAIT_MS;
+    let rec = known;
+    for (;;) {
+      const now = Date.now();
+      if (rec === undefined) {
+        const fresh: SandboxRecord = {
+          digest: call.spec.digest, backend: backend.name, tenant: call.scope.tenant, profile: call.spec.identity.profile ?? null,
+          key: call.binding.sandboxKey, rule: call.spec.rule, ephemeral: call.spec.ephemeral, ref: '', name: call.spec.dirName,
+          hostDir: null, mount: call.spec.mount, createdMs: now, lastUsedMs: now,
+        };
+        if (this.store.claimSandbox(fresh)) return { record: fresh, mine: true };
+      } else if (rec.ref !== '') {
+        return { record: rec, mine: false };
+      } else if (now - rec.createdMs > CLAIM_STALE_MS && this.store.takeOverClaim(rec.digest, rec.createdMs, now)) {
+        return { record: { ...rec, createdMs: now }, mine: true };
+      } else if (now > deadline) {
+        throw new TimeoutError(`sandbox "${call.binding.sandboxKey}" is being created by another berth process and has no container after ${CLAIM_WAIT_MS / 1000} s; retry, or check that process`);
+      } else {
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      rec = this.store.getSandbox(call.spec.digest);
+    }
   }
 
   private assertMountFits(call: ResolvedCall, known: SandboxRecord): void {
@@ -605,7 +632,7 @@ export class Broker implements AsyncDisposable {
     }
     for (const rec of this.store.listSandboxes()) {
       if (!rec.ephemeral || this.live.get(rec.digest)?.inflight) continue;
-      if (rec.ref === '' && Date.now() - rec.createdMs < 60_000) continue; // being created right now
+      if (rec.ref === '' && Date.now() - rec.createdMs < CLAIM_STALE_MS) continue; // being created right now
       if (!this.hasLiveSession(rec)) {
         await this.removeSandbox(rec).catch((e) => this.log('berth:reaper', `remove ${rec.key}: ${String(e)}`));
         removed.push(rec.name);

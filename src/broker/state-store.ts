@@ -169,6 +169,23 @@ export class StateStore {
       .run({ ...r, ephemeral: r.ephemeral ? 1 : 0 });
   }
 
+  /**
+   * Claims the creation of a sandbox across processes: inserts `r` (whose `ref` is '') only if no
+   * record exists. True when this call made the claim; others wait for the claimant's ref.
+   */
+  claimSandbox(r: SandboxRecord): boolean {
+    const info = this.q(`INSERT INTO sandboxes (digest, backend, tenant, profile, key, rule, ephemeral, ref, name, host_dir, mount, created_ms, last_used_ms)
+      VALUES (@digest, @backend, @tenant, @profile, @key, @rule, @ephemeral, @ref, @name, @hostDir, @mount, @createdMs, @lastUsedMs)
+      ON CONFLICT (digest) DO NOTHING`).run({ ...r, ephemeral: r.ephemeral ? 1 : 0 });
+    return info.changes === 1;
+  }
+
+  /** Takes over a claim whose creator never recorded a ref (it crashed); true for exactly one caller. */
+  takeOverClaim(digest: string, claimedMs: number, nowMs: number): boolean {
+    return this.q("UPDATE sandboxes SET created_ms = ? WHERE digest = ? AND ref = '' AND created_ms = ?")
+      .run(nowMs, digest, claimedMs).changes === 1;
+  }
+
   touchSandbox(digest: string, nowMs: number): void {
     this.q('UPDATE sandboxes SET last_used_ms = ? WHERE digest = ?').run(nowMs, digest);
   }

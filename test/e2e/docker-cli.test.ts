@@ -207,4 +207,16 @@ describeDocker('berth CLI on the real docker engine', () => {
     expect(third.run).toMatchObject({ code: 0, stderr: '' });
     expect(third.sandboxRecreated, where).toBeUndefined();
   });
+
+  it('four berth exec processes racing on one new ephemeral session create one container and all run in it', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml({ persistent: false }));
+    const runs = await Promise.all([1, 2, 3, 4].map((i) => berth(t, ['exec', '--session', 'race', '--', `echo ${i} >> /workspace/log; hostname`])));
+    for (const r of runs) expect(r, JSON.stringify(runs)).toMatchObject({ code: 0, stderr: '' });
+    const hostnames = new Set(runs.map((r) => r.stdout));
+    expect(hostnames.size, JSON.stringify(runs)).toBe(1);
+    const only = await containerFor(t.installation, 'session:race');
+    const log = await berth(t, ['exec', '--session', 'race', '--', 'sort /workspace/log | tr "\\n" " "']);
+    expect(log.stdout, `container ${only.id.slice(0, 12)}`).toBe('1 2 3 4 ');
+  });
 });
