@@ -281,6 +281,20 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     expect(p3.recreated, at(p3)).toBe(false);
   });
 
+  it('a shell in a container removed out of band fails as SandboxNotFoundError (so the broker recreates it)', async () => {
+    const eph = testSpec(installation, { ephemeral: true });
+    const a = await backend.ensure(eph, undefined);
+    await docker.getContainer(a.ref).remove({ force: true });
+    await expect(a.openShell({ env: {}, cwd: '/workspace' })).rejects.toBeInstanceOf(SandboxNotFoundError);
+  });
+
+  it('a ref that is no container id (a host dir from another backend) is refused, never sent to the engine', async () => {
+    const eph = testSpec(installation, { ephemeral: true });
+    await expect(backend.ensure(eph, '/tmp/some/local/dir')).rejects.toMatchObject({ code: 'invalid_ref' });
+    await expect(backend.remove('../../info', undefined)).rejects.toMatchObject({ code: 'invalid_ref' });
+    await expect(backend.stop('a/b')).rejects.toMatchObject({ code: 'invalid_ref' });
+  });
+
   it('persistent sandboxes bind host dirs at /workspace and /root; remove() deletes container and dir', async () => {
     const spec = testSpec(installation, { dirName: 'profile-bind' });
     const sandbox = await backend.ensure(spec, undefined);

@@ -90,12 +90,14 @@ export class DockerBackend implements Backend {
   async ensure(spec: SandboxSpec, knownRef: string | undefined): Promise<Sandbox> {
     this.assertOpen();
     this.assertOwn(spec);
+    if (knownRef !== undefined) assertContainerRef(knownRef);
     const caps = await this.probe();
     const limits = this.limitsFor(spec.settings, caps, false);
     return spec.ephemeral ? this.ensureEphemeral(spec, knownRef, limits) : this.ensurePersistent(spec, knownRef, limits);
   }
 
   async remove(ref: string, hostDir: string | undefined): Promise<void> {
+    assertContainerRef(ref);
     try {
       await this.docker.getContainer(ref).remove({ force: true, v: true });
     } catch (err) {
@@ -116,6 +118,7 @@ export class DockerBackend implements Backend {
   }
 
   async stop(ref: string): Promise<void> {
+    assertContainerRef(ref);
     try {
       await this.docker.getContainer(ref).stop({ t: STOP_TIMEOUT_SECONDS });
     } catch (err) {
@@ -378,6 +381,16 @@ export class DockerBackend implements Backend {
         `sandbox spec for installation "${spec.identity.installation}" given to the docker backend of "${this.installation}"`,
       );
     }
+  }
+}
+
+/**
+ * A ref from the state store goes into an Engine API URL path; anything but a container id or name
+ * (a host dir of another backend, say) would address some other endpoint, so it is refused here.
+ */
+function assertContainerRef(ref: string): void {
+  if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/.test(ref)) {
+    throw new BerthError('invalid_ref', `"${ref}" is not a docker container id or name; the state store record belongs to another backend (berth rm with the same scope flags clears it)`);
   }
 }
 

@@ -82,6 +82,10 @@ export function fromDockerError(docker: Dockerode, err: unknown, doing: string):
   if (isUnreachable(err)) return unavailableError(docker, err);
   const status = statusOf(err);
   const detail = engineMessage(err);
+  if (status === 404 && /no such container/i.test(detail)) {
+    // The container was removed behind berth's back; callers re-ensure (recreate) on this type.
+    return new SandboxNotFoundError(`container is gone, could not ${doing}: ${detail}`, { cause: err });
+  }
   return new BerthError('docker_error', `docker engine refused to ${doing}${status ? ` (HTTP ${status})` : ''}: ${detail}`, {
     cause: err,
   });
