@@ -14,7 +14,7 @@ import type { ExecResult } from '../shell/types.js';
 import { BackendRegistry } from './backend-registry.js';
 import { KeyedLock } from './keyed-lock.js';
 import { ownerAlive, ownerToken } from './process-owner.js';
-import { registerAlias, resolveCall, sessionRefOf, type Binding, type ResolvedCall } from './resolve-call.js';
+import { registerAlias, resolveCall, sessionRefOf, startCwd, type Binding, type ResolvedCall } from './resolve-call.js';
 import { StateStore, type SandboxRecord } from './state-store.js';
 import { TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
@@ -193,7 +193,7 @@ export class Broker implements AsyncDisposable {
   /** Runs one shell line in the call's sandbox, through its persistent shell. */
   async exec(scope: CallScopeInput, command: string, opts: ExecOptions = {}): Promise<BrokerExecResult> {
     this.assertOpen();
-    const call = this.resolve(scope);
+    const call = this.resolve(scope, { withCwd: false });
     const started = Date.now();
     let result: BrokerExecResult | undefined;
     try {
@@ -353,13 +353,14 @@ export class Broker implements AsyncDisposable {
     return normalizeScope(effectiveScope(scope, this.envSession));
   }
 
-  private resolve(scopeInput: CallScopeInput): ResolvedCall {
+  /** `withCwd: false` skips the start-cwd lookup (exec needs it only when a shell starts). */
+  private resolve(scopeInput: CallScopeInput, opts: { withCwd: boolean } = { withCwd: true }): ResolvedCall {
     const scope = this.normalize(scopeInput);
     registerAlias(this.store, scope);
     return resolveCall({
       config: this.config, store: this.store, berthHome: this.berthHome, homeDir: this.homeDir,
       dockerSockets: this.dockerSockets, hostEnv: this.hostEnv,
-    }, scope);
+    }, scope, opts);
   }
 
   private async backendFor(call: ResolvedCall): Promise<Backend> {
@@ -495,7 +496,7 @@ export class Broker implements AsyncDisposable {
       stateDir: sandbox.stateDir,
       shellId: call.shell.fileStem,
       defaultCwd: call.defaultCwd,
-      initialCwd: call.binding.cwd,
+      initialCwd: startCwd(this.store, call),
       secretNames: call.secretNames,
       spillDir: join(this.berthHome, 'spill'),
       maxOutputChars: call.settings.exec.maxOutputChars,

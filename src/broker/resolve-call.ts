@@ -38,6 +38,8 @@ export interface ResolvedCall {
   /** Shared sandbox (`default`, `profile:*`, `shared:*`). */
   shared: boolean;
   shell: { id: string; digest: string; fileStem: string };
+  /** The task is a registered subagent (it has its own shell in its parent's sandbox). */
+  isSubagent: boolean;
   /** The session the call belongs to (or a stand-in naming its task/user) for lifecycle links. */
   sessionRef: string;
   /** The sandbox's default directory for this call (an attached workspace on `local`). */
@@ -114,7 +116,7 @@ export function sessionRefOf(scope: CallScope): string {
  * Resolves a normalised call scope to its binding. Pure policy over the config and the store's
  * records (aliases, overrides, cwd records): it contacts no engine.
  */
-export function resolveCall(ctx: ResolveContext, scope: CallScope): ResolvedCall {
+export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withCwd: boolean } = { withCwd: true }): ResolvedCall {
   const { config, store } = ctx;
   const base = settingsFor(config, scope.profile);
   const override = readTaskOverride(store, scope);
@@ -148,9 +150,6 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope): ResolvedCall
   const isSubagent = scope.task !== undefined && parentOf(scope.task) !== undefined;
   const shell = shellIdentity(scope, isSubagent);
   const defaultCwd = mount.startDir ?? backendDefaultCwd(settings.backend, ctx.berthHome, dirName);
-  const record = store.getCwd(shell.digest) ?? inheritedCwd(store, scope, isSubagent);
-  const recorded = record === undefined ? undefined : { path: record.cwd, backend: record.backend };
-  const cwd = resolveStartCwd({ recorded, backendName: settings.backend, containerBackend: container, mount: mount.mount, defaultCwd });
 
   const grants = resolveEnvGrants({ env: settings.env, user: scope.user, hostEnv: ctx.hostEnv });
   const spec: SandboxSpec = {
@@ -159,12 +158,30 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope): ResolvedCall
   return {
     binding: {
       backend: settings.backend, tenant: scope.tenant, profile: scope.profile, sandboxKey: keyed.key, rule: keyed.rule,
-      persistent: !keyed.ephemeral, mount: mount.mount, mountReason: mount.mountReason, cwd,
+      persistent: !keyed.ephemeral, mount: mount.mount, mountReason: mount.mountReason,
+      // Only a new shell needs the start cwd; exec asks for it then (startCwd), explain always.
+      cwd: opts.withCwd ? startCwd(store, { scope, settings, spec, shell, isSubagent, defaultCwd }) : '',
       envNames: grants.names, envMissing: grants.missing,
     },
-    scope, settings, spec, shared: keyed.shared, shell, sessionRef: sessionRefOf(scope), defaultCwd,
+    scope, settings, spec, shared: keyed.shared, shell, isSubagent, sessionRef: sessionRefOf(scope), defaultCwd,
     env: grants.env, secretNames: grants.secretNames, redactValues: grants.redactValues,
   };
+}
+
+/**
+ * Where a new shell for this call starts: the shell identity's recorded cwd (a subagent without
+ * one inherits its parent's), mapped or discarded for containers, else the sandbox default.
+ */
+export function startCwd(
+  store: StateStore,
+  call: Pick<ResolvedCall, 'scope' | 'settings' | 'spec' | 'shell' | 'isSubagent' | 'defaultCwd'>,
+): string {
+  const record = store.getCwd(call.shell.digest) ?? inheritedCwd(store, call.scope, call.isSubagent);
+  const recorded = record === undefined ? undefined : { path: record.cwd, backend: record.backend };
+  return resolveStartCwd({
+    recorded, backendName: call.settings.backend, containerBackend: isContainerBackend(call.settings.backend),
+    mount: call.spec.mount, defaultCwd: call.defaultCwd,
+  });
 }
 
 /** A subagent's shell starts in its parent's recorded cwd (the parent task's, else the session's). */
