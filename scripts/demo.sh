@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # berth's main job, end to end on a real Docker engine: two conversations get their own
-# sandboxes, a third call joins the first again, and closing removes what was ephemeral.
+# sandboxes, a later process reattaches to the first with its cwd and files, and closing the
+# sessions removes their containers.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
 
 bash scripts/ensure-docker.sh 3>/dev/null
 [ -d node_modules ] || npm ci
@@ -10,8 +12,14 @@ bash scripts/ensure-docker.sh 3>/dev/null
 node bin/berth.js image build --variant minimal
 
 demo=$(mktemp -d)
-trap 'node bin/berth.js close --session alice >/dev/null 2>&1 || true; node bin/berth.js close --session bob >/dev/null 2>&1 || true; rm -rf "$demo"' EXIT
 export BERTH_HOME="$demo/home"
+berth() { node "$repo/bin/berth.js" "$@"; }
+cleanup() {
+  berth close --session alice >/dev/null 2>&1 || true
+  berth close --session bob >/dev/null 2>&1 || true
+  rm -rf "$demo"
+}
+trap cleanup EXIT
 cat > "$demo/berth.yaml" <<'YAML'
 backend: docker
 persistent: false
@@ -19,14 +27,18 @@ docker:
   image: berth-sandbox:minimal
 YAML
 cd "$demo"
-berth() { node "$OLDPWD/bin/berth.js" "$@"; }
 
-set -x
-berth explain --session alice
-berth exec --session alice -- 'echo "alice was here" > notes.txt; cd /tmp; hostname'
-berth exec --session bob -- 'ls /workspace; cat /workspace/notes.txt || echo "bob cannot see alice'"'"'s notes"; hostname'
-berth exec --session alice -- 'pwd; cat /workspace/notes.txt'
-berth ls
-berth close --session alice
-berth close --session bob
-berth ls
+show() {
+  printf '\n$ berth'
+  for a in "$@"; do case $a in *' '*) printf " '%s'" "$a" ;; *) printf ' %s' "$a" ;; esac; done
+  printf '\n'
+  berth "$@"
+}
+show explain --session alice
+show exec --session alice -- 'echo "alice was here" > notes.txt; cd /tmp; hostname'
+show exec --session bob -- 'cat /workspace/notes.txt 2>/dev/null || echo "bob cannot see the notes"; hostname'
+show exec --session alice -- 'pwd; cat /workspace/notes.txt; hostname'
+show ls
+show close --session alice
+show close --session bob
+show ls
