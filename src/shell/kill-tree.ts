@@ -3,7 +3,8 @@ import { TAG_VAR } from './protocol.js';
 
 /**
  * In-sandbox helper that kills one command's whole process tree. POSIX sh (dash, busybox ash);
- * needs only /proc, `grep` and the `kill` builtin. Run as
+ * needs only /proc, `grep` and the `kill` builtin (`grep -z`: an environ file is NUL-separated, and
+ * busybox `grep -F` never looks past its first NUL). Run as
  * `sh -c KILL_TREE_SCRIPT sh <shell pid> <tag> [protected pgid...]`: the tag is not a secret
  * (it is in the command's own env) and nothing secret is ever on argv.
  *
@@ -28,11 +29,11 @@ round=0
 while [ "$round" -lt 3 ]; do
   round=$((round + 1))
   ours=' '
-  for f in $(grep -l -s -F "${TAG_VAR}=$tag" /proc/[0-9]*/environ 2>/dev/null); do
+  for f in $(grep -z -l -s -F "${TAG_VAR}=$tag" /proc/[0-9]*/environ 2>/dev/null); do
     p=\${f#/proc/}; ours="$ours\${p%/environ} "
   done
   other=' '
-  for f in $(grep -l -s -F "${TAG_VAR}=" /proc/[0-9]*/environ 2>/dev/null); do
+  for f in $(grep -z -l -s -F "${TAG_VAR}=" /proc/[0-9]*/environ 2>/dev/null); do
     p=\${f#/proc/}; p=\${p%/environ}
     case "$ours" in *" $p "*) ;; *) other="$other$p " ;; esac
   done
