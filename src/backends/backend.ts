@@ -62,6 +62,28 @@ export interface Sandbox {
   openShell(opts: { env: Readonly<Record<string, string>>; cwd: string }): Promise<ShellTransport>;
   /** Run one short helper inside the sandbox (kill helper, probes). Not for user commands. */
   execOnce(argv: string[], opts?: { timeoutMs?: number }): Promise<ExecOnceResult>;
+  /** In-sandbox home directory (credential dirs under it are never transferred). */
+  readonly homeDir: string;
+  /** In-sandbox roots that file transfer may touch (workspace, home, scratch); see files/sandbox-path.ts. */
+  readonly fileRoots: readonly string[];
+  /**
+   * Extract a tar archive into `destDir`, an existing directory inside the sandbox (absolute,
+   * already resolved and checked by the caller). Resolves only when every entry landed; any
+   * failure rejects, so a failed delivery is never reported as a success.
+   */
+  putArchive(destDir: string, tar: Buffer | Readable): Promise<void>;
+  /**
+   * A tar stream of `path` (absolute, resolved and checked by the caller): one entry named
+   * `./<basename>`, with the folder's contents below it. The stream errors if the archive could
+   * not be produced completely; destroying it stops the producer.
+   */
+  getArchive(path: string): Promise<Readable>;
+  /**
+   * The host file behind an in-sandbox path when it lives on a host directory bound into the
+   * sandbox (a persistent sandbox's dirs, an attached workspace, a volume; every path on
+   * `local`), with the host root it must stay under; undefined when it does not (tmpfs, remote).
+   */
+  hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined;
 }
 
 /** What a backend found labelled as berth's, for reapers. */

@@ -1,9 +1,10 @@
 import { realpathSync, statSync } from 'node:fs';
 import type { SandboxSpec } from '../backends/backend.js';
 import { LocalBackend } from '../backends/local/local-backend.js';
+import type { SecretsFile } from '../config/secrets-file.js';
 import type { BackendName, BerthConfig, ProfileSettings } from '../config/types.js';
 import { isContainerBackend, settingsFor } from '../config/types.js';
-import { PolicyRefusedError, UsageError } from '../errors.js';
+import { ConfigError, PolicyRefusedError, UsageError } from '../errors.js';
 import { resolveStartCwd } from '../policy/cwd.js';
 import { resolveEnvGrants } from '../policy/env-grants.js';
 import { resolveMount } from '../policy/mount.js';
@@ -56,6 +57,8 @@ export interface ResolveContext {
   homeDir: string;
   dockerSockets: string[];
   hostEnv: Readonly<Record<string, string | undefined>>;
+  /** Secrets files (`env.secretsFile`) read at start-up, by absolute path. */
+  secrets?: ReadonlyMap<string, SecretsFile>;
 }
 
 const hostFs = {
@@ -151,7 +154,12 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   const shell = shellIdentity(scope, isSubagent);
   const defaultCwd = mount.startDir ?? backendDefaultCwd(settings.backend, ctx.berthHome, dirName);
 
-  const grants = resolveEnvGrants({ env: settings.env, user: scope.user, hostEnv: ctx.hostEnv });
+  const secretsPath = settings.env.secretsFile;
+  const secrets = secretsPath === undefined ? undefined : ctx.secrets?.get(secretsPath);
+  if (secretsPath !== undefined && secrets === undefined) {
+    throw new ConfigError(`secrets file ${secretsPath} (env.secretsFile) was not read at start-up; open the broker with this config`);
+  }
+  const grants = resolveEnvGrants({ env: settings.env, user: scope.user, hostEnv: ctx.hostEnv, secrets });
   const spec: SandboxSpec = {
     identity, digest, dirName, ephemeral: keyed.ephemeral, mount: mount.mount, rule: keyed.rule, settings,
   };

@@ -19,11 +19,14 @@ function settingsView(s: ProfileSettings): Record<string, unknown> {
     workspace: { ...s.workspace },
     exec: { ...s.exec },
     lifecycle: { ...s.lifecycle },
+    files: { ...s.files },
     env: {
       static: { ...s.env.static },
       forward: [...s.env.forward],
       perUserPrefix: s.env.perUserPrefix,
       redact: s.env.redact,
+      // The path only: the file's values are secrets and never printed.
+      ...(s.env.secretsFile === undefined ? {} : { secretsFile: s.env.secretsFile }),
     },
   });
   // Docker settings mean nothing to local or ssh sandboxes; showing them would mislead.

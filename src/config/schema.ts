@@ -1,3 +1,4 @@
+import { dirname, isAbsolute, resolve } from 'node:path';
 import * as z from 'zod';
 import { ConfigError } from '../errors.js';
 import {
@@ -124,6 +125,9 @@ const execShape = {
   maxOutputChars: integer(1000, 10_000_000),
 };
 const lifecycleShape = { idleSeconds: integer(10) };
+/** Uploads are held in memory as one Buffer, so the cap stays well inside what a Buffer holds. */
+export const FILES_MAX_BYTES_LIMIT = 2 ** 31 - 1;
+const filesShape = { maxBytes: integer(1, FILES_MAX_BYTES_LIMIT) };
 const envShape = {
   static: envStatic,
   forward: z.array(forwardEntry, { error: 'a list of variable names' }).optional(),
@@ -132,6 +136,11 @@ const envShape = {
     .regex(PER_USER_PREFIX, { error: 'an upper-case prefix ([A-Z][A-Z0-9_]*)' })
     .optional(),
   redact: bool(),
+  secretsFile: z
+    .string({ error: 'a path to a secrets file' })
+    .min(1, { error: 'a path to a secrets file' })
+    .refine((s) => !s.includes('\0'), { error: 'a path to a secrets file' })
+    .optional(),
 };
 const dockerShape = {
   image: z
@@ -159,6 +168,7 @@ const profileShape = {
   workspace: section(workspaceShape),
   exec: section(execShape),
   lifecycle: section(lifecycleShape),
+  files: section(filesShape),
   env: section(envShape),
   docker: section(dockerShape),
 };
@@ -203,6 +213,7 @@ const KNOWN_KEYS: Record<string, readonly string[]> = {
   workspace: Object.keys(workspaceShape),
   exec: Object.keys(execShape),
   lifecycle: Object.keys(lifecycleShape),
+  files: Object.keys(filesShape),
   env: Object.keys(envShape),
   docker: Object.keys(dockerShape),
 };
@@ -325,6 +336,7 @@ function defaultSettings(): ProfileSettings {
     workspace: { mount: false },
     exec: { timeoutSeconds: 180, maxOutputChars: 50_000 },
     lifecycle: { idleSeconds: 3600 },
+    files: { maxBytes: 100 * 1024 * 1024 },
     env: { static: {}, forward: [], perUserPrefix: 'BERTH_USER', redact: true },
     docker: {
       image: 'berth-sandbox:latest',
@@ -342,9 +354,12 @@ function defaultSettings(): ProfileSettings {
 }
 
 /** Base deep-merged with written overrides: env.static merges by key; lists are replaced. */
-function applyOverrides(base: ProfileSettings, raw: RawProfile): ProfileSettings {
+function applyOverrides(base: ProfileSettings, raw: RawProfile, source: string | undefined): ProfileSettings {
   const d = raw.docker ?? {};
   const e = raw.env ?? {};
+  // A relative secrets file is relative to the config file that names it (checked in envProblems).
+  const secretsFile = e.secretsFile === undefined ? base.env.secretsFile
+    : isAbsolute(e.secretsFile) || source === undefined ? e.secretsFile : resolve(dirname(source), e.secretsFile);
   return {
     backend: raw.backend ?? base.backend,
     scope: raw.scope ?? base.scope,
@@ -358,11 +373,13 @@ function applyOverrides(base: ProfileSettings, raw: RawProfile): ProfileSettings
       maxOutputChars: raw.exec?.maxOutputChars ?? base.exec.maxOutputChars,
     },
     lifecycle: { idleSeconds: raw.lifecycle?.idleSeconds ?? base.lifecycle.idleSeconds },
+    files: { maxBytes: raw.files?.maxBytes ?? base.files.maxBytes },
     env: {
       static: { ...base.env.static, ...e.static },
       forward: [...(e.forward ?? base.env.forward)],
       perUserPrefix: e.perUserPrefix ?? base.env.perUserPrefix,
       redact: e.redact ?? base.env.redact,
+      ...(secretsFile === undefined ? {} : { secretsFile }),
     },
     docker: {
       image: d.image ?? base.docker.image,
@@ -451,6 +468,15 @@ function userSandboxProblems(section: Section): string[] {
   ];
 }
 
+function secretsFileProblems(section: Section): string[] {
+  const written = section.written.env?.secretsFile;
+  if (written === undefined || isAbsolute(written) || section.settings.env.secretsFile !== written) return [];
+  // Still relative after merging: there is no config file to be relative to.
+  return [
+    `config key "${keyOf(section, 'env.secretsFile')}": "${written}" is a relative path and this config comes from no file; use an absolute path`,
+  ];
+}
+
 function envProblems(section: Section): string[] {
   const wroteEnv = section.written.env?.static !== undefined || section.written.env?.forward !== undefined;
   if (section.profile !== undefined && !wroteEnv) return [];
@@ -503,7 +529,7 @@ function containerOnlyProblems(top: Section, profiles: readonly Section[]): stri
 function crossFieldProblems(top: Section, profiles: readonly Section[]): string[] {
   const problems: string[] = [];
   for (const s of [top, ...profiles]) {
-    problems.push(...sharedKeyProblems(s), ...userSandboxProblems(s), ...envProblems(s));
+    problems.push(...sharedKeyProblems(s), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s));
   }
   problems.push(...containerOnlyProblems(top, profiles));
   return problems;
@@ -532,13 +558,13 @@ export function parseConfig(raw: unknown, source?: string): BerthConfig {
   const written: RawConfig = parsed.data;
 
   const { multiProfile, profiles: writtenProfiles = {}, ...topWritten } = written;
-  const base = applyOverrides(defaultSettings(), topWritten);
+  const base = applyOverrides(defaultSettings(), topWritten, source);
   const top: Section = { profile: undefined, written: topWritten, settings: base };
   const profileSections = Object.entries(writtenProfiles).map(
     ([name, overrides]): Section => ({
       profile: name,
       written: overrides,
-      settings: applyOverrides(base, overrides),
+      settings: applyOverrides(base, overrides, source),
     }),
   );
 

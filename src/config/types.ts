@@ -29,6 +29,11 @@ export interface EnvSettings {
   perUserPrefix: string;
   /** Redact forwarded and per-user values (>= 8 chars) from returned output. */
   redact: boolean;
+  /**
+   * Absolute path of a `.env`-style secrets file read once at start-up (global values, and
+   * per-user `[platform:id]` sections); see config/secrets-file.ts. Undefined when unset.
+   */
+  secretsFile?: string | undefined;
 }
 
 /** Everything a profile may override; `settingsFor(config, profile)` returns the merged view. */
@@ -42,6 +47,8 @@ export interface ProfileSettings {
   workspace: { mount: boolean };
   exec: { timeoutSeconds: number; maxOutputChars: number };
   lifecycle: { idleSeconds: number };
+  /** File transfer (upload, export, read, media): the size cap of one transfer. */
+  files: { maxBytes: number };
   env: EnvSettings;
   docker: DockerSettings;
 }

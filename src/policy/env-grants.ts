@@ -1,3 +1,4 @@
+import type { SecretsFile } from '../config/secrets-file.js';
 import type { EnvSettings } from '../config/types.js';
 import { ConfigError } from '../errors.js';
 import { parseUserRef } from '../scope/user-ref.js';
@@ -8,6 +9,8 @@ export interface EnvGrantInput {
   user: string | undefined;
   /** berth's own environment, read once at start-up. */
   hostEnv: Readonly<Record<string, string | undefined>>;
+  /** The profile's `env.secretsFile`, parsed at start-up: globals sit under `hostEnv`, user sections under per-user variables. */
+  secrets?: Pick<SecretsFile, 'global' | 'users'> | undefined;
 }
 
 export interface EnvGrants {
@@ -39,7 +42,11 @@ const PER_USER_NAME_RE = /^[A-Za-z][A-Za-z0-9_]*$/;
  * @throws ConfigError for a forward entry that is not a name or `PREFIX_*`, or names a per-user variable.
  */
 export function resolveEnvGrants(a: EnvGrantInput): EnvGrants {
-  const { env, hostEnv } = a;
+  const { env } = a;
+  // The secrets file's global values read like berth's environment, which wins for one name.
+  const hostEnv: Readonly<Record<string, string | undefined>> = a.secrets === undefined || a.secrets.global.size === 0
+    ? a.hostEnv
+    : { ...Object.fromEntries(a.secrets.global), ...a.hostEnv };
   const perUserRoot = `${env.perUserPrefix}_`;
   const granted = new Map<string, { value: string; secret: boolean }>();
   const missing = new Set<string>();
@@ -70,6 +77,10 @@ export function resolveEnvGrants(a: EnvGrantInput): EnvGrants {
     else granted.set(entry.name, { value, secret: true });
   }
   if (a.user !== undefined) {
+    // A `[platform:id]` section of the secrets file first, so a per-user variable overrides it.
+    for (const [name, value] of a.secrets?.users.get(a.user) ?? []) {
+      if (PER_USER_NAME_RE.test(name)) granted.set(name, { value, secret: true });
+    }
     const prefix = userEnvPrefix(env.perUserPrefix, a.user);
     for (const name of hostNames) {
       const value = hostEnv[name];

@@ -78,6 +78,7 @@ export function profileSettings(docker: Partial<DockerSettings> = {}): ProfileSe
     workspace: { mount: false },
     exec: { timeoutSeconds: 30, maxOutputChars: 100_000 },
     lifecycle: { idleSeconds: 600 },
+    files: { maxBytes: 100 * 1024 * 1024 },
     env: { static: {}, forward: [], perUserPrefix: 'BERTH_USER_', redact: true },
     docker: dockerSettings(docker),
   };

@@ -14,6 +14,7 @@ function settings(over: Partial<ProfileSettings> = {}): ProfileSettings {
     workspace: { mount: false },
     exec: { timeoutSeconds: 120, maxOutputChars: 50_000 },
     lifecycle: { idleSeconds: 1800 },
+    files: { maxBytes: 100 * 1024 * 1024 },
     env: { static: {}, forward: [], perUserPrefix: 'BERTH_USER', redact: true },
     docker: {
       image: 'berth/sandbox:latest',

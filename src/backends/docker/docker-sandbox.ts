@@ -1,6 +1,8 @@
-import type { Duplex } from 'node:stream';
+import path from 'node:path';
+import type { Duplex, Readable } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { ExecOnceResult, Sandbox, SandboxSpec, ShellTransport } from '../backend.js';
+import { getArchiveExec, putArchiveExec } from './archive-exec.js';
 import { HOME, STATE_DIR, WORKSPACE } from './container-spec.js';
 import { execOnceIn, openShellExec } from './exec-stream.js';
 
@@ -23,11 +25,15 @@ export class DockerSandbox implements Sandbox {
   readonly name: string;
   readonly defaultCwd = WORKSPACE;
   readonly stateDir = STATE_DIR;
+  readonly homeDir = HOME;
+  readonly fileRoots: readonly string[] = [WORKSPACE, HOME, '/tmp'];
   readonly hostDir: string | undefined;
   readonly recreated: boolean;
   private readonly docker: Dockerode;
   private readonly log: (msg: string) => void;
   private readonly track: (socket: Duplex) => () => void;
+  /** Host binds as the container has them (fixed at create), longest destination first. */
+  private readonly binds: { source: string; destination: string }[];
 
   constructor(input: DockerSandboxInput) {
     this.spec = input.spec;
@@ -38,6 +44,10 @@ export class DockerSandbox implements Sandbox {
     this.docker = input.docker;
     this.log = input.log;
     this.track = input.track;
+    this.binds = (input.info.Mounts ?? [])
+      .filter((m) => m.Type === 'bind' && typeof m.Source === 'string' && typeof m.Destination === 'string')
+      .map((m) => ({ source: path.resolve(m.Source), destination: path.posix.normalize(m.Destination) }))
+      .sort((a, b) => b.destination.length - a.destination.length);
   }
 
   openShell(opts: { env: Readonly<Record<string, string>>; cwd: string }): Promise<ShellTransport> {
@@ -53,5 +63,23 @@ export class DockerSandbox implements Sandbox {
 
   execOnce(argv: string[], opts?: { timeoutMs?: number }): Promise<ExecOnceResult> {
     return execOnceIn(this.docker, this.ref, argv, opts?.timeoutMs ?? EXEC_ONCE_TIMEOUT_MS);
+  }
+
+  putArchive(destDir: string, tar: Buffer | Readable): Promise<void> {
+    return putArchiveExec(this.docker, this.ref, destDir, tar);
+  }
+
+  getArchive(p: string): Promise<Readable> {
+    return getArchiveExec(this.docker, this.ref, p);
+  }
+
+  hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined {
+    for (const b of this.binds) {
+      if (sandboxPath === b.destination || sandboxPath.startsWith(b.destination === '/' ? '/' : `${b.destination}/`)) {
+        const rel = path.posix.relative(b.destination, sandboxPath);
+        return { hostPath: rel === '' ? b.source : path.join(b.source, ...rel.split('/')), hostRoot: b.source };
+      }
+    }
+    return undefined;
   }
 }

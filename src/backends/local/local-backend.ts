@@ -1,8 +1,10 @@
 import { spawn } from 'node:child_process';
 import { mkdirSync, rmSync } from 'node:fs';
 import { join, resolve, sep } from 'node:path';
+import type { Readable } from 'node:stream';
 import type { ProfileSettings } from '../../config/types.js';
 import type { Backend, ExecOnceResult, ManagedSandbox, Sandbox, SandboxSpec, ShellTransport } from '../backend.js';
+import { getArchiveLocal, putArchiveLocal } from './local-archive.js';
 import { spawnTransport } from './spawn-transport.js';
 
 /**
@@ -65,6 +67,12 @@ class LocalSandbox implements Sandbox {
   readonly defaultCwd: string;
   readonly stateDir: string;
   readonly hostDir: string;
+  readonly homeDir: string;
+  /*
+   * Only the sandbox dir: the host's /tmp is shared by every session and process on the machine,
+   * so it is no root of this sandbox's files (an attached workspace is added by the caller).
+   */
+  readonly fileRoots: readonly string[];
   readonly recreated = false;
 
   constructor(readonly spec: SandboxSpec, dir: string) {
@@ -73,6 +81,21 @@ class LocalSandbox implements Sandbox {
     this.defaultCwd = dir;
     this.stateDir = join(dir, '.berth');
     this.hostDir = dir;
+    this.homeDir = dir;
+    this.fileRoots = [dir];
+  }
+
+  putArchive(destDir: string, tar: Buffer | Readable): Promise<void> {
+    return putArchiveLocal(destDir, tar, { cwd: this.hostDir, env: this.baseEnv() });
+  }
+
+  getArchive(path: string): Promise<Readable> {
+    return getArchiveLocal(path, { cwd: this.hostDir, env: this.baseEnv() });
+  }
+
+  /** Every path of a local sandbox is a host path: the file is its own host path. */
+  hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } {
+    return { hostPath: sandboxPath, hostRoot: sandboxPath };
   }
 
   private baseEnv(): Record<string, string> {

@@ -1,0 +1,56 @@
+import { UsageError } from '../../errors.js';
+import { normalizeScope } from '../../scope/normalize.js';
+import { parseUserRef } from '../../scope/user-ref.js';
+import { COMMON_OPTIONS, parseFlags } from '../args.js';
+import type { CliIo } from '../io.js';
+import { openCliBroker } from '../open-broker.js';
+
+export const AUDIT_HELP = `usage: berth audit [--tenant T] [--user PLATFORM:ID] [--session S] [--limit N] [--json]
+
+Prints the audit log of one tenant (default: local), newest first: every exec, upload, export,
+read, media lookup and close, with granted secret values redacted from the command text.
+
+  --tenant T          tenant (default: local); entries of other tenants are never shown
+  --user PLATFORM:ID  only this end user's calls
+  --session S         only this session's calls
+  --limit N           at most N entries (default 100, at most 10000)
+  --json              print one single-line JSON array`;
+
+export async function auditCommand(argv: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseFlags('audit', argv, {
+    ...COMMON_OPTIONS, tenant: { type: 'string' }, user: { type: 'string' }, session: { type: 'string' },
+    limit: { type: 'string' }, json: { type: 'boolean' },
+  });
+  if (values.help) {
+    io.out(`${AUDIT_HELP}\n`);
+    return 0;
+  }
+  if (positionals.length > 0) throw new UsageError(`berth audit takes no arguments, got "${positionals[0]}" (see "berth audit --help")`);
+  const { tenant } = normalizeScope({ tenant: values.tenant });
+  if (values.user !== undefined) parseUserRef(values.user);
+  let limit = 100;
+  if (values.limit !== undefined) {
+    limit = Number(values.limit);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new UsageError(`--limit "${values.limit}" is not a whole number between 1 and 10000`);
+  }
+  const broker = await openCliBroker(io, values.config);
+  try {
+    const entries = broker.audit({ tenant, user: values.user, session: values.session, limit });
+    if (values.json) {
+      io.out(`${JSON.stringify(entries)}\n`);
+      return 0;
+    }
+    if (entries.length === 0) {
+      io.out('no audit entries\n');
+      return 0;
+    }
+    io.out(`${'TIME'.padEnd(24)} ${'KIND'.padEnd(6)} ${'USER'.padEnd(20)} ${'SESSION'.padEnd(16)} ${'SANDBOX'.padEnd(24)} ${'EXIT'.padStart(4)} ${'MS'.padStart(6)} COMMAND\n`);
+    for (const e of entries) {
+      const command = (e.command ?? '').replace(/\s*\n\s*/g, ' ↵ ');
+      io.out(`${new Date(e.timeMs).toISOString().padEnd(24)} ${e.kind.padEnd(6)} ${(e.user ?? '-').padEnd(20)} ${(e.session ?? '-').padEnd(16)} ${(e.sandboxKey ?? '-').padEnd(24)} ${String(e.exitCode ?? '-').padStart(4)} ${String(e.durationMs ?? '-').padStart(6)} ${command}\n`);
+    }
+    return 0;
+  } finally {
+    await broker.close();
+  }
+}

@@ -1,0 +1,323 @@
+import { randomBytes } from 'node:crypto';
+import { copyFile, mkdir, mkdtemp, open, realpath, rename, rm, stat, type FileHandle } from 'node:fs/promises';
+import { dirname, join, posix, sep } from 'node:path';
+import { Readable } from 'node:stream';
+import type { Sandbox } from '../backends/backend.js';
+import { BerthError, PolicyRefusedError, UsageError } from '../errors.js';
+import { FileTooLargeError, PathNotFoundError } from './errors.js';
+import { resolveInSandbox, type ResolvedPath } from './resolve-in-sandbox.js';
+import { assertSandboxPath, cleanEntryName, normalizeSandboxPath, sandboxPathRefusal, type SandboxPathPolicy } from './sandbox-path.js';
+import { readTar, TarFormatError, writeTar, type TarWriteEntry } from './tar.js';
+
+/** Everything a transfer needs about its call, resolved by the broker. */
+export interface TransferContext {
+  sandbox: Sandbox;
+  policy: SandboxPathPolicy;
+  /** The shell identity's cwd inside the sandbox: relative paths start here. */
+  cwd: string;
+  /** `files.maxBytes` of the call's profile. */
+  maxBytes: number;
+  /** Creates (if needed) and returns the call scope's private staging dir on the host. */
+  staging: () => Promise<string>;
+  log?: (message: string) => void;
+}
+
+const CAP_SETTING = 'files.maxBytes';
+
+interface Cap {
+  limit: number;
+  setting: string;
+  fix: string | undefined;
+}
+
+function capOf(ctx: TransferContext, asked: number | undefined): Cap {
+  if (asked === undefined || asked >= ctx.maxBytes) return { limit: ctx.maxBytes, setting: CAP_SETTING, fix: undefined };
+  if (!Number.isSafeInteger(asked) || asked < 0) throw new UsageError(`maxBytes must be a non-negative integer, got ${String(asked)}`);
+  return { limit: asked, setting: 'maxBytes of the call', fix: `pass a larger maxBytes (up to ${CAP_SETTING} = ${ctx.maxBytes})` };
+}
+
+function tooLarge(what: string, cap: Cap): FileTooLargeError {
+  return new FileTooLargeError(what, cap.limit, cap.setting, cap.fix);
+}
+
+async function resolveOne(ctx: TransferContext, path: string): Promise<ResolvedPath> {
+  const abs = normalizeSandboxPath(path, ctx.cwd);
+  const [r] = await resolveInSandbox(ctx.sandbox, [abs]);
+  if (r === undefined) throw new BerthError('internal', `no resolution for ${abs}`);
+  if (r.kind === 'dangling') {
+    throw new PolicyRefusedError(`sandbox path ${JSON.stringify(abs)} goes through a symlink that points nowhere (${JSON.stringify(r.real)}); name the real file`);
+  }
+  return r;
+}
+
+/** Refused paths first (so a missing file under /proc is a refusal, not "not found"), then existence. */
+function requireExisting(ctx: TransferContext, r: ResolvedPath, want: 'file' | 'file-or-dir'): void {
+  assertSandboxPath(r.asked, r.real, ctx.policy);
+  if (r.kind === 'missing') throw new PathNotFoundError(`sandbox path ${JSON.stringify(r.asked)} does not exist in sandbox ${ctx.sandbox.name}`);
+  if (r.kind === 'other') throw new PolicyRefusedError(`sandbox path ${JSON.stringify(r.asked)} is not a regular file or directory (device, socket or fifo); only files and folders are transferred`);
+  if (want === 'file' && r.kind === 'dir') throw new UsageError(`sandbox path ${JSON.stringify(r.asked)} is a directory; name a file`);
+}
+
+function splitExisting(r: ResolvedPath): { base: string; missing: string[] } {
+  const base = r.real.slice(0, r.real.length - r.missing.length) || '/';
+  return { base, missing: r.missing.split('/').filter((s) => s !== '') };
+}
+
+/**
+ * Writes one file into the sandbox (missing parent dirs are created). Verified afterwards: the
+ * call succeeds only when the file is there with the right size.
+ */
+export async function uploadFile(ctx: TransferContext, a: { path: string; data: Buffer; mode?: number }): Promise<{ path: string; bytes: number }> {
+  if (!Buffer.isBuffer(a.data)) throw new UsageError('upload data must be a Buffer');
+  const mode = a.mode ?? 0o644;
+  if (!Number.isInteger(mode) || mode < 0 || mode > 0o7777) throw new UsageError(`mode must be a file mode between 0 and 0o7777, got ${String(a.mode)}`);
+  if (a.data.length > ctx.maxBytes) throw new FileTooLargeError(`upload to ${JSON.stringify(a.path)} (${a.data.length} bytes)`, ctx.maxBytes, CAP_SETTING);
+  const r = await resolveOne(ctx, a.path);
+  assertSandboxPath(r.asked, r.real, ctx.policy);
+  if (r.kind === 'dir') throw new UsageError(`sandbox path ${JSON.stringify(r.asked)} is a directory; name the file to write, e.g. ${posix.join(r.asked, 'name')}`);
+  if (r.kind === 'other') throw new PolicyRefusedError(`sandbox path ${JSON.stringify(r.asked)} is not a regular file; refusing to write over it`);
+  let destDir: string;
+  const entries: TarWriteEntry[] = [];
+  if (r.kind === 'missing') {
+    const { base, missing } = splitExisting(r);
+    destDir = base;
+    for (let i = 1; i < missing.length; i++) entries.push({ name: missing.slice(0, i).join('/'), type: 'dir', mode: 0o755 });
+    entries.push({ name: missing.join('/'), type: 'file', mode, data: a.data });
+  } else {
+    destDir = posix.dirname(r.real);
+    entries.push({ name: posix.basename(r.real), type: 'file', mode, data: a.data });
+  }
+  await ctx.sandbox.putArchive(destDir, writeTar(entries));
+  const [check] = await resolveInSandbox(ctx.sandbox, [r.real]);
+  if (check?.kind !== 'file' || (check.size >= 0 && check.size !== a.data.length)) {
+    throw new BerthError('transfer_failed', `upload to ${JSON.stringify(r.real)} in sandbox ${ctx.sandbox.name} did not land (found ${check?.kind ?? 'nothing'}, ${check?.size ?? -1} bytes of ${a.data.length})`);
+  }
+  return { path: r.real, bytes: a.data.length };
+}
+
+interface ParsedEntry {
+  name: string;
+  type: 'file' | 'dir';
+  mode: number;
+  data: Buffer | undefined;
+}
+
+/** Parses a caller's tar strictly: files and dirs with safe relative names only. */
+async function parseUploadTar(tar: Buffer, maxBytes: number): Promise<ParsedEntry[]> {
+  const entries: ParsedEntry[] = [];
+  let total = 0;
+  try {
+    await readTar(Readable.from([tar]), (h) => {
+      const name = cleanEntryName(h.name);
+      if (name === undefined) throw new PolicyRefusedError(`archive entry ${JSON.stringify(h.name)} is refused: absolute names and ".." segments are not allowed`);
+      if (h.type === 'symlink' || h.type === 'hardlink' || h.type === 'other') {
+        throw new PolicyRefusedError(`archive entry ${JSON.stringify(h.name)} is a ${h.type === 'other' ? `special file (type ${JSON.stringify(h.flag)})` : h.type}; uploads carry only files and folders`);
+      }
+      if (name === '') return undefined;
+      if (h.type === 'dir') {
+        entries.push({ name, type: 'dir', mode: h.mode & 0o7777, data: undefined });
+        return undefined;
+      }
+      total += h.size;
+      if (total > maxBytes) throw new FileTooLargeError(`the archive's files (over ${total} bytes)`, maxBytes, CAP_SETTING);
+      const parts: Buffer[] = [];
+      return {
+        write: (c: Buffer) => void parts.push(Buffer.from(c)),
+        end: () => void entries.push({ name, type: 'file', mode: h.mode & 0o7777, data: Buffer.concat(parts) }),
+      };
+    });
+  } catch (err) {
+    if (err instanceof TarFormatError) throw new UsageError(`the upload is not a valid tar archive: ${err.message}`);
+    throw err;
+  }
+  return entries;
+}
+
+/**
+ * Extracts a tar of files and folders under `dir` in the sandbox (created if missing). The
+ * archive is parsed and re-written by berth: only files and dirs with safe names reach the
+ * sandbox's tar, and no entry may land through a symlink or on a refused path.
+ */
+export async function uploadTarball(ctx: TransferContext, a: { dir: string; tar: Buffer }): Promise<{ dir: string; entries: number }> {
+  if (!Buffer.isBuffer(a.tar)) throw new UsageError('upload tar must be a Buffer');
+  const r = await resolveOne(ctx, a.dir);
+  assertSandboxPath(r.asked, r.real, ctx.policy);
+  if (r.kind === 'file' || r.kind === 'other') throw new UsageError(`sandbox path ${JSON.stringify(r.asked)} is not a directory; name the folder to extract into`);
+  const entries = await parseUploadTar(a.tar, ctx.maxBytes);
+  const targets = new Set<string>();
+  for (const e of entries) {
+    const p = posix.join(r.real, e.name);
+    const reason = sandboxPathRefusal(p, ctx.policy);
+    if (reason !== undefined) throw new PolicyRefusedError(`archive entry ${JSON.stringify(e.name)} would be written to ${JSON.stringify(p)}, which ${reason}`);
+    const parts = e.name.split('/');
+    for (let i = 1; i <= parts.length; i++) targets.add(posix.join(r.real, ...parts.slice(0, i)));
+  }
+  // Nothing may be written through a symlink that already exists in the sandbox.
+  if (r.kind === 'dir' && targets.size > 0) {
+    for (const t of await resolveInSandbox(ctx.sandbox, [...targets])) {
+      if (t.kind === 'dangling' || t.real !== t.asked) {
+        throw new PolicyRefusedError(`archive entry path ${JSON.stringify(t.asked)} is a symlink in the sandbox (to ${JSON.stringify(t.real)}); uploads never write through symlinks`);
+      }
+      if (t.kind === 'other') throw new PolicyRefusedError(`archive entry path ${JSON.stringify(t.asked)} is a special file in the sandbox; refusing to write over it`);
+    }
+  }
+  const { base, missing } = splitExisting(r);
+  const prefix = missing.join('/');
+  const out: TarWriteEntry[] = [];
+  for (let i = 1; i <= missing.length; i++) out.push({ name: missing.slice(0, i).join('/'), type: 'dir', mode: 0o755 });
+  for (const e of entries) {
+    const name = prefix === '' ? e.name : `${prefix}/${e.name}`;
+    out.push(e.type === 'dir' ? { name, type: 'dir', mode: e.mode } : { name, type: 'file', mode: e.mode, data: e.data });
+  }
+  if (out.length === 0) return { dir: r.real, entries: 0 };
+  await ctx.sandbox.putArchive(base, writeTar(out));
+  return { dir: r.real, entries: entries.length };
+}
+
+/** Reads one file into memory, bounded by `maxBytes` (never above `files.maxBytes`). */
+export async function readSandboxFile(ctx: TransferContext, a: { path: string; maxBytes?: number }): Promise<{ path: string; data: Buffer }> {
+  const cap = capOf(ctx, a.maxBytes);
+  const limit = cap.limit;
+  const r = await resolveOne(ctx, a.path);
+  requireExisting(ctx, r, 'file');
+  if (r.size > limit) throw tooLarge(`sandbox file ${JSON.stringify(r.asked)} (${r.size} bytes)`, cap);
+  const stream = await ctx.sandbox.getArchive(r.real);
+  const parts: Buffer[] = [];
+  let bytes = 0;
+  let found = false;
+  try {
+    await readTar(stream, (h) => {
+      if (found || h.type !== 'file') return undefined;
+      found = true;
+      return {
+        write: (c: Buffer) => {
+          bytes += c.length;
+          if (bytes > limit) throw tooLarge(`sandbox file ${JSON.stringify(r.asked)}`, cap);
+          parts.push(Buffer.from(c));
+        },
+        end: () => undefined,
+      };
+    });
+  } catch (err) {
+    stream.destroy();
+    throw asTransferError(err, r.real, ctx.sandbox.name);
+  }
+  if (!found) throw new BerthError('transfer_failed', `the sandbox's archive of ${JSON.stringify(r.real)} held no file`);
+  return { path: r.real, data: Buffer.concat(parts) };
+}
+
+function asTransferError(err: unknown, path: string, sandbox: string): unknown {
+  if (err instanceof TarFormatError) return new BerthError('transfer_failed', `reading ${JSON.stringify(path)} from sandbox ${sandbox}: ${err.message}`);
+  return err;
+}
+
+/**
+ * Copies a file or folder out of the sandbox into a fresh dir under the scope's staging dir.
+ * Written to a `.partial-*` dir first and renamed when complete: a failure (cap, refusal, a
+ * broken stream) leaves nothing behind. Symlinks and special files inside a folder are not
+ * materialised on the host, and berth's own files and credential dirs inside it are skipped.
+ */
+export async function exportToStaging(ctx: TransferContext, a: { path: string; maxBytes?: number }): Promise<{ hostPath: string; bytes: number; kind: 'file' | 'dir' }> {
+  const cap = capOf(ctx, a.maxBytes);
+  const limit = cap.limit;
+  const r = await resolveOne(ctx, a.path);
+  requireExisting(ctx, r, 'file-or-dir');
+  const kind = r.kind === 'dir' ? 'dir' : 'file';
+  if (r.size > limit) throw tooLarge(`sandbox file ${JSON.stringify(r.asked)} (${r.size} bytes)`, cap);
+  const base = posix.basename(r.real);
+  const parent = posix.dirname(r.real);
+  const staging = await ctx.staging();
+  const stream = await ctx.sandbox.getArchive(r.real);
+  const tmp = await mkdtemp(join(staging, '.partial-'));
+  let bytes = 0;
+  let skipped = 0;
+  let open_: FileHandle | undefined;
+  const written = new Set<string>();
+  try {
+    await readTar(stream, async (h) => {
+      const name = cleanEntryName(h.name);
+      if (name === undefined || (name !== '' && name !== base && !name.startsWith(`${base}/`))) {
+        throw new BerthError('transfer_failed', `the sandbox's archive of ${JSON.stringify(r.real)} has an unexpected entry ${JSON.stringify(h.name)}`);
+      }
+      if (name === '' || sandboxPathRefusal(posix.join(parent, name), ctx.policy) !== undefined) {
+        if (name !== '') skipped++;
+        return undefined;
+      }
+      const hostPath = join(tmp, ...name.split('/'));
+      if (h.type === 'dir') {
+        await mkdir(hostPath, { recursive: true, mode: 0o700 });
+        return undefined;
+      }
+      if (h.type === 'hardlink') {
+        const target = cleanEntryName(h.linkName);
+        if (target !== undefined && written.has(target)) {
+          await mkdir(dirname(hostPath), { recursive: true, mode: 0o700 });
+          await copyFile(join(tmp, ...target.split('/')), hostPath);
+          bytes += (await stat(hostPath)).size;
+          if (bytes > limit) throw tooLarge(`export of ${JSON.stringify(r.asked)}`, cap);
+          written.add(name);
+        } else {
+          skipped++;
+        }
+        return undefined;
+      }
+      if (h.type !== 'file') {
+        skipped++;
+        return undefined;
+      }
+      if (bytes + h.size > limit) throw tooLarge(`export of ${JSON.stringify(r.asked)} (over ${bytes + h.size} bytes)`, cap);
+      await mkdir(dirname(hostPath), { recursive: true, mode: 0o700 });
+      await rm(hostPath, { force: true });
+      const fh = await open(hostPath, 'wx', (h.mode & 0o100) !== 0 ? 0o700 : 0o600);
+      open_ = fh;
+      return {
+        write: async (c: Buffer) => {
+          bytes += c.length;
+          if (bytes > limit) throw tooLarge(`export of ${JSON.stringify(r.asked)}`, cap);
+          await fh.write(c);
+        },
+        end: async () => {
+          open_ = undefined;
+          await fh.close();
+          written.add(name);
+        },
+      };
+    });
+    if (!written.has(base) && kind === 'file') {
+      throw new BerthError('transfer_failed', `the sandbox's archive of ${JSON.stringify(r.real)} held no file`);
+    }
+    if (kind === 'dir') await mkdir(join(tmp, base), { recursive: true, mode: 0o700 });
+    const final = join(staging, randomBytes(8).toString('hex'));
+    await rename(tmp, final);
+    if (skipped > 0) ctx.log?.(`export ${r.real}: ${skipped} entries skipped (symlinks, special files, berth's own or credential paths)`);
+    return { hostPath: join(final, base), bytes, kind };
+  } catch (err) {
+    stream.destroy();
+    await open_?.close().catch(() => undefined);
+    await rm(tmp, { recursive: true, force: true });
+    throw asTransferError(err, r.real, ctx.sandbox.name);
+  }
+}
+
+/**
+ * The host path of a file an agent names in its sandbox: the file itself when the sandbox keeps
+ * it on a host dir (its own bind, attached workspace or volume; every file on `local`), else an
+ * export into the staging dir.
+ */
+export async function mediaHostPath(ctx: TransferContext, sandboxPath: string): Promise<{ hostPath: string; exported: boolean }> {
+  const r = await resolveOne(ctx, sandboxPath);
+  requireExisting(ctx, r, 'file');
+  const mapped = ctx.sandbox.hostPathOf(r.real);
+  if (mapped !== undefined) {
+    const hostReal = await realpath(mapped.hostPath).catch(() => undefined);
+    if (hostReal !== undefined) {
+      const rootReal = await realpath(mapped.hostRoot).catch(() => mapped.hostRoot);
+      if (hostReal !== rootReal && !hostReal.startsWith(rootReal.endsWith(sep) ? rootReal : rootReal + sep)) {
+        throw new PolicyRefusedError(`sandbox path ${JSON.stringify(r.asked)} maps to host ${JSON.stringify(hostReal)}, outside the sandbox's host dir ${JSON.stringify(rootReal)}`);
+      }
+      if ((await stat(hostReal)).isFile()) return { hostPath: hostReal, exported: false };
+    }
+  }
+  const e = await exportToStaging(ctx, { path: r.real });
+  return { hostPath: e.hostPath, exported: true };
+}

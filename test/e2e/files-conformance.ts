@@ -1,0 +1,161 @@
+import { execFileSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { expect, it } from 'vitest';
+import type { Broker } from '../../src/broker/broker.js';
+import { PolicyRefusedError } from '../../src/errors.js';
+import { FileTooLargeError, PathNotFoundError } from '../../src/files/errors.js';
+import { writeTar } from '../../src/files/tar.js';
+
+/*
+ * One file-transfer suite, run against every backend (local, docker): the same calls, the same
+ * refusals, the same guarantees. `open(extra)` opens a broker on a fresh installation with
+ * `extra` merged into the backend's config.
+ */
+
+const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
+
+function listTree(dir: string, base = dir): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(dir).sort()) {
+    const p = join(dir, name);
+    const st = lstatSync(p);
+    const rel = p.slice(base.length + 1);
+    if (st.isSymbolicLink()) out.push(`${rel}@`);
+    else if (st.isDirectory()) out.push(`${rel}/`, ...listTree(p, base));
+    else out.push(rel);
+  }
+  return out;
+}
+
+/** A tar (made by the host's tar) holding one symlink to /etc/passwd. */
+function symlinkTar(): Buffer {
+  const dir = mkdtempSync(join(tmpdir(), 'berth-symtar-'));
+  try {
+    symlinkSync('/etc/passwd', join(dir, 'ln'));
+    return execFileSync('tar', ['-c', '-f', '-', '-C', dir, './ln']);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export function filesConformance(
+  backend: string,
+  open: (extra?: Record<string, unknown>) => Promise<{ broker: Broker; home: string }>,
+  report: (line: string) => void,
+): void {
+  it(`${backend}: a 20 MB binary file goes in and comes out byte for byte`, async () => {
+    const { broker } = await open();
+    const s = { session: 'big' };
+    await broker.exec(s, 'true');
+    const data = randomBytes(20 * 1024 * 1024);
+    let t = Date.now();
+    const up = await broker.upload(s, { path: 'sub/dir/big.bin', data, mode: 0o640 });
+    const upMs = Date.now() - t;
+    expect(up.bytes).toBe(data.length);
+    const inside = await broker.exec(s, `sha256sum ${up.path} | cut -d' ' -f1; stat -c %a ${up.path}`);
+    expect(inside.stdout).toBe(`${sha(data)}\n640\n`);
+    t = Date.now();
+    const ex = await broker.exportPath(s, { path: up.path });
+    const exMs = Date.now() - t;
+    expect(ex).toMatchObject({ bytes: data.length, kind: 'file' });
+    expect(sha(readFileSync(ex.hostPath))).toBe(sha(data));
+    expect(lstatSync(dirname(ex.hostPath)).mode & 0o777).toBe(0o700);
+    report(`${backend}: 20 MB upload ${upMs} ms, export ${exMs} ms`);
+  });
+
+  it(`${backend}: a folder round trip; symlinks and berth's own files never come out`, async () => {
+    const { broker } = await open();
+    const s = { session: 'tree' };
+    const tar = writeTar([
+      { name: 'proj', type: 'dir', mode: 0o755 },
+      { name: 'proj/a.txt', type: 'file', mode: 0o644, data: Buffer.from('alpha\n') },
+      { name: 'proj/empty', type: 'file', mode: 0o644, data: Buffer.alloc(0) },
+      { name: 'proj/deep/er/b.bin', type: 'file', mode: 0o755, data: randomBytes(70_000) },
+    ]);
+    const up = await broker.uploadTar(s, { dir: 'in', tar });
+    expect(up.entries).toBe(4);
+    const check = await broker.exec(s, 'cat in/proj/a.txt; ls in/proj/deep/er; ln -s /etc/passwd in/proj/pw; ln -s a.txt in/proj/rel');
+    expect(check.stdout).toBe('alpha\nb.bin\n');
+    const ex = await broker.exportPath(s, { path: 'in/proj' });
+    expect(ex.kind).toBe('dir');
+    expect(ex.bytes).toBe(6 + 70_000);
+    expect(listTree(ex.hostPath)).toEqual(['a.txt', 'deep/', 'deep/er/', 'deep/er/b.bin', 'empty']);
+    // The home holds berth's shell snapshots (.berth): exporting it leaves them out.
+    const home = (await broker.exec(s, 'echo "$HOME"; mkdir -p "$HOME/.ssh"; echo k > "$HOME/.ssh/id_x"; echo n > "$HOME/note"')).stdout.trim();
+    const h = await broker.exportPath(s, { path: home });
+    const tree = listTree(h.hostPath);
+    expect(tree).toContain('note');
+    expect(tree.filter((p) => p.startsWith('.berth') || p.startsWith('.ssh'))).toEqual([]);
+  });
+
+  it(`${backend}: the size cap refuses uploads and exports over files.maxBytes and leaves nothing behind`, async () => {
+    const { broker, home } = await open({ files: { maxBytes: 1024 * 1024 } });
+    const s = { session: 'cap' };
+    const err = await broker.upload(s, { path: 'x.bin', data: randomBytes(1024 * 1024 + 1) }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(FileTooLargeError);
+    expect((err as Error).message).toMatch(/larger than the cap of 1048576 bytes \(files\.maxBytes\); raise files\.maxBytes in the config/);
+    expect((await broker.exec(s, 'ls x.bin 2>&1 || true')).stdout).toMatch(/No such file/);
+    await broker.exec(s, 'head -c 2000000 /dev/zero > big; mkdir d; head -c 600000 /dev/zero > d/1; head -c 600000 /dev/zero > d/2');
+    await expect(broker.exportPath(s, { path: 'big' })).rejects.toThrow(/files\.maxBytes/);
+    await expect(broker.exportPath(s, { path: 'd' })).rejects.toBeInstanceOf(FileTooLargeError);
+    await expect(broker.readFile(s, { path: 'big' })).rejects.toBeInstanceOf(FileTooLargeError);
+    await expect(broker.readFile(s, { path: 'd/1', maxBytes: 10 })).rejects.toThrow(/pass a larger maxBytes/);
+    expect((await broker.readFile(s, { path: 'd/1' })).data.length).toBe(600_000);
+    const staging = join(home, 'staging');
+    const leftovers = existsSync(staging) ? listTree(staging).filter((p) => !p.endsWith('/')) : [];
+    expect(leftovers).toEqual([]);
+  });
+
+  it(`${backend}: "..", an absolute symlink, /proc/self/environ and the snapshot dir are refused, naming the path and the rule`, async () => {
+    const { broker } = await open();
+    const s = { session: 'refuse' };
+    const home = (await broker.exec(s, 'ln -s /etc/passwd x; ln -s /proc/1 p1; mkdir -p real; ln -s /etc linkdir; echo "$HOME"')).stdout.trim();
+    const refused = async (p: Promise<unknown>, rule: RegExp): Promise<void> => {
+      const e = await p.then(() => undefined, (err: unknown) => err);
+      expect(e, String(rule)).toBeInstanceOf(PolicyRefusedError);
+      expect((e as Error).message).toMatch(rule);
+    };
+    await refused(broker.exportPath(s, { path: '../etc/passwd' }), /"\.\.\/etc\/passwd" is refused: "\.\." segments are not allowed/);
+    await refused(broker.exportPath(s, { path: 'x' }), /\/x" \(resolves to "\/etc\/passwd"\) is outside the sandbox's file roots/);
+    await refused(broker.readFile(s, { path: '/proc/self/environ' }), /"\/proc\/self\/environ" \(resolves to "\/proc\/\d+\/environ"\) is under \/proc/);
+    await refused(broker.exportPath(s, { path: 'p1/environ' }), /is under \/proc/);
+    await refused(broker.exportPath(s, { path: `${home}/.berth` }), /is berth's own state in the sandbox/);
+    await refused(broker.mediaPath(s, `${home}/.berth/shells`), /berth's own state/);
+    await refused(broker.upload(s, { path: 'linkdir/evil', data: Buffer.from('x') }), /resolves to "\/etc\/evil"\) is outside/);
+    await refused(broker.upload(s, { path: '/proc/self/x', data: Buffer.from('x') }), /under \/proc/);
+    await refused(broker.uploadTar(s, { dir: '.', tar: writeTar([{ name: 'linkdir/evil', type: 'file', mode: 0o644, data: Buffer.from('x') }]) }), /is a symlink in the sandbox/);
+    await refused(broker.uploadTar(s, { dir: 'real', tar: writeTar([{ name: '../evil', type: 'file', mode: 0o644, data: Buffer.from('x') }]) }), /archive entry "\.\.\/evil" is refused/);
+    await refused(broker.uploadTar(s, { dir: 'real', tar: symlinkTar() }), /archive entry "\.\/ln" is a symlink; uploads carry only files and folders/);
+    await expect(broker.exportPath(s, { path: 'nope' })).rejects.toBeInstanceOf(PathNotFoundError);
+    expect((await broker.exec(s, 'ls /etc/evil 2>&1 || true')).stdout).toMatch(/No such file/);
+  });
+
+  it(`${backend}: an upload that cannot land is an error, never a success`, async () => {
+    const { broker } = await open();
+    const s = { session: 'fail' };
+    await broker.exec(s, 'echo f > afile');
+    const e = await broker.upload(s, { path: 'afile/child.txt', data: Buffer.from('x') }).catch((err: unknown) => err);
+    expect(e).toBeInstanceOf(Error);
+    expect((e as { code?: string }).code).toBe('transfer_failed');
+    const audit = broker.audit({ tenant: 'local', session: 'fail' });
+    expect(audit[0]).toMatchObject({ kind: 'upload', exitCode: null });
+    expect(audit[0]!.command).toMatch(/\[failed: transfer_failed\]$/);
+  });
+
+  it(`${backend}: staging is private to the session and removed when the session closes`, async () => {
+    const { broker, home } = await open();
+    await broker.exec({ session: 'st' }, 'echo one > f');
+    const a = await broker.exportPath({ session: 'st' }, { path: 'f' });
+    const b = await broker.exportPath({ session: 'st', user: 'telegram:1' }, { path: 'f' }).catch(() => undefined);
+    expect(a.hostPath.startsWith(join(home, 'staging', 'local'))).toBe(true);
+    if (b !== undefined) expect(dirname(dirname(b.hostPath))).not.toBe(dirname(dirname(a.hostPath)));
+    expect(readFileSync(a.hostPath, 'utf8')).toBe('one\n');
+    await broker.closeSession({ session: 'st' });
+    expect(existsSync(a.hostPath)).toBe(false);
+    const kinds = broker.audit({ tenant: 'local', session: 'st' }).map((x) => x.kind);
+    expect(kinds).toEqual(expect.arrayContaining(['close', 'export', 'exec']));
+  });
+}
