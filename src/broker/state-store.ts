@@ -75,12 +75,51 @@ CREATE TABLE IF NOT EXISTS task_overrides (
 CREATE TABLE IF NOT EXISTS audit (
   id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, tenant TEXT NOT NULL, profile TEXT NOT NULL,
   user TEXT, session TEXT, sandbox_key TEXT, kind TEXT NOT NULL, command TEXT, exit_code INTEGER, duration_ms INTEGER);
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY, tenant TEXT NOT NULL, profile TEXT NOT NULL, session TEXT NOT NULL, digest TEXT NOT NULL,
+  sandbox_key TEXT NOT NULL, scope TEXT NOT NULL, command TEXT NOT NULL, dir TEXT NOT NULL, started_ms INTEGER NOT NULL,
+  status TEXT NOT NULL, exit_code INTEGER, ended_ms INTEGER);
+CREATE INDEX IF NOT EXISTS jobs_session ON jobs (tenant, profile, session);
+CREATE INDEX IF NOT EXISTS jobs_digest ON jobs (digest, status);
 `;
 
 interface SandboxRow {
   digest: string; backend: string; tenant: string; profile: string | null; key: string; rule: string;
   ephemeral: number; ref: string; name: string; host_dir: string | null; mount: string | null;
   created_ms: number; last_used_ms: number;
+}
+
+/** A background job (issue 5): its output lives in the sandbox under `dir`; this is its index entry. */
+export interface JobRecord {
+  id: string;
+  tenant: string;
+  profile: string;
+  /** The session ref of the scope that started it (see `sessionRefOf`). */
+  session: string;
+  digest: string;
+  sandboxKey: string;
+  /** The normalised call scope that started it (JSON), to reattach its sandbox after a restart. */
+  scope: string;
+  /** The command line, redacted. */
+  command: string;
+  dir: string;
+  startedMs: number;
+  status: 'running' | 'exited' | 'killed' | 'unknown';
+  exitCode: number | null;
+  endedMs: number | null;
+}
+
+interface JobRow {
+  id: string; tenant: string; profile: string; session: string; digest: string; sandbox_key: string; scope: string;
+  command: string; dir: string; started_ms: number; status: string; exit_code: number | null; ended_ms: number | null;
+}
+
+function toJob(r: JobRow): JobRecord {
+  return {
+    id: r.id, tenant: r.tenant, profile: r.profile, session: r.session, digest: r.digest, sandboxKey: r.sandbox_key,
+    scope: r.scope, command: r.command, dir: r.dir, startedMs: r.started_ms, status: r.status as JobRecord['status'],
+    exitCode: r.exit_code, endedMs: r.ended_ms,
+  };
 }
 
 function toSandbox(r: SandboxRow): SandboxRecord {
@@ -343,5 +382,40 @@ export class StateStore {
       command, exit_code AS exitCode, duration_ms AS durationMs FROM audit WHERE ${where.join(' AND ')}
       ORDER BY id DESC LIMIT @limit`).all({ ...filter, limit: filter.limit ?? 100 });
     return rows as AuditEntry[];
+  }
+
+  // --- background jobs (issue 5) ---------------------------------------------------------
+
+  putJob(j: JobRecord): void {
+    this.q(`INSERT INTO jobs (id, tenant, profile, session, digest, sandbox_key, scope, command, dir, started_ms, status, exit_code, ended_ms)
+      VALUES (@id, @tenant, @profile, @session, @digest, @sandboxKey, @scope, @command, @dir, @startedMs, @status, @exitCode, @endedMs)`).run(j);
+  }
+
+  /** One job of one tenant's session: an id from another tenant or session is not found. */
+  getJob(tenant: string, profile: string, session: string, id: string): JobRecord | undefined {
+    const row = this.q('SELECT * FROM jobs WHERE id = ? AND tenant = ? AND profile = ? AND session = ?')
+      .get(id, tenant, profile, session) as JobRow | undefined;
+    return row ? toJob(row) : undefined;
+  }
+
+  listJobs(tenant: string, profile: string, session: string): JobRecord[] {
+    const rows = this.q('SELECT * FROM jobs WHERE tenant = ? AND profile = ? AND session = ? ORDER BY started_ms, id')
+      .all(tenant, profile, session) as JobRow[];
+    return rows.map(toJob);
+  }
+
+  /** Jobs last known to be running in a sandbox (any tenant: the idle reaper asks per sandbox). */
+  runningJobsIn(digest: string): JobRecord[] {
+    return (this.q("SELECT * FROM jobs WHERE digest = ? AND status = 'running'").all(digest) as JobRow[]).map(toJob);
+  }
+
+  /** Records a job's end; only a running job changes (the first observed end wins). */
+  endJob(id: string, status: 'exited' | 'killed' | 'unknown', exitCode: number | null, nowMs: number): void {
+    this.q("UPDATE jobs SET status = ?, exit_code = ?, ended_ms = ? WHERE id = ? AND status = 'running'")
+      .run(status, exitCode, nowMs, id);
+  }
+
+  deleteJob(id: string): void {
+    this.q('DELETE FROM jobs WHERE id = ?').run(id);
   }
 }

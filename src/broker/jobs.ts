@@ -1,0 +1,370 @@
+import { randomBytes } from 'node:crypto';
+import type { Sandbox } from '../backends/backend.js';
+import { BerthError, SandboxNotFoundError, UsageError } from '../errors.js';
+import type { CallScope } from '../scope/call-scope.js';
+import { KILL_TREE_SCRIPT } from '../shell/kill-tree.js';
+import { TAG_VAR } from '../shell/protocol.js';
+import { sessionRefOf, type ResolvedCall } from './resolve-call.js';
+import type { JobRecord, StateStore } from './state-store.js';
+
+/*
+ * Background jobs (issue 5). A job is a detached process tree inside the call's sandbox, started
+ * through the call's persistent shell (so it gets the shell's cwd, exported env and granted
+ * secrets, which travel through the API env as for any command, never on argv). Everything about
+ * the job lives in the sandbox under `<stateDir>/jobs/<id>/`:
+ *   cmd   the command line (written from the command's stdin, so it is on no argv either)
+ *   out   stdout and stderr interleaved, read from a byte offset
+ *   pid   the wrapper's pid, written before `startJob` returns
+ *   exit  the exit code, written atomically once the command ended
+ * Every process of the job carries `BERTH_CMD_TAG=job-<id>` in its environment, so a kill finds
+ * the whole tree (also what escaped with setsid) and nothing else: the kill-tree helper of the
+ * shell protocol, aimed at the job's wrapper. The state store only indexes jobs by tenant and
+ * session; the truth about a job is what its sandbox says, and when the sandbox is gone the job's
+ * end is `unknown`, never an invented exit code.
+ */
+
+export type JobStatus = JobRecord['status'];
+
+export interface JobReadResult {
+  output: string;
+  nextOffset: number;
+  /** The job ended and no output is left past `nextOffset`. */
+  done: boolean;
+  exitCode: number | null;
+  status: JobStatus;
+}
+
+export interface JobSummary {
+  jobId: string;
+  command: string;
+  status: string;
+  exitCode: number | null;
+  startedMs: number;
+}
+
+/** What the job runner needs from the broker; the broker owns sandboxes and shells. */
+export interface JobHost {
+  store: StateStore;
+  /** Resolve a (stored, normalised) scope to a call. */
+  resolve(scope: CallScope): ResolvedCall;
+  /** The call's sandbox, created or reattached as for a command. */
+  sandboxFor(call: ResolvedCall): Promise<Sandbox>;
+  /** Run one line through the call's persistent shell (as `exec` does, without an audit entry). */
+  run(call: ResolvedCall, line: string, opts: { workdir?: string; stdin: string }): Promise<{ exitCode: number; output: string }>;
+  /**
+   * The sandbox of `digest` if it still exists: the live one, or the recorded one reattached
+   * through `call`. Never creates one: a vanished sandbox is `undefined`.
+   */
+  existingSandbox(call: ResolvedCall | undefined, digest: string): Promise<Sandbox | undefined>;
+  audit(call: ResolvedCall, command: string, startedMs: number): void;
+  log(message: string): void;
+}
+
+const DEFAULT_READ_BYTES = 64 * 1024;
+/** Cap per read: the output travels as one JSON string. */
+export const MAX_READ_BYTES = 1024 * 1024;
+const HELPER_TIMEOUT_MS = 15_000;
+/** How long the start line waits for the wrapper to record its pid. */
+const PID_WAIT_TENTHS = 50;
+const JOB_ID_RE = /^job_[0-9a-f]{16}$/;
+
+/**
+ * Starts the wrapper fully detached (`( ... & )` reparents it to init, `setsid` gives it its own
+ * session) with no fd on the shell's pipes, then waits for its pid file so a read right after the
+ * start never sees a job with no pid. `$0` of the wrapper is the job dir.
+ */
+function startLine(dir: string, tag: string): string {
+  const wrapper = 'd=$0; echo $$ > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"; bash "$d/cmd" < /dev/null > "$d/out" 2>&1; ' +
+    'c=$?; echo "$c" > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit"';
+  // One compound command and no `exit`: this runs in the persistent shell itself.
+  return `if mkdir -p ${dir} && cat > ${dir}/cmd && : > ${dir}/out; then ` +
+    `( ${TAG_VAR}=${tag} setsid bash -c '${wrapper}' ${dir} < /dev/null > /dev/null 2>&1 & ); ` +
+    `__bj=0; while [ ! -s ${dir}/pid ] && [ "$__bj" -lt ${PID_WAIT_TENTHS * 10} ]; do sleep 0.01; __bj=$((__bj + 1)); done; unset __bj; ` +
+    `[ -s ${dir}/pid ]; else false; fi`;
+}
+
+/**
+ * Status and output in one helper run: a header line `ok <exit|-> <alive 0|1> <size>` (or
+ * `missing`), then up to `max` bytes of output from `off`. The exit file is read before the
+ * output, so once it is there the bytes read after it are complete.
+ */
+const READ_SCRIPT = `
+d=$1; off=$2; max=$3; tag=$4
+[ -d "$d" ] || { echo missing; exit 0; }
+code=; [ -f "$d/exit" ] && read -r code < "$d/exit"
+alive=0
+if [ -z "$code" ] && [ -f "$d/pid" ]; then
+  read -r p < "$d/pid"
+  grep -z -x -q -s -F "${TAG_VAR}=$tag" "/proc/$p/environ" 2>/dev/null && alive=1
+fi
+size=$(wc -c < "$d/out" 2>/dev/null) || size=0
+echo "ok \${code:--} $alive $size"
+if [ "$max" -gt 0 ]; then tail -c +$((off + 1)) "$d/out" 2>/dev/null | head -c "$max"; fi
+exit 0
+`;
+
+/**
+ * Kills the wrapper first (so it cannot record an exit code for a killed job), then runs the
+ * shell protocol's kill-tree helper aimed at the dead wrapper: every process carrying the job's
+ * tag, their descendants and their process groups. A pid that cannot exist stands in when the
+ * wrapper never recorded one, so the helper's "children of the shell" rule matches nothing.
+ */
+const KILL_PRELUDE = `
+jd=$1; tag=$2
+p=4194304
+if [ -f "$jd/pid" ]; then read -r p < "$jd/pid"; fi
+if grep -z -x -q -s -F "${TAG_VAR}=$tag" "/proc/$p/environ" 2>/dev/null; then kill -KILL "$p" 2>/dev/null; fi
+set -- "$p" "$tag"
+`;
+
+/** Background jobs of one broker: start, read from an offset, kill, list, activity for the idle reaper. */
+export class JobRunner {
+  constructor(private readonly host: JobHost) {}
+
+  async start(call: ResolvedCall, command: string, opts: { workdir?: string } = {}): Promise<{ jobId: string; sandboxKey: string }> {
+    if (typeof command !== 'string' || command.trim() === '') throw new UsageError('a job needs a command, e.g. "npm run build"');
+    if (command.includes('\0')) throw new UsageError('the command contains a NUL byte; bash cannot run it');
+    const started = Date.now();
+    const sandbox = await this.host.sandboxFor(call);
+    const id = `job_${randomBytes(8).toString('hex')}`;
+    const dir = `${sandbox.stateDir.replace(/\/+$/, '')}/jobs/${id}`;
+    if (!/^\/[A-Za-z0-9._/-]+$/.test(dir)) {
+      throw new BerthError('job_start_failed', `the sandbox's state dir "${sandbox.stateDir}" cannot hold job files (unexpected characters)`);
+    }
+    const record: JobRecord = {
+      id, tenant: call.scope.tenant, profile: call.scope.profile, session: call.sessionRef, digest: call.spec.digest,
+      sandboxKey: call.binding.sandboxKey, scope: JSON.stringify(storedScope(call.scope)),
+      command: redact(command, call.redactValues), dir, startedMs: started, status: 'running', exitCode: null, endedMs: null,
+    };
+    // Indexed before it runs: a crash in between leaves a record whose sandbox says "unknown", never a stray job.
+    this.host.store.putJob(record);
+    let r: { exitCode: number; output: string };
+    try {
+      r = await this.host.run(call, startLine(dir, tagOf(id)), { workdir: opts.workdir, stdin: command });
+    } catch (err) {
+      this.host.store.deleteJob(id);
+      throw err;
+    }
+    if (r.exitCode !== 0) {
+      this.host.store.deleteJob(id);
+      const why = r.output.trim().split('\n').slice(-3).join('; ');
+      throw new BerthError('job_start_failed', `the job could not be started in sandbox "${call.binding.sandboxKey}" (exit ${r.exitCode})${why ? `: ${why}` : ''}`);
+    }
+    this.host.audit(call, record.command, started);
+    return { jobId: id, sandboxKey: call.binding.sandboxKey };
+  }
+
+  async read(scope: CallScope, jobId: string, opts: { offset?: number; maxBytes?: number } = {}): Promise<JobReadResult> {
+    const job = this.find(scope, jobId);
+    const offset = opts.offset ?? 0;
+    const maxBytes = Math.min(opts.maxBytes ?? DEFAULT_READ_BYTES, MAX_READ_BYTES);
+    if (!Number.isSafeInteger(offset) || offset < 0) throw new UsageError(`offset must be a whole number of bytes >= 0, got ${String(offset)}`);
+    if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new UsageError(`maxBytes must be a whole number >= 0, got ${String(opts.maxBytes)}`);
+    const call = this.callOf(job);
+    const probe = await this.probe(job, call, offset, maxBytes);
+    if (probe === undefined) {
+      // The sandbox (or the job's files) vanished. An end observed before is still the truth.
+      const ended = this.settle(job, 'unknown', null);
+      return { output: '', nextOffset: offset, done: true, exitCode: ended.exitCode, status: ended.status };
+    }
+    let status: JobStatus;
+    let exitCode: number | null = null;
+    if (probe.exitCode !== null) {
+      ({ status, exitCode } = this.settle(job, 'exited', probe.exitCode));
+    } else if (probe.alive) {
+      status = 'running';
+    } else {
+      // Not running and no exit code: killed by us, or its processes died with the sandbox (restart).
+      ({ status, exitCode } = this.settle(job, 'unknown', null));
+    }
+    const ended = status !== 'running';
+    let bytes = probe.bytes;
+    if (!ended || offset + bytes.length < probe.size) {
+      // More is coming: never split a UTF-8 character or a secret across two reads.
+      bytes = bytes.subarray(0, bytes.length - heldBack(bytes, call?.redactValues ?? []));
+    }
+    const nextOffset = offset + bytes.length;
+    const output = redact(bytes.toString('utf8'), call?.redactValues ?? []);
+    return { output, nextOffset, done: ended && nextOffset >= probe.size, exitCode, status };
+  }
+
+  async kill(scope: CallScope, jobId: string): Promise<{ killed: boolean }> {
+    const job = this.find(scope, jobId);
+    if (job.status !== 'running') return { killed: false };
+    const call = this.callOf(job);
+    const sandbox = await this.host.existingSandbox(call, job.digest).catch(() => undefined);
+    if (sandbox === undefined) {
+      this.settle(job, 'unknown', null);
+      return { killed: false };
+    }
+    const state = await this.probe(job, call, 0, 0, sandbox);
+    if (state === undefined || state.exitCode !== null || !state.alive) {
+      if (state?.exitCode !== null && state !== undefined) this.settle(job, 'exited', state.exitCode);
+      else this.settle(job, 'unknown', null);
+      return { killed: false };
+    }
+    return { killed: await this.killIn(job, sandbox, call) };
+  }
+
+  /** Kills the job's tree; false when it had ended on its own just before (its exit code is then recorded). */
+  private async killIn(job: JobRecord, sandbox: Sandbox, call: ResolvedCall | undefined): Promise<boolean> {
+    // The helper's variables never clash with `jd`; the last line says whether the job had ended first.
+    const script = `${KILL_PRELUDE}\n${KILL_TREE_SCRIPT}\n[ -f "$jd/exit" ] && echo exited\nexit 0\n`;
+    const r = await sandbox.execOnce(['sh', '-c', script, 'sh', job.dir, tagOf(job.id)], { timeoutMs: HELPER_TIMEOUT_MS });
+    const lines = r.stdout.toString('utf8').trim().split('\n');
+    this.host.log(`job ${job.id} in ${job.sandboxKey}: killed ${lines[0] || '0'} process(es) of its tree`);
+    if (lines.includes('exited')) {
+      const after = await this.probe(job, call, 0, 0, sandbox);
+      this.settle(job, after?.exitCode != null ? 'exited' : 'unknown', after?.exitCode ?? null);
+      return false;
+    }
+    this.host.store.endJob(job.id, 'killed', null, Date.now());
+    return true;
+  }
+
+  /** The session's jobs, oldest first; running ones are checked with their sandbox. */
+  async list(scope: CallScope): Promise<JobSummary[]> {
+    const jobs = this.host.store.listJobs(scope.tenant, scope.profile, sessionRefOf(scope));
+    const out: JobSummary[] = [];
+    for (const job of jobs) {
+      let status: string = job.status;
+      let exitCode = job.exitCode;
+      if (job.status === 'running') {
+        const r = await this.read(scope, job.id, { offset: 0, maxBytes: 0 });
+        status = r.status;
+        exitCode = r.exitCode;
+      }
+      out.push({ jobId: job.id, command: job.command, status, exitCode, startedMs: job.startedMs });
+    }
+    return out;
+  }
+
+  /**
+   * Whether a job still runs in this sandbox (idle reaper): jobs recorded as running are checked
+   * in the sandbox, and their end is recorded when it is seen.
+   */
+  async activeIn(digest: string, sandbox: Sandbox): Promise<boolean> {
+    let active = false;
+    for (const job of this.host.store.runningJobsIn(digest)) {
+      const p = await this.probe(job, undefined, 0, 0, sandbox).catch(() => 'error' as const);
+      if (p === 'error') {
+        active = true; // cannot tell: do not reap on a guess
+      } else if (p === undefined) {
+        this.settle(job, 'unknown', null);
+      } else if (p.exitCode !== null) {
+        this.settle(job, 'exited', p.exitCode);
+      } else if (p.alive) {
+        active = true;
+      } else {
+        this.settle(job, 'unknown', null);
+      }
+    }
+    return active;
+  }
+
+  /** Kills every running job of a sandbox that is about to be removed (host backends: a dir takes no process with it). */
+  async killAllIn(digest: string, sandbox: Sandbox): Promise<void> {
+    for (const job of this.host.store.runningJobsIn(digest)) {
+      await this.killIn(job, sandbox, undefined);
+    }
+  }
+
+  private find(scope: CallScope, jobId: string): JobRecord {
+    const job = typeof jobId === 'string' && JOB_ID_RE.test(jobId)
+      ? this.host.store.getJob(scope.tenant, scope.profile, sessionRefOf(scope), jobId)
+      : undefined;
+    if (job === undefined) {
+      throw new BerthError('job_not_found', `no job ${JSON.stringify(String(jobId))} in this session; list the session's jobs to see their ids`);
+    }
+    return job;
+  }
+
+  /** The call that started the job, resolved again (its sandbox may need reattaching); undefined if policy changed. */
+  private callOf(job: JobRecord): ResolvedCall | undefined {
+    try {
+      const call = this.host.resolve(JSON.parse(job.scope) as CallScope);
+      return call.spec.digest === job.digest ? call : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** The job's state as its sandbox reports it; undefined when the sandbox or the job's dir is gone. */
+  private async probe(job: JobRecord, call: ResolvedCall | undefined, offset: number, maxBytes: number, known?: Sandbox): Promise<
+    { exitCode: number | null; alive: boolean; size: number; bytes: Buffer } | undefined
+  > {
+    const sandbox = known ?? await this.host.existingSandbox(call, job.digest);
+    if (sandbox === undefined) return undefined;
+    let r;
+    try {
+      r = await sandbox.execOnce(['sh', '-c', READ_SCRIPT, 'sh', job.dir, String(offset), String(maxBytes), tagOf(job.id)], { timeoutMs: HELPER_TIMEOUT_MS });
+    } catch (err) {
+      if (err instanceof SandboxNotFoundError) return undefined;
+      throw err;
+    }
+    const out = r.stdout;
+    const nl = out.indexOf(0x0a);
+    const header = (nl === -1 ? out : out.subarray(0, nl)).toString('utf8').trim().split(' ');
+    if (header[0] === 'missing') return undefined;
+    if (header[0] !== 'ok' || header.length !== 4) {
+      throw new BerthError('job_read_failed', `reading job ${job.id} in sandbox "${job.sandboxKey}" failed: ${r.stderr.toString('utf8').trim() || 'unexpected helper output'}`);
+    }
+    const code = header[1] === '-' ? null : Number(header[1]);
+    return {
+      exitCode: code !== null && Number.isInteger(code) ? code : null,
+      alive: header[2] === '1',
+      size: Number(header[3]) || 0,
+      bytes: out.subarray(nl + 1),
+    };
+  }
+
+  /** Records an end unless one was recorded before; returns the recorded truth (killed stays killed). */
+  private settle(job: JobRecord, status: 'exited' | 'unknown', exitCode: number | null): { status: JobStatus; exitCode: number | null } {
+    if (job.status !== 'running') return { status: job.status, exitCode: job.exitCode };
+    const fresh = this.host.store.getJob(job.tenant, job.profile, job.session, job.id);
+    if (fresh !== undefined && fresh.status !== 'running') return { status: fresh.status, exitCode: fresh.exitCode };
+    this.host.store.endJob(job.id, status, exitCode, Date.now());
+    return { status, exitCode };
+  }
+}
+
+function tagOf(id: string): string {
+  return `job-${id.slice('job_'.length)}`;
+}
+
+function storedScope(s: CallScope): CallScope {
+  const { workspace: _workspace, parentTask: _parent, ...rest } = s;
+  return rest;
+}
+
+function redact(text: string, values: readonly string[]): string {
+  let out = text;
+  for (const v of values) out = out.split(v).join('[REDACTED]');
+  return out;
+}
+
+/**
+ * Bytes at the end of a chunk that must wait for the next read: an incomplete UTF-8 character,
+ * or the longest tail that is the start of a secret value (so redaction sees it whole).
+ */
+export function heldBack(bytes: Buffer, secrets: readonly string[]): number {
+  let hold = 0;
+  // An incomplete UTF-8 sequence at the end: at most 3 bytes back to its lead byte.
+  for (let back = 1; back <= Math.min(3, bytes.length); back++) {
+    const b = bytes[bytes.length - back] as number;
+    if ((b & 0xc0) === 0x80) continue; // continuation byte: keep looking for the lead
+    const need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+    if (need > back) hold = back;
+    break;
+  }
+  for (const s of secrets) {
+    const sb = Buffer.from(s);
+    for (let n = Math.min(sb.length - 1, bytes.length); n > hold; n--) {
+      if (bytes.subarray(bytes.length - n).equals(sb.subarray(0, n))) {
+        hold = n;
+        break;
+      }
+    }
+  }
+  return hold;
+}

@@ -1,0 +1,82 @@
+import { Broker } from '../../broker/broker.js';
+import { BerthError, UsageError } from '../../errors.js';
+import { BerthServer } from '../../server/server.js';
+import { TokenStore, tokensPath } from '../../server/tokens.js';
+import { COMMON_OPTIONS, parseFlags } from '../args.js';
+import type { CliIo } from '../io.js';
+
+export const SERVE_HELP = `usage: berth serve [--port N] [--host ADDR] [--grace SECONDS] [--config FILE]
+
+Serves the HTTP API (/v1, described at /v1/openapi.json), MCP over streamable HTTP (/mcp) and
+the dashboard (/) for agent frameworks in any language. Every request needs a bearer token
+(berth token create --tenant T); the token decides the tenant.
+
+  --port N          port to listen on (default 7878; 0 picks a free one)
+  --host ADDR       address to bind (default 127.0.0.1, loopback only). Tokens travel in clear
+                    text: put a TLS proxy in front before binding anything but loopback
+  --grace SECONDS   on SIGTERM/SIGINT, how long in-flight calls may finish (default 10)
+  --config FILE     config file (default: ./berth.yaml, then $BERTH_HOME/config.yaml)
+
+At start-up the orphan reaper removes what a crashed server left (ephemeral sandboxes of dead
+sessions); persistent sandboxes are reattached on first use. On SIGTERM the server stops
+accepting, lets in-flight calls finish, removes the ephemeral sandboxes of its sessions, keeps
+persistent ones and exits 0.`;
+
+export async function serveCommand(argv: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseFlags('serve', argv, {
+    ...COMMON_OPTIONS, port: { type: 'string' }, host: { type: 'string' }, grace: { type: 'string' },
+  });
+  if (values.help) {
+    io.out(`${SERVE_HELP}\n`);
+    return 0;
+  }
+  if (positionals.length > 0) throw new UsageError(`berth serve takes no arguments, got "${positionals[0]}"`);
+  const port = values.port === undefined ? 7878 : Number(values.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new UsageError(`--port "${values.port}" is not a port number (0-65535)`);
+  const graceSeconds = values.grace === undefined ? 10 : Number(values.grace);
+  if (!Number.isFinite(graceSeconds) || graceSeconds < 0 || graceSeconds > 3600) {
+    throw new UsageError(`--grace "${values.grace}" is not a number of seconds between 0 and 3600`);
+  }
+  const host = values.host ?? '127.0.0.1';
+  const debug = io.env['BERTH_DEBUG'];
+  const log = (ns: string, msg: string): void => {
+    // Server errors are always worth a line; the rest on request.
+    if (ns === 'berth:server' || (debug && (debug === '*' || ns.startsWith(debug)))) io.err(`${ns} ${msg}\n`);
+  };
+  // The server's routing comes only from requests: BERTH_SESSION (a CLI convenience) must not
+  // become the session of every request that names none.
+  const { BERTH_SESSION: _ignored, ...env } = io.env;
+  const broker = await Broker.open({ configPath: values.config, cwd: io.cwd, env, log });
+  let server: BerthServer | undefined;
+  const stopped = new Promise<string>((resolve) => {
+    process.once('SIGTERM', () => resolve('SIGTERM'));
+    process.once('SIGINT', () => resolve('SIGINT'));
+  });
+  try {
+    // What a crashed server left: ephemeral sandboxes of sessions whose owner is dead.
+    const reaped = await broker.reapOrphans();
+    if (reaped.length > 0) io.err(`berth: removed ${reaped.length} orphaned sandbox(es) left by an earlier run\n`);
+    const tokens = new TokenStore(tokensPath(broker.berthHome));
+    tokens.reload();
+    if (tokens.list().length === 0) io.err('berth: no tokens yet; every request will get 401. Create one: berth token create --tenant T\n');
+    try {
+      server = await BerthServer.start({ broker, tokens, host, port, log });
+    } catch (err) {
+      throw new BerthError('listen_failed', `cannot listen on ${host}:${port}: ${(err as Error).message}; pick another --port or --host`);
+    }
+    if (!isLoopback(host)) io.err(`berth: listening on ${host}, not loopback: tokens travel in clear text unless a TLS proxy is in front\n`);
+    io.out(`berth: listening on ${server.url} (dashboard /, API /v1, MCP /mcp)\n`);
+    const signal = await stopped;
+    io.err(`berth: ${signal}: finishing in-flight calls (up to ${graceSeconds} s), then removing ephemeral sandboxes\n`);
+    return 0;
+  } finally {
+    const graceMs = graceSeconds * 1000;
+    await server?.close({ graceMs });
+    await broker.close({ graceMs });
+    io.err('berth: stopped\n');
+  }
+}
+
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host.startsWith('127.');
+}

@@ -1,0 +1,101 @@
+import type { IncomingMessage } from 'node:http';
+import { HttpError } from './http-error.js';
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * Reads a request body up to `limitBytes`. A declared length over the cap is refused before a
+ * byte is read; a stream that grows past it is drained (not destroyed, which would take the
+ * response's socket with it) and refused.
+ */
+export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
+  const declared = req.headers['content-length'];
+  if (declared !== undefined && Number(declared) > limitBytes) {
+    req.resume();
+    return Promise.reject(tooLarge(limitBytes));
+  }
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= limitBytes) chunks.push(chunk);
+    });
+    req.once('error', () => reject(new HttpError(400, 'bad_request', 'the request body could not be read')));
+    req.once('end', () => {
+      if (size > limitBytes) reject(tooLarge(limitBytes));
+      else resolve(chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks, size));
+    });
+  });
+}
+
+function tooLarge(limitBytes: number): HttpError {
+  return new HttpError(413, 'too_large', `the request body is larger than ${limitBytes} bytes; send less (file uploads: PUT /v1/files takes raw bytes)`);
+}
+
+/** Strict UTF-8 JSON. An empty body is `{}` (a POST whose fields are all optional). */
+export function parseJsonBody(req: IncomingMessage, body: Buffer): unknown {
+  const type = req.headers['content-type'];
+  if (type !== undefined && !/^application\/json\s*(;|$)/i.test(type)) {
+    throw new HttpError(415, 'unsupported_media_type', `send the body as application/json, not ${JSON.stringify(type)}`);
+  }
+  if (body.length === 0) return {};
+  let text: string;
+  try {
+    text = strictUtf8.decode(body);
+  } catch {
+    throw new HttpError(400, 'bad_request', 'the request body is not valid UTF-8');
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (err) {
+    throw new HttpError(400, 'bad_request', `the request body is not valid JSON (${(err as Error).message})`);
+  }
+}
+
+/**
+ * A query string as a plain object of strings. Stricter than URLSearchParams, which silently
+ * turns bad percent-escapes and invalid UTF-8 into U+FFFD: here they are errors, as are repeated
+ * keys (which one would win is a guess).
+ */
+export function parseQuery(search: string): Record<string, string> {
+  const out: Record<string, string> = Object.create(null) as Record<string, string>;
+  if (search.startsWith('?')) search = search.slice(1);
+  if (search === '') return out;
+  for (const part of search.split('&')) {
+    if (part === '') continue;
+    const eq = part.indexOf('=');
+    const key = decodeComponent(eq === -1 ? part : part.slice(0, eq));
+    const value = decodeComponent(eq === -1 ? '' : part.slice(eq + 1));
+    if (Object.prototype.hasOwnProperty.call(out, key)) {
+      throw new HttpError(400, 'bad_request', `query parameter ${JSON.stringify(key)} is given twice; give it once`);
+    }
+    out[key] = value;
+  }
+  return out;
+}
+
+function decodeComponent(s: string): string {
+  const bytes: number[] = [];
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c === 0x25) {
+      const hex = s.slice(i + 1, i + 3);
+      if (!/^[0-9A-Fa-f]{2}$/.test(hex)) throw new HttpError(400, 'bad_request', 'the query string has a malformed %-escape');
+      bytes.push(parseInt(hex, 16));
+      i += 2;
+    } else if (c === 0x2b) {
+      bytes.push(0x20);
+    } else if (c < 0x80) {
+      bytes.push(c);
+    } else {
+      // Raw non-ASCII in a URL: node hands it over as latin1 code units; re-encode as UTF-8 would guess. Refuse.
+      throw new HttpError(400, 'bad_request', 'the query string has raw non-ASCII bytes; percent-encode them as UTF-8');
+    }
+  }
+  try {
+    return strictUtf8.decode(Uint8Array.from(bytes));
+  } catch {
+    throw new HttpError(400, 'bad_request', 'the query string is not valid UTF-8 once decoded');
+  }
+}

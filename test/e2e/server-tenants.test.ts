@@ -1,0 +1,175 @@
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import {
+  assertNoneLeft, containersOf, describeContainers, describeDocker, dockerConfigYaml, ensureImage, installs, type TestInstall,
+} from '../helpers/docker-e2e.js';
+import { createToken, qs, ServeProcess, stopAll, type ApiClient } from '../helpers/serve.js';
+
+/*
+ * A real `berth serve` on the real engine: two tenants with the same session ids never cross
+ * (exec, list, audit, jobs, close), 50 concurrent clients each get their own results, and SSE
+ * streams chunks before the result.
+ */
+
+const reg = installs('berth-srv-');
+
+async function serve(t: TestInstall, tenants: string[], extra: Record<string, unknown> = {}): Promise<{ server: ServeProcess; clients: ApiClient[] }> {
+  t.writeConfig(dockerConfigYaml({ persistent: false, ...extra }));
+  const tokens = [];
+  for (const tenant of tenants) tokens.push(await createToken(t, tenant));
+  const server = await ServeProcess.start(t);
+  return { server, clients: tokens.map((tok) => server.client(tok)) };
+}
+
+describeDocker('berth serve: tenants, concurrency and streaming on the real engine', () => {
+  beforeAll(ensureImage, 180_000);
+  afterEach(async () => {
+    await stopAll();
+    await reg.cleanupAll();
+  }, 60_000);
+  afterAll(async () => {
+    await assertNoneLeft(reg.ids);
+  });
+
+  it('two tokens, same session ids: separate sandboxes, lists, audits, jobs and closes', async () => {
+    const t = reg.track();
+    const { server, clients: [a, b] } = await serve(t, ['acme', 'beta']);
+    const A = a as ApiClient;
+    const B = b as ApiClient;
+
+    const ea = await A.post('/v1/explain', { session: 's1' });
+    const eb = await B.post('/v1/explain', { session: 's1' });
+    expect([ea.body.sandboxKey, ea.body.tenant]).toEqual(['session:s1', 'acme']);
+    expect([eb.body.sandboxKey, eb.body.tenant]).toEqual(['session:s1', 'beta']);
+
+    // exec: same key, different sandboxes
+    const wa = await A.post('/v1/exec', { session: 's1', command: 'echo acme-secret > /root/mine; hostname' });
+    const wb = await B.post('/v1/exec', { session: 's1', command: 'echo beta-secret > /root/mine; hostname' });
+    expect(wa.status, JSON.stringify(wa.body)).toBe(200);
+    expect(wb.status, JSON.stringify(wb.body)).toBe(200);
+    expect(wa.body.stdout).not.toBe(wb.body.stdout);
+    expect((await A.post('/v1/exec', { session: 's1', command: 'cat /root/mine' })).body.stdout).toBe('acme-secret\n');
+    expect((await B.post('/v1/exec', { session: 's1', command: 'cat /root/mine' })).body.stdout).toBe('beta-secret\n');
+    const containers = await t.containers();
+    expect(containers.map((c) => c.labels['berth.tenant']).sort(), describeContainers(containers)).toEqual(['acme', 'beta']);
+
+    // list: each tenant sees only its own
+    const la = (await A.get('/v1/sandboxes')).body as { tenant: string; sandboxKey: string }[];
+    const lb = (await B.get('/v1/sandboxes')).body as { tenant: string; sandboxKey: string }[];
+    expect(la.map((s) => [s.tenant, s.sandboxKey])).toEqual([['acme', 'session:s1']]);
+    expect(lb.map((s) => [s.tenant, s.sandboxKey])).toEqual([['beta', 'session:s1']]);
+
+    // audit: never the other tenant's commands, whatever the filter
+    const auditA = (await A.get(`/v1/audit${qs({ session: 's1' })}`)).body as { tenant: string; command: string | null }[];
+    expect(auditA.length).toBeGreaterThan(0);
+    expect(auditA.every((e) => e.tenant === 'acme')).toBe(true);
+    expect(auditA.map((e) => e.command).join('\n')).not.toContain('beta-secret');
+    expect(((await B.get('/v1/audit')).body as { command: string | null }[]).map((e) => e.command).join('\n')).not.toContain('acme-secret');
+
+    // jobs: A's job id is "not found" for B (read, kill, list), and survives B's attempt
+    const job = await A.post('/v1/jobs', { session: 's1', command: 'sleep 600' });
+    expect(job.status, JSON.stringify(job.body)).toBe(201);
+    const id = job.body.jobId as string;
+    expect((await B.get(`/v1/jobs/${id}${qs({ session: 's1' })}`)).status).toBe(404);
+    expect((await B.delete(`/v1/jobs/${id}${qs({ session: 's1' })}`)).status).toBe(404);
+    expect((await B.get(`/v1/jobs${qs({ session: 's1' })}`)).body).toEqual([]);
+    expect((await A.get(`/v1/jobs/${id}${qs({ session: 's1' })}`)).body.status).toBe('running');
+    // ...and for A's own other session too
+    expect((await A.get(`/v1/jobs/${id}${qs({ session: 's2' })}`)).status).toBe(404);
+
+    // close: B closing "s1" removes B's sandbox only
+    const closed = await B.post('/v1/sessions/close', { session: 's1' });
+    expect(closed.body).toEqual({ removed: ['session:s1'], kept: [] });
+    expect((await t.containers()).map((c) => c.labels['berth.tenant'])).toEqual(['acme']);
+    expect((await A.post('/v1/exec', { session: 's1', command: 'cat /root/mine' })).body.stdout).toBe('acme-secret\n');
+    expect((await A.get(`/v1/jobs/${id}${qs({ session: 's1' })}`)).body.status).toBe('running');
+    expect((await B.get('/v1/sandboxes')).body).toEqual([]);
+    await server.stop();
+  }, 120_000);
+
+  it('50 concurrent clients in their own sessions: every result correct, no cross-talk', async () => {
+    const t = reg.track();
+    const { server, clients: [api] } = await serve(t, ['many']);
+    const A = api as ApiClient;
+    const N = 50;
+    const started = Date.now();
+    const results = await Promise.all(Array.from({ length: N }, async (_, i) => {
+      const session = `c${i}`;
+      const out: string[] = [];
+      const w = await A.post('/v1/exec', { session, command: `echo ${session} > /root/who; export ME=${session}; cd /tmp` });
+      if (w.status !== 200) return { session, error: `${w.status} ${JSON.stringify(w.body)}` };
+      for (let k = 0; k < 3; k++) {
+        const r = await A.post('/v1/exec', { session, command: `cat /root/who; echo "$ME $(pwd) ${k}"; hostname` });
+        if (r.status !== 200) return { session, error: `${r.status} ${JSON.stringify(r.body)}` };
+        out.push(r.body.stdout as string);
+      }
+      return { session, out };
+    }));
+    const errors = results.filter((r) => 'error' in r);
+    expect(errors, JSON.stringify(errors.slice(0, 3))).toEqual([]);
+    const hosts = new Set<string>();
+    for (const r of results as { session: string; out: string[] }[]) {
+      r.out.forEach((o, k) => {
+        const [who, line, host] = o.trimEnd().split('\n');
+        expect([who, line]).toEqual([r.session, `${r.session} /tmp ${k}`]);
+        hosts.add(host as string);
+      });
+      expect(new Set(r.out.map((o) => o.split('\n')[2])).size).toBe(1);
+    }
+    expect(hosts.size).toBe(N);
+    expect((await containersOf(t.installation)).length).toBe(N);
+    console.log(`50 concurrent sessions (create + 4 commands each) in ${Date.now() - started} ms`);
+    const res = await server.stop();
+    expect(res.code).toBe(0);
+    expect(await containersOf(t.installation)).toEqual([]);
+  }, 180_000);
+
+  it('SSE: stdout and stderr chunks in order, then exactly one result, last', async () => {
+    const t = reg.track();
+    const { server, clients: [api] } = await serve(t, ['sse']);
+    const A = api as ApiClient;
+    const cmd = 'for i in 1 2 3; do echo out$i; sleep 0.15; echo err$i >&2; sleep 0.15; done; exit 4';
+    for (const viaAccept of [false, true]) {
+      let events: { event: string; data: unknown }[];
+      if (viaAccept) {
+        const res = await fetch(`${server.url}/v1/exec`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${A.token}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+          body: JSON.stringify({ session: 'st', command: cmd }),
+        });
+        expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
+        events = parseSse(await res.text());
+      } else {
+        events = (await A.stream({ session: 'st', command: cmd })).events;
+      }
+      const kinds = events.map((e) => e.event);
+      expect(kinds[kinds.length - 1]).toBe('result');
+      expect(kinds.filter((k) => k === 'result')).toHaveLength(1);
+      expect(kinds.slice(0, -1).every((k) => k === 'stdout' || k === 'stderr')).toBe(true);
+      const chunks = events.slice(0, -1).map((e) => `${e.event}:${String(e.data)}`).join('');
+      expect(chunks).toBe('stdout:out1\nstderr:err1\nstdout:out2\nstderr:err2\nstdout:out3\nstderr:err3\n');
+      const result = events[events.length - 1]?.data as { exitCode: number; stdout: string; stderr: string; output: string };
+      expect(result.exitCode).toBe(4);
+      expect(result.stdout).toBe('out1\nout2\nout3\n');
+      expect(result.output).toBe('out1\nerr1\nout2\nerr2\nout3\nerr3\n');
+    }
+    // Bad input is refused before any stream starts: a plain JSON 400.
+    const bad = await fetch(`${server.url}/v1/exec/stream`, {
+      method: 'POST', headers: { authorization: `Bearer ${A.token}`, 'content-type': 'application/json' }, body: '{"command":5}',
+    });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { code: string } }).error.code).toBe('bad_request');
+    await server.stop();
+  }, 60_000);
+});
+
+function parseSse(text: string): { event: string; data: unknown }[] {
+  return text.split('\n\n').filter((b) => b.trim() !== '').map((block) => {
+    let event = 'message';
+    let data = '';
+    for (const line of block.split('\n')) {
+      if (line.startsWith('event: ')) event = line.slice(7);
+      else if (line.startsWith('data: ')) data += line.slice(6);
+    }
+    return { event, data: JSON.parse(data) as unknown };
+  });
+}

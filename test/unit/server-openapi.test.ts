@@ -1,0 +1,157 @@
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Broker } from '../../src/broker/broker.js';
+import { heldBack } from '../../src/broker/jobs.js';
+import { openApiDocument } from '../../src/server/openapi.js';
+import { parseQuery } from '../../src/server/request.js';
+import { Router } from '../../src/server/router.js';
+import { apiRoutes } from '../../src/server/routes.js';
+import { TokenStore } from '../../src/server/tokens.js';
+import { toHttpError } from '../../src/server/http-error.js';
+import { BerthError, PolicyRefusedError, UsageError } from '../../src/errors.js';
+
+const METHODS = ['get', 'post', 'put', 'delete', 'patch'];
+
+/** `/v1/jobs/:id` → `/v1/jobs/{id}`, OpenAPI's spelling. */
+function openApiPath(path: string): string {
+  return path.replace(/:([A-Za-z]+)/g, '{$1}');
+}
+
+describe('OpenAPI document', () => {
+  // Handlers are never called here: the routes only need to exist.
+  const routes = apiRoutes({ broker: {} as Broker, mcp: async () => undefined });
+  const doc = openApiDocument() as { openapi: string; paths: Record<string, Record<string, { security?: unknown[] }>> };
+
+  it('describes every route of the router, method by method', () => {
+    const missing: string[] = [];
+    for (const r of routes) {
+      const item = doc.paths[openApiPath(r.path)];
+      const methods = r.method === '*' ? ['get', 'post', 'delete'] : [r.method.toLowerCase()];
+      for (const m of methods) if (item?.[m] === undefined) missing.push(`${m.toUpperCase()} ${r.path}`);
+    }
+    expect(missing).toEqual([]);
+  });
+
+  it('describes nothing the router does not serve', () => {
+    const router = new Router();
+    for (const r of routes) router.add(r);
+    const extra: string[] = [];
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const m of METHODS) {
+        if (item[m] === undefined) continue;
+        const concrete = path.replace(/\{[A-Za-z]+\}/g, 'job_0123456789abcdef');
+        const match = router.match(m.toUpperCase(), concrete);
+        if (match.kind !== 'found') extra.push(`${m.toUpperCase()} ${path}`);
+      }
+    }
+    expect(extra).toEqual([]);
+  });
+
+  it('marks exactly the public routes as needing no token', () => {
+    const publicInDoc = Object.entries(doc.paths).flatMap(([path, item]) =>
+      METHODS.filter((m) => Array.isArray(item[m]?.security) && item[m]?.security?.length === 0).map((m) => `${m.toUpperCase()} ${path}`));
+    const publicInRouter = routes.filter((r) => !r.auth).map((r) => `${r.method} ${openApiPath(r.path)}`);
+    expect(publicInDoc.sort()).toEqual(publicInRouter.sort());
+  });
+
+  it('is OpenAPI 3.1 with request schemas generated from the validators (strict objects)', () => {
+    expect(doc.openapi).toBe('3.1.0');
+    const exec = (doc.paths['/v1/exec'] as Record<string, { requestBody: { content: Record<string, { schema: { additionalProperties: boolean; required: string[]; properties: Record<string, unknown> } }> } }>)['post']!;
+    const schema = exec.requestBody.content['application/json']!.schema;
+    expect(schema.additionalProperties).toBe(false);
+    expect(schema.required).toEqual(['command']);
+    expect(Object.keys(schema.properties)).not.toContain('tenant');
+  });
+});
+
+describe('tokens file', () => {
+  const dirs: string[] = [];
+  afterEach(() => {
+    for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  });
+  const store = () => {
+    const d = mkdtempSync(join(tmpdir(), 'berth-tokens-'));
+    dirs.push(d);
+    return new TokenStore(join(d, 'tokens.json'));
+  };
+
+  it('stores only sha256 hashes (mode 0600) and maps a bearer header to its tenant', () => {
+    const s = store();
+    const { token, entry } = s.create('acme');
+    expect(token).toMatch(/^berth_[A-Za-z0-9_-]{43}$/);
+    const text = readFileSync(s.path, 'utf8');
+    expect(text).not.toContain(token);
+    expect(text).not.toContain(token.slice(6, 30));
+    expect(statSync(s.path).mode & 0o777).toBe(0o600);
+    expect(entry.tenant).toBe('acme');
+    expect(s.tenantOf(`Bearer ${token}`)).toBe('acme');
+    expect(s.tenantOf(`bearer ${token}`)).toBe('acme');
+    for (const bad of [undefined, '', token, `Basic ${token}`, `Bearer ${token}x`, `Bearer ${token.slice(0, -1)}A`, 'Bearer']) {
+      expect(s.tenantOf(bad)).toBeUndefined();
+    }
+  });
+
+  it('sees tokens created and revoked by another process (the file changed)', () => {
+    const server = store();
+    server.reload();
+    const cli = new TokenStore(server.path);
+    const a = cli.create('a');
+    expect(server.tenantOf(`Bearer ${a.token}`)).toBe('a');
+    const b = cli.create('b');
+    expect(server.tenantOf(`Bearer ${b.token}`)).toBe('b');
+    expect(cli.revoke(a.entry.id)).toBe(true);
+    expect(server.tenantOf(`Bearer ${a.token}`)).toBeUndefined();
+    expect(server.tenantOf(`Bearer ${b.token}`)).toBe('b');
+    expect(cli.revoke(a.entry.id)).toBe(false);
+  });
+
+  it('refuses a tenant no scope could carry', () => {
+    expect(() => store().create('a b')).toThrow(UsageError);
+    expect(() => store().create('../x')).toThrow(/tenant/);
+  });
+});
+
+describe('strict query strings', () => {
+  it('decodes UTF-8 percent-escapes and +', () => {
+    expect(parseQuery('?session=caf%C3%A9&user=telegram%3A1&x=a+b&empty')).toEqual({ session: 'café', user: 'telegram:1', x: 'a b', empty: '' });
+  });
+
+  it('refuses invalid UTF-8, malformed escapes and repeated keys instead of guessing', () => {
+    for (const q of ['?s=%ff', '?s=%c3%28', '?s=%', '?s=%zz', '?s=%e2%82', '?s=1&s=2']) expect(() => parseQuery(q), q).toThrow();
+  });
+});
+
+describe('error translation', () => {
+  it('maps berth errors by code and hides internal ones', () => {
+    expect(toHttpError(new UsageError('bad')).status).toBe(400);
+    expect(toHttpError(new PolicyRefusedError('no')).status).toBe(403);
+    expect(toHttpError(new BerthError('job_not_found', 'x')).status).toBe(404);
+    expect(toHttpError(new BerthError('backend_unavailable', 'x')).status).toBe(503);
+    const internal = toHttpError(new Error('secret internals at /home/x'));
+    expect(internal.status).toBe(500);
+    expect(internal.message).not.toContain('/home/x');
+  });
+});
+
+describe('job output reads hold back what the next read completes', () => {
+  it('an incomplete UTF-8 character at the end', () => {
+    const e = Buffer.from('aé'); // 61 c3 a9
+    expect(heldBack(e, [])).toBe(0);
+    expect(heldBack(e.subarray(0, 2), [])).toBe(1);
+    const euro = Buffer.from('€'); // e2 82 ac
+    expect(heldBack(euro.subarray(0, 1), [])).toBe(1);
+    expect(heldBack(euro.subarray(0, 2), [])).toBe(2);
+    expect(heldBack(euro, [])).toBe(0);
+    const emoji = Buffer.from('x🙂'); // 78 f0 9f 99 82
+    expect(heldBack(emoji.subarray(0, 4), [])).toBe(3);
+    expect(heldBack(emoji, [])).toBe(0);
+  });
+
+  it('the start of a secret value, so redaction sees it whole', () => {
+    expect(heldBack(Buffer.from('token: s3cr'), ['s3cret-value'])).toBe(4);
+    expect(heldBack(Buffer.from('token: s3cret-value'), ['s3cret-value'])).toBe(0);
+    expect(heldBack(Buffer.from('nothing here'), ['s3cret-value'])).toBe(0);
+  });
+});
