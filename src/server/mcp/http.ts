@@ -1,0 +1,250 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import type { Broker } from '../../broker/broker.js';
+import { ConfigError, isBerthError, PolicyRefusedError, UsageError, type BerthError } from '../../errors.js';
+import type { CallScope } from '../../scope/call-scope.js';
+import { normalizeScope } from '../../scope/normalize.js';
+import { describeSandbox } from './sandbox-description.js';
+import { createMcpServer } from './server.js';
+
+export interface McpHttpOptions {
+  /** The caller's tenant, from its credentials (bearer token); undefined means unauthenticated (401). */
+  tenantOf: (req: IncomingMessage) => string | undefined;
+  /**
+   * Closes an MCP session (and its berth session) after this long without a request, unless it has
+   * a running background job. Default: the config's `lifecycle.idleSeconds`.
+   */
+  idleSeconds?: number;
+  /** Largest JSON body read when no parsed body is passed in (default 8 MiB). */
+  maxBodyBytes?: number;
+  log?: (namespace: string, message: string) => void;
+}
+
+/** A request handler for `/mcp`, plus `close()` for server shutdown (ends every MCP session). */
+export interface McpHttpHandler {
+  (req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void>;
+  /** Ends every MCP session and closes its berth session. Idempotent. */
+  close(): Promise<void>;
+  /** Open MCP sessions (for status pages and tests). */
+  readonly sessionCount: number;
+}
+
+interface LiveSession {
+  id: string;
+  tenant: string;
+  scope: CallScope;
+  transport: StreamableHTTPServerTransport;
+  lastUsedMs: number;
+  inflight: number;
+  ended: Promise<void> | undefined;
+}
+
+const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
+
+/**
+ * MCP over streamable HTTP, stateful: each MCP session (`mcp-session-id`) is one berth session
+ * `mcp-<sessionId>` under the caller's tenant. `x-berth-profile` and `x-berth-user` on the
+ * initialize request set the session's profile and user. A session answers only to the tenant that
+ * opened it (any other tenant gets the same 404 as an unknown id). DELETE, idle expiry and
+ * `close()` end the MCP session and close its berth session.
+ *
+ * @example
+ * ```ts
+ * const mcp = createMcpHttpHandler(broker, { tenantOf: (req) => tenantForToken(req.headers.authorization) });
+ * http.createServer((req, res) => (req.url?.startsWith('/mcp') ? mcp(req, res) : notFound(res))).listen(8080);
+ * ```
+ */
+export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpHttpHandler {
+  const log = opts.log ?? (() => undefined);
+  const sessions = new Map<string, LiveSession>();
+  /** Session closes still running (removing a container takes a while); `close()` waits for them. */
+  const ending = new Set<Promise<void>>();
+  const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  const idleMs = (opts.idleSeconds ?? broker.config.base.lifecycle.idleSeconds) * 1000;
+  let closing = false;
+
+  const end = (s: LiveSession): Promise<void> => {
+    s.ended ??= (async () => {
+      sessions.delete(s.id);
+      const r = await broker.closeSession(s.scope).catch((e: unknown) => {
+        log('berth:mcp', `close session ${s.scope.session}: ${String(e)}`);
+        return undefined;
+      });
+      if (r !== undefined) log('berth:mcp', `session ${s.scope.session} closed; removed [${r.removed.join(', ')}]`);
+    })();
+    const p = s.ended;
+    ending.add(p);
+    void p.finally(() => ending.delete(p));
+    return p;
+  };
+
+  const sweep = async (): Promise<void> => {
+    const now = Date.now();
+    for (const s of [...sessions.values()]) {
+      if (s.inflight > 0 || now - s.lastUsedMs < idleMs) continue;
+      if (await hasRunningJob(broker, s.scope)) continue;
+      log('berth:mcp', `session ${s.scope.session} idle for ${Math.round((now - s.lastUsedMs) / 1000)} s; closing it`);
+      await s.transport.close().catch(() => undefined);
+      await end(s);
+    }
+  };
+  const timer = setInterval(() => void sweep().catch((e: unknown) => log('berth:mcp', `idle sweep: ${String(e)}`)),
+    Math.min(60_000, Math.max(1_000, idleMs / 4)));
+  timer.unref();
+
+  const handler = async (req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void> => {
+    const tenant = opts.tenantOf(req);
+    if (tenant === undefined) {
+      sendJson(res, 401, { error: { code: 'unauthorized', message: 'missing or invalid bearer token; send Authorization: Bearer <token>' } });
+      return;
+    }
+    if (closing) {
+      sendJson(res, 503, { error: { code: 'shutting_down', message: 'berth is shutting down; retry on a running berth' } });
+      return;
+    }
+    const sid = headerOf(req, 'mcp-session-id');
+    if (sid !== undefined) {
+      const s = sessions.get(sid);
+      // Another tenant's session id answers exactly like an unknown one: no oracle, no crossing.
+      if (s === undefined || s.tenant !== tenant) {
+        sendRpcError(res, 404, -32001, 'MCP session not found (closed, expired or never opened); start a new one with initialize');
+        return;
+      }
+      // A GET is the client's standing notification stream, open for the whole session: it is not
+      // activity, or no session holding one would ever go idle.
+      const counts = req.method !== 'GET';
+      if (counts) s.inflight++;
+      s.lastUsedMs = Date.now();
+      try {
+        await s.transport.handleRequest(req, res, parsedBody);
+      } finally {
+        if (counts) s.inflight--;
+        s.lastUsedMs = Date.now();
+      }
+      return;
+    }
+
+    if (req.method !== 'POST') {
+      sendRpcError(res, 400, -32000, `${req.method ?? 'this'} request needs an mcp-session-id header; open a session with a POST initialize first`);
+      return;
+    }
+    let body = parsedBody;
+    if (body === undefined) {
+      const read = await readJson(req, maxBodyBytes);
+      if (!read.ok) {
+        sendRpcError(res, read.status, read.status === 413 ? -32600 : -32700, read.message);
+        return;
+      }
+      body = read.value;
+    }
+    const isInit = Array.isArray(body) ? body.some((m) => isInitializeRequest(m)) : isInitializeRequest(body);
+    if (!isInit) {
+      sendRpcError(res, 400, -32000, 'no mcp-session-id header: the first request of an MCP session must be initialize');
+      return;
+    }
+
+    const id = randomUUID();
+    let scope: CallScope;
+    let sandbox: ReturnType<typeof describeSandbox>;
+    try {
+      scope = normalizeScope({
+        tenant, session: `mcp-${id}`, profile: headerOf(req, 'x-berth-profile'), user: headerOf(req, 'x-berth-user'),
+      });
+      sandbox = describeSandbox(broker, scope);
+    } catch (err) {
+      if (!isBerthError(err)) throw err;
+      sendJson(res, statusOf(err), { error: { code: err.code, message: err.message } });
+      return;
+    }
+    // DELETE answers once the berth session is closed (its ephemeral sandbox removed).
+    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => id, onsessionclosed: () => end(s) });
+    const s: LiveSession = { id, tenant, scope, transport, lastUsedMs: Date.now(), inflight: 1, ended: undefined };
+    const server = createMcpServer(broker, scope, { sandbox });
+    server.server.onclose = () => void end(s);
+    server.server.onerror = (err) => log('berth:mcp', `session ${scope.session}: ${err.message}`);
+    await server.connect(transport);
+    sessions.set(id, s);
+    try {
+      await transport.handleRequest(req, res, body);
+    } finally {
+      s.inflight--;
+      // The initialize was rejected (malformed, wrong protocol version): no session came to be.
+      if (transport.sessionId === undefined) {
+        sessions.delete(id);
+        s.ended = Promise.resolve(); // nothing ran, so there is no berth session to close
+        await server.close().catch(() => undefined);
+      }
+    }
+  };
+
+  const close = async (): Promise<void> => {
+    closing = true;
+    clearInterval(timer);
+    await Promise.all([...sessions.values()].map(async (s) => {
+      await s.transport.close().catch(() => undefined);
+      await end(s);
+    }));
+    await Promise.all([...ending]);
+  };
+  // defineProperty, not Object.assign: a getter copied by assign would be frozen at its first value.
+  return Object.defineProperties(handler, {
+    close: { value: close },
+    sessionCount: { get: () => sessions.size, enumerable: true },
+  }) as McpHttpHandler;
+}
+
+/** A session with a running background job is not idle (jobs count as activity). */
+async function hasRunningJob(broker: Broker, scope: CallScope): Promise<boolean> {
+  try {
+    return (await broker.listJobs(scope)).some((j) => j.status === 'running');
+  } catch {
+    return false;
+  }
+}
+
+function statusOf(err: BerthError): number {
+  if (err instanceof UsageError || err instanceof ConfigError) return 400;
+  if (err instanceof PolicyRefusedError) return 403;
+  return 500;
+}
+
+function headerOf(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  const one = Array.isArray(v) ? v[0] : v;
+  return one === undefined || one === '' ? undefined : one;
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  if (res.headersSent) return;
+  res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+}
+
+function sendRpcError(res: ServerResponse, status: number, code: number, message: string): void {
+  sendJson(res, status, { jsonrpc: '2.0', error: { code, message }, id: null });
+}
+
+function readJson(req: IncomingMessage, maxBytes: number): Promise<{ ok: true; value: unknown } | { ok: false; status: number; message: string }> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    // An oversized body is drained, not destroyed: destroying the request would take the response's socket with it.
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= maxBytes) chunks.push(chunk);
+    });
+    req.on('error', () => resolve({ ok: false, status: 400, message: 'request body could not be read' }));
+    req.on('end', () => {
+      if (size > maxBytes) {
+        resolve({ ok: false, status: 413, message: `request body is over ${maxBytes} bytes` });
+        return;
+      }
+      try {
+        resolve({ ok: true, value: JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown });
+      } catch {
+        resolve({ ok: false, status: 400, message: 'request body is not valid JSON' });
+      }
+    });
+  });
+}

@@ -1,0 +1,84 @@
+import type { Broker } from '../../broker/broker.js';
+import type { Binding } from '../../broker/resolve-call.js';
+import { settingsFor } from '../../config/types.js';
+import type { CallScopeInput } from '../../scope/call-scope.js';
+import { normalizeScope } from '../../scope/normalize.js';
+
+/**
+ * What the tools tell the agent about the sandbox it gets: where commands really run and what
+ * survives. Written from the binding, so a description never promises what the backend does not do.
+ */
+export interface SandboxDescription {
+  binding: Binding;
+  /** The berth session this MCP session is. */
+  session: string;
+  /** Default per-command timeout from the config, in seconds. */
+  defaultTimeoutSeconds: number;
+  /** One paragraph for tool descriptions: isolation and persistence. */
+  summary: string;
+  /** Server instructions: the summary plus the sandbox key rule. */
+  instructions: string;
+}
+
+/**
+ * Describes the sandbox a scope resolves to (pure policy: `explain`, no engine contacted).
+ *
+ * @example
+ * describeSandbox(broker, { tenant: 'acme', session: 'mcp-1' }).summary
+ * // 'Commands run in a Docker container created for this session, isolated from the host. ...'
+ * @throws the berth error `explain` throws (a refused scope, an invalid config).
+ */
+export function describeSandbox(broker: Broker, scope: CallScopeInput): SandboxDescription {
+  const binding = broker.explain(scope);
+  const s = normalizeScope(scope);
+  const session = s.session ?? '(none)';
+  const settings = settingsFor(broker.config, binding.profile);
+  const summary = [isolation(binding), persistence(binding), mountNote(binding)].filter(Boolean).join(' ');
+  const instructions = [
+    `berth runs your shell commands in sandbox "${binding.sandboxKey}" (tenant "${binding.tenant}", profile "${binding.profile}", backend ${binding.backend}).`,
+    summary,
+    'Every tool call of this MCP session goes to that sandbox and to one persistent shell: the working directory, exported variables, functions and aliases carry over from one terminal call to the next.',
+    `Sandbox key rule: berth picks the sandbox from the call's tenant, profile, session, task and user according to its config (rule ${binding.rule} here). ` +
+      'Calls with the same key in the same tenant and profile share files; calls with different keys never see each other\'s files, and tenants never share anything.',
+    binding.sandboxKey === 'default' || binding.sandboxKey.startsWith('profile:') || binding.sandboxKey.startsWith('shared:')
+      ? 'This key is shared: other sessions that resolve to it use the same sandbox and can see its files.'
+      : `This key belongs to this session (berth session "${session}"); no other session reaches it.`,
+    `Commands time out after ${settings.exec.timeoutSeconds} s unless you pass timeout; a timed-out command's process tree is killed and the shell stays usable. ` +
+      'Use terminal with background: true for servers and long jobs, then the process tool to read their output or kill them.',
+    'Closing this MCP session closes the berth session.',
+  ].join('\n');
+  return { binding, session, defaultTimeoutSeconds: settings.exec.timeoutSeconds, summary, instructions };
+}
+
+function isolation(b: Binding): string {
+  switch (b.backend) {
+    case 'docker':
+      return b.persistent
+        ? `Commands run in a Docker container isolated from the host (sandbox "${b.sandboxKey}"), starting in ${b.cwd}.`
+        : `Commands run in a Docker container created for this session, isolated from the host, starting in ${b.cwd}.`;
+    case 'local':
+      return `NOT isolated: commands run directly on the host machine, as the user berth runs as, starting in ${b.cwd}. ` +
+        'They can read and change anything that user can; there is no container.';
+    case 'ssh':
+      return `Commands run on a remote host over SSH, in ${b.cwd}; they are not isolated from other users of that account.`;
+  }
+}
+
+function persistence(b: Binding): string {
+  if (b.persistent) {
+    return b.backend === 'docker'
+      ? `The sandbox is persistent: files persist across sessions in /workspace (and elsewhere in the container) until the sandbox is removed.`
+      : `Files persist across sessions in ${b.cwd}.`;
+  }
+  if (b.backend !== 'docker') return `The session's directory is ephemeral: its files are removed when this session closes.`;
+  return b.mount === null
+    ? 'The sandbox is ephemeral: its files vanish when this session closes.'
+    : 'The container is ephemeral: files outside /workspace vanish when this session closes.';
+}
+
+function mountNote(b: Binding): string {
+  if (b.mount === null) return '';
+  return b.backend === 'docker'
+    ? `The host directory ${b.mount} is mounted at /workspace: files there are the host's files and outlive the sandbox.`
+    : '';
+}

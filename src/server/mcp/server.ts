@@ -1,0 +1,159 @@
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { CallToolRequestSchema, ErrorCode, McpError, type CallToolResult, type ToolAnnotations } from '@modelcontextprotocol/sdk/types.js';
+import * as z from 'zod';
+import type { Broker } from '../../broker/broker.js';
+import { isBerthError } from '../../errors.js';
+import type { CallScopeInput } from '../../scope/call-scope.js';
+import type { SandboxDescription } from './sandbox-description.js';
+import { decodeBytes, execResult, refusal, text } from './tool-results.js';
+import { ExportFileArgs, ProcessArgs, ReadFileArgs, TerminalArgs, WriteFileArgs } from './tool-schemas.js';
+
+export interface McpServerInfo {
+  /** What the scope resolves to (`describeSandbox`): tool descriptions and instructions come from it. */
+  sandbox: SandboxDescription;
+  /** Reported to the client as the server version. */
+  version?: string;
+}
+
+interface ToolDef {
+  schema: z.ZodType<Record<string, unknown>>;
+  run: (args: never) => Promise<CallToolResult>;
+}
+
+const BERTH_VERSION = '0.1.0';
+
+/**
+ * An MCP server whose tools run in one berth session: `terminal`, `process`, `read_file`,
+ * `write_file`, `export_file`. Connect it to one transport; closing the berth session when the
+ * connection ends is the caller's job (see `serveMcpStdio`, `createMcpHttpHandler`).
+ *
+ * Bad arguments (wrong type, unknown field, missing field) are JSON-RPC errors (-32602). A failed or
+ * timed-out command, and a call berth refuses, are results with `isError: true` the agent can read.
+ *
+ * @example
+ * ```ts
+ * const scope = { tenant: 'acme', session: 'mcp-1' };
+ * const server = createMcpServer(broker, scope, { sandbox: describeSandbox(broker, scope) });
+ * await server.connect(new StdioServerTransport());
+ * ```
+ */
+export function createMcpServer(broker: Broker, scope: CallScopeInput, info: McpServerInfo): McpServer {
+  const { sandbox } = info;
+  const mcp = new McpServer(
+    { name: 'berth', version: info.version ?? BERTH_VERSION },
+    { instructions: sandbox.instructions, capabilities: { tools: {} } },
+  );
+  const tools = new Map<string, ToolDef>();
+  const add = <S extends z.ZodType<Record<string, unknown>>>(
+    name: string,
+    config: { title: string; description: string; annotations: ToolAnnotations },
+    schema: S,
+    run: (args: z.output<S>) => Promise<CallToolResult>,
+  ): void => {
+    tools.set(name, { schema, run: run as ToolDef['run'] });
+    // Registered for tools/list (JSON Schema from the zod schema); calls go through the tools/call handler set below.
+    mcp.registerTool(name, { ...config, inputSchema: schema as unknown as z.ZodObject }, (args: unknown) => run(args as z.output<S>));
+  };
+
+  add('terminal', {
+    title: 'Run a shell command',
+    description: `Runs one shell line in this session's sandbox through a persistent bash: cwd, exported variables and functions carry over between calls. ${sandbox.summary} ` +
+      `Returns the exit code, cwd, stdout and stderr; a non-zero exit or a timeout (default ${sandbox.defaultTimeoutSeconds} s) is an error result. ` +
+      'With background: true the command runs as a job and its jobId comes back at once.',
+    annotations: { destructiveHint: true, openWorldHint: true },
+  }, TerminalArgs, async (a) => {
+    if (a.background === true) {
+      const job = await broker.startJob(scope, a.command, a.workdir === undefined ? {} : { workdir: a.workdir });
+      return text(
+        `started background job ${job.jobId} in sandbox "${job.sandboxKey}"\n` +
+        `read its output with process {"action": "read", "jobId": "${job.jobId}"}; stop it with {"action": "kill", ...}`,
+        { jobId: job.jobId, sandboxKey: job.sandboxKey },
+      );
+    }
+    const timeoutSeconds = a.timeout ?? sandbox.defaultTimeoutSeconds;
+    const r = await broker.exec(scope, a.command, { timeoutSeconds, workdir: a.workdir });
+    return execResult(r, timeoutSeconds);
+  });
+
+  add('process', {
+    title: 'Background jobs',
+    description: 'Manages the background jobs this session started with terminal {background: true}: ' +
+      'list them, read a job\'s output from a byte offset (the answer says whether it is still running and its exit code when done), ' +
+      'or kill a job\'s process tree (other jobs and the shell are not touched).',
+    annotations: { destructiveHint: true },
+  }, ProcessArgs, async (a) => {
+    if (a.action === 'list') {
+      const list = await broker.listJobs(scope);
+      const lines = list.map((j) => `${j.jobId}  ${j.status}${j.exitCode === null ? '' : ` (exit ${j.exitCode})`}  started ${new Date(j.startedMs).toISOString()}  ${j.command}`);
+      return text(lines.length === 0 ? 'no background jobs in this session' : lines.join('\n'), { jobs: list });
+    }
+    const jobId = a.jobId as string; // the schema requires it for read and kill
+    if (a.action === 'kill') {
+      const r = await broker.killJob(scope, jobId);
+      return text(r.killed ? `job ${jobId} killed` : `job ${jobId} was not running; nothing to kill`, { jobId, killed: r.killed });
+    }
+    const offset = a.offset ?? 0;
+    const r = await broker.readJob(scope, jobId, { offset, ...(a.maxBytes === undefined ? {} : { maxBytes: a.maxBytes }) });
+    const state = r.status === 'running' ? 'running'
+      : r.status === 'exited' ? `exited with code ${r.exitCode ?? '?'}`
+        : r.status === 'killed' ? 'killed'
+          : 'completion unknown: the sandbox or its job record vanished, so no exit code is known';
+    const body = `job ${jobId}: ${state}\noutput bytes ${offset}..${r.nextOffset}` +
+      (r.done ? '' : ` (more may follow: read again with offset ${r.nextOffset})`) + `\n${r.output === '' ? '(no new output)' : r.output}`;
+    return text(body, { jobId, status: r.status, done: r.done, exitCode: r.exitCode, nextOffset: r.nextOffset });
+  });
+
+  add('read_file', {
+    title: 'Read a file',
+    description: `Reads a whole file from this session's sandbox (files over the configured size limit are refused). Text comes back as is; a file that is not valid UTF-8 comes back base64-encoded. ${sandbox.summary}`,
+    annotations: { readOnlyHint: true },
+  }, ReadFileArgs, async (a) => {
+    const r = await broker.readFile(scope, { path: a.path, ...(a.maxBytes === undefined ? {} : { maxBytes: a.maxBytes }) });
+    const d = decodeBytes(r.data);
+    const body = d.encoding === 'utf8' ? d.content : `(binary file ${r.path}, ${r.data.length} bytes, base64)\n${d.content}`;
+    return text(body, { path: r.path, bytes: r.data.length, encoding: d.encoding });
+  });
+
+  add('write_file', {
+    title: 'Write a file',
+    description: `Creates or replaces a file in this session's sandbox from text or base64 content. ${sandbox.summary}`,
+    annotations: { destructiveHint: true },
+  }, WriteFileArgs, async (a) => {
+    const data = a.encoding === 'base64' ? Buffer.from(a.content, 'base64') : Buffer.from(a.content, 'utf8');
+    const r = await broker.upload(scope, { path: a.path, data, ...(a.mode === undefined ? {} : { mode: a.mode }) });
+    return text(`wrote ${r.bytes} bytes to ${r.path}`, { path: r.path, bytes: r.bytes });
+  });
+
+  add('export_file', {
+    title: 'Export a file to the host',
+    description: 'Copies a file or directory out of this session\'s sandbox into the session\'s private staging directory on the berth host ' +
+      'and returns that host path, for the operator or gateway to deliver (e.g. as an attachment). The copy is removed when the session closes.',
+    annotations: { readOnlyHint: true },
+  }, ExportFileArgs, async (a) => {
+    const r = await broker.exportPath(scope, { path: a.path, ...(a.maxBytes === undefined ? {} : { maxBytes: a.maxBytes }) });
+    return text(`exported ${r.kind} ${a.path} (${r.bytes} bytes) to host path ${r.hostPath}`, { hostPath: r.hostPath, bytes: r.bytes, kind: r.kind });
+  });
+
+  // The SDK's own tools/call handler (1.32) turns argument validation errors into isError results
+  // (SEP-1303). berth's contract is that bad arguments are protocol errors and only what happened
+  // while running the call is a result, so calls are dispatched here with the same schemas.
+  mcp.server.setRequestHandler(CallToolRequestSchema, async (request) => {
+    const { name } = request.params;
+    const tool = tools.get(name);
+    if (tool === undefined) {
+      throw new McpError(ErrorCode.InvalidParams, `unknown tool "${name}"; berth offers ${[...tools.keys()].join(', ')}`);
+    }
+    const parsed = tool.schema.safeParse(request.params.arguments ?? {});
+    if (!parsed.success) {
+      const issues = parsed.error.issues.map((i) => `${i.path.length === 0 ? 'arguments' : i.path.join('.')}: ${i.message}`);
+      throw new McpError(ErrorCode.InvalidParams, `invalid arguments for ${name}: ${issues.join('; ')}`);
+    }
+    try {
+      return await tool.run(parsed.data as never);
+    } catch (err) {
+      if (isBerthError(err)) return refusal(err);
+      throw new McpError(ErrorCode.InternalError, `berth internal error in ${name}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  });
+  return mcp;
+}
