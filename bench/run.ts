@@ -6,6 +6,8 @@ import { parseConfig } from '../src/config/schema.js';
 import { RawShell, spawnPerCommand } from './raw-shell.js';
 import { row, timeMany } from './stats.js';
 import { dockerBench } from './docker.js';
+import { httpBench } from './http.js';
+import { mcpBench } from './mcp.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
 
@@ -32,3 +34,5 @@ async function localBench(): Promise<void> {
 
 await localBench();
 await dockerBench();
+await httpBench();
+await mcpBench(N);

@@ -24,3 +24,23 @@ export {
   BerthError, ConfigError, UsageError, PolicyRefusedError, BackendUnavailableError, UnsupportedError,
   SandboxNotFoundError, TimeoutError, isBerthError,
 } from './errors.js';
+export { createMcpServer } from './server/mcp/server.js';
+export type { McpServerInfo } from './server/mcp/server.js';
+export { createMcpHttpHandler } from './server/mcp/http.js';
+export type { McpHttpHandler, McpHttpOptions } from './server/mcp/http.js';
+export { serveMcpStdio } from './server/mcp/stdio.js';
+export type { StdioOptions as McpStdioOptions } from './server/mcp/stdio.js';
+export { describeSandbox } from './server/mcp/sandbox-description.js';
+export type { SandboxDescription } from './server/mcp/sandbox-description.js';
+export { FileTooLargeError, PathNotFoundError } from './files/errors.js';
+export { normalizeSandboxPath, sandboxPathRefusal } from './files/sandbox-path.js';
+export type { SandboxPathPolicy } from './files/sandbox-path.js';
+export { parseSecretsFile } from './config/secrets-file.js';
+export type { SecretsFile } from './config/secrets-file.js';
+export type { AuditEntry } from './broker/state-store.js';
+export type { JobReadResult, JobSummary, JobStatus } from './broker/jobs.js';
+export { BerthServer } from './server/server.js';
+export type { ServerOptions } from './server/server.js';
+export { TokenStore, tokensPath } from './server/tokens.js';
+export type { TokenEntry } from './server/tokens.js';
+export { openApiDocument } from './server/openapi.js';

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import type { Backend, ManagedSandbox, Sandbox } from '../backends/backend.js';
@@ -11,7 +12,11 @@ import { normalizeScope } from '../scope/normalize.js';
 import { mapWorkdir } from '../policy/cwd.js';
 import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
+import { readSecretsFiles, type SecretsFile } from '../config/secrets-file.js';
+import { ensurePrivateDir, removeSessionStaging, stagingDirFor } from '../files/staging.js';
+import { exportToStaging, mediaHostPath, readSandboxFile, uploadFile, uploadTarball, type TransferContext } from '../files/transfer.js';
 import { BackendRegistry } from './backend-registry.js';
+import { JobRunner, type JobReadResult, type JobSummary } from './jobs.js';
 import { KeyedLock } from './keyed-lock.js';
 import { ownerAlive, ownerToken } from './process-owner.js';
 import { registerAlias, resolveCall, sessionRefOf, startCwd, type Binding, type ResolvedCall } from './resolve-call.js';
@@ -160,8 +165,10 @@ export class Broker implements AsyncDisposable {
     const env = opts.env ?? process.env;
     const berthHome = opts.berthHome ?? defaultBerthHome(env);
     const config = opts.config ?? loadConfig({ configFlag: opts.configPath, cwd: opts.cwd ?? process.cwd(), berthHome });
+    const secrets = readSecretsFiles(config);
     const store = StateStore.open(berthHome);
     const broker = new Broker(opts, config, berthHome, store);
+    broker.secrets = secrets;
     if (broker.reap) {
       const everyMs = Math.min(60_000, Math.max(1_000, minIdleMs(config) / 4));
       broker.timer = setInterval(() => void broker.sweep(), everyMs);
@@ -269,6 +276,7 @@ export class Broker implements AsyncDisposable {
       }
     }
     const digests = this.store.closeSession(tenant, profile, sessionRef, Date.now());
+    await removeSessionStaging(this.berthHome, { tenant, profile, sessionRef }).catch((e) => this.log('berth:files', `remove staging of ${sessionRef}: ${String(e)}`));
     const result: CloseResult = { removed: [], kept: [] };
     for (const digest of digests) {
       const rec = this.store.getSandbox(digest);
@@ -308,6 +316,196 @@ export class Broker implements AsyncDisposable {
   /** Audit entries of one tenant, newest first. */
   audit(filter: { tenant: string; user?: string; session?: string; limit?: number }) {
     return this.store.listAudit(filter);
+  }
+
+  // --- files, media (issue 4) ---
+  /** Secrets files (`env.secretsFile`) read once at start-up, by path. */
+  private secrets: ReadonlyMap<string, SecretsFile> = new Map();
+
+  /**
+   * Writes one file into the call's sandbox; `path` is absolute or relative to the shell's cwd.
+   * Missing parent dirs are created. Over `files.maxBytes`, or on a refused path, nothing is written.
+   *
+   * @example
+   * await broker.upload({ session: 's1' }, { path: '/workspace/data.csv', data: Buffer.from('a,b\n') });
+   */
+  upload(scope: CallScopeInput, a: { path: string; data: Buffer; mode?: number }): Promise<{ path: string; bytes: number }> {
+    return this.fileCall(scope, 'upload', `upload ${a.path} (${Buffer.isBuffer(a.data) ? a.data.length : 0} bytes)`, (ctx) => uploadFile(ctx, a));
+  }
+
+  /** Extracts a tar of files and folders under `dir` in the sandbox (symlinks and special files refused). */
+  uploadTar(scope: CallScopeInput, a: { dir: string; tar: Buffer }): Promise<{ dir: string; entries: number }> {
+    return this.fileCall(scope, 'upload', `upload tar into ${a.dir} (${Buffer.isBuffer(a.tar) ? a.tar.length : 0} bytes)`, (ctx) => uploadTarball(ctx, a));
+  }
+
+  /** Reads one sandbox file into memory, at most `maxBytes` (never above `files.maxBytes`). */
+  readFile(scope: CallScopeInput, a: { path: string; maxBytes?: number }): Promise<{ path: string; data: Buffer }> {
+    return this.fileCall(scope, 'read', `read ${a.path}`, (ctx) => readSandboxFile(ctx, a));
+  }
+
+  /**
+   * Copies a sandbox file or folder into the session's private staging dir on the host
+   * (`$BERTH_HOME/staging/...`, removed when the session closes).
+   *
+   * @example
+   * const { hostPath } = await broker.exportPath({ session: 's1' }, { path: '/workspace/report' });
+   */
+  exportPath(scope: CallScopeInput, a: { path: string; maxBytes?: number }): Promise<{ hostPath: string; bytes: number; kind: 'file' | 'dir' }> {
+    return this.fileCall(scope, 'export', `export ${a.path}`, (ctx) => exportToStaging(ctx, a));
+  }
+
+  /**
+   * A host path a gateway can attach for a file the agent names in its sandbox: the file under the
+   * sandbox's own host dir when it is bind-mounted (or local), else an export into staging.
+   *
+   * @example
+   * const { hostPath } = await broker.mediaPath({ user: 'telegram:1' }, '/workspace/chart.png');
+   */
+  mediaPath(scope: CallScopeInput, sandboxPath: string): Promise<{ hostPath: string; exported: boolean }> {
+    return this.fileCall(scope, 'media', `media ${sandboxPath}`, (ctx) => mediaHostPath(ctx, sandboxPath));
+  }
+
+  /** Runs one file operation in the call's sandbox (kept busy meanwhile) and records it in the audit log. */
+  private async fileCall<T>(scope: CallScopeInput, kind: string, text: string, run: (ctx: TransferContext) => Promise<T>): Promise<T> {
+    this.assertOpen();
+    const call = this.resolve(scope);
+    const started = Date.now();
+    let failure: string | undefined = 'error';
+    try {
+      const live = await this.sandboxFor(call);
+      live.inflight++;
+      live.lastActivityMs = Date.now();
+      try {
+        const r = await run(this.transferContext(call, live));
+        failure = undefined;
+        return r;
+      } finally {
+        live.inflight--;
+        live.lastActivityMs = Date.now();
+      }
+    } catch (err) {
+      failure = err instanceof BerthError ? err.code : 'error';
+      throw err;
+    } finally {
+      this.store.addAudit({
+        timeMs: started, tenant: call.scope.tenant, profile: call.scope.profile, user: call.scope.user ?? null,
+        session: call.scope.session ?? null, sandboxKey: call.binding.sandboxKey, kind,
+        command: redact(failure === undefined ? text : `${text} [failed: ${failure}]`, call.redactValues),
+        exitCode: failure === undefined ? 0 : null, durationMs: Date.now() - started,
+      });
+    }
+  }
+
+  private transferContext(call: ResolvedCall, live: LiveSandbox): TransferContext {
+    const sandbox = live.sandbox;
+    const roots = [...sandbox.fileRoots];
+    // On local, an attached workspace is the session's starting dir and one of its roots.
+    if (live.backend.kind === 'host' && !roots.some((r) => call.defaultCwd === r || call.defaultCwd.startsWith(`${r}/`))) roots.push(call.defaultCwd);
+    return {
+      sandbox,
+      policy: { roots, home: sandbox.homeDir, berthDirs: [sandbox.stateDir] },
+      cwd: call.binding.cwd || call.defaultCwd,
+      maxBytes: call.settings.files.maxBytes,
+      staging: () => ensurePrivateDir(this.berthHome, stagingDirFor(this.berthHome, {
+        tenant: call.scope.tenant, profile: call.scope.profile, user: call.scope.user, sessionRef: call.sessionRef,
+      })),
+      log: (m) => this.log('berth:files', `${call.binding.sandboxKey}: ${m}`),
+    };
+  }
+
+  // --- background jobs (issue 5) ---
+  private jobRunner: JobRunner | undefined;
+
+  private get jobs(): JobRunner {
+    this.jobRunner ??= new JobRunner({
+      store: this.store,
+      resolve: (scope) => this.resolve(scope),
+      sandboxFor: async (call) => (await this.sandboxFor(call)).sandbox,
+      run: (call, line, o) => this.execResolved(call, line, { workdir: o.workdir, stdin: o.stdin, timeoutSeconds: 30 }),
+      existingSandbox: (call, digest) => this.existingSandbox(call, digest),
+      audit: (call, command, startedMs) => this.store.addAudit({
+        timeMs: startedMs, tenant: call.scope.tenant, profile: call.scope.profile, user: call.scope.user ?? null,
+        session: call.scope.session ?? null, sandboxKey: call.binding.sandboxKey, kind: 'job', command, exitCode: null,
+        durationMs: Date.now() - startedMs,
+      }),
+      log: (m) => this.log('berth:jobs', m),
+    });
+    return this.jobRunner;
+  }
+
+  /**
+   * Starts `command` as a background job in the call's sandbox: it outlives the request, its
+   * output stays in the sandbox. Resolves once the job runs.
+   *
+   * @example
+   * const { jobId } = await broker.startJob({ session: 's1' }, 'npm test');
+   * const r = await broker.readJob({ session: 's1' }, jobId, { offset: 0 }); // r.output, r.nextOffset, r.done
+   */
+  startJob(scope: CallScopeInput, command: string, opts: { workdir?: string } = {}): Promise<{ jobId: string; sandboxKey: string }> {
+    this.assertOpen();
+    return this.jobs.start(this.resolve(scope), command, opts);
+  }
+
+  /** Output of a job of the call's session from a byte offset, and its status (exit code once done). */
+  readJob(scope: CallScopeInput, jobId: string, opts: { offset?: number; maxBytes?: number } = {}): Promise<JobReadResult> {
+    this.assertOpen();
+    return this.jobs.read(this.normalize(scope), jobId, opts);
+  }
+
+  /** Kills one job's process tree (nothing else in the sandbox); false when it had already ended. */
+  killJob(scope: CallScopeInput, jobId: string): Promise<{ killed: boolean }> {
+    this.assertOpen();
+    return this.jobs.kill(this.normalize(scope), jobId);
+  }
+
+  /** The jobs of the call's session, oldest first. */
+  listJobs(scope: CallScopeInput): Promise<JobSummary[]> {
+    this.assertOpen();
+    return this.jobs.list(this.normalize(scope));
+  }
+
+  /**
+   * `list` plus each sandbox's state: `active` (open in this process), else what its engine says
+   * (`running`, `stopped`, `missing`), or `unknown` when the engine does not answer.
+   */
+  async listWithState(tenant: string): Promise<Array<SandboxInfo & { state: 'active' | 'running' | 'stopped' | 'missing' | 'unknown' }>> {
+    const records = this.store.listSandboxes(tenant);
+    const managed = new Map<string, ManagedSandbox[] | undefined>();
+    for (const name of new Set(records.map((r) => r.backend))) {
+      const backend = await this.backends.get(name as BackendName).catch(() => undefined);
+      managed.set(name, backend?.kind === 'container' ? await backend.listManaged().catch(() => undefined) : []);
+    }
+    const infos = this.list(tenant);
+    return infos.map((info) => {
+      const rec = records.find((r) => r.key === info.sandboxKey && r.profile === info.profile);
+      let state: 'active' | 'running' | 'stopped' | 'missing' | 'unknown' = 'unknown';
+      if (rec !== undefined && this.live.has(rec.digest)) state = 'active';
+      else if (rec !== undefined) {
+        const seen = managed.get(rec.backend);
+        if (seen === undefined) state = 'unknown';
+        else if (rec.backend === 'local') state = rec.hostDir !== null && existsSync(rec.hostDir) ? 'stopped' : 'missing';
+        else {
+          const m = seen.find((x) => x.ref === rec.ref);
+          state = m === undefined ? 'missing' : m.running ? 'running' : 'stopped';
+        }
+      }
+      return { ...info, state };
+    });
+  }
+
+  /** A job's sandbox if it still exists (live, or recorded and reattached); never creates one. */
+  private async existingSandbox(call: ResolvedCall | undefined, digest: string): Promise<Sandbox | undefined> {
+    const live = this.live.get(digest);
+    if (live !== undefined) return live.sandbox;
+    const rec = this.store.getSandbox(digest);
+    if (rec === undefined || rec.ref === '' || call === undefined || call.settings.backend !== rec.backend) return undefined;
+    const backend = await this.backends.get(rec.backend as BackendName);
+    if (backend.kind === 'container') {
+      if (!(await backend.listManaged()).some((m) => m.ref === rec.ref)) return undefined;
+    } else if (rec.hostDir === null || !existsSync(rec.hostDir)) {
+      return undefined;
+    }
+    return (await this.sandboxFor(call)).sandbox;
   }
 
   /**
@@ -359,7 +557,7 @@ export class Broker implements AsyncDisposable {
     registerAlias(this.store, scope);
     return resolveCall({
       config: this.config, store: this.store, berthHome: this.berthHome, homeDir: this.homeDir,
-      dockerSockets: this.dockerSockets, hostEnv: this.hostEnv,
+      dockerSockets: this.dockerSockets, hostEnv: this.hostEnv, secrets: this.secrets,
     }, scope, opts);
   }
 
@@ -565,6 +763,8 @@ export class Broker implements AsyncDisposable {
   private async removeSandbox(rec: SandboxRecord): Promise<void> {
     await this.locks.run(`sandbox:${rec.digest}`, async () => {
       const live = this.live.get(rec.digest);
+      // A container takes its jobs with it; a host dir does not, so end them first.
+      if (live?.backend.kind === 'host') await this.jobs.killAllIn(rec.digest, live.sandbox).catch((e) => this.log('berth:jobs', String(e)));
       if (live) await this.forget(live);
       if (rec.ref !== '') {
         const backend = await this.backends.get(rec.backend as BackendName);
@@ -650,6 +850,7 @@ export class Broker implements AsyncDisposable {
       if (live.inflight > 0 || now - live.lastActivityMs < live.idleMs) continue;
       const shells = await Promise.all([...live.shells.values()].map((p) => p.catch(() => undefined)));
       if (shells.some((s) => s !== undefined && (s.shell.busy || s.shell.backgroundJobCount() > 0))) continue;
+      if (await this.jobs.activeIn(live.digest, live.sandbox).catch(() => true)) continue;
       this.log('berth:reaper', `sandbox ${live.record.key} idle for ${Math.round((now - live.lastActivityMs) / 1000)}s`);
       if (live.record.ephemeral) {
         for (const s of this.store.sessionsOf(live.digest)) {

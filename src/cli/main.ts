@@ -1,11 +1,17 @@
 import { isBerthError } from '../errors.js';
+import { auditCommand } from './commands/audit.js';
 import { closeCommand } from './commands/close.js';
 import { configCommand } from './commands/config-check.js';
+import { cpCommand } from './commands/cp.js';
 import { execCommand } from './commands/exec.js';
 import { explainCommand } from './commands/explain.js';
 import { imageCommand } from './commands/image.js';
 import { lsCommand } from './commands/ls.js';
+import { mediaCommand } from './commands/media.js';
+import { mcpCommand } from './commands/mcp.js';
 import { rmCommand } from './commands/rm.js';
+import { serveCommand } from './commands/serve.js';
+import { tokenCommand } from './commands/token.js';
 import { processIo, type CliIo } from './io.js';
 
 const HELP = `berth: the right sandbox for every agent conversation
@@ -18,8 +24,14 @@ commands:
   ls [--tenant T] [--json]           list sandboxes
   close [scope flags]                close a session (removes its ephemeral sandboxes)
   rm [scope flags]                   remove a sandbox, persistent or not
+  cp [scope flags] SRC DEST          copy files in or out (sandbox side: sandbox:PATH)
+  media [scope flags] PATH           print a host path for a file in the sandbox
+  audit [--tenant T] [--user U] [--session S] [--json]   show the audit log
   config check [--config FILE]       validate the config and print the effective one
   image build [--variant V] [--force] build a sandbox image without a registry
+  serve [--port N] [--host ADDR]     HTTP API (/v1), MCP (/mcp) and dashboard (/) for agent frameworks
+  token create --tenant T            a bearer token for berth serve (printed once, last line)
+  mcp [scope flags]                  serve MCP over stdio (one session per connection)
 
 Run "berth <command> --help" for details. State lives in $BERTH_HOME (default ~/.berth).`;
 
@@ -31,6 +43,12 @@ const COMMANDS: Record<string, (argv: string[], io: CliIo) => Promise<number>> =
   rm: rmCommand,
   config: configCommand,
   image: imageCommand,
+  cp: cpCommand,
+  media: mediaCommand,
+  audit: auditCommand,
+  serve: serveCommand,
+  token: tokenCommand,
+  mcp: mcpCommand,
 };
 
 /** Runs the CLI; returns the exit code. Errors are one line on stderr that says what to do. */
