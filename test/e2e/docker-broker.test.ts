@@ -1,21 +1,20 @@
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import type { Broker } from '../../src/broker/broker.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { PolicyRefusedError } from '../../src/errors.js';
 import type { CallScopeInput } from '../../src/scope/call-scope.js';
 import {
-  assertNoneLeft,
   containerFor,
   containerState,
   describeContainers,
   describeDocker,
   docker,
   dockerConfig,
-  ensureImage,
   installs,
   type TestInstall,
+  dockerSuiteHooks,
 } from '../helpers/docker-e2e.js';
 
 /*
@@ -45,13 +44,7 @@ async function keysOf(t: TestInstall): Promise<string[]> {
 }
 
 describeDocker('broker on the real docker engine', () => {
-  beforeAll(ensureImage, 180_000);
-  afterEach(async () => {
-    await reg.cleanupAll();
-  }, 60_000);
-  afterAll(async () => {
-    await assertNoneLeft(reg.ids);
-  });
+  dockerSuiteHooks(reg);
 
   it('scope: session — one container per session; a session sees only its own files', async () => {
     const t = reg.track();

@@ -1,18 +1,17 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { runBerth, type CliRun } from '../helpers/cli.js';
 import {
-  assertNoneLeft,
   containerFor,
   containerState,
   describeContainers,
   describeDocker,
   docker,
   dockerConfigYaml,
-  ensureImage,
   installs,
   type TestInstall,
+  dockerSuiteHooks,
 } from '../helpers/docker-e2e.js';
 
 /*
@@ -39,13 +38,7 @@ async function execJson(t: TestInstall, args: string[], opts: { cwd?: string } =
 }
 
 describeDocker('berth CLI on the real docker engine', () => {
-  beforeAll(ensureImage, 180_000);
-  afterEach(async () => {
-    await reg.cleanupAll();
-  }, 60_000);
-  afterAll(async () => {
-    await assertNoneLeft(reg.ids);
-  });
+  dockerSuiteHooks(reg);
 
   it('--workspace DIR is visible at /workspace: host files readable inside, files written inside appear on the host', async () => {
     const t = reg.track();

@@ -2,21 +2,20 @@ import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { StateStore } from '../../src/broker/state-store.js';
 import { REPO } from '../helpers/cli.js';
 import {
-  assertNoneLeft,
   containerFor,
   containerState,
   describeContainers,
   describeDocker,
   dockerConfig,
-  ensureImage,
   IMAGE,
   installs,
   waitFor,
   type TestInstall,
+  dockerSuiteHooks,
 } from '../helpers/docker-e2e.js';
 
 /*
@@ -75,13 +74,7 @@ async function runAndKillHolder(t: TestInstall): Promise<void> {
 }
 
 describeDocker('reapers and installations on the real docker engine', () => {
-  beforeAll(ensureImage, 180_000);
-  afterEach(async () => {
-    await reg.cleanupAll();
-  }, 60_000);
-  afterAll(async () => {
-    await assertNoneLeft(reg.ids);
-  });
+  dockerSuiteHooks(reg);
 
   it('a berth process killed with SIGKILL: the next one reaps its ephemeral containers and keeps the persistent one', async () => {
     const t = reg.track();

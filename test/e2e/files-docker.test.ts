@@ -1,18 +1,17 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import type { CallScopeInput } from '../../src/scope/call-scope.js';
 import { runBerth } from '../helpers/cli.js';
 import {
-  assertNoneLeft,
   describeContainers,
   describeDocker,
   docker,
   dockerConfig,
   dockerConfigYaml,
-  ensureImage,
   installs,
   type TestInstall,
+  dockerSuiteHooks,
 } from '../helpers/docker-e2e.js';
 import { filesConformance } from './files-conformance.js';
 
@@ -35,13 +34,7 @@ async function bindSource(t: TestInstall, key: string, tenant: string, dest: str
 }
 
 describeDocker('file transfer on the real docker engine', () => {
-  beforeAll(ensureImage, 180_000);
-  afterEach(async () => {
-    await reg.cleanupAll();
-  }, 60_000);
-  afterAll(async () => {
-    await assertNoneLeft(reg.ids);
-  });
+  dockerSuiteHooks(reg);
 
   filesConformance('docker', async (extra = {}) => {
     const t = reg.track();

@@ -1,6 +1,6 @@
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import {
-  assertNoneLeft, containerFor, describeDocker, docker, dockerConfig, dockerConfigYaml, ensureImage, installs, waitFor, type TestInstall,
+  containerFor, describeDocker, docker, dockerConfig, dockerConfigYaml, installs, waitFor, type TestInstall, dockerSuiteHooks,
 } from '../helpers/docker-e2e.js';
 import { createToken, qs, ServeProcess, stopAll, type ApiClient } from '../helpers/serve.js';
 
@@ -44,14 +44,7 @@ async function readAll(api: ApiClient, session: string, id: string, timeoutMs = 
 }
 
 describeDocker('berth serve: background jobs on the real engine', () => {
-  beforeAll(ensureImage, 180_000);
-  afterEach(async () => {
-    await stopAll();
-    await reg.cleanupAll();
-  }, 60_000);
-  afterAll(async () => {
-    await assertNoneLeft(reg.ids);
-  });
+  dockerSuiteHooks(reg, stopAll);
 
   it('a job outlives its request: output from offsets (UTF-8 intact), exit code when done, the shell free meanwhile', async () => {
     const t = reg.track();

@@ -1,6 +1,6 @@
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import {
-  assertNoneLeft, containerFor, containerState, describeContainers, describeDocker, dockerConfigYaml, ensureImage, installs, waitFor,
+  containerFor, containerState, describeContainers, describeDocker, dockerConfigYaml, installs, waitFor, dockerSuiteHooks,
 } from '../helpers/docker-e2e.js';
 import { createToken, ServeProcess, stopAll } from '../helpers/serve.js';
 
@@ -12,14 +12,7 @@ import { createToken, ServeProcess, stopAll } from '../helpers/serve.js';
 const reg = installs('berth-life-');
 
 describeDocker('berth serve: shutdown and restart on the real engine', () => {
-  beforeAll(ensureImage, 180_000);
-  afterEach(async () => {
-    await stopAll();
-    await reg.cleanupAll();
-  }, 60_000);
-  afterAll(async () => {
-    await assertNoneLeft(reg.ids);
-  });
+  dockerSuiteHooks(reg, stopAll);
 
   it('kill -9 mid-command, restart: ephemeral sandboxes reaped, the persistent one reattached with its files, no leak', async () => {
     const t = reg.track();

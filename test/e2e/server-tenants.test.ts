@@ -1,6 +1,6 @@
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import {
-  assertNoneLeft, containersOf, describeContainers, describeDocker, dockerConfigYaml, ensureImage, installs, type TestInstall,
+  containersOf, describeContainers, describeDocker, dockerConfigYaml, installs, type TestInstall, dockerSuiteHooks,
 } from '../helpers/docker-e2e.js';
 import { createToken, qs, ServeProcess, stopAll, type ApiClient } from '../helpers/serve.js';
 
@@ -21,14 +21,7 @@ async function serve(t: TestInstall, tenants: string[], extra: Record<string, un
 }
 
 describeDocker('berth serve: tenants, concurrency and streaming on the real engine', () => {
-  beforeAll(ensureImage, 180_000);
-  afterEach(async () => {
-    await stopAll();
-    await reg.cleanupAll();
-  }, 60_000);
-  afterAll(async () => {
-    await assertNoneLeft(reg.ids);
-  });
+  dockerSuiteHooks(reg, stopAll);
 
   it('two tokens, same session ids: separate sandboxes, lists, audits, jobs and closes', async () => {
     const t = reg.track();

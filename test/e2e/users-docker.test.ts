@@ -1,10 +1,11 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
 import { runBerth, tempInstall } from '../helpers/cli.js';
-import { assertNoneLeft, describeDocker, dockerConfig, ensureImage, IMAGE, installs } from '../helpers/docker-e2e.js';
+import { describeDocker, dockerConfig, IMAGE, installs,
+  dockerSuiteHooks,} from '../helpers/docker-e2e.js';
 
 /*
  * Many end users on one gateway (issue 4): scope auto, userSandbox on, docker, persistent false.
@@ -27,13 +28,7 @@ const gatewayEnv = {
 };
 
 describeDocker('two users on one gateway (real docker)', () => {
-  beforeAll(ensureImage, 180_000);
-  afterEach(async () => {
-    await reg.cleanupAll();
-  }, 60_000);
-  afterAll(async () => {
-    await assertNoneLeft(reg.ids);
-  });
+  dockerSuiteHooks(reg);
 
   it('each user has their own sandbox, files and GITHUB_TOKEN; neither sees the other\'s, through env, /proc or the audit log', async () => {
     const t = reg.track();

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Dockerode from 'dockerode';
-import { describe, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, it } from 'vitest';
 import { Broker, type BrokerOptions } from '../../src/broker/broker.js';
 import { StateStore } from '../../src/broker/state-store.js';
 import { parseConfig } from '../../src/config/schema.js';
@@ -233,4 +233,20 @@ export async function assertNoneLeft(installations: string[]): Promise<void> {
     await Promise.all(left.map((c) => docker.getContainer(c.id).remove({ force: true }).catch(() => undefined)));
     throw new Error(`berth containers survived the suite (now removed): ${describeContainers(left)}`);
   }
+}
+
+/**
+ * The lifecycle every docker suite shares: the test image before, per-test cleanup (after the
+ * suite's own `before` step, e.g. stopping servers) by installation label, and a final check that
+ * no container of these installations survived.
+ */
+export function dockerSuiteHooks(reg: { cleanupAll(): Promise<string[]>; readonly ids: string[] }, before?: () => Promise<void>): void {
+  beforeAll(ensureImage, 180_000);
+  afterEach(async () => {
+    await before?.();
+    await reg.cleanupAll();
+  }, 60_000);
+  afterAll(async () => {
+    await assertNoneLeft(reg.ids);
+  });
 }

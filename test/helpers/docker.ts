@@ -3,6 +3,7 @@ import Dockerode from 'dockerode';
 import type { SandboxSpec } from '../../src/backends/backend.js';
 import type { DockerSettings, ProfileSettings } from '../../src/config/types.js';
 import { buildImage, TEST_IMAGE } from '../../src/backends/docker/image-build.js';
+import { parseConfig } from '../../src/config/schema.js';
 
 export { TEST_IMAGE };
 
@@ -52,36 +53,15 @@ export async function removeInstallationContainers(docker: Dockerode, installati
   return removed;
 }
 
+/** Docker settings as the schema's defaults give them, for the test image. */
 export function dockerSettings(overrides: Partial<DockerSettings> = {}): DockerSettings {
-  return {
-    image: TEST_IMAGE,
-    network: 'bridge',
-    memoryMb: undefined,
-    cpus: undefined,
-    pidsLimit: undefined,
-    shmSizeMb: undefined,
-    tmpSizeMb: undefined,
-    ephemeralSizeMb: undefined,
-    runAsHostUser: false,
-    volumes: [],
-    ...overrides,
-  };
+  return { ...parseConfig({ backend: 'docker', docker: { image: TEST_IMAGE } }).base.docker, ...overrides };
 }
 
+/** Profile settings from the schema's defaults (so new settings never need a test edit). */
 export function profileSettings(docker: Partial<DockerSettings> = {}): ProfileSettings {
-  return {
-    backend: 'docker',
-    scope: 'auto',
-    persistent: true,
-    sharedKey: undefined,
-    userSandbox: true,
-    workspace: { mount: false },
-    exec: { timeoutSeconds: 30, maxOutputChars: 100_000 },
-    lifecycle: { idleSeconds: 600 },
-    files: { maxBytes: 100 * 1024 * 1024 },
-    env: { static: {}, forward: [], perUserPrefix: 'BERTH_USER_', redact: true },
-    docker: dockerSettings(docker),
-  };
+  const base = parseConfig({ backend: 'docker', exec: { timeoutSeconds: 30, maxOutputChars: 100_000 }, lifecycle: { idleSeconds: 600 } }).base;
+  return { ...base, docker: dockerSettings(docker) };
 }
 
 /**

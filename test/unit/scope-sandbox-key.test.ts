@@ -1,35 +1,15 @@
 import { describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config/schema.js';
 import type { ProfileSettings, ScopeMode } from '../../src/config/types.js';
 import { ConfigError, PolicyRefusedError } from '../../src/errors.js';
 import type { CallScope } from '../../src/scope/call-scope.js';
 import { isSharedKey, qualify, resolveSandboxKey, type SandboxKeyInput } from '../../src/scope/sandbox-key.js';
 
+const BASE = parseConfig({ backend: 'docker', persistent: false }).base;
+
+/** Settings from the schema's defaults; overrides bypass its cross-field rules on purpose. */
 function settings(over: Partial<ProfileSettings> = {}): ProfileSettings {
-  return {
-    backend: 'docker',
-    scope: 'auto',
-    persistent: false,
-    sharedKey: undefined,
-    userSandbox: true,
-    workspace: { mount: false },
-    exec: { timeoutSeconds: 120, maxOutputChars: 50_000 },
-    lifecycle: { idleSeconds: 1800 },
-    files: { maxBytes: 100 * 1024 * 1024 },
-    env: { static: {}, forward: [], perUserPrefix: 'BERTH_USER', redact: true },
-    docker: {
-      image: 'berth/sandbox:latest',
-      network: 'bridge',
-      memoryMb: undefined,
-      cpus: undefined,
-      pidsLimit: undefined,
-      shmSizeMb: undefined,
-      tmpSizeMb: undefined,
-      ephemeralSizeMb: undefined,
-      runAsHostUser: false,
-      volumes: [],
-    },
-    ...over,
-  };
+  return { ...BASE, ...over };
 }
 
 const noAliases = () => undefined;
