@@ -75,14 +75,19 @@ export async function dockerBench(): Promise<void> {
     console.log(`  bare API create+start+exec ${fmt(b50)}   berth session first command ${fmt(o50)}   ratio ${(o50 / b50).toFixed(2)}x (target <= 1.2x)`);
 
     console.log('\n# docker: 100 idle sessions');
-    const rssBefore = process.memoryUsage().rss;
+    const gc = (globalThis as { gc?: () => void }).gc;
+    gc?.();
+    const before = process.memoryUsage();
     const t0 = Date.now();
     const ids = Array.from({ length: 100 }, (_, i) => `idle-${i}`);
     for (let i = 0; i < ids.length; i += 4) {
       await Promise.all(ids.slice(i, i + 4).map((id) => broker.exec({ session: id }, 'true')));
     }
     const totalMs = Date.now() - t0;
-    const rssPer = (process.memoryUsage().rss - rssBefore) / 100;
+    gc?.();
+    const after = process.memoryUsage();
+    const heapPer = (after.heapUsed - before.heapUsed) / 100;
+    const rssPer = (after.rss - before.rss) / 100;
     const mine = broker.list('local').filter((s) => s.sandboxKey.startsWith('session:idle-'));
     const usages: number[] = [];
     for (const s of mine.slice(0, 20)) {
@@ -92,7 +97,7 @@ export async function dockerBench(): Promise<void> {
     }
     console.log(`  created ${mine.length} sandboxes in ${(totalMs / 1000).toFixed(1)} s (${(totalMs / 100).toFixed(0)} ms each, 4 at a time)`);
     console.log(`  engine memory per idle sandbox (median of 20, cgroup usage minus page cache): ${(percentile(usages, 50) / 1024 / 1024).toFixed(2)} MiB`);
-    console.log(`  berth process memory per open session (RSS delta / 100): ${(rssPer / 1024).toFixed(0)} KiB`);
+    console.log(`  berth process per open session: heap ${(heapPer / 1024).toFixed(0)} KiB after GC${gc ? '' : ' (run with --expose-gc for a stable figure)'}, RSS ${(rssPer / 1024).toFixed(0)} KiB`);
     for (const id of ids) await broker.closeSession({ session: id });
   } finally {
     await broker.closeSession({ session: 'bench' }).catch(() => undefined);
