@@ -28,6 +28,11 @@ export function normalizeScope(input: CallScopeInput): CallScope {
   const tenant = name('tenant', given(input.tenant)) ?? DEFAULT_TENANT;
   const profile = name('profile', given(input.profile)) ?? DEFAULT_PROFILE;
   const session = identifier('session', given(input.session));
+  // `@...` names the stand-in session of calls that carry none (`@default`, `@user:...`,
+  // `@task:...`); a caller naming one would close or read another user's session-less state.
+  if (session?.startsWith('@')) {
+    throw new UsageError(`session "${session}" starts with "@", which berth reserves for calls without a session; pick another session id`);
+  }
   const task = identifier('task', given(input.task));
   const parentTask = identifier('parentTask', given(input.parentTask));
   const userRef = given(input.user);

@@ -73,4 +73,11 @@ describe('normalizeScope', () => {
     expect(normalizeScope({ workspace: { path: '/x', source: 'process' } }).workspace?.source).toBe('process');
     expect(normalizeScope({ workspace: { path: '', source: 'session' } }).workspace).toBeUndefined();
   });
+
+  it('refuses session ids starting with "@", reserved for the stand-in sessions of session-less calls', () => {
+    for (const session of ['@default', '@user:telegram:1', '@task:t', '@x']) {
+      expect(() => normalizeScope({ session }), session).toThrow(/reserves for calls without a session/);
+    }
+    expect(normalizeScope({ session: 'a@b' }).session).toBe('a@b');
+  });
 });
