@@ -58,7 +58,7 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     io.out(`${HELP}\n`);
     return name === undefined ? 2 : 0;
   }
-  const command = COMMANDS[name];
+  const command = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
   if (command === undefined) {
     io.err(`berth: unknown command "${name}"; run "berth --help" for the list\n`);
     return 2;

@@ -148,4 +148,12 @@ describe('berth CLI on the local backend (real processes)', () => {
     const after = await runBerth(['ls', '--json'], { env: t.env, cwd: t.dir });
     expect(JSON.parse(after.stdout)).toEqual([]);
   });
+
+  it('an unknown command, even one named like an Object property, is a usage error (exit 2)', async () => {
+    for (const name of ['constructor', 'toString', '__proto__', 'nope']) {
+      const r = await runBerth([name]);
+      expect(r.code, name).toBe(2);
+      expect(r.stderr).toBe(`berth: unknown command "${name}"; run "berth --help" for the list\n`);
+    }
+  });
 });
