@@ -1,5 +1,7 @@
 import path from 'node:path';
 import type Dockerode from 'dockerode';
+import { parseVolume as parseVolumeSpec } from '../../config/schema.js';
+import { ConfigError } from '../../errors.js';
 import type { SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
 
@@ -81,15 +83,16 @@ interface ParsedVolume {
   readOnly: boolean;
 }
 
-/** Splits `host:container[:ro|rw]`. The broker has already refused credential surfaces. */
+/**
+ * `host:container[:ro]` as the config schema parsed and validated it; the broker has already
+ * refused credential surfaces among the host paths (Broker.open).
+ */
 export function parseVolume(volume: string): ParsedVolume {
-  const parts = volume.split(':');
-  const last = parts[parts.length - 1];
-  const hasMode = parts.length >= 3 && (last === 'ro' || last === 'rw');
-  const mode = hasMode ? parts.pop() : undefined;
-  const target = parts.pop() ?? '';
-  const normalized = path.posix.normalize(target).replace(/(.)\/+$/, '$1');
-  return { source: parts.join(':'), target: normalized, readOnly: mode === 'ro' };
+  const v = parseVolumeSpec(volume);
+  if (v === undefined) throw new ConfigError(`docker.volumes entry "${volume}" is not "/abs/host:/abs/container[:ro]"`);
+  // `/workspace/` targets /workspace too: compare targets in one normal form.
+  const target = path.posix.normalize(v.container).replace(/(.)\/+$/, '$1');
+  return { source: v.host, target, readOnly: v.readOnly };
 }
 
 /**

@@ -1,0 +1,33 @@
+import { realpathSync } from 'node:fs';
+import { parseVolume } from '../config/schema.js';
+import type { BerthConfig } from '../config/types.js';
+import { ConfigError } from '../errors.js';
+import { credentialSurfaceReason, type CredentialSurfaceContext } from './credential-surfaces.js';
+
+/**
+ * `docker.volumes` host paths go through the same credential-surface refusals as a workspace
+ * mount (DESIGN section 4). Checked once at start-up: a volume that exposes `~/.ssh`, a docker
+ * socket or berth's own state is a config error, never a silent bind.
+ */
+export function assertVolumesAllowed(config: BerthConfig, ctx: Omit<CredentialSurfaceContext, 'realpath'>): void {
+  const sections: [string, BerthConfig['base']][] = [['docker.volumes', config.base],
+    ...Object.entries(config.profiles).map(([name, p]): [string, BerthConfig['base']] => [`profiles.${name}.docker.volumes`, p])];
+  const problems: string[] = [];
+  for (const [key, settings] of sections) {
+    if (settings.backend !== 'docker') continue;
+    for (const entry of settings.docker.volumes) {
+      const host = parseVolume(entry)?.host;
+      if (host === undefined) continue; // the schema already refused it
+      let real: string;
+      try {
+        real = realpathSync(host);
+      } catch {
+        problems.push(`${key} entry "${entry}": host path ${host} does not exist; create it or remove the entry`);
+        continue;
+      }
+      const reason = credentialSurfaceReason(real, { ...ctx, realpath: (p) => { try { return realpathSync(p); } catch { return undefined; } } });
+      if (reason !== undefined) problems.push(`${key} entry "${entry}": ${host} ${reason}; bind a project folder instead`);
+    }
+  }
+  if (problems.length > 0) throw new ConfigError(problems.join('; '));
+}
