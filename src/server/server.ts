@@ -32,6 +32,9 @@ const DEFAULT_PORT = 7878;
  * await server.close({ graceMs: 10_000 }); // then broker.close()
  * ```
  */
+/** How long a refused request body is drained before the answer goes out regardless. */
+const DRAIN_MS = 5_000;
+
 export class BerthServer {
   readonly router = new Router();
   private readonly http: Server;
@@ -161,12 +164,25 @@ export class BerthServer {
     const headers: Record<string, string> = {
       'content-type': 'application/json; charset=utf-8', 'content-length': String(Buffer.byteLength(text)), 'cache-control': 'no-store',
     };
-    // A body we did not read (refused early) is drained, and the connection not reused for it.
-    if (!req.complete) {
-      headers['connection'] = 'close';
-      req.resume();
-    }
     if (this.draining) headers['connection'] = 'close';
-    res.writeHead(status, headers).end(text);
+    if (req.complete || req.destroyed) {
+      res.writeHead(status, headers).end(text);
+      return;
+    }
+    // A body we refused early is drained before answering: closing the socket while the client
+    // still sends would reset the connection and the client would never read its 4xx. A client
+    // that keeps sending past DRAIN_MS gets the answer anyway, and the connection closes.
+    headers['connection'] = 'close';
+    let sent = false;
+    const send = (): void => {
+      if (sent) return;
+      sent = true;
+      clearTimeout(timer);
+      res.writeHead(status, headers).end(text);
+    };
+    const timer = setTimeout(send, DRAIN_MS);
+    req.once('end', send);
+    req.once('error', send);
+    req.resume();
   }
 }
