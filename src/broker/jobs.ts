@@ -1,7 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import type { Sandbox } from '../backends/backend.js';
-import { BerthError, SandboxNotFoundError, UsageError } from '../errors.js';
+import type { SecretsFile } from '../config/secrets-file.js';
+import { settingsFor, type BerthConfig } from '../config/types.js';
+import { BerthError, PolicyRefusedError, SandboxNotFoundError, UsageError } from '../errors.js';
 import type { CallScope } from '../scope/call-scope.js';
+import { resolveEnvGrants } from '../policy/env-grants.js';
 import { KILL_TREE_SCRIPT } from '../shell/kill-tree.js';
 import { TAG_VAR } from '../shell/protocol.js';
 import { sessionRefOf, type ResolvedCall } from './resolve-call.js';
@@ -18,9 +21,11 @@ import type { JobRecord, StateStore } from './state-store.js';
  *   exit  the exit code, written atomically once the command ended
  * Every process of the job carries `BERTH_CMD_TAG=job-<id>` in its environment, so a kill finds
  * the whole tree (also what escaped with setsid) and nothing else: the kill-tree helper of the
- * shell protocol, aimed at the job's wrapper. The state store only indexes jobs by tenant and
- * session; the truth about a job is what its sandbox says, and when the sandbox is gone the job's
- * end is `unknown`, never an invented exit code.
+ * shell protocol, aimed at the job's wrapper. The state store only indexes jobs by tenant, session
+ * and end user (a job is seen, read and killed only by calls of the same user, or of no user when it
+ * was started with none); the truth about a job is what its sandbox says, and when the sandbox is
+ * gone the job's end is `unknown`, never an invented exit code. Output is redacted with the reader's
+ * own secrets (and the starting call's, when it still resolves), never returned unredacted.
  */
 
 export type JobStatus = JobRecord['status'];
@@ -47,6 +52,8 @@ export interface JobHost {
   store: StateStore;
   /** Resolve a (stored, normalised) scope to a call. */
   resolve(scope: CallScope): ResolvedCall;
+  /** The config and secret sources calls resolve against (for the secrets a reader's user may hold). */
+  policy(): { config: BerthConfig; hostEnv: Readonly<Record<string, string | undefined>>; secrets: ReadonlyMap<string, SecretsFile> };
   /** The call's sandbox, created or reattached as for a command. */
   sandboxFor(call: ResolvedCall): Promise<Sandbox>;
   /** Run one line through the call's persistent shell (as `exec` does, without an audit entry). */
@@ -132,7 +139,8 @@ export class JobRunner {
       throw new BerthError('job_start_failed', `the sandbox's state dir "${sandbox.stateDir}" cannot hold job files (unexpected characters)`);
     }
     const record: JobRecord = {
-      id, tenant: call.scope.tenant, profile: call.scope.profile, session: call.sessionRef, digest: call.spec.digest,
+      id, tenant: call.scope.tenant, profile: call.scope.profile, session: call.sessionRef, user: call.scope.user ?? null,
+      digest: call.spec.digest,
       sandboxKey: call.binding.sandboxKey, scope: JSON.stringify(storedScope(call.scope)),
       command: redact(command, call.redactValues), dir, startedMs: started, status: 'running', exitCode: null, endedMs: null,
     };
@@ -161,7 +169,14 @@ export class JobRunner {
     if (!Number.isSafeInteger(offset) || offset < 0) throw new UsageError(`offset must be a whole number of bytes >= 0, got ${String(offset)}`);
     if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new UsageError(`maxBytes must be a whole number >= 0, got ${String(opts.maxBytes)}`);
     const call = this.callOf(job);
-    const probe = await this.probe(job, call, offset, maxBytes);
+    // Redaction with the reader's own secrets plus the starting call's (the same user's, see `find`);
+    // undefined when neither resolves, and then no output leaves (below).
+    const secrets = maxBytes > 0 ? this.redactValuesFor(scope, call) : [];
+    // The window reaches (longest secret - 1) bytes before the offset and past the requested end, so a
+    // secret around either edge is found whole: an offset inside one returns none of its bytes.
+    const edge = Math.max(0, ...(secrets ?? []).map((v) => Buffer.byteLength(v) - 1));
+    const from = Math.max(0, offset - edge);
+    const probe = await this.probe(job, call, from, maxBytes === 0 ? 0 : (offset - from) + maxBytes + edge);
     if (probe === undefined) {
       // The sandbox (or the job's files) vanished. An end observed before is still the truth.
       const ended = this.settle(job, 'unknown', null);
@@ -178,14 +193,17 @@ export class JobRunner {
       ({ status, exitCode } = this.settle(job, 'unknown', null));
     }
     const ended = status !== 'running';
-    let bytes = probe.bytes;
-    if (!ended || offset + bytes.length < probe.size) {
-      // More is coming: never split a UTF-8 character or a secret across two reads.
-      bytes = bytes.subarray(0, bytes.length - heldBack(bytes, call?.redactValues ?? []));
+    if (secrets === undefined && probe.bytes.length > offset - from) {
+      throw new PolicyRefusedError(
+        `the output of job ${job.id} cannot be redacted: neither the call that started it nor yours resolves under ` +
+          'the current config, so berth does not return it; restore the profile\'s config or read it with a scope that resolves',
+      );
     }
-    const nextOffset = offset + bytes.length;
-    const output = redact(bytes.toString('utf8'), call?.redactValues ?? []);
-    return { output, nextOffset, done: ended && nextOffset >= probe.size, exitCode, status };
+    // More may come: never split a UTF-8 character or a secret across two reads.
+    const more = !ended || from + probe.bytes.length < probe.size;
+    const { text, end } = redactWindow(probe.bytes, offset - from, maxBytes, secrets ?? [], more);
+    const nextOffset = from + end;
+    return { output: text, nextOffset, done: ended && nextOffset >= probe.size, exitCode, status };
   }
 
   async kill(scope: CallScope, jobId: string): Promise<{ killed: boolean }> {
@@ -224,7 +242,7 @@ export class JobRunner {
 
   /** The session's jobs, oldest first; running ones are checked with their sandbox. */
   async list(scope: CallScope): Promise<JobSummary[]> {
-    const jobs = this.host.store.listJobs(scope.tenant, scope.profile, sessionRefOf(scope));
+    const jobs = this.host.store.listJobs(scope.tenant, scope.profile, sessionRefOf(scope), scope.user ?? null);
     const out: JobSummary[] = [];
     for (const job of jobs) {
       let status: string = job.status;
@@ -269,9 +287,10 @@ export class JobRunner {
     }
   }
 
+  /** A job of the caller's session and user; another user's job is not found, exactly like an unknown id. */
   private find(scope: CallScope, jobId: string): JobRecord {
     const job = typeof jobId === 'string' && JOB_ID_RE.test(jobId)
-      ? this.host.store.getJob(scope.tenant, scope.profile, sessionRefOf(scope), jobId)
+      ? this.host.store.getJob(scope.tenant, scope.profile, sessionRefOf(scope), scope.user ?? null, jobId)
       : undefined;
     if (job === undefined) {
       throw new BerthError('job_not_found', `no job ${JSON.stringify(String(jobId))} in this session; list the session's jobs to see their ids`);
@@ -282,11 +301,45 @@ export class JobRunner {
   /** The call that started the job, resolved again (its sandbox may need reattaching); undefined if policy changed. */
   private callOf(job: JobRecord): ResolvedCall | undefined {
     try {
-      const call = this.host.resolve(JSON.parse(job.scope) as CallScope);
+      const stored = JSON.parse(job.scope) as CallScope;
+      // The stored scope is the job's user's by construction; anything else is never resolved.
+      if ((stored.user ?? null) !== job.user) return undefined;
+      const call = this.host.resolve(stored);
       return call.spec.digest === job.digest ? call : undefined;
     } catch {
       return undefined;
     }
+  }
+
+  /**
+   * Values to redact from a job's output for this reader: the reader's own (its call's, and every
+   * secret its profile grants its user in any sandbox: the job's sandbox may be one its call no
+   * longer resolves to), plus the starting call's when it still resolves. Undefined when none of
+   * these resolves: then no output may leave.
+   */
+  private redactValuesFor(scope: CallScope, call: ResolvedCall | undefined): string[] | undefined {
+    const sources: Array<() => readonly string[]> = [
+      () => this.host.resolve(scope).redactValues,
+      () => {
+        const { config, hostEnv, secrets } = this.host.policy();
+        const { env } = settingsFor(config, scope.profile);
+        const file = env.secretsFile === undefined ? undefined : secrets.get(env.secretsFile);
+        if (env.secretsFile !== undefined && file === undefined) throw new Error(`secrets file ${env.secretsFile} not read`);
+        return resolveEnvGrants({ env, user: scope.user, hostEnv, secrets: file }).redactValues;
+      },
+    ];
+    if (call !== undefined) sources.push(() => call.redactValues);
+    const values = new Set<string>();
+    let resolved = false;
+    for (const source of sources) {
+      try {
+        for (const v of source()) values.add(v);
+        resolved = true;
+      } catch {
+        // another source may still resolve
+      }
+    }
+    return resolved ? [...values] : undefined;
   }
 
   /** The job's state as its sandbox reports it; undefined when the sandbox or the job's dir is gone. */
@@ -297,7 +350,10 @@ export class JobRunner {
     if (sandbox === undefined) return undefined;
     let r;
     try {
-      r = await sandbox.execOnce(['sh', '-c', READ_SCRIPT, 'sh', job.dir, String(offset), String(maxBytes), tagOf(job.id)], { timeoutMs: HELPER_TIMEOUT_MS });
+      // The answer is a header line and at most `maxBytes` of output; more is not the script talking.
+      r = await sandbox.execOnce(['sh', '-c', READ_SCRIPT, 'sh', job.dir, String(offset), String(maxBytes), tagOf(job.id)], {
+        timeoutMs: HELPER_TIMEOUT_MS, maxOutputBytes: maxBytes + 64 * 1024,
+      });
     } catch (err) {
       if (err instanceof SandboxNotFoundError) return undefined;
       throw err;
@@ -321,7 +377,7 @@ export class JobRunner {
   /** Records an end unless one was recorded before; returns the recorded truth (killed stays killed). */
   private settle(job: JobRecord, status: 'exited' | 'unknown', exitCode: number | null): { status: JobStatus; exitCode: number | null } {
     if (job.status !== 'running') return { status: job.status, exitCode: job.exitCode };
-    const fresh = this.host.store.getJob(job.tenant, job.profile, job.session, job.id);
+    const fresh = this.host.store.getJob(job.tenant, job.profile, job.session, job.user, job.id);
     if (fresh !== undefined && fresh.status !== 'running') return { status: fresh.status, exitCode: fresh.exitCode };
     this.host.store.endJob(job.id, status, exitCode, Date.now());
     return { status, exitCode };
@@ -341,6 +397,64 @@ function redact(text: string, values: readonly string[]): string {
   let out = text;
   for (const v of values) out = out.split(v).join('[REDACTED]');
   return out;
+}
+
+const MARKER = Buffer.from('[REDACTED]');
+
+/**
+ * Up to `maxBytes` of a job's output from `start` of `bytes`, a window read from before the
+ * requested offset (`start` is where that offset sits) and past its end, with every secret
+ * occurrence in the window replaced by one marker: an offset inside a secret returns a marker,
+ * never the secret's tail; a secret across the requested end goes out whole as its marker (so small
+ * reads progress). `more`: output may follow the window, so a tail that may begin a secret (or an
+ * incomplete character) waits for the next read. `end` is the window index the text ends at (the
+ * next read's offset is the window's offset + `end`).
+ */
+export function redactWindow(
+  bytes: Buffer, start: number, maxBytes: number, secrets: readonly string[], more: boolean,
+): { text: string; end: number } {
+  if (maxBytes <= 0 || start >= bytes.length) return { text: '', end: start };
+  const isCont = (i: number) => i < bytes.length && ((bytes[i] as number) & 0xc0) === 0x80;
+  let end = Math.min(start + maxBytes, bytes.length);
+  if (isCont(end)) {
+    // Not inside a character: back to its start, or past its end when it alone exceeds maxBytes.
+    let b = end;
+    while (b > start && isCont(b)) b--;
+    if (b > start) end = b;
+    else while (isCont(end)) end++;
+  }
+  if (more) end = Math.min(end, bytes.length - heldBack(bytes, secrets));
+  const spans = secretSpans(bytes, secrets);
+  for (const [s, t] of spans) if (s < end && end < t) end = t;
+  if (end <= start) return { text: '', end: start };
+  const parts: Buffer[] = [];
+  let pos = start;
+  for (const [s, t] of spans) {
+    if (t <= pos || s >= end) continue;
+    if (s > pos) parts.push(bytes.subarray(pos, s));
+    parts.push(MARKER);
+    pos = t;
+  }
+  if (pos < end) parts.push(bytes.subarray(pos, end));
+  return { text: Buffer.concat(parts).toString('utf8'), end };
+}
+
+/** Where secrets occur in `bytes` (every occurrence, overlapping ones merged), in order. */
+function secretSpans(bytes: Buffer, secrets: readonly string[]): Array<[number, number]> {
+  const found: Array<[number, number]> = [];
+  for (const v of secrets) {
+    if (v === '') continue;
+    const vb = Buffer.from(v);
+    for (let i = bytes.indexOf(vb); i !== -1; i = bytes.indexOf(vb, i + 1)) found.push([i, i + vb.length]);
+  }
+  found.sort((a, b) => a[0] - b[0] || b[1] - a[1]);
+  const merged: Array<[number, number]> = [];
+  for (const [s, t] of found) {
+    const last = merged[merged.length - 1];
+    if (last !== undefined && s < last[1]) last[1] = Math.max(last[1], t);
+    else merged.push([s, t]);
+  }
+  return merged;
 }
 
 /**

@@ -76,7 +76,7 @@ CREATE TABLE IF NOT EXISTS audit (
   id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, tenant TEXT NOT NULL, profile TEXT NOT NULL,
   user TEXT, session TEXT, sandbox_key TEXT, kind TEXT NOT NULL, command TEXT, exit_code INTEGER, duration_ms INTEGER);
 CREATE TABLE IF NOT EXISTS jobs (
-  id TEXT PRIMARY KEY, tenant TEXT NOT NULL, profile TEXT NOT NULL, session TEXT NOT NULL, digest TEXT NOT NULL,
+  id TEXT PRIMARY KEY, tenant TEXT NOT NULL, profile TEXT NOT NULL, session TEXT NOT NULL, user TEXT, digest TEXT NOT NULL,
   sandbox_key TEXT NOT NULL, scope TEXT NOT NULL, command TEXT NOT NULL, dir TEXT NOT NULL, started_ms INTEGER NOT NULL,
   status TEXT NOT NULL, exit_code INTEGER, ended_ms INTEGER);
 CREATE INDEX IF NOT EXISTS jobs_session ON jobs (tenant, profile, session);
@@ -96,6 +96,8 @@ export interface JobRecord {
   profile: string;
   /** The session ref of the scope that started it (see `sessionRefOf`). */
   session: string;
+  /** The end user of the call that started it, or null: only the same user (or no user) sees the job. */
+  user: string | null;
   digest: string;
   sandboxKey: string;
   /** The normalised call scope that started it (JSON), to reattach its sandbox after a restart. */
@@ -110,16 +112,31 @@ export interface JobRecord {
 }
 
 interface JobRow {
-  id: string; tenant: string; profile: string; session: string; digest: string; sandbox_key: string; scope: string;
+  id: string; tenant: string; profile: string; session: string; user: string | null; digest: string; sandbox_key: string; scope: string;
   command: string; dir: string; started_ms: number; status: string; exit_code: number | null; ended_ms: number | null;
 }
 
 function toJob(r: JobRow): JobRecord {
   return {
-    id: r.id, tenant: r.tenant, profile: r.profile, session: r.session, digest: r.digest, sandboxKey: r.sandbox_key,
+    id: r.id, tenant: r.tenant, profile: r.profile, session: r.session, user: r.user, digest: r.digest, sandboxKey: r.sandbox_key,
     scope: r.scope, command: r.command, dir: r.dir, startedMs: r.started_ms, status: r.status as JobRecord['status'],
     exitCode: r.exit_code, endedMs: r.ended_ms,
   };
+}
+
+/**
+ * Stores made before jobs carried their user get the column, filled from each job's stored scope
+ * (so an old job stays its own user's). Under an immediate transaction: concurrent openers add it once.
+ */
+function migrateJobs(db: Database.Database): void {
+  const hasUser = () => (db.prepare('PRAGMA table_info(jobs)').all() as Array<{ name: string }>).some((c) => c.name === 'user');
+  if (hasUser()) return;
+  db.transaction(() => {
+    if (hasUser()) return;
+    db.exec('ALTER TABLE jobs ADD COLUMN user TEXT');
+    // A scope that does not parse gets '', which no caller has (scopes drop empty strings): not found for all.
+    db.exec("UPDATE jobs SET user = CASE WHEN json_valid(scope) THEN json_extract(scope, '$.user') ELSE '' END");
+  }).immediate();
 }
 
 function toSandbox(r: SandboxRow): SandboxRecord {
@@ -174,6 +191,7 @@ export class StateStore {
     db.pragma('synchronous = NORMAL');
     db.pragma('busy_timeout = 5000');
     db.exec(SCHEMA);
+    migrateJobs(db);
     return new StateStore(db);
   }
 
@@ -291,6 +309,12 @@ export class StateStore {
     })();
   }
 
+  /** How many sandboxes a session is linked to. */
+  sandboxCountOf(tenant: string, profile: string, session: string): number {
+    return (this.q('SELECT COUNT(*) AS n FROM session_sandboxes WHERE tenant = ? AND profile = ? AND session = ?')
+      .get(tenant, profile, session) as { n: number }).n;
+  }
+
   /** Sessions linked to a sandbox (open or not). */
   sessionsOf(digest: string): SessionRecord[] {
     const rows = this.q(`SELECT s.* FROM sessions s JOIN session_sandboxes l
@@ -387,20 +411,24 @@ export class StateStore {
   // --- background jobs (issue 5) ---------------------------------------------------------
 
   putJob(j: JobRecord): void {
-    this.q(`INSERT INTO jobs (id, tenant, profile, session, digest, sandbox_key, scope, command, dir, started_ms, status, exit_code, ended_ms)
-      VALUES (@id, @tenant, @profile, @session, @digest, @sandboxKey, @scope, @command, @dir, @startedMs, @status, @exitCode, @endedMs)`).run(j);
+    this.q(`INSERT INTO jobs (id, tenant, profile, session, user, digest, sandbox_key, scope, command, dir, started_ms, status, exit_code, ended_ms)
+      VALUES (@id, @tenant, @profile, @session, @user, @digest, @sandboxKey, @scope, @command, @dir, @startedMs, @status, @exitCode, @endedMs)`).run(j);
   }
 
-  /** One job of one tenant's session: an id from another tenant or session is not found. */
-  getJob(tenant: string, profile: string, session: string, id: string): JobRecord | undefined {
-    const row = this.q('SELECT * FROM jobs WHERE id = ? AND tenant = ? AND profile = ? AND session = ?')
-      .get(id, tenant, profile, session) as JobRow | undefined;
+  /**
+   * One job of one tenant's session and end user (`null`: a call with no user): an id from another
+   * tenant, session or user is not found. `user IS ?` matches null to null only.
+   */
+  getJob(tenant: string, profile: string, session: string, user: string | null, id: string): JobRecord | undefined {
+    const row = this.q('SELECT * FROM jobs WHERE id = ? AND tenant = ? AND profile = ? AND session = ? AND user IS ?')
+      .get(id, tenant, profile, session, user) as JobRow | undefined;
     return row ? toJob(row) : undefined;
   }
 
-  listJobs(tenant: string, profile: string, session: string): JobRecord[] {
-    const rows = this.q('SELECT * FROM jobs WHERE tenant = ? AND profile = ? AND session = ? ORDER BY started_ms, id')
-      .all(tenant, profile, session) as JobRow[];
+  /** The jobs of one session started by one end user (`null`: calls with no user), oldest first. */
+  listJobs(tenant: string, profile: string, session: string, user: string | null): JobRecord[] {
+    const rows = this.q('SELECT * FROM jobs WHERE tenant = ? AND profile = ? AND session = ? AND user IS ? ORDER BY started_ms, id')
+      .all(tenant, profile, session, user) as JobRow[];
     return rows.map(toJob);
   }
 

@@ -1,0 +1,235 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Broker } from '../../src/broker/broker.js';
+import type { Sandbox } from '../../src/backends/backend.js';
+import { JobRunner, redactWindow } from '../../src/broker/jobs.js';
+import { StateStore } from '../../src/broker/state-store.js';
+import { parseConfig } from '../../src/config/schema.js';
+import type { CallScopeInput } from '../../src/scope/call-scope.js';
+
+/*
+ * Background jobs among users and secrets (local backend): a job is its user's alone (another
+ * user of the same group chat neither lists, reads nor kills it), and no read returns a byte of a
+ * secret, whatever the offset, and also when the scope that started the job no longer resolves.
+ */
+
+const ANA = 'telegram:1';
+const BEN = 'telegram:2';
+const anaSecret = `ana-${randomBytes(12).toString('hex')}`;
+const benSecret = `ben-${randomBytes(12).toString('hex')}`;
+const gatewayEnv = {
+  BERTH_USER_TELEGRAM_1_API_SECRET: anaSecret,
+  BERTH_USER_TELEGRAM_2_API_SECRET: benSecret,
+};
+
+const roots: string[] = [];
+afterEach(() => {
+  for (const r of roots.splice(0)) rmSync(r, { recursive: true, force: true });
+});
+
+function home(): string {
+  const r = realpathSync(mkdtempSync(join(tmpdir(), 'berth-jobscope-')));
+  roots.push(r);
+  return r;
+}
+
+async function open(berthHome: string, config: Record<string, unknown> = {}): Promise<Broker> {
+  return Broker.open({
+    config: parseConfig({ backend: 'local', persistent: false, ...config }), berthHome,
+    env: { PATH: process.env['PATH'], ...gatewayEnv }, holdSessions: true,
+  });
+}
+
+async function waitDone(broker: Broker, scope: CallScopeInput, jobId: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while ((await broker.readJob(scope, jobId, { maxBytes: 0 })).status === 'running') {
+    if (Date.now() > deadline) throw new Error(`job ${jobId} did not end`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Every substring of `secret` of `n` characters that occurs in `text`. */
+function leaks(text: string, secret: string, n = 3): string[] {
+  const out: string[] = [];
+  for (let i = 0; i + n <= secret.length; i++) if (text.includes(secret.slice(i, i + n))) out.push(secret.slice(i, i + n));
+  return out;
+}
+
+describe('background jobs: users and secrets (local backend)', () => {
+  it('another user of the same session cannot list, read or kill a job (not found, like an unknown id); its owner can', async () => {
+    await using broker = await open(home());
+    const ana = { session: 'group', user: ANA };
+    const ben = { session: 'group', user: BEN };
+    const none = { session: 'group' };
+    const { jobId } = await broker.startJob(ana, 'printf "%s\\n" "$API_SECRET"; sleep 60');
+    const unknown = 'job_0123456789abcdef';
+
+    expect(await broker.listJobs(ben)).toEqual([]);
+    expect(await broker.listJobs(none)).toEqual([]);
+    for (const who of [ben, none]) {
+      for (const id of [jobId, unknown]) {
+        const read = await broker.readJob(who, id).catch((e: unknown) => e);
+        const kill = await broker.killJob(who, id).catch((e: unknown) => e);
+        // The same answer as for an id that never existed, apart from the id it names.
+        for (const err of [read, kill]) {
+          expect(err).toMatchObject({ code: 'job_not_found', message: `no job "${id}" in this session; list the session's jobs to see their ids` });
+        }
+      }
+    }
+
+    // Ana's job still runs and is hers: listed, read (her secret redacted), killed.
+    expect(await broker.listJobs(ana)).toEqual([expect.objectContaining({ jobId, status: 'running' })]);
+    let out = '';
+    const deadline = Date.now() + 10_000;
+    while (out === '' && Date.now() < deadline) out = (await broker.readJob(ana, jobId)).output;
+    expect(out).toBe('[REDACTED]\n');
+    expect(await broker.killJob(ana, jobId)).toEqual({ killed: true });
+    expect(await broker.readJob(ana, jobId)).toMatchObject({ status: 'killed', done: true });
+
+    // A job started with no user is seen by no-user calls only.
+    const { jobId: plain } = await broker.startJob(none, 'echo plain');
+    expect((await broker.listJobs(none)).map((j) => j.jobId)).toEqual([plain]);
+    expect((await broker.listJobs(ana)).map((j) => j.jobId)).toEqual([jobId]);
+    await expect(broker.readJob(ana, plain)).rejects.toMatchObject({ code: 'job_not_found' });
+  });
+
+  it('a store from before jobs carried their user keeps each job its own user\'s', async () => {
+    const h = home();
+    {
+      // Opened once so the schema exists, then the jobs table is put back to its old form.
+      const store = StateStore.open(h);
+      store.close();
+      const db = new Database(join(h, 'state.db'));
+      db.exec(`DROP TABLE jobs; CREATE TABLE jobs (
+        id TEXT PRIMARY KEY, tenant TEXT NOT NULL, profile TEXT NOT NULL, session TEXT NOT NULL, digest TEXT NOT NULL,
+        sandbox_key TEXT NOT NULL, scope TEXT NOT NULL, command TEXT NOT NULL, dir TEXT NOT NULL, started_ms INTEGER NOT NULL,
+        status TEXT NOT NULL, exit_code INTEGER, ended_ms INTEGER)`);
+      const row = db.prepare(`INSERT INTO jobs VALUES (?, 'local', 'default', 'group', 'd', 'k', ?, 'true', '/nowhere', 1, 'exited', 0, 2)`);
+      row.run('job_00000000000000a1', JSON.stringify({ tenant: 'local', profile: 'default', session: 'group', user: ANA }));
+      row.run('job_00000000000000a2', JSON.stringify({ tenant: 'local', profile: 'default', session: 'group' }));
+      db.close();
+    }
+    const store = StateStore.open(h);
+    try {
+      expect(store.listJobs('local', 'default', 'group', ANA).map((j) => j.id)).toEqual(['job_00000000000000a1']);
+      expect(store.listJobs('local', 'default', 'group', null).map((j) => j.id)).toEqual(['job_00000000000000a2']);
+      expect(store.listJobs('local', 'default', 'group', BEN)).toEqual([]);
+      expect(store.getJob('local', 'default', 'group', BEN, 'job_00000000000000a1')).toBeUndefined();
+    } finally {
+      store.close();
+    }
+  });
+
+  it('a read from any offset inside a secret returns none of it; small sequential reads progress and redact', async () => {
+    await using broker = await open(home());
+    const ana = { session: 'offsets', user: ANA };
+    const { jobId } = await broker.startJob(ana, 'printf "xxxx%s yyyy%szz\\n" "$API_SECRET" "$API_SECRET"');
+    await waitDone(broker, ana, jobId);
+    const raw = `xxxx${anaSecret} yyyy${anaSecret}zz\n`;
+    const size = Buffer.byteLength(raw);
+    const reads: Array<{ offset: number; maxBytes: number; output: string; nextOffset: number }> = [];
+    for (let offset = 0; offset <= size; offset++) {
+      for (const maxBytes of [1, 3, 7, 16, 65_536]) {
+        reads.push({ offset, maxBytes, ...await broker.readJob(ana, jobId, { offset, maxBytes }) });
+      }
+    }
+    for (const r of reads) expect(leaks(r.output, anaSecret), `offset ${r.offset}, maxBytes ${r.maxBytes}: ${r.output}`).toEqual([]);
+    // Every read progresses, also from inside a secret and with maxBytes shorter than it.
+    for (const r of reads) expect(r.nextOffset, `offset ${r.offset}, maxBytes ${r.maxBytes}`).toBeGreaterThan(Math.min(r.offset, size - 1));
+    // Reads that follow nextOffset, however small, give the redacted output once.
+    for (const maxBytes of [1, 5, 64]) {
+      let offset = 0;
+      let out = '';
+      for (let i = 0; i < 500; i++) {
+        const r = await broker.readJob(ana, jobId, { offset, maxBytes });
+        out += r.output;
+        offset = r.nextOffset;
+        if (r.done) break;
+      }
+      expect(out).toBe('xxxx[REDACTED] yyyy[REDACTED]zz\n');
+    }
+  });
+
+  it('when the call that started a job no longer resolves to its sandbox, the reader\'s own secrets redact it', async () => {
+    await using broker = await open(home());
+    const ana = { session: 'moved', task: 't1', user: ANA };
+    const { jobId } = await broker.startJob(ana, 'printf "key=%s\\n" "$API_SECRET"');
+    await waitDone(broker, ana, jobId);
+    // An image override gives the task its own sandbox: the job's stored call resolves elsewhere now.
+    broker.setTaskOverride(ana, { image: 'example/other:1' });
+    expect(broker.explain(ana).sandboxKey).not.toBe(broker.explain({ session: 'moved', user: ANA }).sandboxKey);
+    const r = await broker.readJob(ana, jobId);
+    expect(leaks(r.output, anaSecret)).toEqual([]);
+    expect(r).toMatchObject({ output: 'key=[REDACTED]\n', done: true, status: 'exited', exitCode: 0 });
+  });
+
+  it('when neither the job\'s call nor anything of the reader\'s resolves, its output is refused, its status still answered', async () => {
+    // Unreachable through a broker whose config parsed (a profile's secrets always resolve), so a
+    // runner whose host resolves nothing stands in for a config that no longer holds.
+    const h = home();
+    const store = StateStore.open(h);
+    const scope = { tenant: 'local', profile: 'default', session: 'orphan', user: ANA };
+    const id = 'job_00000000000000b1';
+    store.putJob({
+      id, tenant: 'local', profile: 'default', session: 'orphan', user: ANA, digest: 'd1', sandboxKey: 'user:telegram:1',
+      scope: JSON.stringify(scope), command: 'printf ...', dir: '/state/jobs/x', startedMs: 1, status: 'running', exitCode: null, endedMs: null,
+    });
+    const out = Buffer.from(`key=${anaSecret}\n`);
+    const sandbox = {
+      execOnce: (argv: string[]) => {
+        const [off, max] = [Number(argv[5]), Number(argv[6])];
+        const body = max > 0 ? out.subarray(off, off + max) : Buffer.alloc(0);
+        return Promise.resolve({ exitCode: 0, stdout: Buffer.concat([Buffer.from(`ok 0 0 ${out.length}\n`), body]), stderr: Buffer.alloc(0) });
+      },
+    } as unknown as Sandbox;
+    const refuse = (): never => {
+      throw new Error('profile "default" is gone');
+    };
+    const runner = new JobRunner({
+      store, resolve: refuse, policy: refuse, sandboxFor: refuse, run: refuse,
+      existingSandbox: () => Promise.resolve(sandbox), audit: () => undefined, log: () => undefined,
+    });
+    try {
+      await expect(runner.read(scope, id)).rejects.toMatchObject({ code: 'policy_refused', message: expect.stringMatching(/cannot be redacted/) });
+      await expect(runner.read(scope, id, { offset: 6, maxBytes: 3 })).rejects.toMatchObject({ code: 'policy_refused' });
+      expect(await runner.read(scope, id, { maxBytes: 0 })).toMatchObject({ output: '', status: 'exited', exitCode: 0 });
+      expect(await runner.read(scope, id, { offset: out.length })).toMatchObject({ output: '', done: true });
+      expect(await runner.list(scope)).toEqual([expect.objectContaining({ jobId: id, status: 'exited', exitCode: 0 })]);
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe('redactWindow', () => {
+  it('never returns 3+ characters of a secret, from any offset, any size, with or without more to come', () => {
+    const secret = 'S3cr3tValue-0123';
+    const other = 'another-secret-99';
+    const text = Buffer.from(`a${secret}${secret}b €${other}c${secret}`);
+    const edge = Math.max(secret.length, other.length) - 1;
+    for (let offset = 0; offset <= text.length; offset++) {
+      for (const maxBytes of [1, 2, 4, 9, 40, 1000]) {
+        for (const more of [false, true]) {
+          const from = Math.max(0, offset - edge);
+          const { text: out, end } = redactWindow(text.subarray(from, offset + maxBytes + edge), offset - from, maxBytes, [secret, other], more);
+          expect(leaks(out, secret).concat(leaks(out, other)), `${offset}/${maxBytes}/${more}: ${out}`).toEqual([]);
+          expect(from + end).toBeGreaterThanOrEqual(offset);
+        }
+      }
+    }
+  });
+
+  it('holds back a tail that may begin a secret while more may come, and never stops inside a character', () => {
+    const secret = 'S3cr3tValue-0123';
+    const partial = Buffer.from(`ok ${secret.slice(0, 9)}`);
+    expect(redactWindow(partial, 0, 100, [secret], true)).toEqual({ text: 'ok ', end: 3 });
+    expect(redactWindow(partial, 5, 100, [secret], true)).toEqual({ text: '', end: 5 });
+    const euro = Buffer.from('a€b');
+    expect(redactWindow(euro, 0, 2, [], false)).toEqual({ text: 'a', end: 1 });
+    expect(redactWindow(euro, 1, 1, [], false)).toEqual({ text: '€', end: 4 });
+  });
+});
