@@ -1,5 +1,6 @@
 import type { Readable, Writable } from 'node:stream';
 import type { BackendName, ProfileSettings } from '../config/types.js';
+import { BerthError } from '../errors.js';
 
 /** (installation, tenant, profile, key); `profile` is undefined for `shared:*` keys. */
 export interface SandboxIdentity {
@@ -34,6 +35,35 @@ export interface ShellTransport {
   kill(): Promise<void>;
 }
 
+export interface ExecOnceOptions {
+  timeoutMs?: number;
+  /**
+   * Bound on the helper's collected stdout + stderr together (default
+   * `DEFAULT_HELPER_OUTPUT_BYTES`). Helpers run the sandbox's own `sh`, which the agent can
+   * replace, so their output is untrusted: past the bound collection stops, the helper is ended
+   * and `execOnce` rejects with `helper_output_too_large`.
+   */
+  maxOutputBytes?: number;
+}
+
+/** Default output bound of `execOnce`: far above what any berth helper prints (job reads are <= 1 MiB). */
+export const DEFAULT_HELPER_OUTPUT_BYTES = 8 * 1024 * 1024;
+
+/** The bound to apply for `opts`: the caller's when it is a positive number, else the default. */
+export function helperOutputCap(opts: ExecOnceOptions | undefined): number {
+  const n = opts?.maxOutputBytes;
+  return n !== undefined && Number.isFinite(n) && n > 0 ? Math.floor(n) : DEFAULT_HELPER_OUTPUT_BYTES;
+}
+
+/** A helper printed more than its bound (a replaced `sh`, a runaway probe). */
+export function helperOutputTooLarge(argv: readonly string[], where: string, capBytes: number): BerthError {
+  return new BerthError(
+    'helper_output_too_large',
+    `helper ${JSON.stringify(argv[0] ?? '')} in ${where} printed more than ${capBytes} bytes (the helper output cap); ` +
+      'it was stopped. Check that the sandbox\'s sh and core tools are not replaced by something that floods output',
+  );
+}
+
 export interface ExecOnceResult {
   exitCode: number;
   stdout: Buffer;
@@ -61,7 +91,7 @@ export interface Sandbox {
    */
   openShell(opts: { env: Readonly<Record<string, string>>; cwd: string }): Promise<ShellTransport>;
   /** Run one short helper inside the sandbox (kill helper, probes). Not for user commands. */
-  execOnce(argv: string[], opts?: { timeoutMs?: number }): Promise<ExecOnceResult>;
+  execOnce(argv: string[], opts?: ExecOnceOptions): Promise<ExecOnceResult>;
   /** In-sandbox home directory (credential dirs under it are never transferred). */
   readonly homeDir: string;
   /** In-sandbox roots that file transfer may touch (workspace, home, scratch); see files/sandbox-path.ts. */

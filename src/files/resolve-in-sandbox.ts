@@ -44,6 +44,17 @@ const BATCH = 200;
 const RESOLVE_TIMEOUT_MS = 30_000;
 
 /**
+ * Most a batch's answer can be: per path its missing rest (at most the path as asked), a real path
+ * (readlink -f of an existing prefix: within PATH_MAX, 16 KiB is ample), kind, size and NULs; plus
+ * room for stderr. Anything bigger is not the script talking (a replaced `sh`).
+ */
+function resolveOutputBound(batch: readonly string[]): number {
+  let n = 64 * 1024;
+  for (const p of batch) n += Buffer.byteLength(p) + 16 * 1024 + 64;
+  return n;
+}
+
+/**
  * Resolves absolute, clean paths inside the sandbox (one helper exec per 200 paths).
  *
  * @example
@@ -54,7 +65,10 @@ export async function resolveInSandbox(sandbox: Sandbox, paths: readonly string[
   const out: ResolvedPath[] = [];
   for (let i = 0; i < paths.length; i += BATCH) {
     const batch = paths.slice(i, i + BATCH);
-    const r = await sandbox.execOnce(['sh', '-c', RESOLVE_SCRIPT, 'berth-resolve', ...batch], { timeoutMs: RESOLVE_TIMEOUT_MS });
+    const r = await sandbox.execOnce(['sh', '-c', RESOLVE_SCRIPT, 'berth-resolve', ...batch], {
+      timeoutMs: RESOLVE_TIMEOUT_MS,
+      maxOutputBytes: resolveOutputBound(batch),
+    });
     const fields = r.stdout.toString('utf8').split('\0');
     if (r.exitCode !== 0 || fields.length < batch.length * 4) {
       throw new BerthError('transfer_failed', `could not resolve paths inside sandbox ${sandbox.name} (exit ${r.exitCode}): ${r.stderr.toString('utf8').trim() || 'no output'}`);

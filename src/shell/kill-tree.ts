@@ -1,4 +1,4 @@
-import type { ExecOnceResult } from '../backends/backend.js';
+import type { ExecOnceOptions, ExecOnceResult } from '../backends/backend.js';
 import { TAG_VAR } from './protocol.js';
 
 /**
@@ -86,17 +86,20 @@ export interface KillTreeInput {
   timeoutMs: number;
 }
 
-export type ExecOnce = (argv: string[], opts?: { timeoutMs?: number }) => Promise<ExecOnceResult>;
+export type ExecOnce = (argv: string[], opts?: ExecOnceOptions) => Promise<ExecOnceResult>;
+
+/** These helpers print a count or nothing: more is a replaced `sh` flooding output. */
+const HELPER_OUTPUT_BYTES = 64 * 1024;
 
 /** Kill one command's process tree inside the sandbox. Returns how many processes were signalled. */
 export async function killCommandTree(execOnce: ExecOnce, k: KillTreeInput): Promise<number> {
   const argv = ['sh', '-c', KILL_TREE_SCRIPT, 'sh', String(k.shellPid), k.tag, ...k.protectedPgids.map(String)];
-  const r = await execOnce(argv, { timeoutMs: k.timeoutMs });
+  const r = await execOnce(argv, { timeoutMs: k.timeoutMs, maxOutputBytes: HELPER_OUTPUT_BYTES });
   const n = Number(r.stdout.toString('utf8').trim());
   return Number.isInteger(n) ? n : 0;
 }
 
 /** Send a signal to one pid inside the sandbox (shell replacement). */
 export async function signalPid(execOnce: ExecOnce, pid: number, signal: 'USR1' | 'KILL', timeoutMs: number): Promise<void> {
-  await execOnce(['sh', '-c', 'kill -s "$1" "$2"', 'sh', signal, String(pid)], { timeoutMs });
+  await execOnce(['sh', '-c', 'kill -s "$1" "$2"', 'sh', signal, String(pid)], { timeoutMs, maxOutputBytes: HELPER_OUTPUT_BYTES });
 }

@@ -139,8 +139,26 @@ export class TextWindow {
   }
 }
 
+/**
+ * Bytes one command may spill: 20 x the output limit (chars; up to 4 bytes each, so ~5 full
+ * windows of worst-case UTF-8 and plenty for ASCII), and never under 10 MiB so a small
+ * `maxOutputChars` still keeps a useful log. A command printing more (by mistake or on purpose)
+ * cannot fill the host disk: the file is cut at this size, ending in a line that says so. With
+ * the largest allowed `maxOutputChars` (10M) that is 200 MB per command, and a shell keeps only
+ * its last command's file (see PersistentShell).
+ */
+export function spillCapBytes(maxChars: number): number {
+  return Math.max(20 * Math.max(1, Math.floor(maxChars)), MIN_SPILL_CAP_BYTES);
+}
+
+export const MIN_SPILL_CAP_BYTES = 10 * 1024 * 1024;
+/** Room kept at the end of a cut spill file for the line that says it was cut. */
+const CUT_LINE_RESERVE = 256;
+
 export interface CaptureOptions {
   maxChars: number;
+  /** Most bytes the spill file may hold, cut line included (default `spillCapBytes(maxChars)`). */
+  maxSpillBytes?: number | undefined;
   /** Host dir for the spill file (created 0700). */
   spillDir: string;
   /** File name stem for the spill file. */
@@ -172,6 +190,11 @@ export class OutputCapture {
   private spillFd: number | undefined;
   private spillPath: string | undefined;
   private spillError: unknown;
+  /** Bytes written to the spill file, and bytes dropped past its cap. */
+  private spilled = 0;
+  private spillDropped = 0;
+  private readonly spillDataCap: number;
+  private readonly spillCap: number;
   private finished = false;
 
   constructor(private readonly opts: CaptureOptions) {
@@ -183,6 +206,9 @@ export class OutputCapture {
     };
     const limit = Math.max(1, Math.floor(opts.maxChars));
     this.windows = { stdout: new TextWindow(limit), stderr: new TextWindow(limit), output: new TextWindow(limit) };
+    const cap = opts.maxSpillBytes ?? spillCapBytes(limit);
+    this.spillCap = Math.max(CUT_LINE_RESERVE * 2, Math.floor(cap));
+    this.spillDataCap = this.spillCap - CUT_LINE_RESERVE;
   }
 
   push(stream: StreamName, raw: Buffer): void {
@@ -197,6 +223,10 @@ export class OutputCapture {
       this.finished = true;
       if (this.spillFd !== undefined) {
         try {
+          if (this.spillDropped > 0) {
+            const line = `\n[berth: output cut here; the spill file keeps at most ${this.spillCap} bytes, ${this.spillDropped} more bytes were not saved]\n`;
+            writeAll(this.spillFd, Buffer.from(line).subarray(0, CUT_LINE_RESERVE));
+          }
           closeSync(this.spillFd);
         } catch {
           // the data is written; a failing close changes nothing for the caller
@@ -211,9 +241,10 @@ export class OutputCapture {
       }
     }
     const path = this.spillPath;
+    // No host path in the text: it reaches remote callers; library/CLI callers get `fullOutputPath`.
     const notice = (omitted: number): string =>
       path !== undefined
-        ? `[... ${omitted} chars omitted; full output: ${path} ...]`
+        ? `[... ${omitted} chars omitted; full output kept by berth (fullOutputPath) ...]`
         : `[... ${omitted} chars omitted; full output could not be saved ...]`;
     const result: CaptureResult = {
       stdout: this.windows.stdout.text(notice),
@@ -256,7 +287,7 @@ export class OutputCapture {
         const path = join(this.opts.spillDir, name);
         this.spillFd = openSync(path, 'wx', 0o600);
         this.spillPath = path;
-        for (const b of this.pending) writeAll(this.spillFd, b);
+        for (const b of this.pending) this.writeSpill(b);
         this.pending = [];
       } catch (err) {
         this.spillError = err;
@@ -265,10 +296,21 @@ export class OutputCapture {
       return;
     }
     try {
-      writeAll(this.spillFd, bytes);
+      this.writeSpill(bytes);
     } catch (err) {
       this.spillError = err;
     }
+  }
+
+  /** Appends to the open spill file up to its cap; what does not fit is only counted. */
+  private writeSpill(bytes: Buffer): void {
+    const room = Math.max(0, this.spillDataCap - this.spilled);
+    const take = Math.min(room, bytes.length);
+    if (take > 0) {
+      writeAll(this.spillFd as number, take === bytes.length ? bytes : bytes.subarray(0, take));
+      this.spilled += take;
+    }
+    this.spillDropped += bytes.length - take;
   }
 }
 

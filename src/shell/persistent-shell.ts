@@ -1,3 +1,4 @@
+import { rmSync } from 'node:fs';
 import { debuglog } from 'node:util';
 import { BerthError, ConfigError, TimeoutError, UsageError } from '../errors.js';
 import { killCommandTree, signalPid } from './kill-tree.js';
@@ -65,6 +66,8 @@ export class PersistentShell implements AsyncDisposable {
   private current: { tag: string } | undefined;
   private closed = false;
   private closing: Promise<void> | undefined;
+  /** Spill file of the last command that spilled: kept (and its `fullOutputPath` valid) until the next one or close. */
+  private lastSpill: string | undefined;
   private readonly redactor: ByteRedactor;
   private readonly snapshotPath: string;
   private readonly stdinPath: string;
@@ -249,7 +252,12 @@ export class PersistentShell implements AsyncDisposable {
       timedOut,
       truncated: out.truncated,
     };
-    if (out.fullOutputPath !== undefined) result.fullOutputPath = out.fullOutputPath;
+    if (out.fullOutputPath !== undefined) {
+      this.replaceSpill(out.fullOutputPath);
+      // Closed while it ran: close has already cleaned up, so this file goes at once.
+      if (this.closed && this.opts.keepSpillOnClose !== true) this.dropSpill();
+      else result.fullOutputPath = out.fullOutputPath;
+    }
     if (replaced) result.shellReplaced = true;
     return result;
   }
@@ -361,7 +369,32 @@ export class PersistentShell implements AsyncDisposable {
     this.log(`shell started (pid ${conn.pid}, cwd ${this.cwd})`);
   }
 
+  /** One spill file per shell: a new one replaces the previous command's. */
+  private replaceSpill(path: string): void {
+    if (this.lastSpill !== path) this.dropSpill();
+    this.lastSpill = path;
+  }
+
+  private dropSpill(): void {
+    const path = this.lastSpill;
+    this.lastSpill = undefined;
+    if (path === undefined) return;
+    try {
+      rmSync(path, { force: true });
+    } catch (err) {
+      this.log(`could not remove spill file ${path}: ${String(err)}`);
+    }
+  }
+
   private async doClose(): Promise<void> {
+    try {
+      await this.endShell();
+    } finally {
+      if (this.opts.keepSpillOnClose !== true) this.dropSpill();
+    }
+  }
+
+  private async endShell(): Promise<void> {
     this.closed = true;
     const conn = this.conn;
     this.conn = undefined;

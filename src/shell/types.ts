@@ -1,4 +1,4 @@
-import type { ExecOnceResult, ShellTransport } from '../backends/backend.js';
+import type { ExecOnceOptions, ExecOnceResult, ShellTransport } from '../backends/backend.js';
 
 /** The result of one command, as every surface (library, CLI --json, HTTP, MCP) reports it. */
 export interface ExecResult {
@@ -24,7 +24,7 @@ export interface ShellOptions {
   /** Opens a fresh shell process (called at start and whenever the shell must be replaced). */
   open: () => Promise<ShellTransport>;
   /** Runs a helper inside the same sandbox (used to kill a command's process tree). */
-  execOnce: (argv: string[], opts?: { timeoutMs?: number }) => Promise<ExecOnceResult>;
+  execOnce: (argv: string[], opts?: ExecOnceOptions) => Promise<ExecOnceResult>;
   /** In-sandbox dir for snapshots; created by the shell if missing. */
   stateDir: string;
   /** Safe file stem unique per shell identity (snapshot file name). */
@@ -37,6 +37,12 @@ export interface ShellOptions {
   secretNames: readonly string[];
   /** Host dir for spilled full output (created 0700; files 0600). */
   spillDir: string;
+  /**
+   * Leave the last command's spill file when the shell closes (default false: it is deleted).
+   * For processes that end while their session goes on (the CLI): start-up cleanup removes the
+   * file later, by age.
+   */
+  keepSpillOnClose?: boolean | undefined;
   maxOutputChars: number;
   /** Values to replace with `[REDACTED]` in returned output (>= 8 chars). */
   redactValues?: readonly string[];

@@ -6,7 +6,7 @@ import path from 'node:path';
 import type { Readable } from 'node:stream';
 import Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Sandbox, ShellTransport } from '../../src/backends/backend.js';
+import { DEFAULT_HELPER_OUTPUT_BYTES, type Sandbox, type ShellTransport } from '../../src/backends/backend.js';
 import { parseAptSources, pickMirror } from '../../src/backends/docker/apt-sources.js';
 import { CAP_ADD_MASK, parseVolume, persistentName } from '../../src/backends/docker/container-spec.js';
 import { DockerBackend } from '../../src/backends/docker/docker-backend.js';
@@ -15,6 +15,7 @@ import { provideImage, registryHost } from '../../src/backends/docker/image-pull
 import { capabilitiesFromInfo, planLimits, type EngineCapabilities } from '../../src/backends/docker/limits.js';
 import {
   BackendUnavailableError,
+  BerthError,
   ConfigError,
   PolicyRefusedError,
   SandboxNotFoundError,
@@ -488,6 +489,45 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     // The timed-out helper does not linger in the sandbox.
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     expect((await sh(sandbox, 'ps -o args')).out, at(sandbox)).not.toContain('sleep 30');
+  });
+
+  it('execOnce stops a helper whose sh floods output: bounded memory, helper_output_too_large, helper killed', async () => {
+    const sandbox = await backend.ensure(testSpec(installation, { ephemeral: true }), undefined);
+    // The agent is root in its container and shadows sh earlier on PATH (berth's helpers run `sh -c`).
+    const plant = await sandbox.execOnce([
+      '/bin/sh', '-c',
+      'mkdir -p /usr/local/bin && printf "#!/bin/sh\\nhead -c 200000000 /dev/zero\\nexec sleep 1234\\n" > /usr/local/bin/sh && chmod +x /usr/local/bin/sh',
+    ]);
+    expect(plant.exitCode, `${at(sandbox)}: ${plant.stderr.toString()}`).toBe(0);
+
+    global.gc?.();
+    const before = process.memoryUsage().rss;
+    let peak = before;
+    const sampler = setInterval(() => { peak = Math.max(peak, process.memoryUsage().rss); }, 5);
+    const started = Date.now();
+    const err = await sandbox.execOnce(['sh', '-c', 'true'], { timeoutMs: 60_000 }).catch((e: unknown) => e);
+    clearInterval(sampler);
+    peak = Math.max(peak, process.memoryUsage().rss);
+    expect(err, at(sandbox)).toBeInstanceOf(BerthError);
+    expect((err as BerthError).code).toBe('helper_output_too_large');
+    expect((err as BerthError).message).toContain(String(DEFAULT_HELPER_OUTPUT_BYTES));
+    expect(peak - before, `RSS grew by ${Math.round((peak - before) / 1e6)} MB`).toBeLessThan(300 * 1024 * 1024);
+    expect(Date.now() - started).toBeLessThan(20_000);
+
+    // The flooding helper is ended (killed by its tag), not left running after its stream closed.
+    const deadline = Date.now() + 10_000;
+    let ps = '';
+    do {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      ps = (await sandbox.execOnce(['ps', '-o', 'args'])).stdout.toString('utf8');
+    } while (/\/usr\/local\/bin\/sh|head -c 200000000|sleep 1234/.test(ps) && Date.now() < deadline);
+    expect(ps, at(sandbox)).not.toMatch(/\/usr\/local\/bin\/sh|head -c 200000000|sleep 1234/);
+
+    // A caller's own bound applies to stdout + stderr together.
+    await expect(sandbox.execOnce(['/bin/sh', '-c', 'head -c 600 /dev/zero; head -c 600 /dev/zero >&2'], { maxOutputBytes: 1000 }))
+      .rejects.toMatchObject({ code: 'helper_output_too_large' });
+    const ok = await sandbox.execOnce(['/bin/sh', '-c', 'head -c 500 /dev/zero; head -c 500 /dev/zero >&2'], { maxOutputBytes: 1000 });
+    expect([ok.exitCode, ok.stdout.length, ok.stderr.length]).toEqual([0, 500, 500]);
   });
 
   it('a failed start removes what it created and reports the original error', async () => {

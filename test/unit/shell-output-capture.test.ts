@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ByteRedactor, OutputCapture, TextWindow } from '../../src/shell/output-capture.js';
+import { ByteRedactor, MIN_SPILL_CAP_BYTES, OutputCapture, TextWindow, spillCapBytes } from '../../src/shell/output-capture.js';
 import { MarkerScanner, buildFrame, printfFormat, shQuote } from '../../src/shell/protocol.js';
 
 describe('ByteRedactor', () => {
@@ -62,8 +62,30 @@ describe('OutputCapture', () => {
     expect(r.truncated).toBe(true);
     const full = readFileSync(r.fullOutputPath as string, 'utf8');
     expect(full).toBe('line [REDACTED] ok\n'.repeat(10_000));
-    expect(r.output).toMatch(/\[\.\.\. \d+ chars omitted; full output: .+ \.\.\.\]/);
+    expect(r.output).toMatch(/\[\.\.\. \d+ chars omitted; full output kept by berth \(fullOutputPath\) \.\.\.\]/);
     expect(r.output).not.toContain('topsecret!');
+    // The notice names no host path: remote callers never see fullOutputPath.
+    for (const text of [r.output, r.stdout, r.stderr]) expect(text).not.toContain(dir);
+  });
+
+  it('cuts the spill file at its cap and ends it with a line saying so', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'berth-cap-'));
+    dirs.push(dir);
+    const c = new OutputCapture({ maxChars: 50, spillDir: join(dir, 'spill'), spillStem: 's', maxSpillBytes: 4096 });
+    const chunk = Buffer.from('0123456789abcdef'.repeat(64)); // 1 KiB
+    for (let i = 0; i < 100; i++) c.push('stdout', chunk);
+    const r = c.finish();
+    expect(r.truncated).toBe(true);
+    const full = readFileSync(r.fullOutputPath as string, 'utf8');
+    expect(full.length).toBeLessThanOrEqual(4096);
+    expect(full.startsWith('0123456789abcdef0123')).toBe(true);
+    expect(full).toMatch(/\n\[berth: output cut here; the spill file keeps at most 4096 bytes, \d+ more bytes were not saved\]\n$/);
+  });
+
+  it('caps spills at 20 x maxOutputChars bytes, never under 10 MiB', () => {
+    expect(spillCapBytes(50_000)).toBe(MIN_SPILL_CAP_BYTES);
+    expect(MIN_SPILL_CAP_BYTES).toBe(10 * 1024 * 1024);
+    expect(spillCapBytes(10_000_000)).toBe(200_000_000);
   });
 });
 

@@ -1,6 +1,7 @@
-import { readFileSync, statSync, mkdirSync, existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { readFileSync, readdirSync, statSync, mkdirSync, existsSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { spillCapBytes } from '../../src/shell/output-capture.js';
 import { PersistentShell, snapshotPathOf } from '../../src/shell/persistent-shell.js';
 import { makeFixture, type Fixture } from './shell-local-transport.js';
 
@@ -80,20 +81,24 @@ describe('PersistentShell (real bash)', () => {
     expect((await sh.run('echo after', T)).stdout).toBe('after\n');
   });
 
-  it('caps huge output with head, tail and notice, and spills the full stream privately', async () => {
+  it('caps huge output with head, tail and a path-free notice, and spills privately up to a size cap', async () => {
     const sh = await start({ maxOutputChars: 1000 });
-    const r = await sh.run('yes | head -c 20000000; echo done >&2', { timeoutMs: 30_000 });
+    const r = await sh.run('yes | head -c 50000000; echo done >&2', { timeoutMs: 60_000 });
     expect(r.exitCode).toBe(0);
     expect(r.truncated).toBe(true);
     expect(r.fullOutputPath).toBeDefined();
     const path = r.fullOutputPath as string;
-    expect(statSync(path).size).toBe(20_000_005);
+    const cap = spillCapBytes(1000);
+    expect(cap).toBe(10 * 1024 * 1024);
+    expect(statSync(path).size).toBeLessThanOrEqual(cap);
+    expect(statSync(path).size).toBeGreaterThan(cap - 1024);
     expect(statSync(path).mode & 0o777).toBe(0o600);
     expect(statSync(fx.spillDir).mode & 0o777).toBe(0o700);
-    const notice = /\[\.\.\. (\d+) chars omitted; full output: (.+) \.\.\.\]/;
+    const notice = /\[\.\.\. (\d+) chars omitted; full output kept by berth \(fullOutputPath\) \.\.\.\]/;
     for (const text of [r.stdout, r.output]) {
       const m = notice.exec(text);
-      expect(m?.[2]).toBe(path);
+      expect(m).not.toBeNull();
+      expect(text).not.toContain(fx.spillDir);
       const lines = text.split('\n');
       expect(lines.filter((l) => notice.test(l))).toHaveLength(1);
       expect(text.length - (m?.[0].length ?? 0)).toBeLessThanOrEqual(1000 + 2);
@@ -102,7 +107,31 @@ describe('PersistentShell (real bash)', () => {
     expect(r.output.endsWith('done\n')).toBe(true);
     expect(r.stderr).toBe('done\n');
     const full = readFileSync(path, 'utf8');
-    expect(full.endsWith('y\ny\ndone\n')).toBe(true);
+    expect(full.startsWith('y\ny\n')).toBe(true);
+    expect(full).toMatch(/\n\[berth: output cut here; the spill file keeps at most 10485760 bytes, \d+ more bytes were not saved\]\n$/);
+    // The file stays while the shell is open, and goes when it closes.
+    expect((await sh.run('echo small', T)).stdout).toBe('small\n');
+    expect(existsSync(path)).toBe(true);
+    await sh.close();
+    expect(existsSync(path)).toBe(false);
+    expect(readdirSync(fx.spillDir)).toEqual([]);
+  });
+
+  it('keeps only the last spill file of a shell, and leaves it at close when asked to', async () => {
+    const sh = await start({ maxOutputChars: 1000 });
+    const a = await sh.run('head -c 5000 /dev/zero', T);
+    const b = await sh.run('head -c 5000 /dev/zero', T);
+    expect(a.fullOutputPath).toBeDefined();
+    expect(b.fullOutputPath).toBeDefined();
+    expect(existsSync(a.fullOutputPath as string)).toBe(false);
+    expect(readdirSync(fx.spillDir)).toEqual([basename(b.fullOutputPath as string)]);
+    await sh.close();
+    expect(readdirSync(fx.spillDir)).toEqual([]);
+
+    const kept = await start({ maxOutputChars: 1000, keepSpillOnClose: true });
+    const c = await kept.run('head -c 5000 /dev/zero', T);
+    await kept.close();
+    expect(existsSync(c.fullOutputPath as string)).toBe(true);
   });
 
   it('spills binary output byte for byte', async () => {

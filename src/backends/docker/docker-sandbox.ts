@@ -1,7 +1,7 @@
 import path from 'node:path';
 import type { Duplex, Readable } from 'node:stream';
 import type Dockerode from 'dockerode';
-import type { ExecOnceResult, Sandbox, SandboxSpec, ShellTransport } from '../backend.js';
+import type { ExecOnceOptions, ExecOnceResult, Sandbox, SandboxSpec, ShellTransport } from '../backend.js';
 import { getArchiveExec, putArchiveExec } from './archive-exec.js';
 import { HOME, STATE_DIR, WORKSPACE } from './container-spec.js';
 import { execOnceIn, openShellExec } from './exec-stream.js';
@@ -61,8 +61,8 @@ export class DockerSandbox implements Sandbox {
     });
   }
 
-  execOnce(argv: string[], opts?: { timeoutMs?: number }): Promise<ExecOnceResult> {
-    return execOnceIn(this.docker, this.ref, argv, opts?.timeoutMs ?? EXEC_ONCE_TIMEOUT_MS);
+  execOnce(argv: string[], opts?: ExecOnceOptions): Promise<ExecOnceResult> {
+    return execOnceIn(this.docker, this.ref, argv, { timeoutMs: opts?.timeoutMs ?? EXEC_ONCE_TIMEOUT_MS, maxOutputBytes: opts?.maxOutputBytes });
   }
 
   putArchive(destDir: string, tar: Buffer | Readable): Promise<void> {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { PassThrough, Writable, type Duplex, type Readable } from 'node:stream';
 import type Dockerode from 'dockerode';
 import { TimeoutError } from '../../errors.js';
-import type { ExecOnceResult, ShellTransport } from '../backend.js';
+import { helperOutputCap, helperOutputTooLarge, type ExecOnceResult, type ShellTransport } from '../backend.js';
 import { fromDockerError, withTimeout } from './engine.js';
 
 /** Env name carrying a per-shell tag, so `kill()` can find the shell's processes in the container. */
@@ -153,31 +153,57 @@ export async function openShellExec(input: OpenShellInput): Promise<ShellTranspo
   return { stdin, stdout, stderr, exited, kill };
 }
 
+/** Output bound of the kill helper: it prints nothing, so anything big is a replaced shell. */
+const KILL_HELPER_OUTPUT_BYTES = 64 * 1024;
+
 /**
  * Kill every process in the container that carries this shell's tag in its environment: the
  * shell and the children that inherited it. Two passes catch children forked during the first.
+ * `/bin/sh` by absolute path, so a `sh` earlier on the agent's PATH does not stand in for it.
  */
 async function killTagged(docker: Dockerode, containerId: string, tag: string): Promise<void> {
   const script =
     'for pass in 1 2; do for d in /proc/[0-9]*; do ' +
     'if tr "\\000" "\\n" < "$d/environ" 2>/dev/null | grep -qxF "$1=$2"; then kill -9 "${d#/proc/}" 2>/dev/null; fi; ' +
     'done; done; true';
-  await execOnceIn(docker, containerId, ['sh', '-c', script, 'berth-kill', SHELL_TAG_ENV, tag], 5_000, false);
+  await execOnceIn(docker, containerId, ['/bin/sh', '-c', script, 'berth-kill', SHELL_TAG_ENV, tag], {
+    timeoutMs: 5_000,
+    killHelper: false,
+    maxOutputBytes: KILL_HELPER_OUTPUT_BYTES,
+  });
+}
+
+export interface ExecOnceInOptions {
+  timeoutMs: number;
+  /** Kill the helper's processes (by tag) when it times out or floods output; false for the kill helper itself. */
+  killHelper?: boolean;
+  /** Bound on collected stdout + stderr; see `ExecOnceOptions.maxOutputBytes`. */
+  maxOutputBytes?: number;
 }
 
 /**
  * Run `argv` once in the container, collect its demultiplexed output and exit code. On timeout
- * the helper's processes (found by their tag) are killed and a TimeoutError is thrown.
+ * the helper's processes (found by their tag) are killed and a TimeoutError is thrown. Output
+ * past `maxOutputBytes` (stdout + stderr) is not kept: the stream is destroyed at once (nothing
+ * more is read), the helper is killed by its tag, and a `helper_output_too_large` error is thrown.
  */
 export async function execOnceIn(
   docker: Dockerode,
   containerId: string,
   argv: string[],
-  timeoutMs: number,
-  killOnTimeout = true,
+  opts: ExecOnceInOptions,
 ): Promise<ExecOnceResult> {
+  const { timeoutMs } = opts;
+  const killHelper = opts.killHelper ?? true;
+  const cap = helperOutputCap(opts);
+  const where = `container ${containerId.slice(0, 12)}`;
   const controller = new AbortController();
   const tag = randomBytes(8).toString('hex');
+  const endHelper = (): void => {
+    controller.abort();
+    // Closing the stream does not end the process: kill what this helper started, in the background.
+    if (killHelper) killTagged(docker, containerId, tag).catch(() => undefined);
+  };
   const run = async (): Promise<ExecOnceResult> => {
     let stream: Readable;
     let exec: Dockerode.Exec;
@@ -193,32 +219,49 @@ export async function execOnceIn(
       });
       stream = (await exec.start({ hijack: false, abortSignal: controller.signal })) as Readable;
     } catch (err) {
-      throw fromDockerError(docker, err, `exec ${argv[0] ?? ''} in container ${containerId.slice(0, 12)}`);
+      throw fromDockerError(docker, err, `exec ${argv[0] ?? ''} in ${where}`);
     }
-    controller.signal.addEventListener('abort', () => stream.destroy(), { once: true });
+    if (controller.signal.aborted) stream.destroy();
+    else controller.signal.addEventListener('abort', () => stream.destroy(), { once: true });
     const stdout = new PassThrough();
     const stderr = new PassThrough();
     const out: Buffer[] = [];
     const err: Buffer[] = [];
-    stdout.on('data', (c: Buffer) => out.push(c));
-    stderr.on('data', (c: Buffer) => err.push(c));
+    let collected = 0;
+    let overflow = false;
+    let overflowed: () => void = () => undefined;
+    const overflowP = new Promise<void>((resolve) => {
+      overflowed = resolve;
+    });
+    const collect = (into: Buffer[]) => (c: Buffer): void => {
+      if (overflow) return;
+      collected += c.length;
+      if (collected > cap) {
+        overflow = true;
+        out.length = 0;
+        err.length = 0;
+        endHelper();
+        overflowed();
+        return;
+      }
+      into.push(c);
+    };
+    stdout.on('data', collect(out));
+    stderr.on('data', collect(err));
     const done = Promise.all([
       new Promise((resolve) => stdout.once('end', resolve)),
       new Promise((resolve) => stderr.once('end', resolve)),
     ]);
     demultiplex(stream, stdout, stderr);
-    await done;
+    await Promise.race([done, overflowP]);
+    if (overflow) throw helperOutputTooLarge(argv, where, cap);
     const exitCode = await exitCodeOf(exec, 1_000);
     return { exitCode: exitCode ?? -1, stdout: Buffer.concat(out), stderr: Buffer.concat(err) };
   };
   try {
     return await withTimeout(run(), timeoutMs, () => {
-      controller.abort();
-      // Closing the stream does not end the process: kill what this helper started, in the background.
-      if (killOnTimeout) killTagged(docker, containerId, tag).catch(() => undefined);
-      return new TimeoutError(
-        `helper ${JSON.stringify(argv[0] ?? '')} in container ${containerId.slice(0, 12)} did not finish within ${timeoutMs} ms`,
-      );
+      endHelper();
+      return new TimeoutError(`helper ${JSON.stringify(argv[0] ?? '')} in ${where} did not finish within ${timeoutMs} ms`);
     });
   } finally {
     if (!controller.signal.aborted) controller.abort();

@@ -3,7 +3,17 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join, resolve, sep } from 'node:path';
 import type { Readable } from 'node:stream';
 import type { ProfileSettings } from '../../config/types.js';
-import type { Backend, ExecOnceResult, ManagedSandbox, Sandbox, SandboxSpec, ShellTransport } from '../backend.js';
+import {
+  helperOutputCap,
+  helperOutputTooLarge,
+  type Backend,
+  type ExecOnceOptions,
+  type ExecOnceResult,
+  type ManagedSandbox,
+  type Sandbox,
+  type SandboxSpec,
+  type ShellTransport,
+} from '../backend.js';
 import { getArchiveLocal, putArchiveLocal } from './local-archive.js';
 import { spawnTransport } from './spawn-transport.js';
 
@@ -112,19 +122,44 @@ class LocalSandbox implements Sandbox {
     return spawnTransport('bash', ['--noprofile', '--norc'], { cwd: opts.cwd, env: { ...this.baseEnv(), ...opts.env } });
   }
 
-  execOnce(argv: string[], opts?: { timeoutMs?: number }): Promise<ExecOnceResult> {
+  /**
+   * Output past the bound (stdout + stderr, see `ExecOnceOptions.maxOutputBytes`) is not kept:
+   * the pipes are destroyed at once (nothing more is read), the child gets SIGKILL and the call
+   * rejects with `helper_output_too_large`.
+   */
+  execOnce(argv: string[], opts?: ExecOnceOptions): Promise<ExecOnceResult> {
     const [file, ...args] = argv;
     if (file === undefined) return Promise.reject(new Error('execOnce needs a program'));
+    const cap = helperOutputCap(opts);
     return new Promise((resolvePromise, reject) => {
       const child = spawn(file, args, { cwd: this.defaultCwd, env: this.baseEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+      const timer = setTimeout(() => child.kill('SIGKILL'), opts?.timeoutMs ?? 10_000);
       const out: Buffer[] = [];
       const err: Buffer[] = [];
-      child.stdout.on('data', (b: Buffer) => out.push(b));
-      child.stderr.on('data', (b: Buffer) => err.push(b));
-      const timer = setTimeout(() => child.kill('SIGKILL'), opts?.timeoutMs ?? 10_000);
+      let collected = 0;
+      let overflow = false;
+      const collect = (into: Buffer[]) => (b: Buffer): void => {
+        if (overflow) return;
+        collected += b.length;
+        if (collected <= cap) {
+          into.push(b);
+          return;
+        }
+        overflow = true;
+        out.length = 0;
+        err.length = 0;
+        clearTimeout(timer);
+        child.stdout.destroy();
+        child.stderr.destroy();
+        child.kill('SIGKILL');
+        reject(helperOutputTooLarge(argv, `sandbox ${this.name}`, cap));
+      };
+      child.stdout.on('data', collect(out));
+      child.stderr.on('data', collect(err));
       child.on('error', (e) => { clearTimeout(timer); reject(e); });
       child.on('close', (code, signal) => {
         clearTimeout(timer);
+        if (overflow) return;
         resolvePromise({ exitCode: code ?? (signal ? 128 + 9 : 1), stdout: Buffer.concat(out), stderr: Buffer.concat(err) });
       });
     });
