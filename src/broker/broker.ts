@@ -10,6 +10,7 @@ import { effectiveScope } from '../scope/async-context.js';
 import type { CallScope, CallScopeInput } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';
 import { mapWorkdir } from '../policy/cwd.js';
+import { assertVolumesAllowed } from '../policy/volumes.js';
 import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
 import { readSecretsFiles, type SecretsFile } from '../config/secrets-file.js';
@@ -18,6 +19,7 @@ import { exportToStaging, mediaHostPath, readSandboxFile, uploadFile, uploadTarb
 import { BackendRegistry } from './backend-registry.js';
 import { JobRunner, type JobReadResult, type JobSummary } from './jobs.js';
 import { KeyedLock } from './keyed-lock.js';
+import { cleanSpillDir, spillDirOf, spillMaxAgeMs } from './spill.js';
 import { ownerAlive, ownerToken } from './process-owner.js';
 import { registerAlias, resolveCall, sessionRefOf, startCwd, type Binding, type ResolvedCall } from './resolve-call.js';
 import { StateStore, type SandboxRecord } from './state-store.js';
@@ -139,6 +141,7 @@ export class Broker implements AsyncDisposable {
   private readonly checked = new Set<string>();
   private reaped: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
+  private sweeping: Promise<void> | undefined;
   private closing: Promise<void> | undefined;
 
   private constructor(opts: BrokerOptions, config: BerthConfig, berthHome: string, store: StateStore) {
@@ -150,8 +153,7 @@ export class Broker implements AsyncDisposable {
     this.hostEnv = Object.freeze({ ...env });
     this.envSession = env['BERTH_SESSION'] || undefined;
     this.homeDir = homedir();
-    const dockerHost = env['DOCKER_HOST'];
-    this.dockerSockets = dockerHost?.startsWith('unix://') ? [...DOCKER_SOCKETS, dockerHost.slice('unix://'.length)] : DOCKER_SOCKETS;
+    this.dockerSockets = dockerSocketsOf(env);
     this.owner = opts.holdSessions === false ? null : ownerToken();
     this.reap = opts.reap ?? true;
     this.log = opts.log ?? (() => {});
@@ -166,8 +168,10 @@ export class Broker implements AsyncDisposable {
     const berthHome = opts.berthHome ?? defaultBerthHome(env);
     const config = opts.config ?? loadConfig({ configFlag: opts.configPath, cwd: opts.cwd ?? process.cwd(), berthHome });
     const secrets = readSecretsFiles(config);
+    assertVolumesAllowed(config, { homeDir: homedir(), stateDir: berthHome, dockerSockets: dockerSocketsOf(env) });
     const store = StateStore.open(berthHome);
     const broker = new Broker(opts, config, berthHome, store);
+    cleanSpillDir(spillDirOf(berthHome), spillMaxAgeMs(config));
     broker.secrets = secrets;
     if (broker.reap) {
       const everyMs = Math.min(60_000, Math.max(1_000, minIdleMs(config) / 4));
@@ -409,6 +413,7 @@ export class Broker implements AsyncDisposable {
       staging: () => ensurePrivateDir(this.berthHome, stagingDirFor(this.berthHome, {
         tenant: call.scope.tenant, profile: call.scope.profile, user: call.scope.user, sessionRef: call.sessionRef,
       })),
+      redactValues: call.redactValues,
       log: (m) => this.log('berth:files', `${call.binding.sandboxKey}: ${m}`),
     };
   }
@@ -420,6 +425,7 @@ export class Broker implements AsyncDisposable {
     this.jobRunner ??= new JobRunner({
       store: this.store,
       resolve: (scope) => this.resolve(scope),
+      policy: () => ({ config: this.config, hostEnv: this.hostEnv, secrets: this.secrets }),
       sandboxFor: async (call) => (await this.sandboxFor(call)).sandbox,
       run: (call, line, o) => this.execResolved(call, line, { workdir: o.workdir, stdin: o.stdin, timeoutSeconds: 30 }),
       existingSandbox: (call, digest) => this.existingSandbox(call, digest),
@@ -523,6 +529,7 @@ export class Broker implements AsyncDisposable {
 
   private async doClose(graceMs: number): Promise<void> {
     if (this.timer) clearInterval(this.timer);
+    await this.sweeping;
     const deadline = Date.now() + graceMs;
     while ([...this.live.values()].some((l) => l.inflight > 0) && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 20));
@@ -697,6 +704,8 @@ export class Broker implements AsyncDisposable {
       initialCwd: startCwd(this.store, call),
       secretNames: call.secretNames,
       spillDir: join(this.berthHome, 'spill'),
+      // A CLI process ends while its session goes on: its last spill file stays (start-up cleanup ages it out).
+      keepSpillOnClose: this.owner === null,
       maxOutputChars: call.settings.exec.maxOutputChars,
       redactValues: call.redactValues,
     }).then((shell): LiveShell => ({
@@ -842,28 +851,54 @@ export class Broker implements AsyncDisposable {
     return removed;
   }
 
-  /** Idle reaper + periodic orphan reaper. In-flight commands and background jobs count as activity. */
-  private async sweep(): Promise<void> {
-    if (this.closing) return;
-    const now = Date.now();
+  /** Idle reaper + periodic orphan reaper; one at a time, and never after close() began. */
+  private sweep(): Promise<void> {
+    this.sweeping ??= this.sweepOnce()
+      .catch((e: unknown) => this.log('berth:reaper', `sweep failed: ${String(e)}`))
+      .finally(() => {
+        this.sweeping = undefined;
+      });
+    return this.sweeping;
+  }
+
+  /** In-flight commands, busy shells, background jobs and running jobs all count as activity. */
+  private async isIdle(live: LiveSandbox, now: number): Promise<boolean> {
+    if (live.inflight > 0 || now - live.lastActivityMs < live.idleMs) return false;
+    const shells = await Promise.all([...live.shells.values()].map((p) => p.catch(() => undefined)));
+    if (shells.some((s) => s !== undefined && (s.shell.busy || s.shell.backgroundJobCount() > 0))) return false;
+    if (await this.jobs.activeIn(live.digest, live.sandbox).catch(() => true)) return false;
+    return live.inflight === 0;
+  }
+
+  private async sweepOnce(): Promise<void> {
     for (const live of [...this.live.values()]) {
-      if (live.inflight > 0 || now - live.lastActivityMs < live.idleMs) continue;
-      const shells = await Promise.all([...live.shells.values()].map((p) => p.catch(() => undefined)));
-      if (shells.some((s) => s !== undefined && (s.shell.busy || s.shell.backgroundJobCount() > 0))) continue;
-      if (await this.jobs.activeIn(live.digest, live.sandbox).catch(() => true)) continue;
+      if (this.closing) return;
+      const now = Date.now();
+      if (!(await this.isIdle(live, now)) || this.closing) continue;
       this.log('berth:reaper', `sandbox ${live.record.key} idle for ${Math.round((now - live.lastActivityMs) / 1000)}s`);
       if (live.record.ephemeral) {
-        for (const s of this.store.sessionsOf(live.digest)) {
-          if (s.closedMs === null) await this.closeSessionRef(s.tenant, s.profile, s.session).catch(() => undefined);
+        // Only this sandbox goes; a session is closed only once it has no other sandbox left,
+        // so an idle sandbox never takes a busy one of the same session with it.
+        const sessions = this.store.sessionsOf(live.digest).filter((x) => x.closedMs === null);
+        await this.removeSandbox(live.record).catch((e) => this.log('berth:reaper', `remove ${live.record.key}: ${String(e)}`));
+        for (const x of sessions) {
+          if (!this.closing && this.store.sandboxCountOf(x.tenant, x.profile, x.session) === 0) {
+            await this.closeSessionRef(x.tenant, x.profile, x.session).catch(() => undefined);
+          }
         }
-        if (this.store.getSandbox(live.digest)) await this.removeSandbox(live.record).catch(() => undefined);
       } else {
         await this.forget(live);
         await live.backend.stop(live.record.ref).catch((e) => this.log('berth:reaper', `stop ${live.record.key}: ${String(e)}`));
       }
     }
+    if (this.closing) return;
     if (this.reap) await this.reapOrphans().catch((e) => this.log('berth:reaper', String(e)));
   }
+}
+
+function dockerSocketsOf(env: NodeJS.ProcessEnv): string[] {
+  const dockerHost = env['DOCKER_HOST'];
+  return dockerHost?.startsWith('unix://') ? [...DOCKER_SOCKETS, dockerHost.slice('unix://'.length)] : DOCKER_SOCKETS;
 }
 
 function minIdleMs(config: BerthConfig): number {

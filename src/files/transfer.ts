@@ -4,6 +4,7 @@ import { dirname, join, posix, sep } from 'node:path';
 import { Readable } from 'node:stream';
 import type { Sandbox } from '../backends/backend.js';
 import { BerthError, PolicyRefusedError, UsageError } from '../errors.js';
+import { ByteRedactor } from '../shell/output-capture.js';
 import { FileTooLargeError, PathNotFoundError } from './errors.js';
 import { resolveInSandbox, type ResolvedPath } from './resolve-in-sandbox.js';
 import { assertSandboxPath, cleanEntryName, normalizeSandboxPath, sandboxPathRefusal, type SandboxPathPolicy } from './sandbox-path.js';
@@ -19,6 +20,8 @@ export interface TransferContext {
   maxBytes: number;
   /** Creates (if needed) and returns the call scope's private staging dir on the host. */
   staging: () => Promise<string>;
+  /** Granted secret values (>= 8 chars) to redact from content returned to the caller (`readSandboxFile`). */
+  redactValues?: readonly string[];
   log?: (message: string) => void;
 }
 
@@ -203,7 +206,10 @@ export async function readSandboxFile(ctx: TransferContext, a: { path: string; m
     throw asTransferError(err, r.real, ctx.sandbox.name);
   }
   if (!found) throw new BerthError('transfer_failed', `the sandbox's archive of ${JSON.stringify(r.real)} held no file`);
-  return { path: r.real, data: Buffer.concat(parts) };
+  // Read content goes back to the caller (and onward to a model), like command output: redacted.
+  // `exportToStaging` stays byte-exact: its copy is for the operator's host, not the caller.
+  const redactor = new ByteRedactor(ctx.redactValues ?? []);
+  return { path: r.real, data: Buffer.concat([redactor.push(Buffer.concat(parts)), redactor.flush()]) };
 }
 
 function asTransferError(err: unknown, path: string, sandbox: string): unknown {

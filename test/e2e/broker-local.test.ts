@@ -137,4 +137,41 @@ describe('Broker on the local backend', () => {
     expect(broker.explain({ session: 's', task: 'plain' }).sandboxKey).toBe('session:s');
     expect(() => broker.setTaskOverride({ session: 's', task: 'x' }, { backend: 'docker' })).toThrow(/does not allow/);
   });
+
+  it('a user\'s own values reach only that user\'s own sandbox, never one other users share', async () => {
+    const env = { BERTH_USER_TELEGRAM_1_GH_TOKEN: 'alice-token-value-1' };
+    await using broker = await open(home(), { scope: 'auto' }, env);
+    const own = await broker.exec({ session: 'dm', user: 'telegram:1' }, 'echo "${GH_TOKEN:-none}" | rev');
+    expect(own.sandboxKey).toBe('user:telegram:1');
+    expect(own.stdout).toBe('1-eulav-nekot-ecila\n');
+    await using shared = await open(home(), { scope: 'task' }, env);
+    const b = shared.explain({ session: 'grp', task: 'build', user: 'telegram:1' });
+    expect(b.sandboxKey).toBe('build');
+    expect(b.envNames).not.toContain('GH_TOKEN');
+    expect(b.envMissing).toContain('GH_TOKEN');
+    const inTask = await shared.exec({ session: 'grp', task: 'build', user: 'telegram:1' }, 'echo "${GH_TOKEN:-none}"');
+    expect(inTask.stdout).toBe('none\n');
+  });
+
+  it('the idle reaper removes only the idle sandbox, never a busy one of the same session, and close() during a sweep is safe', async () => {
+    const broker = await open(home(), { persistent: false, lifecycle: { idleSeconds: 10 } });
+    try {
+      await broker.exec({ session: 's1', user: 'telegram:1' }, 'true');
+      // The user's sandbox goes idle while the session's own sandbox runs a long command.
+      const busy = await broker.exec({ session: 's1' }, 'sleep 14; echo survived', { timeoutSeconds: 30 });
+      expect(busy).toMatchObject({ exitCode: 0, stdout: 'survived\n', sandboxKey: 'session:s1' });
+      const keys = broker.list('local').map((x) => x.sandboxKey);
+      expect(keys).toContain('session:s1');
+      expect(keys).not.toContain('user:telegram:1');
+    } finally {
+      await broker.close();
+    }
+  }, 40_000);
+
+  it('readFile returns file content with granted secret values redacted, like command output', async () => {
+    await using broker = await open(home(), { persistent: false, env: { forward: ['MY_SECRET'] } }, { MY_SECRET: 'supersecretvalue42' });
+    await broker.exec({ session: 'r' }, 'echo "token=$MY_SECRET" > f.txt');
+    const r = await broker.readFile({ session: 'r' }, { path: 'f.txt' });
+    expect(r.data.toString()).toBe('token=[REDACTED]\n');
+  });
 });
