@@ -114,11 +114,16 @@ export class BerthServer {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    this.inflight++;
-    res.once('close', () => {
-      this.inflight--;
-      if (this.inflight === 0) this.idle?.();
-    });
+    // An MCP client's GET /mcp is a notification stream that stays open for the whole MCP session:
+    // it is no call to wait for at shutdown (mcp.close() ends it), so it is not counted in flight.
+    const stream = req.method === 'GET' && (req.url ?? '').split('?')[0] === '/mcp';
+    if (!stream) {
+      this.inflight++;
+      res.once('close', () => {
+        this.inflight--;
+        if (this.inflight === 0) this.idle?.();
+      });
+    }
     try {
       if (this.draining) throw new HttpError(503, 'shutting_down', 'berth is shutting down; retry on a running berth');
       const url = req.url ?? '';

@@ -232,7 +232,9 @@ describe('MCP at /mcp on a real berth serve (bearer tokens)', () => {
     using t = tempInstall(LOCAL);
     const acmeToken = await createToken(t, 'acme');
     const globexToken = await createToken(t, 'globex');
-    const serve = await ServeProcess.start(t);
+    // A grace longer than this test's timeout: a shutdown that waited on the clients' open GET
+    // /mcp streams (as if they were calls in flight) would never finish in time.
+    const serve = await ServeProcess.start(t, ['--grace', '300']);
     const url = new URL('/mcp', serve.url);
 
     const acme = await httpConn(url, { token: acmeToken });
