@@ -11,6 +11,7 @@ import type { CallScope, CallScopeInput } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';
 import { mapWorkdir } from '../policy/cwd.js';
 import { assertVolumesAllowed } from '../policy/volumes.js';
+import { redactText } from '../shell/output-capture.js';
 import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
 import { readSecretsFiles, type SecretsFile } from '../config/secrets-file.js';
@@ -214,7 +215,7 @@ export class Broker implements AsyncDisposable {
       this.store.addAudit({
         timeMs: started, tenant: call.scope.tenant, profile: call.scope.profile, user: call.scope.user ?? null,
         session: call.scope.session ?? null, sandboxKey: call.binding.sandboxKey, kind: 'exec',
-        command: redact(command, call.redactValues), exitCode: result?.exitCode ?? null, durationMs: Date.now() - started,
+        command: redactText(command, call.redactValues), exitCode: result?.exitCode ?? null, durationMs: Date.now() - started,
       });
     }
   }
@@ -394,7 +395,7 @@ export class Broker implements AsyncDisposable {
       this.store.addAudit({
         timeMs: started, tenant: call.scope.tenant, profile: call.scope.profile, user: call.scope.user ?? null,
         session: call.scope.session ?? null, sandboxKey: call.binding.sandboxKey, kind,
-        command: redact(failure === undefined ? text : `${text} [failed: ${failure}]`, call.redactValues),
+        command: redactText(failure === undefined ? text : `${text} [failed: ${failure}]`, call.redactValues),
         exitCode: failure === undefined ? 0 : null, durationMs: Date.now() - started,
       });
     }
@@ -905,11 +906,6 @@ function minIdleMs(config: BerthConfig): number {
   return Math.min(config.base.lifecycle.idleSeconds, ...Object.values(config.profiles).map((p) => p.lifecycle.idleSeconds)) * 1000;
 }
 
-function redact(text: string, values: readonly string[]): string {
-  let out = text;
-  for (const v of values) out = out.split(v).join('[REDACTED]');
-  return out;
-}
 
 /**
  * A call scope bound to a broker: what an agent framework holds per conversation.

@@ -6,6 +6,7 @@ import { BerthError, PolicyRefusedError, SandboxNotFoundError, UsageError } from
 import type { CallScope } from '../scope/call-scope.js';
 import { resolveEnvGrants } from '../policy/env-grants.js';
 import { KILL_TREE_SCRIPT } from '../shell/kill-tree.js';
+import { REDACTED, redactText } from '../shell/output-capture.js';
 import { TAG_VAR } from '../shell/protocol.js';
 import { sessionRefOf, type ResolvedCall } from './resolve-call.js';
 import type { JobRecord, StateStore } from './state-store.js';
@@ -142,7 +143,7 @@ export class JobRunner {
       id, tenant: call.scope.tenant, profile: call.scope.profile, session: call.sessionRef, user: call.scope.user ?? null,
       digest: call.spec.digest,
       sandboxKey: call.binding.sandboxKey, scope: JSON.stringify(storedScope(call.scope)),
-      command: redact(command, call.redactValues), dir, startedMs: started, status: 'running', exitCode: null, endedMs: null,
+      command: redactText(command, call.redactValues), dir, startedMs: started, status: 'running', exitCode: null, endedMs: null,
     };
     // Indexed before it runs: a crash in between leaves a record whose sandbox says "unknown", never a stray job.
     this.host.store.putJob(record);
@@ -393,13 +394,8 @@ function storedScope(s: CallScope): CallScope {
   return rest;
 }
 
-function redact(text: string, values: readonly string[]): string {
-  let out = text;
-  for (const v of values) out = out.split(v).join('[REDACTED]');
-  return out;
-}
 
-const MARKER = Buffer.from('[REDACTED]');
+const MARKER = Buffer.from(REDACTED);
 
 /**
  * Up to `maxBytes` of a job's output from `start` of `bytes`, a window read from before the

@@ -11,6 +11,16 @@ export const REDACTED = '[REDACTED]';
 export const MIN_REDACT_LENGTH = 8;
 
 /**
+ * The same replacement for text that is already a string (audit command text, job records).
+ * `values` are the grants' redact values: already >= MIN_REDACT_LENGTH and longest first.
+ */
+export function redactText(text: string, values: readonly string[]): string {
+  let out = text;
+  for (const v of values) out = out.split(v).join(REDACTED);
+  return out;
+}
+
+/**
  * Replaces secret values in a byte stream. Works on bytes, before decoding, so binary output and
  * values split across chunk boundaries are both handled: an end of a chunk that could begin a
  * value is held back until more data (or the end) shows whether it does.
