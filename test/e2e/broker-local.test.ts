@@ -1,21 +1,15 @@
-import { mkdtempSync, readdirSync, realpathSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync } from 'node:fs';
+
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { runWithScope } from '../../src/scope/async-context.js';
 import { StateStore } from '../../src/broker/state-store.js';
-
-const roots: string[] = [];
-afterEach(() => {
-  for (const r of roots.splice(0)) rmSync(r, { recursive: true, force: true });
-});
+import { tempDir } from '../helpers/temp-dir.js';
 
 function home(): string {
-  const r = realpathSync(mkdtempSync(join(tmpdir(), 'berth-broker-')));
-  roots.push(r);
-  return r;
+  return tempDir('berth-broker-');
 }
 
 async function open(berthHome: string, config: Record<string, unknown>, env: NodeJS.ProcessEnv = {}, holdSessions = true): Promise<Broker> {

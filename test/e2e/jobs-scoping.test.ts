@@ -1,15 +1,15 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
 import type { Sandbox } from '../../src/backends/backend.js';
 import { JobRunner, redactWindow } from '../../src/broker/jobs.js';
 import { StateStore } from '../../src/broker/state-store.js';
 import { parseConfig } from '../../src/config/schema.js';
 import type { CallScopeInput } from '../../src/scope/call-scope.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 /*
  * Background jobs among users and secrets (local backend): a job is its user's alone (another
@@ -26,15 +26,8 @@ const gatewayEnv = {
   BERTH_USER_TELEGRAM_2_API_SECRET: benSecret,
 };
 
-const roots: string[] = [];
-afterEach(() => {
-  for (const r of roots.splice(0)) rmSync(r, { recursive: true, force: true });
-});
-
 function home(): string {
-  const r = realpathSync(mkdtempSync(join(tmpdir(), 'berth-jobscope-')));
-  roots.push(r);
-  return r;
+  return tempDir('berth-jobscope-');
 }
 
 async function open(berthHome: string, config: Record<string, unknown> = {}): Promise<Broker> {

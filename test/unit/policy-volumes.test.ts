@@ -1,19 +1,14 @@
-import { mkdirSync, mkdtempSync, realpathSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
+
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/schema.js';
 import { ConfigError } from '../../src/errors.js';
 import { assertVolumesAllowed } from '../../src/policy/volumes.js';
-
-const roots: string[] = [];
-afterEach(() => {
-  for (const r of roots.splice(0)) rmSync(r, { recursive: true, force: true });
-});
+import { tempDir } from '../helpers/temp-dir.js';
 
 function fakeHome(): { home: string; state: string; project: string } {
-  const root = realpathSync(mkdtempSync(join(tmpdir(), 'berth-vol-')));
-  roots.push(root);
+  const root = tempDir('berth-vol-');
   const home = join(root, 'home');
   mkdirSync(join(home, '.ssh'), { recursive: true });
   mkdirSync(join(home, 'project'), { recursive: true });

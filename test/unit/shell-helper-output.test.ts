@@ -1,23 +1,15 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { DEFAULT_HELPER_OUTPUT_BYTES, type Sandbox, type SandboxSpec } from '../../src/backends/backend.js';
 import { LocalBackend } from '../../src/backends/local/local-backend.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { BerthError } from '../../src/errors.js';
 import { pidsWithArg } from './shell-local-transport.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 /** The local backend's execOnce: a helper that prints too much is stopped, with memory bounded. */
 describe('LocalBackend execOnce output bound', () => {
-  const roots: string[] = [];
-  afterEach(() => {
-    for (const r of roots.splice(0)) rmSync(r, { recursive: true, force: true });
-  });
-
   async function sandbox(): Promise<Sandbox> {
-    const berthHome = mkdtempSync(join(tmpdir(), 'berth-helper-'));
-    roots.push(berthHome);
+    const berthHome = tempDir('berth-helper-');
     const spec: SandboxSpec = {
       identity: { installation: 'test', tenant: 'local', profile: 'default', key: 'session:helper' },
       digest: 'ab'.repeat(32),

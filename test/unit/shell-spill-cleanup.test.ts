@@ -1,23 +1,16 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readdirSync, utimesSync, writeFileSync } from 'node:fs';
+
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
 import { cleanSpillDir, spillMaxAgeMs } from '../../src/broker/spill.js';
 import { parseConfig } from '../../src/config/schema.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
 describe('spill files: start-up cleanup and deletion with the shell', () => {
-  const roots: string[] = [];
-  afterEach(() => {
-    for (const r of roots.splice(0)) rmSync(r, { recursive: true, force: true });
-  });
-  const home = (): string => {
-    const r = realpathSync(mkdtempSync(join(tmpdir(), 'berth-spill-')));
-    roots.push(r);
-    return r;
-  };
+  const home = (): string => tempDir('berth-spill-');
   const spillFile = (dir: string, name: string, ageMs: number): string => {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     const path = join(dir, name);
