@@ -163,9 +163,7 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   // sandbox other users can reach (a task, session, profile or shared key) they are withheld, and
   // listed as missing, since every shell in a sandbox can read every other's /proc/*/environ.
   const ownUserSandbox = scope.user !== undefined && (keyed.rule === 'auto:3' || keyed.rule === 'user');
-  const grants = resolveEnvGrants({ env: settings.env, user: ownUserSandbox ? scope.user : undefined, hostEnv: ctx.hostEnv, secrets });
-  const withheld = scope.user === undefined || ownUserSandbox ? []
-    : resolveEnvGrants({ env: settings.env, user: scope.user, hostEnv: ctx.hostEnv, secrets }).names.filter((n) => !grants.names.includes(n));
+  const grants = resolveEnvGrants({ env: settings.env, user: scope.user, hostEnv: ctx.hostEnv, secrets, deliverUserValues: ownUserSandbox });
   const spec: SandboxSpec = {
     identity, digest, dirName, ephemeral: keyed.ephemeral, mount: mount.mount, rule: keyed.rule, settings,
   };
@@ -175,7 +173,7 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
       persistent: !keyed.ephemeral, mount: mount.mount, mountReason: mount.mountReason,
       // Only a new shell needs the start cwd; exec asks for it then (startCwd), explain always.
       cwd: opts.withCwd ? startCwd(store, { scope, settings, spec, shell, isSubagent, defaultCwd }) : '',
-      envNames: grants.names, envMissing: [...grants.missing, ...withheld].sort(),
+      envNames: grants.names, envMissing: [...grants.missing, ...grants.withheld].sort(),
     },
     scope, settings, spec, shared: keyed.shared, shell, isSubagent, sessionRef: sessionRefOf(scope), defaultCwd,
     env: grants.env, secretNames: grants.secretNames, redactValues: grants.redactValues,

@@ -11,6 +11,11 @@ export interface EnvGrantInput {
   hostEnv: Readonly<Record<string, string | undefined>>;
   /** The profile's `env.secretsFile`, parsed at start-up: globals sit under `hostEnv`, user sections under per-user variables. */
   secrets?: Pick<SecretsFile, 'global' | 'users'> | undefined;
+  /**
+   * Whether the user's own values may go into this sandbox (default true). False for a sandbox
+   * other users can reach: they are then left out and named in `withheld`.
+   */
+  deliverUserValues?: boolean | undefined;
 }
 
 export interface EnvGrants {
@@ -20,6 +25,8 @@ export interface EnvGrants {
   names: string[];
   /** Exact `env.forward` names that are not set in berth's environment, sorted. */
   missing: string[];
+  /** The user's own names left out because `deliverUserValues` was false (and no global value stands in), sorted. */
+  withheld: string[];
   /** Names whose values came from berth's environment (forwarded or per-user), sorted. */
   secretNames: string[];
   /** Values to redact from output (secret values of 8+ characters, when `env.redact`), longest first. */
@@ -76,18 +83,24 @@ export function resolveEnvGrants(a: EnvGrantInput): EnvGrants {
     if (value === undefined) missing.add(entry.name);
     else granted.set(entry.name, { value, secret: true });
   }
+  const userGrants = new Map<string, string>();
   if (a.user !== undefined) {
     // A `[platform:id]` section of the secrets file first, so a per-user variable overrides it.
     for (const [name, value] of a.secrets?.users.get(a.user) ?? []) {
-      if (PER_USER_NAME_RE.test(name)) granted.set(name, { value, secret: true });
+      if (PER_USER_NAME_RE.test(name)) userGrants.set(name, value);
     }
     const prefix = userEnvPrefix(env.perUserPrefix, a.user);
     for (const name of hostNames) {
       const value = hostEnv[name];
       if (value === undefined || !name.startsWith(prefix)) continue;
       const bare = name.slice(prefix.length);
-      if (PER_USER_NAME_RE.test(bare)) granted.set(bare, { value, secret: true });
+      if (PER_USER_NAME_RE.test(bare)) userGrants.set(bare, value);
     }
+  }
+  const withheld: string[] = [];
+  for (const [name, value] of userGrants) {
+    if (a.deliverUserValues ?? true) granted.set(name, { value, secret: true });
+    else if (!granted.has(name)) withheld.push(name);
   }
 
   const names = [...granted.keys()].sort();
@@ -100,6 +113,7 @@ export function resolveEnvGrants(a: EnvGrantInput): EnvGrants {
     env: Object.fromEntries(names.map((n) => [n, granted.get(n)!.value])),
     names,
     missing: [...missing].sort(),
+    withheld: withheld.sort(),
     secretNames,
     redactValues: redact,
   };

@@ -26,6 +26,7 @@ describe('resolveEnvGrants', () => {
       env: {},
       names: [],
       missing: [],
+      withheld: [],
       secretNames: [],
       redactValues: [],
     });
@@ -227,5 +228,21 @@ describe('per-user variable naming', () => {
     for (const u of list.slice(0, 300)) {
       expect(grant({}, hostEnv, u).env).toEqual({ NAME: u, A_B: u });
     }
+  });
+
+  it('deliverUserValues: false leaves the user\'s own values out, names them as withheld, and keeps a global value of the same name', () => {
+    const hostEnv = {
+      GH_TOKEN: 'global-token-value',
+      BERTH_USER_TELEGRAM_1_GH_TOKEN: 'ana-token-value',
+      BERTH_USER_TELEGRAM_1_NPM_TOKEN: 'ana-npm-value',
+    };
+    const base = { env: env({ forward: ['GH_TOKEN'] }), user: 'telegram:1', hostEnv };
+    const own = resolveEnvGrants(base);
+    expect(own.env).toEqual({ GH_TOKEN: 'ana-token-value', NPM_TOKEN: 'ana-npm-value' });
+    expect(own.withheld).toEqual([]);
+    const shared = resolveEnvGrants({ ...base, deliverUserValues: false });
+    expect(shared.env).toEqual({ GH_TOKEN: 'global-token-value' });
+    expect(shared.withheld).toEqual(['NPM_TOKEN']);
+    expect(shared.redactValues).not.toContain('ana-token-value');
   });
 });
