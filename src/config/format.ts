@@ -49,7 +49,13 @@ export function formatEffectiveConfig(config: BerthConfig): string {
     config.source === undefined
       ? '# effective berth config: built-in defaults (no config file found)'
       : `# effective berth config from ${config.source.replace(/[\r\n]/g, ' ')}`;
-  const doc: Record<string, unknown> = { multiProfile: config.multiProfile, ...settingsView(config.base) };
+  const doc: Record<string, unknown> = {
+    multiProfile: config.multiProfile,
+    server: { ...config.server },
+    limits: { ...config.limits },
+    audit: { ...config.audit },
+    ...settingsView(config.base),
+  };
   const names = Object.keys(config.profiles).sort();
   if (names.length > 0) {
     doc['profiles'] = Object.fromEntries(names.map((n) => [n, settingsView(config.profiles[n]!)]));

@@ -5,8 +5,12 @@ import {
   BACKENDS,
   SCOPE_MODES,
   isContainerBackend,
+  type AuditSettings,
   type BerthConfig,
   type ProfileSettings,
+  type ServerSettings,
+  type TenantLimits,
+  type VolumeSettings,
 } from './types.js';
 
 /*
@@ -21,6 +25,8 @@ const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const ENV_PREFIX_GLOB = /^[A-Za-z_][A-Za-z0-9_]*\*$/;
 const PER_USER_PREFIX = /^[A-Z][A-Z0-9_]*$/;
 const PROFILE_NAME = /^[A-Za-z0-9._-]{1,64}$/;
+/** Tenant names as call scopes have them (scope/normalize.ts). */
+const TENANT_NAME = /^[A-Za-z0-9._-]{1,64}$/;
 
 /** Issues whose message is already a whole sentence (not an "expected ..." phrase). */
 const FULL = { full: true } as const;
@@ -90,12 +96,49 @@ export function parseVolume(spec: string): VolumeSpec | undefined {
   return { host, container, readOnly: mode === 'ro' };
 }
 
-const volumeEntry = z
-  .string({ error: 'a volume "/abs/host:/abs/container" or "/abs/host:/abs/container:ro"' })
-  .refine((s) => parseVolume(s) !== undefined, {
-    error:
-      'a volume "/abs/host:/abs/container" or "/abs/host:/abs/container:ro" (absolute paths, no ".." segments, not onto "/")',
+const VOLUME_STRING_FORM = 'a volume "/abs/host:/abs/container" or "/abs/host:/abs/container:ro" (absolute paths, no ".." segments, not onto "/")';
+
+const absolutePath = (what: string) =>
+  z.string({ error: `${what} (an absolute path)` }).refine((p) => isCleanAbsolute(p), {
+    error: `${what} (an absolute path without ".." segments)`,
   });
+
+/**
+ * `docker.volumes` entries: a string binds for the CLI's tenant `local` only; the mapping form names
+ * its audience explicitly, so a bind never crosses tenants by default.
+ */
+const volumeEntry = z.union(
+  [
+    z.string().refine((s) => parseVolume(s) !== undefined, { error: VOLUME_STRING_FORM }),
+    z.strictObject(
+      {
+        source: absolutePath('the host dir'),
+        target: absolutePath('the path inside the sandbox').refine((p) => p !== '/', { error: 'a path inside the sandbox other than "/"' }),
+        readOnly: bool(),
+        tenants: z.union([
+          z.literal('*'),
+          z.array(z.string().regex(TENANT_NAME, { error: 'a tenant name' }), { error: 'a list of tenant names, or "*"' }).min(1, { error: 'a list of tenant names, or "*"' }),
+        ], { error: 'a list of tenant names, or "*" for every tenant' }),
+      },
+      { error: 'a mapping {source, target, readOnly?, tenants}' },
+    ),
+  ],
+  { error: `${VOLUME_STRING_FORM}, or a mapping {source, target, readOnly?, tenants: [tenant, ...] | "*"}` },
+);
+
+/** `source:target[:ro]`, for messages. */
+export function describeVolume(v: VolumeSettings): string {
+  return `${v.source}:${v.target}${v.readOnly ? ':ro' : ''}`;
+}
+
+/** The settings form of one written volume entry (already validated). */
+export function volumeSettings(entry: string | { source: string; target: string; readOnly?: boolean | undefined; tenants: readonly string[] | '*' }): VolumeSettings {
+  if (typeof entry === 'string') {
+    const v = parseVolume(entry)!;
+    return { source: v.host, target: v.container, readOnly: v.readOnly, tenants: ['local'] };
+  }
+  return { source: entry.source, target: entry.target, readOnly: entry.readOnly ?? false, tenants: entry.tenants === '*' ? '*' : [...entry.tenants] };
+}
 
 const envStatic = z
   .preprocess(
@@ -119,7 +162,10 @@ const envStatic = z
   )
   .optional();
 
-const workspaceShape = { mount: bool() };
+const workspaceShape = {
+  mount: bool(),
+  allowedRoots: z.array(absolutePath('an allowed root'), { error: 'a list of absolute paths' }).optional(),
+};
 const execShape = {
   timeoutSeconds: integer(1, 86_400),
   maxOutputChars: integer(1000, 10_000_000),
@@ -127,7 +173,7 @@ const execShape = {
 const lifecycleShape = { idleSeconds: integer(10) };
 /** Uploads are held in memory as one Buffer, so the cap stays well inside what a Buffer holds. */
 export const FILES_MAX_BYTES_LIMIT = 2 ** 31 - 1;
-const filesShape = { maxBytes: integer(1, FILES_MAX_BYTES_LIMIT) };
+const filesShape = { maxBytes: integer(1, FILES_MAX_BYTES_LIMIT), mediaMode: oneOf(['copy', 'live']) };
 const envShape = {
   static: envStatic,
   forward: z.array(forwardEntry, { error: 'a list of variable names' }).optional(),
@@ -156,7 +202,17 @@ const dockerShape = {
   ephemeralSizeMb: positiveInteger(),
   runAsHostUser: bool(),
   volumes: z.array(volumeEntry, { error: 'a list of volumes' }).optional(),
+  diskMb: positiveInteger(),
 };
+
+/** Top-level sections: they describe the installation, not a profile. */
+const serverShape = { allowHostBackend: bool() };
+const limitsShape = {
+  concurrentCalls: integer(1, 100_000),
+  uploadBytesInFlight: integer(1024, FILES_MAX_BYTES_LIMIT),
+  stagingBytes: integer(1024),
+};
+const auditShape = { maxCommandChars: integer(64, 1_000_000), retentionDays: integer(1, 36_500) };
 
 /** Keys a `profiles.<name>` section may override. */
 const profileShape = {
@@ -199,7 +255,14 @@ const profilesSchema = z
   .optional();
 
 const configSchema = z.strictObject(
-  { ...profileShape, multiProfile: bool(), profiles: profilesSchema },
+  {
+    ...profileShape,
+    multiProfile: bool(),
+    server: section(serverShape),
+    limits: section(limitsShape),
+    audit: section(auditShape),
+    profiles: profilesSchema,
+  },
   { error: 'a mapping of config keys' },
 );
 
@@ -216,6 +279,9 @@ const KNOWN_KEYS: Record<string, readonly string[]> = {
   files: Object.keys(filesShape),
   env: Object.keys(envShape),
   docker: Object.keys(dockerShape),
+  server: Object.keys(serverShape),
+  limits: Object.keys(limitsShape),
+  audit: Object.keys(auditShape),
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -333,10 +399,10 @@ function defaultSettings(): ProfileSettings {
     persistent: true,
     sharedKey: undefined,
     userSandbox: true,
-    workspace: { mount: false },
+    workspace: { mount: false, allowedRoots: [] },
     exec: { timeoutSeconds: 180, maxOutputChars: 50_000 },
     lifecycle: { idleSeconds: 3600 },
-    files: { maxBytes: 100 * 1024 * 1024 },
+    files: { maxBytes: 100 * 1024 * 1024, mediaMode: 'copy' },
     env: { static: {}, forward: [], perUserPrefix: 'BERTH_USER', redact: true },
     docker: {
       image: 'berth-sandbox:latest',
@@ -349,9 +415,18 @@ function defaultSettings(): ProfileSettings {
       ephemeralSizeMb: undefined,
       runAsHostUser: false,
       volumes: [],
+      diskMb: undefined,
     },
   };
 }
+
+const DEFAULT_SERVER: ServerSettings = { allowHostBackend: false };
+const DEFAULT_LIMITS: TenantLimits = {
+  concurrentCalls: 16,
+  uploadBytesInFlight: 256 * 1024 * 1024,
+  stagingBytes: 1024 * 1024 * 1024,
+};
+const DEFAULT_AUDIT: AuditSettings = { maxCommandChars: 4096, retentionDays: 30 };
 
 /** Base deep-merged with written overrides: env.static merges by key; lists are replaced. */
 function applyOverrides(base: ProfileSettings, raw: RawProfile, source: string | undefined): ProfileSettings {
@@ -367,13 +442,19 @@ function applyOverrides(base: ProfileSettings, raw: RawProfile, source: string |
     sharedKey:
       raw.sharedKey === undefined ? base.sharedKey : raw.sharedKey === '' ? undefined : raw.sharedKey,
     userSandbox: raw.userSandbox ?? base.userSandbox,
-    workspace: { mount: raw.workspace?.mount ?? base.workspace.mount },
+    workspace: {
+      mount: raw.workspace?.mount ?? base.workspace.mount,
+      allowedRoots: [...(raw.workspace?.allowedRoots ?? base.workspace.allowedRoots)],
+    },
     exec: {
       timeoutSeconds: raw.exec?.timeoutSeconds ?? base.exec.timeoutSeconds,
       maxOutputChars: raw.exec?.maxOutputChars ?? base.exec.maxOutputChars,
     },
     lifecycle: { idleSeconds: raw.lifecycle?.idleSeconds ?? base.lifecycle.idleSeconds },
-    files: { maxBytes: raw.files?.maxBytes ?? base.files.maxBytes },
+    files: {
+      maxBytes: raw.files?.maxBytes ?? base.files.maxBytes,
+      mediaMode: raw.files?.mediaMode ?? base.files.mediaMode,
+    },
     env: {
       static: { ...base.env.static, ...e.static },
       forward: [...(e.forward ?? base.env.forward)],
@@ -391,7 +472,8 @@ function applyOverrides(base: ProfileSettings, raw: RawProfile, source: string |
       tmpSizeMb: d.tmpSizeMb ?? base.docker.tmpSizeMb,
       ephemeralSizeMb: d.ephemeralSizeMb ?? base.docker.ephemeralSizeMb,
       runAsHostUser: d.runAsHostUser ?? base.docker.runAsHostUser,
-      volumes: [...(d.volumes ?? base.docker.volumes)],
+      volumes: d.volumes === undefined ? base.docker.volumes.map((v) => ({ ...v })) : d.volumes.map(volumeSettings),
+      diskMb: d.diskMb ?? base.docker.diskMb,
     },
   };
 }
@@ -557,7 +639,7 @@ export function parseConfig(raw: unknown, source?: string): BerthConfig {
   }
   const written: RawConfig = parsed.data;
 
-  const { multiProfile, profiles: writtenProfiles = {}, ...topWritten } = written;
+  const { multiProfile, server, limits, audit, profiles: writtenProfiles = {}, ...topWritten } = written;
   const base = applyOverrides(defaultSettings(), topWritten, source);
   const top: Section = { profile: undefined, written: topWritten, settings: base };
   const profileSections = Object.entries(writtenProfiles).map(
@@ -577,5 +659,18 @@ export function parseConfig(raw: unknown, source?: string): BerthConfig {
   for (const s of profileSections) {
     profiles[s.profile!] = s.settings;
   }
-  return deepFreeze({ multiProfile: multiProfile ?? false, base, profiles, source });
+  return deepFreeze({
+    multiProfile: multiProfile ?? false,
+    server: { ...DEFAULT_SERVER, ...definedOnly(server) },
+    limits: { ...DEFAULT_LIMITS, ...definedOnly(limits) },
+    audit: { ...DEFAULT_AUDIT, ...definedOnly(audit) },
+    base,
+    profiles,
+    source,
+  });
+}
+
+/** The keys of a written section that have a value (zod keeps written `undefined`s out anyway). */
+function definedOnly<T extends object>(section: T | undefined): Partial<T> {
+  return Object.fromEntries(Object.entries(section ?? {}).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

@@ -19,8 +19,26 @@ export interface DockerSettings {
   /** tmpfs size for ephemeral sandboxes' /workspace and home. */
   ephemeralSizeMb: number | undefined;
   runAsHostUser: boolean;
-  /** `host:container[:ro]`, checked against the credential-surface refusals. */
-  volumes: string[];
+  /** Operator-provided binds, checked against the credential-surface refusals; each with its audience. */
+  volumes: VolumeSettings[];
+  /**
+   * Bound on the sandbox's own disk use in MiB: its writable layer, plus its persistent dirs under
+   * `$BERTH_HOME`. Undefined: the backend's default applies (an explicit value it cannot enforce
+   * is a start-up error; a default it cannot enforce is a warning).
+   */
+  diskMb: number | undefined;
+}
+
+/** One `docker.volumes` entry: a host dir bound into the sandboxes of the tenants listed. */
+export interface VolumeSettings {
+  source: string;
+  target: string;
+  readOnly: boolean;
+  /**
+   * Tenants whose sandboxes get this bind; `'*'` is every tenant (the operator's explicit choice).
+   * A volume written as a plain string belongs to the CLI's tenant `local` only.
+   */
+  tenants: readonly string[] | '*';
 }
 
 export interface EnvSettings {
@@ -44,17 +62,55 @@ export interface ProfileSettings {
   /** `""` in the file means unset, stored as `undefined`. */
   sharedKey: string | undefined;
   userSandbox: boolean;
-  workspace: { mount: boolean };
+  workspace: {
+    mount: boolean;
+    /** When non-empty, an attached workspace must lie under one of these (real, absolute) dirs. */
+    allowedRoots: readonly string[];
+  };
   exec: { timeoutSeconds: number; maxOutputChars: number };
   lifecycle: { idleSeconds: number };
-  /** File transfer (upload, export, read, media): the size cap of one transfer. */
-  files: { maxBytes: number };
+  /**
+   * File transfer (upload, export, read, media): `maxBytes` caps one transfer (an archive's entries
+   * count against it too); `mediaMode: copy` hands out a copy in staging, `live` a path under a
+   * bind the agent can still change (opt-in, see the README).
+   */
+  files: { maxBytes: number; mediaMode: 'copy' | 'live' };
   env: EnvSettings;
   docker: DockerSettings;
 }
 
+/** `berth serve` settings (top level only). */
+export interface ServerSettings {
+  /**
+   * Tokens may use profiles whose backend runs on the host (`local`, no isolation). Off by
+   * default: `berth serve` refuses to start while a token could reach such a profile.
+   */
+  allowHostBackend: boolean;
+}
+
+/** Bounds per tenant, across its sessions and profiles (top level only). */
+export interface TenantLimits {
+  /** `berth serve`: calls of one tenant running at once; past it a call gets 429. */
+  concurrentCalls: number;
+  /** `berth serve`: request body bytes of one tenant being received at once (uploads). */
+  uploadBytesInFlight: number;
+  /** Bytes of exports one tenant may keep in staging at once. */
+  stagingBytes: number;
+}
+
+/** The audit log (top level only). */
+export interface AuditSettings {
+  /** A recorded command text is cut to this many characters (the cut is marked). */
+  maxCommandChars: number;
+  /** Entries older than this are deleted (at start-up and by the periodic sweep). */
+  retentionDays: number;
+}
+
 export interface BerthConfig {
   multiProfile: boolean;
+  server: ServerSettings;
+  limits: TenantLimits;
+  audit: AuditSettings;
   /** Settings of profiles without a `profiles.<name>` section (and of `default`, unless overridden). */
   base: ProfileSettings;
   /** Fully merged settings per named profile section. */

@@ -1,5 +1,5 @@
+import { describeVolume } from '../config/schema.js';
 import { realpathSync } from 'node:fs';
-import { parseVolume } from '../config/schema.js';
 import type { BerthConfig } from '../config/types.js';
 import { ConfigError } from '../errors.js';
 import { credentialSurfaceReason, type CredentialSurfaceContext } from './credential-surfaces.js';
@@ -16,17 +16,16 @@ export function assertVolumesAllowed(config: BerthConfig, ctx: Omit<CredentialSu
   for (const [key, settings] of sections) {
     if (settings.backend !== 'docker') continue;
     for (const entry of settings.docker.volumes) {
-      const host = parseVolume(entry)?.host;
-      if (host === undefined) continue; // the schema already refused it
+      const host = entry.source;
       let real: string;
       try {
         real = realpathSync(host);
       } catch {
-        problems.push(`${key} entry "${entry}": host path ${host} does not exist; create it or remove the entry`);
+        problems.push(`${key} entry "${describeVolume(entry)}": host path ${host} does not exist; create it or remove the entry`);
         continue;
       }
       const reason = credentialSurfaceReason(real, { ...ctx, realpath: (p) => { try { return realpathSync(p); } catch { return undefined; } } });
-      if (reason !== undefined) problems.push(`${key} entry "${entry}": ${host} ${reason}; bind a project folder instead`);
+      if (reason !== undefined) problems.push(`${key} entry "${describeVolume(entry)}": ${host} ${reason}; bind a project folder instead`);
     }
   }
   if (problems.length > 0) throw new ConfigError(problems.join('; '));

@@ -1,3 +1,4 @@
+import { volumeSettings } from '../../src/config/schema.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -78,8 +79,8 @@ describe('docker backend: pure parts', () => {
   });
 
   it('parses volumes, image names and apt sources', () => {
-    expect(parseVolume('/srv/data:/data:ro')).toEqual({ source: '/srv/data', target: '/data', readOnly: true });
-    expect(parseVolume('/srv/w:/workspace/')).toEqual({ source: '/srv/w', target: '/workspace', readOnly: false });
+    expect(parseVolume(volumeSettings('/srv/data:/data:ro'))).toEqual({ source: '/srv/data', target: '/data', readOnly: true });
+    expect(parseVolume(volumeSettings('/srv/w:/workspace/'))).toEqual({ source: '/srv/w', target: '/workspace', readOnly: false });
     expect(splitImage('localhost:5000/berth/sandbox:1')).toEqual({ repo: 'localhost:5000/berth/sandbox', tag: '1' });
     expect(splitImage('localhost:5000/sandbox')).toEqual({ repo: 'localhost:5000/sandbox', tag: 'latest' });
     const deb822 = parseAptSources(
@@ -340,7 +341,7 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     const vol = await mkdtemp(path.join(os.tmpdir(), 'berth-vol-'));
     try {
       await writeFile(path.join(vol, 'v'), 'volume\n');
-      const spec = testSpec(installation, { docker: { volumes: [`${vol}:/workspace`, `${vol}:/data:ro`] } });
+      const spec = testSpec(installation, { docker: { volumes: [volumeSettings(`${vol}:/workspace`), volumeSettings(`${vol}:/data:ro`)] } });
       const sandbox = await backend.ensure(spec, undefined);
       expect((await sh(sandbox, 'cat /workspace/v /data/v; touch /data/x')).out, at(sandbox)).toBe('volume\nvolume\n');
       expect(existsSync(path.join(vol, 'x'))).toBe(false);
@@ -535,7 +536,7 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     try {
       await mkdir(path.join(dir, 'not-a-file'));
       // A directory bound over a file: create succeeds, start fails.
-      const spec = testSpec(installation, { ephemeral: true, docker: { volumes: [`${path.join(dir, 'not-a-file')}:/etc/passwd`] } });
+      const spec = testSpec(installation, { ephemeral: true, docker: { volumes: [volumeSettings(`${path.join(dir, 'not-a-file')}:/etc/passwd`)] } });
       const err = await backend.ensure(spec, undefined).catch((e: unknown) => e);
       expect((err as Error).message).toMatch(/start container/);
       const left = (await backend.listManaged()).filter((m) => m.digest === spec.digest);

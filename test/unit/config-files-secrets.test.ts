@@ -17,7 +17,7 @@ function problem(raw: unknown, source?: string): string {
 describe('config: files and env.secretsFile (issue 4)', () => {
   it('files.maxBytes defaults to 100 MiB and may be set per profile', () => {
     const c = parseConfig({ files: { maxBytes: 1000 }, profiles: { bot: { files: { maxBytes: 5 } }, other: {} } });
-    expect(parseConfig({}).base.files).toEqual({ maxBytes: 104_857_600 });
+    expect(parseConfig({}).base.files).toEqual({ mediaMode: 'copy', maxBytes: 104_857_600 });
     expect(c.base.files.maxBytes).toBe(1000);
     expect(c.profiles['bot']!.files.maxBytes).toBe(5);
     expect(c.profiles['other']!.files.maxBytes).toBe(1000);
@@ -49,7 +49,7 @@ describe('config: files and env.secretsFile (issue 4)', () => {
 
   it('berth config check prints files.maxBytes and the secrets file path (never its values)', () => {
     const doc = parse(formatEffectiveConfig(parseConfig({ env: { secretsFile: '/etc/berth/s.env' }, files: { maxBytes: 42 } }))) as Record<string, Record<string, unknown>>;
-    expect(doc['files']).toEqual({ maxBytes: 42 });
+    expect(doc['files']).toEqual({ maxBytes: 42, mediaMode: 'copy' });
     expect(doc['env']!['secretsFile']).toBe('/etc/berth/s.env');
   });
 });

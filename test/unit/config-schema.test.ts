@@ -100,7 +100,10 @@ describe('accepted values', () => {
       docker: { volumes: ['/data:/data', '/cache:/root/.cache:ro'] },
     });
     expect(c.base.env).toEqual({ static: { _A1: 'x' }, forward: ['GH_TOKEN', 'MYAPP_*'], perUserPrefix: 'BOT_USER', redact: false });
-    expect(c.base.docker.volumes).toEqual(['/data:/data', '/cache:/root/.cache:ro']);
+    expect(c.base.docker.volumes).toEqual([
+      { source: '/data', target: '/data', readOnly: false, tenants: ['local'] },
+      { source: '/cache', target: '/root/.cache', readOnly: true, tenants: ['local'] },
+    ]);
   });
 
   it('treats sharedKey "" as unset', () => {
@@ -255,7 +258,7 @@ describe('profiles', () => {
     expect(bot.env.static).toEqual({ A: '1', B: 'override', C: '3' }); // merged by key
     expect(bot.env.forward).toEqual(['Y']); // replaced
     expect(bot.env.perUserPrefix).toBe('TOP');
-    expect(bot.docker).toMatchObject({ image: 'top:1', memoryMb: 512, cpus: 2, volumes: ['/b:/b:ro'] });
+    expect(bot.docker).toMatchObject({ image: 'top:1', memoryMb: 512, cpus: 2, volumes: [{ source: '/b', target: '/b', readOnly: true, tenants: ['local'] }] });
     // The top level is untouched by the profile.
     expect(c.base.scope).toBe('auto');
     expect(c.base.env.static).toEqual({ A: '1', B: '2' });
@@ -446,5 +449,70 @@ describe('cross-field rules', () => {
       const c = parseConfig({ env: { forward: ['A'] }, profiles: { bot: { env: { static: { A: 'x' }, forward: [] } } } });
       expect(c.profiles['bot']!.env.static).toEqual({ A: 'x' });
     });
+  });
+});
+
+describe('installation-wide sections and the trust-boundary settings (issue 8)', () => {
+  it('defaults: no host backend for remote callers, per-tenant limits, audit cap and retention', () => {
+    const c = parseConfig({});
+    expect(c.server).toEqual({ allowHostBackend: false });
+    expect(c.limits).toEqual({ concurrentCalls: 16, uploadBytesInFlight: 256 * 1024 * 1024, stagingBytes: 1024 * 1024 * 1024 });
+    expect(c.audit).toEqual({ maxCommandChars: 4096, retentionDays: 30 });
+    expect(c.base.workspace.allowedRoots).toEqual([]);
+    expect(c.base.files.mediaMode).toBe('copy');
+    expect(c.base.docker.diskMb).toBeUndefined();
+  });
+
+  it('reads written values', () => {
+    const c = parseConfig({
+      server: { allowHostBackend: true }, limits: { concurrentCalls: 4 }, audit: { retentionDays: 7 },
+      workspace: { allowedRoots: ['/srv/projects'] }, files: { mediaMode: 'live' }, docker: { diskMb: 2048 },
+    });
+    expect(c.server.allowHostBackend).toBe(true);
+    expect(c.limits.concurrentCalls).toBe(4);
+    expect(c.limits.stagingBytes).toBe(1024 * 1024 * 1024);
+    expect(c.audit).toEqual({ maxCommandChars: 4096, retentionDays: 7 });
+    expect(c.base.workspace.allowedRoots).toEqual(['/srv/projects']);
+    expect(c.base.files.mediaMode).toBe('live');
+    expect(c.base.docker.diskMb).toBe(2048);
+  });
+
+  it.each([
+    ['server', { allowHostBackend: true }],
+    ['limits', { concurrentCalls: 2 }],
+    ['audit', { retentionDays: 2 }],
+  ])('%s is only allowed at the top level', (key, value) => {
+    expect(errorOf({ profiles: { bot: { [key]: value } } })).toContain(`config key "profiles.bot.${key}" is only allowed at the top level`);
+  });
+
+  it('a volume mapping names its audience; a string volume is for the CLI tenant "local" only', () => {
+    const c = parseConfig({
+      docker: {
+        volumes: [
+          '/a:/a',
+          { source: '/ref', target: '/ref', readOnly: true, tenants: ['acme', 'beta'] },
+          { source: '/pub', target: '/pub', tenants: '*' },
+        ],
+      },
+    });
+    expect(c.base.docker.volumes).toEqual([
+      { source: '/a', target: '/a', readOnly: false, tenants: ['local'] },
+      { source: '/ref', target: '/ref', readOnly: true, tenants: ['acme', 'beta'] },
+      { source: '/pub', target: '/pub', readOnly: false, tenants: '*' },
+    ]);
+  });
+
+  it.each([
+    [{ docker: { volumes: [{ source: '/a', target: '/a' }] } }, 'docker.volumes[0]'],
+    [{ docker: { volumes: [{ source: '/a', target: '/a', tenants: [] }] } }, 'docker.volumes[0]'],
+    [{ docker: { volumes: [{ source: 'rel', target: '/a', tenants: '*' }] } }, 'docker.volumes[0]'],
+    [{ docker: { volumes: [{ source: '/a', target: '/', tenants: '*' }] } }, 'docker.volumes[0]'],
+    [{ docker: { volumes: [{ source: '/a', target: '/a', tenants: ['no/slash'] }] } }, 'docker.volumes[0]'],
+    [{ workspace: { allowedRoots: ['relative'] } }, 'workspace.allowedRoots[0]'],
+    [{ files: { mediaMode: 'symlink' } }, 'files.mediaMode'],
+    [{ limits: { concurrentCalls: 0 } }, 'limits.concurrentCalls'],
+    [{ audit: { maxCommandChars: 10 } }, 'audit.maxCommandChars'],
+  ])('refuses %j', (raw, key) => {
+    expect(errorOf(raw)).toContain(`config key "${key}`);
   });
 });

@@ -1,7 +1,6 @@
 import path from 'node:path';
 import type Dockerode from 'dockerode';
-import { parseVolume as parseVolumeSpec } from '../../config/schema.js';
-import { ConfigError } from '../../errors.js';
+import type { VolumeSettings } from '../../config/types.js';
 import type { SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
 
@@ -83,16 +82,10 @@ interface ParsedVolume {
   readOnly: boolean;
 }
 
-/**
- * `host:container[:ro]` as the config schema parsed and validated it; the broker has already
- * refused credential surfaces among the host paths (Broker.open).
- */
-export function parseVolume(volume: string): ParsedVolume {
-  const v = parseVolumeSpec(volume);
-  if (v === undefined) throw new ConfigError(`docker.volumes entry "${volume}" is not "/abs/host:/abs/container[:ro]"`);
-  // `/workspace/` targets /workspace too: compare targets in one normal form.
-  const target = path.posix.normalize(v.container).replace(/(.)\/+$/, '$1');
-  return { source: v.host, target, readOnly: v.readOnly };
+/** A `docker.volumes` entry with its target in one normal form (`/workspace/` targets /workspace too). */
+export function parseVolume(volume: VolumeSettings): ParsedVolume {
+  const target = path.posix.normalize(volume.target).replace(/(.)\/+$/, '$1');
+  return { source: volume.source, target, readOnly: volume.readOnly };
 }
 
 /**
