@@ -326,7 +326,7 @@ export class JobRunner {
         const { env } = settingsFor(config, scope.profile);
         const file = env.secretsFile === undefined ? undefined : secrets.get(env.secretsFile);
         if (env.secretsFile !== undefined && file === undefined) throw new Error(`secrets file ${env.secretsFile} not read`);
-        return resolveEnvGrants({ env, user: scope.user, hostEnv, secrets: file }).redactValues;
+        return resolveEnvGrants({ env, tenant: scope.tenant, user: scope.user, hostEnv, secrets: file }).redactValues;
       },
     ];
     if (call !== undefined) sources.push(() => call.redactValues);

@@ -163,7 +163,7 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   // sandbox other users can reach (a task, session, profile or shared key) they are withheld, and
   // listed as missing, since every shell in a sandbox can read every other's /proc/*/environ.
   const ownUserSandbox = scope.user !== undefined && (keyed.rule === 'auto:3' || keyed.rule === 'user');
-  const grants = resolveEnvGrants({ env: settings.env, user: scope.user, hostEnv: ctx.hostEnv, secrets, deliverUserValues: ownUserSandbox });
+  const grants = resolveEnvGrants({ env: settings.env, tenant: scope.tenant, user: scope.user, hostEnv: ctx.hostEnv, secrets, deliverUserValues: ownUserSandbox });
   const spec: SandboxSpec = {
     identity, digest, dirName, ephemeral: keyed.ephemeral, mount: mount.mount, rule: keyed.rule, settings,
   };

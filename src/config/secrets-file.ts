@@ -1,6 +1,7 @@
 import { readFileSync, statSync } from 'node:fs';
 import { ConfigError } from '../errors.js';
-import { parseUserRef } from '../scope/user-ref.js';
+import { secretsUserKey, SINGLE_TENANT } from '../policy/env-grants.js';
+import { formatUserRef, parseUserRef } from '../scope/user-ref.js';
 
 /**
  * A `.env`-style secrets file (`env.secretsFile`), read once at start-up:
@@ -10,26 +11,33 @@ import { parseUserRef } from '../scope/user-ref.js';
  * # per-user variables such as BERTH_USER_TELEGRAM_123456789_GITHUB_TOKEN)
  * OPENAI_API_KEY=sk-...
  * [telegram:123456789]
- * # values for this user only, by their bare name
+ * # values for this user of tenant `local` (the CLI's tenant) only, by their bare name
+ * GITHUB_TOKEN=ghp_...
+ * [acme/telegram:123456789]
+ * # values for telegram:123456789 of tenant acme only: another tenant naming that id gets nothing
  * GITHUB_TOKEN=ghp_...
  * ```
  *
  * Lines: blank, `# comment`, `NAME=value` (an optional `export ` before it), or a section header
- * `[platform:id]` naming a user as the call scope does. Values are the rest of the line with
+ * `[platform:id]` (tenant `local`) or `[tenant/platform:id]` naming a user as the call scope does.
+ * Values are the rest of the line with
  * surrounding blanks trimmed (a `#` is part of the value), or quoted: `"..."` with `\n`, `\"`,
  * `\\` escapes, or `'...'` taken literally. A name twice in one section, or a section twice, is
  * an error. For one variable, berth's environment beats the file; a user's value beats any
- * global one. Errors give the file and line number, never a value.
+ * global one. Errors give the file and line number and the rule broken, never any text of the
+ * line: a misplaced line may well be part of a secret (a pasted PEM block).
  */
 export interface SecretsFile {
   path: string;
   /** Values before the first section: merged under berth's environment. */
   global: ReadonlyMap<string, string>;
-  /** Per-user sections, keyed by the canonical `platform:id`. */
+  /** Per-user sections, keyed by `<tenant>/<platform>:<id>` (see `secretsUserKey`). */
   users: ReadonlyMap<string, ReadonlyMap<string, string>>;
 }
 
 const NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const TENANT_RE = /^[A-Za-z0-9._-]{1,64}$/;
+const SECTION_FORM = 'a section header is [platform:id] (a user of tenant local) or [tenant/platform:id], e.g. [acme/telegram:123456789]';
 const USER_NAME_RE = /^[A-Za-z][A-Za-z0-9_]*$/;
 
 function unquote(raw: string, fail: (why: string) => never): string {
@@ -81,19 +89,15 @@ export function parseSecretsFile(text: string, path: string): SecretsFile {
     const line = rawLine.trim();
     if (line === '' || line.startsWith('#')) return;
     if (line.startsWith('[')) {
-      if (!line.endsWith(']')) fail('a section header is [platform:id], e.g. [telegram:123456789]');
-      const ref = line.slice(1, -1);
-      try {
-        parseUserRef(ref);
-      } catch (err) {
-        fail(`section [${ref}] does not name a user: ${(err as Error).message}`);
-      }
-      const first = headerLine.get(ref);
-      if (first !== undefined) fail(`section [${ref}] appears again (first at line ${first}); keep one section per user`);
-      headerLine.set(ref, lineNo);
+      if (!line.endsWith(']')) fail(SECTION_FORM);
+      const key = sectionKey(line.slice(1, -1));
+      if (key === undefined) fail(`the section header does not name a user; ${SECTION_FORM}`);
+      const first = headerLine.get(key!);
+      if (first !== undefined) fail(`this section names the same user as the one at line ${first}; keep one section per user`);
+      headerLine.set(key!, lineNo);
       current = new Map();
-      users.set(ref, current);
-      section = ref;
+      users.set(key!, current);
+      section = key;
       return;
     }
     const body = line.startsWith('export ') ? line.slice('export '.length).trimStart() : line;
@@ -102,12 +106,27 @@ export function parseSecretsFile(text: string, path: string): SecretsFile {
     const name = body.slice(0, eq).trim();
     const nameRe = section === undefined ? NAME_RE : USER_NAME_RE;
     if (!nameRe.test(name)) {
-      fail(`"${name}" is not a variable name; use letters, digits and "_"${section === undefined ? ', not starting with a digit' : ', starting with a letter'}`);
+      fail(`the text before "=" is not a variable name; use letters, digits and "_"${section === undefined ? ', not starting with a digit' : ', starting with a letter'}`);
     }
-    if (current.has(name)) fail(`${name} is set twice${section === undefined ? ' before the first section' : ` in section [${section}]`}; keep one`);
+    if (current.has(name)) fail(`this variable is set twice${section === undefined ? ' before the first section' : ' in this section'}; keep one`);
     current.set(name, unquote(body.slice(eq + 1).trim(), fail));
   });
   return { path, global, users };
+}
+
+/** `tenant/platform:id` (or `platform:id` for tenant local) as a users-map key; undefined when malformed. */
+function sectionKey(ref: string): string | undefined {
+  const colon = ref.indexOf(':');
+  const slash = ref.indexOf('/');
+  // A slash before the platform's colon separates the tenant; platforms never contain one.
+  const hasTenant = slash >= 0 && (colon < 0 || slash < colon);
+  const tenant = hasTenant ? ref.slice(0, slash) : SINGLE_TENANT;
+  if (!TENANT_RE.test(tenant)) return undefined;
+  try {
+    return secretsUserKey(tenant, formatUserRef(parseUserRef(hasTenant ? ref.slice(slash + 1) : ref)));
+  } catch {
+    return undefined;
+  }
 }
 
 /**

@@ -5,11 +5,19 @@ import { parseUserRef } from '../scope/user-ref.js';
 
 export interface EnvGrantInput {
   env: EnvSettings;
+  /**
+   * The call's tenant. A user's values belong to (tenant, platform, id): another tenant naming the
+   * same platform id gets none of them (DESIGN section 7).
+   */
+  tenant: string;
   /** The call's end user, `platform:id`, or undefined. */
   user: string | undefined;
   /** berth's own environment, read once at start-up. */
   hostEnv: Readonly<Record<string, string | undefined>>;
-  /** The profile's `env.secretsFile`, parsed at start-up: globals sit under `hostEnv`, user sections under per-user variables. */
+  /**
+   * The profile's `env.secretsFile`, parsed at start-up: globals sit under `hostEnv`, user sections
+   * (keyed by `secretsUserKey(tenant, user)`) under per-user variables.
+   */
   secrets?: Pick<SecretsFile, 'global' | 'users'> | undefined;
   /**
    * Whether the user's own values may go into this sandbox (default true). False for a sandbox
@@ -85,16 +93,18 @@ export function resolveEnvGrants(a: EnvGrantInput): EnvGrants {
   }
   const userGrants = new Map<string, string>();
   if (a.user !== undefined) {
-    // A `[platform:id]` section of the secrets file first, so a per-user variable overrides it.
-    for (const [name, value] of a.secrets?.users.get(a.user) ?? []) {
+    // The user's section of the secrets file first, so a per-user variable overrides it.
+    for (const [name, value] of a.secrets?.users.get(secretsUserKey(a.tenant, a.user)) ?? []) {
       if (PER_USER_NAME_RE.test(name)) userGrants.set(name, value);
     }
-    const prefix = userEnvPrefix(env.perUserPrefix, a.user);
-    for (const name of hostNames) {
-      const value = hostEnv[name];
-      if (value === undefined || !name.startsWith(prefix)) continue;
-      const bare = name.slice(prefix.length);
-      if (PER_USER_NAME_RE.test(bare)) userGrants.set(bare, value);
+    // Least specific first: the bare form (tenant `local` only), then the form naming the tenant.
+    for (const prefix of userEnvPrefixes(env.perUserPrefix, a.tenant, a.user)) {
+      for (const name of hostNames) {
+        const value = hostEnv[name];
+        if (value === undefined || !name.startsWith(prefix)) continue;
+        const bare = name.slice(prefix.length);
+        if (PER_USER_NAME_RE.test(bare)) userGrants.set(bare, value);
+      }
     }
   }
   const withheld: string[] = [];
@@ -142,7 +152,53 @@ export function parseForwardEntry(entry: string): ForwardEntry {
 }
 
 /**
- * The variable prefix of one user's values: `<prefix>_<PLATFORM>_<encoded id>_`.
+ * The tenant whose users the bare variable form (`<prefix>_<PLATFORM>_<id>_<NAME>`) and bare
+ * secrets-file sections (`[platform:id]`) belong to: the CLI's default tenant, so a single-tenant
+ * installation keeps the reference agent's naming.
+ */
+export const SINGLE_TENANT = 'local';
+
+/**
+ * The variable prefixes that carry one user's values, least specific first: for tenant `local`
+ * the bare form and then the tenant form; for any other tenant only the tenant form.
+ *
+ * @example
+ * userEnvPrefixes('BERTH_USER', 'acme', 'telegram:111') // ['BERTH_USER__acme_TELEGRAM_111_']
+ */
+export function userEnvPrefixes(perUserPrefix: string, tenant: string, user: string): string[] {
+  const own = tenantUserEnvPrefix(perUserPrefix, tenant, user);
+  return tenant === SINGLE_TENANT ? [userEnvPrefix(perUserPrefix, user), own] : [own];
+}
+
+/**
+ * The variable prefix of one tenant's user: `<prefix>__<encoded tenant>_<PLATFORM>_<encoded id>_`.
+ * The bare form always has a letter or digit (the platform) after `<prefix>_`; this one has a
+ * second `_`, so the two forms never overlap. The tenant is encoded like an id (`__XX` escapes for
+ * anything but ASCII letters and digits), so after it a single `_` followed by the platform's
+ * first character (never `_`) is the only way to read the boundary: no tenant's prefix matches
+ * another tenant's variables.
+ *
+ * @example
+ * tenantUserEnvPrefix('BERTH_USER', 'acme', 'telegram:111')   // 'BERTH_USER__acme_TELEGRAM_111_'
+ * tenantUserEnvPrefix('BERTH_USER', 'team-a', 'telegram:111') // 'BERTH_USER__team__2Da_TELEGRAM_111_'
+ */
+export function tenantUserEnvPrefix(perUserPrefix: string, tenant: string, user: string): string {
+  const { platform, id } = parseUserRef(user);
+  return `${perUserPrefix}__${encodeUserId(tenant)}_${platform.toUpperCase()}_${encodeUserId(id)}_`;
+}
+
+/**
+ * The key of a user's section in a parsed secrets file: `<tenant>/<platform>:<id>`.
+ *
+ * @example
+ * secretsUserKey('local', 'telegram:1') // 'local/telegram:1'
+ */
+export function secretsUserKey(tenant: string, user: string): string {
+  return `${tenant}/${user}`;
+}
+
+/**
+ * The bare variable prefix of a user of tenant `local`: `<prefix>_<PLATFORM>_<encoded id>_`.
  *
  * @example
  * userEnvPrefix('BERTH_USER', 'telegram:123456789')   // 'BERTH_USER_TELEGRAM_123456789_'

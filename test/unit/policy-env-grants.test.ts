@@ -7,7 +7,9 @@ import {
   isProviderCredential,
   parseForwardEntry,
   resolveEnvGrants,
+  tenantUserEnvPrefix,
   userEnvPrefix,
+  userEnvPrefixes,
 } from '../../src/policy/env-grants.js';
 
 function env(over: Partial<EnvSettings> = {}): EnvSettings {
@@ -18,7 +20,8 @@ const grant = (
   settings: Partial<EnvSettings>,
   hostEnv: Record<string, string | undefined>,
   user: string | undefined = undefined,
-) => resolveEnvGrants({ env: env(settings), user, hostEnv });
+  tenant = 'local',
+) => resolveEnvGrants({ env: env(settings), tenant, user, hostEnv });
 
 describe('resolveEnvGrants', () => {
   it('starts secret-dark', () => {
@@ -236,7 +239,7 @@ describe('per-user variable naming', () => {
       BERTH_USER_TELEGRAM_1_GH_TOKEN: 'ana-token-value',
       BERTH_USER_TELEGRAM_1_NPM_TOKEN: 'ana-npm-value',
     };
-    const base = { env: env({ forward: ['GH_TOKEN'] }), user: 'telegram:1', hostEnv };
+    const base = { env: env({ forward: ['GH_TOKEN'] }), tenant: 'local', user: 'telegram:1', hostEnv };
     const own = resolveEnvGrants(base);
     expect(own.env).toEqual({ GH_TOKEN: 'ana-token-value', NPM_TOKEN: 'ana-npm-value' });
     expect(own.withheld).toEqual([]);
@@ -246,3 +249,62 @@ describe('per-user variable naming', () => {
     expect(shared.redactValues).not.toContain('ana-token-value');
   });
 });
+
+describe('per-user values belong to (tenant, platform, id) (issue 8, item 2)', () => {
+  const hostEnv = {
+    // tenant local, bare form (the reference agent's naming)
+    BERTH_USER_TELEGRAM_111_GITHUB_TOKEN: 'local-user-111-token',
+    // tenant acme's telegram:111, explicit form
+    BERTH_USER__acme_TELEGRAM_111_GITHUB_TOKEN: 'acme-user-111-token',
+    BERTH_USER__acme_TELEGRAM_111_ONLY_ACME: 'acme-only-value',
+  };
+
+  it("tenant B naming tenant A's user id gets none of A's values", () => {
+    expect(grant({}, hostEnv, 'telegram:111', 'beta').env).toEqual({});
+    expect(grant({}, hostEnv, 'telegram:111', 'acme').env).toEqual({ GITHUB_TOKEN: 'acme-user-111-token', ONLY_ACME: 'acme-only-value' });
+  });
+
+  it('the bare form belongs to tenant local only (single-tenant installations keep the reference naming)', () => {
+    expect(grant({}, hostEnv, 'telegram:111', 'local').env).toEqual({ GITHUB_TOKEN: 'local-user-111-token' });
+    expect(grant({}, { BERTH_USER_TELEGRAM_111_X: 'bare-value' }, 'telegram:111', 'acme').env).toEqual({});
+  });
+
+  it('tenant local may use the explicit form too, and it beats the bare one', () => {
+    const r = grant({}, { BERTH_USER_TELEGRAM_1_T: 'bare-value', BERTH_USER__local_TELEGRAM_1_T: 'explicit-value' }, 'telegram:1', 'local');
+    expect(r.env).toEqual({ T: 'explicit-value' });
+  });
+
+  it('encodes tenant names like ids, and the two forms never overlap', () => {
+    expect(tenantUserEnvPrefix('BERTH_USER', 'team-a', 'telegram:111')).toBe('BERTH_USER__team__2Da_TELEGRAM_111_');
+    expect(userEnvPrefixes('BERTH_USER', 'local', 'telegram:1')).toEqual(['BERTH_USER_TELEGRAM_1_', 'BERTH_USER__local_TELEGRAM_1_']);
+    expect(userEnvPrefixes('BERTH_USER', 'acme', 'telegram:1')).toEqual(['BERTH_USER__acme_TELEGRAM_1_']);
+  });
+
+  it('distinct (tenant, user) pairs never share a variable (property over tenants and users)', () => {
+    const tenants = ['local', 'acme', 'a', 'A', 'a.b', 'a_b', 'a-b', 'ab', '_', '__', 'team-a', '1', 'x_41'];
+    const users = ['telegram:1', 'telegram:11', 'telegram:1_1', 'slack:A', 'slack:a', 'x:_', 'x:__41', 'wa:+1', 'telegram:acme'];
+    const pairs = tenants.flatMap((t) => users.map((u) => ({ t, u })));
+    const prefixesOf = (p: { t: string; u: string }) => userEnvPrefixes('BERTH_USER', p.t, p.u);
+    const hostEnv: Record<string, string> = {};
+    for (const p of pairs) for (const prefix of prefixesOf(p)) hostEnv[`${prefix}NAME`] = `${p.t}|${p.u}`;
+    for (const p of pairs) {
+      // Every variable a pair receives was written for that very pair.
+      expect(grant({}, hostEnv, p.u, p.t).env).toEqual({ NAME: `${p.t}|${p.u}` });
+    }
+  });
+
+  it("a secrets file's sections are per tenant: [platform:id] is tenant local's, [tenant/platform:id] that tenant's", () => {
+    const secrets = {
+      global: new Map<string, string>(),
+      users: new Map([
+        ['local/telegram:111', new Map([['GITHUB_TOKEN', 'file-local-111']])],
+        ['acme/telegram:111', new Map([['GITHUB_TOKEN', 'file-acme-111']])],
+      ]),
+    };
+    const of = (tenant: string) => resolveEnvGrants({ env: env(), tenant, user: 'telegram:111', hostEnv: {}, secrets }).env;
+    expect(of('local')).toEqual({ GITHUB_TOKEN: 'file-local-111' });
+    expect(of('acme')).toEqual({ GITHUB_TOKEN: 'file-acme-111' });
+    expect(of('beta')).toEqual({});
+  });
+});
+
