@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
+import { openStateDb } from './berth-home.js';
 
 /** A sandbox this installation created, as the store remembers it. */
 export interface SandboxRecord {
@@ -183,13 +182,9 @@ export class StateStore {
     }
   }
 
-  /** Opens (creating if needed) the store in `berthHome`. */
+  /** Opens (creating if needed) the store in `berthHome`; berth's files there are made private. */
   static open(berthHome: string): StateStore {
-    mkdirSync(berthHome, { recursive: true, mode: 0o700 });
-    const db = new Database(join(berthHome, 'state.db'));
-    db.pragma('journal_mode = WAL');
-    db.pragma('synchronous = NORMAL');
-    db.pragma('busy_timeout = 5000');
+    const db = openStateDb(berthHome);
     db.exec(SCHEMA);
     migrateJobs(db);
     return new StateStore(db);
