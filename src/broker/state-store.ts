@@ -392,14 +392,15 @@ export class StateStore {
     })();
   }
 
-  listAudit(filter: { tenant: string; user?: string; session?: string; limit?: number }): AuditEntry[] {
+  listAudit(filter: { tenant: string; profiles?: readonly string[]; user?: string; session?: string; limit?: number }): AuditEntry[] {
     this.flushAudit();
     const where = ['tenant = @tenant'];
+    if (filter.profiles !== undefined) where.push('profile IN (SELECT value FROM json_each(@profiles))');
     if (filter.user !== undefined) where.push('user = @user');
     if (filter.session !== undefined) where.push('session = @session');
     const rows = this.q(`SELECT time_ms AS timeMs, tenant, profile, user, session, sandbox_key AS sandboxKey, kind,
       command, exit_code AS exitCode, duration_ms AS durationMs FROM audit WHERE ${where.join(' AND ')}
-      ORDER BY id DESC LIMIT @limit`).all({ ...filter, limit: filter.limit ?? 100 });
+      ORDER BY id DESC LIMIT @limit`).all({ ...filter, profiles: JSON.stringify(filter.profiles ?? []), limit: filter.limit ?? 100 });
     return rows as AuditEntry[];
   }
 

@@ -37,7 +37,7 @@ function looseHome(home: string): Database.Database {
 }
 
 describe('BERTH_HOME is private, whatever made it', () => {
-  for (const args of [['explain', '--session', 's'], ['ls'], ['exec', '--session', 's', '--', 'true']]) {
+  for (const args of [['explain', '--session', 's'], ['token', 'list'], ['ls'], ['exec', '--session', 's', '--', 'true']]) {
     it(`berth ${args[0]} tightens a 0755 home with a 0644 state.db`, async () => {
       using t = tempInstall(LOCAL);
       const db = looseHome(t.home);
