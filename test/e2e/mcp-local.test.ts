@@ -163,6 +163,7 @@ describe('MCP over streamable HTTP: tenants, sessions, headers', () => {
       expect(tools.find((x) => x.name === name)?.description).toMatch(/NOT isolated: commands run directly on the host/);
     }
     expect(c.client.getInstructions()).toMatch(/NOT isolated/);
+    expect(c.client.getInstructions()).toMatch(/backend local, isolation none\)/);
   });
 });
 

@@ -37,7 +37,7 @@ export function describeSandbox(broker: Broker, scope: CallScopeInput, opts: { r
   const settings = settingsFor(broker.config, binding.profile);
   const summary = [isolation(binding), persistence(binding), mountNote(binding, remote)].filter(Boolean).join(' ');
   const instructions = [
-    `berth runs your shell commands in sandbox "${binding.sandboxKey}" (tenant "${binding.tenant}", profile "${binding.profile}", backend ${binding.backend}).`,
+    `berth runs your shell commands in sandbox "${binding.sandboxKey}" (tenant "${binding.tenant}", profile "${binding.profile}", backend ${binding.backend}, isolation ${binding.isolation}).`,
     summary,
     'Every tool call of this MCP session goes to that sandbox and to one persistent shell: the working directory, exported variables, functions and aliases carry over from one terminal call to the next.',
     `Sandbox key rule: berth picks the sandbox from the call's tenant, profile, session, task and user according to its config (rule ${binding.rule} here). ` +
