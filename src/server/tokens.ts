@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { readFileSync, renameSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import { z } from 'zod';
@@ -170,6 +170,8 @@ export class TokenStore {
   private importLegacyFile(notice: ((message: string) => void) | undefined): void {
     const file = join(this.berthHome, LEGACY_FILE);
     const renamed = `${file}.imported`;
+    // The usual case costs no write lock: only a present file is worth the transaction.
+    if (!existsSync(file)) return;
     const count = this.db.transaction((): number | undefined => {
       let text: string;
       try {

@@ -13,6 +13,8 @@ import { ServeProcess, stopAll } from '../helpers/serve.js';
 
 // The default backend (docker) is never contacted by these tests: serve touches no engine until a call.
 const CONFIG = 'persistent: false\n';
+/** A CLI run among two dozen started at once on a shared machine: slow, but it must finish. */
+const SLOW_MS = 180_000;
 
 interface Listed {
   id: string;
@@ -46,11 +48,11 @@ describe('berth token: tokens in the SQLite state', () => {
   it('24 concurrent `token create` processes all land', async () => {
     using t = tempInstall(CONFIG);
     const N = 24;
-    const runs = await Promise.all(Array.from({ length: N }, (_, i) => runBerth(['token', 'create', '--tenant', `t${i}`], { env: t.env, cwd: t.dir })));
+    const runs = await Promise.all(Array.from({ length: N }, (_, i) => runBerth(['token', 'create', '--tenant', `t${i}`], { env: t.env, cwd: t.dir, timeoutMs: SLOW_MS })));
     expect(runs.map((r) => r.code), runs.map((r) => r.stderr).join('')).toEqual(Array(N).fill(0));
     const tenants = (await list(t)).map((e) => e.tenant).sort();
     expect(tenants).toEqual(Array.from({ length: N }, (_, i) => `t${i}`).sort());
-  }, 120_000);
+  }, 2 * SLOW_MS);
 
   it('a revoke racing creates leaves the revoked token dead (list and a running server agree)', async () => {
     using t = tempInstall(CONFIG);
@@ -59,8 +61,8 @@ describe('berth token: tokens in the SQLite state', () => {
     const server = await ServeProcess.start(t);
     for (const v of victims) expect(await whoami(server, v.token)).toBe(200);
 
-    const creates = Array.from({ length: 15 }, (_, i) => runBerth(['token', 'create', '--tenant', `racer${i}`], { env: t.env, cwd: t.dir }));
-    const revokes = victims.map((v) => runBerth(['token', 'revoke', v.id], { env: t.env, cwd: t.dir }));
+    const creates = Array.from({ length: 15 }, (_, i) => runBerth(['token', 'create', '--tenant', `racer${i}`], { env: t.env, cwd: t.dir, timeoutMs: SLOW_MS }));
+    const revokes = victims.map((v) => runBerth(['token', 'revoke', v.id], { env: t.env, cwd: t.dir, timeoutMs: SLOW_MS }));
     const done = await Promise.all([...creates, ...revokes]);
     expect(done.map((r) => r.code), done.map((r) => r.stderr).join('')).toEqual(Array(done.length).fill(0));
 
@@ -71,7 +73,7 @@ describe('berth token: tokens in the SQLite state', () => {
     for (const v of victims) expect(await whoami(server, v.token)).toBe(401);
     const late = await create(t, ['--tenant', 'late']);
     expect(await whoami(server, late.token)).toBe(200);
-  }, 120_000);
+  }, 2 * SLOW_MS);
 
   it('a token carries the profiles it may use: default only unless --profile is given; list shows them', async () => {
     using t = tempInstall(CONFIG);
