@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { Broker } from '../src/broker/broker.js';
 import { parseConfig } from '../src/config/schema.js';
 import { BerthServer } from '../src/server/server.js';
-import { TokenStore, tokensPath } from '../src/server/tokens.js';
+import { TokenStore } from '../src/server/tokens.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
 import { fmt, row, timeMany } from './stats.js';
 
@@ -24,10 +24,16 @@ export interface BenchServer {
  * (tenant `bench`). For the HTTP and MCP-over-HTTP figures.
  */
 export async function startBenchServer(broker: Broker): Promise<BenchServer> {
-  const tokens = new TokenStore(tokensPath(broker.berthHome));
+  const tokens = TokenStore.open(broker.berthHome);
   const { token } = tokens.create('bench');
   const server = await BerthServer.start({ broker, tokens, port: 0 });
-  return { url: server.url, token, server, close: () => server.close({ graceMs: 2_000 }) };
+  return {
+    url: server.url, token, server,
+    close: async () => {
+      await server.close({ graceMs: 2_000 });
+      tokens.close();
+    },
+  };
 }
 
 /** POST JSON over one keep-alive connection (node:http, no fetch overhead): the transport's own cost. */
@@ -78,7 +84,9 @@ export async function httpBench(): Promise<void> {
   console.log(`\n# HTTP API: trivial command round trip vs the library call (n=${N})`);
   const home = mkdtempSync(join(tmpdir(), 'berth-bench-http-'));
   try {
-    const broker = await Broker.open({ config: parseConfig({ backend: 'local', persistent: false }), berthHome: home, env: { PATH: process.env['PATH'] } });
+    // The local backend serves remote callers only when the config says so.
+    const config = parseConfig({ backend: 'local', persistent: false, server: { allowHostBackend: true } });
+    const broker = await Broker.open({ config, berthHome: home, env: { PATH: process.env['PATH'] } });
     try {
       await compare('local', broker, N);
     } finally {

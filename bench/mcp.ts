@@ -21,7 +21,7 @@ const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
 async function mcpVsLibrary(label: string, config: BerthConfig, n: number): Promise<void> {
   const home = mkdtempSync(join(tmpdir(), 'berth-bench-mcp-'));
   const broker = await Broker.open({ config, berthHome: home, env: { PATH: process.env['PATH'] } });
-  const handler = createMcpHttpHandler(broker, { tenantOf: () => 'local' });
+  const handler = createMcpHttpHandler(broker, { callerOf: () => ({ tenant: 'local', profiles: ['default'] }) });
   const server = createServer((req, res) => void handler(req, res));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const client = new Client({ name: 'berth-bench', version: '0' });
@@ -52,7 +52,8 @@ async function mcpVsLibrary(label: string, config: BerthConfig, n: number): Prom
 }
 
 export async function mcpBench(n: number): Promise<void> {
-  await mcpVsLibrary('mcp, local backend', parseConfig({ backend: 'local', persistent: false }), n);
+  // The local backend serves remote callers only when the config says so.
+  await mcpVsLibrary('mcp, local backend', parseConfig({ backend: 'local', persistent: false, server: { allowHostBackend: true } }), n);
   const docker = defaultDocker();
   try {
     await docker.ping();

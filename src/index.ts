@@ -11,7 +11,7 @@
  */
 export { Broker, SessionHandle } from './broker/broker.js';
 export type { BrokerOptions, BrokerExecResult, CloseResult, ExecOptions, SandboxInfo } from './broker/broker.js';
-export type { Binding } from './broker/resolve-call.js';
+export type { Binding, Isolation } from './broker/resolve-call.js';
 export type { TaskOverride } from './broker/task-override.js';
 export { parseConfig } from './config/schema.js';
 export { loadConfig, findConfig, defaultBerthHome } from './config/load.js';
@@ -41,6 +41,8 @@ export type { AuditEntry } from './broker/state-store.js';
 export type { JobReadResult, JobSummary, JobStatus } from './broker/jobs.js';
 export { BerthServer } from './server/server.js';
 export type { ServerOptions } from './server/server.js';
-export { TokenStore, tokensPath } from './server/tokens.js';
-export type { TokenEntry } from './server/tokens.js';
+export { TokenStore } from './server/tokens.js';
+export type { TokenEntry, TokenGrant, TokenStoreOptions } from './server/tokens.js';
+export { ProfileForbiddenError, HostBackendForbiddenError } from './server/caller.js';
+export type { Caller } from './server/caller.js';
 export { openApiDocument } from './server/openapi.js';

@@ -318,8 +318,8 @@ export class Broker implements AsyncDisposable {
     }));
   }
 
-  /** Audit entries of one tenant, newest first. */
-  audit(filter: { tenant: string; user?: string; session?: string; limit?: number }) {
+  /** Audit entries of one tenant (of the given profiles only, when `profiles` is set), newest first. */
+  audit(filter: { tenant: string; profiles?: readonly string[]; user?: string; session?: string; limit?: number }) {
     return this.store.listAudit(filter);
   }
 

@@ -15,9 +15,16 @@ import { resolveSandboxKey } from '../scope/sandbox-key.js';
 import type { StateStore } from './state-store.js';
 import { overrideIsolates, TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
+/** How a backend separates commands from the host: a container, or nothing at all (later backends add values). */
+export type Isolation = 'container' | 'none';
+
 /** What `explain` shows: the resolved answer for a call. Never contains an env value. */
 export interface Binding {
   backend: BackendName;
+  /** `none`: the commands run without isolation (see `note`). */
+  isolation: Isolation;
+  /** Set when `isolation` is `none`: where the commands really run and as whom. */
+  note?: string;
   tenant: string;
   profile: string;
   sandboxKey: string;
@@ -77,6 +84,22 @@ const hostFs = {
     }
   },
 };
+
+export function isolationOf(backend: BackendName): Isolation {
+  return isContainerBackend(backend) ? 'container' : 'none';
+}
+
+/** What `explain` says about a backend that isolates nothing. */
+function isolationNote(backend: BackendName): string | undefined {
+  switch (backend) {
+    case 'local':
+      return 'runs on this host as berth\'s user, without isolation: commands can read and change anything that user can';
+    case 'ssh':
+      return 'runs on a remote host over SSH as the configured account, without isolation from that account';
+    default:
+      return undefined;
+  }
+}
 
 /** The in-sandbox default directory of a backend, known without contacting it. */
 export function backendDefaultCwd(backend: BackendName, berthHome: string, dirName: string): string {
@@ -167,9 +190,10 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   const spec: SandboxSpec = {
     identity, digest, dirName, ephemeral: keyed.ephemeral, mount: mount.mount, rule: keyed.rule, settings,
   };
+  const note = isolationNote(settings.backend);
   return {
     binding: {
-      backend: settings.backend, tenant: scope.tenant, profile: scope.profile, sandboxKey: keyed.key, rule: keyed.rule,
+      backend: settings.backend, isolation: isolationOf(settings.backend), ...(note === undefined ? {} : { note }), tenant: scope.tenant, profile: scope.profile, sandboxKey: keyed.key, rule: keyed.rule,
       persistent: !keyed.ephemeral, mount: mount.mount, mountReason: mount.mountReason,
       // Only a new shell needs the start cwd; exec asks for it then (startCwd), explain always.
       cwd: opts.withCwd ? startCwd(store, { scope, settings, spec, shell, isSubagent, defaultCwd }) : '',

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
+import { openStateDb } from './berth-home.js';
 
 /** A sandbox this installation created, as the store remembers it. */
 export interface SandboxRecord {
@@ -183,13 +182,9 @@ export class StateStore {
     }
   }
 
-  /** Opens (creating if needed) the store in `berthHome`. */
+  /** Opens (creating if needed) the store in `berthHome`; berth's files there are made private. */
   static open(berthHome: string): StateStore {
-    mkdirSync(berthHome, { recursive: true, mode: 0o700 });
-    const db = new Database(join(berthHome, 'state.db'));
-    db.pragma('journal_mode = WAL');
-    db.pragma('synchronous = NORMAL');
-    db.pragma('busy_timeout = 5000');
+    const db = openStateDb(berthHome);
     db.exec(SCHEMA);
     migrateJobs(db);
     return new StateStore(db);
@@ -397,14 +392,15 @@ export class StateStore {
     })();
   }
 
-  listAudit(filter: { tenant: string; user?: string; session?: string; limit?: number }): AuditEntry[] {
+  listAudit(filter: { tenant: string; profiles?: readonly string[]; user?: string; session?: string; limit?: number }): AuditEntry[] {
     this.flushAudit();
     const where = ['tenant = @tenant'];
+    if (filter.profiles !== undefined) where.push('profile IN (SELECT value FROM json_each(@profiles))');
     if (filter.user !== undefined) where.push('user = @user');
     if (filter.session !== undefined) where.push('session = @session');
     const rows = this.q(`SELECT time_ms AS timeMs, tenant, profile, user, session, sandbox_key AS sandboxKey, kind,
       command, exit_code AS exitCode, duration_ms AS durationMs FROM audit WHERE ${where.join(' AND ')}
-      ORDER BY id DESC LIMIT @limit`).all({ ...filter, limit: filter.limit ?? 100 });
+      ORDER BY id DESC LIMIT @limit`).all({ ...filter, profiles: JSON.stringify(filter.profiles ?? []), limit: filter.limit ?? 100 });
     return rows as AuditEntry[];
   }
 

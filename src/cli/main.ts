@@ -30,7 +30,7 @@ commands:
   config check [--config FILE]       validate the config and print the effective one
   image build [--variant V] [--force] build a sandbox image without a registry
   serve [--port N] [--host ADDR]     HTTP API (/v1), MCP (/mcp) and dashboard (/) for agent frameworks
-  token create --tenant T            a bearer token for berth serve (printed once, last line)
+  token create --tenant T [--profile P]  a bearer token for berth serve (printed once, last line)
   mcp [scope flags]                  serve MCP over stdio (one session per connection)
 
 Run "berth <command> --help" for details. State lives in $BERTH_HOME (default ~/.berth).`;

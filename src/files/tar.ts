@@ -78,21 +78,41 @@ function padding(size: number): Buffer {
 export function writeTar(entries: readonly TarWriteEntry[]): Buffer {
   const parts: Buffer[] = [];
   for (const e of entries) {
-    const name = e.type === 'dir' && !e.name.endsWith('/') ? `${e.name}/` : e.name;
     const data = e.type === 'file' ? e.data ?? Buffer.alloc(0) : Buffer.alloc(0);
-    if (data.length > TAR_MAX_ENTRY_BYTES) throw new Error(`tar entry ${name} is larger than ${TAR_MAX_ENTRY_BYTES} bytes`);
-    const mtimeMs = e.mtimeMs ?? Date.now();
-    let stored = name;
-    if (Buffer.byteLength(name) > 100) {
-      const long = Buffer.from(`${name}\0`, 'utf8');
-      parts.push(header('././@LongLink', 'L', 0o644, long.length, 0), long, padding(long.length));
-      stored = truncateUtf8(name, 100);
-    }
-    parts.push(header(stored, e.type === 'dir' ? '5' : '0', e.mode, data.length, mtimeMs));
-    if (data.length > 0) parts.push(data, padding(data.length));
+    parts.push(tarEntryHeader({ name: e.name, type: e.type, mode: e.mode, size: data.length, mtimeMs: e.mtimeMs }));
+    if (data.length > 0) parts.push(data, tarPadding(data.length));
   }
-  parts.push(Buffer.alloc(BLOCK * 2));
+  parts.push(tarEnd());
   return Buffer.concat(parts);
+}
+
+/**
+ * The header block(s) of one entry, for writers that stream the content themselves: the content
+ * (`size` bytes) follows, then `tarPadding(size)`; `tarEnd()` closes the archive.
+ */
+export function tarEntryHeader(e: { name: string; type: 'file' | 'dir'; mode: number; size: number; mtimeMs?: number | undefined }): Buffer {
+  const name = e.type === 'dir' && !e.name.endsWith('/') ? `${e.name}/` : e.name;
+  const size = e.type === 'file' ? e.size : 0;
+  if (size > TAR_MAX_ENTRY_BYTES) throw new Error(`tar entry ${name} is larger than ${TAR_MAX_ENTRY_BYTES} bytes`);
+  const parts: Buffer[] = [];
+  let stored = name;
+  if (Buffer.byteLength(name) > 100) {
+    const long = Buffer.from(`${name}\0`, 'utf8');
+    parts.push(header('././@LongLink', 'L', 0o644, long.length, 0), long, padding(long.length));
+    stored = truncateUtf8(name, 100);
+  }
+  parts.push(header(stored, e.type === 'dir' ? '5' : '0', e.mode, size, e.mtimeMs ?? Date.now()));
+  return Buffer.concat(parts);
+}
+
+/** Zero bytes that round an entry's content of `size` bytes up to the 512-byte block. */
+export function tarPadding(size: number): Buffer {
+  return padding(size);
+}
+
+/** The two zero blocks that end an archive. */
+export function tarEnd(): Buffer {
+  return Buffer.alloc(BLOCK * 2);
 }
 
 /** The longest prefix of `s` whose UTF-8 form fits `bytes` (the ustar name of a long-named entry is informative only). */

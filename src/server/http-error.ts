@@ -15,6 +15,8 @@ const STATUS_BY_CODE: Record<string, number> = {
   not_found: 404,
   path_not_found: 404,
   policy_refused: 403,
+  profile_forbidden: 403,
+  host_backend_forbidden: 403,
   too_large: 413,
   unsupported: 422,
   job_start_failed: 422,

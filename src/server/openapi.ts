@@ -41,6 +41,7 @@ const errors: Json = {
 };
 
 const jobIdParam: Json = { name: 'id', in: 'path', required: true, schema: { type: 'string', pattern: '^job_[0-9a-f]{16}$' } };
+const exportIdParam: Json = { name: 'id', in: 'path', required: true, schema: { type: 'string', pattern: '^[0-9a-f]{16}$' }, description: 'the exportId from POST /v1/files/export' };
 
 const execResult: Json = {
   type: 'object',
@@ -65,7 +66,7 @@ export function openApiDocument(): Json {
     info: {
       title: 'berth',
       version: '1',
-      description: 'Per-conversation sandboxes for AI agents. Every request except the public ones carries `Authorization: Bearer <token>`; the token decides the tenant, the request carries the rest of the call scope (profile, session, task, user).',
+      description: 'Per-conversation sandboxes for AI agents. Every request except the public ones carries `Authorization: Bearer <token>`; the token decides the tenant and the profiles a request may name (any other profile, or none when `default` is not among them, is 403 `profile_forbidden`); the request carries the rest of the call scope (profile, session, task, user). A profile that runs on the host (backend local) is 403 `host_backend_forbidden` unless the operator set `server.allowHostBackend`. Answers carry no host paths.',
     },
     security: [{ bearer: [] }],
     paths: {
@@ -79,7 +80,10 @@ export function openApiDocument(): Json {
         get: { summary: 'This document', security: [], responses: { 200: ok('OpenAPI 3.1 document') } },
       },
       '/v1/whoami': {
-        get: { summary: 'The tenant of the token', responses: { 200: ok('tenant', { type: 'object', properties: { tenant: { type: 'string' } } }), ...errors } },
+        get: {
+          summary: 'The tenant of the token and the profiles it may use',
+          responses: { 200: ok('tenant and profiles', { type: 'object', properties: { tenant: { type: 'string' }, profiles: { type: 'array', items: { type: 'string' } } } }), ...errors },
+        },
       },
       '/v1/explain': {
         post: { summary: 'The binding of a call scope (pure policy: no engine contacted)', requestBody: jsonBody(ScopeBody), responses: { 200: ok('binding', ref('Binding')), ...errors } },
@@ -102,10 +106,10 @@ export function openApiDocument(): Json {
         },
       },
       '/v1/sandboxes': {
-        get: { summary: 'The tenant\'s sandboxes, with their state', responses: { 200: ok('sandboxes', { type: 'array', items: ref('Sandbox') }), ...errors } },
+        get: { summary: 'The tenant\'s sandboxes of the token\'s profiles (and shared:* ones, which belong to no profile), with their state', responses: { 200: ok('sandboxes', { type: 'array', items: ref('Sandbox') }), ...errors } },
       },
       '/v1/audit': {
-        get: { summary: 'The tenant\'s audit log, newest first', parameters: queryParams(AuditQuery), responses: { 200: ok('entries', { type: 'array', items: ref('AuditEntry') }), ...errors } },
+        get: { summary: 'The tenant\'s audit log for the token\'s profiles, newest first', parameters: queryParams(AuditQuery), responses: { 200: ok('entries', { type: 'array', items: ref('AuditEntry') }), ...errors } },
       },
       '/v1/jobs': {
         post: {
@@ -142,9 +146,22 @@ export function openApiDocument(): Json {
       },
       '/v1/files/export': {
         post: {
-          summary: 'Export a file or directory from the sandbox to the host',
+          summary: 'Export a file or directory from the sandbox into the session\'s private staging area; download it from the route answered (removed when the session closes)',
           requestBody: jsonBody(ExportBody),
-          responses: { 200: ok('exported', { type: 'object', properties: { hostPath: { type: 'string' }, bytes: { type: 'integer' }, kind: { type: 'string' } } }), ...errors },
+          responses: { 200: ok('exported', ref('Export')), ...errors },
+        },
+      },
+      '/v1/files/exports/{id}': {
+        get: {
+          summary: 'Download an export of this scope (same tenant, profile, session and user as the export): a file as its bytes, a directory as a tar',
+          parameters: [exportIdParam, ...queryParams(ScopeQuery)],
+          responses: {
+            200: {
+              description: 'the export (header x-berth-kind: file or dir)',
+              content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } }, 'application/x-tar': { schema: { type: 'string', format: 'binary' } } },
+            },
+            ...errors,
+          },
         },
       },
       '/mcp': {
@@ -169,8 +186,13 @@ export function openApiDocument(): Json {
         Binding: {
           type: 'object',
           properties: {
-            backend: { type: 'string' }, tenant: { type: 'string' }, profile: { type: 'string' }, sandboxKey: { type: 'string' },
-            rule: { type: 'string' }, persistent: { type: 'boolean' }, mount: { type: ['string', 'null'] }, mountReason: { type: 'string' },
+            backend: { type: 'string' },
+            isolation: { enum: ['container', 'none'], description: 'none: commands run without isolation (see note)' },
+            note: { type: 'string', description: 'set when isolation is none: where commands run and as whom' },
+            tenant: { type: 'string' }, profile: { type: 'string' }, sandboxKey: { type: 'string' },
+            rule: { type: 'string' }, persistent: { type: 'boolean' },
+            mounted: { type: 'boolean', description: 'a host directory is mounted at /workspace (its path is for local callers only)' },
+            mountReason: { type: 'string' },
             cwd: { type: 'string' }, envNames: { type: 'array', items: { type: 'string' } }, envMissing: { type: 'array', items: { type: 'string' } },
           },
         },
@@ -178,10 +200,18 @@ export function openApiDocument(): Json {
           type: 'object',
           properties: {
             sandboxKey: { type: 'string' }, tenant: { type: 'string' }, profile: { type: ['string', 'null'] }, backend: { type: 'string' },
-            rule: { type: 'string' }, persistent: { type: 'boolean' }, name: { type: 'string' }, mount: { type: ['string', 'null'] },
+            rule: { type: 'string' }, persistent: { type: 'boolean' }, name: { type: 'string' }, mounted: { type: 'boolean' },
             createdMs: { type: 'integer' }, lastUsedMs: { type: 'integer' },
             state: { enum: ['active', 'running', 'stopped', 'missing', 'unknown'] },
             sessions: { type: 'array', items: { type: 'object', properties: { session: { type: 'string' }, open: { type: 'boolean' } } } },
+          },
+        },
+        Export: {
+          type: 'object', required: ['exportId', 'download', 'bytes', 'kind'],
+          properties: {
+            exportId: { type: 'string', pattern: '^[0-9a-f]{16}$' },
+            download: { type: 'string', description: 'GET this route (with the same token) for the content: /v1/files/exports/{exportId} and the scope query' },
+            bytes: { type: 'integer' }, kind: { enum: ['file', 'dir'] },
           },
         },
         AuditEntry: {

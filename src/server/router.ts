@@ -7,6 +7,8 @@ export interface RequestContext {
   res: ServerResponse;
   /** The token's tenant; '' on public routes. */
   tenant: string;
+  /** The profiles the token may use; empty on public routes. */
+  profiles: readonly string[];
   params: Record<string, string>;
   /** The raw query string (with its `?`), parsed strictly by the handler that needs it. */
   search: string;

@@ -1,14 +1,18 @@
 import type { ServerResponse } from 'node:http';
 import type { Broker, BrokerExecResult } from '../broker/broker.js';
+import { normalizeScope } from '../scope/normalize.js';
 import type { CallScope } from '../scope/call-scope.js';
+import { assertNotOnHost, assertProfileAllowed } from './caller.js';
 import { DASHBOARD_HTML, dashboardHeaders } from './dashboard.js';
+import { downloadRoute, exportIdOf, sendExport } from './export-download.js';
 import { HttpError, toHttpError } from './http-error.js';
 import { openApiDocument } from './openapi.js';
 import { parseJsonBody, parseQuery, readBody } from './request.js';
+import { remoteBinding, remoteSandbox } from './remote-view.js';
 import type { RequestContext, Route } from './router.js';
 import {
-  AuditQuery, EmptyQuery, ExecBody, ExportBody, FileGetQuery, FilePutQuery, JobIdParam, JobReadQuery, JobStartBody, parseInput,
-  ScopeBody, ScopeQuery, scopeOf,
+  AuditQuery, EmptyQuery, ExecBody, ExportBody, ExportIdParam, FileGetQuery, FilePutQuery, JobIdParam, JobReadQuery, JobStartBody, parseInput,
+  ScopeBody, ScopeQuery, scopeOf, type ScopeFields,
 } from './schemas.js';
 
 /** Largest JSON body (a command, a scope). */
@@ -89,9 +93,20 @@ async function streamExec(ctx: RequestContext, broker: Broker, scope: CallScope,
 export function apiRoutes(deps: RouteDeps): Route[] {
   const { broker } = deps;
 
+  /**
+   * The call scope of a request: the token's tenant plus the request's fields, checked by the
+   * library's rules (400), then against the token's profiles and the host backend rule (403).
+   */
+  const scoped = (ctx: RequestContext, fields: ScopeFields): CallScope => {
+    const scope = scopeOf(ctx.tenant, fields);
+    assertProfileAllowed(ctx, scope.profile);
+    assertNotOnHost(broker, scope);
+    return scope;
+  };
+
   const exec = async (ctx: RequestContext, stream: boolean) => {
     const body = parseInput(ExecBody, await jsonBody(ctx), 'body');
-    const scope = scopeOf(ctx.tenant, body);
+    const scope = scoped(ctx, body);
     if (stream) return streamExec(ctx, broker, scope, body);
     const r = await broker.exec(scope, body.command, { timeoutSeconds: body.timeoutSeconds, workdir: body.workdir, stdin: body.stdin });
     return { body: execResult(r) };
@@ -111,14 +126,14 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       method: 'GET', path: '/v1/whoami', auth: true,
       handler: async (ctx) => {
         parseInput(EmptyQuery, query(ctx), 'query');
-        return { body: { tenant: ctx.tenant } };
+        return { body: { tenant: ctx.tenant, profiles: ctx.profiles } };
       },
     },
     {
       method: 'POST', path: '/v1/explain', auth: true,
       handler: async (ctx) => {
         const body = parseInput(ScopeBody, await jsonBody(ctx), 'body');
-        return { body: broker.explain(scopeOf(ctx.tenant, body)) };
+        return { body: remoteBinding(broker.explain(scoped(ctx, body))) };
       },
     },
     { method: 'POST', path: '/v1/exec', auth: true, handler: (ctx) => exec(ctx, wantsStream(ctx)) },
@@ -127,14 +142,16 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       method: 'POST', path: '/v1/sessions/close', auth: true,
       handler: async (ctx) => {
         const body = parseInput(ScopeBody, await jsonBody(ctx), 'body');
-        return { body: await broker.closeSession(scopeOf(ctx.tenant, body)) };
+        return { body: await broker.closeSession(scoped(ctx, body)) };
       },
     },
     {
       method: 'GET', path: '/v1/sandboxes', auth: true,
       handler: async (ctx) => {
         parseInput(EmptyQuery, query(ctx), 'query');
-        return { body: await broker.listWithState(ctx.tenant) };
+        // Only the token's profiles; a shared:* sandbox belongs to no profile and stays visible.
+        const list = await broker.listWithState(ctx.tenant);
+        return { body: list.filter((s) => s.profile === null || ctx.profiles.includes(s.profile)).map(remoteSandbox) };
       },
     },
     {
@@ -142,15 +159,15 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       handler: async (ctx) => {
         const q = parseInput(AuditQuery, query(ctx), 'query');
         // The filters follow the scope rules too: a session or user no call could carry is bad input.
-        const { session, user } = scopeOf(ctx.tenant, { session: q.session, user: q.user });
-        return { body: broker.audit({ tenant: ctx.tenant, session, user, limit: q.limit ?? 100 }) };
+        const { session, user } = normalizeScope({ tenant: ctx.tenant, session: q.session, user: q.user });
+        return { body: broker.audit({ tenant: ctx.tenant, profiles: ctx.profiles, session, user, limit: q.limit ?? 100 }) };
       },
     },
     {
       method: 'POST', path: '/v1/jobs', auth: true,
       handler: async (ctx) => {
         const body = parseInput(JobStartBody, await jsonBody(ctx), 'body');
-        const r = await broker.startJob(scopeOf(ctx.tenant, body), body.command, { workdir: body.workdir });
+        const r = await broker.startJob(scoped(ctx, body), body.command, { workdir: body.workdir });
         return { status: 201, body: r };
       },
     },
@@ -158,7 +175,7 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       method: 'GET', path: '/v1/jobs', auth: true,
       handler: async (ctx) => {
         const q = parseInput(ScopeQuery, query(ctx), 'query');
-        return { body: await broker.listJobs(scopeOf(ctx.tenant, q)) };
+        return { body: await broker.listJobs(scoped(ctx, q)) };
       },
     },
     {
@@ -166,7 +183,7 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       handler: async (ctx) => {
         const id = parseInput(JobIdParam, ctx.params['id'], 'query');
         const { offset, maxBytes, ...scope } = parseInput(JobReadQuery, query(ctx), 'query');
-        return { body: await broker.readJob(scopeOf(ctx.tenant, scope), id, { offset, maxBytes }) };
+        return { body: await broker.readJob(scoped(ctx, scope), id, { offset, maxBytes }) };
       },
     },
     {
@@ -174,7 +191,7 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       handler: async (ctx) => {
         const id = parseInput(JobIdParam, ctx.params['id'], 'query');
         const q = parseInput(ScopeQuery, query(ctx), 'query');
-        return { body: await broker.killJob(scopeOf(ctx.tenant, q), id) };
+        return { body: await broker.killJob(scoped(ctx, q), id) };
       },
     },
     {
@@ -182,7 +199,7 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       handler: async (ctx) => {
         const { path, ...scope } = parseInput(FilePutQuery, query(ctx), 'query');
         const api = files(broker, 'upload');
-        const s = scopeOf(ctx.tenant, scope);
+        const s = scoped(ctx, scope);
         const data = await readBody(ctx.req, MAX_UPLOAD_BYTES);
         return { status: 201, body: await api.upload(s, { path, data }) };
       },
@@ -191,7 +208,7 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       method: 'GET', path: '/v1/files', auth: true,
       handler: async (ctx) => {
         const { path, maxBytes, ...scope } = parseInput(FileGetQuery, query(ctx), 'query');
-        const r = await files(broker, 'readFile').readFile(scopeOf(ctx.tenant, scope), { path, maxBytes });
+        const r = await files(broker, 'readFile').readFile(scoped(ctx, scope), { path, maxBytes });
         ctx.res.writeHead(200, {
           'content-type': 'application/octet-stream', 'content-length': String(r.data.length),
           'x-berth-path': encodeURIComponent(r.path), 'cache-control': 'no-store',
@@ -202,8 +219,21 @@ export function apiRoutes(deps: RouteDeps): Route[] {
     {
       method: 'POST', path: '/v1/files/export', auth: true,
       handler: async (ctx) => {
-        const { path, maxBytes, ...scope } = parseInput(ExportBody, await jsonBody(ctx), 'body');
-        return { body: await files(broker, 'exportPath').exportPath(scopeOf(ctx.tenant, scope), { path, maxBytes }) };
+        const { path, maxBytes, ...fields } = parseInput(ExportBody, await jsonBody(ctx), 'body');
+        const scope = scoped(ctx, fields);
+        const r = await files(broker, 'exportPath').exportPath(scope, { path, maxBytes });
+        // A remote caller gets a route to download the export, never its host path.
+        const exportId = exportIdOf(r.hostPath);
+        return { body: { exportId, download: downloadRoute(exportId, scope), bytes: r.bytes, kind: r.kind } };
+      },
+    },
+    {
+      method: 'GET', path: '/v1/files/exports/:id', auth: true,
+      handler: async (ctx) => {
+        const q = parseInput(ScopeQuery, query(ctx), 'query');
+        const scope = scoped(ctx, q);
+        await sendExport(ctx.res, broker.berthHome, scope, parseInput(ExportIdParam, ctx.params['id'], 'path'));
+        return undefined;
       },
     },
     {

@@ -76,12 +76,13 @@ export const FileGetQuery = z.strictObject({ ...queryScopeFields, path: sandboxP
 export const EmptyQuery = z.strictObject({});
 
 export const JobIdParam = z.string().regex(/^job_[0-9a-f]{16}$/, 'is not a job id (job_ and 16 hex digits)');
+export const ExportIdParam = z.string().regex(/^[0-9a-f]{16}$/, 'is not an export id (16 hex digits, from POST /v1/files/export)');
 
 /**
  * Validates request input against `schema`; a 400 naming the fields otherwise. `tenant` and
  * `workspace` get messages of their own, since a caller may reasonably try them.
  */
-export function parseInput<S extends z.ZodType>(schema: S, value: unknown, where: 'body' | 'query'): z.output<S> {
+export function parseInput<S extends z.ZodType>(schema: S, value: unknown, where: 'body' | 'query' | 'path'): z.output<S> {
   if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
     if (Object.prototype.hasOwnProperty.call(value, 'tenant')) {
       throw new HttpError(400, 'bad_request', `${where}.tenant is not accepted: the tenant comes from the bearer token; remove it`);
@@ -99,8 +100,17 @@ export function parseInput<S extends z.ZodType>(schema: S, value: unknown, where
   throw new HttpError(400, 'bad_request', issues.join('; '));
 }
 
+/** The call scope fields a request may carry. */
+export interface ScopeFields {
+  profile?: string | undefined;
+  session?: string | undefined;
+  task?: string | undefined;
+  parentTask?: string | undefined;
+  user?: string | undefined;
+}
+
 /** The call scope of a request: the token's tenant plus the request's fields, normalised by the library. */
-export function scopeOf(tenant: string, fields: { profile?: string; session?: string; task?: string; parentTask?: string; user?: string }): CallScope {
+export function scopeOf(tenant: string, fields: ScopeFields): CallScope {
   return normalizeScope({
     tenant, profile: fields.profile, session: fields.session, task: fields.task, parentTask: fields.parentTask, user: fields.user,
   });

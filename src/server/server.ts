@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Broker } from '../broker/broker.js';
+import { assertHostExposureAllowed, type Caller } from './caller.js';
 import { createMcpHttpHandler, type McpHttpHandler } from './mcp/http.js';
 import { errorBody, HttpError, toHttpError } from './http-error.js';
 import { apiRoutes } from './routes.js';
@@ -22,12 +23,12 @@ const DEFAULT_PORT = 7878;
 /**
  * `berth serve`: the HTTP API under /v1, MCP at /mcp and the dashboard at /, over one broker.
  * Every route but the page, the health check and the OpenAPI document needs a bearer token; the
- * token decides the tenant, which no request can name.
+ * token decides the tenant, which no request can name, and the profiles a request may name.
  *
  * @example
  * ```ts
  * await using broker = await Broker.open();
- * const server = await BerthServer.start({ broker, tokens: new TokenStore(tokensPath(broker.berthHome)), port: 0 });
+ * const server = await BerthServer.start({ broker, tokens: TokenStore.open(broker.berthHome), port: 0 });
  * console.log(server.url); // http://127.0.0.1:PORT
  * await server.close({ graceMs: 10_000 }); // then broker.close()
  * ```
@@ -39,7 +40,7 @@ export class BerthServer {
   readonly router = new Router();
   private readonly http: Server;
   private readonly mcp: McpHttpHandler;
-  private readonly tenants = new WeakMap<IncomingMessage, string>();
+  private readonly callers = new WeakMap<IncomingMessage, Caller>();
   private readonly log: (namespace: string, message: string) => void;
   private inflight = 0;
   private draining = false;
@@ -48,7 +49,7 @@ export class BerthServer {
 
   private constructor(private readonly opts: ServerOptions) {
     this.log = opts.log ?? (() => undefined);
-    this.mcp = createMcpHttpHandler(opts.broker, { tenantOf: (req) => this.tenants.get(req), log: this.log });
+    this.mcp = createMcpHttpHandler(opts.broker, { callerOf: (req) => this.callers.get(req), log: this.log });
     for (const route of apiRoutes({ broker: opts.broker, mcp: ({ req, res }) => this.mcp(req, res) })) this.router.add(route);
     this.http = createServer({ requestTimeout: 0 }, (req, res) => void this.handle(req, res));
     this.http.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
@@ -62,9 +63,14 @@ export class BerthServer {
     });
   }
 
-  /** Binds and listens; resolves once connections are accepted. */
+  /**
+   * Binds and listens; resolves once connections are accepted.
+   *
+   * @throws ConfigError when a token may use a profile that runs on the host and the config does
+   * not allow that (`server.allowHostBackend`).
+   */
   static async start(opts: ServerOptions): Promise<BerthServer> {
-    opts.tokens.reload();
+    assertHostExposureAllowed(opts.broker.config, opts.tokens.list());
     const server = new BerthServer(opts);
     await new Promise<void>((resolve, reject) => {
       server.http.once('error', reject);
@@ -134,23 +140,23 @@ export class BerthServer {
       const method = req.method ?? '';
       const match = this.router.match(method, pathname);
       const isPublic = match.kind === 'found' && !match.route.auth;
-      let tenant = '';
+      let caller: Caller = { tenant: '', profiles: [] };
       if (!isPublic) {
         // Before anything else is looked at or read: no valid token, nothing touched.
-        const t = this.opts.tokens.tenantOf(req.headers.authorization);
-        if (t === undefined) {
+        const grant = this.opts.tokens.grantOf(req.headers.authorization);
+        if (grant === undefined) {
           throw new HttpError(401, 'unauthorized', 'missing or invalid bearer token; send Authorization: Bearer <token> (berth token create --tenant T)', {
             'www-authenticate': 'Bearer realm="berth"',
           });
         }
-        tenant = t;
-        this.tenants.set(req, t);
+        caller = { tenant: grant.tenant, profiles: grant.profiles };
+        this.callers.set(req, caller);
       }
       if (match.kind === 'not_found') throw new HttpError(404, 'not_found', `no route ${pathname}; see /v1/openapi.json`);
       if (match.kind === 'method_not_allowed') {
         throw new HttpError(405, 'method_not_allowed', `${method} is not allowed on ${pathname}; use ${match.allow.join(', ')}`, { allow: match.allow.join(', ') });
       }
-      const ctx: RequestContext = { req, res, tenant, params: match.params, search };
+      const ctx: RequestContext = { req, res, tenant: caller.tenant, profiles: caller.profiles, params: match.params, search };
       const out = await match.route.handler(ctx);
       if (out !== undefined) this.sendJson(req, res, out.status ?? 200, JSON.stringify(out.body));
     } catch (err) {

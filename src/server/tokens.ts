@@ -1,140 +1,209 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { existsSync, readFileSync, renameSync } from 'node:fs';
+import { join } from 'node:path';
+import type Database from 'better-sqlite3';
 import { z } from 'zod';
+import { openStateDb } from '../broker/berth-home.js';
 import { ConfigError, UsageError } from '../errors.js';
+import { DEFAULT_PROFILE } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';
 
 /*
- * Bearer tokens → tenants. The file (`$BERTH_HOME/tokens.json`, mode 0600) stores only the
- * sha256 of each token, its tenant and when it was made: a leaked file grants nothing. Tokens
- * carry 256 random bits, so a plain sha256 (no salt, no slow hash) is enough, and a lookup by
- * hash leaks nothing through timing. The server re-reads the file when it changed, so
- * `berth token create` works against a running server.
+ * Bearer tokens → a tenant and the profiles it may use (DESIGN §8: a token cannot choose anything
+ * else). They live in the `tokens` table of the SQLite state (`$BERTH_HOME/state.db`), so a
+ * create or a revoke is one atomic statement: concurrent CLI runs lose nothing, and a revoke
+ * cannot be undone by a create racing it. Only the sha256 of each token is stored: a leaked
+ * state grants nothing. Tokens carry 256 random bits, so a plain sha256 (no salt, no slow hash)
+ * is enough, and a lookup by hash leaks nothing through timing. Every request looks its token up
+ * afresh (one indexed read), so a running server sees a create or a revoke on the next request.
  */
 
 const TOKEN_PREFIX = 'berth_';
 const TOKEN_RE = /^berth_[A-Za-z0-9_-]{43}$/;
+const LEGACY_FILE = 'tokens.json';
 
-const TokenEntrySchema = z.strictObject({
-  id: z.string().regex(/^tok_[0-9a-f]{12}$/),
-  sha256: z.string().regex(/^[0-9a-f]{64}$/),
-  tenant: z.string(),
-  createdMs: z.number().int().nonnegative(),
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS tokens (
+  id TEXT PRIMARY KEY, sha256 TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL, profiles TEXT NOT NULL, created_ms INTEGER NOT NULL);
+`;
+
+/** The tokens file berth kept before tokens moved into the state; imported once, then renamed. */
+const LegacyFileSchema = z.strictObject({
+  version: z.literal(1),
+  tokens: z.array(z.strictObject({
+    id: z.string().regex(/^tok_[0-9a-f]{12}$/),
+    sha256: z.string().regex(/^[0-9a-f]{64}$/),
+    tenant: z.string(),
+    createdMs: z.number().int().nonnegative(),
+  })),
 });
-const TokenFileSchema = z.strictObject({ version: z.literal(1), tokens: z.array(TokenEntrySchema) });
 
-export type TokenEntry = z.infer<typeof TokenEntrySchema>;
+/** A stored token: never the token itself. */
+export interface TokenEntry {
+  id: string;
+  sha256: string;
+  tenant: string;
+  /** The profiles requests with this token may name (a request naming none means `default`). */
+  profiles: string[];
+  createdMs: number;
+}
 
-export function tokensPath(berthHome: string): string {
-  return join(berthHome, 'tokens.json');
+/** What a request holding a valid token may do: its tenant and profiles. */
+export interface TokenGrant {
+  id: string;
+  tenant: string;
+  profiles: readonly string[];
+}
+
+interface TokenRow {
+  id: string;
+  sha256: string;
+  tenant: string;
+  profiles: string;
+  created_ms: number;
 }
 
 function sha256(token: string): string {
   return createHash('sha256').update(token, 'utf8').digest('hex');
 }
 
+function toEntry(r: TokenRow): TokenEntry {
+  return { id: r.id, sha256: r.sha256, tenant: r.tenant, profiles: JSON.parse(r.profiles) as string[], createdMs: r.created_ms };
+}
+
+/** Profiles as a token stores them: validated like a call's profile, deduplicated, `default` when none. */
+export function tokenProfiles(profiles: readonly string[] | undefined): string[] {
+  const list = profiles === undefined || profiles.length === 0 ? [DEFAULT_PROFILE] : profiles;
+  return [...new Set(list.map((p) => normalizeScope({ profile: p }).profile))];
+}
+
+export interface TokenStoreOptions {
+  /** Told once when an old tokens.json is imported (the CLI prints it on stderr). */
+  notice?: (message: string) => void;
+}
+
 /**
- * The tokens file of one installation.
+ * The tokens of one installation, in its SQLite state. Opens its own connection; `close()` it.
  *
  * @example
- * const tokens = new TokenStore(tokensPath(home));
- * const { token } = tokens.create('acme'); // shown once
- * tokens.tenantOf(`Bearer ${token}`); // 'acme'
+ * const tokens = TokenStore.open(broker.berthHome);
+ * const { token } = tokens.create('acme', ['default', 'bot']); // shown once
+ * tokens.grantOf(`Bearer ${token}`); // { id: 'tok_...', tenant: 'acme', profiles: ['default', 'bot'] }
  */
 export class TokenStore {
-  private byHash = new Map<string, TokenEntry>();
-  private loadedStamp = '';
+  private readonly statements = new Map<string, Database.Statement>();
 
-  constructor(readonly path: string) {}
+  private constructor(private readonly db: Database.Database, readonly berthHome: string) {}
 
-  /** Makes a token for `tenant`; the token itself is returned once and never stored. */
-  create(tenant: string): { token: string; entry: TokenEntry } {
+  /**
+   * Opens the token table of `$BERTH_HOME/state.db`. A `tokens.json` left by an older berth is
+   * imported first (its tokens may use the default profile only) and renamed, so it is never
+   * read again.
+   *
+   * @throws ConfigError when that old file cannot be read or parsed (it is then left in place).
+   */
+  static open(berthHome: string, opts: TokenStoreOptions = {}): TokenStore {
+    const db = openStateDb(berthHome);
+    try {
+      db.exec(SCHEMA);
+      const store = new TokenStore(db, berthHome);
+      store.importLegacyFile(opts.notice);
+      return store;
+    } catch (err) {
+      db.close();
+      throw err;
+    }
+  }
+
+  /** Makes a token for `tenant` and `profiles` (default: the default profile only); the token itself is returned once and never stored. */
+  create(tenant: string, profiles?: readonly string[]): { token: string; entry: TokenEntry } {
     const valid = normalizeScope({ tenant }).tenant;
     const token = `${TOKEN_PREFIX}${randomBytes(32).toString('base64url')}`;
-    const entry: TokenEntry = { id: `tok_${randomBytes(6).toString('hex')}`, sha256: sha256(token), tenant: valid, createdMs: Date.now() };
-    const file = this.read();
-    file.tokens.push(entry);
-    this.write(file.tokens);
+    const entry: TokenEntry = {
+      id: `tok_${randomBytes(6).toString('hex')}`, sha256: sha256(token), tenant: valid, profiles: tokenProfiles(profiles), createdMs: Date.now(),
+    };
+    this.q('INSERT INTO tokens (id, sha256, tenant, profiles, created_ms) VALUES (?, ?, ?, ?, ?)')
+      .run(entry.id, entry.sha256, entry.tenant, JSON.stringify(entry.profiles), entry.createdMs);
     return { token, entry };
   }
 
+  /** Every token, oldest first. */
   list(): TokenEntry[] {
-    return this.read().tokens;
+    return (this.q('SELECT * FROM tokens ORDER BY created_ms, id').all() as TokenRow[]).map(toEntry);
   }
 
   /** Removes a token by its id (`tok_...`); false when there is none. */
   revoke(id: string): boolean {
-    const tokens = this.read().tokens;
-    const kept = tokens.filter((t) => t.id !== id);
-    if (kept.length === tokens.length) return false;
-    this.write(kept);
-    return true;
+    return this.q('DELETE FROM tokens WHERE id = ?').run(id).changes === 1;
   }
 
-  /**
-   * The tenant of an `Authorization` header value, or undefined (missing, malformed, unknown).
-   * A miss re-reads the file when it changed (a token created after the server started).
-   */
-  tenantOf(authorization: string | undefined): string | undefined {
+  /** The grant of an `Authorization` header value, or undefined (missing, malformed, unknown, revoked). */
+  grantOf(authorization: string | undefined): TokenGrant | undefined {
     if (authorization === undefined) return undefined;
     const m = /^Bearer ([^\s]+)$/i.exec(authorization.trim());
     if (m === null || !TOKEN_RE.test(m[1] as string)) return undefined;
-    const hash = sha256(m[1] as string);
-    const hit = this.byHash.get(hash);
-    if (hit !== undefined) {
-      // A revoked token must stop working: a hit also checks the file is unchanged (one stat).
-      if (this.stamp() === this.loadedStamp) return hit.tenant;
-    }
-    this.reload();
-    return this.byHash.get(hash)?.tenant;
+    const row = this.q('SELECT * FROM tokens WHERE sha256 = ?').get(sha256(m[1] as string)) as TokenRow | undefined;
+    if (row === undefined) return undefined;
+    const { id, tenant, profiles } = toEntry(row);
+    return { id, tenant, profiles };
   }
 
-  /** Loads the file now (start-up: a broken tokens file is an error, not "no tokens"). */
-  reload(): void {
-    const stamp = this.stamp();
-    if (stamp === this.loadedStamp) return;
-    const tokens = this.read().tokens;
-    this.byHash = new Map(tokens.map((t) => [t.sha256, t]));
-    this.loadedStamp = stamp;
+  close(): void {
+    if (this.db.open) this.db.close();
   }
 
-  private stamp(): string {
-    try {
-      const st = statSync(this.path);
-      return `${st.mtimeMs}:${st.size}:${st.ino}`;
-    } catch {
-      return 'missing';
+  /** Prepared once per SQL text: the lookup runs on every request. */
+  private q(sql: string): Database.Statement {
+    let st = this.statements.get(sql);
+    if (st === undefined) {
+      st = this.db.prepare(sql);
+      this.statements.set(sql, st);
     }
+    return st;
   }
 
-  private read(): { version: 1; tokens: TokenEntry[] } {
-    let text: string;
-    try {
-      text = readFileSync(this.path, 'utf8');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { version: 1, tokens: [] };
-      throw new ConfigError(`cannot read the tokens file ${this.path}: ${(err as Error).message}`);
+  /**
+   * Imports `$BERTH_HOME/tokens.json` under an immediate transaction: of concurrent openers one
+   * imports and renames the file, the others find it gone. The rename happens before the commit,
+   * so a revoke after the import is never undone by a second import of the same file.
+   */
+  private importLegacyFile(notice: ((message: string) => void) | undefined): void {
+    const file = join(this.berthHome, LEGACY_FILE);
+    const renamed = `${file}.imported`;
+    // The usual case costs no write lock: only a present file is worth the transaction.
+    if (!existsSync(file)) return;
+    const count = this.db.transaction((): number | undefined => {
+      let text: string;
+      try {
+        text = readFileSync(file, 'utf8');
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+        throw new ConfigError(`cannot read the old tokens file ${file}: ${(err as Error).message}; fix its permissions or remove it`);
+      }
+      const parsed = parseLegacy(file, text);
+      const insert = this.db.prepare('INSERT OR IGNORE INTO tokens (id, sha256, tenant, profiles, created_ms) VALUES (?, ?, ?, ?, ?)');
+      for (const t of parsed) insert.run(t.id, t.sha256, normalizeScope({ tenant: t.tenant }).tenant, JSON.stringify([DEFAULT_PROFILE]), t.createdMs);
+      renameSync(file, renamed);
+      return parsed.length;
+    }).immediate();
+    if (count !== undefined) {
+      notice?.(`imported ${count} token(s) from ${file} into the state (state.db), for the default profile only; renamed it to ${renamed}, which is not read again`);
     }
-    let raw: unknown;
-    try {
-      raw = JSON.parse(text);
-    } catch {
-      throw new ConfigError(`the tokens file ${this.path} is not valid JSON; fix it or remove it and create new tokens (berth token create)`);
-    }
-    const parsed = TokenFileSchema.safeParse(raw);
-    if (!parsed.success) {
-      throw new ConfigError(`the tokens file ${this.path} is malformed (${parsed.error.issues[0]?.message ?? 'invalid'}); fix it or remove it and create new tokens`);
-    }
-    return parsed.data;
   }
+}
 
-  private write(tokens: TokenEntry[]): void {
-    mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 });
-    const tmp = `${this.path}.${process.pid}.tmp`;
-    writeFileSync(tmp, `${JSON.stringify({ version: 1, tokens }, null, 2)}\n`, { mode: 0o600 });
-    renameSync(tmp, this.path);
+function parseLegacy(file: string, text: string): z.infer<typeof LegacyFileSchema>['tokens'] {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    throw new ConfigError(`the old tokens file ${file} is not valid JSON; fix it, or remove it and create new tokens (berth token create)`);
   }
+  const parsed = LegacyFileSchema.safeParse(raw);
+  if (!parsed.success) {
+    throw new ConfigError(`the old tokens file ${file} is malformed (${parsed.error.issues[0]?.message ?? 'invalid'}); fix it, or remove it and create new tokens`);
+  }
+  return parsed.data.tokens;
 }
 
 /** For the CLI: a tenant name check with the scope rules' message. */

@@ -119,8 +119,15 @@ describe('berth CLI on the local backend (real processes)', () => {
     const r = await runBerth(['explain', '--session', 'e1', '--json'], { env: t.env, cwd: t.dir });
     expect(r.code).toBe(0);
     const b = JSON.parse(r.stdout) as Record<string, unknown>;
-    expect(Object.keys(b).sort()).toEqual(['backend', 'cwd', 'envMissing', 'envNames', 'mount', 'mountReason', 'persistent', 'profile', 'rule', 'sandboxKey', 'tenant'].sort());
+    expect(Object.keys(b).sort()).toEqual([
+      'backend', 'cwd', 'envMissing', 'envNames', 'isolation', 'mount', 'mountReason', 'note', 'persistent', 'profile', 'rule', 'sandboxKey', 'tenant',
+    ].sort());
     expect(b).toMatchObject({ backend: 'local', tenant: 'local', profile: 'default', sandboxKey: 'session:e1', rule: 'auto:5', persistent: false, mount: null });
+    // The host backend isolates nothing, and explain says so.
+    expect(b).toMatchObject({ isolation: 'none', note: expect.stringMatching(/^runs on this host as berth's user, without isolation/) });
+    const text = await runBerth(['explain', '--session', 'e1'], { env: t.env, cwd: t.dir });
+    expect(text.stdout).toMatch(/^isolation +none\n/m);
+    expect(text.stdout).toMatch(/^note +runs on this host as berth's user, without isolation/m);
     expect(existsSync(join(t.home, 'sandboxes'))).toBe(false);
   });
 

@@ -1,4 +1,5 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -251,7 +252,20 @@ describeDocker('MCP server on the real docker engine', () => {
 
         const ex = await call(c, 'export_file', { path: '/workspace/notes/hello.txt' });
         expect(ex.isError, ex.text).toBe(false);
-        const hostPath = ex.structured['hostPath'] as string;
+        let hostPath: string;
+        if (kind === 'stdio') {
+          // A local caller (berth mcp) gets the host path.
+          hostPath = ex.structured['hostPath'] as string;
+        } else {
+          // A remote caller gets a download route, never a host path; the copy is in staging all the same.
+          expect(ex.structured).not.toHaveProperty('hostPath');
+          expect(ex.text).not.toContain(t.home);
+          const id = ex.structured['exportId'] as string;
+          expect(ex.structured['download']).toMatch(new RegExp(`^/v1/files/exports/${id}\\?session=mcp-`));
+          const found = (readdirSync(join(t.home, 'staging'), { recursive: true }) as string[]).filter((p) => p.endsWith(join(id, 'hello.txt')));
+          expect(found).toHaveLength(1);
+          hostPath = join(t.home, 'staging', found[0]!);
+        }
         expect(existsSync(hostPath)).toBe(true);
         expect(readFileSync(hostPath, 'utf8')).toBe('héllo\nworld\n');
 

@@ -29,7 +29,9 @@ afterEach(async () => {
 
 async function localHttp(opts: { idleSeconds?: number } = {}): Promise<{ broker: Broker; mcp: HttpMcp; home: string }> {
   const home = realpathSync(mkdtempSync(join(tmpdir(), 'berth-mcp-local-')));
-  const broker = await Broker.open({ config: parseConfig({ backend: 'local', persistent: false }), berthHome: home, env: { PATH: process.env['PATH'] } });
+  // MCP over HTTP is remote: the local backend serves it only because the config says so.
+  const config = parseConfig({ backend: 'local', persistent: false, server: { allowHostBackend: true } });
+  const broker = await Broker.open({ config, berthHome: home, env: { PATH: process.env['PATH'] } });
   const mcp = await startHttpMcp(broker, opts);
   open.push({ close: async () => { await broker.close(); rmSync(home, { recursive: true, force: true }); } });
   open.push(mcp);
@@ -136,6 +138,22 @@ describe('MCP over streamable HTTP: tenants, sessions, headers', () => {
     await call(busy, 'process', { action: 'kill', jobId: job.structured['jobId'] });
   });
 
+  it('the handler itself enforces the caller\'s profiles and refuses the host backend unless the config allows it', async () => {
+    const { mcp } = await localHttp();
+    const forbidden = await post(mcp.url, INIT, { 'x-test-tenant': 'acme', 'x-test-profiles': 'bot', 'x-berth-profile': 'ops' });
+    expect(forbidden.status).toBe(403);
+    expect(await forbidden.json()).toMatchObject({ error: { code: 'profile_forbidden', message: expect.stringMatching(/profile "ops".*may use only: bot/) } });
+
+    const home = realpathSync(mkdtempSync(join(tmpdir(), 'berth-mcp-local-')));
+    const broker = await Broker.open({ config: parseConfig({ backend: 'local', persistent: false }), berthHome: home, env: { PATH: process.env['PATH'] } });
+    const strict = await startHttpMcp(broker);
+    open.push({ close: async () => { await broker.close(); rmSync(home, { recursive: true, force: true }); } }, strict);
+    const refused = await post(strict.url, INIT, { 'x-test-tenant': 'acme' });
+    expect(refused.status).toBe(403);
+    expect(await refused.json()).toMatchObject({ error: { code: 'host_backend_forbidden' } });
+    expect(strict.handler.sessionCount).toBe(0);
+  });
+
   it('tool descriptions on the local backend say it is not isolated', async () => {
     const { mcp } = await localHttp();
     const c = await httpConn(mcp.url, 'acme');
@@ -145,6 +163,7 @@ describe('MCP over streamable HTTP: tenants, sessions, headers', () => {
       expect(tools.find((x) => x.name === name)?.description).toMatch(/NOT isolated: commands run directly on the host/);
     }
     expect(c.client.getInstructions()).toMatch(/NOT isolated/);
+    expect(c.client.getInstructions()).toMatch(/backend local, isolation none\)/);
   });
 });
 
@@ -229,7 +248,8 @@ describe('berth mcp over stdio', () => {
 
 describe('MCP at /mcp on a real berth serve (bearer tokens)', () => {
   it('each token\'s MCP sessions run in their own tenant; a wrong token is 401; SIGTERM closes the sessions', async () => {
-    using t = tempInstall(LOCAL);
+    // The local backend serves remote callers only because the config says so.
+    using t = tempInstall(`${LOCAL}server:\n  allowHostBackend: true\n`);
     const acmeToken = await createToken(t, 'acme');
     const globexToken = await createToken(t, 'globex');
     // A grace longer than this test's timeout: a shutdown that waited on the clients' open GET

@@ -40,6 +40,7 @@ const QUERY_ROUTES: { method: string; path: string }[] = [
   { method: 'DELETE', path: '/v1/jobs/job_0123456789abcdef' },
   { method: 'GET', path: '/v1/files' },
   { method: 'PUT', path: '/v1/files' },
+  { method: 'GET', path: '/v1/files/exports/0123456789abcdef' },
 ];
 
 const ALL_ROUTES: { methods: string[]; path: string }[] = [
@@ -54,6 +55,7 @@ const ALL_ROUTES: { methods: string[]; path: string }[] = [
   { methods: ['GET', 'DELETE'], path: '/v1/jobs/job_0123456789abcdef' },
   { methods: ['PUT', 'GET'], path: '/v1/files' },
   { methods: ['POST'], path: '/v1/files/export' },
+  { methods: ['GET'], path: '/v1/files/exports/0123456789abcdef' },
 ];
 
 const WRONG_TYPES: unknown[] = [1, -1, 1.5, true, false, null, [], ['x'], {}, { a: 1 }];
@@ -128,6 +130,10 @@ function generate(): BadRequest[] {
     out.push({ name: `job id #${i} GET`, method: 'GET', path: `/v1/jobs/${id}` });
     out.push({ name: `job id #${i} DELETE`, method: 'DELETE', path: `/v1/jobs/${id}` });
   }
+  for (const [i, id] of ['x', '..', '%2e%2e', '0123456789ABCDEF', '0123456789abcdeg', '0123456789abcdef0', '%ff', '.partial-x', '%2f', '%00'].entries()) {
+    out.push({ name: `export id #${i}`, method: 'GET', path: `/v1/files/exports/${id}?session=s` });
+  }
+  out.push({ name: 'unknown export', method: 'GET', path: '/v1/files/exports/0123456789abcdef?session=s', status: 404 });
   out.push({ name: 'unknown job', method: 'GET', path: '/v1/jobs/job_0123456789abcdef?session=s', status: 404 });
   out.push({ name: 'unknown job kill', method: 'DELETE', path: '/v1/jobs/job_0123456789abcdef?session=s', status: 404 });
   for (const [i, q] of ['?offset=-1', '?offset=abc', '?maxBytes=1e3', '?offset=1.5', '?offset=99999999999999999999', '?maxBytes=-5'].entries()) {
@@ -165,7 +171,8 @@ describe('berth serve: malformed input on every route', () => {
     root = realpathSync(mkdtempSync(join(tmpdir(), 'berth-fuzz-')));
     const dir = join(root, 'work');
     mkdirSync(dir);
-    writeFileSync(join(dir, 'berth.yaml'), 'backend: local\npersistent: false\n');
+    // The local backend serves remote callers only because the config says so.
+    writeFileSync(join(dir, 'berth.yaml'), 'backend: local\npersistent: false\nserver:\n  allowHostBackend: true\n');
     t = { dir, env: { PATH: process.env['PATH'], HOME: process.env['HOME'], BERTH_HOME: join(root, 'home') } };
     token = await createToken(t, 'fuzz');
     server = await ServeProcess.start(t);

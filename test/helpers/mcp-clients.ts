@@ -66,12 +66,17 @@ export interface HttpMcp {
   close(): Promise<void>;
 }
 
-/** The MCP handler on a bare loopback server; the tenant is the `x-test-tenant` header (absent: 401). */
+/**
+ * The MCP handler on a bare loopback server; the tenant is the `x-test-tenant` header (absent: 401)
+ * and the profiles it may use are `x-test-profiles` (comma-separated; default: `default` and `bot`).
+ */
 export async function startHttpMcp(broker: Broker, opts: Partial<McpHttpOptions> = {}): Promise<HttpMcp> {
   const handler = createMcpHttpHandler(broker, {
-    tenantOf: (req: IncomingMessage) => {
+    callerOf: (req: IncomingMessage) => {
       const t = req.headers['x-test-tenant'];
-      return typeof t === 'string' && t !== '' ? t : undefined;
+      const p = req.headers['x-test-profiles'];
+      const profiles = typeof p === 'string' ? p.split(',') : ['default', 'bot'];
+      return typeof t === 'string' && t !== '' ? { tenant: t, profiles } : undefined;
     },
     ...opts,
   });

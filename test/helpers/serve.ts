@@ -90,9 +90,9 @@ export async function stopAll(): Promise<void> {
   await Promise.all([...live].map((s) => s.stop('SIGKILL', 5_000)));
 }
 
-/** `berth token create --tenant T`: the token is the last line of stdout. */
-export async function createToken(t: ServeInstall, tenant: string): Promise<string> {
-  const r = await runBerth(['token', 'create', '--tenant', tenant], { env: t.env, cwd: t.dir ?? REPO });
+/** `berth token create --tenant T [--profile P ...]`: the token is the last line of stdout. */
+export async function createToken(t: ServeInstall, tenant: string, profiles: string[] = []): Promise<string> {
+  const r = await runBerth(['token', 'create', '--tenant', tenant, ...profiles.flatMap((p) => ['--profile', p])], { env: t.env, cwd: t.dir ?? REPO });
   if (r.code !== 0) throw new Error(`berth token create failed (${r.code}): ${r.stderr}`);
   const lines = r.stdout.trim().split('\n');
   return lines[lines.length - 1] as string;

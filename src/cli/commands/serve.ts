@@ -1,7 +1,8 @@
 import { Broker } from '../../broker/broker.js';
 import { BerthError, UsageError } from '../../errors.js';
 import { BerthServer } from '../../server/server.js';
-import { TokenStore, tokensPath } from '../../server/tokens.js';
+import { assertHostExposureAllowed, hostExposureWarnings } from '../../server/caller.js';
+import { TokenStore } from '../../server/tokens.js';
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
 import type { CliIo } from '../io.js';
 
@@ -9,13 +10,18 @@ export const SERVE_HELP = `usage: berth serve [--port N] [--host ADDR] [--grace 
 
 Serves the HTTP API (/v1, described at /v1/openapi.json), MCP over streamable HTTP (/mcp) and
 the dashboard (/) for agent frameworks in any language. Every request needs a bearer token
-(berth token create --tenant T); the token decides the tenant.
+(berth token create --tenant T [--profile P]); the token decides the tenant and the profiles a
+request may name.
 
   --port N          port to listen on (default 7878; 0 picks a free one)
   --host ADDR       address to bind (default 127.0.0.1, loopback only). Tokens travel in clear
                     text: put a TLS proxy in front before binding anything but loopback
   --grace SECONDS   on SIGTERM/SIGINT, how long in-flight calls may finish (default 10)
   --config FILE     config file (default: ./berth.yaml, then $BERTH_HOME/config.yaml)
+
+A profile that runs on the host (backend local: no isolation, berth's own user) is refused at
+start-up while any token may use it, unless the config sets server.allowHostBackend: true (then
+berth says so loudly at start-up, and explain says isolation "none").
 
 At start-up the orphan reaper removes what a crashed server left (ephemeral sandboxes of dead
 sessions); persistent sandboxes are reattached on first use. On SIGTERM the server stops
@@ -47,21 +53,24 @@ export async function serveCommand(argv: string[], io: CliIo): Promise<number> {
   // become the session of every request that names none.
   const { BERTH_SESSION: _ignored, ...env } = io.env;
   const broker = await Broker.open({ configPath: values.config, cwd: io.cwd, env, log });
+  let tokens: TokenStore | undefined;
   let server: BerthServer | undefined;
   const stopped = new Promise<string>((resolve) => {
     process.once('SIGTERM', () => resolve('SIGTERM'));
     process.once('SIGINT', () => resolve('SIGINT'));
   });
   try {
+    tokens = TokenStore.open(broker.berthHome, { notice: (m) => io.err(`berth: ${m}\n`) });
+    // Refused before anything else happens; an accepted exposure is said loudly.
+    for (const line of hostExposureWarnings(assertHostExposureAllowed(broker.config, tokens.list()))) io.err(`berth: ${line}\n`);
     // What a crashed server left: ephemeral sandboxes of sessions whose owner is dead.
     const reaped = await broker.reapOrphans();
     if (reaped.length > 0) io.err(`berth: removed ${reaped.length} orphaned sandbox(es) left by an earlier run\n`);
-    const tokens = new TokenStore(tokensPath(broker.berthHome));
-    tokens.reload();
     if (tokens.list().length === 0) io.err('berth: no tokens yet; every request will get 401. Create one: berth token create --tenant T\n');
     try {
       server = await BerthServer.start({ broker, tokens, host, port, log });
     } catch (err) {
+      if (err instanceof BerthError) throw err;
       throw new BerthError('listen_failed', `cannot listen on ${host}:${port}: ${(err as Error).message}; pick another --port or --host`);
     }
     if (!isLoopback(host)) io.err(`berth: listening on ${host}, not loopback: tokens travel in clear text unless a TLS proxy is in front\n`);
@@ -73,7 +82,9 @@ export async function serveCommand(argv: string[], io: CliIo): Promise<number> {
     const graceMs = graceSeconds * 1000;
     await server?.close({ graceMs });
     await broker.close({ graceMs });
-    io.err('berth: stopped\n');
+    tokens?.close();
+    // A refusal before listening is its own one-line error; "stopped" is for a server that ran.
+    if (server !== undefined) io.err('berth: stopped\n');
   }
 }
 

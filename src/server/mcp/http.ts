@@ -6,12 +6,16 @@ import type { Broker } from '../../broker/broker.js';
 import { ConfigError, isBerthError, PolicyRefusedError, UsageError, type BerthError } from '../../errors.js';
 import type { CallScope } from '../../scope/call-scope.js';
 import { normalizeScope } from '../../scope/normalize.js';
+import { assertProfileAllowed, hostBackendForbidden, HostBackendForbiddenError, ProfileForbiddenError, type Caller } from '../caller.js';
 import { describeSandbox } from './sandbox-description.js';
 import { createMcpServer } from './server.js';
 
 export interface McpHttpOptions {
-  /** The caller's tenant, from its credentials (bearer token); undefined means unauthenticated (401). */
-  tenantOf: (req: IncomingMessage) => string | undefined;
+  /**
+   * The caller's tenant and the profiles it may use, from its credentials (bearer token);
+   * undefined means unauthenticated (401).
+   */
+  callerOf: (req: IncomingMessage) => Caller | undefined;
   /**
    * Closes an MCP session (and its berth session) after this long without a request, unless it has
    * a running background job. Default: the config's `lifecycle.idleSeconds`.
@@ -46,13 +50,15 @@ const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 /**
  * MCP over streamable HTTP, stateful: each MCP session (`mcp-session-id`) is one berth session
  * `mcp-<sessionId>` under the caller's tenant. `x-berth-profile` and `x-berth-user` on the
- * initialize request set the session's profile and user. A session answers only to the tenant that
- * opened it (any other tenant gets the same 404 as an unknown id). DELETE, idle expiry and
- * `close()` end the MCP session and close its berth session.
+ * initialize request set the session's profile and user; a profile the caller may not use (none
+ * given means `default`) is 403, and so is a profile that runs on the host unless the config has
+ * `server.allowHostBackend`. A session answers only to the tenant that opened it (any other
+ * tenant gets the same 404 as an unknown id). DELETE, idle expiry and `close()` end the MCP
+ * session and close its berth session. Callers are remote: tools hand out no host paths.
  *
  * @example
  * ```ts
- * const mcp = createMcpHttpHandler(broker, { tenantOf: (req) => tenantForToken(req.headers.authorization) });
+ * const mcp = createMcpHttpHandler(broker, { callerOf: (req) => ({ tenant: tenantForToken(req.headers.authorization), profiles: ['default'] }) });
  * http.createServer((req, res) => (req.url?.startsWith('/mcp') ? mcp(req, res) : notFound(res))).listen(8080);
  * ```
  */
@@ -95,8 +101,8 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
   timer.unref();
 
   const handler = async (req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void> => {
-    const tenant = opts.tenantOf(req);
-    if (tenant === undefined) {
+    const caller = opts.callerOf(req);
+    if (caller === undefined) {
       sendJson(res, 401, { error: { code: 'unauthorized', message: 'missing or invalid bearer token; send Authorization: Bearer <token>' } });
       return;
     }
@@ -104,11 +110,13 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       sendJson(res, 503, { error: { code: 'shutting_down', message: 'berth is shutting down; retry on a running berth' } });
       return;
     }
+    const { tenant } = caller;
     const sid = headerOf(req, 'mcp-session-id');
     if (sid !== undefined) {
       const s = sessions.get(sid);
-      // Another tenant's session id answers exactly like an unknown one: no oracle, no crossing.
-      if (s === undefined || s.tenant !== tenant) {
+      // Another tenant's session id (or one of a profile this token may not use) answers exactly
+      // like an unknown one: no oracle, no crossing.
+      if (s === undefined || s.tenant !== tenant || !caller.profiles.includes(s.scope.profile)) {
         sendRpcError(res, 404, -32001, 'MCP session not found (closed, expired or never opened); start a new one with initialize');
         return;
       }
@@ -152,7 +160,9 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       scope = normalizeScope({
         tenant, session: `mcp-${id}`, profile: headerOf(req, 'x-berth-profile'), user: headerOf(req, 'x-berth-user'),
       });
-      sandbox = describeSandbox(broker, scope);
+      assertProfileAllowed(caller, scope.profile);
+      sandbox = describeSandbox(broker, scope, { remote: true });
+      if (sandbox.binding.backend === 'local' && !broker.config.server.allowHostBackend) throw hostBackendForbidden(scope.profile);
     } catch (err) {
       if (!isBerthError(err)) throw err;
       sendJson(res, statusOf(err), { error: { code: err.code, message: err.message } });
@@ -161,7 +171,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
     // DELETE answers once the berth session is closed (its ephemeral sandbox removed).
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => id, onsessionclosed: () => end(s) });
     const s: LiveSession = { id, tenant, scope, transport, lastUsedMs: Date.now(), inflight: 1, ended: undefined };
-    const server = createMcpServer(broker, scope, { sandbox });
+    const server = createMcpServer(broker, scope, { sandbox, remote: true });
     server.server.onclose = () => void end(s);
     server.server.onerror = (err) => log('berth:mcp', `session ${scope.session}: ${err.message}`);
     await server.connect(transport);
@@ -206,7 +216,7 @@ async function hasRunningJob(broker: Broker, scope: CallScope): Promise<boolean>
 
 function statusOf(err: BerthError): number {
   if (err instanceof UsageError || err instanceof ConfigError) return 400;
-  if (err instanceof PolicyRefusedError) return 403;
+  if (err instanceof PolicyRefusedError || err instanceof ProfileForbiddenError || err instanceof HostBackendForbiddenError) return 403;
   return 500;
 }
 

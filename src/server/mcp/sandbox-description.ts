@@ -21,21 +21,23 @@ export interface SandboxDescription {
 }
 
 /**
- * Describes the sandbox a scope resolves to (pure policy: `explain`, no engine contacted).
+ * Describes the sandbox a scope resolves to (pure policy: `explain`, no engine contacted). With
+ * `remote` (MCP over HTTP) it names no host path.
  *
  * @example
  * describeSandbox(broker, { tenant: 'acme', session: 'mcp-1' }).summary
  * // 'Commands run in a Docker container created for this session, isolated from the host. ...'
  * @throws the berth error `explain` throws (a refused scope, an invalid config).
  */
-export function describeSandbox(broker: Broker, scope: CallScopeInput): SandboxDescription {
+export function describeSandbox(broker: Broker, scope: CallScopeInput, opts: { remote?: boolean } = {}): SandboxDescription {
   const binding = broker.explain(scope);
+  const remote = opts.remote === true;
   const s = normalizeScope(scope);
   const session = s.session ?? '(none)';
   const settings = settingsFor(broker.config, binding.profile);
-  const summary = [isolation(binding), persistence(binding), mountNote(binding)].filter(Boolean).join(' ');
+  const summary = [isolation(binding), persistence(binding), mountNote(binding, remote)].filter(Boolean).join(' ');
   const instructions = [
-    `berth runs your shell commands in sandbox "${binding.sandboxKey}" (tenant "${binding.tenant}", profile "${binding.profile}", backend ${binding.backend}).`,
+    `berth runs your shell commands in sandbox "${binding.sandboxKey}" (tenant "${binding.tenant}", profile "${binding.profile}", backend ${binding.backend}, isolation ${binding.isolation}).`,
     summary,
     'Every tool call of this MCP session goes to that sandbox and to one persistent shell: the working directory, exported variables, functions and aliases carry over from one terminal call to the next.',
     `Sandbox key rule: berth picks the sandbox from the call's tenant, profile, session, task and user according to its config (rule ${binding.rule} here). ` +
@@ -76,9 +78,9 @@ function persistence(b: Binding): string {
     : 'The container is ephemeral: files outside /workspace vanish when this session closes.';
 }
 
-function mountNote(b: Binding): string {
-  if (b.mount === null) return '';
-  return b.backend === 'docker'
-    ? `The host directory ${b.mount} is mounted at /workspace: files there are the host's files and outlive the sandbox.`
-    : '';
+/** A remote caller is not told the host path of the mount (DESIGN §8). */
+function mountNote(b: Binding, remote: boolean): string {
+  if (b.mount === null || b.backend !== 'docker') return '';
+  const dir = remote ? 'A host directory' : `The host directory ${b.mount}`;
+  return `${dir} is mounted at /workspace: files there are the host's files and outlive the sandbox.`;
 }

@@ -4,6 +4,8 @@ import * as z from 'zod';
 import type { Broker } from '../../broker/broker.js';
 import { isBerthError } from '../../errors.js';
 import type { CallScopeInput } from '../../scope/call-scope.js';
+import { normalizeScope } from '../../scope/normalize.js';
+import { downloadRoute, exportIdOf } from '../export-download.js';
 import type { SandboxDescription } from './sandbox-description.js';
 import { decodeBytes, execResult, refusal, text } from './tool-results.js';
 import { ExportFileArgs, ProcessArgs, ReadFileArgs, TerminalArgs, WriteFileArgs } from './tool-schemas.js';
@@ -13,6 +15,11 @@ export interface McpServerInfo {
   sandbox: SandboxDescription;
   /** Reported to the client as the server version. */
   version?: string;
+  /**
+   * The client is remote (MCP over HTTP): `export_file` answers the export's download route
+   * (`GET /v1/files/exports/<id>` on `berth serve`, same bearer token) instead of its host path.
+   */
+  remote?: boolean;
 }
 
 interface ToolDef {
@@ -124,13 +131,25 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     return text(`wrote ${r.bytes} bytes to ${r.path}`, { path: r.path, bytes: r.bytes });
   });
 
-  add('export_file', {
+  add('export_file', info.remote === true ? {
+    title: 'Export a file for download',
+    description: 'Copies a file or directory out of this session\'s sandbox into the session\'s private staging area on the berth server ' +
+      'and returns a download route (GET it on the berth server with the same bearer token: a file comes back as its bytes, a directory as a tar), ' +
+      'for the gateway to deliver (e.g. as an attachment). The copy is removed when the session closes.',
+    annotations: { readOnlyHint: true },
+  } : {
     title: 'Export a file to the host',
     description: 'Copies a file or directory out of this session\'s sandbox into the session\'s private staging directory on the berth host ' +
       'and returns that host path, for the operator or gateway to deliver (e.g. as an attachment). The copy is removed when the session closes.',
     annotations: { readOnlyHint: true },
   }, ExportFileArgs, async (a) => {
     const r = await broker.exportPath(scope, { path: a.path, ...(a.maxBytes === undefined ? {} : { maxBytes: a.maxBytes }) });
+    if (info.remote === true) {
+      // A remote client gets a route on the berth server, never a path on its host.
+      const exportId = exportIdOf(r.hostPath);
+      const download = downloadRoute(exportId, normalizeScope(scope));
+      return text(`exported ${r.kind} ${a.path} (${r.bytes} bytes); download it from ${download}`, { exportId, download, bytes: r.bytes, kind: r.kind });
+    }
     return text(`exported ${r.kind} ${a.path} (${r.bytes} bytes) to host path ${r.hostPath}`, { hostPath: r.hostPath, bytes: r.bytes, kind: r.kind });
   });
 

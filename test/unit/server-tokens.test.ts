@@ -1,0 +1,73 @@
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { describe, expect, it } from 'vitest';
+import { UsageError } from '../../src/errors.js';
+import { TokenStore } from '../../src/server/tokens.js';
+import { tempDir } from '../helpers/temp-dir.js';
+
+/** A store on `home` (default: a fresh BERTH_HOME, removed when the test ends). */
+function open(home = tempDir('berth-tokens-')): TokenStore {
+  return TokenStore.open(home);
+}
+
+describe('token store (SQLite state)', () => {
+  it('stores only sha256 hashes in a private state.db and maps a bearer header to its tenant and profiles', () => {
+    const home = tempDir('berth-tokens-');
+    const s = open(home);
+    try {
+      const { token, entry } = s.create('acme');
+      expect(token).toMatch(/^berth_[A-Za-z0-9_-]{43}$/);
+      const db = new Database(join(home, 'state.db'), { readonly: true });
+      const dump = JSON.stringify(db.prepare('SELECT * FROM tokens').all());
+      db.close();
+      expect(dump).toContain(entry.sha256);
+      expect(dump).not.toContain(token.slice(6, 30));
+      expect(statSync(join(home, 'state.db')).mode & 0o777).toBe(0o600);
+      expect(entry).toMatchObject({ tenant: 'acme', profiles: ['default'] });
+      expect(s.grantOf(`Bearer ${token}`)).toEqual({ id: entry.id, tenant: 'acme', profiles: ['default'] });
+      expect(s.grantOf(`bearer ${token}`)?.tenant).toBe('acme');
+      // One character changed (never to itself: the token is random and may end in 'A').
+      const changed = `${token.slice(0, -1)}${token.endsWith('A') ? 'B' : 'A'}`;
+      for (const bad of [undefined, '', token, `Basic ${token}`, `Bearer ${token}x`, `Bearer ${changed}`, 'Bearer']) {
+        expect(s.grantOf(bad)).toBeUndefined();
+      }
+    } finally {
+      s.close();
+    }
+  });
+
+  it('another connection\'s creates and revokes are seen on the next lookup', () => {
+    const home = tempDir('berth-tokens-');
+    const server = open(home);
+    const cli = open(home);
+    try {
+      const a = cli.create('a', ['bot']);
+      expect(server.grantOf(`Bearer ${a.token}`)).toMatchObject({ tenant: 'a', profiles: ['bot'] });
+      const b = cli.create('b');
+      expect(server.grantOf(`Bearer ${b.token}`)?.tenant).toBe('b');
+      expect(cli.revoke(a.entry.id)).toBe(true);
+      expect(server.grantOf(`Bearer ${a.token}`)).toBeUndefined();
+      expect(server.grantOf(`Bearer ${b.token}`)?.tenant).toBe('b');
+      expect(cli.revoke(a.entry.id)).toBe(false);
+      expect(server.list().map((e) => e.id)).toEqual([b.entry.id]);
+    } finally {
+      server.close();
+      cli.close();
+    }
+  });
+
+  it('refuses a tenant or profile no scope could carry; profiles are deduplicated, default when none', () => {
+    const s = open();
+    try {
+      expect(() => s.create('a b')).toThrow(UsageError);
+      expect(() => s.create('../x')).toThrow(/tenant/);
+      expect(() => s.create('acme', ['ok', 'no/slash'])).toThrow(/^profile "no\/slash"/);
+      expect(s.create('acme', []).entry.profiles).toEqual(['default']);
+      expect(s.create('acme', ['bot', 'default', 'bot']).entry.profiles).toEqual(['bot', 'default']);
+      expect(s.list()).toHaveLength(2);
+    } finally {
+      s.close();
+    }
+  });
+});
