@@ -360,8 +360,10 @@ export class Broker implements AsyncDisposable {
   }
 
   /**
-   * A host path a gateway can attach for a file the agent names in its sandbox: the file under the
-   * sandbox's own host dir when it is bind-mounted (or local), else an export into staging.
+   * A host path a gateway can attach for a file the agent names in its sandbox: a copy in the
+   * session's staging dir (`files.mediaMode: copy`, the default), or with `mediaMode: live` the
+   * file under the sandbox's own host dir when it has one (no copy; the agent can swap it for a
+   * symlink after the check, see the README), else an export.
    *
    * @example
    * const { hostPath } = await broker.mediaPath({ user: 'telegram:1' }, '/workspace/chart.png');
@@ -411,6 +413,7 @@ export class Broker implements AsyncDisposable {
       policy: { roots, home: sandbox.homeDir, berthDirs: [sandbox.stateDir] },
       cwd: call.binding.cwd || call.defaultCwd,
       maxBytes: call.settings.files.maxBytes,
+      mediaMode: call.settings.files.mediaMode,
       staging: () => ensurePrivateDir(this.berthHome, stagingDirFor(this.berthHome, {
         tenant: call.scope.tenant, profile: call.scope.profile, user: call.scope.user, sessionRef: call.sessionRef,
       })),

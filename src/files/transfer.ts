@@ -20,6 +20,11 @@ export interface TransferContext {
   maxBytes: number;
   /** Creates (if needed) and returns the call scope's private staging dir on the host. */
   staging: () => Promise<string>;
+  /**
+   * `files.mediaMode`: `copy` (default) hands out a copy in staging; `live` the file under the
+   * sandbox's own host dir when it has one (an agent can swap it for a symlink after the check).
+   */
+  mediaMode?: 'copy' | 'live';
   /** Granted secret values (>= 8 chars) to redact from content returned to the caller (`readSandboxFile`). */
   redactValues?: readonly string[];
   log?: (message: string) => void;
@@ -306,24 +311,32 @@ export async function exportToStaging(ctx: TransferContext, a: { path: string; m
 }
 
 /**
- * The host path of a file an agent names in its sandbox: the file itself when the sandbox keeps
- * it on a host dir (its own bind, attached workspace or volume; every file on `local`), else an
- * export into the staging dir.
+ * The host path of a file an agent names in its sandbox, for a gateway to attach.
+ *
+ * By default (`mediaMode: copy`) a copy exported into the scope's staging dir: berth wrote it from
+ * the sandbox's archive stream, the sandbox cannot reach it, and it stays what it was. `live` (an
+ * explicit opt-in) returns the file itself when the sandbox keeps it on a host dir (its own bind,
+ * attached workspace or volume; every file on `local`): no copy, but the agent can replace that
+ * path with a symlink to any host file between this check and the gateway's read.
  */
 export async function mediaHostPath(ctx: TransferContext, sandboxPath: string): Promise<{ hostPath: string; exported: boolean }> {
   const r = await resolveOne(ctx, sandboxPath);
   requireExisting(ctx, r, 'file');
-  const mapped = ctx.sandbox.hostPathOf(r.real);
-  if (mapped !== undefined) {
-    const hostReal = await realpath(mapped.hostPath).catch(() => undefined);
-    if (hostReal !== undefined) {
-      const rootReal = await realpath(mapped.hostRoot).catch(() => mapped.hostRoot);
-      if (hostReal !== rootReal && !hostReal.startsWith(rootReal.endsWith(sep) ? rootReal : rootReal + sep)) {
-        throw new PolicyRefusedError(`sandbox path ${JSON.stringify(r.asked)} maps to host ${JSON.stringify(hostReal)}, outside the sandbox's host dir ${JSON.stringify(rootReal)}`);
-      }
-      if ((await stat(hostReal)).isFile()) return { hostPath: hostReal, exported: false };
-    }
-  }
+  const live = ctx.mediaMode === 'live' ? await liveHostPath(ctx, r) : undefined;
+  if (live !== undefined) return { hostPath: live, exported: false };
   const e = await exportToStaging(ctx, { path: r.real });
   return { hostPath: e.hostPath, exported: true };
+}
+
+/** The file's host path under the sandbox's host dir, checked once (`mediaMode: live` only). */
+async function liveHostPath(ctx: TransferContext, r: ResolvedPath): Promise<string | undefined> {
+  const mapped = ctx.sandbox.hostPathOf(r.real);
+  if (mapped === undefined) return undefined;
+  const hostReal = await realpath(mapped.hostPath).catch(() => undefined);
+  if (hostReal === undefined) return undefined;
+  const rootReal = await realpath(mapped.hostRoot).catch(() => mapped.hostRoot);
+  if (hostReal !== rootReal && !hostReal.startsWith(rootReal.endsWith(sep) ? rootReal : rootReal + sep)) {
+    throw new PolicyRefusedError(`sandbox path ${JSON.stringify(r.asked)} maps to host ${JSON.stringify(hostReal)}, outside the sandbox's host dir ${JSON.stringify(rootReal)}`);
+  }
+  return (await stat(hostReal)).isFile() ? hostReal : undefined;
 }
