@@ -10,6 +10,7 @@ import { effectiveScope } from '../scope/async-context.js';
 import type { CallScope, CallScopeInput } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';
 import { mapWorkdir } from '../policy/cwd.js';
+import { assertAllowedRootsExist } from '../policy/allowed-roots.js';
 import { assertVolumesAllowed } from '../policy/volumes.js';
 import { redactText } from '../shell/output-capture.js';
 import { PersistentShell } from '../shell/persistent-shell.js';
@@ -170,6 +171,7 @@ export class Broker implements AsyncDisposable {
     const config = opts.config ?? loadConfig({ configFlag: opts.configPath, cwd: opts.cwd ?? process.cwd(), berthHome });
     const secrets = readSecretsFiles(config);
     assertVolumesAllowed(config, { homeDir: homedir(), stateDir: berthHome, dockerSockets: dockerSocketsOf(env) });
+    assertAllowedRootsExist(config);
     const store = StateStore.open(berthHome);
     const broker = new Broker(opts, config, berthHome, store);
     cleanSpillDir(spillDirOf(berthHome), spillMaxAgeMs(config));

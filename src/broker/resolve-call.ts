@@ -147,7 +147,7 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
     ?? (override?.cwd !== undefined ? { path: override.cwd, source: override.cwdSource ?? 'session' } : undefined);
   const mount = resolveMount({
     key: keyed.key, shared: keyed.shared, workspace, mountEnabled: settings.workspace.mount, containerBackend: container,
-    homeDir: ctx.homeDir, stateDir: ctx.berthHome, dockerSockets: ctx.dockerSockets, fs: hostFs,
+    homeDir: ctx.homeDir, stateDir: ctx.berthHome, dockerSockets: ctx.dockerSockets, allowedRoots: settings.workspace.allowedRoots, fs: hostFs,
   });
 
   const isSubagent = scope.task !== undefined && parentOf(scope.task) !== undefined;

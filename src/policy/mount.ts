@@ -2,6 +2,7 @@ import { realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { PolicyRefusedError, UsageError } from '../errors.js';
 import type { AttachedWorkspace } from '../scope/call-scope.js';
+import { outsideAllowedRootsReason } from './allowed-roots.js';
 import { credentialSurfaceReason } from './credential-surfaces.js';
 
 /** The only file-system questions the mount policy asks. */
@@ -40,6 +41,8 @@ export interface MountInput {
   homeDir: string;
   stateDir: string;
   dockerSockets: string[];
+  /** `workspace.allowedRoots` of the call's profile: when non-empty, a workspace must lie under one. */
+  allowedRoots?: readonly string[] | undefined;
   fs: MountFs;
 }
 
@@ -62,8 +65,10 @@ export const CONTAINER_WORKSPACE = '/workspace';
  * Decide the workspace mount of a call (DESIGN section 4). Pure apart from `a.fs`.
  *
  * - A workspace the call attached (`source: 'session'`) wins in every mode, shared keys
- *   included; on a container backend with `workspace.mount` off it is refused, since the
- *   caller asked for something that would silently not happen.
+ *   included. On a container backend with `workspace.mount` off nothing is mounted, the reason
+ *   says so and the call goes on (DESIGN section 4: a gateway that always attaches the user's
+ *   folder keeps working on an installation that does not mount). Nothing of it reaches the
+ *   sandbox, so it is not checked either.
  * - A process-derived cwd (`source: 'process'`) is used only for the `default` key.
  * - Non-container backends never mount; the workspace becomes the starting directory.
  *
@@ -93,13 +98,10 @@ export function resolveMount(a: MountInput): MountDecision {
   }
 
   if (a.containerBackend && !a.mountEnabled) {
-    if (attached) {
-      throw new PolicyRefusedError(
-        `workspace "${ws.path}" was attached to the call but workspace.mount is off, so it would not be ` +
-          'visible in the sandbox; set workspace.mount: true in the config (or do not attach a workspace)',
-      );
-    }
-    return { mount: null, mountReason: 'workspace.mount is off', startDir: undefined };
+    const mountReason = attached
+      ? `workspace.mount is off: the attached workspace ${quoted(ws.path)} is not mounted (set workspace.mount: true to mount it)`
+      : 'workspace.mount is off';
+    return { mount: null, mountReason, startDir: undefined };
   }
 
   const what = attached ? ATTACHED : PROCESS_CWD;
@@ -130,12 +132,12 @@ export function resolveMount(a: MountInput): MountDecision {
 
 /**
  * The refusals shared by every workspace use: relative, in-container, missing, not a directory,
- * credential surface. Returns the real path.
+ * credential surface or system directory, outside `workspace.allowedRoots`. Returns the real path.
  */
 export function checkWorkspace(
   given: string,
   what: string,
-  a: Pick<MountInput, 'homeDir' | 'stateDir' | 'dockerSockets' | 'fs'>,
+  a: Pick<MountInput, 'homeDir' | 'stateDir' | 'dockerSockets' | 'allowedRoots' | 'fs'>,
 ): string {
   if (!path.isAbsolute(given)) {
     throw new UsageError(`${what} "${given}" is a relative path; pass an absolute path`);
@@ -154,10 +156,10 @@ export function checkWorkspace(
   if (realInContainer !== undefined) throw refusal(what, shown, realInContainer);
   const ctx = { homeDir: a.homeDir, stateDir: a.stateDir, dockerSockets: a.dockerSockets, realpath: a.fs.realpath };
   const surface = credentialSurfaceReason(real, ctx) ?? credentialSurfaceReason(path.resolve(given), ctx);
-  if (surface !== undefined) {
-    const fix = what === PROCESS_CWD ? 'start berth from a project folder or attach one' : 'attach a project folder';
-    throw refusal(what, shown, `${surface}, a credential surface berth never exposes to a sandbox; ${fix} instead`);
-  }
+  const fix = what === PROCESS_CWD ? 'start berth from a project folder or attach one' : 'attach a project folder';
+  if (surface !== undefined) throw refusal(what, shown, `${surface}; ${fix} instead`);
+  const outside = outsideAllowedRootsReason(real, a.allowedRoots ?? [], a.fs);
+  if (outside !== undefined) throw refusal(what, shown, `${outside}; ${fix} under one of them, or add its root to workspace.allowedRoots`);
   return real;
 }
 

@@ -105,6 +105,11 @@ describe('berth CLI on the local backend (real processes)', () => {
     expect(r.stderr).toMatch(/nope-missing/);
     const root = await runBerth(['exec', '--session', 'x', '--workspace', '/', '--', 'true'], { env: t.env, cwd: t.dir });
     expect(root.code).toBe(125);
+    const etc = await runBerth(['exec', '--session', 'x', '--workspace', '/etc', '--', 'echo should-not-run'], { env: t.env, cwd: t.dir });
+    expect(etc).toEqual({
+      code: 125, stdout: '',
+      stderr: 'berth: attached workspace "/etc" is /etc, a system directory berth never exposes to a sandbox; attach a project folder instead\n',
+    });
   });
 
   it('an unbuilt backend is a clear error, never a fallback to the host', async () => {
