@@ -17,6 +17,7 @@ import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
 import { readSecretsFiles, type SecretsFile } from '../config/secrets-file.js';
 import { ensurePrivateDir, removeSessionStaging, stagingDirFor } from '../files/staging.js';
+import { StagingLedger } from '../files/staging-quota.js';
 import { exportToStaging, mediaHostPath, readSandboxFile, uploadFile, uploadTarball, type TransferContext } from '../files/transfer.js';
 import { BackendRegistry } from './backend-registry.js';
 import { JobRunner, type JobReadResult, type JobSummary } from './jobs.js';
@@ -150,6 +151,7 @@ export class Broker implements AsyncDisposable {
     const env = opts.env ?? process.env;
     this.config = config;
     this.berthHome = berthHome;
+    this.stagingLedger = new StagingLedger(berthHome);
     this.store = store;
     this.installationId = store.installationId;
     this.hostEnv = Object.freeze({ ...env });
@@ -328,6 +330,8 @@ export class Broker implements AsyncDisposable {
   // --- files, media (issue 4) ---
   /** Secrets files (`env.secretsFile`) read once at start-up, by path. */
   private secrets: ReadonlyMap<string, SecretsFile> = new Map();
+  /** Each tenant's exports in staging, against `limits.stagingBytes`. */
+  private readonly stagingLedger: StagingLedger;
 
   /**
    * Writes one file into the call's sandbox; `path` is absolute or relative to the shell's cwd.
@@ -419,6 +423,7 @@ export class Broker implements AsyncDisposable {
       staging: () => ensurePrivateDir(this.berthHome, stagingDirFor(this.berthHome, {
         tenant: call.scope.tenant, profile: call.scope.profile, user: call.scope.user, sessionRef: call.sessionRef,
       })),
+      stagingLease: () => this.stagingLedger.begin(call.scope.tenant, this.config.limits.stagingBytes),
       redactValues: call.redactValues,
       log: (m) => this.log('berth:files', `${call.binding.sandboxKey}: ${m}`),
     };
