@@ -1,6 +1,5 @@
 import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
 import type { Backend, ManagedSandbox, Sandbox } from '../backends/backend.js';
 import { defaultBerthHome, loadConfig } from '../config/load.js';
 import type { BackendName, BerthConfig } from '../config/types.js';
@@ -48,6 +47,12 @@ export interface BrokerOptions {
   holdSessions?: boolean;
   /** Run the orphan reaper at first engine use and periodically (default true). */
   reap?: boolean;
+  /**
+   * Keep the full output of a command over `exec.maxOutputChars` in a private spill file and
+   * report it as `fullOutputPath` (default true). The CLI passes false: it streams the whole
+   * output live, and a file would outlive the call that could use it.
+   */
+  spillOutput?: boolean;
   log?: (namespace: string, message: string) => void;
 }
 
@@ -138,6 +143,7 @@ export class Broker implements AsyncDisposable {
   private readonly dockerSockets: string[];
   private readonly owner: string | null;
   private readonly reap: boolean;
+  private readonly spillOutput: boolean;
   private readonly log: (namespace: string, message: string) => void;
   private readonly locks = new KeyedLock();
   private readonly live = new Map<string, LiveSandbox>();
@@ -160,6 +166,7 @@ export class Broker implements AsyncDisposable {
     this.dockerSockets = dockerSocketsOf(env);
     this.owner = opts.holdSessions === false ? null : ownerToken();
     this.reap = opts.reap ?? true;
+    this.spillOutput = opts.spillOutput ?? true;
     this.log = opts.log ?? (() => {});
     this.backends = new BackendRegistry({
       berthHome, installation: store.installationId, injected: opts.backends, log: (m) => this.log('berth:backend', m),
@@ -714,9 +721,7 @@ export class Broker implements AsyncDisposable {
       defaultCwd: call.defaultCwd,
       initialCwd: startCwd(this.store, call),
       secretNames: call.secretNames,
-      spillDir: join(this.berthHome, 'spill'),
-      // A CLI process ends while its session goes on: its last spill file stays (start-up cleanup ages it out).
-      keepSpillOnClose: this.owner === null,
+      spillDir: this.spillOutput ? spillDirOf(this.berthHome) : undefined,
       maxOutputChars: call.settings.exec.maxOutputChars,
       redactValues: call.redactValues,
     }).then((shell): LiveShell => ({

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, it } from 'vitest';
 import { runBerth, type CliRun } from '../helpers/cli.js';
@@ -130,6 +130,20 @@ describeDocker('berth CLI on the real docker engine', () => {
     const container = await containerFor(t.installation, 'session:off');
     const info = await docker.getContainer(container.id).inspect();
     expect(info.Mounts.filter((m) => m.Type === 'bind' && m.Source === ws)).toEqual([]);
+  });
+
+  it('a command over exec.maxOutputChars leaves nothing in $BERTH_HOME/spill (streamed whole; --json truncated, no path)', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml({ persistent: false, exec: { maxOutputChars: 1000 } }));
+    const spill = join(t.home, 'spill');
+    const left = (): string[] => (existsSync(spill) ? readdirSync(spill) : []);
+    const r = await berth(t, ['exec', '--session', 'sp', '--', 'head -c 50000 /dev/zero | tr "\\0" a']);
+    expect(r).toEqual({ code: 0, stdout: 'a'.repeat(50_000), stderr: '' });
+    const j = await execJson(t, ['--session', 'sp', '--', 'head -c 50000 /dev/zero | tr "\\0" b']);
+    expect(j).toMatchObject({ truncated: true, exitCode: 0 });
+    expect(j).not.toHaveProperty('fullOutputPath');
+    expect(left()).toEqual([]);
+    expect((await berth(t, ['close', '--session', 'sp'])).code).toBe(0);
   });
 
   it('a shared sandbox asked for a different mount exits 125 saying the mount is fixed', async () => {
