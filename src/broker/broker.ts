@@ -181,9 +181,10 @@ export class Broker implements AsyncDisposable {
     const secrets = readSecretsFiles(config);
     assertVolumesAllowed(config, { homeDir: homedir(), stateDir: berthHome, dockerSockets: dockerSocketsOf(env) });
     assertAllowedRootsExist(config);
-    const store = StateStore.open(berthHome);
+    const store = StateStore.open(berthHome, { auditMaxCommandChars: config.audit.maxCommandChars });
     const broker = new Broker(opts, config, berthHome, store);
     cleanSpillDir(spillDirOf(berthHome), spillMaxAgeMs(config));
+    broker.pruneAudit();
     broker.secrets = secrets;
     if (broker.reap) {
       const everyMs = Math.min(60_000, Math.max(1_000, minIdleMs(config) / 4));
@@ -908,7 +909,17 @@ export class Broker implements AsyncDisposable {
       }
     }
     if (this.closing) return;
+    this.pruneAudit();
     if (this.reap) await this.reapOrphans().catch((e) => this.log('berth:reaper', String(e)));
+  }
+
+  /** `audit.retentionDays`: entries older than that go (at open and on every sweep). */
+  private pruneAudit(): void {
+    try {
+      this.store.pruneAudit(Date.now() - this.config.audit.retentionDays * 24 * 60 * 60 * 1000);
+    } catch (e) {
+      this.log('berth:audit', `pruning old audit entries failed: ${String(e)}`);
+    }
   }
 }
 

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import { capAuditText } from './audit-text.js';
 
 /** A sandbox this installation created, as the store remembers it. */
 export interface SandboxRecord {
@@ -75,6 +76,7 @@ CREATE TABLE IF NOT EXISTS task_overrides (
 CREATE TABLE IF NOT EXISTS audit (
   id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, tenant TEXT NOT NULL, profile TEXT NOT NULL,
   user TEXT, session TEXT, sandbox_key TEXT, kind TEXT NOT NULL, command TEXT, exit_code INTEGER, duration_ms INTEGER);
+CREATE INDEX IF NOT EXISTS audit_time ON audit (time_ms);
 CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY, tenant TEXT NOT NULL, profile TEXT NOT NULL, session TEXT NOT NULL, user TEXT, digest TEXT NOT NULL,
   sandbox_key TEXT NOT NULL, scope TEXT NOT NULL, command TEXT NOT NULL, dir TEXT NOT NULL, started_ms INTEGER NOT NULL,
@@ -159,6 +161,14 @@ function toSession(r: SessionRow): SessionRecord {
   };
 }
 
+export interface StateStoreOptions {
+  /**
+   * `audit.maxCommandChars`: a recorded command text longer than this is cut, the cut marked
+   * (`… [N more chars]`). Texts arrive redacted. Default: not cut (the broker always passes it).
+   */
+  auditMaxCommandChars?: number | undefined;
+}
+
 /**
  * berth's state under `BERTH_HOME/state.db`: what this installation owns, so a restarted berth
  * can reattach and reap. Every query is scoped by tenant where a tenant is involved.
@@ -169,9 +179,11 @@ export class StateStore {
   private readonly statements = new Map<string, Database.Statement>();
   private auditQueue: AuditEntry[] = [];
   private auditTimer: NodeJS.Timeout | undefined;
+  private readonly auditMaxCommandChars: number;
 
-  private constructor(db: Database.Database) {
+  private constructor(db: Database.Database, opts: StateStoreOptions) {
     this.db = db;
+    this.auditMaxCommandChars = opts.auditMaxCommandChars ?? Number.POSITIVE_INFINITY;
     const row = db.prepare('SELECT v FROM meta WHERE k = ?').get('installation') as { v: string } | undefined;
     if (row) {
       this.installationId = row.v;
@@ -184,7 +196,7 @@ export class StateStore {
   }
 
   /** Opens (creating if needed) the store in `berthHome`. */
-  static open(berthHome: string): StateStore {
+  static open(berthHome: string, opts: StateStoreOptions = {}): StateStore {
     mkdirSync(berthHome, { recursive: true, mode: 0o700 });
     const db = new Database(join(berthHome, 'state.db'));
     db.pragma('journal_mode = WAL');
@@ -192,7 +204,7 @@ export class StateStore {
     db.pragma('busy_timeout = 5000');
     db.exec(SCHEMA);
     migrateJobs(db);
-    return new StateStore(db);
+    return new StateStore(db, opts);
   }
 
   close(): void {
@@ -374,7 +386,8 @@ export class StateStore {
    * before any read), so recording a call costs the hot path no disk write of its own.
    */
   addAudit(e: AuditEntry): void {
-    this.auditQueue.push(e);
+    const command = e.command === null ? null : capAuditText(e.command, this.auditMaxCommandChars);
+    this.auditQueue.push(command === e.command ? e : { ...e, command });
     if (this.auditQueue.length >= 200) this.flushAudit();
     else if (this.auditTimer === undefined) {
       this.auditTimer = setTimeout(() => this.flushAudit(), 50);
@@ -395,6 +408,15 @@ export class StateStore {
         insert.run(e.timeMs, e.tenant, e.profile, e.user, e.session, e.sandboxKey, e.kind, e.command, e.exitCode, e.durationMs);
       }
     })();
+  }
+
+  /**
+   * `audit.retentionDays`: deletes entries recorded before `beforeMs` (queued ones are newer).
+   * Returns how many went.
+   */
+  pruneAudit(beforeMs: number): number {
+    if (!this.db.open) return 0;
+    return this.q('DELETE FROM audit WHERE time_ms < ?').run(beforeMs).changes;
   }
 
   listAudit(filter: { tenant: string; user?: string; session?: string; limit?: number }): AuditEntry[] {
