@@ -337,6 +337,7 @@ export async function exportToStaging(ctx: TransferContext, a: { path: string; m
     if (skipped > 0) ctx.log?.(`export ${r.real}: ${skipped} entries skipped (symlinks, special files, berth's own or credential paths)`);
     return { hostPath: join(final, base), bytes, kind };
   } catch (err) {
+    // Before the cleanup awaits: a concurrent export must not be refused for bytes about to go.
     lease.release();
     stream?.destroy();
     await open_?.close().catch(() => undefined);

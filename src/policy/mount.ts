@@ -42,7 +42,7 @@ export interface MountInput {
   stateDir: string;
   dockerSockets: string[];
   /** `workspace.allowedRoots` of the call's profile: when non-empty, a workspace must lie under one. */
-  allowedRoots?: readonly string[] | undefined;
+  allowedRoots: readonly string[];
   fs: MountFs;
 }
 
@@ -75,7 +75,7 @@ export const CONTAINER_WORKSPACE = '/workspace';
  * @example
  * resolveMount({ key: 'session:s1', shared: false, workspace: { path: '/home/ana/app', source: 'session' },
  *   mountEnabled: true, containerBackend: true, homeDir: '/home/ana', stateDir: '/home/ana/.berth',
- *   dockerSockets: ['/var/run/docker.sock'], fs: hostMountFs })
+ *   dockerSockets: ['/var/run/docker.sock'], allowedRoots: [], fs: hostMountFs })
  * // { mount: '/home/ana/app', mountReason: 'the workspace attached to the call', startDir: undefined }
  * @throws PolicyRefusedError naming the path and the rule; UsageError for a relative path.
  */
@@ -158,7 +158,7 @@ export function checkWorkspace(
   const surface = credentialSurfaceReason(real, ctx) ?? credentialSurfaceReason(path.resolve(given), ctx);
   const fix = what === PROCESS_CWD ? 'start berth from a project folder or attach one' : 'attach a project folder';
   if (surface !== undefined) throw refusal(what, shown, `${surface}; ${fix} instead`);
-  const outside = outsideAllowedRootsReason(real, a.allowedRoots ?? [], a.fs);
+  const outside = outsideAllowedRootsReason(real, a.allowedRoots, a.fs);
   if (outside !== undefined) throw refusal(what, shown, `${outside}; ${fix} under one of them, or add its root to workspace.allowedRoots`);
   return real;
 }

@@ -47,6 +47,7 @@ function input(workspace: AttachedWorkspace | undefined, over: Partial<MountInpu
     homeDir: home,
     stateDir: state,
     dockerSockets: [path.join(runDir, 'docker.sock')],
+    allowedRoots: [],
     fs: hostMountFs,
     ...over,
   };
