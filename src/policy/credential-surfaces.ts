@@ -77,18 +77,29 @@ interface Surface {
  * // 'is inside /var/lib, a system directory berth never exposes to a sandbox'
  */
 export function credentialSurfaceReason(realPath: string, ctx: CredentialSurfaceContext): string | undefined {
-  if (!path.isAbsolute(realPath)) return 'is not an absolute path';
-  const target = path.resolve(realPath);
-  if (target === path.parse(target).root) return `is the filesystem root, a credential surface ${NEVER_EXPOSED}`;
-  const t = fold(target);
-  for (const surface of surfaces(ctx)) {
-    const s = fold(surface.path);
-    if (t === s) return `${surface.insideAllowed ? `is ${surface.label} itself` : `is ${surface.label}`}, ${surface.kind}`;
-    const where = surface.label === surface.path ? surface.label : `${surface.label} (${surface.path})`;
-    if (isStrictlyInside(t, s) && !surface.insideAllowed) return `is inside ${where}, ${surface.kind}`;
-    if (isStrictlyInside(s, t) && !surface.containsAllowed) return `contains ${where}, ${surface.kind}`;
-  }
-  return undefined;
+  return surfaceChecker(ctx)(realPath);
+}
+
+/**
+ * `credentialSurfaceReason` for several paths against one context: the surfaces (and their real
+ * paths) are listed once.
+ */
+export function surfaceChecker(ctx: CredentialSurfaceContext): (p: string) => string | undefined {
+  const list = surfaces(ctx).map((surface) => ({ ...surface, folded: fold(surface.path) }));
+  return (p) => {
+    if (!path.isAbsolute(p)) return 'is not an absolute path';
+    const target = path.resolve(p);
+    if (target === path.parse(target).root) return `is the filesystem root, a credential surface ${NEVER_EXPOSED}`;
+    const t = fold(target);
+    for (const surface of list) {
+      const s = surface.folded;
+      if (t === s) return `${surface.insideAllowed ? `is ${surface.label} itself` : `is ${surface.label}`}, ${surface.kind}`;
+      const where = surface.label === surface.path ? surface.label : `${surface.label} (${surface.path})`;
+      if (isStrictlyInside(t, s) && !surface.insideAllowed) return `is inside ${where}, ${surface.kind}`;
+      if (isStrictlyInside(s, t) && !surface.containsAllowed) return `contains ${where}, ${surface.kind}`;
+    }
+    return undefined;
+  };
 }
 
 function surfaces(ctx: CredentialSurfaceContext): Surface[] {
