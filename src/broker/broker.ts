@@ -1,6 +1,5 @@
 import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
 import type { Backend, ManagedSandbox, Sandbox } from '../backends/backend.js';
 import { defaultBerthHome, loadConfig } from '../config/load.js';
 import type { BackendName, BerthConfig } from '../config/types.js';
@@ -10,12 +9,14 @@ import { effectiveScope } from '../scope/async-context.js';
 import type { CallScope, CallScopeInput } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';
 import { mapWorkdir } from '../policy/cwd.js';
+import { assertAllowedRootsExist } from '../policy/allowed-roots.js';
 import { assertVolumesAllowed } from '../policy/volumes.js';
 import { redactText } from '../shell/output-capture.js';
 import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
 import { readSecretsFiles, type SecretsFile } from '../config/secrets-file.js';
 import { ensurePrivateDir, removeSessionStaging, stagingDirFor } from '../files/staging.js';
+import { StagingLedger } from '../files/staging-quota.js';
 import { exportToStaging, mediaHostPath, readSandboxFile, uploadFile, uploadTarball, type TransferContext } from '../files/transfer.js';
 import { BackendRegistry } from './backend-registry.js';
 import { JobRunner, type JobReadResult, type JobSummary } from './jobs.js';
@@ -46,6 +47,12 @@ export interface BrokerOptions {
   holdSessions?: boolean;
   /** Run the orphan reaper at first engine use and periodically (default true). */
   reap?: boolean;
+  /**
+   * Keep the full output of a command over `exec.maxOutputChars` in a private spill file and
+   * report it as `fullOutputPath` (default true). The CLI passes false: it streams the whole
+   * output live, and a file would outlive the call that could use it.
+   */
+  spillOutput?: boolean;
   log?: (namespace: string, message: string) => void;
 }
 
@@ -136,6 +143,7 @@ export class Broker implements AsyncDisposable {
   private readonly dockerSockets: string[];
   private readonly owner: string | null;
   private readonly reap: boolean;
+  private readonly spillOutput: boolean;
   private readonly log: (namespace: string, message: string) => void;
   private readonly locks = new KeyedLock();
   private readonly live = new Map<string, LiveSandbox>();
@@ -149,6 +157,7 @@ export class Broker implements AsyncDisposable {
     const env = opts.env ?? process.env;
     this.config = config;
     this.berthHome = berthHome;
+    this.stagingLedger = new StagingLedger(berthHome);
     this.store = store;
     this.installationId = store.installationId;
     this.hostEnv = Object.freeze({ ...env });
@@ -157,6 +166,7 @@ export class Broker implements AsyncDisposable {
     this.dockerSockets = dockerSocketsOf(env);
     this.owner = opts.holdSessions === false ? null : ownerToken();
     this.reap = opts.reap ?? true;
+    this.spillOutput = opts.spillOutput ?? true;
     this.log = opts.log ?? (() => {});
     this.backends = new BackendRegistry({
       berthHome, installation: store.installationId, injected: opts.backends, log: (m) => this.log('berth:backend', m),
@@ -170,9 +180,11 @@ export class Broker implements AsyncDisposable {
     const config = opts.config ?? loadConfig({ configFlag: opts.configPath, cwd: opts.cwd ?? process.cwd(), berthHome });
     const secrets = readSecretsFiles(config);
     assertVolumesAllowed(config, { homeDir: homedir(), stateDir: berthHome, dockerSockets: dockerSocketsOf(env) });
-    const store = StateStore.open(berthHome);
+    assertAllowedRootsExist(config);
+    const store = StateStore.open(berthHome, { auditMaxCommandChars: config.audit.maxCommandChars });
     const broker = new Broker(opts, config, berthHome, store);
     cleanSpillDir(spillDirOf(berthHome), spillMaxAgeMs(config));
+    broker.pruneAudit();
     broker.secrets = secrets;
     if (broker.reap) {
       const everyMs = Math.min(60_000, Math.max(1_000, minIdleMs(config) / 4));
@@ -326,6 +338,8 @@ export class Broker implements AsyncDisposable {
   // --- files, media (issue 4) ---
   /** Secrets files (`env.secretsFile`) read once at start-up, by path. */
   private secrets: ReadonlyMap<string, SecretsFile> = new Map();
+  /** Each tenant's exports in staging, against `limits.stagingBytes`. */
+  private readonly stagingLedger: StagingLedger;
 
   /**
    * Writes one file into the call's sandbox; `path` is absolute or relative to the shell's cwd.
@@ -360,8 +374,10 @@ export class Broker implements AsyncDisposable {
   }
 
   /**
-   * A host path a gateway can attach for a file the agent names in its sandbox: the file under the
-   * sandbox's own host dir when it is bind-mounted (or local), else an export into staging.
+   * A host path a gateway can attach for a file the agent names in its sandbox: a copy in the
+   * session's staging dir (`files.mediaMode: copy`, the default), or with `mediaMode: live` the
+   * file under the sandbox's own host dir when it has one (no copy; the agent can swap it for a
+   * symlink after the check, see the README), else an export.
    *
    * @example
    * const { hostPath } = await broker.mediaPath({ user: 'telegram:1' }, '/workspace/chart.png');
@@ -411,9 +427,11 @@ export class Broker implements AsyncDisposable {
       policy: { roots, home: sandbox.homeDir, berthDirs: [sandbox.stateDir] },
       cwd: call.binding.cwd || call.defaultCwd,
       maxBytes: call.settings.files.maxBytes,
+      mediaMode: call.settings.files.mediaMode,
       staging: () => ensurePrivateDir(this.berthHome, stagingDirFor(this.berthHome, {
         tenant: call.scope.tenant, profile: call.scope.profile, user: call.scope.user, sessionRef: call.sessionRef,
       })),
+      stagingLease: () => this.stagingLedger.begin(call.scope.tenant, this.config.limits.stagingBytes),
       redactValues: call.redactValues,
       log: (m) => this.log('berth:files', `${call.binding.sandboxKey}: ${m}`),
     };
@@ -704,9 +722,7 @@ export class Broker implements AsyncDisposable {
       defaultCwd: call.defaultCwd,
       initialCwd: startCwd(this.store, call),
       secretNames: call.secretNames,
-      spillDir: join(this.berthHome, 'spill'),
-      // A CLI process ends while its session goes on: its last spill file stays (start-up cleanup ages it out).
-      keepSpillOnClose: this.owner === null,
+      spillDir: this.spillOutput ? spillDirOf(this.berthHome) : undefined,
       maxOutputChars: call.settings.exec.maxOutputChars,
       redactValues: call.redactValues,
     }).then((shell): LiveShell => ({
@@ -893,7 +909,17 @@ export class Broker implements AsyncDisposable {
       }
     }
     if (this.closing) return;
+    this.pruneAudit();
     if (this.reap) await this.reapOrphans().catch((e) => this.log('berth:reaper', String(e)));
+  }
+
+  /** `audit.retentionDays`: entries older than that go (at open and on every sweep). */
+  private pruneAudit(): void {
+    try {
+      this.store.pruneAudit(Date.now() - this.config.audit.retentionDays * 24 * 60 * 60 * 1000);
+    } catch (e) {
+      this.log('berth:audit', `pruning old audit entries failed: ${String(e)}`);
+    }
   }
 }
 

@@ -1,4 +1,3 @@
-import { realpathSync, statSync } from 'node:fs';
 import type { SandboxSpec } from '../backends/backend.js';
 import { LocalBackend } from '../backends/local/local-backend.js';
 import type { SecretsFile } from '../config/secrets-file.js';
@@ -7,7 +6,7 @@ import { isContainerBackend, settingsFor } from '../config/types.js';
 import { ConfigError, PolicyRefusedError, UsageError } from '../errors.js';
 import { resolveStartCwd } from '../policy/cwd.js';
 import { resolveEnvGrants } from '../policy/env-grants.js';
-import { resolveMount } from '../policy/mount.js';
+import { hostMountFs, resolveMount } from '../policy/mount.js';
 import { wouldCreateCycle } from '../scope/aliases.js';
 import type { CallScope } from '../scope/call-scope.js';
 import { identityDigest, sandboxDirName, sandboxIdentity, shellIdentity } from '../scope/naming.js';
@@ -67,23 +66,6 @@ export interface ResolveContext {
   /** Secrets files (`env.secretsFile`) read at start-up, by absolute path. */
   secrets?: ReadonlyMap<string, SecretsFile>;
 }
-
-const hostFs = {
-  realpath(p: string): string | undefined {
-    try {
-      return realpathSync(p);
-    } catch {
-      return undefined;
-    }
-  },
-  isDirectory(p: string): boolean {
-    try {
-      return statSync(p).isDirectory();
-    } catch {
-      return false;
-    }
-  },
-};
 
 export function isolationOf(backend: BackendName): Isolation {
   return isContainerBackend(backend) ? 'container' : 'none';
@@ -170,7 +152,7 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
     ?? (override?.cwd !== undefined ? { path: override.cwd, source: override.cwdSource ?? 'session' } : undefined);
   const mount = resolveMount({
     key: keyed.key, shared: keyed.shared, workspace, mountEnabled: settings.workspace.mount, containerBackend: container,
-    homeDir: ctx.homeDir, stateDir: ctx.berthHome, dockerSockets: ctx.dockerSockets, fs: hostFs,
+    homeDir: ctx.homeDir, stateDir: ctx.berthHome, dockerSockets: ctx.dockerSockets, allowedRoots: settings.workspace.allowedRoots, fs: hostMountFs,
   });
 
   const isSubagent = scope.task !== undefined && parentOf(scope.task) !== undefined;

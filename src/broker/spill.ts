@@ -11,11 +11,10 @@ export function spillDirOf(berthHome: string): string {
 
 /**
  * How old a spill file must be before start-up cleanup removes it: the longest idle time of any
- * profile, and at least 24 h. A shell deletes its own files when it closes; what is left was
- * kept by a process that ended with its session still open (the CLI) or that died. Another berth
- * process may share `$BERTH_HOME` and still hold a live shell, so nothing younger than that
- * shell could be idle for is touched, and the 24 h floor leaves a CLI user's last
- * `fullOutputPath` readable for a day.
+ * profile, and at least 24 h. A shell deletes its own files when it closes and the CLI writes
+ * none (it streams everything), so what is left was kept by a process that died. Another berth
+ * process may share `$BERTH_HOME` and still hold a live shell whose last `fullOutputPath` its
+ * caller may still read, so nothing younger than that shell could be idle for is touched.
  */
 export function spillMaxAgeMs(config: BerthConfig): number {
   const idle = [config.base, ...Object.values(config.profiles)].map((p) => p.lifecycle.idleSeconds * 1000);

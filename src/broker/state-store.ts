@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type Database from 'better-sqlite3';
+import { capAuditText } from './audit-text.js';
 import { openStateDb } from './berth-home.js';
 
 /** A sandbox this installation created, as the store remembers it. */
@@ -74,6 +75,7 @@ CREATE TABLE IF NOT EXISTS task_overrides (
 CREATE TABLE IF NOT EXISTS audit (
   id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, tenant TEXT NOT NULL, profile TEXT NOT NULL,
   user TEXT, session TEXT, sandbox_key TEXT, kind TEXT NOT NULL, command TEXT, exit_code INTEGER, duration_ms INTEGER);
+CREATE INDEX IF NOT EXISTS audit_time ON audit (time_ms);
 CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY, tenant TEXT NOT NULL, profile TEXT NOT NULL, session TEXT NOT NULL, user TEXT, digest TEXT NOT NULL,
   sandbox_key TEXT NOT NULL, scope TEXT NOT NULL, command TEXT NOT NULL, dir TEXT NOT NULL, started_ms INTEGER NOT NULL,
@@ -158,6 +160,14 @@ function toSession(r: SessionRow): SessionRecord {
   };
 }
 
+export interface StateStoreOptions {
+  /**
+   * `audit.maxCommandChars`: a recorded command text longer than this is cut, the cut marked
+   * (`… [N more chars]`). Texts arrive redacted. Default: not cut (the broker always passes it).
+   */
+  auditMaxCommandChars?: number | undefined;
+}
+
 /**
  * berth's state under `BERTH_HOME/state.db`: what this installation owns, so a restarted berth
  * can reattach and reap. Every query is scoped by tenant where a tenant is involved.
@@ -168,9 +178,11 @@ export class StateStore {
   private readonly statements = new Map<string, Database.Statement>();
   private auditQueue: AuditEntry[] = [];
   private auditTimer: NodeJS.Timeout | undefined;
+  private readonly auditMaxCommandChars: number;
 
-  private constructor(db: Database.Database) {
+  private constructor(db: Database.Database, opts: StateStoreOptions) {
     this.db = db;
+    this.auditMaxCommandChars = opts.auditMaxCommandChars ?? Number.POSITIVE_INFINITY;
     const row = db.prepare('SELECT v FROM meta WHERE k = ?').get('installation') as { v: string } | undefined;
     if (row) {
       this.installationId = row.v;
@@ -183,11 +195,11 @@ export class StateStore {
   }
 
   /** Opens (creating if needed) the store in `berthHome`; berth's files there are made private. */
-  static open(berthHome: string): StateStore {
+  static open(berthHome: string, opts: StateStoreOptions = {}): StateStore {
     const db = openStateDb(berthHome);
     db.exec(SCHEMA);
     migrateJobs(db);
-    return new StateStore(db);
+    return new StateStore(db, opts);
   }
 
   close(): void {
@@ -369,7 +381,8 @@ export class StateStore {
    * before any read), so recording a call costs the hot path no disk write of its own.
    */
   addAudit(e: AuditEntry): void {
-    this.auditQueue.push(e);
+    const command = e.command === null ? null : capAuditText(e.command, this.auditMaxCommandChars);
+    this.auditQueue.push(command === e.command ? e : { ...e, command });
     if (this.auditQueue.length >= 200) this.flushAudit();
     else if (this.auditTimer === undefined) {
       this.auditTimer = setTimeout(() => this.flushAudit(), 50);
@@ -390,6 +403,15 @@ export class StateStore {
         insert.run(e.timeMs, e.tenant, e.profile, e.user, e.session, e.sandboxKey, e.kind, e.command, e.exitCode, e.durationMs);
       }
     })();
+  }
+
+  /**
+   * `audit.retentionDays`: deletes entries recorded before `beforeMs` (queued ones are newer).
+   * Returns how many went.
+   */
+  pruneAudit(beforeMs: number): number {
+    if (!this.db.open) return 0;
+    return this.q('DELETE FROM audit WHERE time_ms < ?').run(beforeMs).changes;
   }
 
   listAudit(filter: { tenant: string; profiles?: readonly string[]; user?: string; session?: string; limit?: number }): AuditEntry[] {

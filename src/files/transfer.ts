@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { copyFile, mkdir, mkdtemp, open, realpath, rename, rm, stat, type FileHandle } from 'node:fs/promises';
 import { dirname, join, posix, sep } from 'node:path';
 import { Readable } from 'node:stream';
@@ -8,6 +7,7 @@ import { ByteRedactor } from '../shell/output-capture.js';
 import { FileTooLargeError, PathNotFoundError } from './errors.js';
 import { resolveInSandbox, type ResolvedPath } from './resolve-in-sandbox.js';
 import { assertSandboxPath, cleanEntryName, normalizeSandboxPath, sandboxPathRefusal, type SandboxPathPolicy } from './sandbox-path.js';
+import { ENTRY_BYTES, type StagingLease } from './staging-quota.js';
 import { readTar, TarFormatError, writeTar, type TarWriteEntry } from './tar.js';
 
 /** Everything a transfer needs about its call, resolved by the broker. */
@@ -20,6 +20,13 @@ export interface TransferContext {
   maxBytes: number;
   /** Creates (if needed) and returns the call scope's private staging dir on the host. */
   staging: () => Promise<string>;
+  /** Starts counting one export against its tenant's staging bound (`limits.stagingBytes`). */
+  stagingLease: () => Promise<StagingLease>;
+  /**
+   * `files.mediaMode`: `copy` (default) hands out a copy in staging; `live` the file under the
+   * sandbox's own host dir when it has one (an agent can swap it for a symlink after the check).
+   */
+  mediaMode?: 'copy' | 'live';
   /** Granted secret values (>= 8 chars) to redact from content returned to the caller (`readSandboxFile`). */
   redactValues?: readonly string[];
   log?: (message: string) => void;
@@ -105,12 +112,22 @@ interface ParsedEntry {
   data: Buffer | undefined;
 }
 
-/** Parses a caller's tar strictly: files and dirs with safe relative names only. */
+/**
+ * Parses a caller's tar strictly: files and dirs with safe relative names only. Each entry costs
+ * 512 bytes (its header) besides its content against the cap, so 20,000 empty files do not pass
+ * a small one.
+ */
 async function parseUploadTar(tar: Buffer, maxBytes: number): Promise<ParsedEntry[]> {
   const entries: ParsedEntry[] = [];
   let total = 0;
+  let seen = 0;
+  const tooMany = (): FileTooLargeError => new FileTooLargeError(
+    `the archive's entries (over ${total} bytes, counting ${ENTRY_BYTES} bytes for each of its ${seen} entries so far)`, maxBytes, CAP_SETTING);
   try {
     await readTar(Readable.from([tar]), (h) => {
+      seen++;
+      total += ENTRY_BYTES;
+      if (total > maxBytes) throw tooMany();
       const name = cleanEntryName(h.name);
       if (name === undefined) throw new PolicyRefusedError(`archive entry ${JSON.stringify(h.name)} is refused: absolute names and ".." segments are not allowed`);
       if (h.type === 'symlink' || h.type === 'hardlink' || h.type === 'other') {
@@ -122,7 +139,7 @@ async function parseUploadTar(tar: Buffer, maxBytes: number): Promise<ParsedEntr
         return undefined;
       }
       total += h.size;
-      if (total > maxBytes) throw new FileTooLargeError(`the archive's files (over ${total} bytes)`, maxBytes, CAP_SETTING);
+      if (total > maxBytes) throw tooMany();
       const parts: Buffer[] = [];
       return {
         write: (c: Buffer) => void parts.push(Buffer.from(c)),
@@ -222,6 +239,9 @@ function asTransferError(err: unknown, path: string, sandbox: string): unknown {
  * Written to a `.partial-*` dir first and renamed when complete: a failure (cap, refusal, a
  * broken stream) leaves nothing behind. Symlinks and special files inside a folder are not
  * materialised on the host, and berth's own files and credential dirs inside it are skipped.
+ *
+ * Every archive entry costs 512 bytes (its tar header) besides its content, against the cap and
+ * against the tenant's staging bound (`limits.stagingBytes`): many empty files are not free.
  */
 export async function exportToStaging(ctx: TransferContext, a: { path: string; maxBytes?: number }): Promise<{ hostPath: string; bytes: number; kind: 'file' | 'dir' }> {
   const cap = capOf(ctx, a.maxBytes);
@@ -229,18 +249,34 @@ export async function exportToStaging(ctx: TransferContext, a: { path: string; m
   const r = await resolveOne(ctx, a.path);
   requireExisting(ctx, r, 'file-or-dir');
   const kind = r.kind === 'dir' ? 'dir' : 'file';
-  if (r.size > limit) throw tooLarge(`sandbox file ${JSON.stringify(r.asked)} (${r.size} bytes)`, cap);
+  const what = `export of ${JSON.stringify(r.asked)}`;
+  if (r.size >= 0 && r.size + ENTRY_BYTES > limit) throw tooLarge(`sandbox file ${JSON.stringify(r.asked)} (${r.size} bytes, plus ${ENTRY_BYTES} for its entry)`, cap);
   const base = posix.basename(r.real);
   const parent = posix.dirname(r.real);
   const staging = await ctx.staging();
-  const stream = await ctx.sandbox.getArchive(r.real);
-  const tmp = await mkdtemp(join(staging, '.partial-'));
+  const lease = await ctx.stagingLease();
+  let tmp: string | undefined;
+  let stream: Readable | undefined;
+  /** Content bytes written (the result). */
   let bytes = 0;
+  /** What counts against the cap and the staging bound: content plus one header per entry. */
+  let charged = 0;
+  let entries = 0;
+  const charge = (n: number): void => {
+    charged += n;
+    if (charged > limit) throw tooLarge(`${what} (over ${charged} bytes, counting ${ENTRY_BYTES} bytes for each of its ${entries} entries so far)`, cap);
+    lease.add(n, what);
+  };
   let skipped = 0;
   let open_: FileHandle | undefined;
   const written = new Set<string>();
   try {
+    tmp = await mkdtemp(join(staging, lease.partialPrefix));
+    const into = tmp;
+    stream = await ctx.sandbox.getArchive(r.real);
     await readTar(stream, async (h) => {
+      entries++;
+      charge(ENTRY_BYTES);
       const name = cleanEntryName(h.name);
       if (name === undefined || (name !== '' && name !== base && !name.startsWith(`${base}/`))) {
         throw new BerthError('transfer_failed', `the sandbox's archive of ${JSON.stringify(r.real)} has an unexpected entry ${JSON.stringify(h.name)}`);
@@ -249,7 +285,7 @@ export async function exportToStaging(ctx: TransferContext, a: { path: string; m
         if (name !== '') skipped++;
         return undefined;
       }
-      const hostPath = join(tmp, ...name.split('/'));
+      const hostPath = join(into, ...name.split('/'));
       if (h.type === 'dir') {
         await mkdir(hostPath, { recursive: true, mode: 0o700 });
         return undefined;
@@ -257,10 +293,12 @@ export async function exportToStaging(ctx: TransferContext, a: { path: string; m
       if (h.type === 'hardlink') {
         const target = cleanEntryName(h.linkName);
         if (target !== undefined && written.has(target)) {
+          const targetPath = join(into, ...target.split('/'));
+          const size = (await stat(targetPath)).size;
+          charge(size);
           await mkdir(dirname(hostPath), { recursive: true, mode: 0o700 });
-          await copyFile(join(tmp, ...target.split('/')), hostPath);
-          bytes += (await stat(hostPath)).size;
-          if (bytes > limit) throw tooLarge(`export of ${JSON.stringify(r.asked)}`, cap);
+          await copyFile(targetPath, hostPath);
+          bytes += size;
           written.add(name);
         } else {
           skipped++;
@@ -271,15 +309,15 @@ export async function exportToStaging(ctx: TransferContext, a: { path: string; m
         skipped++;
         return undefined;
       }
-      if (bytes + h.size > limit) throw tooLarge(`export of ${JSON.stringify(r.asked)} (over ${bytes + h.size} bytes)`, cap);
+      if (charged + h.size > limit) throw tooLarge(`${what} (over ${charged + h.size} bytes, counting ${ENTRY_BYTES} bytes for each of its ${entries} entries so far)`, cap);
       await mkdir(dirname(hostPath), { recursive: true, mode: 0o700 });
       await rm(hostPath, { force: true });
       const fh = await open(hostPath, 'wx', (h.mode & 0o100) !== 0 ? 0o700 : 0o600);
       open_ = fh;
       return {
         write: async (c: Buffer) => {
+          charge(c.length);
           bytes += c.length;
-          if (bytes > limit) throw tooLarge(`export of ${JSON.stringify(r.asked)}`, cap);
           await fh.write(c);
         },
         end: async () => {
@@ -292,38 +330,51 @@ export async function exportToStaging(ctx: TransferContext, a: { path: string; m
     if (!written.has(base) && kind === 'file') {
       throw new BerthError('transfer_failed', `the sandbox's archive of ${JSON.stringify(r.real)} held no file`);
     }
-    if (kind === 'dir') await mkdir(join(tmp, base), { recursive: true, mode: 0o700 });
-    const final = join(staging, randomBytes(8).toString('hex'));
-    await rename(tmp, final);
+    if (kind === 'dir') await mkdir(join(into, base), { recursive: true, mode: 0o700 });
+    const final = join(staging, lease.committedName());
+    await rename(into, final);
+    lease.commit();
     if (skipped > 0) ctx.log?.(`export ${r.real}: ${skipped} entries skipped (symlinks, special files, berth's own or credential paths)`);
     return { hostPath: join(final, base), bytes, kind };
   } catch (err) {
-    stream.destroy();
+    // Before the cleanup awaits: a concurrent export must not be refused for bytes about to go.
+    lease.release();
+    stream?.destroy();
     await open_?.close().catch(() => undefined);
-    await rm(tmp, { recursive: true, force: true });
+    if (tmp !== undefined) await rm(tmp, { recursive: true, force: true });
     throw asTransferError(err, r.real, ctx.sandbox.name);
+  } finally {
+    lease.release();
   }
 }
 
 /**
- * The host path of a file an agent names in its sandbox: the file itself when the sandbox keeps
- * it on a host dir (its own bind, attached workspace or volume; every file on `local`), else an
- * export into the staging dir.
+ * The host path of a file an agent names in its sandbox, for a gateway to attach.
+ *
+ * By default (`mediaMode: copy`) a copy exported into the scope's staging dir: berth wrote it from
+ * the sandbox's archive stream, the sandbox cannot reach it, and it stays what it was. `live` (an
+ * explicit opt-in) returns the file itself when the sandbox keeps it on a host dir (its own bind,
+ * attached workspace or volume; every file on `local`): no copy, but the agent can replace that
+ * path with a symlink to any host file between this check and the gateway's read.
  */
 export async function mediaHostPath(ctx: TransferContext, sandboxPath: string): Promise<{ hostPath: string; exported: boolean }> {
   const r = await resolveOne(ctx, sandboxPath);
   requireExisting(ctx, r, 'file');
-  const mapped = ctx.sandbox.hostPathOf(r.real);
-  if (mapped !== undefined) {
-    const hostReal = await realpath(mapped.hostPath).catch(() => undefined);
-    if (hostReal !== undefined) {
-      const rootReal = await realpath(mapped.hostRoot).catch(() => mapped.hostRoot);
-      if (hostReal !== rootReal && !hostReal.startsWith(rootReal.endsWith(sep) ? rootReal : rootReal + sep)) {
-        throw new PolicyRefusedError(`sandbox path ${JSON.stringify(r.asked)} maps to host ${JSON.stringify(hostReal)}, outside the sandbox's host dir ${JSON.stringify(rootReal)}`);
-      }
-      if ((await stat(hostReal)).isFile()) return { hostPath: hostReal, exported: false };
-    }
-  }
+  const live = ctx.mediaMode === 'live' ? await liveHostPath(ctx, r) : undefined;
+  if (live !== undefined) return { hostPath: live, exported: false };
   const e = await exportToStaging(ctx, { path: r.real });
   return { hostPath: e.hostPath, exported: true };
+}
+
+/** The file's host path under the sandbox's host dir, checked once (`mediaMode: live` only). */
+async function liveHostPath(ctx: TransferContext, r: ResolvedPath): Promise<string | undefined> {
+  const mapped = ctx.sandbox.hostPathOf(r.real);
+  if (mapped === undefined) return undefined;
+  const hostReal = await realpath(mapped.hostPath).catch(() => undefined);
+  if (hostReal === undefined) return undefined;
+  const rootReal = await realpath(mapped.hostRoot).catch(() => mapped.hostRoot);
+  if (hostReal !== rootReal && !hostReal.startsWith(rootReal.endsWith(sep) ? rootReal : rootReal + sep)) {
+    throw new PolicyRefusedError(`sandbox path ${JSON.stringify(r.asked)} maps to host ${JSON.stringify(hostReal)}, outside the sandbox's host dir ${JSON.stringify(rootReal)}`);
+  }
+  return (await stat(hostReal)).isFile() ? hostReal : undefined;
 }

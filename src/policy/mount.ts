@@ -1,8 +1,9 @@
-import { realpathSync, statSync } from 'node:fs';
+import { existsSync, realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { PolicyRefusedError, UsageError } from '../errors.js';
 import type { AttachedWorkspace } from '../scope/call-scope.js';
-import { credentialSurfaceReason } from './credential-surfaces.js';
+import { outsideAllowedRootsReason } from './allowed-roots.js';
+import { surfaceChecker } from './credential-surfaces.js';
 
 /** The only file-system questions the mount policy asks. */
 export interface MountFs {
@@ -14,6 +15,9 @@ export interface MountFs {
 /** `MountFs` over the host file system. */
 export const hostMountFs: MountFs = {
   realpath(p) {
+    // Most surfaces asked about do not exist on a given host: existsSync answers that without
+    // the cost of a thrown error (the mount check asks about ~40 paths per call).
+    if (!existsSync(p)) return undefined;
     try {
       return realpathSync.native(p);
     } catch {
@@ -40,6 +44,8 @@ export interface MountInput {
   homeDir: string;
   stateDir: string;
   dockerSockets: string[];
+  /** `workspace.allowedRoots` of the call's profile: when non-empty, a workspace must lie under one. */
+  allowedRoots: readonly string[];
   fs: MountFs;
 }
 
@@ -62,15 +68,17 @@ export const CONTAINER_WORKSPACE = '/workspace';
  * Decide the workspace mount of a call (DESIGN section 4). Pure apart from `a.fs`.
  *
  * - A workspace the call attached (`source: 'session'`) wins in every mode, shared keys
- *   included; on a container backend with `workspace.mount` off it is refused, since the
- *   caller asked for something that would silently not happen.
+ *   included. On a container backend with `workspace.mount` off nothing is mounted, the reason
+ *   says so and the call goes on (DESIGN section 4: a gateway that always attaches the user's
+ *   folder keeps working on an installation that does not mount). Nothing of it reaches the
+ *   sandbox, so it is not checked either.
  * - A process-derived cwd (`source: 'process'`) is used only for the `default` key.
  * - Non-container backends never mount; the workspace becomes the starting directory.
  *
  * @example
  * resolveMount({ key: 'session:s1', shared: false, workspace: { path: '/home/ana/app', source: 'session' },
  *   mountEnabled: true, containerBackend: true, homeDir: '/home/ana', stateDir: '/home/ana/.berth',
- *   dockerSockets: ['/var/run/docker.sock'], fs: hostMountFs })
+ *   dockerSockets: ['/var/run/docker.sock'], allowedRoots: [], fs: hostMountFs })
  * // { mount: '/home/ana/app', mountReason: 'the workspace attached to the call', startDir: undefined }
  * @throws PolicyRefusedError naming the path and the rule; UsageError for a relative path.
  */
@@ -93,13 +101,10 @@ export function resolveMount(a: MountInput): MountDecision {
   }
 
   if (a.containerBackend && !a.mountEnabled) {
-    if (attached) {
-      throw new PolicyRefusedError(
-        `workspace "${ws.path}" was attached to the call but workspace.mount is off, so it would not be ` +
-          'visible in the sandbox; set workspace.mount: true in the config (or do not attach a workspace)',
-      );
-    }
-    return { mount: null, mountReason: 'workspace.mount is off', startDir: undefined };
+    const mountReason = attached
+      ? `workspace.mount is off: the attached workspace ${quoted(ws.path)} is not mounted (set workspace.mount: true to mount it)`
+      : 'workspace.mount is off';
+    return { mount: null, mountReason, startDir: undefined };
   }
 
   const what = attached ? ATTACHED : PROCESS_CWD;
@@ -130,12 +135,12 @@ export function resolveMount(a: MountInput): MountDecision {
 
 /**
  * The refusals shared by every workspace use: relative, in-container, missing, not a directory,
- * credential surface. Returns the real path.
+ * credential surface or system directory, outside `workspace.allowedRoots`. Returns the real path.
  */
 export function checkWorkspace(
   given: string,
   what: string,
-  a: Pick<MountInput, 'homeDir' | 'stateDir' | 'dockerSockets' | 'fs'>,
+  a: Pick<MountInput, 'homeDir' | 'stateDir' | 'dockerSockets' | 'allowedRoots' | 'fs'>,
 ): string {
   if (!path.isAbsolute(given)) {
     throw new UsageError(`${what} "${given}" is a relative path; pass an absolute path`);
@@ -152,12 +157,12 @@ export function checkWorkspace(
   }
   const realInContainer = inContainerPathReason(real, a.homeDir);
   if (realInContainer !== undefined) throw refusal(what, shown, realInContainer);
-  const ctx = { homeDir: a.homeDir, stateDir: a.stateDir, dockerSockets: a.dockerSockets, realpath: a.fs.realpath };
-  const surface = credentialSurfaceReason(real, ctx) ?? credentialSurfaceReason(path.resolve(given), ctx);
-  if (surface !== undefined) {
-    const fix = what === PROCESS_CWD ? 'start berth from a project folder or attach one' : 'attach a project folder';
-    throw refusal(what, shown, `${surface}, a credential surface berth never exposes to a sandbox; ${fix} instead`);
-  }
+  const check = surfaceChecker({ homeDir: a.homeDir, stateDir: a.stateDir, dockerSockets: a.dockerSockets, realpath: a.fs.realpath });
+  const surface = check(real) ?? check(path.resolve(given));
+  const fix = what === PROCESS_CWD ? 'start berth from a project folder or attach one' : 'attach a project folder';
+  if (surface !== undefined) throw refusal(what, shown, `${surface}; ${fix} instead`);
+  const outside = outsideAllowedRootsReason(real, a.allowedRoots, a.fs);
+  if (outside !== undefined) throw refusal(what, shown, `${outside}; ${fix} under one of them, or add its root to workspace.allowedRoots`);
   return real;
 }
 

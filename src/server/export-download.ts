@@ -13,19 +13,27 @@ import { HttpError } from './http-error.js';
 /*
  * Exports for remote callers (DESIGN §8: host paths only for local callers). An export already
  * lands in a fresh random dir under the call scope's private staging dir
- * (`staging/<tenant>/<session>/<user>/<16 hex>/<name>`); that dir name is the export id, and
+ * (`staging/<tenant>/<session>/<user>/<16 hex>-<bytes>/<name>`, see files/staging-quota.ts); its
+ * 16 hex digits are the export id, and
  * `GET /v1/files/exports/<id>` streams what it holds. The id is looked up only under the calling
  * scope's own staging dir (another tenant, profile, session or user finds nothing), must be
  * exactly 16 hex digits, and no symlink is followed on the way or inside.
  */
 
 export const EXPORT_ID_RE = /^[0-9a-f]{16}$/;
+/** A finished export's dir: `<id>-<bytes it counts against the staging bound>`. */
+const EXPORT_DIR_RE = /^([0-9a-f]{16})-[0-9]+$/;
 
 /** The id of an export from the host path `exportToStaging` answered. */
 export function exportIdOf(hostPath: string): string {
-  const id = basename(dirname(hostPath));
-  if (!EXPORT_ID_RE.test(id)) throw new Error(`export path ${hostPath} is not under an export dir`);
-  return id;
+  const m = EXPORT_DIR_RE.exec(basename(dirname(hostPath)));
+  if (m === null) throw new Error(`export path ${hostPath} is not under an export dir`);
+  return m[1] as string;
+}
+
+/** The dir of export `id` among the names in a scope's staging dir, if one is there. */
+function exportDirName(names: readonly string[], id: string): string | undefined {
+  return names.find((n) => EXPORT_DIR_RE.exec(n)?.[1] === id);
 }
 
 /** The download route of an export, with the scope fields that find it again. */
@@ -119,7 +127,9 @@ async function* withEnd(tar: AsyncGenerator<Buffer>): AsyncGenerator<Buffer> {
 export async function sendExport(res: ServerResponse, berthHome: string, scope: CallScope, id: string): Promise<void> {
   if (!EXPORT_ID_RE.test(id)) throw new HttpError(400, 'bad_request', `${JSON.stringify(id)} is not an export id (16 hex digits, from POST /v1/files/export)`);
   const staging = stagingDirFor(berthHome, { tenant: scope.tenant, profile: scope.profile, user: scope.user, sessionRef: sessionRefOf(scope) });
-  const dir = join(staging, id);
+  const dirName = exportDirName(await readdir(staging).catch(() => []), id);
+  if (dirName === undefined) throw notFound(id);
+  const dir = join(staging, dirName);
   if (!(await plainDirs(berthHome, dir))) throw notFound(id);
   const names = await readdir(dir).catch(() => []);
   if (names.length !== 1) throw notFound(id);

@@ -169,8 +169,8 @@ export interface CaptureOptions {
   maxChars: number;
   /** Most bytes the spill file may hold, cut line included (default `spillCapBytes(maxChars)`). */
   maxSpillBytes?: number | undefined;
-  /** Host dir for the spill file (created 0700). */
-  spillDir: string;
+  /** Host dir for the spill file (created 0700); undefined: nothing is spilled (the caller streamed it all). */
+  spillDir: string | undefined;
   /** File name stem for the spill file. */
   spillStem: string;
   redactValues?: readonly string[] | undefined;
@@ -255,7 +255,9 @@ export class OutputCapture {
     const notice = (omitted: number): string =>
       path !== undefined
         ? `[... ${omitted} chars omitted; full output kept by berth (fullOutputPath) ...]`
-        : `[... ${omitted} chars omitted; full output could not be saved ...]`;
+        : this.opts.spillDir === undefined
+          ? `[... ${omitted} chars omitted ...]`
+          : `[... ${omitted} chars omitted; full output could not be saved ...]`;
     const result: CaptureResult = {
       stdout: this.windows.stdout.text(notice),
       stderr: this.windows.stderr.text(notice),
@@ -282,7 +284,8 @@ export class OutputCapture {
   }
 
   private spill(bytes: Buffer): void {
-    if (this.spillError !== undefined) return;
+    const dir = this.opts.spillDir;
+    if (this.spillError !== undefined || dir === undefined) return;
     if (this.spillFd === undefined) {
       if (!this.windows.output.truncated) {
         // Copy: the caller's buffer may be reused.
@@ -291,10 +294,10 @@ export class OutputCapture {
         if (this.windows.output.total + bytes.length <= this.opts.maxChars) return;
       }
       try {
-        mkdirSync(this.opts.spillDir, { recursive: true, mode: 0o700 });
-        chmodSync(this.opts.spillDir, 0o700);
+        mkdirSync(dir, { recursive: true, mode: 0o700 });
+        chmodSync(dir, 0o700);
         const name = `${this.opts.spillStem}-${Date.now()}-${randomBytes(4).toString('hex')}.out`;
-        const path = join(this.opts.spillDir, name);
+        const path = join(dir, name);
         this.spillFd = openSync(path, 'wx', 0o600);
         this.spillPath = path;
         for (const b of this.pending) this.writeSpill(b);

@@ -255,7 +255,7 @@ export class PersistentShell implements AsyncDisposable {
     if (out.fullOutputPath !== undefined) {
       this.replaceSpill(out.fullOutputPath);
       // Closed while it ran: close has already cleaned up, so this file goes at once.
-      if (this.closed && this.opts.keepSpillOnClose !== true) this.dropSpill();
+      if (this.closed) this.dropSpill();
       else result.fullOutputPath = out.fullOutputPath;
     }
     if (replaced) result.shellReplaced = true;
@@ -390,7 +390,7 @@ export class PersistentShell implements AsyncDisposable {
     try {
       await this.endShell();
     } finally {
-      if (this.opts.keepSpillOnClose !== true) this.dropSpill();
+      this.dropSpill();
     }
   }
 

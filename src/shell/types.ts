@@ -35,14 +35,12 @@ export interface ShellOptions {
   initialCwd?: string | undefined;
   /** Granted secret names: never written to the snapshot, re-exported before each command. */
   secretNames: readonly string[];
-  /** Host dir for spilled full output (created 0700; files 0600). */
-  spillDir: string;
   /**
-   * Leave the last command's spill file when the shell closes (default false: it is deleted).
-   * For processes that end while their session goes on (the CLI): start-up cleanup removes the
-   * file later, by age.
+   * Host dir for spilled full output (created 0700; files 0600). Undefined: output over the limit
+   * is not kept anywhere (the caller streamed all of it, as the CLI does) and no result carries
+   * `fullOutputPath`.
    */
-  keepSpillOnClose?: boolean | undefined;
+  spillDir: string | undefined;
   maxOutputChars: number;
   /** Values to replace with `[REDACTED]` in returned output (>= 8 chars). */
   redactValues?: readonly string[];

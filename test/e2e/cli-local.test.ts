@@ -49,6 +49,22 @@ describe('berth CLI on the local backend (real processes)', () => {
     expect(j).toMatchObject({ exitCode: 3, stdout: 'out\n', stderr: 'err\n', sandboxKey: 'session:j', timedOut: false, truncated: false });
   });
 
+  it('a command over exec.maxOutputChars leaves no spill file: streamed whole, or --json says truncated without a path', async () => {
+    using t = tempInstall(`${LOCAL}exec:\n  maxOutputChars: 1000\n`);
+    const spill = join(t.home, 'spill');
+    const left = (): string[] => (existsSync(spill) ? readdirSync(spill) : []);
+    const r = await runBerth(['exec', '--session', 'sp', '--', 'head -c 50000 /dev/zero | tr "\\0" a'], { env: t.env, cwd: t.dir });
+    expect(r).toEqual({ code: 0, stdout: 'a'.repeat(50_000), stderr: '' });
+    expect(left()).toEqual([]);
+    const j = await runBerth(['exec', '--session', 'sp', '--json', '--', 'head -c 50000 /dev/zero | tr "\\0" b'], { env: t.env, cwd: t.dir });
+    expect(j.code).toBe(0);
+    const res = JSON.parse(j.stdout) as Record<string, unknown>;
+    expect(res).toMatchObject({ truncated: true, exitCode: 0 });
+    expect(res).not.toHaveProperty('fullOutputPath');
+    expect(res['stdout']).toMatch(/\[\.\.\. \d+ chars omitted \.\.\.\]/);
+    expect(left()).toEqual([]);
+  });
+
   it('streams output and exits with the command\'s own code', async () => {
     using t = tempInstall(LOCAL);
     const r = await runBerth(['exec', '--session', 'x', '--', 'echo a; echo b >&2; exit 7'], { env: t.env, cwd: t.dir });
@@ -105,6 +121,11 @@ describe('berth CLI on the local backend (real processes)', () => {
     expect(r.stderr).toMatch(/nope-missing/);
     const root = await runBerth(['exec', '--session', 'x', '--workspace', '/', '--', 'true'], { env: t.env, cwd: t.dir });
     expect(root.code).toBe(125);
+    const etc = await runBerth(['exec', '--session', 'x', '--workspace', '/etc', '--', 'echo should-not-run'], { env: t.env, cwd: t.dir });
+    expect(etc).toEqual({
+      code: 125, stdout: '',
+      stderr: 'berth: attached workspace "/etc" is /etc, a system directory berth never exposes to a sandbox; attach a project folder instead\n',
+    });
   });
 
   it('an unbuilt backend is a clear error, never a fallback to the host', async () => {

@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, it } from 'vitest';
 import { runBerth, type CliRun } from '../helpers/cli.js';
@@ -74,6 +74,76 @@ describeDocker('berth CLI on the real docker engine', () => {
     }
     // Nothing ran, so nothing was created.
     expect(await t.containers()).toEqual([]);
+  });
+
+  it('system paths exit 125 as workspaces, naming the path, the rule and the fix: /etc, /usr, /boot, /var/lib, /var/lib/docker, /run, /run/docker, /run/containerd, /proc, /sys, /dev, /home', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml({ persistent: false, workspace: { mount: true } }));
+    const dirs = ['/etc', '/usr', '/boot', '/var/lib', '/var/lib/docker', '/run', '/run/docker', '/run/containerd', '/proc', '/sys', '/dev', '/home']
+      .filter((d) => existsSync(d));
+    expect(dirs).toContain('/etc');
+    for (const dir of dirs) {
+      const r = await berth(t, ['exec', '--session', 'x', '--workspace', dir, '--', 'echo should-not-run']);
+      expect(r.code, `${dir}: ${r.stderr}`).toBe(125);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toMatch(new RegExp(`^berth: attached workspace "${dir}"( \\(real path "[^"]+"\\))? (is|is inside|contains) [^;]*(a system directory berth never exposes to a sandbox|holds other users' or services' files|credential surface)[^;]*; attach a project folder instead\\n$`));
+    }
+    expect((await berth(t, ['exec', '--session', 'x', '--workspace', '/etc', '--', 'true'])).stderr).toBe(
+      'berth: attached workspace "/etc" is /etc, a system directory berth never exposes to a sandbox; attach a project folder instead\n',
+    );
+    expect(await t.containers()).toEqual([]);
+  });
+
+  it('workspace.allowedRoots: a workspace outside the roots exits 125 naming them; one inside mounts; a missing root is a config error (exit 2)', async () => {
+    const t = reg.track();
+    const root = t.mkdir('roots');
+    const inside = t.mkdir('roots', 'app');
+    const outside = t.mkdir('elsewhere');
+    t.writeConfig(dockerConfigYaml({ persistent: false, workspace: { mount: true, allowedRoots: [root] } }));
+    const out = await berth(t, ['exec', '--session', 'o', '--workspace', outside, '--', 'echo should-not-run']);
+    expect(out).toEqual({
+      code: 125, stdout: '',
+      stderr: `berth: attached workspace "${outside}" is not under an allowed root (workspace.allowedRoots: ${root}); attach a project folder under one of them, or add its root to workspace.allowedRoots\n`,
+    });
+    writeFileSync(join(inside, 'in.txt'), 'inside\n');
+    expect(await berth(t, ['exec', '--session', 'i', '--workspace', inside, '--', 'cat /workspace/in.txt'])).toEqual({ code: 0, stdout: 'inside\n', stderr: '' });
+    t.writeConfig(dockerConfigYaml({ persistent: false, workspace: { mount: true, allowedRoots: [join(t.root, 'gone')] } }));
+    const missing = await berth(t, ['exec', '--session', 'i', '--', 'true']);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain(`workspace.allowedRoots entry ${join(t.root, 'gone')} does not exist; create it or remove the entry`);
+  });
+
+  it('workspace.mount off: --workspace DIR mounts nothing, the command runs, explain says why', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml({ persistent: false }));
+    const ws = t.mkdir('project');
+    writeFileSync(join(ws, 'host.txt'), 'from-host\n');
+    const r = await berth(t, ['exec', '--session', 'off', '--workspace', ws, '--', 'echo ran; ls /workspace']);
+    expect(r).toEqual({ code: 0, stdout: 'ran\n', stderr: '' });
+    const reason = `workspace.mount is off: the attached workspace "${ws}" is not mounted (set workspace.mount: true to mount it)`;
+    const ex = await berth(t, ['explain', '--session', 'off', '--workspace', ws]);
+    expect(ex.code, ex.stderr).toBe(0);
+    expect(ex.stdout).toMatch(/^mount +\(none\)$/m);
+    expect(ex.stdout).toContain(`mountReason  ${reason}`);
+    const json = JSON.parse((await berth(t, ['explain', '--json', '--session', 'off', '--workspace', ws])).stdout) as Record<string, unknown>;
+    expect(json).toMatchObject({ mount: null, mountReason: reason });
+    const container = await containerFor(t.installation, 'session:off');
+    const info = await docker.getContainer(container.id).inspect();
+    expect(info.Mounts.filter((m) => m.Type === 'bind' && m.Source === ws)).toEqual([]);
+  });
+
+  it('a command over exec.maxOutputChars leaves nothing in $BERTH_HOME/spill (streamed whole; --json truncated, no path)', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml({ persistent: false, exec: { maxOutputChars: 1000 } }));
+    const spill = join(t.home, 'spill');
+    const left = (): string[] => (existsSync(spill) ? readdirSync(spill) : []);
+    const r = await berth(t, ['exec', '--session', 'sp', '--', 'head -c 50000 /dev/zero | tr "\\0" a']);
+    expect(r).toEqual({ code: 0, stdout: 'a'.repeat(50_000), stderr: '' });
+    const j = await execJson(t, ['--session', 'sp', '--', 'head -c 50000 /dev/zero | tr "\\0" b']);
+    expect(j).toMatchObject({ truncated: true, exitCode: 0 });
+    expect(j).not.toHaveProperty('fullOutputPath');
+    expect(left()).toEqual([]);
+    expect((await berth(t, ['close', '--session', 'sp'])).code).toBe(0);
   });
 
   it('a shared sandbox asked for a different mount exits 125 saying the mount is fixed', async () => {

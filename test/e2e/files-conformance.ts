@@ -7,6 +7,7 @@ import { expect, it } from 'vitest';
 import type { Broker } from '../../src/broker/broker.js';
 import { PolicyRefusedError } from '../../src/errors.js';
 import { FileTooLargeError, PathNotFoundError } from '../../src/files/errors.js';
+import { StagingFullError } from '../../src/files/staging-quota.js';
 import { writeTar } from '../../src/files/tar.js';
 
 /*
@@ -107,6 +108,86 @@ export function filesConformance(
     const staging = join(home, 'staging');
     const leftovers = existsSync(staging) ? listTree(staging).filter((p) => !p.endsWith('/')) : [];
     expect(leftovers).toEqual([]);
+  });
+
+  it(`${backend}: media is a copy in staging by default, which the agent cannot change or swap afterwards`, async () => {
+    const { broker, home } = await open();
+    const s = { session: 'media' };
+    await broker.exec(s, 'echo before > m.txt');
+    const m = await broker.mediaPath(s, 'm.txt');
+    expect(m.exported).toBe(true);
+    expect(m.hostPath.startsWith(join(home, 'staging'))).toBe(true);
+    await broker.exec(s, 'rm m.txt; ln -s /etc/hostname m.txt');
+    expect(lstatSync(m.hostPath).isFile()).toBe(true);
+    expect(readFileSync(m.hostPath, 'utf8')).toBe('before\n');
+  });
+
+  it(`${backend}: every archive entry counts 512 bytes against the cap: 20,000 empty files do not pass a small one`, async () => {
+    const { broker, home } = await open({ files: { maxBytes: 1024 * 1024 } });
+    const s = { session: 'entries' };
+    const made = await broker.exec(s, 'mkdir e && for ((i=0;i<20000;i++)); do : > e/f$i; done; ls e | wc -l; mkdir small; : > small/a; : > small/b');
+    expect(made.stdout.trim()).toBe('20000');
+    await expect(broker.exportPath(s, { path: 'e', maxBytes: 1 })).rejects.toThrow(/larger than the cap of 1 bytes \(maxBytes of the call\)/);
+    const err = await broker.exportPath(s, { path: 'e' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(FileTooLargeError);
+    expect((err as Error).message).toMatch(/^export of "[^"]*\/e" \(over \d+ bytes, counting 512 bytes for each of its \d+ entries so far\) is larger than the cap of 1048576 bytes \(files\.maxBytes\)/);
+    // A folder of two empty files is three entries: 1536 bytes.
+    expect((await broker.exportPath(s, { path: 'small', maxBytes: 1536 })).bytes).toBe(0);
+    await expect(broker.exportPath(s, { path: 'small', maxBytes: 1535 })).rejects.toBeInstanceOf(FileTooLargeError);
+    // A file is one entry: its size plus 512.
+    await broker.exec(s, 'head -c 1000 /dev/zero > k');
+    expect((await broker.exportPath(s, { path: 'k', maxBytes: 1512 })).bytes).toBe(1000);
+    await expect(broker.exportPath(s, { path: 'k', maxBytes: 1511 })).rejects.toBeInstanceOf(FileTooLargeError);
+    // The same for a tar upload.
+    const many = writeTar(Array.from({ length: 20_000 }, (_, i) => ({ name: `u/f${i}`, type: 'file' as const, mode: 0o644, data: Buffer.alloc(0) })));
+    const up = await broker.uploadTar(s, { dir: 'up', tar: many }).catch((e: unknown) => e);
+    expect(up).toBeInstanceOf(FileTooLargeError);
+    expect((up as Error).message).toMatch(/^the archive's entries \(over \d+ bytes, counting 512 bytes for each of its \d+ entries so far\) is larger than the cap of 1048576 bytes/);
+    expect((await broker.exec(s, 'ls up 2>&1 || true')).stdout).toMatch(/No such file/);
+    await broker.closeSession(s);
+    const staging = join(home, 'staging');
+    expect(existsSync(staging) ? listTree(staging).filter((p) => !p.endsWith('/')) : []).toEqual([]);
+  }, 120_000);
+
+  it(`${backend}: staging is bounded per tenant (limits.stagingBytes) across its sessions; a refused export leaves nothing behind`, async () => {
+    const { broker, home } = await open({ limits: { stagingBytes: 1024 * 1024 } });
+    const a = { session: 'qa' };
+    const b = { session: 'qb' };
+    const other = { tenant: 'other', session: 'qa' };
+    for (const s of [a, b, other]) await broker.exec(s, 'head -c 600000 /dev/zero > f');
+    const first = await broker.exportPath(a, { path: 'f' });
+    expect(first.bytes).toBe(600_000);
+    const staging = join(home, 'staging');
+    const exportsIn = (): string[] => listTree(staging).filter((p) => !p.endsWith('/') || /\.partial-|-\d+\/$/.test(p));
+    const before = exportsIn();
+    const err = await broker.exportPath(b, { path: 'f' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(StagingFullError);
+    expect((err as Error).message).toMatch(
+      /^export of "[^"]*\/f" would take tenant "local"'s staging over its bound of 1048576 bytes \(limits\.stagingBytes; 600512 bytes are staged or being exported by other calls\); close sessions whose exports are no longer needed \(closing removes them\), or raise limits\.stagingBytes in the config$/,
+    );
+    await expect(broker.mediaPath(b, 'f')).rejects.toBeInstanceOf(StagingFullError);
+    expect(exportsIn()).toEqual(before);
+    // Another tenant has its own bound.
+    expect((await broker.exportPath(other, { path: 'f' })).bytes).toBe(600_000);
+    // Closing the session that holds the export frees the room.
+    await broker.closeSession(a);
+    expect((await broker.exportPath(b, { path: 'f' })).bytes).toBe(600_000);
+  });
+
+  it(`${backend}: concurrent exports of one tenant cannot together pass limits.stagingBytes`, async () => {
+    const { broker, home } = await open({ limits: { stagingBytes: 1024 * 1024 } });
+    const s = { session: 'qc' };
+    await broker.exec(s, 'for i in 1 2 3 4; do head -c 300000 /dev/zero > c$i; done');
+    const results = await Promise.allSettled([1, 2, 3, 4].map((i) => broker.exportPath(s, { path: `c${i}` })));
+    const ok = results.filter((r) => r.status === 'fulfilled');
+    const refused = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+    expect(ok.length).toBeGreaterThanOrEqual(1);
+    expect(ok.length).toBeLessThanOrEqual(3);
+    expect(refused.length).toBe(4 - ok.length);
+    for (const r of refused) expect(r.reason).toBeInstanceOf(StagingFullError);
+    const files = listTree(join(home, 'staging')).filter((p) => !p.endsWith('/'));
+    expect(files).toHaveLength(ok.length);
+    expect(ok.length * (300_000 + 512)).toBeLessThanOrEqual(1024 * 1024);
   });
 
   it(`${backend}: "..", an absolute symlink, /proc/self/environ and the snapshot dir are refused, naming the path and the rule`, async () => {

@@ -49,9 +49,9 @@ describeDocker('file transfer on the real docker engine', () => {
     { mode: 'shared', config: { scope: 'shared', sharedKey: 'team' }, a: {}, b: { tenant: 'other' }, keyA: 'shared:team', keyB: 'shared:team', tenantB: 'other' },
   ];
   for (const c of cases) {
-    it(`media: scope ${c.mode} — each scope gets the file under its own sandbox's host dir`, async () => {
+    it(`media (mediaMode: live): scope ${c.mode} — each scope gets the file under its own sandbox's host dir`, async () => {
       const t = reg.track();
-      const b = await t.open(dockerConfig({ persistent: true, ...c.config }));
+      const b = await t.open(dockerConfig({ persistent: true, files: { mediaMode: 'live' }, ...c.config }));
       await b.exec(c.a, 'echo from-a > /workspace/chart.txt; mkdir -p /root/out; echo home-a > /root/out/r.txt');
       await b.exec(c.b, 'echo from-b > /workspace/chart.txt');
       const ma = await b.mediaPath(c.a, '/workspace/chart.txt');
@@ -76,9 +76,9 @@ describeDocker('file transfer on the real docker engine', () => {
     });
   }
 
-  it('media: an ephemeral sandbox is exported into staging; an attached workspace maps to the mount itself', async () => {
+  it('media (mediaMode: live): an ephemeral sandbox is exported into staging; an attached workspace maps to the mount itself', async () => {
     const t = reg.track();
-    const b = await t.open(dockerConfig({ persistent: false, workspace: { mount: true } }));
+    const b = await t.open(dockerConfig({ persistent: false, workspace: { mount: true }, files: { mediaMode: 'live' } }));
     await b.exec({ session: 'eph' }, 'echo eph > /workspace/m.txt');
     const eph = await b.mediaPath({ session: 'eph' }, '/workspace/m.txt');
     expect(eph.exported).toBe(true);
@@ -88,6 +88,70 @@ describeDocker('file transfer on the real docker engine', () => {
     const scope = { session: 'mnt', workspace: { path: ws, source: 'session' as const } };
     await b.exec(scope, 'mkdir -p out && echo mounted > out/m.txt');
     expect(await b.mediaPath(scope, 'out/m.txt')).toEqual({ hostPath: join(ws, 'out', 'm.txt'), exported: false });
+  });
+
+  /**
+   * The agent swaps the file it names for a symlink to a host file, in a loop, while a gateway asks
+   * for media paths and reads them. A live path under the sandbox's bind (the old default) can be
+   * a symlink by the time it is read; a copy in staging never is.
+   */
+  async function mediaRace(mediaMode: 'copy' | 'live', tries: number): Promise<{ hits: number; served: number; paths: string[] }> {
+    const t = reg.track();
+    const secretFile = join(t.mkdir('host-secret'), 'secret.txt');
+    writeFileSync(secretFile, 'HOST-SECRET-7f3a\n');
+    const b = await t.open(dockerConfig({ persistent: true, files: { mediaMode } }));
+    const s = { session: 'race' };
+    await b.exec(s, 'echo public > /workspace/chart.txt');
+    const { jobId } = await b.startJob(s, `cd /workspace; while :; do ln -s ${secretFile} l.tmp; mv -f l.tmp chart.txt; echo public > p.tmp; mv -f p.tmp chart.txt; done`);
+    let hits = 0;
+    let served = 0;
+    const paths: string[] = [];
+    try {
+      for (let i = 0; i < tries; i++) {
+        const m = await b.mediaPath(s, '/workspace/chart.txt').catch(() => undefined);
+        if (m === undefined) continue;
+        served++;
+        paths.push(m.hostPath);
+        let text: string | undefined;
+        try {
+          text = readFileSync(m.hostPath, 'utf8');
+        } catch {
+          text = undefined;
+        }
+        if (text?.includes('HOST-SECRET')) hits++;
+      }
+    } finally {
+      await b.killJob(s, jobId);
+    }
+    return { hits, served, paths };
+  }
+
+  it('media: by default a copy in staging, so an agent swapping the file for a symlink to a host file never gets it read', async () => {
+    const r = await mediaRace('copy', 40);
+    console.log(`media race (copy): ${r.served} of 40 served, ${r.hits} read the host secret`);
+    expect(r.served).toBeGreaterThan(5);
+    expect(r.hits).toBe(0);
+    expect(r.paths.every((p) => p.includes('/staging/'))).toBe(true);
+  }, 240_000);
+
+  it('media: by default a copy even where the sandbox keeps the file on a host dir (persistent, attached workspace)', async () => {
+    const t = reg.track();
+    const b = await t.open(dockerConfig({ persistent: true, scope: 'session', workspace: { mount: true } }));
+    await b.exec({ session: 'p' }, 'echo persistent > /workspace/c.txt');
+    const p = await b.mediaPath({ session: 'p' }, '/workspace/c.txt');
+    expect(p.exported).toBe(true);
+    expect(p.hostPath.startsWith(join(t.home, 'staging', 'local'))).toBe(true);
+    expect(readFileSync(p.hostPath, 'utf8')).toBe('persistent\n');
+    // The copy stays what it was when the agent changes its own file afterwards.
+    await b.exec({ session: 'p' }, 'echo changed > /workspace/c.txt');
+    expect(readFileSync(p.hostPath, 'utf8')).toBe('persistent\n');
+    const ws = t.mkdir('project');
+    const scope = { session: 'mnt', workspace: { path: ws, source: 'session' as const } };
+    await b.exec(scope, 'echo mounted > m.txt');
+    const m = await b.mediaPath(scope, 'm.txt');
+    expect(m.exported).toBe(true);
+    expect(m.hostPath.startsWith(join(t.home, 'staging'))).toBe(true);
+    expect(readFileSync(m.hostPath, 'utf8')).toBe('mounted\n');
   });
 
   it('CLI: berth cp both ways (file and folder), berth media, berth audit --user --json', async () => {

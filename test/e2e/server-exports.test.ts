@@ -129,15 +129,17 @@ function suite(kind: 'docker' | 'local'): void {
     writeFileSync(join(outside, 'secret.txt'), 'host-secret\n');
     const staging = stagingDirFor(r.home, { tenant: 'acme', profile: 'default', user: undefined, sessionRef: 's1' });
 
+    // An export's dir is `<exportId>-<bytes>` (the staging bound counts it by name).
+    const dirOf = (id: string): string => join(staging, readdirSync(staging).find((n) => n.startsWith(`${id}-`)) as string);
     // A planted export dir that is a symlink to a host dir.
-    symlinkSync(outside, join(staging, 'aaaaaaaaaaaaaaaa'));
+    symlinkSync(outside, join(staging, 'aaaaaaaaaaaaaaaa-1'));
     // The exported file replaced by a symlink to a host file.
-    const oneDir = join(staging, one.body.exportId as string);
+    const oneDir = dirOf(one.body.exportId as string);
     rmSync(join(oneDir, 'one.txt'));
     symlinkSync(join(outside, 'secret.txt'), join(oneDir, 'one.txt'));
     // A symlink planted inside an exported folder.
-    symlinkSync(outside, join(staging, d.body.exportId as string, 'd', 'link'));
-    expect(readdirSync(staging).sort()).toEqual(['aaaaaaaaaaaaaaaa', one.body.exportId, d.body.exportId].sort());
+    symlinkSync(outside, join(dirOf(d.body.exportId as string), 'd', 'link'));
+    expect(readdirSync(staging).map((n) => n.split('-')[0]).sort()).toEqual(['aaaaaaaaaaaaaaaa', one.body.exportId, d.body.exportId].sort());
 
     for (const id of ['aaaaaaaaaaaaaaaa', one.body.exportId as string]) {
       const res = await download(r.acme, `/v1/files/exports/${id}${qs(scope)}`);

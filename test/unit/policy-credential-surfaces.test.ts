@@ -32,7 +32,64 @@ describe('credentialSurfaceReason', () => {
     expect(credentialSurfaceReason(`/home/ana/${dir}/sub`, ctx)).toBeDefined();
   });
 
-  it.each(['/home/ana/projects/app', '/home/ana/.sshx', '/home/anabel', '/srv/app', '/var/lib/berthx', '/var/runner'])(
+  it.each([
+    ['/etc', /^is \/etc, a system directory berth never exposes to a sandbox$/],
+    ['/etc/cron.d', /^is inside \/etc, a system directory/],
+    ['/usr', /is \/usr, a system directory/],
+    ['/usr/local/bin', /inside \/usr, a system directory/],
+    ['/boot', /is \/boot, a system directory/],
+    ['/var/lib', /is \/var\/lib, a system directory/],
+    ['/var/lib/docker', /inside \/var\/lib, a system directory/],
+    ['/run', /is \/run, a system directory/],
+    ['/run/docker', /inside \/run, a system directory/],
+    ['/run/containerd', /inside \/run, a system directory/],
+    ['/proc', /is \/proc, a system directory/],
+    ['/proc/1/root', /inside \/proc/],
+    ['/sys', /is \/sys, a system directory/],
+    ['/dev', /is \/dev, a system directory/],
+    ['/var/spool/cron', /inside \/var\/spool/],
+    ['/var/log', /is \/var\/log/],
+    ['/bin', /is \/bin/],
+    ['/lib', /is \/lib/],
+  ])('refuses the system directory %s, anything inside it', (p, reason) => {
+    const r = credentialSurfaceReason(p, { homeDir: '/home/ana', stateDir: '/home/ana/.berth', dockerSockets: [] });
+    expect(r).toMatch(reason);
+  });
+
+  it('refuses anything that contains a system directory', () => {
+    const none = { homeDir: '/nonexistent-home', stateDir: '/nonexistent-home/.berth', dockerSockets: [] };
+    expect(credentialSurfaceReason('/var', none)).toMatch(/^is \/var itself|contains \/var\/(run|lib)/);
+  });
+
+  it.each(['/home', '/var', '/opt', '/srv', '/mnt', '/media', '/tmp', '/var/tmp'])(
+    'refuses the shared parent %s itself, but not a project inside it',
+    (dir) => {
+      const none = { homeDir: '/nonexistent-home', stateDir: '/nonexistent-home/.berth', dockerSockets: [] };
+      expect(credentialSurfaceReason(dir, none)).toMatch(new RegExp(`^is ${dir.replace(/\//g, '\\/')} itself|contains`));
+      expect(credentialSurfaceReason(`${dir}/project`, none)).toBeUndefined();
+      expect(credentialSurfaceReason(`${dir}/project/src`, none)).toBeUndefined();
+    },
+  );
+
+  it('names the kind of surface and the rule, never only the path', () => {
+    expect(credentialSurfaceReason('/home/ana/.ssh/keys', ctx)).toBe(
+      'is inside ~/.ssh (/home/ana/.ssh), a credential surface berth never exposes to a sandbox',
+    );
+    expect(credentialSurfaceReason('/tmp', ctx)).toBe(
+      "is /tmp itself, a directory that holds other users' or services' files (a project inside it is fine)",
+    );
+  });
+
+  it('catches a system directory by its real path (macOS: /etc -> /private/etc)', () => {
+    const links: Record<string, string> = { '/etc': '/private/etc' };
+    const none = { homeDir: '/home/ana', stateDir: '/home/ana/.berth', dockerSockets: [] };
+    expect(credentialSurfaceReason('/private/etc/ssh', none)).toBeUndefined();
+    expect(credentialSurfaceReason('/private/etc/ssh', { ...none, realpath: (p: string) => links[p] ?? p })).toBe(
+      'is inside /etc (/private/etc), a system directory berth never exposes to a sandbox',
+    );
+  });
+
+  it.each(['/home/ana/projects/app', '/home/ana/.sshx', '/home/anabel', '/srv/app', '/srv/berthx', '/var/runner', '/var/www/site', '/tmp/project', '/opt/tool', '/usrx', '/etcetera'])(
     'allows %s',
     (p) => {
       expect(credentialSurfaceReason(p, ctx)).toBeUndefined();

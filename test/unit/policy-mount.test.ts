@@ -47,6 +47,7 @@ function input(workspace: AttachedWorkspace | undefined, over: Partial<MountInpu
     homeDir: home,
     stateDir: state,
     dockerSockets: [path.join(runDir, 'docker.sock')],
+    allowedRoots: [],
     fs: hostMountFs,
     ...over,
   };
@@ -96,10 +97,83 @@ describe('resolveMount on container backends', () => {
     });
   });
 
-  it('workspace.mount off: an attached workspace is refused with the fix', () => {
-    const call = () => resolveMount(input(session(project), { mountEnabled: false }));
-    expect(call).toThrow(PolicyRefusedError);
-    expect(call).toThrow(/workspace\.mount: true/);
+  it('workspace.mount off: an attached workspace is not mounted, the reason says so, and the call goes on', () => {
+    expect(resolveMount(input(session(project), { mountEnabled: false }))).toEqual({
+      mount: null,
+      mountReason: `workspace.mount is off: the attached workspace "${project}" is not mounted (set workspace.mount: true to mount it)`,
+      startDir: undefined,
+    });
+    // Nothing reaches the sandbox, so nothing is refused either (a gateway's folder may not even exist here).
+    expect(resolveMount(input(session(path.join(tmp, 'nope')), { mountEnabled: false, key: 'default', shared: true })).mount).toBeNull();
+  });
+
+  it.each(['/etc', '/usr', '/boot', '/var/lib', '/run', '/proc', '/sys', '/dev', '/home', '/tmp'])(
+    'refuses the system path %s as an attached workspace, naming the path, the rule and the fix',
+    (p) => {
+      // A file system where every path exists as itself: the rule, not the machine, decides.
+      const call = () => resolveMount(input(session(p), { fs: { realpath: (x) => x, isDirectory: () => true } }));
+      expect(call).toThrow(PolicyRefusedError);
+      expect(call).toThrow(new RegExp(`^attached workspace "${p.replace(/\//g, '\\/')}" (is|contains) .*; attach a project folder instead$`));
+    },
+  );
+
+  it('refuses /etc on the real file system too', () => {
+    expect(() => resolveMount(input(session('/etc')))).toThrow(
+      'attached workspace "/etc" is /etc, a system directory berth never exposes to a sandbox; attach a project folder instead',
+    );
+  });
+
+  it('refuses what lies inside a system directory: /var/lib/docker, /etc/cron.d', () => {
+    for (const p of ['/var/lib/docker', '/etc/cron.d']) {
+      if (hostMountFs.realpath(p) === undefined) continue;
+      expect(() => resolveMount(input(session(p)))).toThrow(/inside \/(var\/lib|etc), a system directory berth never exposes to a sandbox; attach a project folder instead/);
+    }
+    expect(() => resolveMount(input(session('/etc/cron.d'), { fs: { realpath: (p) => p, isDirectory: () => true } }))).toThrow(
+      'attached workspace "/etc/cron.d" is inside /etc, a system directory berth never exposes to a sandbox; attach a project folder instead',
+    );
+  });
+
+  describe('workspace.allowedRoots', () => {
+    it('mounts a workspace under an allowed root (by real path), refuses one outside, naming the roots and the fix', () => {
+      const roots = [path.join(home, 'projects'), path.join(tmp, 'elsewhere')];
+      expect(resolveMount(input(session(project), { allowedRoots: roots })).mount).toBe(project);
+      expect(resolveMount(input(session(path.join(home, 'projects')), { allowedRoots: roots })).mount).toBe(path.join(home, 'projects'));
+      // app-link lives outside the roots, but its real path is inside one: allowed.
+      expect(resolveMount(input(session(path.join(tmp, 'app-link')), { allowedRoots: roots })).mount).toBe(project);
+      const outside = path.join(tmp, 'run');
+      const call = () => resolveMount(input(session(outside), { allowedRoots: [path.join(home, 'projects')], dockerSockets: [] }));
+      expect(call).toThrow(PolicyRefusedError);
+      expect(call).toThrow(
+        `attached workspace "${outside}" is not under an allowed root (workspace.allowedRoots: ${path.join(home, 'projects')}); ` +
+          'attach a project folder under one of them, or add its root to workspace.allowedRoots',
+      );
+    });
+
+    it('a symlink inside a root that points out of it is judged by where it points', () => {
+      const root = path.join(tmp, 'roots', 'r1');
+      mkdirSync(root, { recursive: true });
+      const escape = path.join(root, 'escape');
+      symlinkSync(runDir, escape);
+      expect(() => resolveMount(input(session(escape), { allowedRoots: [root], dockerSockets: [] }))).toThrow(/is not under an allowed root/);
+    });
+
+    it('a root given through a symlink matches by its real path; a root that vanished allows nothing', () => {
+      expect(resolveMount(input(session(project), { allowedRoots: [path.join(tmp, 'app-link')] })).mount).toBe(project);
+      expect(() => resolveMount(input(session(project), { allowedRoots: [path.join(tmp, 'gone')] }))).toThrow(/not under an allowed root/);
+    });
+
+    it('a sibling with the root as a name prefix is outside it', () => {
+      mkdirSync(path.join(home, 'projects-old'), { recursive: true });
+      expect(() => resolveMount(input(session(path.join(home, 'projects-old')), { allowedRoots: [path.join(home, 'projects')] }))).toThrow(
+        /not under an allowed root/,
+      );
+    });
+
+    it('applies on local too (the start dir) and to a process cwd for the default key', () => {
+      const roots = [path.join(tmp, 'roots')];
+      expect(() => resolveMount(input(session(project), { allowedRoots: roots, containerBackend: false }))).toThrow(/not under an allowed root/);
+      expect(() => resolveMount(input(proc(project), { allowedRoots: roots, key: 'default', shared: true }))).toThrow(/not under an allowed root/);
+    });
   });
 
   const refusals: [string, () => string, RegExp][] = [

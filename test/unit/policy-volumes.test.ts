@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -28,5 +28,21 @@ describe('docker.volumes go through the credential-surface refusals at start-up'
     expect(() => check(['/var/run:/run-host'])).toThrow(/docker/);
     expect(() => check([`${h.home}/nope:/x`])).toThrow(/does not exist/);
     expect(() => check([], { bot: { docker: { volumes: [`${h.home}/.ssh:/k`] } } })).toThrow(/profiles\.bot\.docker\.volumes/);
+  });
+
+  it.each(['/etc', '/usr', '/var/lib', '/run', '/proc', '/sys', '/dev', '/home'])('refuses the system path %s as a volume, naming the rule and the fix', (dir) => {
+    const h = fakeHome();
+    const ctx = { homeDir: h.home, stateDir: h.state, dockerSockets: [] };
+    const check = () => assertVolumesAllowed(parseConfig({ backend: 'docker', docker: { volumes: [`${dir}:/host`] } }), ctx);
+    expect(check).toThrow(ConfigError);
+    expect(check).toThrow(new RegExp(`docker\\.volumes entry "${dir}:/host": ${dir} (is|contains) .*; bind a project folder instead`));
+  });
+
+  it('refuses what lies inside a system directory (/var/lib/dpkg) and allows a project under /tmp', () => {
+    const h = fakeHome();
+    const ctx = { homeDir: h.home, stateDir: h.state, dockerSockets: [] };
+    const check = (v: string) => () => assertVolumesAllowed(parseConfig({ backend: 'docker', docker: { volumes: [v] } }), ctx);
+    if (existsSync('/var/lib/dpkg')) expect(check('/var/lib/dpkg:/x')).toThrow(/is inside \/var\/lib, a system directory berth never exposes to a sandbox/);
+    expect(check(`${h.project}:/x`)).not.toThrow();
   });
 });

@@ -117,7 +117,7 @@ describe('PersistentShell (real bash)', () => {
     expect(readdirSync(fx.spillDir)).toEqual([]);
   });
 
-  it('keeps only the last spill file of a shell, and leaves it at close when asked to', async () => {
+  it('keeps only the last spill file of a shell, and removes it at close', async () => {
     const sh = await start({ maxOutputChars: 1000 });
     const a = await sh.run('head -c 5000 /dev/zero', T);
     const b = await sh.run('head -c 5000 /dev/zero', T);
@@ -128,10 +128,18 @@ describe('PersistentShell (real bash)', () => {
     await sh.close();
     expect(readdirSync(fx.spillDir)).toEqual([]);
 
-    const kept = await start({ maxOutputChars: 1000, keepSpillOnClose: true });
-    const c = await kept.run('head -c 5000 /dev/zero', T);
-    await kept.close();
-    expect(existsSync(c.fullOutputPath as string)).toBe(true);
+  });
+
+  it('without a spill dir nothing is written: the result is capped, says so and has no fullOutputPath', async () => {
+    const sh = await start({ maxOutputChars: 1000, spillDir: undefined });
+    const chunks: string[] = [];
+    const r = await sh.run('head -c 5000 /dev/zero | tr "\\0" a', { ...T, onChunk: (_s, c) => chunks.push(c) });
+    expect(r.truncated).toBe(true);
+    expect(r.fullOutputPath).toBeUndefined();
+    expect(r.stdout).toMatch(/\[\.\.\. \d+ chars omitted \.\.\.\]/);
+    expect(chunks.join('')).toBe('a'.repeat(5000));
+    await sh.close();
+    expect(existsSync(fx.spillDir) ? readdirSync(fx.spillDir) : []).toEqual([]);
   });
 
   it('spills binary output byte for byte', async () => {

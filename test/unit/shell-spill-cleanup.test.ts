@@ -67,11 +67,21 @@ describe('spill files: start-up cleanup and deletion with the shell', () => {
     expect(readdirSync(join(h, 'spill'))).toEqual([]);
   });
 
-  it('a detached (CLI) session keeps its last spill file when the process ends', async () => {
+  it('a detached session\'s spill file goes when the broker closes; with spillOutput: false (the CLI) none is written', async () => {
     const h = home();
     const broker = await open(h, false);
     const r = await broker.exec({ session: 's' }, 'head -c 5000 /dev/zero | tr "\\0" x');
-    await broker.close();
     expect(existsSync(r.fullOutputPath as string)).toBe(true);
+    await broker.close();
+    expect(existsSync(r.fullOutputPath as string)).toBe(false);
+    const cli = await Broker.open({
+      config: parseConfig({ backend: 'local', persistent: false, exec: { maxOutputChars: 1000 } }),
+      berthHome: h, env: { PATH: process.env['PATH'] }, holdSessions: false, reap: false, spillOutput: false,
+    });
+    const c = await cli.exec({ session: 's' }, 'head -c 5000 /dev/zero | tr "\\0" x');
+    expect(c.truncated).toBe(true);
+    expect(c.fullOutputPath).toBeUndefined();
+    expect(readdirSync(join(h, 'spill'))).toEqual([]);
+    await cli.close();
   });
 });

@@ -44,14 +44,12 @@ export async function execCommand(argv: string[], io: CliIo): Promise<number> {
       io.out(`${JSON.stringify({
         exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr, output: r.output, cwd: r.cwd, sandboxKey: r.sandboxKey,
         timedOut: r.timedOut, truncated: r.truncated, durationMs: r.durationMs,
-        ...(r.fullOutputPath !== undefined ? { fullOutputPath: r.fullOutputPath } : {}),
         ...(r.shellReplaced ? { shellReplaced: true } : {}),
         ...(r.sandboxRecreated ? { sandboxRecreated: true } : {}),
       })}\n`);
     } else {
       if (r.sandboxRecreated) io.err(`berth: sandbox "${r.sandboxKey}" had been removed outside berth; it was recreated for this command\n`);
       if (r.timedOut) io.err(`berth: command timed out and its process tree was killed (exit 124)\n`);
-      if (r.fullOutputPath !== undefined) io.err(`berth: output was capped; full output in ${r.fullOutputPath}\n`);
     }
     return r.exitCode;
   } finally {

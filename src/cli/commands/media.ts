@@ -6,10 +6,10 @@ import { openCliBroker } from '../open-broker.js';
 export const MEDIA_HELP = `usage: berth media [scope flags] [--json] PATH
 
 Prints a host path a gateway can attach for PATH, a file inside the call's sandbox (what an
-agent writes in a reply, e.g. /workspace/chart.png). For a sandbox whose files live in a host
-dir (persistent docker sandboxes, an attached workspace, local) it is the file under that
-sandbox's own dir; otherwise the file is exported into the session's private staging dir
-($BERTH_HOME/staging/..., removed by berth close). The same refusals as berth cp apply.
+agent writes in a reply, e.g. /workspace/chart.png): a copy in the session's private staging dir
+($BERTH_HOME/staging/..., removed by berth close). With files.mediaMode: live in the config, a
+file the sandbox keeps in a host dir is given as that file itself (no copy; the agent can swap
+it for a symlink after the check: see the README). The same refusals as berth cp apply.
 
 ${SCOPE_HELP}
   --json              print {"hostPath":...,"exported":...} on one line`;
