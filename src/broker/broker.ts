@@ -5,7 +5,7 @@ import type { Backend, ManagedSandbox, Sandbox } from '../backends/backend.js';
 import { defaultBerthHome, loadConfig } from '../config/load.js';
 import type { BackendName, BerthConfig } from '../config/types.js';
 import { isContainerBackend, settingsFor } from '../config/types.js';
-import { BerthError, PolicyRefusedError, SandboxNotFoundError, TimeoutError } from '../errors.js';
+import { BerthError, isBerthError, PolicyRefusedError, SandboxNotFoundError, TimeoutError } from '../errors.js';
 import { effectiveScope } from '../scope/async-context.js';
 import type { CallScope, CallScopeInput } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';
@@ -23,6 +23,7 @@ import { KeyedLock } from './keyed-lock.js';
 import { cleanSpillDir, spillDirOf, spillMaxAgeMs } from './spill.js';
 import { ownerAlive, ownerToken } from './process-owner.js';
 import { registerAlias, resolveCall, sessionRefOf, startCwd, type Binding, type ResolvedCall } from './resolve-call.js';
+import { SessionCalls, sessionKey, type SessionCall } from './session-calls.js';
 import { StateStore, type SandboxRecord } from './state-store.js';
 import { TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
@@ -139,6 +140,7 @@ export class Broker implements AsyncDisposable {
   private readonly log: (namespace: string, message: string) => void;
   private readonly locks = new KeyedLock();
   private readonly live = new Map<string, LiveSandbox>();
+  private readonly sessionCalls = new SessionCalls();
   private readonly checked = new Set<string>();
   private reaped: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
@@ -224,9 +226,14 @@ export class Broker implements AsyncDisposable {
     const timeoutMs = Math.round((opts.timeoutSeconds ?? call.settings.exec.timeoutSeconds) * 1000);
     const workdir = opts.workdir === undefined ? undefined
       : mapWorkdir(opts.workdir, { containerBackend: isContainerBackend(call.settings.backend), mount: call.spec.mount });
+    return this.inSession(call, (sc) => this.runInSandbox(call, sc, command, { ...opts, timeoutMs, workdir }));
+  }
+
+  private async runInSandbox(call: ResolvedCall, sc: SessionCall, command: string, opts: ExecOptions & { timeoutMs: number }): Promise<BrokerExecResult> {
+    const { timeoutMs, workdir } = opts;
     let gone = false;
     for (let attempt = 0; ; attempt++) {
-      const live = await this.sandboxFor(call);
+      const live = await this.sandboxForCall(call, sc);
       live.inflight++;
       live.lastActivityMs = Date.now();
       try {
@@ -246,7 +253,8 @@ export class Broker implements AsyncDisposable {
         // The sandbox vanished (or was stopped) out of band between calls: re-ensure once (a
         // removed one is recreated and the result says so; a stopped one is just started). A
         // backend may report the missing container only as a failed shell start, so ask the engine.
-        const state = attempt > 0 || this.closing ? undefined
+        // A call overtaken by its session's close never recreates what the close removed.
+        const state = attempt > 0 || this.closing || sc.overtaken ? undefined
           : err instanceof SandboxNotFoundError ? 'gone' : await this.outOfBandState(live);
         if (state !== undefined) {
           this.log('berth:broker', `sandbox ${call.binding.sandboxKey} is ${state}; re-ensuring it once`);
@@ -270,8 +278,14 @@ export class Broker implements AsyncDisposable {
 
   private async closeSessionRef(tenant: string, profile: string, sessionRef: string, scope?: CallScope): Promise<CloseResult> {
     const started = Date.now();
+    const id = sessionKey(tenant, profile, sessionRef);
+    // The session's calls under way may not outlive the close with a sandbox of their own: from now
+    // on none creates, recreates or reopens anything, and those still getting their sandbox are
+    // waited for, so what they create is linked to the session by then and removed below.
+    const overtaken = this.sessionCalls.overtake(id);
+    await Promise.all(overtaken.map((c) => c.ensuring?.catch(() => undefined)));
     for (const live of this.live.values()) {
-      live.sessions.delete(`${tenant}\0${profile}\0${sessionRef}`);
+      live.sessions.delete(id);
       for (const [key, p] of live.shells) {
         const ls = await p.catch(() => undefined);
         if (ls && ls.tenant === tenant && ls.profile === profile && ls.sessionRef === sessionRef) {
@@ -377,17 +391,19 @@ export class Broker implements AsyncDisposable {
     const started = Date.now();
     let failure: string | undefined = 'error';
     try {
-      const live = await this.sandboxFor(call);
-      live.inflight++;
-      live.lastActivityMs = Date.now();
-      try {
-        const r = await run(this.transferContext(call, live));
-        failure = undefined;
-        return r;
-      } finally {
-        live.inflight--;
+      return await this.inSession(call, async (sc) => {
+        const live = await this.sandboxForCall(call, sc);
+        live.inflight++;
         live.lastActivityMs = Date.now();
-      }
+        try {
+          const r = await run(this.transferContext(call, live));
+          failure = undefined;
+          return r;
+        } finally {
+          live.inflight--;
+          live.lastActivityMs = Date.now();
+        }
+      });
     } catch (err) {
       failure = err instanceof BerthError ? err.code : 'error';
       throw err;
@@ -588,6 +604,37 @@ export class Broker implements AsyncDisposable {
     return this.reaped;
   }
 
+  /**
+   * Runs one call of the call's session, registered so that a close of the session can tell it
+   * overtook the call. An overtaken call that fails says so (its sandbox went with the close).
+   */
+  private async inSession<T>(call: ResolvedCall, run: (sc: SessionCall) => Promise<T>): Promise<T> {
+    const sc = this.sessionCalls.begin(sessionKey(call.scope.tenant, call.scope.profile, call.sessionRef));
+    try {
+      return await run(sc);
+    } catch (err) {
+      if (!sc.overtaken || (isBerthError(err) && CALLER_ERRORS.has(err.code))) throw err;
+      throw sessionClosedError(call, err);
+    } finally {
+      sc.end();
+    }
+  }
+
+  /** `sandboxFor` for a call of a session: refused once a close overtook the call. */
+  private async sandboxForCall(call: ResolvedCall, sc: SessionCall): Promise<LiveSandbox> {
+    if (sc.overtaken) throw sessionClosedError(call);
+    const ensuring = this.sandboxFor(call);
+    sc.ensuring = ensuring;
+    let live: LiveSandbox;
+    try {
+      live = await ensuring;
+    } finally {
+      sc.ensuring = undefined;
+    }
+    if (sc.overtaken) throw sessionClosedError(call);
+    return live;
+  }
+
   /** Get-or-create under the identity's lock: concurrent first calls create one sandbox. */
   private sandboxFor(call: ResolvedCall): Promise<LiveSandbox> {
     const existing = this.live.get(call.spec.digest);
@@ -679,7 +726,7 @@ export class Broker implements AsyncDisposable {
    * sees the pair; afterwards only refreshes `last_seen` every few seconds (idle expiry needs no more).
    */
   private linkSession(call: ResolvedCall, live: LiveSandbox): void {
-    const id = `${call.scope.tenant}\0${call.scope.profile}\0${call.sessionRef}`;
+    const id = sessionKey(call.scope.tenant, call.scope.profile, call.sessionRef);
     const now = Date.now();
     const seen = live.sessions.get(id);
     if (seen === undefined) {
@@ -900,6 +947,16 @@ export class Broker implements AsyncDisposable {
 function dockerSocketsOf(env: NodeJS.ProcessEnv): string[] {
   const dockerHost = env['DOCKER_HOST'];
   return dockerHost?.startsWith('unix://') ? [...DOCKER_SOCKETS, dockerHost.slice('unix://'.length)] : DOCKER_SOCKETS;
+}
+
+/** Errors of the caller's own making: reported as they are, even when a close overtook the call. */
+const CALLER_ERRORS = new Set(['usage', 'policy_refused', 'too_large', 'path_not_found', 'session_closed']);
+
+function sessionClosedError(call: ResolvedCall, cause?: unknown): BerthError {
+  const session = call.scope.session !== undefined ? `session "${call.scope.session}"` : call.scope.task !== undefined ? `task "${call.scope.task}"` : 'the session';
+  return new BerthError('session_closed',
+    `${session} was closed while this call was running, and its sandbox went with it; run the call again to open the session anew`,
+    cause === undefined ? undefined : { cause });
 }
 
 function minIdleMs(config: BerthConfig): number {

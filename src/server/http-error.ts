@@ -22,6 +22,7 @@ const STATUS_BY_CODE: Record<string, number> = {
   backend_unavailable: 503,
   shutting_down: 503,
   shell_closed: 503,
+  session_closed: 409,
   config_invalid: 500,
 };
 
