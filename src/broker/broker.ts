@@ -270,10 +270,22 @@ export class Broker implements AsyncDisposable {
     }
   }
 
-  /** Closes a session: its shells, cwd records, aliases and overrides; removes ephemeral sandboxes no other open session uses. */
+  /**
+   * Closes a session: its shells, cwd records, aliases and overrides; removes ephemeral sandboxes no
+   * other open session uses. The subagents registered under the session's task (and theirs) belong
+   * to its conversation: they are closed first, so they no longer hold the sandbox they share.
+   */
   async closeSession(scope: CallScopeInput): Promise<CloseResult> {
     const s = this.normalize(scope);
-    return this.closeSessionRef(s.tenant, s.profile, sessionRefOf(s), s);
+    const ref = sessionRefOf(s);
+    const results: CloseResult[] = [];
+    for (const child of subagentSessionRefs(this.store, s, ref)) {
+      results.push(await this.closeSessionRef(s.tenant, s.profile, child, s));
+    }
+    results.push(await this.closeSessionRef(s.tenant, s.profile, ref, s));
+    const removed = [...new Set(results.flatMap((r) => r.removed))];
+    const kept = [...new Set(results.flatMap((r) => r.kept))].filter((k) => !removed.includes(k));
+    return { removed, kept };
   }
 
   private async closeSessionRef(tenant: string, profile: string, sessionRef: string, scope?: CallScope): Promise<CloseResult> {
@@ -957,6 +969,30 @@ function sessionClosedError(call: ResolvedCall, cause?: unknown): BerthError {
   return new BerthError('session_closed',
     `${session} was closed while this call was running, and its sandbox went with it; run the call again to open the session anew`,
     cause === undefined ? undefined : { cause });
+}
+
+/**
+ * The session refs of the subagents registered under the closing scope's task, and theirs
+ * (aliases record each child's parent). A subagent registered with the closing session itself
+ * goes with it; one registered under another session belongs to that conversation and is left.
+ */
+function subagentSessionRefs(store: StateStore, scope: CallScope, ref: string): string[] {
+  const out: string[] = [];
+  const seen = new Set<string>();
+  const queue = [...(scope.task === undefined ? [] : [scope.task]), ...(scope.session === undefined ? [] : store.tasksOfSession(scope.tenant, scope.profile, scope.session))];
+  while (queue.length > 0) {
+    const parent = queue.shift() as string;
+    if (seen.has(parent)) continue;
+    seen.add(parent);
+    for (const child of store.childrenOf(scope.tenant, scope.profile, parent)) {
+      const childRef = child.session ?? `@task:${child.child}`;
+      if (child.session !== null && child.session !== ref) continue;
+      if (childRef !== ref && !out.includes(childRef)) out.push(childRef);
+      queue.push(child.child);
+    }
+  }
+  // Deepest last found: close grandchildren before children, children before the parent.
+  return out.reverse();
 }
 
 function minIdleMs(config: BerthConfig): number {
