@@ -11,6 +11,7 @@ export class HttpError extends Error {
 /** BerthError codes → HTTP status. Anything unlisted that is a BerthError is berth failing (500). */
 const STATUS_BY_CODE: Record<string, number> = {
   usage: 400,
+  offset_out_of_range: 400,
   job_not_found: 404,
   not_found: 404,
   path_not_found: 404,
