@@ -119,8 +119,12 @@ export async function withTimeout<T>(promise: Promise<T>, timeoutMs: number, onT
 
 /** Bound of a ping or an `info`: an engine answers these in milliseconds. */
 export const PING_TIMEOUT_MS = 5_000;
-/** Bound of any other single engine request (inspect, list, create, start, stop, a forced remove). */
-export const ENGINE_REQUEST_TIMEOUT_MS = 30_000;
+/**
+ * Bound of any other single engine request (inspect, list, create, start, stop, a forced remove).
+ * Generous on purpose: on a loaded host (load 50 on 2 cores) a container start was seen taking
+ * over 30 s, and a slow answer must not fail a call; the bound is there for an engine that never answers.
+ */
+export const ENGINE_REQUEST_TIMEOUT_MS = 120_000;
 
 /** An engine that accepted the connection and did not answer in time. */
 export function noAnswerError(docker: Dockerode, timeoutMs: number, doing: string, cause?: unknown): BackendUnavailableError {
