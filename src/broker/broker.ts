@@ -16,7 +16,7 @@ import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
 import { readSecretsFiles, type SecretsFile } from '../config/secrets-file.js';
 import { ensurePrivateDir, removeSessionStaging, stagingDirFor } from '../files/staging.js';
-import { exportToStaging, mediaHostPath, readSandboxFile, uploadFile, uploadTarball, type TransferContext } from '../files/transfer.js';
+import { exportToStaging, mediaHostPath, readSandboxFile, uploadFile, uploadStream as uploadFileStream, uploadTarball, type TransferContext } from '../files/transfer.js';
 import { BackendRegistry } from './backend-registry.js';
 import { JobRunner, type JobReadResult, type JobSummary } from './jobs.js';
 import { KeyedLock } from './keyed-lock.js';
@@ -362,6 +362,21 @@ export class Broker implements AsyncDisposable {
    */
   upload(scope: CallScopeInput, a: { path: string; data: Buffer; mode?: number }): Promise<{ path: string; bytes: number }> {
     return this.fileCall(scope, 'upload', `upload ${a.path} (${Buffer.isBuffer(a.data) ? a.data.length : 0} bytes)`, (ctx) => uploadFile(ctx, a));
+  }
+
+  /**
+   * Streams one file of `size` bytes into the call's sandbox, never holding it whole in memory:
+   * what `upload` does for a body that arrives as a stream (an HTTP request, a file read stream).
+   * The path and the size are checked before a byte is read; the stream must give exactly `size`
+   * bytes. On any failure nothing is written (an existing file stays as it was). A refused call
+   * leaves `stream` unread; disposing of it is the caller's.
+   *
+   * @example
+   * const { size } = await stat('data.csv');
+   * await broker.uploadStream({ session: 's1' }, { path: '/workspace/data.csv', size, stream: createReadStream('data.csv') });
+   */
+  uploadStream(scope: CallScopeInput, a: { path: string; size: number; stream: AsyncIterable<Uint8Array>; mode?: number }): Promise<{ path: string; bytes: number }> {
+    return this.fileCall(scope, 'upload', `upload ${a.path} (${a.size} bytes)`, (ctx) => uploadFileStream(ctx, a));
   }
 
   /** Extracts a tar of files and folders under `dir` in the sandbox (symlinks and special files refused). */

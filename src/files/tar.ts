@@ -78,21 +78,62 @@ function padding(size: number): Buffer {
 export function writeTar(entries: readonly TarWriteEntry[]): Buffer {
   const parts: Buffer[] = [];
   for (const e of entries) {
-    const name = e.type === 'dir' && !e.name.endsWith('/') ? `${e.name}/` : e.name;
     const data = e.type === 'file' ? e.data ?? Buffer.alloc(0) : Buffer.alloc(0);
-    if (data.length > TAR_MAX_ENTRY_BYTES) throw new Error(`tar entry ${name} is larger than ${TAR_MAX_ENTRY_BYTES} bytes`);
-    const mtimeMs = e.mtimeMs ?? Date.now();
-    let stored = name;
-    if (Buffer.byteLength(name) > 100) {
-      const long = Buffer.from(`${name}\0`, 'utf8');
-      parts.push(header('././@LongLink', 'L', 0o644, long.length, 0), long, padding(long.length));
-      stored = truncateUtf8(name, 100);
-    }
-    parts.push(header(stored, e.type === 'dir' ? '5' : '0', e.mode, data.length, mtimeMs));
+    parts.push(...entryHeader(e, data.length));
     if (data.length > 0) parts.push(data, padding(data.length));
   }
   parts.push(Buffer.alloc(BLOCK * 2));
   return Buffer.concat(parts);
+}
+
+/** The header blocks of one entry of `size` content bytes (a GNU long-name record first when the name needs one). */
+function entryHeader(e: Pick<TarWriteEntry, 'name' | 'type' | 'mode' | 'mtimeMs'>, size: number): Buffer[] {
+  const name = e.type === 'dir' && !e.name.endsWith('/') ? `${e.name}/` : e.name;
+  if (size > TAR_MAX_ENTRY_BYTES) throw new Error(`tar entry ${name} is larger than ${TAR_MAX_ENTRY_BYTES} bytes`);
+  const parts: Buffer[] = [];
+  let stored = name;
+  if (Buffer.byteLength(name) > 100) {
+    const long = Buffer.from(`${name}\0`, 'utf8');
+    parts.push(header('././@LongLink', 'L', 0o644, long.length, 0), long, padding(long.length));
+    stored = truncateUtf8(name, 100);
+  }
+  parts.push(header(stored, e.type === 'dir' ? '5' : '0', e.mode, size, e.mtimeMs ?? Date.now()));
+  return parts;
+}
+
+/** The stream of a one-file archive gave more or fewer bytes than its header announced. */
+export class TarSizeMismatchError extends Error {
+  constructor(readonly expected: number, readonly got: number, readonly more: boolean) {
+    super(more ? `the content is longer than the ${expected} bytes announced` : `the content ended after ${got} of the ${expected} bytes announced`);
+  }
+}
+
+/**
+ * A tar archive streamed as it is produced: `dirs`, then one file whose `size` content bytes come
+ * from `source` (the header needs the size up front, so it is given, and held to: a source that
+ * gives more or fewer bytes fails the stream with `TarSizeMismatchError`). Nothing is buffered
+ * beyond the chunk in hand.
+ *
+ * @example
+ * Readable.from(tarStreamOfFile([], { name: 'big.bin', mode: 0o644, size }, request));
+ */
+export async function* tarStreamOfFile(
+  dirs: readonly TarWriteEntry[],
+  file: { name: string; mode: number; size: number },
+  source: AsyncIterable<Uint8Array>,
+): AsyncGenerator<Buffer> {
+  for (const d of dirs) yield* entryHeader({ ...d, type: 'dir' }, 0);
+  yield* entryHeader({ ...file, type: 'file' }, file.size);
+  let got = 0;
+  for await (const chunk of source) {
+    const b = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    got += b.length;
+    if (got > file.size) throw new TarSizeMismatchError(file.size, got, true);
+    if (b.length > 0) yield b;
+  }
+  if (got !== file.size) throw new TarSizeMismatchError(file.size, got, false);
+  yield padding(file.size);
+  yield Buffer.alloc(BLOCK * 2);
 }
 
 /** The longest prefix of `s` whose UTF-8 form fits `bytes` (the ustar name of a long-named entry is informative only). */
