@@ -12,6 +12,7 @@ export class HttpError extends Error {
 const STATUS_BY_CODE: Record<string, number> = {
   usage: 400,
   offset_out_of_range: 400,
+  upload_incomplete: 400,
   job_not_found: 404,
   not_found: 404,
   path_not_found: 404,
