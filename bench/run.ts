@@ -8,6 +8,7 @@ import { row, timeMany } from './stats.js';
 import { dockerBench } from './docker.js';
 import { httpBench } from './http.js';
 import { mcpBench } from './mcp.js';
+import { uploadRssBench } from './upload-rss.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
 
@@ -36,3 +37,4 @@ await localBench();
 await dockerBench();
 await httpBench();
 await mcpBench(N);
+await uploadRssBench();

@@ -4,7 +4,7 @@ import type { Backend, ManagedSandbox, Sandbox } from '../backends/backend.js';
 import { defaultBerthHome, loadConfig } from '../config/load.js';
 import type { BackendName, BerthConfig } from '../config/types.js';
 import { isContainerBackend, settingsFor } from '../config/types.js';
-import { BerthError, PolicyRefusedError, SandboxNotFoundError, TimeoutError } from '../errors.js';
+import { BerthError, isBerthError, PolicyRefusedError, SandboxNotFoundError, TimeoutError } from '../errors.js';
 import { effectiveScope } from '../scope/async-context.js';
 import type { CallScope, CallScopeInput } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';
@@ -17,13 +17,14 @@ import type { ExecResult } from '../shell/types.js';
 import { readSecretsFiles, type SecretsFile } from '../config/secrets-file.js';
 import { ensurePrivateDir, removeSessionStaging, stagingDirFor } from '../files/staging.js';
 import { StagingLedger } from '../files/staging-quota.js';
-import { exportToStaging, mediaHostPath, readSandboxFile, uploadFile, uploadTarball, type TransferContext } from '../files/transfer.js';
+import { exportToStaging, mediaHostPath, readSandboxFile, uploadFile, uploadStream as uploadFileStream, uploadTarball, type TransferContext } from '../files/transfer.js';
 import { BackendRegistry } from './backend-registry.js';
 import { JobRunner, type JobReadResult, type JobSummary } from './jobs.js';
 import { KeyedLock } from './keyed-lock.js';
 import { cleanSpillDir, spillDirOf, spillMaxAgeMs } from './spill.js';
 import { ownerAlive, ownerToken } from './process-owner.js';
 import { registerAlias, resolveCall, sessionRefOf, startCwd, type Binding, type ResolvedCall } from './resolve-call.js';
+import { SessionCalls, sessionKey, type SessionCall } from './session-calls.js';
 import { StateStore, type SandboxRecord } from './state-store.js';
 import { TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
@@ -147,6 +148,7 @@ export class Broker implements AsyncDisposable {
   private readonly log: (namespace: string, message: string) => void;
   private readonly locks = new KeyedLock();
   private readonly live = new Map<string, LiveSandbox>();
+  private readonly sessionCalls = new SessionCalls();
   private readonly checked = new Set<string>();
   private reaped: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
@@ -236,9 +238,14 @@ export class Broker implements AsyncDisposable {
     const timeoutMs = Math.round((opts.timeoutSeconds ?? call.settings.exec.timeoutSeconds) * 1000);
     const workdir = opts.workdir === undefined ? undefined
       : mapWorkdir(opts.workdir, { containerBackend: isContainerBackend(call.settings.backend), mount: call.spec.mount });
+    return this.inSession(call, (sc) => this.runInSandbox(call, sc, command, { ...opts, timeoutMs, workdir }));
+  }
+
+  private async runInSandbox(call: ResolvedCall, sc: SessionCall, command: string, opts: ExecOptions & { timeoutMs: number }): Promise<BrokerExecResult> {
+    const { timeoutMs, workdir } = opts;
     let gone = false;
     for (let attempt = 0; ; attempt++) {
-      const live = await this.sandboxFor(call);
+      const live = await this.sandboxForCall(call, sc);
       live.inflight++;
       live.lastActivityMs = Date.now();
       try {
@@ -258,7 +265,8 @@ export class Broker implements AsyncDisposable {
         // The sandbox vanished (or was stopped) out of band between calls: re-ensure once (a
         // removed one is recreated and the result says so; a stopped one is just started). A
         // backend may report the missing container only as a failed shell start, so ask the engine.
-        const state = attempt > 0 || this.closing ? undefined
+        // A call overtaken by its session's close never recreates what the close removed.
+        const state = attempt > 0 || this.closing || sc.overtaken ? undefined
           : err instanceof SandboxNotFoundError ? 'gone' : await this.outOfBandState(live);
         if (state !== undefined) {
           this.log('berth:broker', `sandbox ${call.binding.sandboxKey} is ${state}; re-ensuring it once`);
@@ -274,16 +282,34 @@ export class Broker implements AsyncDisposable {
     }
   }
 
-  /** Closes a session: its shells, cwd records, aliases and overrides; removes ephemeral sandboxes no other open session uses. */
+  /**
+   * Closes a session: its shells, cwd records, aliases and overrides; removes ephemeral sandboxes no
+   * other open session uses. The subagents registered under the session's task (and theirs) belong
+   * to its conversation: they are closed first, so they no longer hold the sandbox they share.
+   */
   async closeSession(scope: CallScopeInput): Promise<CloseResult> {
     const s = this.normalize(scope);
-    return this.closeSessionRef(s.tenant, s.profile, sessionRefOf(s), s);
+    const ref = sessionRefOf(s);
+    const results: CloseResult[] = [];
+    for (const child of subagentSessionRefs(this.store, s, ref)) {
+      results.push(await this.closeSessionRef(s.tenant, s.profile, child, s));
+    }
+    results.push(await this.closeSessionRef(s.tenant, s.profile, ref, s));
+    const removed = [...new Set(results.flatMap((r) => r.removed))];
+    const kept = [...new Set(results.flatMap((r) => r.kept))].filter((k) => !removed.includes(k));
+    return { removed, kept };
   }
 
   private async closeSessionRef(tenant: string, profile: string, sessionRef: string, scope?: CallScope): Promise<CloseResult> {
     const started = Date.now();
+    const id = sessionKey(tenant, profile, sessionRef);
+    // The session's calls under way may not outlive the close with a sandbox of their own: from now
+    // on none creates, recreates or reopens anything, and those still getting their sandbox are
+    // waited for, so what they create is linked to the session by then and removed below.
+    const overtaken = this.sessionCalls.overtake(id);
+    await Promise.all(overtaken.map((c) => c.ensuring?.catch(() => undefined)));
     for (const live of this.live.values()) {
-      live.sessions.delete(`${tenant}\0${profile}\0${sessionRef}`);
+      live.sessions.delete(id);
       for (const [key, p] of live.shells) {
         const ls = await p.catch(() => undefined);
         if (ls && ls.tenant === tenant && ls.profile === profile && ls.sessionRef === sessionRef) {
@@ -352,6 +378,21 @@ export class Broker implements AsyncDisposable {
     return this.fileCall(scope, 'upload', `upload ${a.path} (${Buffer.isBuffer(a.data) ? a.data.length : 0} bytes)`, (ctx) => uploadFile(ctx, a));
   }
 
+  /**
+   * Streams one file of `size` bytes into the call's sandbox, never holding it whole in memory:
+   * what `upload` does for a body that arrives as a stream (an HTTP request, a file read stream).
+   * The path and the size are checked before a byte is read; the stream must give exactly `size`
+   * bytes. On any failure nothing is written (an existing file stays as it was). A refused call
+   * leaves `stream` unread; disposing of it is the caller's.
+   *
+   * @example
+   * const { size } = await stat('data.csv');
+   * await broker.uploadStream({ session: 's1' }, { path: '/workspace/data.csv', size, stream: createReadStream('data.csv') });
+   */
+  uploadStream(scope: CallScopeInput, a: { path: string; size: number; stream: AsyncIterable<Uint8Array>; mode?: number }): Promise<{ path: string; bytes: number }> {
+    return this.fileCall(scope, 'upload', `upload ${a.path} (${a.size} bytes)`, (ctx) => uploadFileStream(ctx, a));
+  }
+
   /** Extracts a tar of files and folders under `dir` in the sandbox (symlinks and special files refused). */
   uploadTar(scope: CallScopeInput, a: { dir: string; tar: Buffer }): Promise<{ dir: string; entries: number }> {
     return this.fileCall(scope, 'upload', `upload tar into ${a.dir} (${Buffer.isBuffer(a.tar) ? a.tar.length : 0} bytes)`, (ctx) => uploadTarball(ctx, a));
@@ -393,17 +434,19 @@ export class Broker implements AsyncDisposable {
     const started = Date.now();
     let failure: string | undefined = 'error';
     try {
-      const live = await this.sandboxFor(call);
-      live.inflight++;
-      live.lastActivityMs = Date.now();
-      try {
-        const r = await run(this.transferContext(call, live));
-        failure = undefined;
-        return r;
-      } finally {
-        live.inflight--;
+      return await this.inSession(call, async (sc) => {
+        const live = await this.sandboxForCall(call, sc);
+        live.inflight++;
         live.lastActivityMs = Date.now();
-      }
+        try {
+          const r = await run(this.transferContext(call, live));
+          failure = undefined;
+          return r;
+        } finally {
+          live.inflight--;
+          live.lastActivityMs = Date.now();
+        }
+      });
     } catch (err) {
       failure = err instanceof BerthError ? err.code : 'error';
       throw err;
@@ -606,6 +649,37 @@ export class Broker implements AsyncDisposable {
     return this.reaped;
   }
 
+  /**
+   * Runs one call of the call's session, registered so that a close of the session can tell it
+   * overtook the call. An overtaken call that fails says so (its sandbox went with the close).
+   */
+  private async inSession<T>(call: ResolvedCall, run: (sc: SessionCall) => Promise<T>): Promise<T> {
+    const sc = this.sessionCalls.begin(sessionKey(call.scope.tenant, call.scope.profile, call.sessionRef));
+    try {
+      return await run(sc);
+    } catch (err) {
+      if (!sc.overtaken || (isBerthError(err) && CALLER_ERRORS.has(err.code))) throw err;
+      throw sessionClosedError(call, err);
+    } finally {
+      sc.end();
+    }
+  }
+
+  /** `sandboxFor` for a call of a session: refused once a close overtook the call. */
+  private async sandboxForCall(call: ResolvedCall, sc: SessionCall): Promise<LiveSandbox> {
+    if (sc.overtaken) throw sessionClosedError(call);
+    const ensuring = this.sandboxFor(call);
+    sc.ensuring = ensuring;
+    let live: LiveSandbox;
+    try {
+      live = await ensuring;
+    } finally {
+      sc.ensuring = undefined;
+    }
+    if (sc.overtaken) throw sessionClosedError(call);
+    return live;
+  }
+
   /** Get-or-create under the identity's lock: concurrent first calls create one sandbox. */
   private sandboxFor(call: ResolvedCall): Promise<LiveSandbox> {
     const existing = this.live.get(call.spec.digest);
@@ -697,7 +771,7 @@ export class Broker implements AsyncDisposable {
    * sees the pair; afterwards only refreshes `last_seen` every few seconds (idle expiry needs no more).
    */
   private linkSession(call: ResolvedCall, live: LiveSandbox): void {
-    const id = `${call.scope.tenant}\0${call.scope.profile}\0${call.sessionRef}`;
+    const id = sessionKey(call.scope.tenant, call.scope.profile, call.sessionRef);
     const now = Date.now();
     const seen = live.sessions.get(id);
     if (seen === undefined) {
@@ -926,6 +1000,40 @@ export class Broker implements AsyncDisposable {
 function dockerSocketsOf(env: NodeJS.ProcessEnv): string[] {
   const dockerHost = env['DOCKER_HOST'];
   return dockerHost?.startsWith('unix://') ? [...DOCKER_SOCKETS, dockerHost.slice('unix://'.length)] : DOCKER_SOCKETS;
+}
+
+/** Errors of the caller's own making: reported as they are, even when a close overtook the call. */
+const CALLER_ERRORS = new Set(['usage', 'policy_refused', 'too_large', 'path_not_found', 'session_closed']);
+
+function sessionClosedError(call: ResolvedCall, cause?: unknown): BerthError {
+  const session = call.scope.session !== undefined ? `session "${call.scope.session}"` : call.scope.task !== undefined ? `task "${call.scope.task}"` : 'the session';
+  return new BerthError('session_closed',
+    `${session} was closed while this call was running, and its sandbox went with it; run the call again to open the session anew`,
+    cause === undefined ? undefined : { cause });
+}
+
+/**
+ * The session refs of the subagents registered under the closing scope's task, and theirs
+ * (aliases record each child's parent). A subagent registered with the closing session itself
+ * goes with it; one registered under another session belongs to that conversation and is left.
+ */
+function subagentSessionRefs(store: StateStore, scope: CallScope, ref: string): string[] {
+  const out: string[] = [];
+  const seen = new Set<string>();
+  const queue = [...(scope.task === undefined ? [] : [scope.task]), ...(scope.session === undefined ? [] : store.tasksOfSession(scope.tenant, scope.profile, scope.session))];
+  while (queue.length > 0) {
+    const parent = queue.shift() as string;
+    if (seen.has(parent)) continue;
+    seen.add(parent);
+    for (const child of store.childrenOf(scope.tenant, scope.profile, parent)) {
+      const childRef = child.session ?? `@task:${child.child}`;
+      if (child.session !== null && child.session !== ref) continue;
+      if (childRef !== ref && !out.includes(childRef)) out.push(childRef);
+      queue.push(child.child);
+    }
+  }
+  // Deepest last found: close grandchildren before children, children before the parent.
+  return out.reverse();
 }
 
 function minIdleMs(config: BerthConfig): number {

@@ -356,6 +356,18 @@ export class StateStore {
     return row?.parent;
   }
 
+  /** Subagents registered directly under `parent`, with the session each was registered in (null: none). */
+  childrenOf(tenant: string, profile: string, parent: string): { child: string; session: string | null }[] {
+    return this.q('SELECT child, session FROM aliases WHERE tenant = ? AND profile = ? AND parent = ? ORDER BY child')
+      .all(tenant, profile, parent) as { child: string; session: string | null }[];
+  }
+
+  /** Tasks registered as subagents in a session. */
+  tasksOfSession(tenant: string, profile: string, session: string): string[] {
+    return (this.q('SELECT child FROM aliases WHERE tenant = ? AND profile = ? AND session = ? ORDER BY child')
+      .all(tenant, profile, session) as { child: string }[]).map((r) => r.child);
+  }
+
   putAlias(tenant: string, profile: string, child: string, parent: string, session: string | null): void {
     this.q(`INSERT INTO aliases (tenant, profile, child, parent, session) VALUES (?, ?, ?, ?, ?)
       ON CONFLICT (tenant, profile, child) DO UPDATE SET parent = excluded.parent, session = excluded.session`)

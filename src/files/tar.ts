@@ -115,6 +115,41 @@ export function tarEnd(): Buffer {
   return Buffer.alloc(BLOCK * 2);
 }
 
+/** The stream of a one-file archive gave more or fewer bytes than its header announced. */
+export class TarSizeMismatchError extends Error {
+  constructor(readonly expected: number, readonly got: number, readonly more: boolean) {
+    super(more ? `the content is longer than the ${expected} bytes announced` : `the content ended after ${got} of the ${expected} bytes announced`);
+  }
+}
+
+/**
+ * A tar archive streamed as it is produced: `dirs`, then one file whose `size` content bytes come
+ * from `source` (the header needs the size up front, so it is given, and held to: a source that
+ * gives more or fewer bytes fails the stream with `TarSizeMismatchError`). Nothing is buffered
+ * beyond the chunk in hand.
+ *
+ * @example
+ * Readable.from(tarStreamOfFile([], { name: 'big.bin', mode: 0o644, size }, request));
+ */
+export async function* tarStreamOfFile(
+  dirs: readonly TarWriteEntry[],
+  file: { name: string; mode: number; size: number },
+  source: AsyncIterable<Uint8Array>,
+): AsyncGenerator<Buffer> {
+  for (const d of dirs) yield tarEntryHeader({ ...d, type: 'dir', size: 0 });
+  yield tarEntryHeader({ ...file, type: 'file' });
+  let got = 0;
+  for await (const chunk of source) {
+    const b = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    got += b.length;
+    if (got > file.size) throw new TarSizeMismatchError(file.size, got, true);
+    if (b.length > 0) yield b;
+  }
+  if (got !== file.size) throw new TarSizeMismatchError(file.size, got, false);
+  yield tarPadding(file.size);
+  yield tarEnd();
+}
+
 /** The longest prefix of `s` whose UTF-8 form fits `bytes` (the ustar name of a long-named entry is informative only). */
 function truncateUtf8(s: string, bytes: number): string {
   let out = '';

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { copyFile, mkdir, mkdtemp, open, realpath, rename, rm, stat, type FileHandle } from 'node:fs/promises';
 import { dirname, join, posix, sep } from 'node:path';
 import { Readable } from 'node:stream';
@@ -8,7 +9,7 @@ import { FileTooLargeError, PathNotFoundError } from './errors.js';
 import { resolveInSandbox, type ResolvedPath } from './resolve-in-sandbox.js';
 import { assertSandboxPath, cleanEntryName, normalizeSandboxPath, sandboxPathRefusal, type SandboxPathPolicy } from './sandbox-path.js';
 import { ENTRY_BYTES, type StagingLease } from './staging-quota.js';
-import { readTar, TarFormatError, writeTar, type TarWriteEntry } from './tar.js';
+import { readTar, TarFormatError, TarSizeMismatchError, tarStreamOfFile, writeTar, type TarWriteEntry } from './tar.js';
 
 /** Everything a transfer needs about its call, resolved by the broker. */
 export interface TransferContext {
@@ -33,6 +34,8 @@ export interface TransferContext {
 }
 
 const CAP_SETTING = 'files.maxBytes';
+/** Landing a written file: a stat and a rename inside the sandbox. */
+const LAND_TIMEOUT_MS = 30_000;
 
 interface Cap {
   limit: number;
@@ -79,30 +82,102 @@ function splitExisting(r: ResolvedPath): { base: string; missing: string[] } {
  */
 export async function uploadFile(ctx: TransferContext, a: { path: string; data: Buffer; mode?: number }): Promise<{ path: string; bytes: number }> {
   if (!Buffer.isBuffer(a.data)) throw new UsageError('upload data must be a Buffer');
+  const data = a.data;
+  return uploadStream(ctx, { path: a.path, size: data.length, stream: (async function* () { yield data; })(), mode: a.mode });
+}
+
+/*
+ * Lands a written file: checks the temp file is a regular file of the announced size, then renames
+ * it over the target (rename replaces a symlink there rather than writing through it). Prints the
+ * size found and exits 1 otherwise. Also the clean-up after a failed delivery (size -1 never matches).
+ */
+const LAND_SCRIPT = `
+t=$1; f=$2; n=$3; shift 3
+s=-1
+if [ -f "$t" ] && [ ! -L "$t" ]; then s=$(stat -c %s -- "$t" 2>/dev/null) || s=-1; fi
+if [ "$s" = "$n" ] && [ ! -d "$f" ] && mv -f -- "$t" "$f"; then exit 0; fi
+rm -f -- "$t"
+for d do rmdir -- "$d" 2>/dev/null; done
+printf '%s' "$s"
+exit 1
+`;
+
+/**
+ * Streams one file of `size` bytes into the sandbox: the path is resolved and checked, and the size
+ * held against `files.maxBytes`, before a byte of `stream` is read. The bytes go into a temp file
+ * beside the target as they arrive (a tar stream into the sandbox's own tar, never buffered whole),
+ * which is renamed over the target only once it has exactly `size` bytes. On any failure (a refused
+ * path, a stream that ends early or runs long, a sandbox error) nothing is left behind: no temp file,
+ * no parent dir this upload created, and an existing target is untouched. A refused call does not
+ * read `stream`; disposing of it is the caller's.
+ */
+export async function uploadStream(
+  ctx: TransferContext,
+  a: { path: string; size: number; stream: AsyncIterable<Uint8Array>; mode?: number },
+): Promise<{ path: string; bytes: number }> {
   const mode = a.mode ?? 0o644;
   if (!Number.isInteger(mode) || mode < 0 || mode > 0o7777) throw new UsageError(`mode must be a file mode between 0 and 0o7777, got ${String(a.mode)}`);
-  if (a.data.length > ctx.maxBytes) throw new FileTooLargeError(`upload to ${JSON.stringify(a.path)} (${a.data.length} bytes)`, ctx.maxBytes, CAP_SETTING);
+  if (!Number.isSafeInteger(a.size) || a.size < 0) throw new UsageError(`size must be a whole number of bytes >= 0, got ${String(a.size)}`);
+  if (typeof (a.stream as Partial<AsyncIterable<Uint8Array>> | null)?.[Symbol.asyncIterator] !== 'function') {
+    throw new UsageError('upload stream must be a readable stream (or an async iterable of byte chunks)');
+  }
+  if (a.size > ctx.maxBytes) throw new FileTooLargeError(`upload to ${JSON.stringify(a.path)} (${a.size} bytes)`, ctx.maxBytes, CAP_SETTING);
   const r = await resolveOne(ctx, a.path);
   assertSandboxPath(r.asked, r.real, ctx.policy);
   if (r.kind === 'dir') throw new UsageError(`sandbox path ${JSON.stringify(r.asked)} is a directory; name the file to write, e.g. ${posix.join(r.asked, 'name')}`);
   if (r.kind === 'other') throw new PolicyRefusedError(`sandbox path ${JSON.stringify(r.asked)} is not a regular file; refusing to write over it`);
+  const temp = `.berth-upload-${randomBytes(8).toString('hex')}`;
   let destDir: string;
-  const entries: TarWriteEntry[] = [];
+  const dirs: TarWriteEntry[] = [];
+  let fileEntry: string;
   if (r.kind === 'missing') {
     const { base, missing } = splitExisting(r);
     destDir = base;
-    for (let i = 1; i < missing.length; i++) entries.push({ name: missing.slice(0, i).join('/'), type: 'dir', mode: 0o755 });
-    entries.push({ name: missing.join('/'), type: 'file', mode, data: a.data });
+    for (let i = 1; i < missing.length; i++) dirs.push({ name: missing.slice(0, i).join('/'), type: 'dir', mode: 0o755 });
+    fileEntry = [...missing.slice(0, -1), temp].join('/');
   } else {
     destDir = posix.dirname(r.real);
-    entries.push({ name: posix.basename(r.real), type: 'file', mode, data: a.data });
+    fileEntry = temp;
   }
-  await ctx.sandbox.putArchive(destDir, writeTar(entries));
-  const [check] = await resolveInSandbox(ctx.sandbox, [r.real]);
-  if (check?.kind !== 'file' || (check.size >= 0 && check.size !== a.data.length)) {
-    throw new BerthError('transfer_failed', `upload to ${JSON.stringify(r.real)} in sandbox ${ctx.sandbox.name} did not land (found ${check?.kind ?? 'nothing'}, ${check?.size ?? -1} bytes of ${a.data.length})`);
+  const tempPath = posix.join(destDir, fileEntry);
+  // Deepest first: the clean-up removes only what stayed empty.
+  const created = dirs.map((d) => posix.join(destDir, d.name)).reverse();
+  const land = (size: number): Promise<{ exitCode: number; stdout: Buffer }> =>
+    ctx.sandbox.execOnce(['sh', '-c', LAND_SCRIPT, 'berth-land', tempPath, r.real, String(size), ...created], { timeoutMs: LAND_TIMEOUT_MS, maxOutputBytes: 64 * 1024 });
+  let received = 0;
+  let senderFailed = false;
+  const source = (async function* (): AsyncGenerator<Uint8Array> {
+    try {
+      for await (const chunk of a.stream) {
+        received += chunk.byteLength;
+        yield chunk;
+      }
+    } catch (err) {
+      senderFailed = true;
+      throw err;
+    }
+  })();
+  try {
+    await ctx.sandbox.putArchive(destDir, Readable.from(tarStreamOfFile(dirs, { name: fileEntry, mode, size: a.size }, source)));
+  } catch (err) {
+    await land(-1).catch((e: unknown) => ctx.log?.(`clean-up of ${tempPath} after a failed upload: ${String(e)}`));
+    if (err instanceof TarSizeMismatchError) {
+      throw new UsageError(`upload to ${JSON.stringify(r.real)}: ${err.message}; nothing was written`);
+    }
+    if (senderFailed) {
+      // The sender went away (a client hung up) or its stream broke: its doing, not the sandbox's.
+      throw new BerthError('upload_incomplete',
+        `upload to ${JSON.stringify(r.real)} stopped after ${received} of ${a.size} bytes: the sender's stream failed (${err instanceof Error ? err.message : String(err)}); nothing was written`,
+        { cause: err, exitCode: 2 });
+    }
+    if (err instanceof BerthError) throw err;
+    throw new BerthError('transfer_failed', `upload to ${JSON.stringify(r.real)} in sandbox ${ctx.sandbox.name} failed while receiving it (${err instanceof Error ? err.message : String(err)}); nothing was written`, { cause: err });
   }
-  return { path: r.real, bytes: a.data.length };
+  const landed = await land(a.size);
+  if (landed.exitCode !== 0) {
+    throw new BerthError('transfer_failed', `upload to ${JSON.stringify(r.real)} in sandbox ${ctx.sandbox.name} did not land (found ${landed.stdout.toString('utf8') || '-1'} bytes of ${a.size}); nothing was written`);
+  }
+  return { path: r.real, bytes: a.size };
 }
 
 interface ParsedEntry {

@@ -11,6 +11,8 @@ export class HttpError extends Error {
 /** BerthError codes → HTTP status. Anything unlisted that is a BerthError is berth failing (500). */
 const STATUS_BY_CODE: Record<string, number> = {
   usage: 400,
+  offset_out_of_range: 400,
+  upload_incomplete: 400,
   job_not_found: 404,
   not_found: 404,
   path_not_found: 404,
@@ -24,6 +26,7 @@ const STATUS_BY_CODE: Record<string, number> = {
   backend_unavailable: 503,
   shutting_down: 503,
   shell_closed: 503,
+  session_closed: 409,
   config_invalid: 500,
 };
 

@@ -37,6 +37,7 @@ const errors: Json = {
   403: { $ref: '#/components/responses/Error' },
   404: { $ref: '#/components/responses/Error' },
   413: { $ref: '#/components/responses/Error' },
+  429: { $ref: '#/components/responses/TooMany' },
   503: { $ref: '#/components/responses/Error' },
 };
 
@@ -133,10 +134,13 @@ export function openApiDocument(): Json {
       },
       '/v1/files': {
         put: {
-          summary: 'Upload a file into the sandbox (raw body)',
+          summary: 'Upload a file into the sandbox (raw body, streamed in as it arrives; Content-Length required)',
           parameters: queryParams(FilePutQuery),
           requestBody: { required: true, content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } } },
-          responses: { 201: ok('written', { type: 'object', properties: { path: { type: 'string' }, bytes: { type: 'integer' } } }), ...errors },
+          responses: {
+            201: ok('written', { type: 'object', properties: { path: { type: 'string' }, bytes: { type: 'integer' } } }), ...errors,
+            411: { $ref: '#/components/responses/Error' },
+          },
         },
         get: {
           summary: 'Read a file from the sandbox (raw bytes)',
@@ -176,6 +180,11 @@ export function openApiDocument(): Json {
         Error: { description: 'error', content: { 'application/json': { schema: ref('Error') } } },
         BadRequest: { description: 'malformed input', content: { 'application/json': { schema: ref('Error') } } },
         Unauthorized: { description: 'missing or invalid bearer token', content: { 'application/json': { schema: ref('Error') } } },
+        TooMany: {
+          description: 'the tenant is past limits.concurrentCalls (too_many_calls) or limits.uploadBytesInFlight (too_many_bytes); retry later',
+          headers: { 'retry-after': { schema: { type: 'integer' } } },
+          content: { 'application/json': { schema: ref('Error') } },
+        },
       },
       schemas: {
         Error: {

@@ -29,6 +29,23 @@ export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buff
   });
 }
 
+/**
+ * The length an upload declares. Required: the body is streamed into the sandbox as it arrives,
+ * and the archive carrying it needs its size before the first byte (411 without one).
+ */
+export function declaredLength(req: IncomingMessage): number {
+  const declared = req.headers['content-length'];
+  if (declared === undefined) {
+    throw new HttpError(411, 'length_required',
+      'PUT /v1/files needs a Content-Length header: the body is streamed into the sandbox as it arrives and its size must be known first; ' +
+      'send the file with its length (curl -T FILE or --data-binary @FILE), not chunked');
+  }
+  if (!/^\d+$/.test(declared) || !Number.isSafeInteger(Number(declared))) {
+    throw new HttpError(400, 'bad_request', `Content-Length ${JSON.stringify(declared)} is not a whole number of bytes`);
+  }
+  return Number(declared);
+}
+
 function tooLarge(limitBytes: number): HttpError {
   return new HttpError(413, 'too_large', `the request body is larger than ${limitBytes} bytes; send less (file uploads: PUT /v1/files takes raw bytes)`);
 }

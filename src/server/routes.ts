@@ -7,22 +7,21 @@ import { DASHBOARD_HTML, dashboardHeaders } from './dashboard.js';
 import { downloadRoute, exportIdOf, sendExport } from './export-download.js';
 import { HttpError, toHttpError } from './http-error.js';
 import { openApiDocument } from './openapi.js';
-import { parseJsonBody, parseQuery, readBody } from './request.js';
+import { declaredLength, parseJsonBody, parseQuery, readBody } from './request.js';
 import { remoteBinding, remoteSandbox } from './remote-view.js';
 import type { RequestContext, Route } from './router.js';
 import {
   AuditQuery, EmptyQuery, ExecBody, ExportBody, ExportIdParam, FileGetQuery, FilePutQuery, JobIdParam, JobReadQuery, JobStartBody, parseInput,
   ScopeBody, ScopeQuery, scopeOf, type ScopeFields,
 } from './schemas.js';
+import { TenantLimiter } from './tenant-limits.js';
 
-/** Largest JSON body (a command, a scope). */
+/** Largest JSON body (a command, a scope). Uploads (`PUT /v1/files`) are streamed, capped by `files.maxBytes`. */
 export const MAX_JSON_BYTES = 1024 * 1024;
-/** Largest raw upload (`PUT /v1/files`); the config's own file caps apply on top. */
-export const MAX_UPLOAD_BYTES = 64 * 1024 * 1024;
 
 /** The files API (issue 4); called only where the broker has it. */
 interface FilesApi {
-  upload(scope: CallScope, input: { path: string; data: Buffer }): Promise<{ path: string; bytes: number }>;
+  uploadStream(scope: CallScope, input: { path: string; size: number; stream: AsyncIterable<Uint8Array> }): Promise<{ path: string; bytes: number }>;
   readFile(scope: CallScope, input: { path: string; maxBytes?: number }): Promise<{ path: string; data: Buffer }>;
   exportPath(scope: CallScope, input: { path: string; maxBytes?: number }): Promise<{ hostPath: string; bytes: number; kind: string }>;
 }
@@ -90,8 +89,39 @@ async function streamExec(ctx: RequestContext, broker: Broker, scope: CallScope,
   return undefined;
 }
 
+/** An MCP client's GET /mcp is its standing notification stream for the whole MCP session, not a call. */
+function isStandingStream(route: Route, ctx: RequestContext): boolean {
+  return route.path === '/mcp' && ctx.req.method === 'GET';
+}
+
+/**
+ * A route whose calls count against the tenant's `limits.concurrentCalls`. A call holds its slot
+ * until its handler settled and its response closed: a client that hangs up does not free the
+ * slot of work still running for it, and an MCP answer sent after the handler returned is covered.
+ */
+function limited(route: Route, limiter: TenantLimiter): Route {
+  if (!route.auth) return route;
+  return {
+    ...route,
+    handler: async (ctx) => {
+      if (isStandingStream(route, ctx)) return route.handler(ctx);
+      const release = limiter.enterCall(ctx.tenant);
+      const closed = new Promise<void>((resolve) => {
+        if (ctx.res.closed) resolve();
+        else ctx.res.once('close', () => resolve());
+      });
+      try {
+        return await route.handler(ctx);
+      } finally {
+        void closed.then(release);
+      }
+    },
+  };
+}
+
 export function apiRoutes(deps: RouteDeps): Route[] {
   const { broker } = deps;
+  const limiter = new TenantLimiter(() => broker.config.limits);
 
   /**
    * The call scope of a request: the token's tenant plus the request's fields, checked by the
@@ -112,7 +142,7 @@ export function apiRoutes(deps: RouteDeps): Route[] {
     return { body: execResult(r) };
   };
 
-  return [
+  const routes: Route[] = [
     {
       method: 'GET', path: '/', auth: false,
       handler: async ({ res }) => {
@@ -198,10 +228,17 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       method: 'PUT', path: '/v1/files', auth: true,
       handler: async (ctx) => {
         const { path, ...scope } = parseInput(FilePutQuery, query(ctx), 'query');
-        const api = files(broker, 'upload');
+        const api = files(broker, 'uploadStream');
         const s = scoped(ctx, scope);
-        const data = await readBody(ctx.req, MAX_UPLOAD_BYTES);
-        return { status: 201, body: await api.upload(s, { path, data }) };
+        const size = declaredLength(ctx.req);
+        // Bytes in flight are what a tenant could make the server hold; streaming keeps each
+        // upload to a few chunks in memory, and this bounds how many of them one tenant runs.
+        const release = limiter.reserveBytes(ctx.tenant, size);
+        try {
+          return { status: 201, body: await api.uploadStream(s, { path, size, stream: ctx.req }) };
+        } finally {
+          release();
+        }
       },
     },
     {
@@ -244,4 +281,5 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       },
     },
   ];
+  return routes.map((r) => limited(r, limiter));
 }

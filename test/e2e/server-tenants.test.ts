@@ -81,7 +81,8 @@ describeDocker('berth serve: tenants, concurrency and streaming on the real engi
 
   it('50 concurrent clients in their own sessions: every result correct, no cross-talk', async () => {
     const t = reg.track();
-    const { server, clients: [api] } = await serve(t, ['many']);
+    // One tenant's 50 calls at once: above the default limits.concurrentCalls (16), so raised here.
+    const { server, clients: [api] } = await serve(t, ['many'], { limits: { concurrentCalls: 64 } });
     const A = api as ApiClient;
     const N = 50;
     const started = Date.now();

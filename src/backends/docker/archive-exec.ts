@@ -3,7 +3,7 @@ import type Dockerode from 'dockerode';
 import { BerthError, TimeoutError } from '../../errors.js';
 import { demultiplex } from './exec-stream.js';
 import { guardedStream } from '../archive-stream.js';
-import { fromDockerError, withTimeout } from './engine.js';
+import { bounded, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError, startAttached, withTimeout } from './engine.js';
 
 /*
  * Archives in and out of a container through `tar` run by an exec, not the Engine's archive
@@ -20,7 +20,7 @@ const EXIT_WAIT_MS = 5_000;
 async function exitCode(exec: Dockerode.Exec): Promise<number | null> {
   const deadline = Date.now() + EXIT_WAIT_MS;
   for (;;) {
-    const info = await exec.inspect().catch(() => undefined);
+    const info = await exec.inspect({ abortSignal: AbortSignal.timeout(EXIT_WAIT_MS) }).catch(() => undefined);
     if (info === undefined) return null;
     if (!info.Running) return info.ExitCode ?? null;
     if (Date.now() >= deadline) return null;
@@ -29,14 +29,15 @@ async function exitCode(exec: Dockerode.Exec): Promise<number | null> {
 }
 
 async function startExec(docker: Dockerode, containerId: string, argv: string[], stdin: boolean): Promise<{ exec: Dockerode.Exec; socket: Duplex }> {
+  const doing = `run tar in container ${containerId.slice(0, 12)}`;
   try {
-    const exec = await docker.getContainer(containerId).exec({
-      Cmd: argv, AttachStdin: stdin, AttachStdout: true, AttachStderr: true, Tty: false,
-    });
-    const socket = (await exec.start({ hijack: true, stdin })) as Duplex;
+    const exec = await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, (abortSignal) => docker.getContainer(containerId).exec({
+      Cmd: argv, AttachStdin: stdin, AttachStdout: true, AttachStderr: true, Tty: false, abortSignal,
+    }));
+    const socket = await startAttached(docker, exec, stdin, doing);
     return { exec, socket };
   } catch (err) {
-    throw fromDockerError(docker, err, `run tar in container ${containerId.slice(0, 12)}`);
+    throw fromDockerError(docker, err, doing);
   }
 }
 

@@ -18,17 +18,20 @@ import {
   sandboxesRoot,
 } from './container-spec.js';
 import {
+  bounded,
   defaultDocker,
+  ENGINE_REQUEST_TIMEOUT_MS,
+  engineInfo,
   fromDockerError,
   imageMissingError,
+  inspectImage,
+  PING_TIMEOUT_MS,
   statusOf,
   unavailableError,
-  withTimeout,
 } from './engine.js';
 import { DockerSandbox } from './docker-sandbox.js';
 import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
 
-const PING_TIMEOUT_MS = 5_000;
 const STOP_TIMEOUT_SECONDS = 3;
 /** Inspect/create rounds when racing another process for a persistent name. */
 const ADOPT_ATTEMPTS = 20;
@@ -99,7 +102,7 @@ export class DockerBackend implements Backend {
   async remove(ref: string, hostDir: string | undefined): Promise<void> {
     assertContainerRef(ref);
     try {
-      await this.docker.getContainer(ref).remove({ force: true, v: true });
+      await this.request(`remove container ${short(ref)}`, (abortSignal) => this.docker.getContainer(ref).remove({ force: true, v: true, abortSignal }));
     } catch (err) {
       if (statusOf(err) !== 404) throw fromDockerError(this.docker, err, `remove container ${short(ref)}`);
     }
@@ -120,7 +123,7 @@ export class DockerBackend implements Backend {
   async stop(ref: string): Promise<void> {
     assertContainerRef(ref);
     try {
-      await this.docker.getContainer(ref).stop({ t: STOP_TIMEOUT_SECONDS });
+      await this.request(`stop container ${short(ref)}`, (abortSignal) => this.docker.getContainer(ref).stop({ t: STOP_TIMEOUT_SECONDS, abortSignal }));
     } catch (err) {
       const status = statusOf(err);
       if (status !== 304 && status !== 404) throw fromDockerError(this.docker, err, `stop container ${short(ref)}`);
@@ -130,10 +133,11 @@ export class DockerBackend implements Backend {
   async listManaged(): Promise<ManagedSandbox[]> {
     let list: Dockerode.ContainerInfo[];
     try {
-      list = await this.docker.listContainers({
+      list = await this.request('list containers', (abortSignal) => this.docker.listContainers({
         all: true,
         filters: { label: [`${LABEL.managed}=true`, `${LABEL.installation}=${this.installation}`] },
-      });
+        abortSignal,
+      }));
     } catch (err) {
       throw fromDockerError(this.docker, err, 'list containers');
     }
@@ -163,7 +167,7 @@ export class DockerBackend implements Backend {
   private probe(): Promise<EngineCapabilities> {
     this.capabilities ??= (async () => {
       try {
-        const info = (await withTimeout(this.docker.info(), PING_TIMEOUT_MS, timeoutErr)) as Record<string, unknown>;
+        const info = (await bounded(this.docker, PING_TIMEOUT_MS, 'report its capabilities', (abortSignal) => engineInfo(this.docker).info({ abortSignal })));
         const caps = capabilitiesFromInfo(info);
         this.log(`engine cgroup v${caps.cgroupVersion} (${caps.cgroupDriver}) memory=${caps.memoryLimit} cpu=${caps.cpuCfsQuota} pids=${caps.pidsLimit}`);
         return caps;
@@ -177,16 +181,16 @@ export class DockerBackend implements Backend {
 
   private async ping(): Promise<void> {
     try {
-      await withTimeout(this.docker.ping(), PING_TIMEOUT_MS, timeoutErr);
+      await bounded(this.docker, PING_TIMEOUT_MS, 'answer a ping', (abortSignal) => engineInfo(this.docker).ping({ abortSignal }));
     } catch (err) {
-      if (statusOf(err) === undefined) throw unavailableError(this.docker, err);
+      if (statusOf(err) === undefined && !(err instanceof BerthError)) throw unavailableError(this.docker, err);
       throw fromDockerError(this.docker, err, 'answer a ping');
     }
   }
 
   private async requireImage(image: string): Promise<void> {
     try {
-      await this.docker.getImage(image).inspect();
+      await this.request(`inspect image ${image}`, (abortSignal) => inspectImage(this.docker, image, abortSignal));
     } catch (err) {
       if (statusOf(err) === 404) throw imageMissingError(image, err);
       throw fromDockerError(this.docker, err, `inspect image ${image}`);
@@ -259,7 +263,7 @@ export class DockerBackend implements Backend {
     const image = spec.settings.docker.image;
     let container: Dockerode.Container;
     try {
-      container = await this.docker.createContainer(options);
+      container = await this.request(`create container ${options.name ?? ''}`, (abortSignal) => this.docker.createContainer({ ...options, abortSignal }));
     } catch (err) {
       const status = statusOf(err);
       if (status === 404) throw imageMissingError(image, err);
@@ -268,17 +272,17 @@ export class DockerBackend implements Backend {
     }
     try {
       try {
-        await container.start();
+        await this.request(`start container ${short(container.id)}`, (abortSignal) => container.start({ abortSignal }));
       } catch (err) {
         // 304: a racing process of this installation adopted and started it already.
         if (statusOf(err) !== 304) throw err;
       }
-      const info = await container.inspect();
+      const info = await this.request(`inspect container ${short(container.id)}`, (abortSignal) => container.inspect({ abortSignal }));
       this.log(`${spec.identity.key}: created ${short(container.id)} ${options.name ?? ''}`);
       return info;
     } catch (err) {
       try {
-        await container.remove({ force: true, v: true });
+        await this.request(`remove container ${short(container.id)}`, (abortSignal) => container.remove({ force: true, v: true, abortSignal }));
       } catch (cleanupErr) {
         this.log(`${spec.identity.key}: could not remove failed container ${short(container.id)}: ${String(cleanupErr)}`);
       }
@@ -325,19 +329,19 @@ export class DockerBackend implements Backend {
     if (info.State.Running && !info.State.Paused) return info;
     const container = this.docker.getContainer(info.Id);
     try {
-      if (info.State.Paused) await container.unpause();
-      else await container.start();
+      if (info.State.Paused) await this.request(`unpause container ${short(info.Id)}`, (abortSignal) => container.unpause({ abortSignal }));
+      else await this.request(`start container ${short(info.Id)}`, (abortSignal) => container.start({ abortSignal }));
     } catch (err) {
       // 304: another process started it first.
       if (statusOf(err) !== 304) throw fromDockerError(this.docker, err, `start container ${short(info.Id)}`);
     }
     this.log(`started ${short(info.Id)}`);
-    return container.inspect();
+    return this.request(`inspect container ${short(info.Id)}`, (abortSignal) => container.inspect({ abortSignal }));
   }
 
   private async inspect(ref: string): Promise<Dockerode.ContainerInspectInfo | undefined> {
     try {
-      return await this.docker.getContainer(ref).inspect();
+      return await this.request(`inspect container ${short(ref)}`, (abortSignal) => this.docker.getContainer(ref).inspect({ abortSignal }));
     } catch (err) {
       if (statusOf(err) === 404) return undefined;
       throw fromDockerError(this.docker, err, `inspect container ${short(ref)}`);
@@ -370,6 +374,11 @@ export class DockerBackend implements Backend {
     });
   }
 
+  /** One engine request, bounded (see `bounded`): a hung engine fails the call instead of holding it. */
+  private request<T>(doing: string, run: (abortSignal: AbortSignal) => Promise<T>): Promise<T> {
+    return bounded(this.docker, ENGINE_REQUEST_TIMEOUT_MS, doing, run);
+  }
+
   private assertOpen(): void {
     if (this.closed) throw new BackendUnavailableError('the docker backend was closed; create a new one');
   }
@@ -400,8 +409,4 @@ export function short(ref: string): string {
 
 function sameRef(known: string, id: string): boolean {
   return known === id || (known.length >= 12 && id.startsWith(known));
-}
-
-function timeoutErr(): Error {
-  return Object.assign(new Error(`no answer within ${PING_TIMEOUT_MS} ms`), { code: 'ETIMEDOUT' });
 }

@@ -1,3 +1,4 @@
+import type { Duplex } from 'node:stream';
 import Dockerode from 'dockerode';
 import { BackendUnavailableError, BerthError, SandboxNotFoundError } from '../../errors.js';
 
@@ -114,4 +115,81 @@ export async function withTimeout<T>(promise: Promise<T>, timeoutMs: number, onT
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** Bound of a ping or an `info`: an engine answers these in milliseconds. */
+export const PING_TIMEOUT_MS = 5_000;
+/**
+ * Bound of any other single engine request (inspect, list, create, start, stop, a forced remove).
+ * Generous on purpose: on a loaded host (load 50 on 2 cores) a container start was seen taking
+ * over 30 s, and a slow answer must not fail a call; the bound is there for an engine that never answers.
+ */
+export const ENGINE_REQUEST_TIMEOUT_MS = 120_000;
+
+/** An engine that accepted the connection and did not answer in time. */
+export function noAnswerError(docker: Dockerode, timeoutMs: number, doing: string, cause?: unknown): BackendUnavailableError {
+  return new BackendUnavailableError(
+    `docker engine at ${describeEndpoint(docker)} did not answer within ${timeoutMs / 1000} s (asked to ${doing}); ` +
+      'check that it is healthy ("docker info"), restart it, or set DOCKER_HOST to a running engine',
+    cause === undefined ? undefined : { cause },
+  );
+}
+
+/**
+ * Runs one engine request with a deadline: `request` passes the signal to dockerode as
+ * `abortSignal`, which destroys the request when the engine has not answered in time. Racing a
+ * timer instead would leave the request open, and an engine that accepts and never answers would
+ * hold the call (and the CLI process) for good. Not for streams that live as long as a command
+ * (a shell's attach socket, an archive): see `startAttached`.
+ */
+export async function bounded<T>(
+  docker: Dockerode,
+  timeoutMs: number,
+  doing: string,
+  request: (abortSignal: AbortSignal) => Promise<T>,
+): Promise<T> {
+  const abortSignal = AbortSignal.timeout(timeoutMs);
+  try {
+    return await request(abortSignal);
+  } catch (err) {
+    if (abortSignal.aborted) throw noAnswerError(docker, timeoutMs, doing, err);
+    throw err;
+  }
+}
+
+/**
+ * Starts an exec with its streams attached (a hijacked socket). Only the wait for the engine to
+ * hand over the socket is bounded: the socket itself then lives as long as the command does (a
+ * shell for hours), so no request timeout may reach it.
+ */
+export async function startAttached(docker: Dockerode, exec: Dockerode.Exec, stdin: boolean, doing: string): Promise<Duplex> {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), ENGINE_REQUEST_TIMEOUT_MS);
+  try {
+    return (await exec.start({ hijack: true, stdin, abortSignal: controller.signal })) as Duplex;
+  } catch (err) {
+    if (controller.signal.aborted) throw noAnswerError(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, err);
+    throw err;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** `GET /images/{name}/json` with a signal (dockerode's `Image.inspect` passes none on). */
+export function inspectImage(docker: Dockerode, image: string, abortSignal: AbortSignal): Promise<Dockerode.ImageInspectInfo> {
+  return new Promise((resolve, reject) => {
+    const modem = docker.modem as { dial(opts: unknown, cb: (err: unknown, data: unknown) => void): void };
+    modem.dial({
+      path: `/images/${image}/json`, method: 'GET', abortSignal, options: {},
+      statusCodes: { 200: true, 404: 'no such image', 500: 'server error' },
+    }, (err, data) => (err ? reject(err) : resolve(data as Dockerode.ImageInspectInfo)));
+  });
+}
+
+/** dockerode's `ping` and `info` take options (`abortSignal`) at run time; its type definitions omit them. */
+export function engineInfo(docker: Dockerode): {
+  ping(opts: { abortSignal: AbortSignal }): Promise<unknown>;
+  info(opts: { abortSignal: AbortSignal }): Promise<Record<string, unknown>>;
+} {
+  return docker as unknown as ReturnType<typeof engineInfo>;
 }

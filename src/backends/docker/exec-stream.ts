@@ -3,7 +3,7 @@ import { PassThrough, Writable, type Duplex, type Readable } from 'node:stream';
 import type Dockerode from 'dockerode';
 import { TimeoutError } from '../../errors.js';
 import { helperOutputCap, helperOutputTooLarge, type ExecOnceResult, type ShellTransport } from '../backend.js';
-import { fromDockerError, withTimeout } from './engine.js';
+import { bounded, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError, startAttached, withTimeout } from './engine.js';
 
 /** Env name carrying a per-shell tag, so `kill()` can find the shell's processes in the container. */
 export const SHELL_TAG_ENV = 'BERTH_SHELL_TAG';
@@ -58,7 +58,7 @@ async function exitCodeOf(exec: Dockerode.Exec, timeoutMs: number): Promise<numb
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {
-      const info = await exec.inspect();
+      const info = await exec.inspect({ abortSignal: AbortSignal.timeout(Math.max(1, deadline - Date.now()) + 1_000) });
       if (!info.Running) return info.ExitCode ?? null;
     } catch {
       return null;
@@ -89,8 +89,9 @@ export async function openShellExec(input: OpenShellInput): Promise<ShellTranspo
   env.push(`${SHELL_TAG_ENV}=${tag}`);
   let socket: Duplex;
   let exec: Dockerode.Exec;
+  const doing = `start a shell in container ${containerId.slice(0, 12)}`;
   try {
-    exec = await docker.getContainer(containerId).exec({
+    exec = await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, (abortSignal) => docker.getContainer(containerId).exec({
       Cmd: ['bash', '--noprofile', '--norc'],
       Env: env,
       WorkingDir: input.cwd,
@@ -98,10 +99,11 @@ export async function openShellExec(input: OpenShellInput): Promise<ShellTranspo
       AttachStdout: true,
       AttachStderr: true,
       Tty: false,
-    });
-    socket = await exec.start({ hijack: true, stdin: true });
+      abortSignal,
+    }));
+    socket = await startAttached(docker, exec, true, doing);
   } catch (err) {
-    throw fromDockerError(docker, err, `start a shell in container ${containerId.slice(0, 12)}`);
+    throw fromDockerError(docker, err, doing);
   }
   const untrack = input.track(socket);
   const stdout = new PassThrough();

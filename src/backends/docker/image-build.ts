@@ -6,7 +6,7 @@ import type { Readable } from 'node:stream';
 import type Dockerode from 'dockerode';
 import { BerthError, UnsupportedError } from '../../errors.js';
 import { hostMirror } from './apt-sources.js';
-import { fromDockerError, statusOf, unavailableError, withTimeout } from './engine.js';
+import { bounded, ENGINE_REQUEST_TIMEOUT_MS, engineInfo, fromDockerError, inspectImage as inspectImageBounded, PING_TIMEOUT_MS, statusOf, unavailableError } from './engine.js';
 
 export type ImageVariant = 'debian' | 'minimal';
 
@@ -40,9 +40,9 @@ export interface BuildImageOptions {
 export async function buildImage(opts: BuildImageOptions): Promise<{ built: boolean }> {
   const { docker, image, onProgress } = opts;
   try {
-    await withTimeout(docker.ping(), 5_000, () => Object.assign(new Error('no answer within 5000 ms'), { code: 'ETIMEDOUT' }));
+    await bounded(docker, PING_TIMEOUT_MS, 'answer a ping', (abortSignal) => engineInfo(docker).ping({ abortSignal }));
   } catch (err) {
-    throw statusOf(err) === undefined ? unavailableError(docker, err) : fromDockerError(docker, err, 'answer a ping');
+    throw statusOf(err) === undefined && !(err instanceof BerthError) ? unavailableError(docker, err) : fromDockerError(docker, err, 'answer a ping');
   }
   const existing = await inspectImage(docker, image);
   if (!opts.force) {
@@ -71,7 +71,7 @@ export async function buildImage(opts: BuildImageOptions): Promise<{ built: bool
 /** Drop the image a forced rebuild replaced, unless containers still use it (409: kept). */
 async function removeReplaced(docker: Dockerode, id: string, onProgress: (line: string) => void): Promise<void> {
   try {
-    await docker.getImage(id).remove();
+    await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, `remove image ${id.slice(7, 19)}`, (abortSignal) => docker.getImage(id).remove({ abortSignal }));
     onProgress(`removed the replaced image ${id.slice(7, 19)}`);
   } catch (err) {
     onProgress(`kept the replaced image ${id.slice(7, 19)}: ${statusOf(err) === 409 ? 'containers still use it' : String(err)}`);
@@ -80,7 +80,7 @@ async function removeReplaced(docker: Dockerode, id: string, onProgress: (line: 
 
 async function inspectImage(docker: Dockerode, image: string): Promise<string | undefined> {
   try {
-    return (await docker.getImage(image).inspect()).Id;
+    return (await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, `inspect image ${image}`, (abortSignal) => inspectImageBounded(docker, image, abortSignal))).Id;
   } catch (err) {
     if (statusOf(err) === 404) return undefined;
     throw fromDockerError(docker, err, `inspect image ${image}`);

@@ -1,6 +1,6 @@
 import type Dockerode from 'dockerode';
 import { BerthError, SandboxNotFoundError } from '../../errors.js';
-import { fromDockerError, statusOf, engineMessage } from './engine.js';
+import { bounded, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError, inspectImage, statusOf, engineMessage } from './engine.js';
 import { buildImage, type BuildImageOptions } from './image-build.js';
 
 /**
@@ -58,7 +58,7 @@ export async function provideImage(opts: BuildImageOptions): Promise<{ action: '
   }
   if (!opts.force) {
     try {
-      await opts.docker.getImage(opts.image).inspect();
+      await bounded(opts.docker, ENGINE_REQUEST_TIMEOUT_MS, `inspect image ${opts.image}`, (abortSignal) => inspectImage(opts.docker, opts.image, abortSignal));
       opts.onProgress(`image ${opts.image} exists; reusing it (--force pulls again)`);
       return { action: 'reused' };
     } catch (err) {

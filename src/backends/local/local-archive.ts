@@ -35,7 +35,15 @@ export function putArchiveLocal(destDir: string, tar: Buffer | Readable, opts: S
     });
     child.stdin.on('error', () => undefined);
     if (Buffer.isBuffer(tar)) child.stdin.end(tar);
-    else tar.pipe(child.stdin);
+    else {
+      // pipe() neither ends tar's stdin nor reports a source that fails (an upload cut short): stop tar and fail.
+      tar.once('error', (e) => {
+        clearTimeout(timer);
+        child.kill('SIGKILL');
+        reject(e);
+      });
+      tar.pipe(child.stdin);
+    }
   });
 }
 

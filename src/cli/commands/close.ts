@@ -5,7 +5,8 @@ import { openCliBroker } from '../open-broker.js';
 export const CLOSE_HELP = `usage: berth close [scope flags] [--json]
 
 Closes a session: forgets its cwd records, subagent aliases and task overrides, and removes
-the ephemeral sandboxes no other open session uses. Persistent sandboxes are kept.
+the ephemeral sandboxes no other open session uses. Persistent sandboxes are kept. Closing a
+task also closes the subagents registered under it (--parent), and theirs.
 
 ${SCOPE_HELP}`;
 
