@@ -1,6 +1,7 @@
 import path from 'node:path';
 import type Dockerode from 'dockerode';
 import type { VolumeSettings } from '../../config/types.js';
+import { volumesForTenant } from '../../policy/volumes.js';
 import type { SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
 
@@ -88,12 +89,17 @@ export function parseVolume(volume: VolumeSettings): ParsedVolume {
   return { source: volume.source, target, readOnly: volume.readOnly };
 }
 
+/** The operator's volumes this sandbox gets: those whose audience includes its tenant. */
+export function volumesOf(spec: SandboxSpec): ParsedVolume[] {
+  return volumesForTenant(spec.settings.docker.volumes, spec.identity.tenant).map(parseVolume);
+}
+
 /**
  * The host dir that must be bound at /workspace, or undefined for a tmpfs workspace.
- * A user volume targeting /workspace wins over the session mount and the automatic dir.
+ * A volume of this tenant targeting /workspace wins over the session mount and the automatic dir.
  */
 export function expectedWorkspaceSource(spec: SandboxSpec, hostDir: string | undefined): string | undefined {
-  const volume = spec.settings.docker.volumes.map(parseVolume).find((v) => v.target === WORKSPACE);
+  const volume = volumesOf(spec).find((v) => v.target === WORKSPACE);
   if (volume) return path.resolve(volume.source);
   if (spec.mount !== null) return path.resolve(spec.mount);
   return hostDir === undefined ? undefined : path.join(hostDir, 'workspace');
@@ -126,7 +132,7 @@ export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreate
     '/tmp': `rw,exec,nosuid,nodev,size=${docker.tmpSizeMb ?? LIMIT_DEFAULTS.tmpSizeMb}m,mode=1777`,
   };
   const binds: string[] = [];
-  const userVolumes = docker.volumes.map(parseVolume);
+  const userVolumes = volumesOf(spec);
   const workspaceFromVolume = userVolumes.some((v) => v.target === WORKSPACE);
   const ephemeralSize = `${docker.ephemeralSizeMb ?? LIMIT_DEFAULTS.ephemeralSizeMb}m`;
 

@@ -13,9 +13,9 @@ import {
   ephemeralName,
   expectedWorkspaceSource,
   hostDirFor,
-  parseVolume,
   persistentName,
   sandboxesRoot,
+  volumesOf,
 } from './container-spec.js';
 import {
   defaultDocker,
@@ -310,7 +310,7 @@ export class DockerBackend implements Backend {
   private verifyMount(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): void {
     const want = expectedWorkspaceSource(spec, hostDir);
     // Nothing asked (no session mount, no volume): whatever the shared sandbox has stays.
-    const asked = spec.mount !== null || spec.settings.docker.volumes.some((v) => parseVolume(v).target === WORKSPACE);
+    const asked = spec.mount !== null || volumesOf(spec).some((v) => v.target === WORKSPACE);
     if (!asked || want === undefined) return;
     const have = info.Mounts.find((m) => m.Destination === WORKSPACE);
     const haveSource = have?.Type === 'bind' ? path.resolve(have.Source) : undefined;
