@@ -4,6 +4,7 @@ import type { VolumeSettings } from '../../config/types.js';
 import { volumesForTenant } from '../../policy/volumes.js';
 import type { SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
+import { userOption } from './run-as.js';
 
 export const WORKSPACE = '/workspace';
 export const HOME = '/root';
@@ -105,6 +106,31 @@ export function expectedWorkspaceSource(spec: SandboxSpec, hostDir: string | und
   return hostDir === undefined ? undefined : path.join(hostDir, 'workspace');
 }
 
+/** One host dir bound into a sandbox. `own`: berth's per-sandbox dir under `$BERTH_HOME`. */
+export interface HostBind {
+  source: string;
+  target: string;
+  readOnly: boolean;
+  kind: 'own' | 'workspace' | 'volume';
+}
+
+/**
+ * The host dirs a sandbox binds, in bind order: berth's own home dir (persistent), then
+ * /workspace (a volume of this tenant, else the attached workspace, else berth's own dir), then
+ * the tenant's volumes. Pure.
+ */
+export function hostBindsOf(spec: SandboxSpec, hostDir: string | undefined): HostBind[] {
+  const binds: HostBind[] = [];
+  const volumes = volumesOf(spec);
+  if (hostDir !== undefined) binds.push({ source: path.join(hostDir, 'home'), target: HOME, readOnly: false, kind: 'own' });
+  if (!volumes.some((v) => v.target === WORKSPACE)) {
+    if (spec.mount !== null) binds.push({ source: path.resolve(spec.mount), target: WORKSPACE, readOnly: false, kind: 'workspace' });
+    else if (hostDir !== undefined) binds.push({ source: path.join(hostDir, 'workspace'), target: WORKSPACE, readOnly: false, kind: 'own' });
+  }
+  for (const v of volumes) binds.push({ source: path.resolve(v.source), target: v.target, readOnly: v.readOnly, kind: 'volume' });
+  return binds;
+}
+
 export interface CreatePlanInput {
   spec: SandboxSpec;
   name: string;
@@ -112,8 +138,8 @@ export interface CreatePlanInput {
   /** Persistent sandboxes: the bind root; ephemeral: undefined (tmpfs). */
   hostDir: string | undefined;
   limits: LimitPlan;
-  /** Host uid/gid for `runAsHostUser`; undefined where the platform has none. */
-  hostUser: { uid: number; gid: number } | undefined;
+  /** The uid:gid the sandbox runs as (see run-as.ts); undefined: the image's root. */
+  runAs: { uid: number; gid: number } | undefined;
 }
 
 /**
@@ -122,33 +148,20 @@ export interface CreatePlanInput {
  * limits, size-limited tmpfs for /tmp, and optionally no network and a non-root user.
  */
 export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreateOptions {
-  const { spec, hostDir, hostUser } = input;
+  const { spec, hostDir, runAs } = input;
   const docker = spec.settings.docker;
-  const user = docker.runAsHostUser && hostUser ? hostUser : undefined;
   // tmpfs defaults to noexec in docker; builds, test runners and installers execute from /tmp
   // and the workspace, so exec stays on while nosuid/nodev keep setuid binaries and devices out.
-  const owner = user ? `,uid=${user.uid},gid=${user.gid}` : '';
+  const owner = runAs ? `,uid=${runAs.uid},gid=${runAs.gid}` : '';
   const tmpfs: Record<string, string> = {
     '/tmp': `rw,exec,nosuid,nodev,size=${docker.tmpSizeMb ?? LIMIT_DEFAULTS.tmpSizeMb}m,mode=1777`,
   };
-  const binds: string[] = [];
-  const userVolumes = volumesOf(spec);
-  const workspaceFromVolume = userVolumes.some((v) => v.target === WORKSPACE);
   const ephemeralSize = `${docker.ephemeralSizeMb ?? LIMIT_DEFAULTS.ephemeralSizeMb}m`;
-
-  if (hostDir !== undefined) {
-    binds.push(`${path.join(hostDir, 'home')}:${HOME}`);
-  } else {
-    tmpfs[HOME] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0700${owner}`;
-  }
-  if (!workspaceFromVolume) {
-    if (spec.mount !== null) binds.push(`${path.resolve(spec.mount)}:${WORKSPACE}`);
-    else if (hostDir !== undefined) binds.push(`${path.join(hostDir, 'workspace')}:${WORKSPACE}`);
-    else tmpfs[WORKSPACE] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0755${owner}`;
-  }
-  for (const volume of userVolumes) {
-    binds.push(`${path.resolve(volume.source)}:${volume.target}${volume.readOnly ? ':ro' : ''}`);
-  }
+  const hostBinds = hostBindsOf(spec, hostDir);
+  const bound = (target: string): boolean => hostBinds.some((b) => b.target === target);
+  if (!bound(HOME)) tmpfs[HOME] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0700${owner}`;
+  if (!bound(WORKSPACE)) tmpfs[WORKSPACE] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0755${owner}`;
+  const binds = hostBinds.map((b) => `${b.source}:${b.target}${b.readOnly ? ':ro' : ''}`);
 
   return {
     name: input.name,
@@ -159,7 +172,7 @@ export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreate
     Labels: labelsFor(spec),
     Env: [`HOME=${HOME}`],
     WorkingDir: WORKSPACE,
-    User: user ? `${user.uid}:${user.gid}` : undefined,
+    User: runAs ? userOption(runAs) : undefined,
     Tty: false,
     OpenStdin: false,
     AttachStdin: false,

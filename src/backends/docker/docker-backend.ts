@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, rm } from 'node:fs/promises';
+import { chown, mkdir, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
@@ -12,7 +12,9 @@ import {
   createOptions,
   ephemeralName,
   expectedWorkspaceSource,
+  hostBindsOf,
   hostDirFor,
+  type HostBind,
   persistentName,
   sandboxesRoot,
   volumesOf,
@@ -27,6 +29,7 @@ import {
 } from './engine.js';
 import { DockerSandbox } from './docker-sandbox.js';
 import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
+import { chooseRunAs, userOption, type RwBind } from './run-as.js';
 
 const PING_TIMEOUT_MS = 5_000;
 const STOP_TIMEOUT_SECONDS = 3;
@@ -41,7 +44,10 @@ export interface DockerBackendOptions {
   berthHome: string;
   /** Debug/warning sink (`berth:docker`); never receives secret values. */
   log?: (msg: string) => void;
-  /** Host uid/gid for `runAsHostUser`; defaults to this process's. */
+  /**
+   * The uid/gid berth runs as (defaults to this process's): what `runAsHostUser` runs sandboxes
+   * as, and the owner of berth's own per-sandbox dirs.
+   */
   hostUser?: { uid: number; gid: number };
 }
 
@@ -93,7 +99,7 @@ export class DockerBackend implements Backend {
     if (knownRef !== undefined) assertContainerRef(knownRef);
     const caps = await this.probe();
     const limits = this.limitsFor(spec.settings, caps, false);
-    return spec.ephemeral ? this.ensureEphemeral(spec, knownRef, limits) : this.ensurePersistent(spec, knownRef, limits);
+    return spec.ephemeral ? this.ensureEphemeral(spec, knownRef, limits, caps) : this.ensurePersistent(spec, knownRef, limits, caps);
   }
 
   async remove(ref: string, hostDir: string | undefined): Promise<void> {
@@ -203,20 +209,21 @@ export class DockerBackend implements Backend {
     return plan;
   }
 
-  private async ensurePersistent(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan): Promise<Sandbox> {
+  private async ensurePersistent(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities): Promise<Sandbox> {
     const name = persistentName(spec.digest);
     const hostDir = hostDirFor(this.berthHome, spec);
-    const options = createOptions({ spec, name, image: spec.settings.docker.image, hostDir, limits, hostUser: this.hostUser });
+    const runAs = await this.runAsFor(spec, hostDir, caps);
+    const options = createOptions({ spec, name, image: spec.settings.docker.image, hostDir, limits, runAs });
     // Create-or-adopt. A 409 means another process of this installation holds the name; its
     // container may not be inspectable yet (still being created) or may vanish again (its start
     // failed and it cleaned up), so look again a few times before giving up.
     for (let attempt = 1; ; attempt += 1) {
       const existing = await this.inspect(name);
       if (existing) {
-        const adopted = await this.adopt(spec, existing, hostDir);
+        const adopted = await this.adopt(spec, existing, hostDir, runAs);
         return this.sandbox(spec, adopted, hostDir, knownRef !== undefined && !sameRef(knownRef, adopted.Id));
       }
-      await this.makeHostDirs(hostDir);
+      await this.makeHostDirs(hostDir, runAs);
       try {
         const created = await this.createAndStart(spec, options);
         return this.sandbox(spec, created, hostDir, knownRef !== undefined);
@@ -228,7 +235,8 @@ export class DockerBackend implements Backend {
     }
   }
 
-  private async ensureEphemeral(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan): Promise<Sandbox> {
+  private async ensureEphemeral(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities): Promise<Sandbox> {
+    const runAs = await this.runAsFor(spec, undefined, caps);
     if (knownRef !== undefined) {
       const known = await this.inspect(knownRef);
       if (known) {
@@ -240,13 +248,14 @@ export class DockerBackend implements Backend {
           );
         }
         this.verifyMount(spec, known, undefined);
+        this.verifyUser(spec, known, runAs);
         const running = await this.startIfStopped(known);
         return this.sandbox(spec, running, undefined, false);
       }
       this.log(`${spec.identity.key}: container ${short(knownRef)} is gone; creating a new one`);
     }
     const name = ephemeralName(spec.digest, randomBytes(4).toString('hex'));
-    const options = createOptions({ spec, name, image: spec.settings.docker.image, hostDir: undefined, limits, hostUser: this.hostUser });
+    const options = createOptions({ spec, name, image: spec.settings.docker.image, hostDir: undefined, limits, runAs });
     const created = await this.createAndStart(spec, options);
     return this.sandbox(spec, created, undefined, knownRef !== undefined);
   }
@@ -290,10 +299,44 @@ export class DockerBackend implements Backend {
     spec: SandboxSpec,
     info: Dockerode.ContainerInspectInfo,
     hostDir: string,
+    runAs: { uid: number; gid: number } | undefined,
   ): Promise<Dockerode.ContainerInspectInfo> {
     this.verifyOwner(spec, info);
     this.verifyMount(spec, info, hostDir);
+    this.verifyUser(spec, info, runAs);
     return this.startIfStopped(info);
+  }
+
+  /**
+   * Who the sandbox runs as (run-as.ts): the owner of its read-write host dirs when that is not
+   * root. berth's own dirs follow that owner when berth can hand them over (it runs as root);
+   * otherwise they are berth's and count as one more owner.
+   */
+  private async runAsFor(spec: SandboxSpec, hostDir: string | undefined, caps: EngineCapabilities): Promise<{ uid: number; gid: number } | undefined> {
+    const binds: RwBind[] = [];
+    for (const b of hostBindsOf(spec, hostDir)) {
+      if (b.readOnly || b.kind === 'own') continue;
+      // A missing source is created by the engine, as root: it constrains nothing.
+      const st = await stat(b.source).catch(() => undefined);
+      if (st !== undefined) binds.push({ what: describeBind(b), uid: st.uid, gid: st.gid });
+    }
+    const ownDirs = hostDir !== undefined && this.hostUser !== undefined && this.hostUser.uid !== 0
+      ? { what: `berth's own sandbox dir ${hostDir}`, ...this.hostUser } : undefined;
+    return chooseRunAs({
+      binds, ownDirs, userns: caps.userns, hostUser: spec.settings.docker.runAsHostUser ? this.hostUser : undefined,
+    });
+  }
+
+  /** The user is fixed at create: refuse a sandbox that runs as someone else than its binds now require. */
+  private verifyUser(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, runAs: { uid: number; gid: number } | undefined): void {
+    const have = info.Config.User ?? '';
+    const want = userOption(runAs);
+    if (have === want) return;
+    throw new PolicyRefusedError(
+      `sandbox "${spec.identity.key}" (container ${short(info.Id)}) runs as ${have === '' ? 'root' : have} but its read-write host dirs ` +
+        `require ${want === '' ? 'root' : want} (a sandbox runs as the owner of the host dirs it writes); the user is fixed when ` +
+        'the sandbox is created: remove it (berth rm with the same scope flags) and it is created again as that user',
+    );
   }
 
   private verifyOwner(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo): void {
@@ -344,9 +387,17 @@ export class DockerBackend implements Backend {
     }
   }
 
-  private async makeHostDirs(hostDir: string): Promise<void> {
-    await mkdir(path.join(hostDir, 'workspace'), { recursive: true, mode: 0o700 });
-    await mkdir(path.join(hostDir, 'home'), { recursive: true, mode: 0o700 });
+  /**
+   * berth's own dirs of a persistent sandbox, handed to the user it runs as (when berth runs as
+   * root and can) so its shell can write its home and state dir. Only the two dirs themselves:
+   * nothing below them is followed or chowned, so a link planted there cannot redirect it.
+   */
+  private async makeHostDirs(hostDir: string, runAs: { uid: number; gid: number } | undefined): Promise<void> {
+    for (const dir of ['workspace', 'home']) {
+      const p = path.join(hostDir, dir);
+      await mkdir(p, { recursive: true, mode: 0o700 });
+      if (runAs !== undefined && process.getuid?.() === 0) await chown(p, runAs.uid, runAs.gid);
+    }
   }
 
   private sandbox(
@@ -400,6 +451,10 @@ export function short(ref: string): string {
 
 function sameRef(known: string, id: string): boolean {
   return known === id || (known.length >= 12 && id.startsWith(known));
+}
+
+function describeBind(b: HostBind): string {
+  return b.kind === 'workspace' ? `the attached workspace ${b.source}` : `docker.volumes entry ${b.source}:${b.target}`;
 }
 
 function timeoutErr(): Error {

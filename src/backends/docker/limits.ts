@@ -18,6 +18,11 @@ export interface EngineCapabilities {
   pidsLimit: boolean;
   cgroupDriver: string;
   cgroupVersion: string;
+  /**
+   * Container root is an unprivileged host uid: user-namespace remapping (`SecurityOptions` has
+   * `name=userns`) or a rootless engine (`name=rootless`).
+   */
+  userns: boolean;
 }
 
 /** Reads the capability flags of `docker.info()`. Missing flags count as unsupported. */
@@ -30,6 +35,7 @@ export function capabilitiesFromInfo(info: Record<string, unknown>): EngineCapab
     pidsLimit: flag('PidsLimit'),
     cgroupDriver: typeof info['CgroupDriver'] === 'string' ? info['CgroupDriver'] : 'unknown',
     cgroupVersion: typeof info['CgroupVersion'] === 'string' ? info['CgroupVersion'] : 'unknown',
+    userns: Array.isArray(info['SecurityOptions']) && info['SecurityOptions'].some((o) => typeof o === 'string' && /(^|,)name=(userns|rootless)(,|$)/.test(o)),
   };
 }
 
