@@ -24,6 +24,7 @@ import { cleanSpillDir, spillDirOf, spillMaxAgeMs } from './spill.js';
 import { ownerAlive, ownerToken } from './process-owner.js';
 import { registerAlias, resolveCall, sessionRefOf, startCwd, type Binding, type ResolvedCall } from './resolve-call.js';
 import { StateStore, type SandboxRecord } from './state-store.js';
+import { storeLease } from './store-lease.js';
 import { TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
 export interface BrokerOptions {
@@ -160,6 +161,7 @@ export class Broker implements AsyncDisposable {
     this.log = opts.log ?? (() => {});
     this.backends = new BackendRegistry({
       berthHome, installation: store.installationId, injected: opts.backends, log: (m) => this.log('berth:backend', m),
+      lease: storeLease(store),
     });
   }
 
@@ -823,7 +825,8 @@ export class Broker implements AsyncDisposable {
    */
   async reapOrphans(backends?: Backend[]): Promise<string[]> {
     const removed: string[] = [];
-    for (const backend of backends ?? await this.reapableBackends()) {
+    const reapable = backends ?? await this.reapableBackends();
+    for (const backend of reapable) {
       let managed: ManagedSandbox[];
       try {
         managed = await backend.listManaged();
@@ -848,6 +851,10 @@ export class Broker implements AsyncDisposable {
         await this.removeSandbox(rec).catch((e) => this.log('berth:reaper', `remove ${rec.key}: ${String(e)}`));
         removed.push(rec.name);
       }
+    }
+    // Last, so the networks of the sandboxes just removed go too.
+    for (const backend of reapable) {
+      await backend.reapIdleNetworks?.().catch((e) => this.log('berth:reaper', `reap ${backend.name} networks: ${String(e)}`));
     }
     return removed;
   }

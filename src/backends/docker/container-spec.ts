@@ -140,12 +140,14 @@ export interface CreatePlanInput {
   limits: LimitPlan;
   /** The uid:gid the sandbox runs as (see run-as.ts); undefined: the image's root. */
   runAs: { uid: number; gid: number } | undefined;
+  /** `none`, or the id of the berth network the sandbox joins (see network-shards.ts). */
+  networkMode: string;
 }
 
 /**
  * The full `POST /containers/create` body for a sandbox. Pure.
  * Hardening: caps dropped to CAP_ADD, no-new-privileges, an init as PID 1, pids/memory/cpu
- * limits, size-limited tmpfs for /tmp, and optionally no network and a non-root user.
+ * limits, size-limited tmpfs for /tmp, a berth network (or none) and optionally a non-root user.
  */
 export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreateOptions {
   const { spec, hostDir, runAs } = input;
@@ -178,11 +180,11 @@ export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreate
     AttachStdin: false,
     AttachStdout: false,
     AttachStderr: false,
-    NetworkDisabled: docker.network === 'none' ? true : undefined,
+    NetworkDisabled: input.networkMode === 'none' ? true : undefined,
     HostConfig: {
       Binds: binds,
       Tmpfs: tmpfs,
-      NetworkMode: docker.network === 'none' ? 'none' : 'bridge',
+      NetworkMode: input.networkMode,
       CapDrop: ['ALL'],
       CapAdd: [...CAP_ADD],
       SecurityOpt: ['no-new-privileges:true'],

@@ -5,11 +5,12 @@ import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { ProfileSettings } from '../../config/types.js';
 import { BackendUnavailableError, BerthError, ConfigError, PolicyRefusedError } from '../../errors.js';
-import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
+import type { Backend, Lease, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
 import {
   LABEL,
   WORKSPACE,
   createOptions,
+  type CreatePlanInput,
   ephemeralName,
   expectedWorkspaceSource,
   hostBindsOf,
@@ -21,6 +22,7 @@ import {
 } from './container-spec.js';
 import {
   defaultDocker,
+  engineMessage,
   fromDockerError,
   imageMissingError,
   statusOf,
@@ -29,12 +31,15 @@ import {
 } from './engine.js';
 import { DockerSandbox } from './docker-sandbox.js';
 import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
+import { localLease, SandboxNetworks } from './networks.js';
 import { chooseRunAs, userOption, type RwBind } from './run-as.js';
 
 const PING_TIMEOUT_MS = 5_000;
 const STOP_TIMEOUT_SECONDS = 3;
 /** Inspect/create rounds when racing another process for a persistent name. */
 const ADOPT_ATTEMPTS = 20;
+/** Create rounds when a reaper (another process's) removed the network between join and start. */
+const NETWORK_ATTEMPTS = 3;
 
 export interface DockerBackendOptions {
   /** Engine client; defaults to `DOCKER_HOST` or the default socket. */
@@ -49,6 +54,11 @@ export interface DockerBackendOptions {
    * as, and the owner of berth's own per-sandbox dirs.
    */
   hostUser?: { uid: number; gid: number };
+  /**
+   * A lease across the processes of this installation (the broker passes one kept in its state
+   * store), so racing creates of a tenant network end with one network. Default: this process only.
+   */
+  lease?: Lease;
 }
 
 /**
@@ -72,6 +82,7 @@ export class DockerBackend implements Backend {
   private capabilities: Promise<EngineCapabilities> | undefined;
   private readonly warned = new Set<string>();
   private readonly sockets = new Set<Duplex>();
+  private readonly networks: SandboxNetworks;
   private closed = false;
 
   constructor(opts: DockerBackendOptions) {
@@ -85,6 +96,12 @@ export class DockerBackend implements Backend {
       (typeof process.getuid === 'function' && typeof process.getgid === 'function'
         ? { uid: process.getuid(), gid: process.getgid() }
         : undefined);
+    this.networks = new SandboxNetworks({
+      docker: this.docker,
+      installation: this.installation,
+      lease: opts.lease ?? localLease(),
+      log: this.log,
+    });
   }
 
   async check(settings: ProfileSettings): Promise<void> {
@@ -154,6 +171,11 @@ export class DockerBackend implements Backend {
       }));
   }
 
+  /** Removes this installation's networks that no container uses (the orphan reaper calls it). */
+  reapIdleNetworks(): Promise<string[]> {
+    return this.networks.reapIdle();
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -213,7 +235,7 @@ export class DockerBackend implements Backend {
     const name = persistentName(spec.digest);
     const hostDir = hostDirFor(this.berthHome, spec);
     const runAs = await this.runAsFor(spec, hostDir, caps);
-    const options = createOptions({ spec, name, image: spec.settings.docker.image, hostDir, limits, runAs });
+    const plan = { spec, name, image: spec.settings.docker.image, hostDir, limits, runAs };
     // Create-or-adopt. A 409 means another process of this installation holds the name; its
     // container may not be inspectable yet (still being created) or may vanish again (its start
     // failed and it cleaned up), so look again a few times before giving up.
@@ -225,7 +247,7 @@ export class DockerBackend implements Backend {
       }
       await this.makeHostDirs(hostDir, runAs);
       try {
-        const created = await this.createAndStart(spec, options);
+        const created = await this.createAndStart(spec, plan);
         return this.sandbox(spec, created, hostDir, knownRef !== undefined);
       } catch (err) {
         if (statusOf(err) !== 409) throw err;
@@ -255,13 +277,30 @@ export class DockerBackend implements Backend {
       this.log(`${spec.identity.key}: container ${short(knownRef)} is gone; creating a new one`);
     }
     const name = ephemeralName(spec.digest, randomBytes(4).toString('hex'));
-    const options = createOptions({ spec, name, image: spec.settings.docker.image, hostDir: undefined, limits, runAs });
-    const created = await this.createAndStart(spec, options);
+    const created = await this.createAndStart(spec, { spec, name, image: spec.settings.docker.image, hostDir: undefined, limits, runAs });
     return this.sandbox(spec, created, undefined, knownRef !== undefined);
   }
 
+  /**
+   * Create and start on a network of the sandbox's tenant (or none). The network may be removed
+   * by another process's reaper between join and start (it had no container yet): then again.
+   */
+  private async createAndStart(spec: SandboxSpec, plan: Omit<CreatePlanInput, 'networkMode'>): Promise<Dockerode.ContainerInspectInfo> {
+    for (let attempt = 1; ; attempt++) {
+      const joined = spec.settings.docker.network === 'none' ? undefined : await this.networks.join(spec.identity.tenant);
+      try {
+        return await this.createAndStartOnce(spec, createOptions({ ...plan, networkMode: joined?.network.id ?? 'none' }));
+      } catch (err) {
+        if (joined === undefined || attempt >= NETWORK_ATTEMPTS || !isNetworkGone(err)) throw err;
+        this.log(`${spec.identity.key}: network ${joined.network.name} was removed while creating; joining again`);
+      } finally {
+        joined?.release();
+      }
+    }
+  }
+
   /** Create and start; a failed start removes what was created and rethrows the original error. */
-  private async createAndStart(
+  private async createAndStartOnce(
     spec: SandboxSpec,
     options: Dockerode.ContainerCreateOptions,
   ): Promise<Dockerode.ContainerInspectInfo> {
@@ -451,6 +490,12 @@ export function short(ref: string): string {
 
 function sameRef(known: string, id: string): boolean {
   return known === id || (known.length >= 12 && id.startsWith(known));
+}
+
+/** A start that failed because the container's network no longer exists (404 "network … not found"). */
+function isNetworkGone(err: unknown): boolean {
+  const raw = err instanceof BerthError && err.cause !== undefined ? err.cause : err;
+  return statusOf(raw) === 404 && /^network .* not found/i.test(engineMessage(raw));
 }
 
 function describeBind(b: HostBind): string {
