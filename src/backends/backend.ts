@@ -151,6 +151,12 @@ export interface Backend {
   listManaged(): Promise<ManagedSandbox[]>;
   /** Removes engine objects of this installation that no sandbox uses any more (networks); their names. */
   reapIdleNetworks?(): Promise<string[]>;
+  /**
+   * Measures the sandbox's disk use against its bound: over it, the error its calls get
+   * (`disk_limit_exceeded`; the caller stops it, and `ensure` does not start it again while it is
+   * over). Absent where there is no disk bound.
+   */
+  checkDiskLimit?(sandbox: Sandbox): Promise<BerthError | undefined>;
   /** Release engine connections. Idempotent. */
   close(): Promise<void>;
 }

@@ -104,6 +104,10 @@ interface LiveSandbox {
   shells: Map<string, Promise<LiveShell>>;
   /** Sessions linked to this sandbox by this process, with when `last_seen` was last written. */
   sessions: Map<string, number>;
+  /** When its disk use was last measured (0: never). */
+  diskCheckedMs: number;
+  /** Set when it went over its disk bound: calls in flight on it end with this error. */
+  diskBreach?: BerthError;
 }
 
 const SESSION_TOUCH_MS = 5_000;
@@ -234,6 +238,7 @@ export class Broker implements AsyncDisposable {
       try {
         const ls = await this.shellFor(call, live);
         const r = await ls.shell.run(command, { timeoutMs, workdir, stdin: opts.stdin, onChunk: opts.onChunk });
+        if (live.diskBreach) throw live.diskBreach;
         // The record follows only what the shell reports after a completed command.
         if (r.cwd !== '' && !r.timedOut && r.cwd !== ls.recordedCwd) {
           this.recordCwd(call, r.cwd);
@@ -248,6 +253,7 @@ export class Broker implements AsyncDisposable {
         // The sandbox vanished (or was stopped) out of band between calls: re-ensure once (a
         // removed one is recreated and the result says so; a stopped one is just started). A
         // backend may report the missing container only as a failed shell start, so ask the engine.
+        if (err === live.diskBreach) throw err;
         const state = attempt > 0 || this.closing ? undefined
           : err instanceof SandboxNotFoundError ? 'gone' : await this.outOfBandState(live);
         if (state !== undefined) {
@@ -630,7 +636,7 @@ export class Broker implements AsyncDisposable {
       this.store.putSandbox(record);
       const live: LiveSandbox = {
         digest: call.spec.digest, backend, sandbox, record, idleMs: call.settings.lifecycle.idleSeconds * 1000,
-        inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, shells: new Map(), sessions: new Map(),
+        inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, shells: new Map(), sessions: new Map(), diskCheckedMs: 0,
       };
       this.live.set(call.spec.digest, live);
       this.linkSession(call, live);
@@ -878,7 +884,40 @@ export class Broker implements AsyncDisposable {
     return live.inflight === 0;
   }
 
+  /**
+   * The disk bound (docker.diskMb): measures the sandboxes used since their last check, one at a
+   * time, and stops any over its bound; its next call fails with `disk_limit_exceeded`. Runs in
+   * the periodic sweep; returns the keys of the sandboxes it stopped.
+   */
+  async enforceDiskLimits(): Promise<string[]> {
+    const stopped: string[] = [];
+    for (const live of [...this.live.values()]) {
+      if (this.closing) break;
+      if (live.backend.checkDiskLimit === undefined || !(await this.usedSinceDiskCheck(live))) continue;
+      const checkedMs = Date.now();
+      const breach = await live.backend.checkDiskLimit(live.sandbox)
+        .catch((e: unknown) => void this.log('berth:reaper', `measure disk of ${live.record.key}: ${String(e)}`));
+      live.diskCheckedMs = checkedMs;
+      if (!breach) continue;
+      this.log('berth:reaper', breach.message);
+      // Marked before the stop, so a command it cuts short reports this error, not a dead shell.
+      live.diskBreach = breach;
+      await live.backend.stop(live.sandbox.ref).catch((e: unknown) => this.log('berth:reaper', `stop ${live.record.key}: ${String(e)}`));
+      await this.forget(live);
+      stopped.push(live.record.key);
+    }
+    return stopped;
+  }
+
+  private async usedSinceDiskCheck(live: LiveSandbox): Promise<boolean> {
+    if (live.inflight > 0 || live.lastActivityMs >= live.diskCheckedMs) return true;
+    if (this.store.runningJobsIn(live.digest).length > 0) return true;
+    const shells = await Promise.all([...live.shells.values()].map((p) => p.catch(() => undefined)));
+    return shells.some((s) => s !== undefined && s.shell.backgroundJobCount() > 0);
+  }
+
   private async sweepOnce(): Promise<void> {
+    await this.enforceDiskLimits().catch((e: unknown) => this.log('berth:reaper', `disk check failed: ${String(e)}`));
     for (const live of [...this.live.values()]) {
       if (this.closing) return;
       const now = Date.now();

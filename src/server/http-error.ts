@@ -16,6 +16,7 @@ const STATUS_BY_CODE: Record<string, number> = {
   path_not_found: 404,
   policy_refused: 403,
   too_large: 413,
+  disk_limit_exceeded: 507,
   unsupported: 422,
   job_start_failed: 422,
   timeout: 504,

@@ -30,7 +30,8 @@ import {
   withTimeout,
 } from './engine.js';
 import { DockerSandbox } from './docker-sandbox.js';
-import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
+import { capabilitiesFromInfo, LIMIT_DEFAULTS, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
+import { diskLimitError, measureDisk, MIB, totalBytes } from './disk-usage.js';
 import { localLease, SandboxNetworks } from './networks.js';
 import { chooseRunAs, userOption, type RwBind } from './run-as.js';
 
@@ -171,6 +172,14 @@ export class DockerBackend implements Backend {
       }));
   }
 
+  /**
+   * Measures the sandbox's own disk use (writable layer + berth's dirs of it) against
+   * `docker.diskMb`. A stopped sandbox over its bound is not started again (`ensure`).
+   */
+  checkDiskLimit(sandbox: Sandbox): Promise<BerthError | undefined> {
+    return this.diskBreach(sandbox.spec, sandbox.ref, sandbox.hostDir);
+  }
+
   /** Removes this installation's networks that no container uses (the orphan reaper calls it). */
   reapIdleNetworks(): Promise<string[]> {
     return this.networks.reapIdle();
@@ -271,7 +280,7 @@ export class DockerBackend implements Backend {
         }
         this.verifyMount(spec, known, undefined);
         this.verifyUser(spec, known, runAs);
-        const running = await this.startIfStopped(known);
+        const running = await this.startIfStopped(spec, known, undefined);
         return this.sandbox(spec, running, undefined, false);
       }
       this.log(`${spec.identity.key}: container ${short(knownRef)} is gone; creating a new one`);
@@ -343,7 +352,7 @@ export class DockerBackend implements Backend {
     this.verifyOwner(spec, info);
     this.verifyMount(spec, info, hostDir);
     this.verifyUser(spec, info, runAs);
-    return this.startIfStopped(info);
+    return this.startIfStopped(spec, info, hostDir);
   }
 
   /**
@@ -403,8 +412,13 @@ export class DockerBackend implements Backend {
     );
   }
 
-  private async startIfStopped(info: Dockerode.ContainerInspectInfo): Promise<Dockerode.ContainerInspectInfo> {
+  /** A stopped sandbox is measured first: one stopped over its disk bound stays stopped. */
+  private async startIfStopped(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): Promise<Dockerode.ContainerInspectInfo> {
     if (info.State.Running && !info.State.Paused) return info;
+    if (!info.State.Running) {
+      const breach = await this.diskBreach(spec, info.Id, hostDir);
+      if (breach !== undefined) throw breach;
+    }
     const container = this.docker.getContainer(info.Id);
     try {
       if (info.State.Paused) await container.unpause();
@@ -415,6 +429,13 @@ export class DockerBackend implements Backend {
     }
     this.log(`started ${short(info.Id)}`);
     return container.inspect();
+  }
+
+  private async diskBreach(spec: SandboxSpec, ref: string, hostDir: string | undefined): Promise<BerthError | undefined> {
+    const limitMb = spec.settings.docker.diskMb ?? LIMIT_DEFAULTS.diskMb;
+    const ownDirs = hostBindsOf(spec, hostDir).filter((b) => b.kind === 'own').map((b) => b.source);
+    const usage = await measureDisk(this.docker, ref, ownDirs);
+    return totalBytes(usage) > limitMb * MIB ? diskLimitError(spec, ref, usage, limitMb, ownDirs) : undefined;
   }
 
   private async inspect(ref: string): Promise<Dockerode.ContainerInspectInfo | undefined> {

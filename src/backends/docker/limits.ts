@@ -8,6 +8,13 @@ export const LIMIT_DEFAULTS = {
   shmSizeMb: 64,
   tmpSizeMb: 256,
   ephemeralSizeMb: 512,
+  /**
+   * Disk one sandbox may use (writable layer + berth's own dirs of it), enforced by berth itself
+   * (disk-usage.ts). 10 GiB holds a toolchain, a large dependency tree and build output (a Debian
+   * sandbox with build-essential, node_modules and a few builds stays well under it), yet stops one
+   * runaway sandbox long before it fills a host disk.
+   */
+  diskMb: 10_240,
 } as const;
 
 /** What the engine can enforce, read once from `GET /info`. */
