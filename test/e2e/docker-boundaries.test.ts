@@ -151,6 +151,27 @@ describeDocker('trust boundaries on the real docker engine', () => {
     }
   });
 
+  it('item 4: a sandbox made before tenant networks (on the default bridge) is moved onto its tenant network; a network change to none is refused', async () => {
+    const t = reg.track();
+    const first = await t.open(dockerConfig({}), { holdSessions: false });
+    expect((await first.exec({ tenant: 'acme' }, 'true')).exitCode).toBe(0);
+    await first.close();
+    const c = await containerFor(t.installation, 'default');
+    const own = networkName(t.installation, 'acme', 0);
+    // What an older berth made: the same container on the engine's default bridge.
+    await docker.getNetwork(own).disconnect({ Container: c.id, Force: true });
+    await docker.getNetwork('bridge').connect({ Container: c.id });
+    const later = await t.open(dockerConfig({}));
+    expect((await later.exec({ tenant: 'acme' }, 'echo ok')).stdout).toBe('ok\n');
+    const info = await docker.getContainer(c.id).inspect();
+    expect(Object.keys(info.NetworkSettings.Networks)).toEqual([own]);
+
+    const offline = await t.open(dockerConfig({ docker: { network: 'none' } }));
+    const err = await offline.exec({ tenant: 'acme' }, 'true').then(() => undefined, (e: unknown) => e);
+    expect(err).toMatchObject({ code: 'policy_refused' });
+    expect((err as Error).message).toMatch(/was created with a network but docker\.network is now "none".*berth rm/);
+  });
+
   it('item 7: a setuid file the sandbox plants in a workspace owned by uid 1000 gives at most euid 1000 on the host', async () => {
     const t = reg.track();
     // The host user who later runs the planted file (65534) must be able to reach it.

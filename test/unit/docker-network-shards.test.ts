@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { chooseShard, networkName, SHARD_CAPACITY, shardCapacity } from '../../src/backends/docker/network-shards.js';
+import { chooseShard, isTenantNetwork, networkName, SHARD_CAPACITY, shardCapacity } from '../../src/backends/docker/network-shards.js';
 
 describe('tenant network shards (issue 8 item 4)', () => {
   const full = (shard: number) => ({ shard, members: SHARD_CAPACITY, capacity: SHARD_CAPACITY });
@@ -38,5 +38,15 @@ describe('tenant network shards (issue 8 item 4)', () => {
     expect(networkName('inst-1', 'globex', 0)).not.toBe(a);
     expect(networkName('inst-2', 'acme', 0)).not.toBe(a);
     expect(networkName('inst-1', 'a'.repeat(200), 0)).toHaveLength(a.length);
+  });
+
+  it('recognises a tenant\'s shard networks and nothing else', () => {
+    expect(isTenantNetwork('inst-1', 'acme', networkName('inst-1', 'acme', 0))).toBe(true);
+    expect(isTenantNetwork('inst-1', 'acme', networkName('inst-1', 'acme', 17))).toBe(true);
+    expect(isTenantNetwork('inst-1', 'acme', networkName('inst-1', 'globex', 0))).toBe(false);
+    expect(isTenantNetwork('inst-1', 'acme', networkName('inst-2', 'acme', 0))).toBe(false);
+    expect(isTenantNetwork('inst-1', 'acme', 'bridge')).toBe(false);
+    expect(isTenantNetwork('inst-1', 'acme', `${networkName('inst-1', 'acme', 0)}x`)).toBe(false);
+    expect(isTenantNetwork('inst-1', 'acme', networkName('inst-1', 'acme', 0).replace(/-0$/, '-01'))).toBe(false);
   });
 });

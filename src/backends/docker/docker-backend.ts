@@ -32,6 +32,7 @@ import {
 import { DockerSandbox } from './docker-sandbox.js';
 import { capabilitiesFromInfo, LIMIT_DEFAULTS, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
 import { diskLimitError, measureDisk, MIB, totalBytes } from './disk-usage.js';
+import { isTenantNetwork } from './network-shards.js';
 import { localLease, SandboxNetworks } from './networks.js';
 import { chooseRunAs, userOption, type RwBind } from './run-as.js';
 
@@ -280,7 +281,8 @@ export class DockerBackend implements Backend {
         }
         this.verifyMount(spec, known, undefined);
         this.verifyUser(spec, known, runAs);
-        const running = await this.startIfStopped(spec, known, undefined);
+        const placed = await this.verifyNetwork(spec, known);
+        const running = await this.startIfStopped(spec, placed, undefined);
         return this.sandbox(spec, running, undefined, false);
       }
       this.log(`${spec.identity.key}: container ${short(knownRef)} is gone; creating a new one`);
@@ -352,7 +354,30 @@ export class DockerBackend implements Backend {
     this.verifyOwner(spec, info);
     this.verifyMount(spec, info, hostDir);
     this.verifyUser(spec, info, runAs);
-    return this.startIfStopped(spec, info, hostDir);
+    return this.startIfStopped(spec, await this.verifyNetwork(spec, info), hostDir);
+  }
+
+  /**
+   * The network is fixed at create, like the mount: a sandbox with network access while the config
+   * says none (or the reverse) is refused. One made before tenant networks, on the engine's default
+   * bridge where sandboxes reach each other, is moved onto its tenant's network.
+   */
+  private async verifyNetwork(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo): Promise<Dockerode.ContainerInspectInfo> {
+    const want = spec.settings.docker.network;
+    const isolated = info.HostConfig.NetworkMode === 'none';
+    if (want === 'none' || isolated) {
+      if (want === 'none' && isolated) return info;
+      throw new PolicyRefusedError(
+        `sandbox "${spec.identity.key}" (container ${short(info.Id)}) was created ${isolated ? 'without a network' : 'with a network'} ` +
+          `but docker.network is now "${want}"; the network is fixed when the sandbox is created: remove it (berth rm with the same scope flags) and it is created again`,
+      );
+    }
+    const attached = Object.keys(info.NetworkSettings?.Networks ?? {});
+    const foreign = attached.filter((n) => !isTenantNetwork(this.installation, spec.identity.tenant, n));
+    if (attached.length > 0 && foreign.length === 0) return info;
+    const moved = await this.networks.moveTo(info.Id, spec.identity.tenant, foreign);
+    this.log(`${spec.identity.key}: moved ${short(info.Id)} from ${foreign.join(', ') || 'no network'} onto ${moved.name}`);
+    return this.docker.getContainer(info.Id).inspect();
   }
 
   /**
@@ -416,8 +441,10 @@ export class DockerBackend implements Backend {
   private async startIfStopped(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): Promise<Dockerode.ContainerInspectInfo> {
     if (info.State.Running && !info.State.Paused) return info;
     if (!info.State.Running) {
-      const breach = await this.diskBreach(spec, info.Id, hostDir);
-      if (breach !== undefined) throw breach;
+      // A measurement that fails (no du on this host, say) is logged; it does not keep a sandbox down.
+      const breach = await this.diskBreach(spec, info.Id, hostDir)
+        .catch((e: unknown) => void this.log(`${spec.identity.key}: could not measure disk use of ${short(info.Id)}: ${String(e)}`));
+      if (breach) throw breach;
     }
     const container = this.docker.getContainer(info.Id);
     try {

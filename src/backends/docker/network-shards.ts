@@ -37,6 +37,12 @@ export function networkName(installation: string, tenant: string, shard: number)
   return `berth-net-${hex12(installation)}-${hex12(tenant)}-${shard}`;
 }
 
+/** Whether `name` is one of `tenant`'s shard networks in `installation`. */
+export function isTenantNetwork(installation: string, tenant: string, name: string): boolean {
+  const prefix = `berth-net-${hex12(installation)}-${hex12(tenant)}-`;
+  return name.startsWith(prefix) && /^(0|[1-9]\d*)$/.test(name.slice(prefix.length));
+}
+
 /**
  * How many sandboxes a shard with these IPAM subnets can hold: SHARD_CAPACITY, or fewer when
  * the first IPv4 subnet has fewer host addresses (minus network, broadcast and gateway).

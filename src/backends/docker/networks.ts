@@ -82,6 +82,23 @@ export class SandboxNetworks {
   }
 
   /**
+   * Moves a container made before tenant networks (on the engine's default bridge, where sandboxes
+   * reach each other) onto a network of its tenant, and off the networks named in `leave`.
+   */
+  async moveTo(containerId: string, tenant: string, leave: readonly string[]): Promise<NetworkRef> {
+    const { network, release } = await this.join(tenant);
+    try {
+      await this.o.docker.getNetwork(network.id).connect({ Container: containerId });
+      for (const name of leave) await this.o.docker.getNetwork(name).disconnect({ Container: containerId, Force: true });
+      return network;
+    } catch (err) {
+      throw fromDockerError(this.o.docker, err, `move container ${containerId.slice(0, 12)} onto network ${network.name}`);
+    } finally {
+      release();
+    }
+  }
+
+  /**
    * Removes this installation's networks that no container (running or not) is attached to and
    * no create of this process is about to use. Returns their names.
    */
