@@ -46,6 +46,8 @@ interface Shard extends NetworkRef {
 export class SandboxNetworks {
   /** Containers of this process being created on a network, by network name: never reaped. */
   private readonly pending = new Map<string, number>();
+  /** Network creates in flight in this process: concurrent first sandboxes of a tenant share one. */
+  private readonly creating = new Map<string, Promise<NetworkRef>>();
 
   constructor(
     private readonly o: { docker: Dockerode; installation: string; lease: Lease; log: (msg: string) => void },
@@ -73,7 +75,7 @@ export class SandboxNetworks {
     };
     try {
       const found = shards.find((s) => s.shard === shard);
-      const network = found ?? (await this.o.lease(`docker-network:${name}`, () => this.create(tenant, shard, name)));
+      const network = found ?? (await this.created(tenant, shard, name));
       return { network, release };
     } catch (err) {
       release();
@@ -167,6 +169,15 @@ export class SandboxNetworks {
       shards.set(shard, { id: n.Id, name: n.Name, shard, capacity: shardCapacity((n.IPAM?.Config ?? []).map((c) => c.Subnet ?? '')) });
     }
     return [...shards.values()];
+  }
+
+  private created(tenant: string, shard: number, name: string): Promise<NetworkRef> {
+    let p = this.creating.get(name);
+    if (p === undefined) {
+      p = this.o.lease(`docker-network:${name}`, () => this.create(tenant, shard, name)).finally(() => this.creating.delete(name));
+      this.creating.set(name, p);
+    }
+    return p;
   }
 
   /** Creates shard `shard`, or adopts it when another process made it first. Runs under its lease. */
