@@ -4,7 +4,6 @@ import type { VolumeSettings } from '../../config/types.js';
 import { volumesForTenant } from '../../policy/volumes.js';
 import type { SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
-import { userOption } from './run-as.js';
 
 export const WORKSPACE = '/workspace';
 export const HOME = '/root';
@@ -174,7 +173,7 @@ export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreate
     Labels: labelsFor(spec),
     Env: [`HOME=${HOME}`],
     WorkingDir: WORKSPACE,
-    User: runAs ? userOption(runAs) : undefined,
+    User: runAs ? `${runAs.uid}:${runAs.gid}` : undefined,
     Tty: false,
     OpenStdin: false,
     AttachStdin: false,

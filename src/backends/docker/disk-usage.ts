@@ -2,7 +2,9 @@ import { spawn } from 'node:child_process';
 import type Dockerode from 'dockerode';
 import type { SandboxSpec } from '../backend.js';
 import { BerthError } from '../../errors.js';
+import { hostBindsOf } from './container-spec.js';
 import { fromDockerError } from './engine.js';
+import { LIMIT_DEFAULTS } from './limits.js';
 
 /*
  * The disk bound of a sandbox (docker.diskMb). overlay2 on extfs (and any engine without a
@@ -68,6 +70,17 @@ export function duBytes(dir: string): Promise<number> {
       else reject(new BerthError('disk_measure_failed', `du could not measure ${dir} (${signal ?? `exit ${code}`}): ${err.trim()}`));
     });
   });
+}
+
+/**
+ * The error of a sandbox over its bound (docker.diskMb, else the default), or undefined. Counts the
+ * writable layer and berth's own dirs of it (`hostDir`: a persistent sandbox's bind root).
+ */
+export async function diskBreachOf(docker: Dockerode, spec: SandboxSpec, ref: string, hostDir: string | undefined): Promise<BerthError | undefined> {
+  const limitMb = spec.settings.docker.diskMb ?? LIMIT_DEFAULTS.diskMb;
+  const ownDirs = hostBindsOf(spec, hostDir).filter((b) => b.kind === 'own').map((b) => b.source);
+  const usage = await measureDisk(docker, ref, ownDirs);
+  return totalBytes(usage) > limitMb * MIB ? diskLimitError(spec, ref, usage, limitMb, ownDirs) : undefined;
 }
 
 /** The error a sandbox over its disk bound answers with (stopped, and not started again). */

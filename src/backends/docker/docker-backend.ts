@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chown, mkdir, rm, stat } from 'node:fs/promises';
+import { chown, mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
@@ -13,9 +13,7 @@ import {
   type CreatePlanInput,
   ephemeralName,
   expectedWorkspaceSource,
-  hostBindsOf,
   hostDirFor,
-  type HostBind,
   persistentName,
   sandboxesRoot,
   volumesOf,
@@ -30,11 +28,10 @@ import {
   withTimeout,
 } from './engine.js';
 import { DockerSandbox } from './docker-sandbox.js';
-import { capabilitiesFromInfo, LIMIT_DEFAULTS, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
-import { diskLimitError, measureDisk, MIB, totalBytes } from './disk-usage.js';
-import { isTenantNetwork } from './network-shards.js';
+import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
+import { diskBreachOf } from './disk-usage.js';
 import { localLease, SandboxNetworks } from './networks.js';
-import { chooseRunAs, userOption, type RwBind } from './run-as.js';
+import { assertRunsAs, runAsFor } from './run-as.js';
 
 const PING_TIMEOUT_MS = 5_000;
 const STOP_TIMEOUT_SECONDS = 3;
@@ -178,7 +175,7 @@ export class DockerBackend implements Backend {
    * `docker.diskMb`. A stopped sandbox over its bound is not started again (`ensure`).
    */
   checkDiskLimit(sandbox: Sandbox): Promise<BerthError | undefined> {
-    return this.diskBreach(sandbox.spec, sandbox.ref, sandbox.hostDir);
+    return diskBreachOf(this.docker, sandbox.spec, sandbox.ref, sandbox.hostDir);
   }
 
   /** Removes this installation's networks that no container uses (the orphan reaper calls it). */
@@ -244,7 +241,7 @@ export class DockerBackend implements Backend {
   private async ensurePersistent(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities): Promise<Sandbox> {
     const name = persistentName(spec.digest);
     const hostDir = hostDirFor(this.berthHome, spec);
-    const runAs = await this.runAsFor(spec, hostDir, caps);
+    const runAs = await runAsFor(spec, hostDir, caps.userns, this.hostUser);
     const plan = { spec, name, image: spec.settings.docker.image, hostDir, limits, runAs };
     // Create-or-adopt. A 409 means another process of this installation holds the name; its
     // container may not be inspectable yet (still being created) or may vanish again (its start
@@ -268,7 +265,7 @@ export class DockerBackend implements Backend {
   }
 
   private async ensureEphemeral(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities): Promise<Sandbox> {
-    const runAs = await this.runAsFor(spec, undefined, caps);
+    const runAs = await runAsFor(spec, undefined, caps.userns, this.hostUser);
     if (knownRef !== undefined) {
       const known = await this.inspect(knownRef);
       if (known) {
@@ -280,8 +277,8 @@ export class DockerBackend implements Backend {
           );
         }
         this.verifyMount(spec, known, undefined);
-        this.verifyUser(spec, known, runAs);
-        const placed = await this.verifyNetwork(spec, known);
+        assertRunsAs(spec, known, runAs);
+        const placed = await this.networks.place(spec, known);
         const running = await this.startIfStopped(spec, placed, undefined);
         return this.sandbox(spec, running, undefined, false);
       }
@@ -353,63 +350,8 @@ export class DockerBackend implements Backend {
   ): Promise<Dockerode.ContainerInspectInfo> {
     this.verifyOwner(spec, info);
     this.verifyMount(spec, info, hostDir);
-    this.verifyUser(spec, info, runAs);
-    return this.startIfStopped(spec, await this.verifyNetwork(spec, info), hostDir);
-  }
-
-  /**
-   * The network is fixed at create, like the mount: a sandbox with network access while the config
-   * says none (or the reverse) is refused. One made before tenant networks, on the engine's default
-   * bridge where sandboxes reach each other, is moved onto its tenant's network.
-   */
-  private async verifyNetwork(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo): Promise<Dockerode.ContainerInspectInfo> {
-    const want = spec.settings.docker.network;
-    const isolated = info.HostConfig.NetworkMode === 'none';
-    if (want === 'none' || isolated) {
-      if (want === 'none' && isolated) return info;
-      throw new PolicyRefusedError(
-        `sandbox "${spec.identity.key}" (container ${short(info.Id)}) was created ${isolated ? 'without a network' : 'with a network'} ` +
-          `but docker.network is now "${want}"; the network is fixed when the sandbox is created: remove it (berth rm with the same scope flags) and it is created again`,
-      );
-    }
-    const attached = Object.keys(info.NetworkSettings?.Networks ?? {});
-    const foreign = attached.filter((n) => !isTenantNetwork(this.installation, spec.identity.tenant, n));
-    if (attached.length > 0 && foreign.length === 0) return info;
-    const moved = await this.networks.moveTo(info.Id, spec.identity.tenant, foreign);
-    this.log(`${spec.identity.key}: moved ${short(info.Id)} from ${foreign.join(', ') || 'no network'} onto ${moved.name}`);
-    return this.docker.getContainer(info.Id).inspect();
-  }
-
-  /**
-   * Who the sandbox runs as (run-as.ts): the owner of its read-write host dirs when that is not
-   * root. berth's own dirs follow that owner when berth can hand them over (it runs as root);
-   * otherwise they are berth's and count as one more owner.
-   */
-  private async runAsFor(spec: SandboxSpec, hostDir: string | undefined, caps: EngineCapabilities): Promise<{ uid: number; gid: number } | undefined> {
-    const binds: RwBind[] = [];
-    for (const b of hostBindsOf(spec, hostDir)) {
-      if (b.readOnly || b.kind === 'own') continue;
-      // A missing source is created by the engine, as root: it constrains nothing.
-      const st = await stat(b.source).catch(() => undefined);
-      if (st !== undefined) binds.push({ what: describeBind(b), uid: st.uid, gid: st.gid });
-    }
-    const ownDirs = hostDir !== undefined && this.hostUser !== undefined && this.hostUser.uid !== 0
-      ? { what: `berth's own sandbox dir ${hostDir}`, ...this.hostUser } : undefined;
-    return chooseRunAs({
-      binds, ownDirs, userns: caps.userns, hostUser: spec.settings.docker.runAsHostUser ? this.hostUser : undefined,
-    });
-  }
-
-  /** The user is fixed at create: refuse a sandbox that runs as someone else than its binds now require. */
-  private verifyUser(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, runAs: { uid: number; gid: number } | undefined): void {
-    const have = info.Config.User ?? '';
-    const want = userOption(runAs);
-    if (have === want) return;
-    throw new PolicyRefusedError(
-      `sandbox "${spec.identity.key}" (container ${short(info.Id)}) runs as ${have === '' ? 'root' : have} but its read-write host dirs ` +
-        `require ${want === '' ? 'root' : want} (a sandbox runs as the owner of the host dirs it writes); the user is fixed when ` +
-        'the sandbox is created: remove it (berth rm with the same scope flags) and it is created again as that user',
-    );
+    assertRunsAs(spec, info, runAs);
+    return this.startIfStopped(spec, await this.networks.place(spec, info), hostDir);
   }
 
   private verifyOwner(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo): void {
@@ -442,7 +384,7 @@ export class DockerBackend implements Backend {
     if (info.State.Running && !info.State.Paused) return info;
     if (!info.State.Running) {
       // A measurement that fails (no du on this host, say) is logged; it does not keep a sandbox down.
-      const breach = await this.diskBreach(spec, info.Id, hostDir)
+      const breach = await diskBreachOf(this.docker, spec, info.Id, hostDir)
         .catch((e: unknown) => void this.log(`${spec.identity.key}: could not measure disk use of ${short(info.Id)}: ${String(e)}`));
       if (breach) throw breach;
     }
@@ -456,13 +398,6 @@ export class DockerBackend implements Backend {
     }
     this.log(`started ${short(info.Id)}`);
     return container.inspect();
-  }
-
-  private async diskBreach(spec: SandboxSpec, ref: string, hostDir: string | undefined): Promise<BerthError | undefined> {
-    const limitMb = spec.settings.docker.diskMb ?? LIMIT_DEFAULTS.diskMb;
-    const ownDirs = hostBindsOf(spec, hostDir).filter((b) => b.kind === 'own').map((b) => b.source);
-    const usage = await measureDisk(this.docker, ref, ownDirs);
-    return totalBytes(usage) > limitMb * MIB ? diskLimitError(spec, ref, usage, limitMb, ownDirs) : undefined;
   }
 
   private async inspect(ref: string): Promise<Dockerode.ContainerInspectInfo | undefined> {
@@ -544,10 +479,6 @@ function sameRef(known: string, id: string): boolean {
 function isNetworkGone(err: unknown): boolean {
   const raw = err instanceof BerthError && err.cause !== undefined ? err.cause : err;
   return statusOf(raw) === 404 && /^network .* not found/i.test(engineMessage(raw));
-}
-
-function describeBind(b: HostBind): string {
-  return b.kind === 'workspace' ? `the attached workspace ${b.source}` : `docker.volumes entry ${b.source}:${b.target}`;
 }
 
 function timeoutErr(): Error {

@@ -1,9 +1,9 @@
 import type Dockerode from 'dockerode';
-import type { Lease } from '../backend.js';
+import type { Lease, SandboxSpec } from '../backend.js';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
 import { LABEL } from './container-spec.js';
 import { engineMessage, fromDockerError, statusOf } from './engine.js';
-import { chooseShard, networkName, SHARD_LABEL, shardCapacity, type ShardState } from './network-shards.js';
+import { chooseShard, isTenantNetwork, networkName, SHARD_LABEL, shardCapacity, type ShardState } from './network-shards.js';
 
 /** A lease that serialises the callers of this process only, per name. */
 export function localLease(): Lease {
@@ -84,10 +84,38 @@ export class SandboxNetworks {
   }
 
   /**
+   * An existing container's network, checked on adoption. It is fixed at create, like the mount: a
+   * sandbox with network access while the config says none (or the reverse) is refused. One made
+   * before tenant networks, on the engine's default bridge where sandboxes reach each other, is
+   * moved onto its tenant's network. Returns the container as it is now.
+   */
+  async place(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo): Promise<Dockerode.ContainerInspectInfo> {
+    const want = spec.settings.docker.network;
+    const isolated = info.HostConfig.NetworkMode === 'none';
+    if (want === 'none' || isolated) {
+      if (want === 'none' && isolated) return info;
+      throw new PolicyRefusedError(
+        `sandbox "${spec.identity.key}" (container ${info.Id.slice(0, 12)}) was created ${isolated ? 'without a network' : 'with a network'} ` +
+          `but docker.network is now "${want}"; the network is fixed when the sandbox is created: remove it (berth rm with the same scope flags) and it is created again`,
+      );
+    }
+    const attached = Object.keys(info.NetworkSettings?.Networks ?? {});
+    const foreign = attached.filter((n) => !isTenantNetwork(this.o.installation, spec.identity.tenant, n));
+    if (attached.length > 0 && foreign.length === 0) return info;
+    const moved = await this.moveTo(info.Id, spec.identity.tenant, foreign);
+    this.o.log(`${spec.identity.key}: moved ${info.Id.slice(0, 12)} from ${foreign.join(', ') || 'no network'} onto ${moved.name}`);
+    try {
+      return await this.o.docker.getContainer(info.Id).inspect();
+    } catch (err) {
+      throw fromDockerError(this.o.docker, err, `inspect container ${info.Id.slice(0, 12)}`);
+    }
+  }
+
+  /**
    * Moves a container made before tenant networks (on the engine's default bridge, where sandboxes
    * reach each other) onto a network of its tenant, and off the networks named in `leave`.
    */
-  async moveTo(containerId: string, tenant: string, leave: readonly string[]): Promise<NetworkRef> {
+  private async moveTo(containerId: string, tenant: string, leave: readonly string[]): Promise<NetworkRef> {
     const { network, release } = await this.join(tenant);
     try {
       await this.o.docker.getNetwork(network.id).connect({ Container: containerId });

@@ -1,4 +1,8 @@
+import { stat } from 'node:fs/promises';
+import type Dockerode from 'dockerode';
+import type { SandboxSpec } from '../backend.js';
 import { PolicyRefusedError } from '../../errors.js';
+import { hostBindsOf, type HostBind } from './container-spec.js';
 
 /** A host dir bound read-write into a sandbox, with its owner as `stat` reports it. */
 export interface RwBind {
@@ -63,4 +67,43 @@ export function chooseRunAs(input: RunAsInput): { uid: number; gid: number } | u
 /** The `User` string of a container create for `runAs` ('' is the image's own user, root here). */
 export function userOption(runAs: { uid: number; gid: number } | undefined): string {
   return runAs === undefined ? '' : `${runAs.uid}:${runAs.gid}`;
+}
+
+/** The user is fixed at create: refuse a container that runs as someone else than its binds now require. */
+export function assertRunsAs(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, runAs: { uid: number; gid: number } | undefined): void {
+  const have = info.Config.User ?? '';
+  const want = userOption(runAs);
+  if (have === want) return;
+  throw new PolicyRefusedError(
+    `sandbox "${spec.identity.key}" (container ${info.Id.slice(0, 12)}) runs as ${have === '' ? 'root' : have} but its read-write host dirs ` +
+      `require ${want === '' ? 'root' : want} (a sandbox runs as the owner of the host dirs it writes); the user is fixed when ` +
+      'the sandbox is created: remove it (berth rm with the same scope flags) and it is created again as that user',
+  );
+}
+
+/**
+ * Who a sandbox runs as, from the owners of its read-write host binds (`stat`). berth's own dirs
+ * follow the chosen owner when berth can hand them over (it runs as root); otherwise they are
+ * berth's (`berthUser`) and count as one more owner.
+ */
+export async function runAsFor(
+  spec: SandboxSpec,
+  hostDir: string | undefined,
+  userns: boolean,
+  berthUser: { uid: number; gid: number } | undefined,
+): Promise<{ uid: number; gid: number } | undefined> {
+  const binds: RwBind[] = [];
+  for (const b of hostBindsOf(spec, hostDir)) {
+    if (b.readOnly || b.kind === 'own') continue;
+    // A missing source is created by the engine, as root: it constrains nothing.
+    const st = await stat(b.source).catch(() => undefined);
+    if (st !== undefined) binds.push({ what: describeBind(b), uid: st.uid, gid: st.gid });
+  }
+  const ownDirs = hostDir !== undefined && berthUser !== undefined && berthUser.uid !== 0
+    ? { what: `berth's own sandbox dir ${hostDir}`, ...berthUser } : undefined;
+  return chooseRunAs({ binds, ownDirs, userns, hostUser: spec.settings.docker.runAsHostUser ? berthUser : undefined });
+}
+
+function describeBind(b: HostBind): string {
+  return b.kind === 'workspace' ? `the attached workspace ${b.source}` : `docker.volumes entry ${b.source}:${b.target}`;
 }
