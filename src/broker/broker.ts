@@ -111,6 +111,8 @@ interface LiveSandbox {
 }
 
 const SESSION_TOUCH_MS = 5_000;
+/** Time one disk-check pass may take (a measurement costs the engine a walk of the writable layer). */
+const DISK_CHECK_BUDGET_MS = 10_000;
 /** How long a process waits for another one creating the same sandbox, and when its claim is stale. */
 const CLAIM_WAIT_MS = 90_000;
 const CLAIM_STALE_MS = 60_000;
@@ -886,13 +888,15 @@ export class Broker implements AsyncDisposable {
 
   /**
    * The disk bound (docker.diskMb): measures the sandboxes used since their last check, one at a
-   * time, and stops any over its bound; its next call fails with `disk_limit_exceeded`. Runs in
-   * the periodic sweep; returns the keys of the sandboxes it stopped.
+   * time, least recently checked first, for at most DISK_CHECK_BUDGET_MS per pass (the rest are
+   * still due next pass), and stops any over its bound; its next call fails with
+   * `disk_limit_exceeded`. Runs in the periodic sweep; returns the keys of the sandboxes it stopped.
    */
   async enforceDiskLimits(): Promise<string[]> {
     const stopped: string[] = [];
-    for (const live of [...this.live.values()]) {
-      if (this.closing) break;
+    const deadline = Date.now() + DISK_CHECK_BUDGET_MS;
+    for (const live of [...this.live.values()].sort((a, b) => a.diskCheckedMs - b.diskCheckedMs)) {
+      if (this.closing || Date.now() > deadline) break;
       if (live.backend.checkDiskLimit === undefined || !(await this.usedSinceDiskCheck(live))) continue;
       const checkedMs = Date.now();
       const breach = await live.backend.checkDiskLimit(live.sandbox)
