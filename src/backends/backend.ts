@@ -116,6 +116,12 @@ export interface Sandbox {
   hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined;
 }
 
+/**
+ * Runs `fn` holding a named lease that no other process of the same installation holds at the
+ * same time (engine objects that several processes may create, such as tenant networks).
+ */
+export type Lease = <T>(name: string, fn: () => Promise<T>) => Promise<T>;
+
 /** What a backend found labelled as berth's, for reapers. */
 export interface ManagedSandbox {
   ref: string;
@@ -143,6 +149,14 @@ export interface Backend {
   stop(ref: string): Promise<void>;
   /** This installation's sandboxes as the engine sees them. */
   listManaged(): Promise<ManagedSandbox[]>;
+  /** Removes engine objects of this installation that no sandbox uses any more (networks); their names. */
+  reapIdleNetworks?(): Promise<string[]>;
+  /**
+   * Measures the sandbox's disk use against its bound: over it, the error its calls get
+   * (`disk_limit_exceeded`; the caller stops it, and `ensure` does not start it again while it is
+   * over). Absent where there is no disk bound.
+   */
+  checkDiskLimit?(sandbox: Sandbox): Promise<BerthError | undefined>;
   /** Release engine connections. Idempotent. */
   close(): Promise<void>;
 }

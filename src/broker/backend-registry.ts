@@ -1,4 +1,4 @@
-import type { Backend } from '../backends/backend.js';
+import type { Backend, Lease } from '../backends/backend.js';
 import { LocalBackend } from '../backends/local/local-backend.js';
 import type { BackendName } from '../config/types.js';
 import { BackendUnavailableError } from '../errors.js';
@@ -8,7 +8,11 @@ export class BackendRegistry {
   private readonly made = new Map<BackendName, Promise<Backend>>();
 
   constructor(
-    private readonly opts: { berthHome: string; installation: string; injected?: Partial<Record<BackendName, Backend>>; log: (msg: string) => void },
+    private readonly opts: {
+      berthHome: string; installation: string; injected?: Partial<Record<BackendName, Backend>>; log: (msg: string) => void;
+      /** Serialises engine-object creation across this installation's processes. */
+      lease: Lease;
+    },
   ) {}
 
   get(name: BackendName): Promise<Backend> {
@@ -29,7 +33,7 @@ export class BackendRegistry {
         return new LocalBackend({ berthHome: this.opts.berthHome });
       case 'docker': {
         const { DockerBackend } = await import('../backends/docker/docker-backend.js');
-        return new DockerBackend({ installation: this.opts.installation, berthHome: this.opts.berthHome, log: this.opts.log });
+        return new DockerBackend({ installation: this.opts.installation, berthHome: this.opts.berthHome, log: this.opts.log, lease: this.opts.lease });
       }
       case 'ssh':
         throw new BackendUnavailableError('backend "ssh" is not available yet in this version of berth; set backend: docker (or local for development) in the config');

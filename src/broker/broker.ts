@@ -26,6 +26,7 @@ import { ownerAlive, ownerToken } from './process-owner.js';
 import { registerAlias, resolveCall, sessionRefOf, startCwd, type Binding, type ResolvedCall } from './resolve-call.js';
 import { SessionCalls, sessionKey, type SessionCall } from './session-calls.js';
 import { StateStore, type SandboxRecord } from './state-store.js';
+import { storeLease } from './store-lease.js';
 import { TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
 export interface BrokerOptions {
@@ -111,9 +112,15 @@ interface LiveSandbox {
   shells: Map<string, Promise<LiveShell>>;
   /** Sessions linked to this sandbox by this process, with when `last_seen` was last written. */
   sessions: Map<string, number>;
+  /** When its disk use was last measured (0: never). */
+  diskCheckedMs: number;
+  /** Set when it went over its disk bound: calls in flight on it end with this error. */
+  diskBreach?: BerthError;
 }
 
 const SESSION_TOUCH_MS = 5_000;
+/** Time one disk-check pass may take (a measurement costs the engine a walk of the writable layer). */
+const DISK_CHECK_BUDGET_MS = 10_000;
 /** How long a process waits for another one creating the same sandbox, and when its claim is stale. */
 const CLAIM_WAIT_MS = 90_000;
 const CLAIM_STALE_MS = 60_000;
@@ -172,6 +179,7 @@ export class Broker implements AsyncDisposable {
     this.log = opts.log ?? (() => {});
     this.backends = new BackendRegistry({
       berthHome, installation: store.installationId, injected: opts.backends, log: (m) => this.log('berth:backend', m),
+      lease: storeLease(store),
     });
   }
 
@@ -251,6 +259,7 @@ export class Broker implements AsyncDisposable {
       try {
         const ls = await this.shellFor(call, live);
         const r = await ls.shell.run(command, { timeoutMs, workdir, stdin: opts.stdin, onChunk: opts.onChunk });
+        if (live.diskBreach) throw live.diskBreach;
         // The record follows only what the shell reports after a completed command.
         if (r.cwd !== '' && !r.timedOut && r.cwd !== ls.recordedCwd) {
           this.recordCwd(call, r.cwd);
@@ -266,6 +275,7 @@ export class Broker implements AsyncDisposable {
         // removed one is recreated and the result says so; a stopped one is just started). A
         // backend may report the missing container only as a failed shell start, so ask the engine.
         // A call overtaken by its session's close never recreates what the close removed.
+        if (err === live.diskBreach) throw err;
         const state = attempt > 0 || this.closing || sc.overtaken ? undefined
           : err instanceof SandboxNotFoundError ? 'gone' : await this.outOfBandState(live);
         if (state !== undefined) {
@@ -720,7 +730,7 @@ export class Broker implements AsyncDisposable {
       this.store.putSandbox(record);
       const live: LiveSandbox = {
         digest: call.spec.digest, backend, sandbox, record, idleMs: call.settings.lifecycle.idleSeconds * 1000,
-        inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, shells: new Map(), sessions: new Map(),
+        inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, shells: new Map(), sessions: new Map(), diskCheckedMs: 0,
       };
       this.live.set(call.spec.digest, live);
       this.linkSession(call, live);
@@ -913,7 +923,8 @@ export class Broker implements AsyncDisposable {
    */
   async reapOrphans(backends?: Backend[]): Promise<string[]> {
     const removed: string[] = [];
-    for (const backend of backends ?? await this.reapableBackends()) {
+    const reapable = backends ?? await this.reapableBackends();
+    for (const backend of reapable) {
       let managed: ManagedSandbox[];
       try {
         managed = await backend.listManaged();
@@ -939,6 +950,10 @@ export class Broker implements AsyncDisposable {
         removed.push(rec.name);
       }
     }
+    // Last, so the networks of the sandboxes just removed go too.
+    for (const backend of reapable) {
+      await backend.reapIdleNetworks?.().catch((e) => this.log('berth:reaper', `reap ${backend.name} networks: ${String(e)}`));
+    }
     return removed;
   }
 
@@ -961,7 +976,42 @@ export class Broker implements AsyncDisposable {
     return live.inflight === 0;
   }
 
+  /**
+   * The disk bound (docker.diskMb): measures the sandboxes used since their last check, one at a
+   * time, least recently checked first, for at most DISK_CHECK_BUDGET_MS per pass (the rest are
+   * still due next pass), and stops any over its bound; its next call fails with
+   * `disk_limit_exceeded`. Runs in the periodic sweep; returns the keys of the sandboxes it stopped.
+   */
+  async enforceDiskLimits(): Promise<string[]> {
+    const stopped: string[] = [];
+    const deadline = Date.now() + DISK_CHECK_BUDGET_MS;
+    for (const live of [...this.live.values()].sort((a, b) => a.diskCheckedMs - b.diskCheckedMs)) {
+      if (this.closing || Date.now() > deadline) break;
+      if (live.backend.checkDiskLimit === undefined || !(await this.usedSinceDiskCheck(live))) continue;
+      const checkedMs = Date.now();
+      const breach = await live.backend.checkDiskLimit(live.sandbox)
+        .catch((e: unknown) => void this.log('berth:reaper', `measure disk of ${live.record.key}: ${String(e)}`));
+      live.diskCheckedMs = checkedMs;
+      if (!breach) continue;
+      this.log('berth:reaper', breach.message);
+      // Marked before the stop, so a command it cuts short reports this error, not a dead shell.
+      live.diskBreach = breach;
+      await live.backend.stop(live.sandbox.ref).catch((e: unknown) => this.log('berth:reaper', `stop ${live.record.key}: ${String(e)}`));
+      await this.forget(live);
+      stopped.push(live.record.key);
+    }
+    return stopped;
+  }
+
+  private async usedSinceDiskCheck(live: LiveSandbox): Promise<boolean> {
+    if (live.inflight > 0 || live.lastActivityMs >= live.diskCheckedMs) return true;
+    if (this.store.runningJobsIn(live.digest).length > 0) return true;
+    const shells = await Promise.all([...live.shells.values()].map((p) => p.catch(() => undefined)));
+    return shells.some((s) => s !== undefined && s.shell.backgroundJobCount() > 0);
+  }
+
   private async sweepOnce(): Promise<void> {
+    await this.enforceDiskLimits().catch((e: unknown) => this.log('berth:reaper', `disk check failed: ${String(e)}`));
     for (const live of [...this.live.values()]) {
       if (this.closing) return;
       const now = Date.now();

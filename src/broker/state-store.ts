@@ -51,6 +51,7 @@ export interface AuditEntry {
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, taken_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS sandboxes (
   digest TEXT PRIMARY KEY, backend TEXT NOT NULL, tenant TEXT NOT NULL, profile TEXT,
   key TEXT NOT NULL, rule TEXT NOT NULL, ephemeral INTEGER NOT NULL, ref TEXT NOT NULL,
@@ -267,6 +268,23 @@ export class StateStore {
       ? this.q('SELECT * FROM sandboxes ORDER BY created_ms').all()
       : this.q('SELECT * FROM sandboxes WHERE tenant = ? ORDER BY created_ms').all(tenant);
     return (rows as SandboxRow[]).map(toSandbox);
+  }
+
+  // --- leases (engine objects several processes may create, e.g. tenant networks) ---------
+
+  /**
+   * Takes the named lease for `owner` when it is free, or held by an owner `isDead` says is gone
+   * (that holder is replaced in one compare-and-swap). True for exactly one of racing callers.
+   */
+  takeLease(name: string, owner: string, nowMs: number, isDead: (holder: string) => boolean): boolean {
+    if (this.q('INSERT INTO leases (name, owner, taken_ms) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING').run(name, owner, nowMs).changes === 1) return true;
+    const holder = (this.q('SELECT owner FROM leases WHERE name = ?').get(name) as { owner: string } | undefined)?.owner;
+    if (holder === undefined || !isDead(holder)) return false;
+    return this.q('UPDATE leases SET owner = ?, taken_ms = ? WHERE name = ? AND owner = ?').run(owner, nowMs, name, holder).changes === 1;
+  }
+
+  releaseLease(name: string, owner: string): void {
+    this.q('DELETE FROM leases WHERE name = ? AND owner = ?').run(name, owner);
   }
 
   // --- sessions --------------------------------------------------------------------------

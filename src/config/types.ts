@@ -23,8 +23,9 @@ export interface DockerSettings {
   volumes: VolumeSettings[];
   /**
    * Bound on the sandbox's own disk use in MiB: its writable layer, plus its persistent dirs under
-   * `$BERTH_HOME`. Undefined: the backend's default applies (an explicit value it cannot enforce
-   * is a start-up error; a default it cannot enforce is a warning).
+   * `$BERTH_HOME` (never an attached workspace or a volume). Undefined: the backend's default.
+   * berth measures it itself in its periodic sweep (backends/docker/disk-usage.ts), so every
+   * engine honours it; a sandbox over it is stopped and its calls fail with `disk_limit_exceeded`.
    */
   diskMb: number | undefined;
 }

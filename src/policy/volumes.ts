@@ -1,6 +1,6 @@
 import { describeVolume } from '../config/schema.js';
 import { realpathSync } from 'node:fs';
-import type { BerthConfig } from '../config/types.js';
+import type { BerthConfig, VolumeSettings } from '../config/types.js';
 import { ConfigError } from '../errors.js';
 import { credentialSurfaceReason, type CredentialSurfaceContext } from './credential-surfaces.js';
 
@@ -29,4 +29,16 @@ export function assertVolumesAllowed(config: BerthConfig, ctx: Omit<CredentialSu
     }
   }
   if (problems.length > 0) throw new ConfigError(problems.join('; '));
+}
+
+/**
+ * The `docker.volumes` entries a sandbox of `tenant` gets: those whose audience names it, or `'*'`.
+ * A sandbox belongs to exactly one tenant (the tenant is part of every identity), so a bind never
+ * reaches a tenant the operator did not list.
+ *
+ * @example
+ * volumesForTenant([{ source: '/srv/a', target: '/data', readOnly: false, tenants: ['acme'] }], 'globex') // → []
+ */
+export function volumesForTenant(volumes: readonly VolumeSettings[], tenant: string): VolumeSettings[] {
+  return volumes.filter((v) => v.tenants === '*' || v.tenants.includes(tenant));
 }

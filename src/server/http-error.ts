@@ -20,6 +20,7 @@ const STATUS_BY_CODE: Record<string, number> = {
   profile_forbidden: 403,
   host_backend_forbidden: 403,
   too_large: 413,
+  disk_limit_exceeded: 507,
   unsupported: 422,
   job_start_failed: 422,
   timeout: 504,

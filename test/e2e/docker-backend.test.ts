@@ -40,6 +40,7 @@ const FULL_CAPS: EngineCapabilities = {
   pidsLimit: true,
   cgroupDriver: 'systemd',
   cgroupVersion: '2',
+  userns: false,
 };
 
 describe('docker backend: pure parts', () => {
@@ -75,7 +76,11 @@ describe('docker backend: pure parts', () => {
       pidsLimit: false,
       cgroupDriver: 'unknown',
       cgroupVersion: '1',
+      userns: false,
     });
+    const remapped = { SecurityOptions: ['name=seccomp,profile=default', 'name=userns'] };
+    expect(capabilitiesFromInfo(remapped).userns).toBe(true);
+    expect(capabilitiesFromInfo({ SecurityOptions: ['name=seccomp,profile=default'] }).userns).toBe(false);
   });
 
   it('parses volumes, image names and apt sources', () => {

@@ -90,6 +90,33 @@ export async function containersOf(installation: string): Promise<ContainerSumma
   }));
 }
 
+export interface NetworkSummary {
+  id: string;
+  name: string;
+  labels: Record<string, string>;
+  options: Record<string, string>;
+}
+
+/** Every network labelled with this installation. */
+export async function networksOf(installation: string): Promise<NetworkSummary[]> {
+  const list = await docker.listNetworks({ filters: { label: [`berth.installation=${installation}`] } });
+  return list.map((n) => ({ id: n.Id, name: n.Name, labels: n.Labels ?? {}, options: n.Options ?? {} }));
+}
+
+/** Remove every network of an installation (after its containers); returns the names removed. */
+export async function removeNetworksOf(installation: string): Promise<string[]> {
+  const removed: string[] = [];
+  for (const n of await networksOf(installation)) {
+    try {
+      await docker.getNetwork(n.id).remove();
+      removed.push(`network ${n.name}`);
+    } catch (err) {
+      if ((err as { statusCode?: number }).statusCode !== 404) throw err;
+    }
+  }
+  return removed;
+}
+
 /** `id (name, key, state)` lines for failure messages. */
 export function describeContainers(list: ContainerSummary[]): string {
   if (list.length === 0) return '(no containers)';
@@ -196,6 +223,7 @@ export class TestInstall {
   async cleanup(): Promise<string[]> {
     for (const b of this.brokers.splice(0)) await b.close({ graceMs: 2_000 }).catch(() => undefined);
     const removed = await removeContainersOf(this.installation);
+    removed.push(...(await removeNetworksOf(this.installation)));
     rmSync(this.root, { recursive: true, force: true });
     return removed;
   }
@@ -225,13 +253,18 @@ export function installs(prefix?: string): { track(): TestInstall; cleanupAll():
   };
 }
 
-/** Fail loudly if any container of these installations survived (run in afterAll). */
+/** Fail loudly if any container or network of these installations survived (run in afterAll). */
 export async function assertNoneLeft(installations: string[]): Promise<void> {
   const left: ContainerSummary[] = [];
-  for (const i of installations) left.push(...(await containersOf(i)));
-  if (left.length > 0) {
-    await Promise.all(left.map((c) => docker.getContainer(c.id).remove({ force: true }).catch(() => undefined)));
-    throw new Error(`berth containers survived the suite (now removed): ${describeContainers(left)}`);
+  const nets: NetworkSummary[] = [];
+  for (const i of installations) {
+    left.push(...(await containersOf(i)));
+    nets.push(...(await networksOf(i)));
+  }
+  await Promise.all(left.map((c) => docker.getContainer(c.id).remove({ force: true }).catch(() => undefined)));
+  await Promise.all(nets.map((n) => docker.getNetwork(n.id).remove().catch(() => undefined)));
+  if (left.length > 0 || nets.length > 0) {
+    throw new Error(`berth containers or networks survived the suite (now removed): ${describeContainers(left)}; networks: ${nets.map((n) => n.name).join(' ') || '(none)'}`);
   }
 }
 

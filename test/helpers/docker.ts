@@ -38,7 +38,7 @@ export function testInstallation(prefix = 'test'): string {
   return `${prefix}-${randomBytes(6).toString('hex')}`;
 }
 
-/** Force-remove every container labelled with `installation`; returns the ids removed. */
+/** Force-remove every container labelled with `installation`, then its networks; returns what was removed. */
 export async function removeInstallationContainers(docker: Dockerode, installation: string): Promise<string[]> {
   const list = await docker.listContainers({ all: true, filters: { label: [`berth.installation=${installation}`] } });
   const removed: string[] = [];
@@ -46,6 +46,14 @@ export async function removeInstallationContainers(docker: Dockerode, installati
     try {
       await docker.getContainer(c.Id).remove({ force: true, v: true });
       removed.push(c.Id.slice(0, 12));
+    } catch (err) {
+      if ((err as { statusCode?: number }).statusCode !== 404) throw err;
+    }
+  }
+  for (const n of await docker.listNetworks({ filters: { label: [`berth.installation=${installation}`] } })) {
+    try {
+      await docker.getNetwork(n.Id).remove();
+      removed.push(`network ${n.Name}`);
     } catch (err) {
       if ((err as { statusCode?: number }).statusCode !== 404) throw err;
     }

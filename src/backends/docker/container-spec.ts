@@ -1,6 +1,7 @@
 import path from 'node:path';
 import type Dockerode from 'dockerode';
 import type { VolumeSettings } from '../../config/types.js';
+import { volumesForTenant } from '../../policy/volumes.js';
 import type { SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
 
@@ -88,15 +89,45 @@ export function parseVolume(volume: VolumeSettings): ParsedVolume {
   return { source: volume.source, target, readOnly: volume.readOnly };
 }
 
+/** The operator's volumes this sandbox gets: those whose audience includes its tenant. */
+export function volumesOf(spec: SandboxSpec): ParsedVolume[] {
+  return volumesForTenant(spec.settings.docker.volumes, spec.identity.tenant).map(parseVolume);
+}
+
 /**
  * The host dir that must be bound at /workspace, or undefined for a tmpfs workspace.
- * A user volume targeting /workspace wins over the session mount and the automatic dir.
+ * A volume of this tenant targeting /workspace wins over the session mount and the automatic dir.
  */
 export function expectedWorkspaceSource(spec: SandboxSpec, hostDir: string | undefined): string | undefined {
-  const volume = spec.settings.docker.volumes.map(parseVolume).find((v) => v.target === WORKSPACE);
+  const volume = volumesOf(spec).find((v) => v.target === WORKSPACE);
   if (volume) return path.resolve(volume.source);
   if (spec.mount !== null) return path.resolve(spec.mount);
   return hostDir === undefined ? undefined : path.join(hostDir, 'workspace');
+}
+
+/** One host dir bound into a sandbox. `own`: berth's per-sandbox dir under `$BERTH_HOME`. */
+export interface HostBind {
+  source: string;
+  target: string;
+  readOnly: boolean;
+  kind: 'own' | 'workspace' | 'volume';
+}
+
+/**
+ * The host dirs a sandbox binds, in bind order: berth's own home dir (persistent), then
+ * /workspace (a volume of this tenant, else the attached workspace, else berth's own dir), then
+ * the tenant's volumes. Pure.
+ */
+export function hostBindsOf(spec: SandboxSpec, hostDir: string | undefined): HostBind[] {
+  const binds: HostBind[] = [];
+  const volumes = volumesOf(spec);
+  if (hostDir !== undefined) binds.push({ source: path.join(hostDir, 'home'), target: HOME, readOnly: false, kind: 'own' });
+  if (!volumes.some((v) => v.target === WORKSPACE)) {
+    if (spec.mount !== null) binds.push({ source: path.resolve(spec.mount), target: WORKSPACE, readOnly: false, kind: 'workspace' });
+    else if (hostDir !== undefined) binds.push({ source: path.join(hostDir, 'workspace'), target: WORKSPACE, readOnly: false, kind: 'own' });
+  }
+  for (const v of volumes) binds.push({ source: path.resolve(v.source), target: v.target, readOnly: v.readOnly, kind: 'volume' });
+  return binds;
 }
 
 export interface CreatePlanInput {
@@ -106,43 +137,32 @@ export interface CreatePlanInput {
   /** Persistent sandboxes: the bind root; ephemeral: undefined (tmpfs). */
   hostDir: string | undefined;
   limits: LimitPlan;
-  /** Host uid/gid for `runAsHostUser`; undefined where the platform has none. */
-  hostUser: { uid: number; gid: number } | undefined;
+  /** The uid:gid the sandbox runs as (see run-as.ts); undefined: the image's root. */
+  runAs: { uid: number; gid: number } | undefined;
+  /** `none`, or the id of the berth network the sandbox joins (see network-shards.ts). */
+  networkMode: string;
 }
 
 /**
  * The full `POST /containers/create` body for a sandbox. Pure.
  * Hardening: caps dropped to CAP_ADD, no-new-privileges, an init as PID 1, pids/memory/cpu
- * limits, size-limited tmpfs for /tmp, and optionally no network and a non-root user.
+ * limits, size-limited tmpfs for /tmp, a berth network (or none) and optionally a non-root user.
  */
 export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreateOptions {
-  const { spec, hostDir, hostUser } = input;
+  const { spec, hostDir, runAs } = input;
   const docker = spec.settings.docker;
-  const user = docker.runAsHostUser && hostUser ? hostUser : undefined;
   // tmpfs defaults to noexec in docker; builds, test runners and installers execute from /tmp
   // and the workspace, so exec stays on while nosuid/nodev keep setuid binaries and devices out.
-  const owner = user ? `,uid=${user.uid},gid=${user.gid}` : '';
+  const owner = runAs ? `,uid=${runAs.uid},gid=${runAs.gid}` : '';
   const tmpfs: Record<string, string> = {
     '/tmp': `rw,exec,nosuid,nodev,size=${docker.tmpSizeMb ?? LIMIT_DEFAULTS.tmpSizeMb}m,mode=1777`,
   };
-  const binds: string[] = [];
-  const userVolumes = docker.volumes.map(parseVolume);
-  const workspaceFromVolume = userVolumes.some((v) => v.target === WORKSPACE);
   const ephemeralSize = `${docker.ephemeralSizeMb ?? LIMIT_DEFAULTS.ephemeralSizeMb}m`;
-
-  if (hostDir !== undefined) {
-    binds.push(`${path.join(hostDir, 'home')}:${HOME}`);
-  } else {
-    tmpfs[HOME] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0700${owner}`;
-  }
-  if (!workspaceFromVolume) {
-    if (spec.mount !== null) binds.push(`${path.resolve(spec.mount)}:${WORKSPACE}`);
-    else if (hostDir !== undefined) binds.push(`${path.join(hostDir, 'workspace')}:${WORKSPACE}`);
-    else tmpfs[WORKSPACE] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0755${owner}`;
-  }
-  for (const volume of userVolumes) {
-    binds.push(`${path.resolve(volume.source)}:${volume.target}${volume.readOnly ? ':ro' : ''}`);
-  }
+  const hostBinds = hostBindsOf(spec, hostDir);
+  const bound = (target: string): boolean => hostBinds.some((b) => b.target === target);
+  if (!bound(HOME)) tmpfs[HOME] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0700${owner}`;
+  if (!bound(WORKSPACE)) tmpfs[WORKSPACE] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0755${owner}`;
+  const binds = hostBinds.map((b) => `${b.source}:${b.target}${b.readOnly ? ':ro' : ''}`);
 
   return {
     name: input.name,
@@ -153,17 +173,17 @@ export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreate
     Labels: labelsFor(spec),
     Env: [`HOME=${HOME}`],
     WorkingDir: WORKSPACE,
-    User: user ? `${user.uid}:${user.gid}` : undefined,
+    User: runAs ? `${runAs.uid}:${runAs.gid}` : undefined,
     Tty: false,
     OpenStdin: false,
     AttachStdin: false,
     AttachStdout: false,
     AttachStderr: false,
-    NetworkDisabled: docker.network === 'none' ? true : undefined,
+    NetworkDisabled: input.networkMode === 'none' ? true : undefined,
     HostConfig: {
       Binds: binds,
       Tmpfs: tmpfs,
-      NetworkMode: docker.network === 'none' ? 'none' : 'bridge',
+      NetworkMode: input.networkMode,
       CapDrop: ['ALL'],
       CapAdd: [...CAP_ADD],
       SecurityOpt: ['no-new-privileges:true'],

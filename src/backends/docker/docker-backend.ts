@@ -1,27 +1,29 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, rm } from 'node:fs/promises';
+import { chown, mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { ProfileSettings } from '../../config/types.js';
 import { BackendUnavailableError, BerthError, ConfigError, PolicyRefusedError } from '../../errors.js';
-import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
+import type { Backend, Lease, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
 import {
   LABEL,
   WORKSPACE,
   createOptions,
+  type CreatePlanInput,
   ephemeralName,
   expectedWorkspaceSource,
   hostDirFor,
-  parseVolume,
   persistentName,
   sandboxesRoot,
+  volumesOf,
 } from './container-spec.js';
 import {
   bounded,
   defaultDocker,
   ENGINE_REQUEST_TIMEOUT_MS,
   engineInfo,
+  engineMessage,
   fromDockerError,
   imageMissingError,
   inspectImage,
@@ -31,10 +33,15 @@ import {
 } from './engine.js';
 import { DockerSandbox } from './docker-sandbox.js';
 import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
+import { diskBreachOf } from './disk-usage.js';
+import { localLease, SandboxNetworks } from './networks.js';
+import { assertRunsAs, runAsFor } from './run-as.js';
 
 const STOP_TIMEOUT_SECONDS = 3;
 /** Inspect/create rounds when racing another process for a persistent name. */
 const ADOPT_ATTEMPTS = 20;
+/** Create rounds when a reaper (another process's) removed the network between join and start. */
+const NETWORK_ATTEMPTS = 3;
 
 export interface DockerBackendOptions {
   /** Engine client; defaults to `DOCKER_HOST` or the default socket. */
@@ -44,8 +51,16 @@ export interface DockerBackendOptions {
   berthHome: string;
   /** Debug/warning sink (`berth:docker`); never receives secret values. */
   log?: (msg: string) => void;
-  /** Host uid/gid for `runAsHostUser`; defaults to this process's. */
+  /**
+   * The uid/gid berth runs as (defaults to this process's): what `runAsHostUser` runs sandboxes
+   * as, and the owner of berth's own per-sandbox dirs.
+   */
   hostUser?: { uid: number; gid: number };
+  /**
+   * A lease across the processes of this installation (the broker passes one kept in its state
+   * store), so racing creates of a tenant network end with one network. Default: this process only.
+   */
+  lease?: Lease;
 }
 
 /**
@@ -69,6 +84,7 @@ export class DockerBackend implements Backend {
   private capabilities: Promise<EngineCapabilities> | undefined;
   private readonly warned = new Set<string>();
   private readonly sockets = new Set<Duplex>();
+  private readonly networks: SandboxNetworks;
   private closed = false;
 
   constructor(opts: DockerBackendOptions) {
@@ -82,6 +98,12 @@ export class DockerBackend implements Backend {
       (typeof process.getuid === 'function' && typeof process.getgid === 'function'
         ? { uid: process.getuid(), gid: process.getgid() }
         : undefined);
+    this.networks = new SandboxNetworks({
+      docker: this.docker,
+      installation: this.installation,
+      lease: opts.lease ?? localLease(),
+      log: this.log,
+    });
   }
 
   async check(settings: ProfileSettings): Promise<void> {
@@ -96,7 +118,7 @@ export class DockerBackend implements Backend {
     if (knownRef !== undefined) assertContainerRef(knownRef);
     const caps = await this.probe();
     const limits = this.limitsFor(spec.settings, caps, false);
-    return spec.ephemeral ? this.ensureEphemeral(spec, knownRef, limits) : this.ensurePersistent(spec, knownRef, limits);
+    return spec.ephemeral ? this.ensureEphemeral(spec, knownRef, limits, caps) : this.ensurePersistent(spec, knownRef, limits, caps);
   }
 
   async remove(ref: string, hostDir: string | undefined): Promise<void> {
@@ -150,6 +172,19 @@ export class DockerBackend implements Backend {
         ephemeral: c.Labels[LABEL.lifecycle] === 'ephemeral',
         running: c.State === 'running',
       }));
+  }
+
+  /**
+   * Measures the sandbox's own disk use (writable layer + berth's dirs of it) against
+   * `docker.diskMb`. A stopped sandbox over its bound is not started again (`ensure`).
+   */
+  checkDiskLimit(sandbox: Sandbox): Promise<BerthError | undefined> {
+    return diskBreachOf(this.docker, sandbox.spec, sandbox.ref, sandbox.hostDir);
+  }
+
+  /** Removes this installation's networks that no container uses (the orphan reaper calls it). */
+  reapIdleNetworks(): Promise<string[]> {
+    return this.networks.reapIdle();
   }
 
   async close(): Promise<void> {
@@ -207,22 +242,23 @@ export class DockerBackend implements Backend {
     return plan;
   }
 
-  private async ensurePersistent(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan): Promise<Sandbox> {
+  private async ensurePersistent(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities): Promise<Sandbox> {
     const name = persistentName(spec.digest);
     const hostDir = hostDirFor(this.berthHome, spec);
-    const options = createOptions({ spec, name, image: spec.settings.docker.image, hostDir, limits, hostUser: this.hostUser });
+    const runAs = await runAsFor(spec, hostDir, caps.userns, this.hostUser);
+    const plan = { spec, name, image: spec.settings.docker.image, hostDir, limits, runAs };
     // Create-or-adopt. A 409 means another process of this installation holds the name; its
     // container may not be inspectable yet (still being created) or may vanish again (its start
     // failed and it cleaned up), so look again a few times before giving up.
     for (let attempt = 1; ; attempt += 1) {
       const existing = await this.inspect(name);
       if (existing) {
-        const adopted = await this.adopt(spec, existing, hostDir);
+        const adopted = await this.adopt(spec, existing, hostDir, runAs);
         return this.sandbox(spec, adopted, hostDir, knownRef !== undefined && !sameRef(knownRef, adopted.Id));
       }
-      await this.makeHostDirs(hostDir);
+      await this.makeHostDirs(hostDir, runAs);
       try {
-        const created = await this.createAndStart(spec, options);
+        const created = await this.createAndStart(spec, plan);
         return this.sandbox(spec, created, hostDir, knownRef !== undefined);
       } catch (err) {
         if (statusOf(err) !== 409) throw err;
@@ -232,7 +268,8 @@ export class DockerBackend implements Backend {
     }
   }
 
-  private async ensureEphemeral(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan): Promise<Sandbox> {
+  private async ensureEphemeral(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities): Promise<Sandbox> {
+    const runAs = await runAsFor(spec, undefined, caps.userns, this.hostUser);
     if (knownRef !== undefined) {
       const known = await this.inspect(knownRef);
       if (known) {
@@ -244,19 +281,38 @@ export class DockerBackend implements Backend {
           );
         }
         this.verifyMount(spec, known, undefined);
-        const running = await this.startIfStopped(known);
+        assertRunsAs(spec, known, runAs);
+        const placed = await this.networks.place(spec, known);
+        const running = await this.startIfStopped(spec, placed, undefined);
         return this.sandbox(spec, running, undefined, false);
       }
       this.log(`${spec.identity.key}: container ${short(knownRef)} is gone; creating a new one`);
     }
     const name = ephemeralName(spec.digest, randomBytes(4).toString('hex'));
-    const options = createOptions({ spec, name, image: spec.settings.docker.image, hostDir: undefined, limits, hostUser: this.hostUser });
-    const created = await this.createAndStart(spec, options);
+    const created = await this.createAndStart(spec, { spec, name, image: spec.settings.docker.image, hostDir: undefined, limits, runAs });
     return this.sandbox(spec, created, undefined, knownRef !== undefined);
   }
 
+  /**
+   * Create and start on a network of the sandbox's tenant (or none). The network may be removed
+   * by another process's reaper between join and start (it had no container yet): then again.
+   */
+  private async createAndStart(spec: SandboxSpec, plan: Omit<CreatePlanInput, 'networkMode'>): Promise<Dockerode.ContainerInspectInfo> {
+    for (let attempt = 1; ; attempt++) {
+      const joined = spec.settings.docker.network === 'none' ? undefined : await this.networks.join(spec.identity.tenant);
+      try {
+        return await this.createAndStartOnce(spec, createOptions({ ...plan, networkMode: joined?.network.id ?? 'none' }));
+      } catch (err) {
+        if (joined === undefined || attempt >= NETWORK_ATTEMPTS || !isNetworkGone(err)) throw err;
+        this.log(`${spec.identity.key}: network ${joined.network.name} was removed while creating; joining again`);
+      } finally {
+        joined?.release();
+      }
+    }
+  }
+
   /** Create and start; a failed start removes what was created and rethrows the original error. */
-  private async createAndStart(
+  private async createAndStartOnce(
     spec: SandboxSpec,
     options: Dockerode.ContainerCreateOptions,
   ): Promise<Dockerode.ContainerInspectInfo> {
@@ -294,10 +350,12 @@ export class DockerBackend implements Backend {
     spec: SandboxSpec,
     info: Dockerode.ContainerInspectInfo,
     hostDir: string,
+    runAs: { uid: number; gid: number } | undefined,
   ): Promise<Dockerode.ContainerInspectInfo> {
     this.verifyOwner(spec, info);
     this.verifyMount(spec, info, hostDir);
-    return this.startIfStopped(info);
+    assertRunsAs(spec, info, runAs);
+    return this.startIfStopped(spec, await this.networks.place(spec, info), hostDir);
   }
 
   private verifyOwner(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo): void {
@@ -314,7 +372,7 @@ export class DockerBackend implements Backend {
   private verifyMount(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): void {
     const want = expectedWorkspaceSource(spec, hostDir);
     // Nothing asked (no session mount, no volume): whatever the shared sandbox has stays.
-    const asked = spec.mount !== null || spec.settings.docker.volumes.some((v) => parseVolume(v).target === WORKSPACE);
+    const asked = spec.mount !== null || volumesOf(spec).some((v) => v.target === WORKSPACE);
     if (!asked || want === undefined) return;
     const have = info.Mounts.find((m) => m.Destination === WORKSPACE);
     const haveSource = have?.Type === 'bind' ? path.resolve(have.Source) : undefined;
@@ -325,8 +383,15 @@ export class DockerBackend implements Backend {
     );
   }
 
-  private async startIfStopped(info: Dockerode.ContainerInspectInfo): Promise<Dockerode.ContainerInspectInfo> {
+  /** A stopped sandbox is measured first: one stopped over its disk bound stays stopped. */
+  private async startIfStopped(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): Promise<Dockerode.ContainerInspectInfo> {
     if (info.State.Running && !info.State.Paused) return info;
+    if (!info.State.Running) {
+      // A measurement that fails (no du on this host, say) is logged; it does not keep a sandbox down.
+      const breach = await diskBreachOf(this.docker, spec, info.Id, hostDir)
+        .catch((e: unknown) => void this.log(`${spec.identity.key}: could not measure disk use of ${short(info.Id)}: ${String(e)}`));
+      if (breach) throw breach;
+    }
     const container = this.docker.getContainer(info.Id);
     try {
       if (info.State.Paused) await this.request(`unpause container ${short(info.Id)}`, (abortSignal) => container.unpause({ abortSignal }));
@@ -348,9 +413,17 @@ export class DockerBackend implements Backend {
     }
   }
 
-  private async makeHostDirs(hostDir: string): Promise<void> {
-    await mkdir(path.join(hostDir, 'workspace'), { recursive: true, mode: 0o700 });
-    await mkdir(path.join(hostDir, 'home'), { recursive: true, mode: 0o700 });
+  /**
+   * berth's own dirs of a persistent sandbox, handed to the user it runs as (when berth runs as
+   * root and can) so its shell can write its home and state dir. Only the two dirs themselves:
+   * nothing below them is followed or chowned, so a link planted there cannot redirect it.
+   */
+  private async makeHostDirs(hostDir: string, runAs: { uid: number; gid: number } | undefined): Promise<void> {
+    for (const dir of ['workspace', 'home']) {
+      const p = path.join(hostDir, dir);
+      await mkdir(p, { recursive: true, mode: 0o700 });
+      if (runAs !== undefined && process.getuid?.() === 0) await chown(p, runAs.uid, runAs.gid);
+    }
   }
 
   private sandbox(
@@ -409,4 +482,10 @@ export function short(ref: string): string {
 
 function sameRef(known: string, id: string): boolean {
   return known === id || (known.length >= 12 && id.startsWith(known));
+}
+
+/** A start that failed because the container's network no longer exists (404 "network … not found"). */
+function isNetworkGone(err: unknown): boolean {
+  const raw = err instanceof BerthError && err.cause !== undefined ? err.cause : err;
+  return statusOf(raw) === 404 && /^network .* not found/i.test(engineMessage(raw));
 }

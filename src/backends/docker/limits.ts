@@ -8,6 +8,13 @@ export const LIMIT_DEFAULTS = {
   shmSizeMb: 64,
   tmpSizeMb: 256,
   ephemeralSizeMb: 512,
+  /**
+   * Disk one sandbox may use (writable layer + berth's own dirs of it), enforced by berth itself
+   * (disk-usage.ts). 10 GiB holds a toolchain, a large dependency tree and build output (a Debian
+   * sandbox with build-essential, node_modules and a few builds stays well under it), yet stops one
+   * runaway sandbox long before it fills a host disk.
+   */
+  diskMb: 10_240,
 } as const;
 
 /** What the engine can enforce, read once from `GET /info`. */
@@ -18,6 +25,11 @@ export interface EngineCapabilities {
   pidsLimit: boolean;
   cgroupDriver: string;
   cgroupVersion: string;
+  /**
+   * Container root is an unprivileged host uid: user-namespace remapping (`SecurityOptions` has
+   * `name=userns`) or a rootless engine (`name=rootless`).
+   */
+  userns: boolean;
 }
 
 /** Reads the capability flags of `docker.info()`. Missing flags count as unsupported. */
@@ -30,6 +42,7 @@ export function capabilitiesFromInfo(info: Record<string, unknown>): EngineCapab
     pidsLimit: flag('PidsLimit'),
     cgroupDriver: typeof info['CgroupDriver'] === 'string' ? info['CgroupDriver'] : 'unknown',
     cgroupVersion: typeof info['CgroupVersion'] === 'string' ? info['CgroupVersion'] : 'unknown',
+    userns: Array.isArray(info['SecurityOptions']) && info['SecurityOptions'].some((o) => typeof o === 'string' && /(^|,)name=(userns|rootless)(,|$)/.test(o)),
   };
 }
 
