@@ -14,6 +14,7 @@ import { assertVolumesAllowed } from '../policy/volumes.js';
 import { redactText } from '../shell/output-capture.js';
 import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
+import { Warden } from '../shell/warden.js';
 import { readSecretsFiles, type SecretsFile } from '../config/secrets-file.js';
 import { ensurePrivateDir, removeSessionStaging, stagingDirFor } from '../files/staging.js';
 import { exportToStaging, mediaHostPath, readSandboxFile, uploadFile, uploadTarball, type TransferContext } from '../files/transfer.js';
@@ -54,6 +55,11 @@ export interface ExecOptions {
   workdir?: string;
   stdin?: string | Buffer;
   onChunk?: (stream: 'stdout' | 'stderr', chunk: string) => void;
+  /**
+   * Cancels the command when the caller goes away (an HTTP client that disconnected): its
+   * process tree is killed as on a timeout and the result (and the audit) has exit code 130.
+   */
+  signal?: AbortSignal;
 }
 
 export interface BrokerExecResult extends ExecResult {
@@ -101,6 +107,8 @@ interface LiveSandbox {
   /** The backend recreated a sandbox removed out of band; the next result says so. */
   recreatedUnreported: boolean;
   shells: Map<string, Promise<LiveShell>>;
+  /** Ends process trees in the sandbox without a new process there; started with the first shell. */
+  warden: Warden;
   /** Sessions linked to this sandbox by this process, with when `last_seen` was last written. */
   sessions: Map<string, number>;
 }
@@ -231,7 +239,7 @@ export class Broker implements AsyncDisposable {
       live.lastActivityMs = Date.now();
       try {
         const ls = await this.shellFor(call, live);
-        const r = await ls.shell.run(command, { timeoutMs, workdir, stdin: opts.stdin, onChunk: opts.onChunk });
+        const r = await ls.shell.run(command, { timeoutMs, workdir, stdin: opts.stdin, onChunk: opts.onChunk, signal: opts.signal });
         // The record follows only what the shell reports after a completed command.
         if (r.cwd !== '' && !r.timedOut && r.cwd !== ls.recordedCwd) {
           this.recordCwd(call, r.cwd);
@@ -629,6 +637,11 @@ export class Broker implements AsyncDisposable {
       const live: LiveSandbox = {
         digest: call.spec.digest, backend, sandbox, record, idleMs: call.settings.lifecycle.idleSeconds * 1000,
         inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, shells: new Map(), sessions: new Map(),
+        warden: new Warden({
+          open: () => sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }),
+          mayKillAll: backend.kind === 'container',
+          label: call.binding.sandboxKey,
+        }),
       };
       this.live.set(call.spec.digest, live);
       this.linkSession(call, live);
@@ -696,9 +709,12 @@ export class Broker implements AsyncDisposable {
     const existing = live.shells.get(call.shell.digest);
     if (existing !== undefined) return existing;
     const sandbox = live.sandbox;
+    // Opened with the sandbox's first shell (side by side), before any command could take every pid there.
+    const warden = live.warden.start();
     const p = PersistentShell.start({
-      open: () => sandbox.openShell({ env: call.env, cwd: sandbox.defaultCwd }),
+      open: (extra) => sandbox.openShell({ env: { ...call.env, ...extra }, cwd: sandbox.defaultCwd }),
       execOnce: (argv, o) => sandbox.execOnce(argv, o),
+      killer: live.warden,
       stateDir: sandbox.stateDir,
       shellId: call.shell.fileStem,
       defaultCwd: call.defaultCwd,
@@ -709,9 +725,10 @@ export class Broker implements AsyncDisposable {
       keepSpillOnClose: this.owner === null,
       maxOutputChars: call.settings.exec.maxOutputChars,
       redactValues: call.redactValues,
-    }).then((shell): LiveShell => ({
-      shell, tenant: call.scope.tenant, profile: call.scope.profile, sessionRef: call.sessionRef, recordedCwd: undefined,
-    }));
+    }).then(async (shell): Promise<LiveShell> => {
+      await warden;
+      return { shell, tenant: call.scope.tenant, profile: call.scope.profile, sessionRef: call.sessionRef, recordedCwd: undefined };
+    });
     live.shells.set(call.shell.digest, p);
     p.catch(() => live.shells.delete(call.shell.digest));
     return p;
@@ -730,6 +747,7 @@ export class Broker implements AsyncDisposable {
       const ls = await p.catch(() => undefined);
       await ls?.shell.close();
     }));
+    await live.warden.close();
   }
 
   /**
