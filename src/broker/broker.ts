@@ -114,6 +114,8 @@ interface LiveSandbox {
 }
 
 const SESSION_TOUCH_MS = 5_000;
+/** A container this close to its pids limit when a shell cannot start counts as out of processes. */
+const PIDS_HEADROOM = 8;
 /** How long a process waits for another one creating the same sandbox, and when its claim is stale. */
 const CLAIM_WAIT_MS = 90_000;
 const CLAIM_STALE_MS = 60_000;
@@ -233,6 +235,7 @@ export class Broker implements AsyncDisposable {
     const workdir = opts.workdir === undefined ? undefined
       : mapWorkdir(opts.workdir, { containerBackend: isContainerBackend(call.settings.backend), mount: call.spec.mount });
     let gone = false;
+    let restarted: string | undefined;
     for (let attempt = 0; ; attempt++) {
       const live = await this.sandboxFor(call);
       live.inflight++;
@@ -245,7 +248,15 @@ export class Broker implements AsyncDisposable {
           this.recordCwd(call, r.cwd);
           ls.recordedCwd = r.cwd;
         }
-        const out: BrokerExecResult = { ...r, sandboxKey: call.binding.sandboxKey };
+        let out: BrokerExecResult = restarted === undefined ? { ...r, sandboxKey: call.binding.sandboxKey }
+          : { ...r, stderr: restarted + r.stderr, output: restarted + r.output, sandboxKey: call.binding.sandboxKey };
+        // The command ended (timed out) and no new shell could start after it: free the sandbox now.
+        const full = ls.shell.hasShell || this.closing ? undefined : await this.outOfProcesses(live);
+        if (full !== undefined) {
+          const notice = await this.restartSandbox(call, live, full);
+          opts.onChunk?.('stderr', notice);
+          out = { ...out, stderr: out.stderr + notice, output: out.output + notice };
+        }
         // Reported once, on the call that found the sandbox gone.
         if (live.recreatedUnreported || gone) out.sandboxRecreated = true;
         live.recreatedUnreported = false;
@@ -260,6 +271,13 @@ export class Broker implements AsyncDisposable {
           this.log('berth:broker', `sandbox ${call.binding.sandboxKey} is ${state}; re-ensuring it once`);
           gone = state === 'gone';
           await this.forget(live);
+          continue;
+        }
+        const startFailed = err instanceof BerthError && (err.code === 'shell_start_failed' || err.code === 'timeout');
+        const full = attempt > 0 || this.closing || !startFailed ? undefined : await this.outOfProcesses(live);
+        if (full !== undefined) {
+          restarted = await this.restartSandbox(call, live, full);
+          opts.onChunk?.('stderr', restarted);
           continue;
         }
         throw err;
@@ -709,8 +727,10 @@ export class Broker implements AsyncDisposable {
     const existing = live.shells.get(call.shell.digest);
     if (existing !== undefined) return existing;
     const sandbox = live.sandbox;
-    // Opened with the sandbox's first shell (side by side), before any command could take every pid there.
-    const warden = live.warden.start();
+    // Opened with the sandbox's first shell, before a command could take every pid there. Not
+    // waited for: a docker engine starts one exec at a time per container, so waiting would add
+    // a whole exec to the first call; a bomb that wins the race is handled by the sandbox restart.
+    void live.warden.start();
     const p = PersistentShell.start({
       open: (extra) => sandbox.openShell({ env: { ...call.env, ...extra }, cwd: sandbox.defaultCwd }),
       execOnce: (argv, o) => sandbox.execOnce(argv, o),
@@ -725,10 +745,9 @@ export class Broker implements AsyncDisposable {
       keepSpillOnClose: this.owner === null,
       maxOutputChars: call.settings.exec.maxOutputChars,
       redactValues: call.redactValues,
-    }).then(async (shell): Promise<LiveShell> => {
-      await warden;
-      return { shell, tenant: call.scope.tenant, profile: call.scope.profile, sessionRef: call.sessionRef, recordedCwd: undefined };
-    });
+    }).then((shell): LiveShell => ({
+      shell, tenant: call.scope.tenant, profile: call.scope.profile, sessionRef: call.sessionRef, recordedCwd: undefined,
+    }));
     live.shells.set(call.shell.digest, p);
     p.catch(() => live.shells.delete(call.shell.digest));
     return p;
@@ -780,6 +799,28 @@ export class Broker implements AsyncDisposable {
     } catch {
       return undefined; // the engine itself is unreachable: report the original error
     }
+  }
+
+  /** After a shell could not start in a container: its pid count when (nearly) every pid is taken. */
+  private async outOfProcesses(live: LiveSandbox): Promise<{ current: number; limit: number } | undefined> {
+    if (live.backend.kind !== 'container') return undefined;
+    const count = await live.sandbox.processCount?.();
+    return count !== undefined && count.current >= count.limit - PIDS_HEADROOM ? count : undefined;
+  }
+
+  /**
+   * The last resort when not even the warden could end what took every pid of a container (a
+   * bomb that killed the warden, or one an earlier process left): restart it (the next call
+   * starts it again). Returns the line that says so.
+   */
+  private async restartSandbox(call: ResolvedCall, live: LiveSandbox, full: { current: number; limit: number }): Promise<string> {
+    const dirs = live.sandbox.volatileDirs ?? [];
+    const notice = `berth: no new process could start in sandbox "${call.binding.sandboxKey}" (${full.current} of ${full.limit} pids in use), ` +
+      `so it was restarted: every process in it was killed${dirs.length > 0 ? ` and ${dirs.join(', ')} (tmpfs) were emptied` : ''}\n`;
+    this.log('berth:broker', notice.trim());
+    await this.forget(live);
+    await live.backend.stop(live.sandbox.ref);
+    return notice;
   }
 
   /** Drops a live sandbox from memory (its shells are closed), e.g. after it vanished. */

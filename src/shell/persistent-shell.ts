@@ -27,7 +27,7 @@ export interface ShellTimings {
 export const DEFAULT_SHELL_TIMINGS: Readonly<ShellTimings> = {
   startTimeoutMs: 20_000,
   killTimeoutMs: 20_000,
-  snapshotGraceMs: 1_500,
+  snapshotGraceMs: 3_000,
   closeTimeoutMs: 3_000,
   drainMs: 250,
 };
@@ -115,6 +115,11 @@ export class PersistentShell implements AsyncDisposable {
   /** True while a command runs or waits in the queue. */
   get busy(): boolean {
     return this.queued > 0;
+  }
+
+  /** False when the shell ended and no new one could start yet (the next `run` tries again). */
+  get hasShell(): boolean {
+    return this.conn !== undefined && !this.conn.isDead;
   }
 
   /** Running background jobs started by earlier commands, as last reported by the shell. */
@@ -276,35 +281,41 @@ export class PersistentShell implements AsyncDisposable {
     const report = await this.kill('timeout', (killer) => killer.timeout(k));
     if (report !== undefined) this.log(`timeout: killed ${report.killed} process(es); the shell was ${report.shell}`);
     if (report?.shell !== 'killed') conn.write(DUMP_AND_EXIT);
-    if (!(await this.waitGone(conn, this.timings.snapshotGraceMs))) {
-      this.log('the shell did not exit after the kill; killing it');
-      await this.kill('kill the shell', (killer) => killer.signal(conn.pid, 'KILL'));
-      if (!(await this.waitGone(conn, this.timings.snapshotGraceMs))) await conn.kill();
-    }
+    await this.ensureGone(conn, this.timings.snapshotGraceMs);
     ex.abandon();
     if (this.conn === conn) this.conn = undefined;
     await this.kill('sweep', (killer) => killer.endCommand(k, true));
   }
 
+  /** Waits `ms` for the shell to exit, else kills it (through the killer first: a transport kill may need a new process). */
+  private async ensureGone(conn: ShellConn, ms: number): Promise<void> {
+    if (await this.waitGone(conn, ms)) return;
+    this.log('the shell did not exit; killing it');
+    await this.kill('kill the shell', (killer) => killer.signal(conn.pid, 'KILL'));
+    if (!(await this.waitGone(conn, ms))) await conn.kill();
+  }
+
   /**
    * Whether the shell process ended within `ms`. Its streams may stay open after it ended (a
-   * background job holds them), so the sandbox is asked too; the old transport is then left to
-   * drain, not killed: on a container that kill would end the shell's background jobs as well.
+   * background job holds them), so a running warden is asked too; the old transport is then left
+   * to drain, not killed: on a container that kill would end the shell's background jobs as well.
    */
   private async waitGone(conn: ShellConn, ms: number): Promise<boolean> {
     const deadline = Date.now() + ms;
-    let done = conn.isDead;
-    void conn.dead.then(() => (done = true));
-    while (!done && Date.now() < deadline) {
-      const alive = await this.kill('check the shell', (killer) => killer.signal(conn.pid, '0'));
-      if (alive === false) {
-        conn.markGone();
-        return true;
+    while (!conn.isDead && Date.now() < deadline) {
+      if (this.killer.isReady()) {
+        const alive = await Promise.race([
+          this.killer.signal(conn.pid, '0').catch(() => undefined),
+          sleep(deadline - Date.now()).then(() => undefined),
+        ]);
+        if (alive === false) {
+          conn.markGone();
+          return true;
+        }
       }
-      if (alive === undefined) return Promise.race([conn.dead.then(() => true), sleep(deadline - Date.now()).then(() => conn.isDead)]);
-      if (!done) await sleep(GONE_POLL_MS);
+      await Promise.race([conn.dead, sleep(Math.min(GONE_POLL_MS, deadline - Date.now()))]);
     }
-    return done;
+    return conn.isDead;
   }
 
   /**
@@ -316,14 +327,18 @@ export class PersistentShell implements AsyncDisposable {
     if (this.conn === old) this.conn = undefined;
     const candidates = [this.cwd, SNAPSHOT_CWD, this.opts.defaultCwd];
     const rep: Replacement = { from: 'none', cwd: '', jobs, jobsEnded: false, sandboxCleared: false };
+    // Known only from a running warden; unknown (undefined) means: try.
+    const full = async (): Promise<boolean | undefined> => (this.killer.isReady() ? this.killer.outOfPids().catch(() => undefined) : undefined);
     const steps: (() => Promise<boolean>)[] = [
       async () => true,
       async () => (rep.jobsEnded = (await this.kill('end the old shell', (k) => k.endShell({ shellPid: old.pid, shellTag: old.tag }))) !== undefined),
       async () => (rep.sandboxCleared = (await this.kill('end every process', (k) => k.endAll().then(() => true))) === true),
     ];
     let lastError: unknown;
-    for (const step of steps) {
+    for (const [i, step] of steps.entries()) {
       if (this.closed || !(await step())) break;
+      // No new shell can start in a sandbox out of pids: go on to the next step at once.
+      if (i < steps.length - 1 && (await full()) === true) continue;
       try {
         await this.openConn(candidates, old.tag);
         const conn = this.conn as ShellConn;
@@ -335,7 +350,8 @@ export class PersistentShell implements AsyncDisposable {
         this.log(`opening a new shell failed: ${String(err)}`);
       }
     }
-    const why = lastError instanceof Error ? lastError.message : 'the shell is closed';
+    const why = lastError instanceof Error ? lastError.message
+      : this.closed ? 'the shell is closed' : 'the sandbox is out of pids and berth could not end what holds them';
     return { replaced: false, from: undefined, text: `no new shell could be started (${why}); the next command tries again` };
   }
 
@@ -449,17 +465,22 @@ export class PersistentShell implements AsyncDisposable {
     if (conn === undefined || conn.isDead) return;
     const cur = this.current;
     if (cur === undefined) {
+      // Idle: the line ends it, and so would the end of its input. If its streams stay open (a
+      // background job holds them) and no warden runs to confirm it ended, it is left to end:
+      // killing it through the transport would start a process in the sandbox, and on a
+      // container end its background jobs too.
       conn.write(DUMP_AND_EXIT);
-    } else {
-      // A command is running: the USR1 trap dumps and exits once its foreground child is gone.
-      const k: TreeInput = { shellPid: conn.pid, shellTag: conn.tag, cmdTag: cur.tag, protectedPgids: this.jobs };
-      const report = await this.kill('close', (killer) => killer.timeout(k));
-      if (report?.shell !== 'killed') conn.write(DUMP_AND_EXIT);
+      conn.endInput();
+      if (!(await this.waitGone(conn, this.timings.closeTimeoutMs)) && this.killer.isReady()) {
+        await this.kill('kill the shell', (killer) => killer.signal(conn.pid, 'KILL'));
+      }
+      return;
     }
-    if (!(await this.waitGone(conn, this.timings.closeTimeoutMs))) {
-      this.log('the shell did not exit at close; killing it');
-      await conn.kill();
-    }
+    // A command is running: the USR1 trap dumps and exits once its foreground child is gone.
+    const k: TreeInput = { shellPid: conn.pid, shellTag: conn.tag, cmdTag: cur.tag, protectedPgids: this.jobs };
+    const report = await this.kill('close', (killer) => killer.timeout(k));
+    if (report?.shell !== 'killed') conn.write(DUMP_AND_EXIT);
+    await this.ensureGone(conn, this.timings.closeTimeoutMs);
   }
 
   private log(msg: string): void {

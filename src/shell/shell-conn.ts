@@ -92,6 +92,11 @@ export class ShellConn {
     this.settleDead(null);
   }
 
+  /** End the shell's input (EOF once it read what was written). */
+  endInput(): void {
+    if (!this.transport.stdin.destroyed && !this.transport.stdin.writableEnded) this.transport.stdin.end();
+  }
+
   write(text: string): void {
     if (this.isDead || this.transport.stdin.destroyed || this.transport.stdin.writableEnded) return;
     this.transport.stdin.write(text);

@@ -18,8 +18,10 @@ import { SHELL_TAG_VAR, TAG_VAR } from './protocol.js';
  *        shell that are not in an earlier job's group, in its process group too.
  *   f ID SHELLPID SHELLTAG                end the shell and everything it started, earlier
  *        background jobs included.
- *   a ID                                  end every process it may signal but pid 1 and itself
- *        (only ever sent for a container, never on a host backend).
+ *   a ID                                  end every process but pid 1, itself and the container's
+ *        main process (only where `__wall=1`: a container, never a host backend). Reply: ID 1|0.
+ *   n ID                                  whether the sandbox's pids are (nearly) all taken,
+ *        from its pids cgroup. Reply: ID full|ok.
  *   s ID SIGNAL PID                       send one signal.
  * PGIDS: process groups of earlier background jobs (kept alive), comma-separated, or `-`.
  *
@@ -36,6 +38,10 @@ import { SHELL_TAG_VAR, TAG_VAR } from './protocol.js';
  * Process groups killed whole: those of targets, never pid 1's, the warden's, an earlier
  * job's, or the shell's own unless the shell leads it (on a host the shell's group may be
  * berth's own). Never the shell itself (but in mode f), the warden, or pid 1.
+ *
+ * A container out of pids is frozen whole first (`kill -STOP -1`, then `-CONT -1` once the
+ * targets are dead): a bomb that is not this shell's would otherwise starve the scan of CPU for
+ * many seconds. Each operation scans for at most ~6 s.
  */
 export const WARDEN_SCRIPT = `
 trap '' HUP INT QUIT TERM PIPE USR1 USR2
@@ -85,20 +91,52 @@ __wround() {
     G[$pg]=1
   done
 }
+__wfull() {
+  local c m d
+  for d in /sys/fs/cgroup/pids /sys/fs/cgroup; do
+    { read -r c < "$d/pids.current" && read -r m < "$d/pids.max"; } 2>/dev/null || continue
+    [[ $m == max ]] && return 1
+    (( c + 8 >= m )) && return 0
+    return 1
+  done
+  return 1
+}
 __wend() {
-  __mode=$1 __sp=$2 __st=$3 __ct=$4 __prot=" \${5//,/ } " __wn=0
+  __mode=$1 __sp=$2 __st=$3 __ct=$4 __prot=" \${5//,/ } " __wn=0 __wfrozen=0
   local -A T=() G=() CM=() SH=()
-  local l r p g i pass
+  local l r p g i pass end=$((SECONDS + 6))
   __spg=0
   if { read -r l < "/proc/$__sp/stat"; } 2>/dev/null; then r=\${l##*) }; set -- $r; __spg=$3; fi
   [[ $__mode == f ]] && builtin kill -STOP "$__sp" 2>/dev/null
+  # A sandbox out of pids is frozen whole first (containers only): a bomb that is not this
+  # shell's would otherwise starve the scan of CPU. The caller lets it go on.
+  if (( __wall )) && __wfull; then builtin kill -STOP -1 2>/dev/null; __wfrozen=1; fi
   for pass in 1 2; do
     T=() G=()
-    for ((i = 0; i < 200; i++)); do __new=0; __wround; (( __new )) || break; done
+    for ((i = 0; i < 200 && SECONDS < end; i++)); do __new=0; __wround; (( __new )) || break; done
     for p in "\${!T[@]}"; do builtin kill -KILL "$p" 2>/dev/null && __wn=$((__wn + 1)); done
     for g in "\${!G[@]}"; do builtin kill -KILL -- "-$g" 2>/dev/null; done
     (( \${#T[@]} )) || break
   done
+}
+# Every process but pid 1, the warden and the container's main process (the oldest child of
+# pid 1: with an init as pid 1, the container stops when that one ends), all frozen first.
+__wall_end() {
+  local d p l r keep=0 oldest=-1
+  builtin kill -STOP -1 2>/dev/null
+  for d in /proc/[0-9]*; do
+    { read -r l < "$d/stat"; } 2>/dev/null || continue
+    r=\${l##*) }
+    set -- $r
+    [[ $2 == 1 ]] || continue
+    if (( oldest < 0 || \${20} < oldest )); then oldest=\${20} keep=\${d#/proc/}; fi
+  done
+  for d in /proc/[0-9]*; do
+    p=\${d#/proc/}
+    [[ $p == 1 || $p == "$__me" || $p == "$keep" ]] && continue
+    builtin kill -KILL "$p" 2>/dev/null
+  done
+  builtin kill -CONT -1 2>/dev/null
 }
 __wcatches() {
   local k v
@@ -115,27 +153,36 @@ __wop() {
        __wend c "$@"
        if __wcatches "$1"; then builtin kill -CONT "$1" 2>/dev/null && s=cont || s=gone
        else builtin kill -KILL "$1" 2>/dev/null && s=killed || s=gone; fi
+       (( __wfrozen )) && builtin kill -CONT -1 2>/dev/null
        builtin printf '%s %s %s\\n' "$id" "$__wn" "$s" ;;
-    c|r) __wend "$op" "$@"; builtin printf '%s %s\\n' "$id" "$__wn" ;;
-    f) __wend f "$1" "$2" '!' -; builtin printf '%s %s\\n' "$id" "$__wn" ;;
-    a) builtin kill -STOP -1 2>/dev/null; builtin kill -KILL -1 2>/dev/null; builtin printf '%s 0\\n' "$id" ;;
+    c|r) __wend "$op" "$@"; (( __wfrozen )) && builtin kill -CONT -1 2>/dev/null; builtin printf '%s %s\\n' "$id" "$__wn" ;;
+    f) __wend f "$1" "$2" '!' -; (( __wfrozen )) && builtin kill -CONT -1 2>/dev/null; builtin printf '%s %s\\n' "$id" "$__wn" ;;
+    a) if (( __wall )); then __wall_end; s=1; else s=0; fi
+       builtin printf '%s %s\\n' "$id" "$s" ;;
+    n) __wfull && s=full || s=ok; builtin printf '%s %s\\n' "$id" "$s" ;;
     s) builtin kill -s "$1" "$2" 2>/dev/null && s=1 || s=0; builtin printf '%s %s\\n' "$id" "$s" ;;
     *) builtin printf '%s ?\\n' "$id" ;;
   esac
 }
 __winit() {
   local l r
-  __me=$$ __mpg=0
+  __me=$$ __mpg=0 __wall=0
   if { read -r l < "/proc/$$/stat"; } 2>/dev/null; then r=\${l##*) }; set -- $r; __mpg=$3; fi
 }
 __winit
 `;
 
-/** The tail that makes WARDEN_SCRIPT a long-running warden reading operations from stdin. */
-export const WARDEN_LOOP = `
+/**
+ * The tail that makes WARDEN_SCRIPT a long-running warden reading operations from stdin.
+ * `mayKillAll` (containers only) allows `a` and freezing a sandbox out of pids with `kill -1`.
+ */
+export function wardenLoop(mayKillAll: boolean): string {
+  return `
+__wall=${mayKillAll ? 1 : 0}
 builtin printf 'warden %s\\n' "$$"
 while read -r -a __w; do (( \${#__w[@]} >= 2 )) && __wop "\${__w[@]}"; done
 `;
+}
 
 /** The tail that makes WARDEN_SCRIPT run the one operation in its arguments (a helper run). */
 export const WARDEN_ONCE = `

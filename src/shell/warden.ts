@@ -2,7 +2,7 @@ import { debuglog } from 'node:util';
 import type { ExecOnceOptions, ExecOnceResult, ShellTransport } from '../backends/backend.js';
 import { BerthError, TimeoutError, UnsupportedError } from '../errors.js';
 import { TokenSource } from './protocol.js';
-import { WARDEN_LOOP, WARDEN_ONCE, WARDEN_SCRIPT } from './warden-script.js';
+import { WARDEN_ONCE, WARDEN_SCRIPT, wardenLoop } from './warden-script.js';
 
 const debug = debuglog('berth:shell');
 
@@ -31,6 +31,8 @@ export interface TimeoutReport {
  * (it needs a free pid, so it is the fallback when no warden runs).
  */
 export interface ProcessKiller {
+  /** True when an operation starts no process in the sandbox (a warden that runs): cheap enough to poll. */
+  isReady(): boolean;
   /** Stop the shell, SIGUSR1 it, end the command's tree, then let the shell go on or kill it. */
   timeout(k: TreeInput): Promise<TimeoutReport>;
   /** End the command's tree; `shellGone`: the shell has ended, take its own group's leftovers too. */
@@ -39,6 +41,8 @@ export interface ProcessKiller {
   endShell(k: { shellPid: number; shellTag: string }): Promise<number>;
   /** End every process in the sandbox but its init (containers only; `UnsupportedError` on a host). */
   endAll(): Promise<void>;
+  /** Whether the sandbox's pids are (nearly) all taken; false where it has no pids limit. */
+  outOfPids(): Promise<boolean>;
   /** Send one signal (`0`: only check); false when the process is gone. */
   signal(pid: number, signal: 'KILL' | 'USR1' | '0'): Promise<boolean>;
 }
@@ -55,6 +59,8 @@ export interface WardenOptions {
 }
 
 const DEFAULT_TIMEOUT_MS = 20_000;
+/** How long a warden whose input ended may take to exit before it is killed. */
+const END_GRACE_MS = 1_000;
 /** The warden prints nothing but short reply lines; more is a replaced bash flooding output. */
 const MAX_PENDING_CHARS = 64 * 1024;
 
@@ -81,6 +87,7 @@ function count(reply: string[]): number {
 abstract class KillerBase implements ProcessKiller {
   protected abstract call(op: string, args: string[]): Promise<string[]>;
   protected abstract readonly mayKillAll: boolean;
+  abstract isReady(): boolean;
 
   async timeout(k: TreeInput): Promise<TimeoutReport> {
     return parseTimeout(await this.call('t', treeArgs(k)));
@@ -94,13 +101,17 @@ abstract class KillerBase implements ProcessKiller {
     return count(await this.call('f', [String(k.shellPid), k.shellTag]));
   }
 
+  async outOfPids(): Promise<boolean> {
+    return (await this.call('n', []))[0] === 'full';
+  }
+
   async signal(pid: number, signal: 'KILL' | 'USR1' | '0'): Promise<boolean> {
     return (await this.call('s', [signal, String(pid)]))[0] === '1';
   }
 
   async endAll(): Promise<void> {
     if (!this.mayKillAll) throw new UnsupportedError('ending every process is only done in a container sandbox, never on a host backend');
-    await this.call('a', []);
+    if ((await this.call('a', []))[0] !== '1') throw new UnsupportedError('this killer may not end every process in the sandbox');
   }
 }
 
@@ -112,6 +123,8 @@ abstract class KillerBase implements ProcessKiller {
 export class Warden extends KillerBase implements AsyncDisposable {
   protected readonly mayKillAll: boolean;
   private conn: Promise<WardenConn> | undefined;
+  /** The connection once open (what `close` waits for). */
+  private running: WardenConn | undefined;
   private chain: Promise<unknown> = Promise.resolve();
   private closed = false;
   private readonly ids = new TokenSource();
@@ -132,17 +145,25 @@ export class Warden extends KillerBase implements AsyncDisposable {
     await this.connect().catch((err: unknown) => this.log(`could not start: ${String(err)}`));
   }
 
+  isReady(): boolean {
+    return this.running !== undefined && !this.running.dead;
+  }
+
   /** Pid of the running warden inside the sandbox, if one runs (tests, diagnostics). */
   async pid(): Promise<number | undefined> {
     const c = await this.conn?.catch(() => undefined);
     return c !== undefined && !c.dead ? c.pid : undefined;
   }
 
+  /** Ends the warden. One still opening is ended once open (it also ends by itself when berth goes: its stdin closes). */
   async close(): Promise<void> {
     this.closed = true;
-    const c = await this.conn?.catch(() => undefined);
+    const opening = this.conn;
+    const running = this.running;
     this.conn = undefined;
-    await c?.transport.kill();
+    this.running = undefined;
+    if (running !== undefined) await running.end();
+    else void opening?.then((c) => c.end(), () => undefined);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -162,9 +183,11 @@ export class Warden extends KillerBase implements AsyncDisposable {
     if (this.closed) throw new BerthError('warden_closed', 'the sandbox is closing; its warden is gone');
     const current = await this.conn?.catch(() => undefined);
     if (current !== undefined && !current.dead) return current;
-    const opening = WardenConn.open(this.opts.open, this.timeoutMs, (m) => this.log(m));
+    const opening = WardenConn.open(this.opts.open, this.mayKillAll, this.timeoutMs, (m) => this.log(m));
     this.conn = opening;
-    return opening;
+    const conn = await opening;
+    if (this.conn === opening) this.running = conn;
+    return conn;
   }
 
   private log(msg: string): void {
@@ -190,12 +213,12 @@ class WardenConn {
     );
   }
 
-  static async open(open: () => Promise<ShellTransport>, timeoutMs: number, log: (msg: string) => void): Promise<WardenConn> {
+  static async open(open: () => Promise<ShellTransport>, mayKillAll: boolean, timeoutMs: number, log: (msg: string) => void): Promise<WardenConn> {
     const started = Date.now();
     const transport = await withDeadline(open(), timeoutMs, 'opening the warden');
     const conn = new WardenConn(transport, log);
     try {
-      conn.transport.stdin.write(`${WARDEN_SCRIPT}${WARDEN_LOOP}`);
+      conn.transport.stdin.write(`${WARDEN_SCRIPT}${wardenLoop(mayKillAll)}`);
       const words = await conn.wait('warden', Math.max(1, timeoutMs - (Date.now() - started)));
       conn.pid = Number(words[0]);
       log(`running (pid ${conn.pid})`);
@@ -204,6 +227,21 @@ class WardenConn {
       await transport.kill();
       throw err;
     }
+  }
+
+  /**
+   * The end of its input ends it (the loop reads EOF): no process is started for it, which a
+   * transport kill may need. Killed only if it does not end at once.
+   */
+  async end(): Promise<void> {
+    if (!this.transport.stdin.destroyed && !this.transport.stdin.writableEnded) this.transport.stdin.end();
+    let timer: NodeJS.Timeout | undefined;
+    const ended = await Promise.race([
+      this.transport.exited.then(() => true, () => true),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), END_GRACE_MS))),
+    ]);
+    clearTimeout(timer);
+    if (!ended) await this.transport.kill();
   }
 
   request(head: string, args: string[], timeoutMs: number): Promise<string[]> {
@@ -272,6 +310,10 @@ export class OnceKiller extends KillerBase {
     private readonly timeoutMs = DEFAULT_TIMEOUT_MS,
   ) {
     super();
+  }
+
+  isReady(): boolean {
+    return false;
   }
 
   protected async call(op: string, args: string[]): Promise<string[]> {
