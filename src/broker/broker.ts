@@ -114,6 +114,8 @@ interface LiveSandbox {
 }
 
 const SESSION_TOUCH_MS = 5_000;
+/** A CLI process starts a sandbox's warden once a command has run this long. */
+const WARDEN_AFTER_MS = 300;
 /** A container this close to its pids limit when a shell cannot start counts as out of processes. */
 const PIDS_HEADROOM = 8;
 /** How long a process waits for another one creating the same sandbox, and when its claim is stale. */
@@ -240,8 +242,10 @@ export class Broker implements AsyncDisposable {
       const live = await this.sandboxFor(call);
       live.inflight++;
       live.lastActivityMs = Date.now();
+      let lazyWarden: NodeJS.Timeout | undefined;
       try {
         const ls = await this.shellFor(call, live);
+        if (this.owner === null) lazyWarden = setTimeout(() => void live.warden.start(), WARDEN_AFTER_MS);
         const r = await ls.shell.run(command, { timeoutMs, workdir, stdin: opts.stdin, onChunk: opts.onChunk, signal: opts.signal });
         // The record follows only what the shell reports after a completed command.
         if (r.cwd !== '' && !r.timedOut && r.cwd !== ls.recordedCwd) {
@@ -282,6 +286,7 @@ export class Broker implements AsyncDisposable {
         }
         throw err;
       } finally {
+        clearTimeout(lazyWarden);
         live.inflight--;
         live.lastActivityMs = Date.now();
       }
@@ -727,10 +732,12 @@ export class Broker implements AsyncDisposable {
     const existing = live.shells.get(call.shell.digest);
     if (existing !== undefined) return existing;
     const sandbox = live.sandbox;
-    // Opened with the sandbox's first shell, before a command could take every pid there. Not
-    // waited for: a docker engine starts one exec at a time per container, so waiting would add
-    // a whole exec to the first call; a bomb that wins the race is handled by the sandbox restart.
-    void live.warden.start();
+    // A long-lived broker opens it with the sandbox's first shell, before a command could take
+    // every pid there. Not waited for: a docker engine starts one exec at a time per container,
+    // so waiting would add a whole exec to the first call; a bomb that wins the race is handled
+    // by the sandbox restart. A CLI process opens it only for a slow command (see execResolved):
+    // it lives for one command, and a fast one should not pay for it.
+    if (this.owner !== null) void live.warden.start();
     const p = PersistentShell.start({
       open: (extra) => sandbox.openShell({ env: { ...call.env, ...extra }, cwd: sandbox.defaultCwd }),
       execOnce: (argv, o) => sandbox.execOnce(argv, o),

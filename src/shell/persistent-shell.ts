@@ -304,16 +304,18 @@ export class PersistentShell implements AsyncDisposable {
     const deadline = Date.now() + ms;
     while (!conn.isDead && Date.now() < deadline) {
       if (this.killer.isReady()) {
-        const alive = await Promise.race([
-          this.killer.signal(conn.pid, '0').catch(() => undefined),
-          sleep(deadline - Date.now()).then(() => undefined),
-        ]);
+        const limit = timeout(deadline - Date.now(), undefined);
+        const alive = await Promise.race([this.killer.signal(conn.pid, '0').catch(() => undefined), limit.promise]);
+        limit.cancel();
         if (alive === false) {
           conn.markGone();
           return true;
         }
       }
-      await Promise.race([conn.dead, sleep(Math.min(GONE_POLL_MS, deadline - Date.now()))]);
+      // Timers are cleared: a pending one would keep a CLI process alive after its call.
+      const pause = timeout(Math.max(0, Math.min(GONE_POLL_MS, deadline - Date.now())), undefined);
+      await Promise.race([conn.dead, pause.promise]);
+      pause.cancel();
     }
     return conn.isDead;
   }
@@ -510,10 +512,6 @@ function stopWhen(ms: number, signal: AbortSignal | undefined): { promise: Promi
       if (onAbort !== undefined) signal?.removeEventListener('abort', onAbort);
     },
   };
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 }
 
 function timeout<T>(ms: number, value: T): { promise: Promise<T>; cancel(): void } {
