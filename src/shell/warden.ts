@@ -123,7 +123,7 @@ abstract class KillerBase implements ProcessKiller {
 export class Warden extends KillerBase implements AsyncDisposable {
   protected readonly mayKillAll: boolean;
   private conn: Promise<WardenConn> | undefined;
-  /** The connection once open (what `close` waits for). */
+  /** The connection once open. */
   private running: WardenConn | undefined;
   private chain: Promise<unknown> = Promise.resolve();
   private closed = false;
@@ -155,15 +155,16 @@ export class Warden extends KillerBase implements AsyncDisposable {
     return c !== undefined && !c.dead ? c.pid : undefined;
   }
 
-  /** Ends the warden. One still opening is ended once open (it also ends by itself when berth goes: its stdin closes). */
+  /**
+   * Ends the warden: the end of its input ends its loop, so no process is started for it (which a
+   * transport kill may need) and nothing is waited for; one still opening is ended once open.
+   */
   async close(): Promise<void> {
     this.closed = true;
     const opening = this.conn;
-    const running = this.running;
     this.conn = undefined;
     this.running = undefined;
-    if (running !== undefined) await running.end();
-    else void opening?.then((c) => c.end(), () => undefined);
+    void opening?.then((c) => c.end(), () => undefined);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -229,19 +230,12 @@ class WardenConn {
     }
   }
 
-  /**
-   * The end of its input ends it (the loop reads EOF): no process is started for it, which a
-   * transport kill may need. Killed only if it does not end at once.
-   */
-  async end(): Promise<void> {
+  /** Ends its input (its loop then ends); killed if it is still there a moment later. */
+  end(): void {
     if (!this.transport.stdin.destroyed && !this.transport.stdin.writableEnded) this.transport.stdin.end();
-    let timer: NodeJS.Timeout | undefined;
-    const ended = await Promise.race([
-      this.transport.exited.then(() => true, () => true),
-      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), END_GRACE_MS))),
-    ]);
-    clearTimeout(timer);
-    if (!ended) await this.transport.kill();
+    const timer = setTimeout(() => void this.transport.kill(), END_GRACE_MS);
+    timer.unref();
+    void this.transport.exited.then(() => clearTimeout(timer), () => clearTimeout(timer));
   }
 
   request(head: string, args: string[], timeoutMs: number): Promise<string[]> {
