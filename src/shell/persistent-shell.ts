@@ -225,10 +225,16 @@ export class PersistentShell implements AsyncDisposable {
       const code = outcome.kind === 'dead' ? outcome.code : null;
       exitCode = code ?? 125;
       const oldJobs = this.jobs.length;
-      this.jobs = [];
       if (this.closed) {
         notice = 'berth: the shell was closed while the command ran';
       } else {
+        // Killed (the OOM killer, a signal): what the command started is still running; an
+        // `exit` leaves the command's own background processes alone, as a shell would.
+        if (code === null || code >= 128) {
+          const k: TreeInput = { shellPid: conn.pid, shellTag: conn.tag, cmdTag: tag, protectedPgids: this.jobs };
+          await this.kill('sweep', (killer) => killer.endCommand(k, true));
+        }
+        this.jobs = [];
         const r = await this.takeOver(conn, oldJobs);
         replaced = replaced || r.replaced;
         // An `exit` whose shell saved its state needs no word beyond `shellReplaced`.
@@ -272,9 +278,10 @@ export class PersistentShell implements AsyncDisposable {
   /**
    * Ends a running command for good. The warden stops the shell, sends it SIGUSR1 and kills the
    * command's tree; once let go, bash runs the trap as soon as its foreground child is gone,
-   * before the next element of the command line: it dumps its state and exits. A shell that
-   * removed the trap is killed at once; one that does not exit in time is killed. Leftovers of
-   * the command are swept again once the shell is gone. Never throws.
+   * before the next element of the command line: it dumps its state and exits (a line on its
+   * stdin does the same if it was between commands). A shell that no longer catches SIGUSR1 is
+   * killed at once; one that does not exit in time is killed. Leftovers of the command are swept
+   * again once the shell is gone. Never throws.
    */
   private async endCommand(conn: ShellConn, tag: string, ex: Exchange): Promise<void> {
     const k: TreeInput = { shellPid: conn.pid, shellTag: conn.tag, cmdTag: tag, protectedPgids: this.jobs };

@@ -108,14 +108,17 @@ for (const mode of ['warden', 'helper'] as const) {
       expect((await sh.run('echo "[$KEEP][$LATER]"', T)).stdout).toBe('[before][]\n');
     });
 
-    it('says exactly what was lost when the shell was killed (as by the OOM killer)', async () => {
+    it('says exactly what was lost when the shell was killed (as by the OOM killer), and ends what it had started', async () => {
       const sh = await start();
       await sh.run('export GONE=1; cd /tmp', T);
-      const r = await sh.run('echo before; kill -9 $$', T);
+      const bg = unique(302);
+      leftovers.push(bg);
+      const r = await sh.run(`echo before; sleep ${bg} & kill -9 $$`, T);
       expect(r.exitCode).toBe(137);
       expect(r.stderr).toBe('berth: the shell was killed by signal 9 (out of memory, or killed); the old shell could not save its state: ' +
         'a new shell took over in /tmp; the exported variables, functions and aliases of the old one were lost ' +
         '(unexported variables, shell options and traps are not kept)\n');
+      expect(pidsWithArg(bg).filter(alive)).toEqual([]);
       expect((await sh.run('echo "[$GONE]"; pwd', T)).stdout).toBe('[]\n/tmp\n');
     });
 
