@@ -90,6 +90,14 @@ export interface Sandbox {
    * values travel through the process/API env, never argv.
    */
   openShell(opts: { env: Readonly<Record<string, string>>; cwd: string }): Promise<ShellTransport>;
+  /**
+   * Processes in the sandbox and how many it may hold, as the engine counts them (nothing is
+   * started inside); undefined where unknown. Tells a sandbox whose pids a fork bomb took from one
+   * where a shell failed to start for another reason.
+   */
+  processCount?(): Promise<{ current: number; limit: number } | undefined>;
+  /** In-sandbox dirs a restart empties (tmpfs mounts), for the notice when berth restarts it. */
+  readonly volatileDirs?: readonly string[];
   /** Run one short helper inside the sandbox (kill helper, probes). Not for user commands. */
   execOnce(argv: string[], opts?: ExecOnceOptions): Promise<ExecOnceResult>;
   /** In-sandbox home directory (credential dirs under it are never transferred). */

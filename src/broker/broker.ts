@@ -14,6 +14,7 @@ import { assertVolumesAllowed } from '../policy/volumes.js';
 import { redactText } from '../shell/output-capture.js';
 import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
+import { Warden } from '../shell/warden.js';
 import { readSecretsFiles, type SecretsFile } from '../config/secrets-file.js';
 import { ensurePrivateDir, removeSessionStaging, stagingDirFor } from '../files/staging.js';
 import { StagingLedger } from '../files/staging-quota.js';
@@ -63,6 +64,11 @@ export interface ExecOptions {
   workdir?: string;
   stdin?: string | Buffer;
   onChunk?: (stream: 'stdout' | 'stderr', chunk: string) => void;
+  /**
+   * Cancels the command when the caller goes away (an HTTP client that disconnected): its
+   * process tree is killed as on a timeout and the result (and the audit) has exit code 130.
+   */
+  signal?: AbortSignal;
 }
 
 export interface BrokerExecResult extends ExecResult {
@@ -110,6 +116,8 @@ interface LiveSandbox {
   /** The backend recreated a sandbox removed out of band; the next result says so. */
   recreatedUnreported: boolean;
   shells: Map<string, Promise<LiveShell>>;
+  /** Ends process trees in the sandbox without a new process there; started with the first shell. */
+  warden: Warden;
   /** Sessions linked to this sandbox by this process, with when `last_seen` was last written. */
   sessions: Map<string, number>;
   /** When its disk use was last measured (0: never). */
@@ -121,6 +129,10 @@ interface LiveSandbox {
 const SESSION_TOUCH_MS = 5_000;
 /** Time one disk-check pass may take (a measurement costs the engine a walk of the writable layer). */
 const DISK_CHECK_BUDGET_MS = 10_000;
+/** A CLI process starts a sandbox's warden once a command has run this long. */
+const WARDEN_AFTER_MS = 300;
+/** A container this close to its pids limit when a shell cannot start counts as out of processes. */
+const PIDS_HEADROOM = 8;
 /** How long a process waits for another one creating the same sandbox, and when its claim is stale. */
 const CLAIM_WAIT_MS = 90_000;
 const CLAIM_STALE_MS = 60_000;
@@ -252,20 +264,31 @@ export class Broker implements AsyncDisposable {
   private async runInSandbox(call: ResolvedCall, sc: SessionCall, command: string, opts: ExecOptions & { timeoutMs: number }): Promise<BrokerExecResult> {
     const { timeoutMs, workdir } = opts;
     let gone = false;
+    let restarted: string | undefined;
     for (let attempt = 0; ; attempt++) {
       const live = await this.sandboxForCall(call, sc);
       live.inflight++;
       live.lastActivityMs = Date.now();
+      let lazyWarden: NodeJS.Timeout | undefined;
       try {
         const ls = await this.shellFor(call, live);
-        const r = await ls.shell.run(command, { timeoutMs, workdir, stdin: opts.stdin, onChunk: opts.onChunk });
+        if (this.owner === null) lazyWarden = setTimeout(() => void live.warden.start(), WARDEN_AFTER_MS);
+        const r = await ls.shell.run(command, { timeoutMs, workdir, stdin: opts.stdin, onChunk: opts.onChunk, signal: opts.signal });
         if (live.diskBreach) throw live.diskBreach;
         // The record follows only what the shell reports after a completed command.
         if (r.cwd !== '' && !r.timedOut && r.cwd !== ls.recordedCwd) {
           this.recordCwd(call, r.cwd);
           ls.recordedCwd = r.cwd;
         }
-        const out: BrokerExecResult = { ...r, sandboxKey: call.binding.sandboxKey };
+        let out: BrokerExecResult = restarted === undefined ? { ...r, sandboxKey: call.binding.sandboxKey }
+          : { ...r, stderr: restarted + r.stderr, output: restarted + r.output, sandboxKey: call.binding.sandboxKey };
+        // The command ended (timed out) and no new shell could start after it: free the sandbox now.
+        const full = ls.shell.hasShell || this.closing ? undefined : await this.outOfProcesses(live);
+        if (full !== undefined) {
+          const notice = await this.restartSandbox(call, live, full);
+          opts.onChunk?.('stderr', notice);
+          out = { ...out, stderr: out.stderr + notice, output: out.output + notice };
+        }
         // Reported once, on the call that found the sandbox gone.
         if (live.recreatedUnreported || gone) out.sandboxRecreated = true;
         live.recreatedUnreported = false;
@@ -284,8 +307,16 @@ export class Broker implements AsyncDisposable {
           await this.forget(live);
           continue;
         }
+        const startFailed = err instanceof BerthError && (err.code === 'shell_start_failed' || err.code === 'timeout');
+        const full = attempt > 0 || this.closing || !startFailed ? undefined : await this.outOfProcesses(live);
+        if (full !== undefined) {
+          restarted = await this.restartSandbox(call, live, full);
+          opts.onChunk?.('stderr', restarted);
+          continue;
+        }
         throw err;
       } finally {
+        clearTimeout(lazyWarden);
         live.inflight--;
         live.lastActivityMs = Date.now();
       }
@@ -731,6 +762,11 @@ export class Broker implements AsyncDisposable {
       const live: LiveSandbox = {
         digest: call.spec.digest, backend, sandbox, record, idleMs: call.settings.lifecycle.idleSeconds * 1000,
         inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, shells: new Map(), sessions: new Map(), diskCheckedMs: 0,
+        warden: new Warden({
+          open: () => sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }),
+          mayKillAll: backend.kind === 'container',
+          label: call.binding.sandboxKey,
+        }),
       };
       this.live.set(call.spec.digest, live);
       this.linkSession(call, live);
@@ -798,9 +834,16 @@ export class Broker implements AsyncDisposable {
     const existing = live.shells.get(call.shell.digest);
     if (existing !== undefined) return existing;
     const sandbox = live.sandbox;
+    // A long-lived broker opens it with the sandbox's first shell, before a command could take
+    // every pid there. Not waited for: a docker engine starts one exec at a time per container,
+    // so waiting would add a whole exec to the first call; a bomb that wins the race is handled
+    // by the sandbox restart. A CLI process opens it only for a slow command (see execResolved):
+    // it lives for one command, and a fast one should not pay for it.
+    if (this.owner !== null) void live.warden.start();
     const p = PersistentShell.start({
-      open: () => sandbox.openShell({ env: call.env, cwd: sandbox.defaultCwd }),
+      open: (extra) => sandbox.openShell({ env: { ...call.env, ...extra }, cwd: sandbox.defaultCwd }),
       execOnce: (argv, o) => sandbox.execOnce(argv, o),
+      killer: live.warden,
       stateDir: sandbox.stateDir,
       shellId: call.shell.fileStem,
       defaultCwd: call.defaultCwd,
@@ -830,6 +873,7 @@ export class Broker implements AsyncDisposable {
       const ls = await p.catch(() => undefined);
       await ls?.shell.close();
     }));
+    await live.warden.close();
   }
 
   /**
@@ -862,6 +906,28 @@ export class Broker implements AsyncDisposable {
     } catch {
       return undefined; // the engine itself is unreachable: report the original error
     }
+  }
+
+  /** After a shell could not start in a container: its pid count when (nearly) every pid is taken. */
+  private async outOfProcesses(live: LiveSandbox): Promise<{ current: number; limit: number } | undefined> {
+    if (live.backend.kind !== 'container') return undefined;
+    const count = await live.sandbox.processCount?.();
+    return count !== undefined && count.current >= count.limit - PIDS_HEADROOM ? count : undefined;
+  }
+
+  /**
+   * The last resort when not even the warden could end what took every pid of a container (a
+   * bomb that killed the warden, or one an earlier process left): restart it (the next call
+   * starts it again). Returns the line that says so.
+   */
+  private async restartSandbox(call: ResolvedCall, live: LiveSandbox, full: { current: number; limit: number }): Promise<string> {
+    const dirs = live.sandbox.volatileDirs ?? [];
+    const notice = `berth: no new process could start in sandbox "${call.binding.sandboxKey}" (${full.current} of ${full.limit} pids in use), ` +
+      `so it was restarted: every process in it was killed${dirs.length > 0 ? ` and ${dirs.join(', ')} (tmpfs) were emptied` : ''}\n`;
+    this.log('berth:broker', notice.trim());
+    await this.forget(live);
+    await live.backend.stop(live.sandbox.ref);
+    return notice;
   }
 
   /** Drops a live sandbox from memory (its shells are closed), e.g. after it vanished. */

@@ -4,13 +4,31 @@ export interface CliIo {
   cwd: string;
   out: (text: string) => void;
   err: (text: string) => void;
+  /**
+   * Aborts when stdout went away (its reader closed the pipe: `berth exec … | head -c 0`); `out`
+   * writes nothing after that.
+   */
+  outClosed?: AbortSignal;
 }
 
+/** Exit code of a command whose output pipe was closed, as a shell reports a SIGPIPE death (128 + 13). */
+export const CLOSED_PIPE_EXIT = 141;
+
 export function processIo(): CliIo {
+  const closed = new AbortController();
+  // A write to a closed pipe fails with EPIPE as an 'error' event; unhandled, it would crash with a
+  // stack trace. Any error on stdout means nobody reads it any more.
+  process.stdout.on('error', () => closed.abort());
+  process.stderr.on('error', () => undefined);
   return {
     env: process.env,
     cwd: process.cwd(),
-    out: (t) => void process.stdout.write(t),
-    err: (t) => void process.stderr.write(t),
+    out: (t) => {
+      if (!closed.signal.aborted) process.stdout.write(t);
+    },
+    err: (t) => {
+      if (!process.stderr.destroyed) process.stderr.write(t);
+    },
+    outClosed: closed.signal,
   };
 }

@@ -61,13 +61,28 @@ function wantsStream(ctx: RequestContext): boolean {
 }
 
 function sse(res: ServerResponse, event: string, data: unknown): void {
+  if (res.destroyed) return;
   res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+}
+
+/**
+ * Aborts when the client goes away before the answer was sent: the command is cancelled (its
+ * tree killed as on a timeout, exit code 130 in the audit), so it neither runs on unseen nor
+ * holds the session's next call.
+ */
+function clientGone(res: ServerResponse): AbortSignal {
+  const ac = new AbortController();
+  res.once('close', () => {
+    if (!res.writableEnded) ac.abort();
+  });
+  return ac.signal;
 }
 
 /**
  * Runs the command and streams it: `stdout`/`stderr` events (data: the chunk as a JSON string)
  * in arrival order, then one `result` event with the full result (so a client may ignore the
  * chunks), or one `error` event. Bad input is refused before the stream starts, as plain JSON.
+ * A client that disconnects cancels the command.
  */
 async function streamExec(ctx: RequestContext, broker: Broker, scope: CallScope, body: { command: string; timeoutSeconds?: number; workdir?: string; stdin?: string }): Promise<undefined> {
   const { res } = ctx;
@@ -75,9 +90,10 @@ async function streamExec(ctx: RequestContext, broker: Broker, scope: CallScope,
     'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', 'x-accel-buffering': 'no',
   });
   res.flushHeaders();
+  const signal = clientGone(res);
   try {
     const r = await broker.exec(scope, body.command, {
-      timeoutSeconds: body.timeoutSeconds, workdir: body.workdir, stdin: body.stdin,
+      timeoutSeconds: body.timeoutSeconds, workdir: body.workdir, stdin: body.stdin, signal,
       onChunk: (stream, chunk) => sse(res, stream, chunk),
     });
     sse(res, 'result', execResult(r));
@@ -138,7 +154,9 @@ export function apiRoutes(deps: RouteDeps): Route[] {
     const body = parseInput(ExecBody, await jsonBody(ctx), 'body');
     const scope = scoped(ctx, body);
     if (stream) return streamExec(ctx, broker, scope, body);
-    const r = await broker.exec(scope, body.command, { timeoutSeconds: body.timeoutSeconds, workdir: body.workdir, stdin: body.stdin });
+    const r = await broker.exec(scope, body.command, {
+      timeoutSeconds: body.timeoutSeconds, workdir: body.workdir, stdin: body.stdin, signal: clientGone(ctx.res),
+    });
     return { body: execResult(r) };
   };
 

@@ -1,9 +1,9 @@
-import type { ExecOnceOptions, ExecOnceResult } from '../backends/backend.js';
 import { TAG_VAR } from './protocol.js';
 
 /**
- * In-sandbox helper that kills one command's whole process tree. POSIX sh (dash, busybox ash);
- * needs only /proc, `grep` and the `kill` builtin (`grep -z`: an environ file is NUL-separated, and
+ * In-sandbox helper that kills one command's whole process tree, used for background jobs (see
+ * broker/jobs.ts); shells use the warden (warden-script.ts), which needs no new process.
+ * POSIX sh (dash, busybox ash); needs only /proc, `grep` and the `kill` builtin (`grep -z`: an environ file is NUL-separated, and
  * busybox `grep -F` never looks past its first NUL). Run as
  * `sh -c KILL_TREE_SCRIPT sh <shell pid> <tag> [protected pgid...]`: the tag is not a secret
  * (it is in the command's own env) and nothing secret is ever on argv.
@@ -77,29 +77,3 @@ EOF
 done
 echo "$killed"
 `;
-
-export interface KillTreeInput {
-  shellPid: number;
-  tag: string;
-  /** Process groups of background jobs started by earlier commands (kept alive). */
-  protectedPgids: readonly number[];
-  timeoutMs: number;
-}
-
-export type ExecOnce = (argv: string[], opts?: ExecOnceOptions) => Promise<ExecOnceResult>;
-
-/** These helpers print a count or nothing: more is a replaced `sh` flooding output. */
-const HELPER_OUTPUT_BYTES = 64 * 1024;
-
-/** Kill one command's process tree inside the sandbox. Returns how many processes were signalled. */
-export async function killCommandTree(execOnce: ExecOnce, k: KillTreeInput): Promise<number> {
-  const argv = ['sh', '-c', KILL_TREE_SCRIPT, 'sh', String(k.shellPid), k.tag, ...k.protectedPgids.map(String)];
-  const r = await execOnce(argv, { timeoutMs: k.timeoutMs, maxOutputBytes: HELPER_OUTPUT_BYTES });
-  const n = Number(r.stdout.toString('utf8').trim());
-  return Number.isInteger(n) ? n : 0;
-}
-
-/** Send a signal to one pid inside the sandbox (shell replacement). */
-export async function signalPid(execOnce: ExecOnce, pid: number, signal: 'USR1' | 'KILL', timeoutMs: number): Promise<void> {
-  await execOnce(['sh', '-c', 'kill -s "$1" "$2"', 'sh', signal, String(pid)], { timeoutMs, maxOutputBytes: HELPER_OUTPUT_BYTES });
-}

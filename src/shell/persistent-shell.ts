@@ -1,11 +1,12 @@
 import { rmSync } from 'node:fs';
 import { debuglog } from 'node:util';
 import { BerthError, ConfigError, TimeoutError, UsageError } from '../errors.js';
-import { killCommandTree, signalPid } from './kill-tree.js';
 import { ByteRedactor, OutputCapture } from './output-capture.js';
-import { SNAPSHOT_CWD, TokenSource, buildFrame, buildInit, isShellName, printfFormat } from './protocol.js';
-import { ShellConn, type Outcome } from './shell-conn.js';
+import { DUMP_AND_EXIT, SHELL_TAG_VAR, SNAPSHOT_CWD, TokenSource, buildFrame, buildInit, isShellName, parseInitPayload, printfFormat } from './protocol.js';
+import { describeEnd, describeReplacement, restoredFrom, type Replacement } from './replacement.js';
+import { ShellConn, type Exchange, type Outcome } from './shell-conn.js';
 import type { ExecResult, RunOptions, ShellOptions } from './types.js';
+import { OnceKiller, type ProcessKiller, type TreeInput } from './warden.js';
 
 const debug = debuglog('berth:shell');
 
@@ -13,11 +14,9 @@ const debug = debuglog('berth:shell');
 export interface ShellTimings {
   /** Opening a shell and running its init script. */
   startTimeoutMs: number;
-  /** The in-sandbox kill helper. */
+  /** One kill operation (the warden's, or the helper run through `execOnce`). */
   killTimeoutMs: number;
-  /** After the kill: how long the shell may take to answer before it is replaced. */
-  killGraceMs: number;
-  /** After SIGUSR1 (dump the snapshot, then exit): how long before the shell is killed outright. */
+  /** After the command's tree was killed: how long the shell may take to dump its snapshot and exit before it is killed. */
   snapshotGraceMs: number;
   /** `close()`: how long the shell may take to dump its snapshot and exit. */
   closeTimeoutMs: number;
@@ -27,9 +26,8 @@ export interface ShellTimings {
 
 export const DEFAULT_SHELL_TIMINGS: Readonly<ShellTimings> = {
   startTimeoutMs: 20_000,
-  killTimeoutMs: 5_000,
-  killGraceMs: 1_500,
-  snapshotGraceMs: 1_500,
+  killTimeoutMs: 20_000,
+  snapshotGraceMs: 3_000,
   closeTimeoutMs: 3_000,
   drainMs: 250,
 };
@@ -38,6 +36,9 @@ export const DEFAULT_SHELL_TIMINGS: Readonly<ShellTimings> = {
 const NONCE_BYTES = 12;
 /** Only has to be unique among a sandbox's commands; 12 base64url chars. */
 const TAG_BYTES = 9;
+
+/** How often a shell that should be exiting is looked at. */
+const GONE_POLL_MS = 25;
 
 /** setTimeout's ceiling; longer values would fire at once. */
 const MAX_TIMER_MS = 2_147_483_647;
@@ -63,7 +64,7 @@ export class PersistentShell implements AsyncDisposable {
   private jobs: number[] = [];
   private chain: Promise<unknown> = Promise.resolve();
   private queued = 0;
-  private current: { tag: string } | undefined;
+  private current: { tag: string; conn: ShellConn } | undefined;
   private closed = false;
   private closing: Promise<void> | undefined;
   /** Spill file of the last command that spilled: kept (and its `fullOutputPath` valid) until the next one or close. */
@@ -73,6 +74,8 @@ export class PersistentShell implements AsyncDisposable {
   private readonly stdinPath: string;
   private readonly shellsDir: string;
   private readonly tokens = new TokenSource();
+  private readonly killer: ProcessKiller;
+  private readonly fallbackKiller: ProcessKiller;
 
   private constructor(
     private readonly opts: ShellOptions,
@@ -83,6 +86,8 @@ export class PersistentShell implements AsyncDisposable {
     this.shellsDir = joinPosix(opts.stateDir, 'shells');
     this.snapshotPath = joinPosix(this.shellsDir, `${opts.shellId}.sh`);
     this.stdinPath = joinPosix(this.shellsDir, `${opts.shellId}.stdin`);
+    this.fallbackKiller = new OnceKiller(opts.execOnce, false, timings.killTimeoutMs);
+    this.killer = opts.killer ?? this.fallbackKiller;
   }
 
   /** Open the shell, restore the snapshot if any, and pick the starting cwd. */
@@ -103,13 +108,18 @@ export class PersistentShell implements AsyncDisposable {
     }
     const shell = new PersistentShell(opts, { ...DEFAULT_SHELL_TIMINGS, ...timings });
     const first = opts.initialCwd !== undefined && opts.initialCwd !== '' ? [opts.initialCwd] : [];
-    await shell.openConn([...first, SNAPSHOT_CWD, opts.defaultCwd]);
+    await shell.openConn([...first, SNAPSHOT_CWD, opts.defaultCwd], undefined);
     return shell;
   }
 
   /** True while a command runs or waits in the queue. */
   get busy(): boolean {
     return this.queued > 0;
+  }
+
+  /** False when the shell ended and no new one could start yet (the next `run` tries again). */
+  get hasShell(): boolean {
+    return this.conn !== undefined && !this.conn.isDead;
   }
 
   /** Running background jobs started by earlier commands, as last reported by the shell. */
@@ -151,11 +161,12 @@ export class PersistentShell implements AsyncDisposable {
     if (!(ro.timeoutMs > 0)) throw new UsageError(`timeoutMs must be a positive number, got ${ro.timeoutMs}`);
     const startedAt = Date.now();
     this.lastActivityMs = startedAt;
+    if (ro.signal?.aborted === true) return this.notRun(startedAt);
     let replaced = false;
     let conn = this.conn;
     if (conn === undefined || conn.isDead) {
       const cwd = this.cwd;
-      await this.openConn([cwd, SNAPSHOT_CWD, this.opts.defaultCwd]);
+      await this.openConn([cwd, SNAPSHOT_CWD, this.opts.defaultCwd], undefined);
       conn = this.conn as ShellConn;
       replaced = true;
     }
@@ -181,63 +192,56 @@ export class PersistentShell implements AsyncDisposable {
       onChunk: ro.onChunk,
     });
     const ex = conn.exchange(frame, nonce, (stream, chunk) => capture.push(stream, chunk));
-    this.current = { tag };
+    this.current = { tag, conn };
 
-    let timedOut = false;
     let notice: string | undefined;
-    let outcome: Outcome | 'timeout' | 'grace';
-    const timer = timeout(Math.min(ro.timeoutMs, MAX_TIMER_MS), 'timeout' as const);
+    const stop = stopWhen(Math.min(ro.timeoutMs, MAX_TIMER_MS), ro.signal);
+    let outcome: Outcome | 'timeout' | 'cancel';
     try {
-      outcome = await Promise.race([ex.outcome, timer.promise]);
+      outcome = await Promise.race([ex.outcome, stop.promise]);
     } finally {
-      timer.cancel();
+      stop.cancel();
     }
-    if (outcome === 'timeout') {
-      timedOut = true;
-      await this.killTree(conn, tag);
-      const grace = timeout(this.timings.killGraceMs, 'grace' as const);
-      try {
-        outcome = await Promise.race([ex.outcome, grace.promise]);
-      } finally {
-        grace.cancel();
-      }
-      if (outcome === 'grace') {
-        ex.abandon();
-        replaced = (await this.replaceStuck(conn, tag)) || replaced;
-        notice = replaced
-          ? `berth: timed out after ${ro.timeoutMs} ms; the shell did not answer and was replaced (cwd, env, functions and aliases restored)`
-          : `berth: timed out after ${ro.timeoutMs} ms; the shell did not answer and could not be reopened`;
-      } else {
-        notice = `berth: timed out after ${ro.timeoutMs} ms; the command's processes were killed`;
-      }
-    }
-    this.current = undefined;
-
     let exitCode: number;
-    if (outcome !== 'grace' && outcome.kind === 'ok') {
+    if (outcome === 'timeout' || outcome === 'cancel') {
+      // Nothing more of the command line may run: the shell is stopped, told to dump its state and
+      // exit, the command's tree is killed, and a new shell takes over from the snapshot.
+      const why = outcome === 'timeout'
+        ? `timed out after ${ro.timeoutMs} ms`
+        : `cancelled after ${Date.now() - startedAt} ms (the caller went away)`;
+      exitCode = outcome === 'timeout' ? 124 : 130;
+      const oldJobs = this.jobs.length;
+      await this.endCommand(conn, tag, ex);
+      this.jobs = [];
+      const r = await this.takeOver(conn, oldJobs);
+      replaced = replaced || r.replaced;
+      notice = `berth: ${why}; the command's processes were killed and ${r.text}`;
+    } else if (outcome.kind === 'ok') {
       exitCode = outcome.status;
       if (outcome.cwd !== '') this.cwd = outcome.cwd;
       this.jobs = outcome.jobs;
-    } else if (outcome !== 'grace' && outcome.kind === 'dead') {
-      exitCode = outcome.code ?? 125;
-      if (this.closed) notice = 'berth: the shell was closed while the command ran';
-      else if (outcome.code === null) notice = 'berth: the shell ended unexpectedly (was the sandbox removed?)';
-      // A shell that exited on its own ran its EXIT trap: its snapshot holds its last cwd.
-      const cleanExit = outcome.code !== null && outcome.code < 128;
-      this.jobs = [];
-      if (!this.closed) {
-        try {
-          await this.openConn(cleanExit ? [SNAPSHOT_CWD, this.cwd, this.opts.defaultCwd] : [this.cwd, SNAPSHOT_CWD, this.opts.defaultCwd]);
-          replaced = true;
-        } catch (err) {
-          this.log(`reopen after the shell ended failed (will retry on the next command): ${String(err)}`);
-          notice = `${notice ?? 'berth: the shell ended'}; it will be reopened on the next command`;
-        }
-      }
     } else {
-      exitCode = 124;
+      // 'abandoned' is only ever the outcome after a timeout or cancel.
+      const code = outcome.kind === 'dead' ? outcome.code : null;
+      exitCode = code ?? 125;
+      const oldJobs = this.jobs.length;
+      if (this.closed) {
+        notice = 'berth: the shell was closed while the command ran';
+      } else {
+        // Killed (the OOM killer, a signal): what the command started is still running; an
+        // `exit` leaves the command's own background processes alone, as a shell would.
+        if (code === null || code >= 128) {
+          const k: TreeInput = { shellPid: conn.pid, shellTag: conn.tag, cmdTag: tag, protectedPgids: this.jobs };
+          await this.kill('sweep', (killer) => killer.endCommand(k, true));
+        }
+        this.jobs = [];
+        const r = await this.takeOver(conn, oldJobs);
+        replaced = replaced || r.replaced;
+        // An `exit` whose shell saved its state needs no word beyond `shellReplaced`.
+        if (!(r.from === 'saved' && code !== null && code < 128)) notice = `berth: ${describeEnd(code)}; ${r.text}`;
+      }
     }
-    if (timedOut) exitCode = 124;
+    this.current = undefined;
     if (notice !== undefined) capture.push('stderr', Buffer.from(`${notice}\n`));
     const out = capture.finish();
     const endedAt = Date.now();
@@ -249,7 +253,7 @@ export class PersistentShell implements AsyncDisposable {
       output: out.output,
       cwd: this.redactor.redactString(this.cwd),
       durationMs: endedAt - startedAt,
-      timedOut,
+      timedOut: outcome === 'timeout',
       truncated: out.truncated,
     };
     if (out.fullOutputPath !== undefined) {
@@ -262,60 +266,124 @@ export class PersistentShell implements AsyncDisposable {
     return result;
   }
 
-  private async killTree(conn: ShellConn, tag: string): Promise<void> {
-    try {
-      const n = await killCommandTree(this.opts.execOnce, {
-        shellPid: conn.pid,
-        tag,
-        protectedPgids: this.jobs,
-        timeoutMs: this.timings.killTimeoutMs,
-      });
-      this.log(`timeout: killed ${n} process(es) of the command`);
-    } catch (err) {
-      this.log(`kill helper failed: ${String(err)}`);
-    }
+  /** A call cancelled before it started: nothing ran. */
+  private notRun(startedAt: number): ExecResult {
+    const text = 'berth: cancelled before it started (the caller went away); nothing was run\n';
+    return {
+      exitCode: 130, stdout: '', stderr: text, output: text, cwd: this.redactor.redactString(this.cwd),
+      durationMs: Date.now() - startedAt, timedOut: false, truncated: false,
+    };
   }
 
   /**
-   * The shell did not answer after the kill (a builtin loop, or the script went on to its next
-   * command): SIGUSR1 asks it to dump its snapshot and exit, and killing the tree again ends a
-   * foreground child so bash runs that trap before anything else. If it still does not exit it
-   * is killed; orphans still carrying the tag are killed too. Then a fresh shell is opened from
-   * the snapshot. Returns whether a new shell is running.
+   * Ends a running command for good. The warden stops the shell, sends it SIGUSR1 and kills the
+   * command's tree; once let go, bash runs the trap as soon as its foreground child is gone,
+   * before the next element of the command line: it dumps its state and exits (a line on its
+   * stdin does the same if it was between commands). A shell that no longer catches SIGUSR1 is
+   * killed at once; one that does not exit in time is killed. Leftovers of the command are swept
+   * again once the shell is gone. Never throws.
    */
-  private async replaceStuck(conn: ShellConn, tag: string): Promise<boolean> {
-    try {
-      await signalPid(this.opts.execOnce, conn.pid, 'USR1', this.timings.killTimeoutMs);
-    } catch (err) {
-      this.log(`USR1 to the shell failed: ${String(err)}`);
-    }
-    await this.killTree(conn, tag);
-    const wait = timeout(this.timings.snapshotGraceMs, false);
-    const dumped = await Promise.race([conn.dead.then(() => true), wait.promise]);
-    wait.cancel();
-    if (!dumped) {
-      this.log('the shell did not exit on SIGUSR1; killing it');
-      await conn.kill();
-    }
-    await this.killTree(conn, tag);
+  private async endCommand(conn: ShellConn, tag: string, ex: Exchange): Promise<void> {
+    const k: TreeInput = { shellPid: conn.pid, shellTag: conn.tag, cmdTag: tag, protectedPgids: this.jobs };
+    const report = await this.kill('timeout', (killer) => killer.timeout(k));
+    if (report !== undefined) this.log(`timeout: killed ${report.killed} process(es); the shell was ${report.shell}`);
+    if (report?.shell !== 'killed') conn.write(DUMP_AND_EXIT);
+    await this.ensureGone(conn, this.timings.snapshotGraceMs);
+    ex.abandon();
     if (this.conn === conn) this.conn = undefined;
-    if (this.closed) return false;
-    try {
-      await this.openConn(dumped ? [SNAPSHOT_CWD, this.cwd, this.opts.defaultCwd] : [this.cwd, SNAPSHOT_CWD, this.opts.defaultCwd]);
-      return true;
-    } catch (err) {
-      this.log(`reopen failed (will retry on the next command): ${String(err)}`);
-      return false;
+    await this.kill('sweep', (killer) => killer.endCommand(k, true));
+  }
+
+  /** Waits `ms` for the shell to exit, else kills it (through the killer first: a transport kill may need a new process). */
+  private async ensureGone(conn: ShellConn, ms: number): Promise<void> {
+    if (await this.waitGone(conn, ms)) return;
+    this.log('the shell did not exit; killing it');
+    await this.kill('kill the shell', (killer) => killer.signal(conn.pid, 'KILL'));
+    if (!(await this.waitGone(conn, ms))) await conn.kill();
+  }
+
+  /**
+   * Whether the shell process ended within `ms`. Its streams may stay open after it ended (a
+   * background job holds them), so a running warden is asked too; the old transport is then left
+   * to drain, not killed: on a container that kill would end the shell's background jobs as well.
+   */
+  private async waitGone(conn: ShellConn, ms: number): Promise<boolean> {
+    const deadline = Date.now() + ms;
+    while (!conn.isDead && Date.now() < deadline) {
+      if (this.killer.isReady()) {
+        const limit = timeout(deadline - Date.now(), undefined);
+        const alive = await Promise.race([this.killer.signal(conn.pid, '0').catch(() => undefined), limit.promise]);
+        limit.cancel();
+        if (alive === false) {
+          conn.markGone();
+          return true;
+        }
+      }
+      // Timers are cleared: a pending one would keep a CLI process alive after its call.
+      const pause = timeout(Math.max(0, Math.min(GONE_POLL_MS, deadline - Date.now())), undefined);
+      await Promise.race([conn.dead, pause.promise]);
+      pause.cancel();
     }
+    return conn.isDead;
+  }
+
+  /**
+   * Opens the shell that takes over from `old` (which has ended) and says what it restored. When
+   * no shell can start (a sandbox out of pids: a fork bomb among the old shell's jobs), the old
+   * shell's whole family is killed and then, in a container, every process in the sandbox.
+   */
+  private async takeOver(old: ShellConn, jobs: number): Promise<{ replaced: boolean; from: Replacement['from'] | undefined; text: string }> {
+    if (this.conn === old) this.conn = undefined;
+    const candidates = [this.cwd, SNAPSHOT_CWD, this.opts.defaultCwd];
+    const rep: Replacement = { from: 'none', cwd: '', jobs, jobsEnded: false, sandboxCleared: false };
+    // Known only from a running warden; unknown (undefined) means: try.
+    const full = async (): Promise<boolean | undefined> => (this.killer.isReady() ? this.killer.outOfPids().catch(() => undefined) : undefined);
+    const steps: (() => Promise<boolean>)[] = [
+      async () => true,
+      async () => (rep.jobsEnded = (await this.kill('end the old shell', (k) => k.endShell({ shellPid: old.pid, shellTag: old.tag }))) !== undefined),
+      async () => (rep.sandboxCleared = (await this.kill('end every process', (k) => k.endAll().then(() => true))) === true),
+    ];
+    let lastError: unknown;
+    for (const [i, step] of steps.entries()) {
+      if (this.closed || !(await step())) break;
+      // No new shell can start in a sandbox out of pids: go on to the next step at once.
+      if (i < steps.length - 1 && (await full()) === true) continue;
+      try {
+        await this.openConn(candidates, old.tag);
+        const conn = this.conn as ShellConn;
+        rep.from = restoredFrom(conn.loadedFrom, old.tag, old.loadedFrom);
+        rep.cwd = this.redactor.redactString(this.cwd);
+        return { replaced: true, from: rep.from, text: describeReplacement(rep) };
+      } catch (err) {
+        lastError = err;
+        this.log(`opening a new shell failed: ${String(err)}`);
+      }
+    }
+    const why = lastError instanceof Error ? lastError.message
+      : this.closed ? 'the shell is closed' : 'the sandbox is out of pids and berth could not end what holds them';
+    return { replaced: false, from: undefined, text: `no new shell could be started (${why}); the next command tries again` };
+  }
+
+  /** Runs one kill operation with the sandbox's killer, then with the helper if that failed. */
+  private async kill<T>(what: string, op: (killer: ProcessKiller) => Promise<T>): Promise<T | undefined> {
+    for (const killer of this.killer === this.fallbackKiller ? [this.killer] : [this.killer, this.fallbackKiller]) {
+      try {
+        return await op(killer);
+      } catch (err) {
+        this.log(`${what}: ${String(err)}`);
+      }
+    }
+    return undefined;
   }
 
   /** Open a shell through the backend and run the init script; on failure nothing is left running. */
-  private async openConn(cwdCandidates: readonly string[]): Promise<void> {
+  private async openConn(cwdCandidates: readonly string[], preferSnapshotOf: string | undefined): Promise<void> {
     const old = this.conn;
     this.conn = undefined;
     if (old !== undefined) await old.kill();
     const t = this.timings;
-    const opening = this.opts.open();
+    const shellTag = this.tokens.next(TAG_BYTES);
+    const opening = this.opts.open({ [SHELL_TAG_VAR]: shellTag });
     const openTimer = timeout(t.startTimeoutMs, undefined);
     let transport;
     try {
@@ -328,7 +396,7 @@ export class PersistentShell implements AsyncDisposable {
       opening.then((tr) => tr.kill(), () => undefined).catch(() => undefined);
       throw new TimeoutError(`opening the shell "${this.opts.shellId}" took over ${t.startTimeoutMs} ms; check the sandbox is running`);
     }
-    const conn = new ShellConn(transport, t.drainMs, (m) => this.log(m));
+    const conn = new ShellConn(transport, shellTag, t.drainMs, (m) => this.log(m));
     const nonce = this.tokens.next(NONCE_BYTES);
     const init = buildInit({
       nonce,
@@ -337,12 +405,15 @@ export class PersistentShell implements AsyncDisposable {
       stdinPath: this.stdinPath,
       secretNames: this.opts.secretNames,
       cwdCandidates,
+      shellTag,
+      preferSnapshotOf,
     });
     let startupBytes = 0;
-    let lastStdoutByte = 0;
+    // The payload ends the init's stdout; only its end is kept (a broken snapshot may print).
+    let stdoutTail = '';
     const ex = conn.exchange(init, nonce, (stream, b) => {
       startupBytes += b.length;
-      if (stream === 'stdout' && b.length > 0) lastStdoutByte = b[b.length - 1] as number;
+      if (stream === 'stdout') stdoutTail = (stdoutTail + b.toString('latin1')).slice(-64);
     });
     const initTimer = timeout(t.startTimeoutMs, 'timeout' as const);
     let o: Outcome | 'timeout';
@@ -360,9 +431,11 @@ export class PersistentShell implements AsyncDisposable {
       const code = o.kind === 'dead' ? o.code : null;
       throw new BerthError('shell_start_failed', `the shell "${this.opts.shellId}" exited while starting (exit code ${String(code)}); is bash installed in the sandbox?`);
     }
-    if (startupBytes > 1) this.log(`startup wrote ${startupBytes} byte(s) (snapshot errors?)`);
+    const payload = parseInitPayload(stdoutTail);
+    if (startupBytes > stdoutTail.length || payload === undefined) this.log(`startup wrote ${startupBytes} byte(s) (snapshot errors?)`);
     conn.pid = o.status;
-    conn.stdinIsNull = lastStdoutByte === 0x6e; // 'n'
+    conn.stdinIsNull = payload?.stdinIsNull ?? false;
+    conn.loadedFrom = payload?.loadedFrom ?? '';
     this.cwd = o.cwd !== '' ? o.cwd : this.opts.defaultCwd;
     this.jobs = o.jobs;
     this.conn = conn;
@@ -401,21 +474,22 @@ export class PersistentShell implements AsyncDisposable {
     if (conn === undefined || conn.isDead) return;
     const cur = this.current;
     if (cur === undefined) {
-      conn.write('__bd;trap - EXIT;exit 0\n');
-    } else {
-      // A command is running: the USR1 trap dumps and exits once its foreground child is gone.
-      await signalPid(this.opts.execOnce, conn.pid, 'USR1', this.timings.killTimeoutMs).catch((err: unknown) =>
-        this.log(`USR1 at close failed: ${String(err)}`),
-      );
-      await this.killTree(conn, cur.tag);
+      // Idle: the line ends it, and so would the end of its input. If its streams stay open (a
+      // background job holds them) and no warden runs to confirm it ended, it is left to end:
+      // killing it through the transport would start a process in the sandbox, and on a
+      // container end its background jobs too.
+      conn.write(DUMP_AND_EXIT);
+      conn.endInput();
+      if (!(await this.waitGone(conn, this.timings.closeTimeoutMs)) && this.killer.isReady()) {
+        await this.kill('kill the shell', (killer) => killer.signal(conn.pid, 'KILL'));
+      }
+      return;
     }
-    const wait = timeout(this.timings.closeTimeoutMs, false);
-    const exited = await Promise.race([conn.dead.then(() => true), wait.promise]);
-    wait.cancel();
-    if (!exited) {
-      this.log('the shell did not exit at close; killing it');
-      await conn.kill();
-    }
+    // A command is running: the USR1 trap dumps and exits once its foreground child is gone.
+    const k: TreeInput = { shellPid: conn.pid, shellTag: conn.tag, cmdTag: cur.tag, protectedPgids: this.jobs };
+    const report = await this.kill('close', (killer) => killer.timeout(k));
+    if (report?.shell !== 'killed') conn.write(DUMP_AND_EXIT);
+    await this.ensureGone(conn, this.timings.closeTimeoutMs);
   }
 
   private log(msg: string): void {
@@ -425,6 +499,26 @@ export class PersistentShell implements AsyncDisposable {
 
 function closedError(): BerthError {
   return new BerthError('shell_closed', 'the shell is closed; start a new one to run commands');
+}
+
+/** Resolves with 'timeout' after `ms`, or 'cancel' when `signal` aborts. */
+function stopWhen(ms: number, signal: AbortSignal | undefined): { promise: Promise<'timeout' | 'cancel'>; cancel(): void } {
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  const promise = new Promise<'timeout' | 'cancel'>((resolve) => {
+    timer = setTimeout(() => resolve('timeout'), ms);
+    if (signal !== undefined) {
+      onAbort = () => resolve('cancel');
+      signal.addEventListener('abort', onAbort, { once: true });
+    }
+  });
+  return {
+    promise,
+    cancel: () => {
+      clearTimeout(timer);
+      if (onAbort !== undefined) signal?.removeEventListener('abort', onAbort);
+    },
+  };
 }
 
 function timeout<T>(ms: number, value: T): { promise: Promise<T>; cancel(): void } {

@@ -29,6 +29,13 @@ import { randomBytes } from 'node:crypto';
 /** Env var carrying the per-command tag, visible in /proc/<pid>/environ of every exec'd descendant. */
 export const TAG_VAR = 'BERTH_CMD_TAG';
 
+/**
+ * Env var carrying the shell's own tag, set when the shell process starts: it is in the
+ * /proc/<pid>/environ of everything the shell forks, exec'd or not (a forked subshell shows the
+ * environ its process started with), so even a bash-only fork bomb can be told apart.
+ */
+export const SHELL_TAG_VAR = 'BERTH_SHELL_TAG';
+
 const NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 export function isShellName(name: string): boolean {
@@ -124,25 +131,41 @@ export interface InitInput {
   secretNames: readonly string[];
   /** Directories to try in order; `SNAPSHOT_CWD` stands for the cwd recorded in the snapshot. */
   cwdCandidates: readonly string[];
+  /** This shell's tag (also in its env as `SHELL_TAG_VAR`): the last line of its snapshots. */
+  shellTag: string;
+  /** When the snapshot found was written by the shell with this tag, its cwd is tried first. */
+  preferSnapshotOf?: string | undefined;
 }
 
 /** Placeholder in `InitInput.cwdCandidates` for the snapshot's recorded cwd. */
 export const SNAPSHOT_CWD = '\u0000snapshot';
 
 /** Variables never written to the snapshot, besides the secret names. */
-const NOT_SNAPSHOTTED = ['PWD', 'OLDPWD', 'SHLVL', '_', TAG_VAR, 'BASHOPTS', 'SHELLOPTS', 'BASH_ENV', 'ENV'];
+const NOT_SNAPSHOTTED = ['PWD', 'OLDPWD', 'SHLVL', '_', TAG_VAR, SHELL_TAG_VAR, 'BASHOPTS', 'SHELLOPTS', 'BASH_ENV', 'ENV'];
 
-/** Functions of ours, never written to the snapshot. */
+/** Functions and variables of ours, never written to the snapshot. */
 const OUR_FUNCTIONS = ['__bs', '__be', '__bw', '__bd'];
+const OUR_VARIABLES = ['__bg', '__bk', '__bl', '__bwp', '__bwo'];
 
 /**
  * The script sent once to a fresh bash. It saves the secrets as granted, sources the snapshot
  * at top level (so `declare -x` stays global), defines our helpers and traps, picks the first
- * existing cwd, and ends with the same trailer as a command, carrying `$$` as the status.
+ * existing cwd, and ends with the same trailer as a command, carrying `$$` as the status and,
+ * as stdout payload, `p` or `n` (fd 0 still the pipe, or /dev/null), `:` and the tag of the
+ * shell that wrote the snapshot it loaded (empty when none was loaded).
+ *
+ * The snapshot is dumped (`__bd`) only when the shell is about to end: at close, on SIGUSR1
+ * (a timeout) and on exit. It forks nothing, so a sandbox out of pids cannot stop it: it
+ * unsets secrets and our own names in place (the shell ends anyway), writes with builtins and
+ * `exec`s `mv` for the atomic rename, which replaces the shell instead of forking (on exit a
+ * forked `mv` keeps the command's exit status). Its last line names the writer's tag, so the
+ * next shell tells exactly whose state it restored; a dump that did not complete leaves the
+ * previous snapshot and says so.
  */
 export function buildInit(i: InitInput): string {
   const secrets = i.secretNames;
   const snap = shQuote(i.snapshotPath);
+  const tmp = shQuote(`${i.snapshotPath}.tmp`);
   const lines: string[] = [];
   // Read the rest from the pipe on fd 255 (close-on-exec) with fd 0 on /dev/null; the pid stays.
   lines.push(`[ -p /dev/fd/0 ] && exec "$BASH" --noprofile --norc /dev/fd/3 3<&0 0</dev/null`);
@@ -157,6 +180,7 @@ export function buildInit(i: InitInput): string {
     lines.push(`if [ -n "\${${n}+x}" ]; then __bsv_${n}=$${n}; else unset -v __bsv_${n}; fi`);
   }
   lines.push(`if [ -f ${snap} ]; then . ${snap} 2>/dev/null; fi`);
+  lines.push(`__bg=${shQuote(i.shellTag)}; __bk=\${__berth_gen-}; unset -v __berth_gen`);
   // __bs: per-command prologue (tag + secrets afresh). Must return 0 (a user may `set -e`).
   const reexport = secrets.map((n) => `[ -n "\${__bsv_${n}+x}" ] && builtin export ${n}="$__bsv_${n}";`).join(' ');
   lines.push(`__bs(){ builtin export ${TAG_VAR}=$1; ${reexport} return 0; }`);
@@ -173,25 +197,45 @@ export function buildInit(i: InitInput): string {
       `else __bl=\${!:-}; { builtin printf '%s~' "$2"; builtin jobs -pr; builtin printf '%s~' "$2"; } >&2; fi; ` +
       `builtin printf '%s~%d %s%s~' "$2" "$1" "\${PWD-}" "$2"; return 0; }`,
   );
-  // __bd: dump the snapshot (0600, atomic rename). Forks are fine: it runs at close/exit/USR1 only.
-  const unsetVars = [...NOT_SNAPSHOTTED, ...secrets].join(' ');
+  // __bd [x]: dump the snapshot (0600, atomic rename) as the shell ends; `x`: exec the rename.
+  const unsetVars = [...NOT_SNAPSHOTTED, ...secrets, ...OUR_VARIABLES].join(' ');
   lines.push(
-    `__bd(){ local __c=\${PWD-}; ( builtin unset -v ${unsetVars}; builtin unset -f ${OUR_FUNCTIONS.join(' ')}; umask 077; ` +
-      `{ builtin export -p; builtin declare -f; builtin alias -p; builtin printf '__berth_cwd=%q\\n' "$__c"; } >|${snap}.tmp && ` +
-      `exec mv -f -- ${snap}.tmp ${snap} ) 2>/dev/null; return 0; }`,
+    `__bd(){ builtin trap '' USR1; builtin set +ex; local __c=\${PWD-} __g=\${__bg-} __x=\${1-}; ` +
+      `builtin unset -v ${unsetVars} 2>/dev/null; builtin unset -f ${OUR_FUNCTIONS.join(' ')}; builtin umask 077; ` +
+      `{ builtin export -p; builtin declare -f; builtin alias -p; builtin printf '__berth_cwd=%q\\n__berth_gen=%q\\n' "$__c" "$__g"; } >|${tmp} 2>/dev/null || return 1; ` +
+      `[ -n "$__x" ] && builtin exec mv -f -- ${tmp} ${snap} 2>/dev/null; builtin command mv -f -- ${tmp} ${snap} 2>/dev/null; }`,
   );
   lines.push(`trap __bd EXIT`);
-  lines.push(`trap '__bd; trap - EXIT; exit 143' USR1`);
+  lines.push(`trap '__bd x; builtin trap - EXIT; builtin exit 143' USR1`);
   // Secrets win over anything the snapshot may have held under the same name.
   if (secrets.length > 0) lines.push('__bs x');
   const candidates = i.cwdCandidates.map((c) => (c === SNAPSHOT_CWD ? '"${__berth_cwd-}"' : shQuote(c))).join(' ');
-  lines.push(
-    `for __d in ${candidates}; do [ -n "$__d" ] && CDPATH= builtin cd -- "$__d" 2>/dev/null && break; done; unset -v __d __berth_cwd`,
-  );
-  // Stdout payload of the init: `p` when fd 0 is the pipe still (commands need </dev/null).
-  lines.push(`builtin printf %s "$__bm"; unset -v __bm; __be $$ ${i.nonce} j`);
+  const pick = (list: string): string => `for __d in ${list}; do [ -n "$__d" ] && CDPATH= builtin cd -- "$__d" 2>/dev/null && break; done`;
+  if (i.preferSnapshotOf !== undefined) {
+    lines.push(`if [ "$__bk" = ${shQuote(i.preferSnapshotOf)} ]; then ${pick(`"\${__berth_cwd-}" ${candidates}`)}; else ${pick(candidates)}; fi`);
+  } else {
+    lines.push(pick(candidates));
+  }
+  lines.push('unset -v __d __berth_cwd');
+  // Stdout payload of the init: `p` when fd 0 is the pipe still (commands need </dev/null), and whose snapshot was loaded.
+  lines.push(`builtin printf '%s:%s' "$__bm" "$__bk"; unset -v __bm __bk; __be $$ ${i.nonce} j`);
   return `${lines.join('\n')}\n`;
 }
+
+/** The init's stdout payload: how stdin is wired, and the tag of the shell whose snapshot was loaded ('' if none). */
+export function parseInitPayload(text: string): { stdinIsNull: boolean; loadedFrom: string } | undefined {
+  const m = /([pn]):([A-Za-z0-9_-]*)$/.exec(text);
+  if (m === null) return undefined;
+  return { stdinIsNull: m[1] === 'n', loadedFrom: m[2] as string };
+}
+
+/**
+ * The line that makes an idle shell dump its state and exit. Bash runs a trap only between
+ * commands, never while it waits for its next line, so after a timeout this line is sent as
+ * well: it runs only if the trap did not (the command had just ended, or bash gave up a fork).
+ * A command never reads it: commands get /dev/null on stdin.
+ */
+export const DUMP_AND_EXIT = '__bd x;builtin trap - EXIT;builtin exit 143\n';
 
 /** The stdout trailer (between the two keys): `<status> <PWD>`. */
 export function parseStdoutTrailer(t: Buffer): { status: number; cwd: string } | undefined {

@@ -32,13 +32,18 @@ export class ShellConn {
   pid = 0;
   /** fd 0 of the shell is /dev/null (it re-executed onto the control pipe). */
   stdinIsNull = false;
+  /** Tag of the shell whose snapshot this one loaded at start ('' if none). */
+  loadedFrom = '';
   isDead = false;
   /** Resolves with the exit code (null if unknown) once the shell is gone; never rejects. */
   readonly dead: Promise<number | null>;
   private sink: Sink | undefined;
+  private settleDead: (code: number | null) => void = () => undefined;
 
   constructor(
     readonly transport: ShellTransport,
+    /** This shell's tag (`SHELL_TAG_VAR` in its environment, the last line of its snapshots). */
+    readonly tag: string,
     drainMs: number,
     private readonly log: (msg: string) => void,
   ) {
@@ -61,6 +66,7 @@ export class ShellConn {
         if (timer !== undefined) clearTimeout(timer);
         resolve(code);
       };
+      this.settleDead = settle;
       transport.exited.then(settle, () => settle(null));
       void stdoutEnded.then(() => {
         if (!this.isDead) timer = setTimeout(() => settle(null), EXIT_AFTER_EOF_MS);
@@ -76,6 +82,19 @@ export class ShellConn {
       this.sink = undefined;
       sink?.ended(code);
     });
+  }
+
+  /**
+   * The sandbox says the shell process is gone while its streams stay open (a background job
+   * holds them): treat it as ended. The streams are still read (and dropped) until they end.
+   */
+  markGone(): void {
+    this.settleDead(null);
+  }
+
+  /** End the shell's input (EOF once it read what was written). */
+  endInput(): void {
+    if (!this.transport.stdin.destroyed && !this.transport.stdin.writableEnded) this.transport.stdin.end();
   }
 
   write(text: string): void {

@@ -1,4 +1,5 @@
 import type { ExecOnceOptions, ExecOnceResult, ShellTransport } from '../backends/backend.js';
+import type { ProcessKiller } from './warden.js';
 
 /** The result of one command, as every surface (library, CLI --json, HTTP, MCP) reports it. */
 export interface ExecResult {
@@ -14,17 +15,29 @@ export interface ExecResult {
   truncated: boolean;
   /** Host path of the full, uncapped output when it was spilled. */
   fullOutputPath?: string;
-  /** Set when the shell had to be replaced (timeout of a stuck shell, `exit` in the command). */
+  /**
+   * Set when the shell had to be replaced (after every timeout or cancel, `exit` in the command, a
+   * shell that was killed); a line on stderr then says what the new shell restored and what was lost.
+   */
   shellReplaced?: boolean;
   /** Set when the sandbox had been removed out of band and was recreated for this call. */
   sandboxRecreated?: boolean;
 }
 
 export interface ShellOptions {
-  /** Opens a fresh shell process (called at start and whenever the shell must be replaced). */
-  open: () => Promise<ShellTransport>;
-  /** Runs a helper inside the same sandbox (used to kill a command's process tree). */
+  /**
+   * Opens a fresh shell process (called at start and whenever the shell must be replaced). `env`
+   * holds what the shell adds to the granted environment (its tag, `BERTH_SHELL_TAG`): it must
+   * reach the process's own environment.
+   */
+  open: (env: Readonly<Record<string, string>>) => Promise<ShellTransport>;
+  /** Runs a helper inside the same sandbox (the kill routine when no `killer` is given or it failed). */
   execOnce: (argv: string[], opts?: ExecOnceOptions) => Promise<ExecOnceResult>;
+  /**
+   * Ends process trees in the sandbox without starting a process there: the sandbox's `Warden`,
+   * shared by its shells. Default: the same routine run as a helper through `execOnce`.
+   */
+  killer?: ProcessKiller | undefined;
   /** In-sandbox dir for snapshots; created by the shell if missing. */
   stateDir: string;
   /** Safe file stem unique per shell identity (snapshot file name). */
@@ -53,4 +66,10 @@ export interface RunOptions {
   stdin?: string | Buffer | undefined;
   /** Live chunks for streaming surfaces (CLI, SSE). Already redacted. */
   onChunk?: ((stream: 'stdout' | 'stderr', chunk: string) => void) | undefined;
+  /**
+   * Cancels the command (the caller went away): handled like a timeout (the command's tree is
+   * killed, nothing more of the line runs), but the result has exit code 130 and `timedOut`
+   * false. Aborted before the command started: nothing runs, exit code 130.
+   */
+  signal?: AbortSignal | undefined;
 }

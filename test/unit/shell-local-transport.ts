@@ -74,7 +74,7 @@ export function makeFixture(): Fixture {
     options(over = {}, env = {}) {
       const fullEnv = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, LANG: 'C.UTF-8', ...env };
       return {
-        open: () => openLocalBash(fullEnv, dir),
+        open: (extra) => openLocalBash({ ...fullEnv, ...extra }, dir),
         execOnce: execOnceLocal,
         stateDir,
         shellId: 'test-shell',

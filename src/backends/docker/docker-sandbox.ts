@@ -4,9 +4,11 @@ import type Dockerode from 'dockerode';
 import type { ExecOnceOptions, ExecOnceResult, Sandbox, SandboxSpec, ShellTransport } from '../backend.js';
 import { getArchiveExec, putArchiveExec } from './archive-exec.js';
 import { HOME, STATE_DIR, WORKSPACE } from './container-spec.js';
+import { withTimeout } from './engine.js';
 import { execOnceIn, openShellExec } from './exec-stream.js';
 
 const EXEC_ONCE_TIMEOUT_MS = 30_000;
+const STATS_TIMEOUT_MS = 5_000;
 
 export interface DockerSandboxInput {
   spec: SandboxSpec;
@@ -29,6 +31,7 @@ export class DockerSandbox implements Sandbox {
   readonly fileRoots: readonly string[] = [WORKSPACE, HOME, '/tmp'];
   readonly hostDir: string | undefined;
   readonly recreated: boolean;
+  readonly volatileDirs: readonly string[];
   private readonly docker: Dockerode;
   private readonly log: (msg: string) => void;
   private readonly track: (socket: Duplex) => () => void;
@@ -44,6 +47,7 @@ export class DockerSandbox implements Sandbox {
     this.docker = input.docker;
     this.log = input.log;
     this.track = input.track;
+    this.volatileDirs = Object.keys(input.info.HostConfig?.Tmpfs ?? {}).sort();
     this.binds = (input.info.Mounts ?? [])
       .filter((m) => m.Type === 'bind' && typeof m.Source === 'string' && typeof m.Destination === 'string')
       .map((m) => ({ source: path.resolve(m.Source), destination: path.posix.normalize(m.Destination) }))
@@ -59,6 +63,21 @@ export class DockerSandbox implements Sandbox {
       track: this.track,
       log: (msg) => this.log(`${this.spec.identity.key} ${this.ref.slice(0, 12)}: ${msg}`),
     });
+  }
+
+  /** From the engine's one-shot stats (the pids cgroup): no process in the container needed. */
+  async processCount(): Promise<{ current: number; limit: number } | undefined> {
+    try {
+      const opts = { stream: false, 'one-shot': true } as { stream: false };
+      const stats = (await withTimeout(this.docker.getContainer(this.ref).stats(opts), STATS_TIMEOUT_MS, () => new Error('stats timed out'))) as {
+        pids_stats?: { current?: number; limit?: number };
+      };
+      const { current, limit } = stats.pids_stats ?? {};
+      return typeof current === 'number' && typeof limit === 'number' && limit > 0 ? { current, limit } : undefined;
+    } catch (err) {
+      this.log(`${this.spec.identity.key}: no process count: ${(err as Error).message}`);
+      return undefined;
+    }
   }
 
   execOnce(argv: string[], opts?: ExecOnceOptions): Promise<ExecOnceResult> {

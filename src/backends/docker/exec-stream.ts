@@ -84,9 +84,9 @@ export interface OpenShellInput {
  */
 export async function openShellExec(input: OpenShellInput): Promise<ShellTransport> {
   const { docker, containerId } = input;
-  const tag = randomBytes(8).toString('hex');
-  const env = Object.entries(input.env).map(([name, value]) => `${name}=${value}`);
-  env.push(`${SHELL_TAG_ENV}=${tag}`);
+  // The shell layer tags its shells itself (the same variable); a tag of ours otherwise.
+  const tag = input.env[SHELL_TAG_ENV] ?? randomBytes(8).toString('hex');
+  const env = Object.entries({ ...input.env, [SHELL_TAG_ENV]: tag }).map(([name, value]) => `${name}=${value}`);
   let socket: Duplex;
   let exec: Dockerode.Exec;
   const doing = `start a shell in container ${containerId.slice(0, 12)}`;

@@ -1,6 +1,8 @@
+import type { Broker } from '../../broker/broker.js';
 import { UsageError } from '../../errors.js';
+import type { CallScopeInput } from '../../scope/call-scope.js';
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
-import type { CliIo } from '../io.js';
+import { CLOSED_PIPE_EXIT, type CliIo } from '../io.js';
 import { openCliBroker } from '../open-broker.js';
 
 export const EXEC_HELP = `usage: berth exec [scope flags] [--workdir DIR] [--timeout SECONDS] [--json] -- CMD...
@@ -33,26 +35,43 @@ export async function execCommand(argv: string[], io: CliIo): Promise<number> {
   }
   const scope = scopeFromFlags(values, io.env, io.cwd);
   const broker = await openCliBroker(io, values.config);
+  // Nobody reads stdout any more: the command is cancelled (as SIGPIPE ends a writer in a shell
+  // pipeline), nothing more is printed, and the exit code is 141. The last write may find out.
+  const gone = (): boolean => io.outClosed?.aborted === true;
+  let code: number;
   try {
-    const json = values.json === true;
-    const r = await broker.exec(scope, rest.join(' '), {
-      timeoutSeconds,
-      workdir: values.workdir,
-      onChunk: json ? undefined : (stream, chunk) => (stream === 'stdout' ? io.out(chunk) : io.err(chunk)),
-    });
-    if (json) {
-      io.out(`${JSON.stringify({
-        exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr, output: r.output, cwd: r.cwd, sandboxKey: r.sandboxKey,
-        timedOut: r.timedOut, truncated: r.truncated, durationMs: r.durationMs,
-        ...(r.shellReplaced ? { shellReplaced: true } : {}),
-        ...(r.sandboxRecreated ? { sandboxRecreated: true } : {}),
-      })}\n`);
-    } else {
-      if (r.sandboxRecreated) io.err(`berth: sandbox "${r.sandboxKey}" had been removed outside berth; it was recreated for this command\n`);
-      if (r.timedOut) io.err(`berth: command timed out and its process tree was killed (exit 124)\n`);
-    }
-    return r.exitCode;
+    code = await run(broker, scope, rest.join(' '), { timeoutSeconds, workdir: values.workdir, json: values.json === true }, io, gone);
   } finally {
     await broker.close();
   }
+  return gone() ? CLOSED_PIPE_EXIT : code;
+}
+
+async function run(
+  broker: Broker, scope: CallScopeInput, command: string, o: { timeoutSeconds: number | undefined; workdir: string | undefined; json: boolean },
+  io: CliIo, gone: () => boolean,
+): Promise<number> {
+  const r = await broker.exec(scope, command, {
+    timeoutSeconds: o.timeoutSeconds,
+    workdir: o.workdir,
+    signal: io.outClosed,
+    onChunk: o.json ? undefined : (stream, chunk) => {
+      if (gone()) return;
+      if (stream === 'stdout') io.out(chunk);
+      else io.err(chunk);
+    },
+  });
+  if (gone()) return CLOSED_PIPE_EXIT;
+  if (o.json) {
+    io.out(`${JSON.stringify({
+      exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr, output: r.output, cwd: r.cwd, sandboxKey: r.sandboxKey,
+      timedOut: r.timedOut, truncated: r.truncated, durationMs: r.durationMs,
+      ...(r.shellReplaced ? { shellReplaced: true } : {}),
+      ...(r.sandboxRecreated ? { sandboxRecreated: true } : {}),
+    })}\n`);
+  } else {
+    if (r.sandboxRecreated) io.err(`berth: sandbox "${r.sandboxKey}" had been removed outside berth; it was recreated for this command\n`);
+    if (r.timedOut) io.err(`berth: command timed out and its process tree was killed (exit 124)\n`);
+  }
+  return r.exitCode;
 }

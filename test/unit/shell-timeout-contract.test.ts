@@ -1,0 +1,145 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { PersistentShell } from '../../src/shell/persistent-shell.js';
+import { Warden, type ProcessKiller } from '../../src/shell/warden.js';
+import { killAll, makeFixture, openLocalBash, pidsWithArg, type Fixture } from './shell-local-transport.js';
+
+const T = { timeoutMs: 10_000 };
+
+/** Unique sleep durations per run so the /proc lookups cannot see another test's processes. */
+const unique = (base: number): string => `${base}.${process.pid}${Math.floor(Math.random() * 1000)}`;
+
+/** A live process (zombies are dead: killed, only not reaped yet by whoever inherited them). */
+function alive(pid: number): boolean {
+  try {
+    return !/\) Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/*
+ * DESIGN §5: after a timeout nothing more of that command line runs, the tree is gone when the
+ * call returns, the session stays usable and the result says exactly what a new shell restored.
+ * Run with the warden (what the broker gives every sandbox) and with the helper run through
+ * execOnce (the fallback, and what a library user without a warden gets).
+ */
+for (const mode of ['warden', 'helper'] as const) {
+  describe(`timeout contract (${mode}, real bash)`, () => {
+    let fx: Fixture;
+    let warden: Warden | undefined;
+    const shells: PersistentShell[] = [];
+    const leftovers: string[] = [];
+
+    const start = async (): Promise<PersistentShell> => {
+      const killer: ProcessKiller | undefined = warden;
+      const sh = await PersistentShell.start(fx.options({ killer }));
+      shells.push(sh);
+      return sh;
+    };
+
+    beforeEach(async () => {
+      fx = makeFixture();
+      if (mode === 'warden') {
+        const env = { PATH: process.env.PATH ?? '/usr/bin:/bin' };
+        warden = new Warden({ open: () => openLocalBash(env, fx.dir), mayKillAll: false });
+        await warden.start();
+        expect(await warden.pid()).toBeGreaterThan(0);
+      }
+    });
+    afterEach(async () => {
+      for (const sh of shells.splice(0)) await sh.close();
+      await warden?.close();
+      warden = undefined;
+      for (const arg of leftovers.splice(0)) killAll(pidsWithArg(arg));
+      fx.cleanup();
+    });
+
+    it('runs nothing more of a timed-out line, and a new shell carries the state on', async () => {
+      const sh = await start();
+      const marker = join(fx.dir, 'not-reached');
+      await sh.run('export KEEP=kept; kf() { echo kf-ok; }; cd /tmp', T);
+      const r = await sh.run(`echo partial; sleep 2; echo not-reached; touch ${marker}`, { timeoutMs: 500 });
+      expect(r.exitCode).toBe(124);
+      expect(r.timedOut).toBe(true);
+      expect(r.stdout).toBe('partial\n');
+      expect(r.shellReplaced).toBe(true);
+      expect(r.stderr).toMatch(/berth: timed out after 500 ms; the command's processes were killed and a new shell took over in \/tmp with the exported variables, functions and aliases of the old one \(unexported variables, shell options and traps are not kept\)\n$/);
+      // Longer than the sleep: had the line gone on, the marker would exist by now.
+      await sleep(2_500);
+      expect(existsSync(marker)).toBe(false);
+      const after = await sh.run('echo "$KEEP"; kf; pwd', T);
+      expect(after.stdout).toBe('kept\nkf-ok\n/tmp\n');
+      expect(after.shellReplaced).toBeUndefined();
+    });
+
+    it('returns only once the whole tree is gone, background grandchildren included', async () => {
+      const sh = await start();
+      const pidfile = join(fx.dir, 'grandchild.pid');
+      const [grand, fg] = [unique(300), unique(301)];
+      leftovers.push(grand, fg);
+      const r = await sh.run(`(sleep ${grand} & echo $! > ${pidfile}; wait) & sleep ${fg}`, { timeoutMs: 500 });
+      expect(r.exitCode).toBe(124);
+      const pid = Number(readFileSync(pidfile, 'utf8'));
+      expect(pid).toBeGreaterThan(0);
+      expect(alive(pid)).toBe(false);
+      expect(pidsWithArg(grand).filter(alive)).toEqual([]);
+      expect(pidsWithArg(fg).filter(alive)).toEqual([]);
+      expect((await sh.run('echo ok', T)).stdout).toBe('ok\n');
+    });
+
+    it('kills a shell whose command ignores SIGUSR1, and says the changes since it started were lost', async () => {
+      const first = await start();
+      await first.run('export KEEP=before', T);
+      await first.close();
+      const sh = await start();
+      const marker = join(fx.dir, 'after-trap-removed');
+      // (`trap - USR1` would not do: with an EXIT trap set, bash catches it to run that trap, which dumps.)
+      const r = await sh.run(`export LATER=1; trap '' USR1; sleep 2; touch ${marker}`, { timeoutMs: 500 });
+      expect(r.exitCode).toBe(124);
+      expect(r.shellReplaced).toBe(true);
+      expect(r.stderr).toContain(`the old shell could not save its state: a new shell took over in ${fx.dir} with the exported variables, ` +
+        'functions and aliases the old one had started with; changes made since were lost');
+      await sleep(2_500);
+      expect(existsSync(marker)).toBe(false);
+      expect((await sh.run('echo "[$KEEP][$LATER]"', T)).stdout).toBe('[before][]\n');
+    });
+
+    it('says exactly what was lost when the shell was killed (as by the OOM killer), and ends what it had started', async () => {
+      const sh = await start();
+      await sh.run('export GONE=1; cd /tmp', T);
+      const bg = unique(302);
+      leftovers.push(bg);
+      const r = await sh.run(`echo before; sleep ${bg} & kill -9 $$`, T);
+      expect(r.exitCode).toBe(137);
+      expect(r.stderr).toBe('berth: the shell was killed by signal 9 (out of memory, or killed); the old shell could not save its state: ' +
+        'a new shell took over in /tmp; the exported variables, functions and aliases of the old one were lost ' +
+        '(unexported variables, shell options and traps are not kept)\n');
+      expect(pidsWithArg(bg).filter(alive)).toEqual([]);
+      expect((await sh.run('echo "[$GONE]"; pwd', T)).stdout).toBe('[]\n/tmp\n');
+    });
+
+    it('cancels on an AbortSignal like a timeout, with exit code 130; aborted before start, nothing runs', async () => {
+      const sh = await start();
+      const marker = join(fx.dir, 'cancelled');
+      const ac = new AbortController();
+      const r = await sh.run(`echo started; sleep 30; touch ${marker}`, {
+        ...T,
+        signal: ac.signal,
+        onChunk: () => ac.abort(),
+      });
+      expect(r.exitCode).toBe(130);
+      expect(r.timedOut).toBe(false);
+      expect(r.stdout).toBe('started\n');
+      expect(r.stderr).toMatch(/\nberth: cancelled after \d+ ms \(the caller went away\); the command's processes were killed and a new shell took over/);
+      expect(existsSync(marker)).toBe(false);
+      const pre = await sh.run(`touch ${marker}`, { ...T, signal: AbortSignal.abort() });
+      expect(pre).toMatchObject({ exitCode: 130, stdout: '', stderr: 'berth: cancelled before it started (the caller went away); nothing was run\n' });
+      expect(existsSync(marker)).toBe(false);
+      expect((await sh.run('echo ok', T)).stdout).toBe('ok\n');
+    });
+  });
+}
