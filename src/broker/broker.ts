@@ -162,6 +162,8 @@ export class Broker implements AsyncDisposable {
   private readonly homeDir: string;
   private readonly dockerSockets: string[];
   private readonly owner: string | null;
+  /** This process (`pid:starttime`), on the creation claims it makes. */
+  private readonly processToken = ownerToken();
   private readonly reap: boolean;
   private readonly spillOutput: boolean;
   private readonly log: (namespace: string, message: string) => void;
@@ -788,13 +790,13 @@ export class Broker implements AsyncDisposable {
         const fresh: SandboxRecord = {
           digest: call.spec.digest, backend: backend.name, tenant: call.scope.tenant, profile: call.spec.identity.profile ?? null,
           key: call.binding.sandboxKey, rule: call.spec.rule, ephemeral: call.spec.ephemeral, ref: '', name: call.spec.dirName,
-          hostDir: null, mount: call.spec.mount, createdMs: now, lastUsedMs: now,
+          hostDir: null, mount: call.spec.mount, createdMs: now, lastUsedMs: now, claimOwner: this.processToken,
         };
         if (this.store.claimSandbox(fresh)) return { record: fresh, mine: true };
       } else if (rec.ref !== '') {
         return { record: rec, mine: false };
-      } else if (now - rec.createdMs > CLAIM_STALE_MS && this.store.takeOverClaim(rec.digest, rec.createdMs, now)) {
-        return { record: { ...rec, createdMs: now }, mine: true };
+      } else if (claimAbandoned(rec, now) && this.store.takeOverClaim(rec.digest, rec.createdMs, now, this.processToken)) {
+        return { record: { ...rec, createdMs: now, claimOwner: this.processToken }, mine: true };
       } else if (now > deadline) {
         throw new TimeoutError(`sandbox "${call.binding.sandboxKey}" is being created by another berth process and has no container after ${CLAIM_WAIT_MS / 1000} s; retry, or check that process`);
       } else {
@@ -1001,16 +1003,20 @@ export class Broker implements AsyncDisposable {
       }
       for (const m of managed) {
         const rec = this.store.getSandbox(m.digest);
-        if (rec === undefined || (rec.ref !== '' && rec.ref !== m.ref)) {
+        // A process that died while creating an ephemeral sandbox left a container and a claim with
+        // no ref: both go. (A persistent one is adopted by the next call that claims it.)
+        const abandoned = rec !== undefined && m.ephemeral && rec.ref === '' && claimAbandoned(rec, Date.now());
+        if (rec === undefined || (rec.ref !== '' && rec.ref !== m.ref) || abandoned) {
           if (this.live.has(m.digest)) continue;
           await backend.remove(m.ref, undefined).catch((e) => this.log('berth:reaper', `remove ${m.name}: ${String(e)}`));
+          if (abandoned) this.store.deleteSandbox(m.digest);
           removed.push(m.name);
         }
       }
     }
     for (const rec of this.store.listSandboxes()) {
       if (!rec.ephemeral || this.live.get(rec.digest)?.inflight) continue;
-      if (rec.ref === '' && Date.now() - rec.createdMs < CLAIM_STALE_MS) continue; // being created right now
+      if (rec.ref === '' && !claimAbandoned(rec, Date.now())) continue; // being created right now
       if (!this.hasLiveSession(rec)) {
         await this.removeSandbox(rec).catch((e) => this.log('berth:reaper', `remove ${rec.key}: ${String(e)}`));
         removed.push(rec.name);
@@ -1111,6 +1117,15 @@ export class Broker implements AsyncDisposable {
       this.log('berth:audit', `pruning old audit entries failed: ${String(e)}`);
     }
   }
+}
+
+/**
+ * A creation claim nobody will finish: its process is dead, or (a claim from before claims named
+ * their process) it is older than CLAIM_STALE_MS.
+ */
+function claimAbandoned(rec: SandboxRecord, nowMs: number): boolean {
+  if (rec.claimOwner !== undefined && rec.claimOwner !== null) return !ownerAlive(rec.claimOwner);
+  return nowMs - rec.createdMs > CLAIM_STALE_MS;
 }
 
 function dockerSocketsOf(env: NodeJS.ProcessEnv): string[] {

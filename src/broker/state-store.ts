@@ -18,6 +18,11 @@ export interface SandboxRecord {
   mount: string | null;
   createdMs: number;
   lastUsedMs: number;
+  /**
+   * While `ref` is '' (being created): the process that claimed the creation (`pid:starttime`),
+   * so a claim whose process died is abandoned at once instead of after a timeout.
+   */
+  claimOwner?: string | null;
 }
 
 export interface SessionRecord {
@@ -88,7 +93,7 @@ CREATE INDEX IF NOT EXISTS jobs_digest ON jobs (digest, status);
 interface SandboxRow {
   digest: string; backend: string; tenant: string; profile: string | null; key: string; rule: string;
   ephemeral: number; ref: string; name: string; host_dir: string | null; mount: string | null;
-  created_ms: number; last_used_ms: number;
+  created_ms: number; last_used_ms: number; claim_owner?: string | null;
 }
 
 /** A background job (issue 5): its output lives in the sandbox under `dir`; this is its index entry. */
@@ -141,11 +146,20 @@ function migrateJobs(db: Database.Database): void {
   }).immediate();
 }
 
+/** Stores made before claims carried their process get the column (null: judged by age, as before). */
+function migrateClaimOwner(db: Database.Database): void {
+  const has = () => (db.prepare('PRAGMA table_info(sandboxes)').all() as Array<{ name: string }>).some((c) => c.name === 'claim_owner');
+  if (has()) return;
+  db.transaction(() => {
+    if (!has()) db.exec('ALTER TABLE sandboxes ADD COLUMN claim_owner TEXT');
+  }).immediate();
+}
+
 function toSandbox(r: SandboxRow): SandboxRecord {
   return {
     digest: r.digest, backend: r.backend, tenant: r.tenant, profile: r.profile, key: r.key, rule: r.rule,
     ephemeral: r.ephemeral === 1, ref: r.ref, name: r.name, hostDir: r.host_dir, mount: r.mount,
-    createdMs: r.created_ms, lastUsedMs: r.last_used_ms,
+    createdMs: r.created_ms, lastUsedMs: r.last_used_ms, claimOwner: r.claim_owner ?? null,
   };
 }
 
@@ -200,6 +214,7 @@ export class StateStore {
     const db = openStateDb(berthHome);
     db.exec(SCHEMA);
     migrateJobs(db);
+    migrateClaimOwner(db);
     return new StateStore(db, opts);
   }
 
@@ -239,16 +254,16 @@ export class StateStore {
    * record exists. True when this call made the claim; others wait for the claimant's ref.
    */
   claimSandbox(r: SandboxRecord): boolean {
-    const info = this.q(`INSERT INTO sandboxes (digest, backend, tenant, profile, key, rule, ephemeral, ref, name, host_dir, mount, created_ms, last_used_ms)
-      VALUES (@digest, @backend, @tenant, @profile, @key, @rule, @ephemeral, @ref, @name, @hostDir, @mount, @createdMs, @lastUsedMs)
-      ON CONFLICT (digest) DO NOTHING`).run({ ...r, ephemeral: r.ephemeral ? 1 : 0 });
+    const info = this.q(`INSERT INTO sandboxes (digest, backend, tenant, profile, key, rule, ephemeral, ref, name, host_dir, mount, created_ms, last_used_ms, claim_owner)
+      VALUES (@digest, @backend, @tenant, @profile, @key, @rule, @ephemeral, @ref, @name, @hostDir, @mount, @createdMs, @lastUsedMs, @claimOwner)
+      ON CONFLICT (digest) DO NOTHING`).run({ ...r, ephemeral: r.ephemeral ? 1 : 0, claimOwner: r.claimOwner ?? null });
     return info.changes === 1;
   }
 
   /** Takes over a claim whose creator never recorded a ref (it crashed); true for exactly one caller. */
-  takeOverClaim(digest: string, claimedMs: number, nowMs: number): boolean {
-    return this.q("UPDATE sandboxes SET created_ms = ? WHERE digest = ? AND ref = '' AND created_ms = ?")
-      .run(nowMs, digest, claimedMs).changes === 1;
+  takeOverClaim(digest: string, claimedMs: number, nowMs: number, owner: string): boolean {
+    return this.q("UPDATE sandboxes SET created_ms = ?, claim_owner = ? WHERE digest = ? AND ref = '' AND created_ms = ?")
+      .run(nowMs, owner, digest, claimedMs).changes === 1;
   }
 
   touchSandbox(digest: string, nowMs: number): void {

@@ -3,6 +3,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { expect, it } from 'vitest';
+import { ownerToken } from '../../src/broker/process-owner.js';
 import { StateStore } from '../../src/broker/state-store.js';
 import { REPO } from '../helpers/cli.js';
 import {
@@ -129,6 +130,33 @@ describeDocker('reapers and installations on the real docker engine', () => {
     // Its own reaper does take it: it was a real orphan, just not ours.
     const other = await theirs.open(dockerConfig({ persistent: false }));
     expect(await other.reapOrphans()).toEqual([foreign.name]);
+  });
+
+  it('a process that died while creating an ephemeral sandbox (container made, ref not yet recorded) is reaped at once; a live creator\'s claim is left alone', async () => {
+    const t = reg.track();
+    // Detached sessions (as the CLI opens them): closing the broker leaves the containers running.
+    const b = await t.open(dockerConfig({ persistent: false }), { holdSessions: false });
+    for (const session of ['dead', 'alive']) await b.exec({ session }, 'true');
+    await b.close();
+    const dead = await containerFor(t.installation, 'session:dead');
+    const alive = await containerFor(t.installation, 'session:alive');
+    // Rewind both records to "claimed, container not recorded yet": one by a process that is gone
+    // (pid 2^22 + 1 cannot exist), one by this live test process.
+    const store = StateStore.open(t.home);
+    try {
+      for (const r of store.listSandboxes()) {
+        const owner = r.key === 'session:dead' ? '4194305:1' : ownerToken();
+        store.deleteSandbox(r.digest);
+        store.claimSandbox({ ...r, ref: '', createdMs: Date.now(), claimOwner: owner });
+      }
+    } finally {
+      store.close();
+    }
+    const next = await t.open(dockerConfig({ persistent: false }));
+    const removed = await next.reapOrphans();
+    expect(removed, describeContainers(await t.containers())).toEqual([dead.name]);
+    expect(await containerState(dead.id)).toBeUndefined();
+    expect((await containerState(alive.id))?.running).toBe(true);
   });
 
   it('two installations with the same keys get different containers; one\'s close and reaper leave the other alone', async () => {
