@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { expect, it } from 'vitest';
 import {
   containersOf, describeContainers, describeDocker, dockerConfigYaml, installs, type TestInstall, dockerSuiteHooks,
@@ -78,6 +79,28 @@ describeDocker('berth serve: tenants, concurrency and streaming on the real engi
     expect((await B.get('/v1/sandboxes')).body).toEqual([]);
     await server.stop();
   }, 120_000);
+
+  it("per-user values belong to (tenant, platform, id): tenant B naming tenant A's user id gets none of A's values (issue 8, item 2)", async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml({ persistent: false }));
+    const [tokA, tokB] = [await createToken(t, 'acme'), await createToken(t, 'beta')];
+    const env = {
+      ...t.env,
+      BERTH_USER_TELEGRAM_111_GITHUB_TOKEN: 'local-tenant-token-111',
+      BERTH_USER__acme_TELEGRAM_111_GITHUB_TOKEN: 'acme-tenant-token-111',
+    };
+    const server = await ServeProcess.start({ env, dir: t.dir });
+    const [a, b] = [server.client(tokA), server.client(tokB)];
+    const sha = (v: string) => createHash('sha256').update(v).digest('hex');
+    const probe = 'printf %s "${GITHUB_TOKEN-unset}" | sha256sum | cut -d" " -f1; printf %s "${GITHUB_TOKEN-unset}"';
+    const ra = await (a as ApiClient).post('/v1/exec', { user: 'telegram:111', command: probe });
+    const rb = await (b as ApiClient).post('/v1/exec', { user: 'telegram:111', command: probe });
+    expect(ra.status, JSON.stringify(ra.body)).toBe(200);
+    // acme's own value (redacted in the output, so compared by hash), never tenant local's bare one
+    expect(ra.body.stdout).toBe(`${sha('acme-tenant-token-111')}\n[REDACTED]`);
+    expect(rb.body.stdout).toBe(`${sha('unset')}\nunset`);
+    expect((await (b as ApiClient).post('/v1/explain', { user: 'telegram:111' })).body.envNames).toEqual([]);
+  });
 
   it('50 concurrent clients in their own sessions: every result correct, no cross-talk', async () => {
     const t = reg.track();
