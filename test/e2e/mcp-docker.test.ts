@@ -262,7 +262,7 @@ describeDocker('MCP server on the real docker engine', () => {
           expect(ex.text).not.toContain(t.home);
           const id = ex.structured['exportId'] as string;
           expect(ex.structured['download']).toMatch(new RegExp(`^/v1/files/exports/${id}\\?session=mcp-`));
-          const found = (readdirSync(join(t.home, 'staging'), { recursive: true }) as string[]).filter((p) => p.endsWith(join(id, 'hello.txt')));
+          const found = (readdirSync(join(t.home, 'staging'), { recursive: true }) as string[]).filter((p) => new RegExp(`${id}-\\d+/hello\\.txt$`).test(p));
           expect(found).toHaveLength(1);
           hostPath = join(t.home, 'staging', found[0]!);
         }
