@@ -11,6 +11,10 @@
  */
 export { Broker, SessionHandle } from './broker/broker.js';
 export type { BrokerOptions, BrokerExecResult, CloseResult, ExecOptions, SandboxInfo } from './broker/broker.js';
+export type { BrokerFiles } from './broker/file-calls.js';
+export type { BrokerJobs } from './broker/job-calls.js';
+export type { BrokerReapers } from './broker/reapers.js';
+export type { SessionFiles, SessionJobs } from './broker/session-handle.js';
 export type { Binding, Isolation } from './broker/resolve-call.js';
 export type { TaskOverride } from './broker/task-override.js';
 export { parseConfig } from './config/schema.js';

@@ -64,6 +64,7 @@ export interface JobHost {
    * through `call`. Never creates one: a vanished sandbox is `undefined`.
    */
   existingSandbox(call: ResolvedCall | undefined, digest: string): Promise<Sandbox | undefined>;
+  /** Records the start in the audit log (`command` as given: the audit redacts it with the call's secrets). */
   audit(call: ResolvedCall, command: string, startedMs: number): void;
   log(message: string): void;
 }
@@ -159,7 +160,7 @@ export class JobRunner {
       const why = r.output.trim().split('\n').slice(-3).join('; ');
       throw new BerthError('job_start_failed', `the job could not be started in sandbox "${call.binding.sandboxKey}" (exit ${r.exitCode})${why ? `: ${why}` : ''}`);
     }
-    this.host.audit(call, record.command, started);
+    this.host.audit(call, command, started);
     return { jobId: id, sandboxKey: call.binding.sandboxKey };
   }
 

@@ -47,7 +47,7 @@ function execResult(r: BrokerExecResult): Omit<BrokerExecResult, 'fullOutputPath
 }
 
 function files(broker: Broker, method: keyof FilesApi): FilesApi {
-  const api = broker as unknown as Partial<FilesApi>;
+  const api: Partial<FilesApi> = broker.files;
   if (typeof api[method] !== 'function') {
     throw new HttpError(501, 'not_implemented', `this berth has no ${method} yet`);
   }
@@ -215,7 +215,7 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       method: 'POST', path: '/v1/jobs', auth: true,
       handler: async (ctx) => {
         const body = parseInput(JobStartBody, await jsonBody(ctx), 'body');
-        const r = await broker.startJob(scoped(ctx, body), body.command, { workdir: body.workdir });
+        const r = await broker.jobs.start(scoped(ctx, body), body.command, { workdir: body.workdir });
         return { status: 201, body: r };
       },
     },
@@ -223,7 +223,7 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       method: 'GET', path: '/v1/jobs', auth: true,
       handler: async (ctx) => {
         const q = parseInput(ScopeQuery, query(ctx), 'query');
-        return { body: await broker.listJobs(scoped(ctx, q)) };
+        return { body: await broker.jobs.list(scoped(ctx, q)) };
       },
     },
     {
@@ -231,7 +231,7 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       handler: async (ctx) => {
         const id = parseInput(JobIdParam, ctx.params['id'], 'query');
         const { offset, maxBytes, ...scope } = parseInput(JobReadQuery, query(ctx), 'query');
-        return { body: await broker.readJob(scoped(ctx, scope), id, { offset, maxBytes }) };
+        return { body: await broker.jobs.read(scoped(ctx, scope), id, { offset, maxBytes }) };
       },
     },
     {
@@ -239,7 +239,7 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       handler: async (ctx) => {
         const id = parseInput(JobIdParam, ctx.params['id'], 'query');
         const q = parseInput(ScopeQuery, query(ctx), 'query');
-        return { body: await broker.killJob(scoped(ctx, q), id) };
+        return { body: await broker.jobs.kill(scoped(ctx, q), id) };
       },
     },
     {

@@ -165,7 +165,7 @@ describe('Broker on the local backend', () => {
   it('readFile returns file content with granted secret values redacted, like command output', async () => {
     await using broker = await open(home(), { persistent: false, env: { forward: ['MY_SECRET'] } }, { MY_SECRET: 'supersecretvalue42' });
     await broker.exec({ session: 'r' }, 'echo "token=$MY_SECRET" > f.txt');
-    const r = await broker.readFile({ session: 'r' }, { path: 'f.txt' });
+    const r = await broker.files.readFile({ session: 'r' }, { path: 'f.txt' });
     expect(r.data.toString()).toBe('token=[REDACTED]\n');
   });
 });

@@ -111,7 +111,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     // Closing the sessions removes the sandboxes; the reaper then removes the networks.
     for (const scope of [server, { tenant: 'acme', session: 'neighbour' }, { tenant: 'globex', session: 'intruder' }]) await b.closeSession(scope);
     expect(await t.containers()).toEqual([]);
-    await b.reapOrphans();
+    await b.reapers.reapOrphans();
     expect(await networksOf(t.installation)).toEqual([]);
   });
 
@@ -248,7 +248,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     const w = await b.exec(hog, 'mkdir -p /data && dd if=/dev/zero of=/data/big bs=1M count=100 2>/dev/null && echo done');
     expect(w.stdout, w.output).toBe('done\n');
     const hogContainer = await containerFor(t.installation, 'session:hog');
-    const stopped = await b.enforceDiskLimits();
+    const stopped = await b.reapers.enforceDiskLimits();
     expect(stopped).toEqual(['session:hog']);
     expect((await docker.getContainer(hogContainer.id).inspect()).State.Running).toBe(false);
     const err = await b.exec(hog, 'echo again').then(() => undefined, (e: unknown) => e);
@@ -257,7 +257,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect((err as Error).message).toMatch(/berth rm/);
     expect((await b.exec(quiet, 'echo still')).stdout).toBe('still\n');
     // The check is cheap: a second pass with no activity measures nothing and stops nothing.
-    expect(await b.enforceDiskLimits()).toEqual([]);
+    expect(await b.reapers.enforceDiskLimits()).toEqual([]);
   });
 
   it('item 8: a command running when the check stops its sandbox fails with the disk error', async () => {
@@ -270,7 +270,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
       .then((r) => r, (e: unknown) => e);
     const sizeRw = async () => ((await docker.getContainer(c.id).inspect({ size: true } as never)) as unknown as { SizeRw?: number }).SizeRw ?? 0;
     expect(await waitFor(async () => (await sizeRw()) >= 80 * 1024 * 1024, 30_000)).toBe(true);
-    expect(await b.enforceDiskLimits()).toEqual(['session:hog']);
+    expect(await b.reapers.enforceDiskLimits()).toEqual(['session:hog']);
     expect(await running).toMatchObject({ code: 'disk_limit_exceeded' });
   });
 
@@ -285,7 +285,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     const write = 'dd if=/dev/zero of=/workspace/big bs=1M count=60 2>/dev/null && echo done';
     expect((await b.exec(attached, write)).stdout).toBe('done\n');
     expect((await b.exec(own, write)).stdout).toBe('done\n');
-    expect(await b.enforceDiskLimits()).toEqual(['session:own']);
+    expect(await b.reapers.enforceDiskLimits()).toEqual(['session:own']);
     const cli = await runBerth(['exec', '--session', 'own', '--', 'echo should-not-run'], { env: t.env, cwd: t.dir, timeoutMs: 30_000 });
     expect(cli.code, cli.stderr).toBe(125);
     expect(cli.stdout).toBe('');

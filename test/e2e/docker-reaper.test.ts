@@ -85,7 +85,7 @@ describeDocker('reapers and installations on the real docker engine', () => {
     expect(held.every((c) => c.state === 'running'), describeContainers(held)).toBe(true);
 
     const b = await t.open(dockerConfig({ persistent: false }));
-    const removed = await b.reapOrphans();
+    const removed = await b.reapers.reapOrphans();
     expect(removed, describeContainers(held)).toHaveLength(2);
     const left = await t.containers();
     expect(left.map((c) => c.labels['berth.key']), describeContainers(left)).toEqual(['default']);
@@ -120,7 +120,7 @@ describeDocker('reapers and installations on the real docker engine', () => {
       }
     }
     const b = await mine.open(dockerConfig({ persistent: false }));
-    const removed = await b.reapOrphans();
+    const removed = await b.reapers.reapOrphans();
     expect(removed, `mine ${lost.id.slice(0, 12)}, theirs ${foreign.id.slice(0, 12)}`).toEqual([lost.name]);
     expect(await containerState(lost.id)).toBeUndefined();
     expect((await containerState(foreign.id))?.running, `container ${foreign.id.slice(0, 12)} of the other installation`).toBe(true);
@@ -129,7 +129,7 @@ describeDocker('reapers and installations on the real docker engine', () => {
     expect((await containerState(foreign.id))?.running).toBe(true);
     // Its own reaper does take it: it was a real orphan, just not ours.
     const other = await theirs.open(dockerConfig({ persistent: false }));
-    expect(await other.reapOrphans()).toEqual([foreign.name]);
+    expect(await other.reapers.reapOrphans()).toEqual([foreign.name]);
   });
 
   it('a process that died while creating an ephemeral sandbox (container made, ref not yet recorded) is reaped at once; a live creator\'s claim is left alone', async () => {
@@ -153,7 +153,7 @@ describeDocker('reapers and installations on the real docker engine', () => {
       store.close();
     }
     const next = await t.open(dockerConfig({ persistent: false }));
-    const removed = await next.reapOrphans();
+    const removed = await next.reapers.reapOrphans();
     expect(removed, describeContainers(await t.containers())).toEqual([dead.name]);
     expect(await containerState(dead.id)).toBeUndefined();
     expect((await containerState(alive.id))?.running).toBe(true);
@@ -181,7 +181,7 @@ describeDocker('reapers and installations on the real docker engine', () => {
 
     const zBefore = await z.containers();
     await ba.closeSession({ session: 's' });
-    await ba.reapOrphans();
+    await ba.reapers.reapOrphans();
     await ba.close();
     const zAfter = await z.containers();
     expect(zAfter.map((c) => `${c.id} ${c.state}`).sort(), describeContainers(zAfter)).toEqual(zBefore.map((c) => `${c.id} running`).sort());

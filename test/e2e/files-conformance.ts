@@ -53,13 +53,13 @@ export function filesConformance(
     await broker.exec(s, 'true');
     const data = randomBytes(20 * 1024 * 1024);
     let t = Date.now();
-    const up = await broker.upload(s, { path: 'sub/dir/big.bin', data, mode: 0o640 });
+    const up = await broker.files.upload(s, { path: 'sub/dir/big.bin', data, mode: 0o640 });
     const upMs = Date.now() - t;
     expect(up.bytes).toBe(data.length);
     const inside = await broker.exec(s, `sha256sum ${up.path} | cut -d' ' -f1; stat -c %a ${up.path}`);
     expect(inside.stdout).toBe(`${sha(data)}\n640\n`);
     t = Date.now();
-    const ex = await broker.exportPath(s, { path: up.path });
+    const ex = await broker.files.exportPath(s, { path: up.path });
     const exMs = Date.now() - t;
     expect(ex).toMatchObject({ bytes: data.length, kind: 'file' });
     expect(sha(readFileSync(ex.hostPath))).toBe(sha(data));
@@ -76,17 +76,17 @@ export function filesConformance(
       { name: 'proj/empty', type: 'file', mode: 0o644, data: Buffer.alloc(0) },
       { name: 'proj/deep/er/b.bin', type: 'file', mode: 0o755, data: randomBytes(70_000) },
     ]);
-    const up = await broker.uploadTar(s, { dir: 'in', tar });
+    const up = await broker.files.uploadTar(s, { dir: 'in', tar });
     expect(up.entries).toBe(4);
     const check = await broker.exec(s, 'cat in/proj/a.txt; ls in/proj/deep/er; ln -s /etc/passwd in/proj/pw; ln -s a.txt in/proj/rel');
     expect(check.stdout).toBe('alpha\nb.bin\n');
-    const ex = await broker.exportPath(s, { path: 'in/proj' });
+    const ex = await broker.files.exportPath(s, { path: 'in/proj' });
     expect(ex.kind).toBe('dir');
     expect(ex.bytes).toBe(6 + 70_000);
     expect(listTree(ex.hostPath)).toEqual(['a.txt', 'deep/', 'deep/er/', 'deep/er/b.bin', 'empty']);
     // The home holds berth's shell snapshots (.berth): exporting it leaves them out.
     const home = (await broker.exec(s, 'echo "$HOME"; mkdir -p "$HOME/.ssh"; echo k > "$HOME/.ssh/id_x"; echo n > "$HOME/note"')).stdout.trim();
-    const h = await broker.exportPath(s, { path: home });
+    const h = await broker.files.exportPath(s, { path: home });
     const tree = listTree(h.hostPath);
     expect(tree).toContain('note');
     expect(tree.filter((p) => p.startsWith('.berth') || p.startsWith('.ssh'))).toEqual([]);
@@ -95,16 +95,16 @@ export function filesConformance(
   it(`${backend}: the size cap refuses uploads and exports over files.maxBytes and leaves nothing behind`, async () => {
     const { broker, home } = await open({ files: { maxBytes: 1024 * 1024 } });
     const s = { session: 'cap' };
-    const err = await broker.upload(s, { path: 'x.bin', data: randomBytes(1024 * 1024 + 1) }).catch((e: unknown) => e);
+    const err = await broker.files.upload(s, { path: 'x.bin', data: randomBytes(1024 * 1024 + 1) }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(FileTooLargeError);
     expect((err as Error).message).toMatch(/larger than the cap of 1048576 bytes \(files\.maxBytes\); raise files\.maxBytes in the config/);
     expect((await broker.exec(s, 'ls x.bin 2>&1 || true')).stdout).toMatch(/No such file/);
     await broker.exec(s, 'head -c 2000000 /dev/zero > big; mkdir d; head -c 600000 /dev/zero > d/1; head -c 600000 /dev/zero > d/2');
-    await expect(broker.exportPath(s, { path: 'big' })).rejects.toThrow(/files\.maxBytes/);
-    await expect(broker.exportPath(s, { path: 'd' })).rejects.toBeInstanceOf(FileTooLargeError);
-    await expect(broker.readFile(s, { path: 'big' })).rejects.toBeInstanceOf(FileTooLargeError);
-    await expect(broker.readFile(s, { path: 'd/1', maxBytes: 10 })).rejects.toThrow(/pass a larger maxBytes/);
-    expect((await broker.readFile(s, { path: 'd/1' })).data.length).toBe(600_000);
+    await expect(broker.files.exportPath(s, { path: 'big' })).rejects.toThrow(/files\.maxBytes/);
+    await expect(broker.files.exportPath(s, { path: 'd' })).rejects.toBeInstanceOf(FileTooLargeError);
+    await expect(broker.files.readFile(s, { path: 'big' })).rejects.toBeInstanceOf(FileTooLargeError);
+    await expect(broker.files.readFile(s, { path: 'd/1', maxBytes: 10 })).rejects.toThrow(/pass a larger maxBytes/);
+    expect((await broker.files.readFile(s, { path: 'd/1' })).data.length).toBe(600_000);
     const staging = join(home, 'staging');
     const leftovers = existsSync(staging) ? listTree(staging).filter((p) => !p.endsWith('/')) : [];
     expect(leftovers).toEqual([]);
@@ -114,7 +114,7 @@ export function filesConformance(
     const { broker, home } = await open();
     const s = { session: 'media' };
     await broker.exec(s, 'echo before > m.txt');
-    const m = await broker.mediaPath(s, 'm.txt');
+    const m = await broker.files.mediaPath(s, 'm.txt');
     expect(m.exported).toBe(true);
     expect(m.hostPath.startsWith(join(home, 'staging'))).toBe(true);
     await broker.exec(s, 'rm m.txt; ln -s /etc/hostname m.txt');
@@ -127,20 +127,20 @@ export function filesConformance(
     const s = { session: 'entries' };
     const made = await broker.exec(s, 'mkdir e && for ((i=0;i<20000;i++)); do : > e/f$i; done; ls e | wc -l; mkdir small; : > small/a; : > small/b');
     expect(made.stdout.trim()).toBe('20000');
-    await expect(broker.exportPath(s, { path: 'e', maxBytes: 1 })).rejects.toThrow(/larger than the cap of 1 bytes \(maxBytes of the call\)/);
-    const err = await broker.exportPath(s, { path: 'e' }).catch((e: unknown) => e);
+    await expect(broker.files.exportPath(s, { path: 'e', maxBytes: 1 })).rejects.toThrow(/larger than the cap of 1 bytes \(maxBytes of the call\)/);
+    const err = await broker.files.exportPath(s, { path: 'e' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(FileTooLargeError);
     expect((err as Error).message).toMatch(/^export of "[^"]*\/e" \(over \d+ bytes, counting 512 bytes for each of its \d+ entries so far\) is larger than the cap of 1048576 bytes \(files\.maxBytes\)/);
     // A folder of two empty files is three entries: 1536 bytes.
-    expect((await broker.exportPath(s, { path: 'small', maxBytes: 1536 })).bytes).toBe(0);
-    await expect(broker.exportPath(s, { path: 'small', maxBytes: 1535 })).rejects.toBeInstanceOf(FileTooLargeError);
+    expect((await broker.files.exportPath(s, { path: 'small', maxBytes: 1536 })).bytes).toBe(0);
+    await expect(broker.files.exportPath(s, { path: 'small', maxBytes: 1535 })).rejects.toBeInstanceOf(FileTooLargeError);
     // A file is one entry: its size plus 512.
     await broker.exec(s, 'head -c 1000 /dev/zero > k');
-    expect((await broker.exportPath(s, { path: 'k', maxBytes: 1512 })).bytes).toBe(1000);
-    await expect(broker.exportPath(s, { path: 'k', maxBytes: 1511 })).rejects.toBeInstanceOf(FileTooLargeError);
+    expect((await broker.files.exportPath(s, { path: 'k', maxBytes: 1512 })).bytes).toBe(1000);
+    await expect(broker.files.exportPath(s, { path: 'k', maxBytes: 1511 })).rejects.toBeInstanceOf(FileTooLargeError);
     // The same for a tar upload.
     const many = writeTar(Array.from({ length: 20_000 }, (_, i) => ({ name: `u/f${i}`, type: 'file' as const, mode: 0o644, data: Buffer.alloc(0) })));
-    const up = await broker.uploadTar(s, { dir: 'up', tar: many }).catch((e: unknown) => e);
+    const up = await broker.files.uploadTar(s, { dir: 'up', tar: many }).catch((e: unknown) => e);
     expect(up).toBeInstanceOf(FileTooLargeError);
     expect((up as Error).message).toMatch(/^the archive's entries \(over \d+ bytes, counting 512 bytes for each of its \d+ entries so far\) is larger than the cap of 1048576 bytes/);
     expect((await broker.exec(s, 'ls up 2>&1 || true')).stdout).toMatch(/No such file/);
@@ -155,30 +155,30 @@ export function filesConformance(
     const b = { session: 'qb' };
     const other = { tenant: 'other', session: 'qa' };
     for (const s of [a, b, other]) await broker.exec(s, 'head -c 600000 /dev/zero > f');
-    const first = await broker.exportPath(a, { path: 'f' });
+    const first = await broker.files.exportPath(a, { path: 'f' });
     expect(first.bytes).toBe(600_000);
     const staging = join(home, 'staging');
     const exportsIn = (): string[] => listTree(staging).filter((p) => !p.endsWith('/') || /\.partial-|-\d+\/$/.test(p));
     const before = exportsIn();
-    const err = await broker.exportPath(b, { path: 'f' }).catch((e: unknown) => e);
+    const err = await broker.files.exportPath(b, { path: 'f' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(StagingFullError);
     expect((err as Error).message).toMatch(
       /^export of "[^"]*\/f" would take tenant "local"'s staging over its bound of 1048576 bytes \(limits\.stagingBytes; 600512 bytes are staged or being exported by other calls\); close sessions whose exports are no longer needed \(closing removes them\), or raise limits\.stagingBytes in the config$/,
     );
-    await expect(broker.mediaPath(b, 'f')).rejects.toBeInstanceOf(StagingFullError);
+    await expect(broker.files.mediaPath(b, 'f')).rejects.toBeInstanceOf(StagingFullError);
     expect(exportsIn()).toEqual(before);
     // Another tenant has its own bound.
-    expect((await broker.exportPath(other, { path: 'f' })).bytes).toBe(600_000);
+    expect((await broker.files.exportPath(other, { path: 'f' })).bytes).toBe(600_000);
     // Closing the session that holds the export frees the room.
     await broker.closeSession(a);
-    expect((await broker.exportPath(b, { path: 'f' })).bytes).toBe(600_000);
+    expect((await broker.files.exportPath(b, { path: 'f' })).bytes).toBe(600_000);
   });
 
   it(`${backend}: concurrent exports of one tenant cannot together pass limits.stagingBytes`, async () => {
     const { broker, home } = await open({ limits: { stagingBytes: 1024 * 1024 } });
     const s = { session: 'qc' };
     await broker.exec(s, 'for i in 1 2 3 4; do head -c 300000 /dev/zero > c$i; done');
-    const results = await Promise.allSettled([1, 2, 3, 4].map((i) => broker.exportPath(s, { path: `c${i}` })));
+    const results = await Promise.allSettled([1, 2, 3, 4].map((i) => broker.files.exportPath(s, { path: `c${i}` })));
     const ok = results.filter((r) => r.status === 'fulfilled');
     const refused = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
     expect(ok.length).toBeGreaterThanOrEqual(1);
@@ -199,18 +199,18 @@ export function filesConformance(
       expect(e, String(rule)).toBeInstanceOf(PolicyRefusedError);
       expect((e as Error).message).toMatch(rule);
     };
-    await refused(broker.exportPath(s, { path: '../etc/passwd' }), /"\.\.\/etc\/passwd" is refused: "\.\." segments are not allowed/);
-    await refused(broker.exportPath(s, { path: 'x' }), /\/x" \(resolves to "\/etc\/passwd"\) is outside the sandbox's file roots/);
-    await refused(broker.readFile(s, { path: '/proc/self/environ' }), /"\/proc\/self\/environ" \(resolves to "\/proc\/\d+\/environ"\) is under \/proc/);
-    await refused(broker.exportPath(s, { path: 'p1/environ' }), /is under \/proc/);
-    await refused(broker.exportPath(s, { path: `${home}/.berth` }), /is berth's own state in the sandbox/);
-    await refused(broker.mediaPath(s, `${home}/.berth/shells`), /berth's own state/);
-    await refused(broker.upload(s, { path: 'linkdir/evil', data: Buffer.from('x') }), /resolves to "\/etc\/evil"\) is outside/);
-    await refused(broker.upload(s, { path: '/proc/self/x', data: Buffer.from('x') }), /under \/proc/);
-    await refused(broker.uploadTar(s, { dir: '.', tar: writeTar([{ name: 'linkdir/evil', type: 'file', mode: 0o644, data: Buffer.from('x') }]) }), /is a symlink in the sandbox/);
-    await refused(broker.uploadTar(s, { dir: 'real', tar: writeTar([{ name: '../evil', type: 'file', mode: 0o644, data: Buffer.from('x') }]) }), /archive entry "\.\.\/evil" is refused/);
-    await refused(broker.uploadTar(s, { dir: 'real', tar: symlinkTar() }), /archive entry "\.\/ln" is a symlink; uploads carry only files and folders/);
-    await expect(broker.exportPath(s, { path: 'nope' })).rejects.toBeInstanceOf(PathNotFoundError);
+    await refused(broker.files.exportPath(s, { path: '../etc/passwd' }), /"\.\.\/etc\/passwd" is refused: "\.\." segments are not allowed/);
+    await refused(broker.files.exportPath(s, { path: 'x' }), /\/x" \(resolves to "\/etc\/passwd"\) is outside the sandbox's file roots/);
+    await refused(broker.files.readFile(s, { path: '/proc/self/environ' }), /"\/proc\/self\/environ" \(resolves to "\/proc\/\d+\/environ"\) is under \/proc/);
+    await refused(broker.files.exportPath(s, { path: 'p1/environ' }), /is under \/proc/);
+    await refused(broker.files.exportPath(s, { path: `${home}/.berth` }), /is berth's own state in the sandbox/);
+    await refused(broker.files.mediaPath(s, `${home}/.berth/shells`), /berth's own state/);
+    await refused(broker.files.upload(s, { path: 'linkdir/evil', data: Buffer.from('x') }), /resolves to "\/etc\/evil"\) is outside/);
+    await refused(broker.files.upload(s, { path: '/proc/self/x', data: Buffer.from('x') }), /under \/proc/);
+    await refused(broker.files.uploadTar(s, { dir: '.', tar: writeTar([{ name: 'linkdir/evil', type: 'file', mode: 0o644, data: Buffer.from('x') }]) }), /is a symlink in the sandbox/);
+    await refused(broker.files.uploadTar(s, { dir: 'real', tar: writeTar([{ name: '../evil', type: 'file', mode: 0o644, data: Buffer.from('x') }]) }), /archive entry "\.\.\/evil" is refused/);
+    await refused(broker.files.uploadTar(s, { dir: 'real', tar: symlinkTar() }), /archive entry "\.\/ln" is a symlink; uploads carry only files and folders/);
+    await expect(broker.files.exportPath(s, { path: 'nope' })).rejects.toBeInstanceOf(PathNotFoundError);
     expect((await broker.exec(s, 'ls /etc/evil 2>&1 || true')).stdout).toMatch(/No such file/);
   });
 
@@ -218,7 +218,7 @@ export function filesConformance(
     const { broker } = await open();
     const s = { session: 'fail' };
     await broker.exec(s, 'echo f > afile');
-    const e = await broker.upload(s, { path: 'afile/child.txt', data: Buffer.from('x') }).catch((err: unknown) => err);
+    const e = await broker.files.upload(s, { path: 'afile/child.txt', data: Buffer.from('x') }).catch((err: unknown) => err);
     expect(e).toBeInstanceOf(Error);
     expect((e as { code?: string }).code).toBe('transfer_failed');
     const audit = broker.audit({ tenant: 'local', session: 'fail' });
@@ -229,8 +229,8 @@ export function filesConformance(
   it(`${backend}: staging is private to the session and removed when the session closes`, async () => {
     const { broker, home } = await open();
     await broker.exec({ session: 'st' }, 'echo one > f');
-    const a = await broker.exportPath({ session: 'st' }, { path: 'f' });
-    const b = await broker.exportPath({ session: 'st', user: 'telegram:1' }, { path: 'f' }).catch(() => undefined);
+    const a = await broker.files.exportPath({ session: 'st' }, { path: 'f' });
+    const b = await broker.files.exportPath({ session: 'st', user: 'telegram:1' }, { path: 'f' }).catch(() => undefined);
     expect(a.hostPath.startsWith(join(home, 'staging', 'local'))).toBe(true);
     if (b !== undefined) expect(dirname(dirname(b.hostPath))).not.toBe(dirname(dirname(a.hostPath)));
     expect(readFileSync(a.hostPath, 'utf8')).toBe('one\n');

@@ -54,8 +54,8 @@ describeDocker('file transfer on the real docker engine', () => {
       const b = await t.open(dockerConfig({ persistent: true, files: { mediaMode: 'live' }, ...c.config }));
       await b.exec(c.a, 'echo from-a > /workspace/chart.txt; mkdir -p /root/out; echo home-a > /root/out/r.txt');
       await b.exec(c.b, 'echo from-b > /workspace/chart.txt');
-      const ma = await b.mediaPath(c.a, '/workspace/chart.txt');
-      const mb = await b.mediaPath(c.b, 'chart.txt');
+      const ma = await b.files.mediaPath(c.a, '/workspace/chart.txt');
+      const mb = await b.files.mediaPath(c.b, 'chart.txt');
       const wsA = await bindSource(t, c.keyA, 'local', '/workspace');
       const wsB = await bindSource(t, c.keyB, c.tenantB, '/workspace');
       expect(wsA).not.toBe(wsB);
@@ -64,12 +64,12 @@ describeDocker('file transfer on the real docker engine', () => {
       expect(readFileSync(ma.hostPath, 'utf8')).toBe('from-a\n');
       expect(readFileSync(mb.hostPath, 'utf8')).toBe('from-b\n');
       expect(wsA.startsWith(join(t.home, 'sandboxes', 'docker'))).toBe(true);
-      const home = await b.mediaPath(c.a, '/root/out/r.txt');
+      const home = await b.files.mediaPath(c.a, '/root/out/r.txt');
       expect(home.hostPath).toBe(join(await bindSource(t, c.keyA, 'local', '/root'), 'out', 'r.txt'));
       expect(readFileSync(home.hostPath, 'utf8')).toBe('home-a\n');
       // /tmp is tmpfs even here: exported into the scope's staging dir instead.
       await b.exec(c.a, 'echo tmp-a > /tmp/t.txt');
-      const tmp = await b.mediaPath(c.a, '/tmp/t.txt');
+      const tmp = await b.files.mediaPath(c.a, '/tmp/t.txt');
       expect(tmp.exported).toBe(true);
       expect(tmp.hostPath.startsWith(join(t.home, 'staging'))).toBe(true);
       expect(readFileSync(tmp.hostPath, 'utf8')).toBe('tmp-a\n');
@@ -80,14 +80,14 @@ describeDocker('file transfer on the real docker engine', () => {
     const t = reg.track();
     const b = await t.open(dockerConfig({ persistent: false, workspace: { mount: true }, files: { mediaMode: 'live' } }));
     await b.exec({ session: 'eph' }, 'echo eph > /workspace/m.txt');
-    const eph = await b.mediaPath({ session: 'eph' }, '/workspace/m.txt');
+    const eph = await b.files.mediaPath({ session: 'eph' }, '/workspace/m.txt');
     expect(eph.exported).toBe(true);
     expect(eph.hostPath.startsWith(join(t.home, 'staging', 'local'))).toBe(true);
     expect(readFileSync(eph.hostPath, 'utf8')).toBe('eph\n');
     const ws = t.mkdir('project');
     const scope = { session: 'mnt', workspace: { path: ws, source: 'session' as const } };
     await b.exec(scope, 'mkdir -p out && echo mounted > out/m.txt');
-    expect(await b.mediaPath(scope, 'out/m.txt')).toEqual({ hostPath: join(ws, 'out', 'm.txt'), exported: false });
+    expect(await b.files.mediaPath(scope, 'out/m.txt')).toEqual({ hostPath: join(ws, 'out', 'm.txt'), exported: false });
   });
 
   /**
@@ -102,13 +102,13 @@ describeDocker('file transfer on the real docker engine', () => {
     const b = await t.open(dockerConfig({ persistent: true, files: { mediaMode } }));
     const s = { session: 'race' };
     await b.exec(s, 'echo public > /workspace/chart.txt');
-    const { jobId } = await b.startJob(s, `cd /workspace; while :; do ln -s ${secretFile} l.tmp; mv -f l.tmp chart.txt; echo public > p.tmp; mv -f p.tmp chart.txt; done`);
+    const { jobId } = await b.jobs.start(s, `cd /workspace; while :; do ln -s ${secretFile} l.tmp; mv -f l.tmp chart.txt; echo public > p.tmp; mv -f p.tmp chart.txt; done`);
     let hits = 0;
     let served = 0;
     const paths: string[] = [];
     try {
       for (let i = 0; i < tries; i++) {
-        const m = await b.mediaPath(s, '/workspace/chart.txt').catch(() => undefined);
+        const m = await b.files.mediaPath(s, '/workspace/chart.txt').catch(() => undefined);
         if (m === undefined) continue;
         served++;
         paths.push(m.hostPath);
@@ -121,7 +121,7 @@ describeDocker('file transfer on the real docker engine', () => {
         if (text?.includes('HOST-SECRET')) hits++;
       }
     } finally {
-      await b.killJob(s, jobId);
+      await b.jobs.kill(s, jobId);
     }
     return { hits, served, paths };
   }
@@ -139,7 +139,7 @@ describeDocker('file transfer on the real docker engine', () => {
     const t = reg.track();
     const b = await t.open(dockerConfig({ persistent: true, scope: 'session', workspace: { mount: true } }));
     await b.exec({ session: 'p' }, 'echo persistent > /workspace/c.txt');
-    const p = await b.mediaPath({ session: 'p' }, '/workspace/c.txt');
+    const p = await b.files.mediaPath({ session: 'p' }, '/workspace/c.txt');
     expect(p.exported).toBe(true);
     expect(p.hostPath.startsWith(join(t.home, 'staging', 'local'))).toBe(true);
     expect(readFileSync(p.hostPath, 'utf8')).toBe('persistent\n');
@@ -149,7 +149,7 @@ describeDocker('file transfer on the real docker engine', () => {
     const ws = t.mkdir('project');
     const scope = { session: 'mnt', workspace: { path: ws, source: 'session' as const } };
     await b.exec(scope, 'echo mounted > m.txt');
-    const m = await b.mediaPath(scope, 'm.txt');
+    const m = await b.files.mediaPath(scope, 'm.txt');
     expect(m.exported).toBe(true);
     expect(m.hostPath.startsWith(join(t.home, 'staging'))).toBe(true);
     expect(readFileSync(m.hostPath, 'utf8')).toBe('mounted\n');

@@ -16,7 +16,7 @@ import { tempDir } from '../helpers/temp-dir.js';
 
 async function waitDone(broker: Broker, scope: CallScopeInput, jobId: string): Promise<void> {
   const deadline = Date.now() + 15_000;
-  while ((await broker.readJob(scope, jobId, { maxBytes: 0 })).status === 'running') {
+  while ((await broker.jobs.read(scope, jobId, { maxBytes: 0 })).status === 'running') {
     if (Date.now() > deadline) throw new Error(`job ${jobId} did not end`);
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -28,15 +28,15 @@ describe('job reads past the end (local backend)', () => {
       config: parseConfig({ backend: 'local', persistent: false }), berthHome: tempDir('berth-joboff-'), env: { PATH: process.env['PATH'] },
     });
     const scope = { session: 'j' };
-    const { jobId } = await broker.startJob(scope, 'printf 0123456789');
+    const { jobId } = await broker.jobs.start(scope, 'printf 0123456789');
     await waitDone(broker, scope, jobId);
-    const atEnd = await broker.readJob(scope, jobId, { offset: 10 });
+    const atEnd = await broker.jobs.read(scope, jobId, { offset: 10 });
     expect(atEnd).toMatchObject({ output: '', nextOffset: 10, done: true, status: 'exited', exitCode: 0 });
-    const err = await broker.readJob(scope, jobId, { offset: 11 }).catch((e: unknown) => e);
+    const err = await broker.jobs.read(scope, jobId, { offset: 11 }).catch((e: unknown) => e);
     expect(isBerthError(err) && err.code, String(err)).toBe('offset_out_of_range');
     expect((err as Error).message).toBe(
       `offset 11 is past the end of job ${jobId}'s output (10 bytes so far); read from an offset up to 10, e.g. the nextOffset of the previous read`);
-    await expect(broker.readJob(scope, jobId, { offset: 1_000_000, maxBytes: 0 })).rejects.toThrow(/past the end/);
+    await expect(broker.jobs.read(scope, jobId, { offset: 1_000_000, maxBytes: 0 })).rejects.toThrow(/past the end/);
   });
 
   it('MCP process read: an offset past the output is an error result naming the size', async () => {

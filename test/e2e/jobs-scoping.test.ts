@@ -39,7 +39,7 @@ async function open(berthHome: string, config: Record<string, unknown> = {}): Pr
 
 async function waitDone(broker: Broker, scope: CallScopeInput, jobId: string): Promise<void> {
   const deadline = Date.now() + 10_000;
-  while ((await broker.readJob(scope, jobId, { maxBytes: 0 })).status === 'running') {
+  while ((await broker.jobs.read(scope, jobId, { maxBytes: 0 })).status === 'running') {
     if (Date.now() > deadline) throw new Error(`job ${jobId} did not end`);
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -58,15 +58,15 @@ describe('background jobs: users and secrets (local backend)', () => {
     const ana = { session: 'group', user: ANA };
     const ben = { session: 'group', user: BEN };
     const none = { session: 'group' };
-    const { jobId } = await broker.startJob(ana, 'printf "%s\\n" "$API_SECRET"; sleep 60');
+    const { jobId } = await broker.jobs.start(ana, 'printf "%s\\n" "$API_SECRET"; sleep 60');
     const unknown = 'job_0123456789abcdef';
 
-    expect(await broker.listJobs(ben)).toEqual([]);
-    expect(await broker.listJobs(none)).toEqual([]);
+    expect(await broker.jobs.list(ben)).toEqual([]);
+    expect(await broker.jobs.list(none)).toEqual([]);
     for (const who of [ben, none]) {
       for (const id of [jobId, unknown]) {
-        const read = await broker.readJob(who, id).catch((e: unknown) => e);
-        const kill = await broker.killJob(who, id).catch((e: unknown) => e);
+        const read = await broker.jobs.read(who, id).catch((e: unknown) => e);
+        const kill = await broker.jobs.kill(who, id).catch((e: unknown) => e);
         // The same answer as for an id that never existed, apart from the id it names.
         for (const err of [read, kill]) {
           expect(err).toMatchObject({ code: 'job_not_found', message: `no job "${id}" in this session; list the session's jobs to see their ids` });
@@ -75,19 +75,19 @@ describe('background jobs: users and secrets (local backend)', () => {
     }
 
     // Ana's job still runs and is hers: listed, read (her secret redacted), killed.
-    expect(await broker.listJobs(ana)).toEqual([expect.objectContaining({ jobId, status: 'running' })]);
+    expect(await broker.jobs.list(ana)).toEqual([expect.objectContaining({ jobId, status: 'running' })]);
     let out = '';
     const deadline = Date.now() + 10_000;
-    while (out === '' && Date.now() < deadline) out = (await broker.readJob(ana, jobId)).output;
+    while (out === '' && Date.now() < deadline) out = (await broker.jobs.read(ana, jobId)).output;
     expect(out).toBe('[REDACTED]\n');
-    expect(await broker.killJob(ana, jobId)).toEqual({ killed: true });
-    expect(await broker.readJob(ana, jobId)).toMatchObject({ status: 'killed', done: true });
+    expect(await broker.jobs.kill(ana, jobId)).toEqual({ killed: true });
+    expect(await broker.jobs.read(ana, jobId)).toMatchObject({ status: 'killed', done: true });
 
     // A job started with no user is seen by no-user calls only.
-    const { jobId: plain } = await broker.startJob(none, 'echo plain');
-    expect((await broker.listJobs(none)).map((j) => j.jobId)).toEqual([plain]);
-    expect((await broker.listJobs(ana)).map((j) => j.jobId)).toEqual([jobId]);
-    await expect(broker.readJob(ana, plain)).rejects.toMatchObject({ code: 'job_not_found' });
+    const { jobId: plain } = await broker.jobs.start(none, 'echo plain');
+    expect((await broker.jobs.list(none)).map((j) => j.jobId)).toEqual([plain]);
+    expect((await broker.jobs.list(ana)).map((j) => j.jobId)).toEqual([jobId]);
+    await expect(broker.jobs.read(ana, plain)).rejects.toMatchObject({ code: 'job_not_found' });
   });
 
   it('a store from before jobs carried their user keeps each job its own user\'s', async () => {
@@ -120,14 +120,14 @@ describe('background jobs: users and secrets (local backend)', () => {
   it('a read from any offset inside a secret returns none of it; small sequential reads progress and redact', async () => {
     await using broker = await open(home());
     const ana = { session: 'offsets', user: ANA };
-    const { jobId } = await broker.startJob(ana, 'printf "xxxx%s yyyy%szz\\n" "$API_SECRET" "$API_SECRET"');
+    const { jobId } = await broker.jobs.start(ana, 'printf "xxxx%s yyyy%szz\\n" "$API_SECRET" "$API_SECRET"');
     await waitDone(broker, ana, jobId);
     const raw = `xxxx${anaSecret} yyyy${anaSecret}zz\n`;
     const size = Buffer.byteLength(raw);
     const reads: Array<{ offset: number; maxBytes: number; output: string; nextOffset: number }> = [];
     for (let offset = 0; offset <= size; offset++) {
       for (const maxBytes of [1, 3, 7, 16, 65_536]) {
-        reads.push({ offset, maxBytes, ...await broker.readJob(ana, jobId, { offset, maxBytes }) });
+        reads.push({ offset, maxBytes, ...await broker.jobs.read(ana, jobId, { offset, maxBytes }) });
       }
     }
     for (const r of reads) expect(leaks(r.output, anaSecret), `offset ${r.offset}, maxBytes ${r.maxBytes}: ${r.output}`).toEqual([]);
@@ -138,7 +138,7 @@ describe('background jobs: users and secrets (local backend)', () => {
       let offset = 0;
       let out = '';
       for (let i = 0; i < 500; i++) {
-        const r = await broker.readJob(ana, jobId, { offset, maxBytes });
+        const r = await broker.jobs.read(ana, jobId, { offset, maxBytes });
         out += r.output;
         offset = r.nextOffset;
         if (r.done) break;
@@ -150,12 +150,12 @@ describe('background jobs: users and secrets (local backend)', () => {
   it('when the call that started a job no longer resolves to its sandbox, the reader\'s own secrets redact it', async () => {
     await using broker = await open(home());
     const ana = { session: 'moved', task: 't1', user: ANA };
-    const { jobId } = await broker.startJob(ana, 'printf "key=%s\\n" "$API_SECRET"');
+    const { jobId } = await broker.jobs.start(ana, 'printf "key=%s\\n" "$API_SECRET"');
     await waitDone(broker, ana, jobId);
     // An image override gives the task its own sandbox: the job's stored call resolves elsewhere now.
     broker.setTaskOverride(ana, { image: 'example/other:1' });
     expect(broker.explain(ana).sandboxKey).not.toBe(broker.explain({ session: 'moved', user: ANA }).sandboxKey);
-    const r = await broker.readJob(ana, jobId);
+    const r = await broker.jobs.read(ana, jobId);
     expect(leaks(r.output, anaSecret)).toEqual([]);
     expect(r).toMatchObject({ output: 'key=[REDACTED]\n', done: true, status: 'exited', exitCode: 0 });
   });

@@ -102,26 +102,26 @@ describeDocker('berth serve: background jobs on the real engine', () => {
     const t = reg.track();
     const broker = await t.open(dockerConfig({ persistent: false }));
     const s = { session: 'gone' };
-    const { jobId } = await broker.startJob(s, 'sleep 600');
-    expect((await broker.readJob(s, jobId)).status).toBe('running');
+    const { jobId } = await broker.jobs.start(s, 'sleep 600');
+    expect((await broker.jobs.read(s, jobId)).status).toBe('running');
     const c = await containerFor(t.installation, 'session:gone');
     await docker.getContainer(c.id).remove({ force: true });
-    const r = await broker.readJob(s, jobId);
+    const r = await broker.jobs.read(s, jobId);
     expect(r).toEqual({ output: '', nextOffset: 0, done: true, exitCode: null, status: 'unknown' });
-    expect(await broker.listJobs(s)).toEqual([expect.objectContaining({ jobId, status: 'unknown', exitCode: null })]);
-    expect(await broker.killJob(s, jobId)).toEqual({ killed: false });
+    expect(await broker.jobs.list(s)).toEqual([expect.objectContaining({ jobId, status: 'unknown', exitCode: null })]);
+    expect(await broker.jobs.kill(s, jobId)).toEqual({ killed: false });
   }, 60_000);
 
   it('a running job counts as activity: the idle reaper leaves its sandbox alone until it ends', async () => {
     const t = reg.track();
     const broker = await t.open(dockerConfig({ persistent: false, lifecycle: { idleSeconds: 10 } }));
     const s = { session: 'busy' };
-    const { jobId } = await broker.startJob(s, 'sleep 16; echo finished');
+    const { jobId } = await broker.jobs.start(s, 'sleep 16; echo finished');
     // Idle for longer than idleSeconds, with sweeps every 2.5 s: the job keeps the sandbox.
     await new Promise((res) => setTimeout(res, 13_000));
     expect(broker.list('local').map((x) => x.sandboxKey)).toEqual(['session:busy']);
-    expect(await waitFor(async () => (await broker.readJob(s, jobId)).done, 10_000, 500)).toBe(true);
-    expect(await broker.readJob(s, jobId)).toMatchObject({ output: 'finished\n', exitCode: 0, status: 'exited' });
+    expect(await waitFor(async () => (await broker.jobs.read(s, jobId)).done, 10_000, 500)).toBe(true);
+    expect(await broker.jobs.read(s, jobId)).toMatchObject({ output: 'finished\n', exitCode: 0, status: 'exited' });
     // Once it ended and the sandbox stays idle, the reaper removes it.
     expect(await waitFor(() => broker.list('local').length === 0, 20_000, 500)).toBe(true);
     expect(await t.containers()).toEqual([]);

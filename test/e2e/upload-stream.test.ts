@@ -43,7 +43,7 @@ function uploadStreamSuite(backend: string, open: () => Promise<Broker>, dir: st
     const data = randomBytes(60 * 1000 * 1000);
     const file = join(tempDir('berth-upstream-src-'), 'big.bin');
     writeFileSync(file, data);
-    const r = await broker.uploadStream(s, { path: 'in/big.bin', size: data.length, stream: createReadStream(file) });
+    const r = await broker.files.uploadStream(s, { path: 'in/big.bin', size: data.length, stream: createReadStream(file) });
     expect(r.bytes).toBe(data.length);
     const inside = await broker.exec(s, `sha256sum ${r.path} | cut -d' ' -f1; find ${dir} -name '.berth-upload-*' | wc -l`);
     expect(inside.stdout).toBe(`${sha(data)}\n0\n`);
@@ -52,12 +52,12 @@ function uploadStreamSuite(backend: string, open: () => Promise<Broker>, dir: st
   it(`${backend}: a short, long or failing stream leaves nothing behind and the existing file as it was`, async () => {
     const broker = await open();
     const s = { session: 'bad' };
-    await broker.upload(s, { path: 'keep.txt', data: Buffer.from('old\n') });
-    expect(await codeOf(broker.uploadStream(s, { path: 'keep.txt', size: 10, stream: source([Buffer.from('12345')]) })))
+    await broker.files.upload(s, { path: 'keep.txt', data: Buffer.from('old\n') });
+    expect(await codeOf(broker.files.uploadStream(s, { path: 'keep.txt', size: 10, stream: source([Buffer.from('12345')]) })))
       .toMatch(/^usage: upload to ".*\/keep\.txt": the content ended after 5 of the 10 bytes announced; nothing was written$/);
-    expect(await codeOf(broker.uploadStream(s, { path: 'new/deep/x.bin', size: 4, stream: source([Buffer.from('12345')]) })))
+    expect(await codeOf(broker.files.uploadStream(s, { path: 'new/deep/x.bin', size: 4, stream: source([Buffer.from('12345')]) })))
       .toMatch(/: the content is longer than the 4 bytes announced; nothing was written$/);
-    expect(await codeOf(broker.uploadStream(s, {
+    expect(await codeOf(broker.files.uploadStream(s, {
       path: 'new/deep/y.bin', size: 3 * 1024 * 1024, stream: source([randomBytes(1024 * 1024)], new Error('sender went away')),
     }))).toMatch(/^upload_incomplete: upload to ".*\/new\/deep\/y\.bin" stopped after 1048576 of 3145728 bytes: the sender's stream failed \(sender went away\); nothing was written$/);
     const after = await broker.exec(s, `cat keep.txt; find ${dir} -name '.berth-upload-*' -o -name new | wc -l`);
@@ -68,12 +68,12 @@ function uploadStreamSuite(backend: string, open: () => Promise<Broker>, dir: st
     const broker = await open();
     const s = { session: 'refuse' };
     const proc = source([Buffer.from('x')]);
-    expect(await codeOf(broker.uploadStream(s, { path: '/proc/self/x', size: 1, stream: proc }))).toMatch(/^policy_refused: .*under \/proc/);
+    expect(await codeOf(broker.files.uploadStream(s, { path: '/proc/self/x', size: 1, stream: proc }))).toMatch(/^policy_refused: .*under \/proc/);
     expect(proc.pulled).toBe(false);
     const big = source([Buffer.from('x')]);
-    expect(await codeOf(broker.uploadStream(s, { path: 'big.bin', size: 65 * 1024 * 1024, stream: big }))).toMatch(/^too_large: .*files\.maxBytes/);
+    expect(await codeOf(broker.files.uploadStream(s, { path: 'big.bin', size: 65 * 1024 * 1024, stream: big }))).toMatch(/^too_large: .*files\.maxBytes/);
     expect(big.pulled).toBe(false);
-    expect(await codeOf(broker.uploadStream(s, { path: 'x', size: -1, stream: source([]) }))).toMatch(/^usage: size must be a whole number/);
+    expect(await codeOf(broker.files.uploadStream(s, { path: 'x', size: -1, stream: source([]) }))).toMatch(/^usage: size must be a whole number/);
   }, 120_000);
 }
 

@@ -48,7 +48,7 @@ describeDocker('two users on one gateway (real docker)', () => {
     // Files: the other's file is not there (separate containers), nor through cp/export.
     await b.exec(ana, 'echo ana-only > /workspace/ana.txt');
     expect((await b.exec(ben, 'cat /workspace/ana.txt')).exitCode).not.toBe(0);
-    await expect(b.exportPath(ben, { path: '/workspace/ana.txt' })).rejects.toThrow(/does not exist/);
+    await expect(b.files.exportPath(ben, { path: '/workspace/ana.txt' })).rejects.toThrow(/does not exist/);
 
     // env, PID 1's environ and every process's environ, as returned to the caller.
     const probes = [

@@ -65,7 +65,7 @@ async function upload(broker: Broker, scope: Scope, hostPath: string, sandboxPat
     const into = sandboxPath.endsWith('/');
     const top = into ? basename(hostPath) : posix.basename(sandboxPath);
     const dir = into ? sandboxPath : posix.dirname(sandboxPath);
-    const r = await broker.uploadTar(scope, { dir, tar: writeTar(await walk(hostPath, top)) });
+    const r = await broker.files.uploadTar(scope, { dir, tar: writeTar(await walk(hostPath, top)) });
     return { direction: 'upload', kind: 'dir', path: posix.join(r.dir, top), entries: r.entries };
   }
   if (!st.isFile()) throw new UsageError(`host path ${JSON.stringify(hostPath)} is not a file or folder`);
@@ -73,12 +73,12 @@ async function upload(broker: Broker, scope: Scope, hostPath: string, sandboxPat
   const mode = st.mode & 0o777;
   const target = sandboxPath.endsWith('/') ? `${sandboxPath}${basename(hostPath)}` : sandboxPath;
   try {
-    const r = await broker.upload(scope, { path: target, data, mode });
+    const r = await broker.files.upload(scope, { path: target, data, mode });
     return { direction: 'upload', kind: 'file', path: r.path, bytes: r.bytes };
   } catch (err) {
     // `cp a.txt sandbox:/workspace` means into that folder, as cp does.
     if (err instanceof UsageError && / is a directory;/.test(err.message) && !sandboxPath.endsWith('/')) {
-      const r = await broker.upload(scope, { path: `${sandboxPath}/${basename(hostPath)}`, data, mode });
+      const r = await broker.files.upload(scope, { path: `${sandboxPath}/${basename(hostPath)}`, data, mode });
       return { direction: 'upload', kind: 'file', path: r.path, bytes: r.bytes };
     }
     throw err;
@@ -105,7 +105,7 @@ async function download(broker: Broker, scope: Scope, sandboxPath: string, hostD
   if (destStat === undefined && !(await stat(dirname(hostDest)).catch(() => undefined))?.isDirectory()) {
     throw new UsageError(`host folder ${JSON.stringify(dirname(hostDest))} does not exist`);
   }
-  const r = await broker.exportPath(scope, { path: sandboxPath });
+  const r = await broker.files.exportPath(scope, { path: sandboxPath });
   try {
     const target = destStat?.isDirectory() ? join(hostDest, basename(r.hostPath)) : hostDest;
     await cp(r.hostPath, target, { recursive: true, force: true, errorOnExist: false });

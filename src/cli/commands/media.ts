@@ -23,7 +23,7 @@ export async function mediaCommand(argv: string[], io: CliIo): Promise<number> {
   if (positionals.length !== 1) throw new UsageError('berth media needs one PATH inside the sandbox, e.g. berth media --session s1 /workspace/chart.png');
   const broker = await openCliBroker(io, values.config);
   try {
-    const r = await broker.mediaPath(scopeFromFlags(values, io.env, io.cwd), positionals[0]!);
+    const r = await broker.files.mediaPath(scopeFromFlags(values, io.env, io.cwd), positionals[0]!);
     io.out(values.json ? `${JSON.stringify(r)}\n` : `${r.hostPath}\n`);
     return 0;
   } finally {

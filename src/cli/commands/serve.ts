@@ -64,7 +64,7 @@ export async function serveCommand(argv: string[], io: CliIo): Promise<number> {
     // Refused before anything else happens; an accepted exposure is said loudly.
     for (const line of hostExposureWarnings(assertHostExposureAllowed(broker.config, tokens.list()))) io.err(`berth: ${line}\n`);
     // What a crashed server left: ephemeral sandboxes of sessions whose owner is dead.
-    const reaped = await broker.reapOrphans();
+    const reaped = await broker.reapers.reapOrphans();
     if (reaped.length > 0) io.err(`berth: removed ${reaped.length} orphaned sandbox(es) left by an earlier run\n`);
     if (tokens.list().length === 0) io.err('berth: no tokens yet; every request will get 401. Create one: berth token create --tenant T\n');
     try {

@@ -96,9 +96,9 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       await end(s);
     }
   };
-  const timer = setInterval(() => void sweep().catch((e: unknown) => log('berth:mcp', `idle sweep: ${String(e)}`)),
-    Math.min(60_000, Math.max(1_000, idleMs / 4)));
-  timer.unref();
+  // On the broker's reapers: the sweep stops when the broker closes, and never runs twice at once.
+  const stopSweep = broker.reapers.every('MCP idle-session sweep', Math.min(60_000, Math.max(1_000, idleMs / 4)),
+    () => sweep().catch((e: unknown) => log('berth:mcp', `idle sweep: ${String(e)}`)));
 
   const handler = async (req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void> => {
     const caller = opts.callerOf(req);
@@ -191,7 +191,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
 
   const close = async (): Promise<void> => {
     closing = true;
-    clearInterval(timer);
+    stopSweep();
     await Promise.all([...sessions.values()].map(async (s) => {
       await s.transport.close().catch(() => undefined);
       await end(s);
@@ -208,7 +208,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
 /** A session with a running background job is not idle (jobs count as activity). */
 async function hasRunningJob(broker: Broker, scope: CallScope): Promise<boolean> {
   try {
-    return (await broker.listJobs(scope)).some((j) => j.status === 'running');
+    return (await broker.jobs.list(scope)).some((j) => j.status === 'running');
   } catch {
     return false;
   }

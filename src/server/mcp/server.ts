@@ -70,7 +70,7 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     annotations: { destructiveHint: true, openWorldHint: true },
   }, TerminalArgs, async (a) => {
     if (a.background === true) {
-      const job = await broker.startJob(scope, a.command, a.workdir === undefined ? {} : { workdir: a.workdir });
+      const job = await broker.jobs.start(scope, a.command, a.workdir === undefined ? {} : { workdir: a.workdir });
       return text(
         `started background job ${job.jobId} in sandbox "${job.sandboxKey}"\n` +
         `read its output with process {"action": "read", "jobId": "${job.jobId}"}; stop it with {"action": "kill", ...}`,
@@ -90,17 +90,17 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     annotations: { destructiveHint: true },
   }, ProcessArgs, async (a) => {
     if (a.action === 'list') {
-      const list = await broker.listJobs(scope);
+      const list = await broker.jobs.list(scope);
       const lines = list.map((j) => `${j.jobId}  ${j.status}${j.exitCode === null ? '' : ` (exit ${j.exitCode})`}  started ${new Date(j.startedMs).toISOString()}  ${j.command}`);
       return text(lines.length === 0 ? 'no background jobs in this session' : lines.join('\n'), { jobs: list });
     }
     const jobId = a.jobId as string; // the schema requires it for read and kill
     if (a.action === 'kill') {
-      const r = await broker.killJob(scope, jobId);
+      const r = await broker.jobs.kill(scope, jobId);
       return text(r.killed ? `job ${jobId} killed` : `job ${jobId} was not running; nothing to kill`, { jobId, killed: r.killed });
     }
     const offset = a.offset ?? 0;
-    const r = await broker.readJob(scope, jobId, { offset, ...(a.maxBytes === undefined ? {} : { maxBytes: a.maxBytes }) });
+    const r = await broker.jobs.read(scope, jobId, { offset, ...(a.maxBytes === undefined ? {} : { maxBytes: a.maxBytes }) });
     const state = r.status === 'running' ? 'running'
       : r.status === 'exited' ? `exited with code ${r.exitCode ?? '?'}`
         : r.status === 'killed' ? 'killed'
@@ -115,7 +115,7 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     description: `Reads a whole file from this session's sandbox (files over the configured size limit are refused). Text comes back as is; a file that is not valid UTF-8 comes back base64-encoded. ${sandbox.summary}`,
     annotations: { readOnlyHint: true },
   }, ReadFileArgs, async (a) => {
-    const r = await broker.readFile(scope, { path: a.path, ...(a.maxBytes === undefined ? {} : { maxBytes: a.maxBytes }) });
+    const r = await broker.files.readFile(scope, { path: a.path, ...(a.maxBytes === undefined ? {} : { maxBytes: a.maxBytes }) });
     const d = decodeBytes(r.data);
     const body = d.encoding === 'utf8' ? d.content : `(binary file ${r.path}, ${r.data.length} bytes, base64)\n${d.content}`;
     return text(body, { path: r.path, bytes: r.data.length, encoding: d.encoding });
@@ -127,7 +127,7 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     annotations: { destructiveHint: true },
   }, WriteFileArgs, async (a) => {
     const data = a.encoding === 'base64' ? Buffer.from(a.content, 'base64') : Buffer.from(a.content, 'utf8');
-    const r = await broker.upload(scope, { path: a.path, data, ...(a.mode === undefined ? {} : { mode: a.mode }) });
+    const r = await broker.files.upload(scope, { path: a.path, data, ...(a.mode === undefined ? {} : { mode: a.mode }) });
     return text(`wrote ${r.bytes} bytes to ${r.path}`, { path: r.path, bytes: r.bytes });
   });
 
@@ -143,7 +143,7 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
       'and returns that host path, for the operator or gateway to deliver (e.g. as an attachment). The copy is removed when the session closes.',
     annotations: { readOnlyHint: true },
   }, ExportFileArgs, async (a) => {
-    const r = await broker.exportPath(scope, { path: a.path, ...(a.maxBytes === undefined ? {} : { maxBytes: a.maxBytes }) });
+    const r = await broker.files.exportPath(scope, { path: a.path, ...(a.maxBytes === undefined ? {} : { maxBytes: a.maxBytes }) });
     if (info.remote === true) {
       // A remote client gets a route on the berth server, never a path on its host.
       const exportId = exportIdOf(r.hostPath);

@@ -1,0 +1,64 @@
+import { redactText } from '../shell/output-capture.js';
+import type { ResolvedCall } from './resolve-call.js';
+import type { AuditEntry, StateStore } from './state-store.js';
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+/** What the audit log records: a call on a sandbox, or a session's close. */
+export type AuditRecord =
+  | {
+    kind: 'exec' | 'job' | 'upload' | 'read' | 'export' | 'media';
+    call: ResolvedCall;
+    /** The command or file-call text as the caller gave it: redacted here with the call's secrets. */
+    command: string;
+    exitCode: number | null;
+    startedMs: number;
+  }
+  | { kind: 'close'; tenant: string; profile: string; user: string | null; sessionRef: string; startedMs: number };
+
+export type AuditFilter = { tenant: string; profiles?: readonly string[]; user?: string; session?: string; limit?: number };
+
+/**
+ * The audit log of one broker: every call and every close, written through one `record`, and
+ * `audit.retentionDays` applied by `prune`.
+ *
+ * @example
+ * audit.record({ kind: 'exec', call, command: 'ls', exitCode: 0, startedMs });
+ */
+export class AuditRecorder {
+  constructor(
+    private readonly store: StateStore,
+    private readonly opts: { retentionDays: number; log: (message: string) => void },
+  ) {}
+
+  record(r: AuditRecord): void {
+    const durationMs = Date.now() - r.startedMs;
+    if (r.kind === 'close') {
+      this.store.addAudit({
+        timeMs: r.startedMs, tenant: r.tenant, profile: r.profile, user: r.user, session: r.sessionRef, sandboxKey: null,
+        kind: 'close', command: null, exitCode: null, durationMs,
+      });
+      return;
+    }
+    const { scope, binding, redactValues } = r.call;
+    this.store.addAudit({
+      timeMs: r.startedMs, tenant: scope.tenant, profile: scope.profile, user: scope.user ?? null,
+      session: scope.session ?? null, sandboxKey: binding.sandboxKey, kind: r.kind,
+      command: redactText(r.command, redactValues), exitCode: r.exitCode, durationMs,
+    });
+  }
+
+  /** Entries of one tenant (of the given profiles only, when `profiles` is set), newest first. */
+  list(filter: AuditFilter): AuditEntry[] {
+    return this.store.listAudit(filter);
+  }
+
+  /** `audit.retentionDays`: entries older than that go (at open and on every sweep). */
+  prune(): void {
+    try {
+      this.store.pruneAudit(Date.now() - this.opts.retentionDays * DAY_MS);
+    } catch (e) {
+      this.opts.log(`pruning old audit entries failed: ${String(e)}`);
+    }
+  }
+}

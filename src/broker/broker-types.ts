@@ -1,0 +1,64 @@
+import type { Backend } from '../backends/backend.js';
+import type { BackendName, BerthConfig } from '../config/types.js';
+import type { ExecResult } from '../shell/types.js';
+
+/** How `Broker.open` builds a broker. */
+export interface BrokerOptions {
+  /** A validated config; when absent it is loaded from `configPath`, `./berth.yaml` or `$BERTH_HOME/config.yaml`. */
+  config?: BerthConfig;
+  configPath?: string;
+  /** Directory searched for `berth.yaml` (default: process.cwd()). */
+  cwd?: string;
+  /** State dir (default `$BERTH_HOME` or `~/.berth`). */
+  berthHome?: string;
+  /** The environment read once at start-up (forwarded grants, BERTH_SESSION). Default: process.env. */
+  env?: NodeJS.ProcessEnv;
+  /** Injected backends (tests). */
+  backends?: Partial<Record<BackendName, Backend>>;
+  /**
+   * Whether this process holds the sessions it opens (default true: a library or server owns its
+   * sessions; if it dies they are reaped). The CLI passes false: its sessions stay open across
+   * invocations until `berth close` or idle expiry.
+   */
+  holdSessions?: boolean;
+  /** Run the orphan reaper at first engine use and periodically (default true). */
+  reap?: boolean;
+  /**
+   * Keep the full output of a command over `exec.maxOutputChars` in a private spill file and
+   * report it as `fullOutputPath` (default true). The CLI passes false: it streams the whole
+   * output live, and a file would outlive the call that could use it.
+   */
+  spillOutput?: boolean;
+  log?: (namespace: string, message: string) => void;
+}
+
+export interface ExecOptions {
+  timeoutSeconds?: number;
+  workdir?: string;
+  stdin?: string | Buffer;
+  onChunk?: (stream: 'stdout' | 'stderr', chunk: string) => void;
+  /**
+   * Cancels the command when the caller goes away (an HTTP client that disconnected): its
+   * process tree is killed as on a timeout and the result (and the audit) has exit code 130.
+   */
+  signal?: AbortSignal;
+}
+
+export interface BrokerExecResult extends ExecResult {
+  sandboxKey: string;
+}
+
+/** A sandbox as `list` reports it. */
+export interface SandboxInfo {
+  sandboxKey: string;
+  tenant: string;
+  profile: string | null;
+  backend: string;
+  rule: string;
+  persistent: boolean;
+  name: string;
+  mount: string | null;
+  createdMs: number;
+  lastUsedMs: number;
+  sessions: { session: string; open: boolean }[];
+}

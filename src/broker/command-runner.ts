@@ -1,0 +1,94 @@
+import { isContainerBackend } from '../config/types.js';
+import { BerthError, SandboxNotFoundError } from '../errors.js';
+import { mapWorkdir } from '../policy/cwd.js';
+import type { BrokerExecResult, ExecOptions } from './broker-types.js';
+import type { ResolvedCall } from './resolve-call.js';
+import type { SandboxPool } from './sandbox-pool.js';
+import type { SessionCall } from './session-calls.js';
+import type { SessionRegistry } from './sessions.js';
+import type { ShellPool } from './shell-pool.js';
+
+export interface CommandRunnerOptions {
+  pool: SandboxPool;
+  shells: ShellPool;
+  sessions: SessionRegistry;
+  /** Set once the broker began to close: nothing is re-ensured or restarted after that. */
+  shutdown: AbortSignal;
+  log: (namespace: string, message: string) => void;
+}
+
+/**
+ * Runs one shell line through the call's persistent shell, and recovers what can be recovered
+ * once: a sandbox removed or stopped out of band is ensured again, a container whose pids a fork
+ * bomb took is restarted. The path of every command (`broker.exec`, a job's start line).
+ */
+export class CommandRunner {
+  constructor(private readonly opts: CommandRunnerOptions) {}
+
+  /** Runs `command` in the call's sandbox as one call of its session (`exec`, and the start line of a job). */
+  async run(call: ResolvedCall, command: string, opts: ExecOptions): Promise<BrokerExecResult> {
+    const timeoutMs = Math.round((opts.timeoutSeconds ?? call.settings.exec.timeoutSeconds) * 1000);
+    const workdir = opts.workdir === undefined ? undefined
+      : mapWorkdir(opts.workdir, { containerBackend: isContainerBackend(call.settings.backend), mount: call.spec.mount });
+    return this.opts.sessions.run(call, (sc) => this.runInSandbox(call, sc, command, { ...opts, timeoutMs, workdir }));
+  }
+
+  private async runInSandbox(call: ResolvedCall, sc: SessionCall, command: string, opts: ExecOptions & { timeoutMs: number }): Promise<BrokerExecResult> {
+    const { pool, shells, sessions, shutdown, log } = this.opts;
+    const { timeoutMs, workdir } = opts;
+    let gone = false;
+    let restarted: string | undefined;
+    for (let attempt = 0; ; attempt++) {
+      const live = await sessions.acquire(call, sc);
+      live.inflight++;
+      live.lastActivityMs = Date.now();
+      let lazyWarden: NodeJS.Timeout | undefined;
+      try {
+        const ls = await shells.shellFor(call, live.shells);
+        lazyWarden = shells.wardenLater(live.shells);
+        const r = await ls.shell.run(command, { timeoutMs, workdir, stdin: opts.stdin, onChunk: opts.onChunk, signal: opts.signal });
+        if (live.diskBreach) throw live.diskBreach;
+        shells.recordCwd(call, ls, r);
+        let out: BrokerExecResult = restarted === undefined ? { ...r, sandboxKey: call.binding.sandboxKey }
+          : { ...r, stderr: restarted + r.stderr, output: restarted + r.output, sandboxKey: call.binding.sandboxKey };
+        // The command ended (timed out) and no new shell could start after it: free the sandbox now.
+        const full = ls.shell.hasShell || shutdown.aborted ? undefined : await pool.outOfProcesses(live);
+        if (full !== undefined) {
+          const notice = await pool.restart(call, live, full);
+          opts.onChunk?.('stderr', notice);
+          out = { ...out, stderr: out.stderr + notice, output: out.output + notice };
+        }
+        // Reported once, on the call that found the sandbox gone.
+        if (live.recreatedUnreported || gone) out.sandboxRecreated = true;
+        live.recreatedUnreported = false;
+        return out;
+      } catch (err) {
+        // The sandbox vanished (or was stopped) out of band between calls: re-ensure once (a
+        // removed one is recreated and the result says so; a stopped one is just started). A
+        // backend may report the missing container only as a failed shell start, so ask the engine.
+        // A call overtaken by its session's close never recreates what the close removed.
+        if (err === live.diskBreach) throw err;
+        const state = attempt > 0 || shutdown.aborted || sc.overtaken ? undefined
+          : err instanceof SandboxNotFoundError ? 'gone' : await pool.outOfBandState(live);
+        if (state !== undefined) {
+          log('berth:broker', `sandbox ${call.binding.sandboxKey} is ${state}; re-ensuring it once`);
+          gone = state === 'gone';
+          await pool.forget(live);
+          continue;
+        }
+        const startFailed = err instanceof BerthError && (err.code === 'shell_start_failed' || err.code === 'timeout');
+        const full = attempt > 0 || shutdown.aborted || !startFailed ? undefined : await pool.outOfProcesses(live);
+        if (full !== undefined) {
+          restarted = await pool.restart(call, live, full);
+          opts.onChunk?.('stderr', restarted);
+          continue;
+        }
+        throw err;
+      } finally {
+        clearTimeout(lazyWarden);
+        live.inflight--;
+        live.lastActivityMs = Date.now();
+      }
+    }
+  }
+}

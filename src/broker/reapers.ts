@@ -1,0 +1,203 @@
+import type { Sandbox } from '../backends/backend.js';
+import type { BackendName, BerthConfig } from '../config/types.js';
+import type { AuditRecorder } from './audit.js';
+import { claimAbandoned } from './sandbox-claim.js';
+import type { LiveSandbox, SandboxPool } from './sandbox-pool.js';
+import type { SessionRegistry } from './sessions.js';
+import type { StateStore } from './state-store.js';
+
+/** What a broker's reapers offer its users: the passes on demand, and a place for periodic work. */
+export interface BrokerReapers {
+  /**
+   * Orphan reaper: this installation's sandboxes whose record is gone, or whose ephemeral sessions
+   * are all closed, expired or held by a dead process, are removed (running or not) with their
+   * dirs. Returns the names of the sandboxes removed.
+   */
+  reapOrphans(): Promise<string[]>;
+  /** The disk checks of the periodic sweep, now (see `SandboxPool.enforceDiskLimits`); the keys of the sandboxes stopped. */
+  enforceDiskLimits(): Promise<string[]>;
+  /**
+   * Runs `task` every `everyMs` until the returned function is called or the broker closes: never
+   * two runs of it at once, and none once the broker began to close (which waits for a run under
+   * way). A failure is logged; the next run still comes.
+   *
+   * @example
+   * const stop = broker.reapers.every('mcp idle sessions', 15_000, () => closeIdleSessions());
+   */
+  every(name: string, everyMs: number, task: () => Promise<void>): () => void;
+}
+
+export interface ReapersOptions {
+  store: StateStore;
+  config: BerthConfig;
+  pool: SandboxPool;
+  sessions: SessionRegistry;
+  audit: AuditRecorder;
+  /** Whether a job still runs in the sandbox (the idle reaper leaves it then). */
+  jobsActiveIn(digest: string, sandbox: Sandbox): Promise<boolean>;
+  /** Run the orphan reaper at first engine use and periodically (and the periodic sweep at all). */
+  reap: boolean;
+  /** Set once the broker began to close: no pass starts after that, and one under way stops early. */
+  shutdown: AbortSignal;
+  log: (namespace: string, message: string) => void;
+}
+
+interface Periodic {
+  timer: NodeJS.Timeout;
+  running: Promise<void> | undefined;
+}
+
+/**
+ * The broker's background passes: one sweep loop (disk checks, the idle reaper, audit retention,
+ * the orphan reaper), one pass at a time and never after close began, plus the periodic tasks
+ * other parts register (`every`).
+ */
+export class Reapers implements BrokerReapers {
+  private timer: NodeJS.Timeout | undefined;
+  private sweeping: Promise<void> | undefined;
+  private reaped: Promise<void> | undefined;
+  private readonly periodic = new Set<Periodic>();
+
+  constructor(private readonly opts: ReapersOptions) {}
+
+  /** Starts the periodic sweep (when `reap`): every quarter of the shortest idle time, 1 s to 60 s. */
+  start(): void {
+    if (!this.opts.reap) return;
+    const everyMs = Math.min(60_000, Math.max(1_000, minIdleMs(this.opts.config) / 4));
+    this.timer = setInterval(() => void this.sweep(), everyMs);
+    this.timer.unref();
+  }
+
+  /** Stops every timer and waits for the passes under way. */
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    for (const p of this.periodic) clearInterval(p.timer);
+    await this.sweeping;
+    await Promise.all([...this.periodic].map((p) => p.running));
+    this.periodic.clear();
+  }
+
+  every(name: string, everyMs: number, task: () => Promise<void>): () => void {
+    const p: Periodic = {
+      running: undefined,
+      timer: setInterval(() => {
+        if (p.running !== undefined || this.opts.shutdown.aborted) return;
+        p.running = task()
+          .catch((e: unknown) => this.opts.log('berth:reaper', `${name} failed: ${String(e)}`))
+          .finally(() => {
+            p.running = undefined;
+          });
+      }, everyMs),
+    };
+    p.timer.unref();
+    this.periodic.add(p);
+    return () => {
+      clearInterval(p.timer);
+      this.periodic.delete(p);
+    };
+  }
+
+  enforceDiskLimits(): Promise<string[]> {
+    return this.opts.pool.enforceDiskLimits();
+  }
+
+  /** The first orphan pass, on the first engine a call uses (once per broker; waited for by every call that gets here). */
+  reapOrphansOnce(engine: BackendName): Promise<void> {
+    if (!this.opts.reap) return Promise.resolve();
+    this.reaped ??= this.reapOrphans([engine]).then(
+      () => undefined,
+      (e: unknown) => this.opts.log('berth:reaper', `orphan reap failed: ${String(e)}`),
+    );
+    return this.reaped;
+  }
+
+  async reapOrphans(only?: readonly BackendName[]): Promise<string[]> {
+    const { store, pool, log } = this.opts;
+    const removed: string[] = [];
+    const engines = await pool.engines(only);
+    for (const engine of engines) {
+      let managed;
+      try {
+        managed = await pool.listManaged(engine);
+      } catch (e) {
+        // One unreachable engine must not stop the reaper; the store-driven pass below still runs.
+        log('berth:reaper', `list ${engine} sandboxes: ${String(e)}`);
+        continue;
+      }
+      for (const m of managed) {
+        const rec = store.getSandbox(m.digest);
+        // A process that died while creating an ephemeral sandbox left a container and a claim with
+        // no ref: both go. (A persistent one is adopted by the next call that claims it.)
+        const abandoned = rec !== undefined && m.ephemeral && rec.ref === '' && claimAbandoned(rec, Date.now());
+        if (rec === undefined || (rec.ref !== '' && rec.ref !== m.ref) || abandoned) {
+          if (pool.get(m.digest) !== undefined) continue;
+          await pool.removeManaged(engine, m.ref).catch((e) => log('berth:reaper', `remove ${m.name}: ${String(e)}`));
+          if (abandoned) store.deleteSandbox(m.digest);
+          removed.push(m.name);
+        }
+      }
+    }
+    for (const rec of store.listSandboxes()) {
+      if (!rec.ephemeral || pool.get(rec.digest)?.inflight) continue;
+      if (rec.ref === '' && !claimAbandoned(rec, Date.now())) continue; // being created right now
+      if (!this.opts.sessions.hasLiveSession(rec)) {
+        await pool.remove(rec).catch((e) => log('berth:reaper', `remove ${rec.key}: ${String(e)}`));
+        removed.push(rec.name);
+      }
+    }
+    // Last, so the networks of the sandboxes just removed go too.
+    for (const engine of engines) {
+      await pool.reapIdleNetworks(engine).catch((e) => log('berth:reaper', `reap ${engine} networks: ${String(e)}`));
+    }
+    return removed;
+  }
+
+  /** Idle reaper + periodic orphan reaper; one at a time, and never after close() began. */
+  private sweep(): Promise<void> {
+    this.sweeping ??= this.sweepOnce()
+      .catch((e: unknown) => this.opts.log('berth:reaper', `sweep failed: ${String(e)}`))
+      .finally(() => {
+        this.sweeping = undefined;
+      });
+    return this.sweeping;
+  }
+
+  private async sweepOnce(): Promise<void> {
+    const { store, pool, sessions, shutdown, log } = this.opts;
+    await pool.enforceDiskLimits().catch((e: unknown) => log('berth:reaper', `disk check failed: ${String(e)}`));
+    for (const live of pool.all()) {
+      if (shutdown.aborted) return;
+      const now = Date.now();
+      if (!(await this.isIdle(live, now)) || shutdown.aborted) continue;
+      log('berth:reaper', `sandbox ${live.record.key} idle for ${Math.round((now - live.lastActivityMs) / 1000)}s`);
+      if (live.record.ephemeral) {
+        // Only this sandbox goes; a session is closed only once it has no other sandbox left,
+        // so an idle sandbox never takes a busy one of the same session with it.
+        const open = store.sessionsOf(live.digest).filter((x) => x.closedMs === null);
+        await pool.remove(live.record).catch((e) => log('berth:reaper', `remove ${live.record.key}: ${String(e)}`));
+        for (const x of open) {
+          if (!shutdown.aborted && store.sandboxCountOf(x.tenant, x.profile, x.session) === 0) {
+            await sessions.closeRef(x.tenant, x.profile, x.session).catch(() => undefined);
+          }
+        }
+      } else {
+        await pool.stopIdle(live);
+      }
+    }
+    if (shutdown.aborted) return;
+    this.opts.audit.prune();
+    if (this.opts.reap) await this.reapOrphans().catch((e) => log('berth:reaper', String(e)));
+  }
+
+  /** In-flight commands, busy shells, background jobs and running jobs all count as activity. */
+  private async isIdle(live: LiveSandbox, now: number): Promise<boolean> {
+    if (live.inflight > 0 || now - live.lastActivityMs < live.idleMs) return false;
+    if (await live.shells.busy()) return false;
+    if (await this.opts.jobsActiveIn(live.digest, live.sandbox).catch(() => true)) return false;
+    return live.inflight === 0;
+  }
+}
+
+function minIdleMs(config: BerthConfig): number {
+  return Math.min(config.base.lifecycle.idleSeconds, ...Object.values(config.profiles).map((p) => p.lifecycle.idleSeconds)) * 1000;
+}

@@ -1,0 +1,367 @@
+import { existsSync } from 'node:fs';
+import type { Backend, ManagedSandbox, Sandbox } from '../backends/backend.js';
+import type { BackendName, BerthConfig } from '../config/types.js';
+import { PolicyRefusedError, type BerthError } from '../errors.js';
+import { BackendRegistry } from './backend-registry.js';
+import { KeyedLock } from './keyed-lock.js';
+import { ownerToken } from './process-owner.js';
+import type { ResolvedCall } from './resolve-call.js';
+import { claimOrAwait } from './sandbox-claim.js';
+import { SandboxShells } from './shell-pool.js';
+import type { SandboxRecord, StateStore } from './state-store.js';
+import { storeLease } from './store-lease.js';
+
+/** Time one disk-check pass may take (a measurement costs the engine a walk of the writable layer). */
+const DISK_CHECK_BUDGET_MS = 10_000;
+/** A container this close to its pids limit when a shell cannot start counts as out of processes. */
+const PIDS_HEADROOM = 8;
+
+/** A sandbox this process holds, with what its calls, shells and reapers track about it. */
+export interface LiveSandbox {
+  readonly digest: string;
+  readonly sandbox: Sandbox;
+  readonly record: SandboxRecord;
+  /** `container`: processes die with the sandbox and it may be emptied of them; `host`: a dir on this host. */
+  readonly kind: 'container' | 'host';
+  readonly idleMs: number;
+  inflight: number;
+  lastActivityMs: number;
+  /** The backend recreated a sandbox removed out of band; the next result says so. */
+  recreatedUnreported: boolean;
+  /** Its persistent shells and its warden. */
+  readonly shells: SandboxShells;
+  /** Sessions linked to this sandbox by this process, with when `last_seen` was last written. */
+  readonly sessions: Map<string, number>;
+  /** When its disk use was last measured (0: never). */
+  diskCheckedMs: number;
+  /** Set when it went over its disk bound: calls in flight on it end with this error. */
+  diskBreach?: BerthError;
+}
+
+/** What the pool asks of the other parts (given by the composition root). */
+export interface PoolHooks {
+  /** A call got its sandbox (under the identity's lock when it was not live yet): link the call's session. */
+  link(call: ResolvedCall, live: LiveSandbox): void;
+  /** A host sandbox is about to be removed: end its jobs (a dir takes no process with it). */
+  endJobs(digest: string, sandbox: Sandbox): Promise<void>;
+  /** A backend passed its check for a new profile or image (the reapers' first orphan pass). */
+  checked(backend: BackendName): Promise<void>;
+}
+
+export interface SandboxPoolOptions {
+  store: StateStore;
+  config: BerthConfig;
+  berthHome: string;
+  /** Injected backends (tests). */
+  backends?: Partial<Record<BackendName, Backend>>;
+  /** Set once the broker began to close: nothing is measured or restarted after that. */
+  shutdown: AbortSignal;
+  log: (namespace: string, message: string) => void;
+  hooks: PoolHooks;
+}
+
+export type SandboxState = 'active' | 'running' | 'stopped' | 'missing' | 'unknown';
+
+/**
+ * The sandboxes of one broker: get-or-create under the identity's lock and the cross-process
+ * claim, reattach, recreate, stop, remove, measure. The only part of the broker that calls a
+ * `Backend`; the backends are created here, on first use.
+ */
+export class SandboxPool {
+  private readonly backends: BackendRegistry;
+  private readonly live = new Map<string, LiveSandbox>();
+  /** The backend of each live sandbox: kept here, so nothing outside the pool calls it. */
+  private readonly backendOf = new WeakMap<LiveSandbox, Backend>();
+  private readonly locks = new KeyedLock();
+  /** Backend, profile and image combinations whose check passed. */
+  private readonly checkedKeys = new Set<string>();
+  /** This process (`pid:starttime`), on the creation claims it makes. */
+  private readonly processToken = ownerToken();
+  private readonly log: (namespace: string, message: string) => void;
+
+  constructor(private readonly opts: SandboxPoolOptions) {
+    this.log = opts.log;
+    this.backends = new BackendRegistry({
+      berthHome: opts.berthHome, installation: opts.store.installationId, injected: opts.backends,
+      log: (m) => this.log('berth:backend', m), lease: storeLease(opts.store),
+    });
+  }
+
+  get(digest: string): LiveSandbox | undefined {
+    return this.live.get(digest);
+  }
+
+  all(): LiveSandbox[] {
+    return [...this.live.values()];
+  }
+
+  /** Get-or-create under the identity's lock: concurrent first calls create one sandbox. */
+  acquire(call: ResolvedCall): Promise<LiveSandbox> {
+    const existing = this.live.get(call.spec.digest);
+    if (existing !== undefined && this.backend(existing).name === call.settings.backend) {
+      // Hot path: no lock and no store write unless this session is new to the sandbox.
+      this.assertMountFits(call, existing.record);
+      this.opts.hooks.link(call, existing);
+      return Promise.resolve(existing);
+    }
+    return this.locks.run(`sandbox:${call.spec.digest}`, async () => {
+      const raced = this.live.get(call.spec.digest);
+      if (raced !== undefined && this.backend(raced).name === call.settings.backend) {
+        this.opts.hooks.link(call, raced);
+        return raced;
+      }
+      const { store } = this.opts;
+      let known = store.getSandbox(call.spec.digest);
+      if (known !== undefined && known.backend !== call.settings.backend) {
+        // The config (or a task override) moved this identity to another backend: the old ref
+        // means nothing to the new backend (a local dir is no container id).
+        await this.retireForeign(known, raced);
+        known = undefined;
+      }
+      const backend = await this.backendFor(call);
+      const claim = await claimOrAwait(store, this.processToken, call, backend.name, known);
+      this.assertMountFits(call, claim.record);
+      const pending = claim.record;
+      const now = Date.now();
+      let sandbox: Sandbox;
+      try {
+        sandbox = await backend.ensure(call.spec, claim.mine ? undefined : pending.ref);
+      } catch (err) {
+        if (claim.mine) store.deleteSandbox(call.spec.digest);
+        throw err;
+      }
+      const record: SandboxRecord = {
+        ...pending, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: now,
+      };
+      store.putSandbox(record);
+      const live: LiveSandbox = {
+        digest: call.spec.digest, sandbox, record, kind: backend.kind, idleMs: call.settings.lifecycle.idleSeconds * 1000,
+        inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, sessions: new Map(), diskCheckedMs: 0,
+        shells: new SandboxShells(sandbox, { mayKillAll: backend.kind === 'container', label: call.binding.sandboxKey }),
+      };
+      this.backendOf.set(live, backend);
+      this.live.set(call.spec.digest, live);
+      this.opts.hooks.link(call, live);
+      return live;
+    });
+  }
+
+  /** A job's sandbox if it still exists (live, or recorded and reattached); never creates one. */
+  async existing(call: ResolvedCall | undefined, digest: string): Promise<Sandbox | undefined> {
+    const live = this.live.get(digest);
+    if (live !== undefined) return live.sandbox;
+    const rec = this.opts.store.getSandbox(digest);
+    if (rec === undefined || rec.ref === '' || call === undefined || call.settings.backend !== rec.backend) return undefined;
+    const backend = await this.backends.get(rec.backend as BackendName);
+    if (backend.kind === 'container') {
+      if (!(await backend.listManaged()).some((m) => m.ref === rec.ref)) return undefined;
+    } else if (rec.hostDir === null || !existsSync(rec.hostDir)) {
+      return undefined;
+    }
+    return (await this.acquire(call)).sandbox;
+  }
+
+  /** Drops a live sandbox from memory (its shells are closed), e.g. after it vanished. */
+  async forget(live: LiveSandbox): Promise<void> {
+    await live.shells.close();
+    if (this.live.get(live.digest) === live) this.live.delete(live.digest);
+  }
+
+  /** Removes a sandbox (after closing its shells) and its record. */
+  async remove(rec: SandboxRecord): Promise<void> {
+    await this.locks.run(`sandbox:${rec.digest}`, async () => {
+      const live = this.live.get(rec.digest);
+      // A container takes its jobs with it; a host dir does not, so end them first.
+      if (live?.kind === 'host') await this.opts.hooks.endJobs(rec.digest, live.sandbox).catch((e) => this.log('berth:jobs', String(e)));
+      if (live) await this.forget(live);
+      if (rec.ref !== '') {
+        const backend = await this.backends.get(rec.backend as BackendName);
+        await backend.remove(rec.ref, rec.hostDir ?? undefined);
+      }
+      this.opts.store.deleteSandbox(rec.digest);
+    });
+  }
+
+  /** Stops a persistent sandbox that went idle (forgotten first; the next call starts it again). */
+  async stopIdle(live: LiveSandbox): Promise<void> {
+    await this.forget(live);
+    await this.backend(live).stop(live.record.ref).catch((e) => this.log('berth:reaper', `stop ${live.record.key}: ${String(e)}`));
+  }
+
+  /** After a failed call: whether the engine still has the sandbox's container, and running. */
+  async outOfBandState(live: LiveSandbox): Promise<'gone' | 'stopped' | undefined> {
+    const backend = this.backend(live);
+    if (backend.kind !== 'container') return undefined;
+    try {
+      const found = (await backend.listManaged()).find((m) => m.ref === live.sandbox.ref);
+      if (found === undefined) return 'gone';
+      return found.running ? undefined : 'stopped';
+    } catch {
+      return undefined; // the engine itself is unreachable: report the original error
+    }
+  }
+
+  /** After a shell could not start in a container: its pid count when (nearly) every pid is taken. */
+  async outOfProcesses(live: LiveSandbox): Promise<{ current: number; limit: number } | undefined> {
+    if (live.kind !== 'container') return undefined;
+    const count = await live.sandbox.processCount?.();
+    return count !== undefined && count.current >= count.limit - PIDS_HEADROOM ? count : undefined;
+  }
+
+  /**
+   * The last resort when not even the warden could end what took every pid of a container (a
+   * bomb that killed the warden, or one an earlier process left): restart it (the next call
+   * starts it again). Returns the line that says so.
+   */
+  async restart(call: ResolvedCall, live: LiveSandbox, full: { current: number; limit: number }): Promise<string> {
+    const dirs = live.sandbox.volatileDirs ?? [];
+    const notice = `berth: no new process could start in sandbox "${call.binding.sandboxKey}" (${full.current} of ${full.limit} pids in use), ` +
+      `so it was restarted: every process in it was killed${dirs.length > 0 ? ` and ${dirs.join(', ')} (tmpfs) were emptied` : ''}\n`;
+    this.log('berth:broker', notice.trim());
+    await this.forget(live);
+    await this.backend(live).stop(live.sandbox.ref);
+    return notice;
+  }
+
+  /**
+   * The disk bound (docker.diskMb): measures the sandboxes used since their last check, one at a
+   * time, least recently checked first, for at most DISK_CHECK_BUDGET_MS per pass (the rest are
+   * still due next pass), and stops any over its bound; its next call fails with
+   * `disk_limit_exceeded`. Runs in the periodic sweep; returns the keys of the sandboxes it stopped.
+   */
+  async enforceDiskLimits(): Promise<string[]> {
+    const stopped: string[] = [];
+    const deadline = Date.now() + DISK_CHECK_BUDGET_MS;
+    for (const live of [...this.live.values()].sort((a, b) => a.diskCheckedMs - b.diskCheckedMs)) {
+      if (this.opts.shutdown.aborted || Date.now() > deadline) break;
+      const backend = this.backend(live);
+      if (backend.checkDiskLimit === undefined || !(await this.usedSinceDiskCheck(live))) continue;
+      const checkedMs = Date.now();
+      const breach = await backend.checkDiskLimit(live.sandbox)
+        .catch((e: unknown) => void this.log('berth:reaper', `measure disk of ${live.record.key}: ${String(e)}`));
+      live.diskCheckedMs = checkedMs;
+      if (!breach) continue;
+      this.log('berth:reaper', breach.message);
+      // Marked before the stop, so a command it cuts short reports this error, not a dead shell.
+      live.diskBreach = breach;
+      await backend.stop(live.sandbox.ref).catch((e: unknown) => this.log('berth:reaper', `stop ${live.record.key}: ${String(e)}`));
+      await this.forget(live);
+      stopped.push(live.record.key);
+    }
+    return stopped;
+  }
+
+  /**
+   * The backends this installation may have sandboxes on, by name (or just `only`): those in
+   * use, those the config names and those the store records (a fresh process has created none
+   * yet, but its orphans are there).
+   */
+  async engines(only?: readonly BackendName[]): Promise<BackendName[]> {
+    if (only !== undefined) return [...only];
+    const { config, store } = this.opts;
+    const names = new Set<string>([config.base.backend, ...Object.values(config.profiles).map((p) => p.backend)]);
+    for (const rec of store.listSandboxes()) names.add(rec.backend);
+    const out = (await this.backends.created()).map((b) => b.name);
+    for (const name of names) {
+      if (out.includes(name as BackendName)) continue;
+      try {
+        await this.backends.get(name as BackendName);
+        out.push(name as BackendName);
+      } catch {
+        // A backend that cannot be created (not built yet) has no sandboxes to list.
+      }
+    }
+    return out;
+  }
+
+  /** This installation's sandboxes as an engine sees them. */
+  async listManaged(engine: BackendName): Promise<ManagedSandbox[]> {
+    return (await this.backends.get(engine)).listManaged();
+  }
+
+  /** Removes a sandbox the engine has and the store does not want (an orphan); its record is the caller's. */
+  async removeManaged(engine: BackendName, ref: string): Promise<void> {
+    await (await this.backends.get(engine)).remove(ref, undefined);
+  }
+
+  /** Removes the engine's objects of this installation that no sandbox uses any more (networks). */
+  async reapIdleNetworks(engine: BackendName): Promise<void> {
+    await (await this.backends.get(engine)).reapIdleNetworks?.();
+  }
+
+  /**
+   * `list` with state: reads each recorded backend once, then tells a record's state: `active`
+   * (open in this process), else what its engine says, or `unknown` when it does not answer.
+   */
+  async stateReader(records: readonly SandboxRecord[]): Promise<(rec: SandboxRecord) => SandboxState> {
+    const managed = new Map<string, ManagedSandbox[] | undefined>();
+    for (const name of new Set(records.map((r) => r.backend))) {
+      const backend = await this.backends.get(name as BackendName).catch(() => undefined);
+      managed.set(name, backend?.kind === 'container' ? await backend.listManaged().catch(() => undefined) : []);
+    }
+    return (rec) => {
+      if (this.live.has(rec.digest)) return 'active';
+      const seen = managed.get(rec.backend);
+      if (seen === undefined) return 'unknown';
+      if (rec.backend === 'local') return rec.hostDir !== null && existsSync(rec.hostDir) ? 'stopped' : 'missing';
+      const m = seen.find((x) => x.ref === rec.ref);
+      return m === undefined ? 'missing' : m.running ? 'running' : 'stopped';
+    };
+  }
+
+  /** Closes every shell, forgets every sandbox (they stay as they are) and releases the engines. */
+  async close(): Promise<void> {
+    for (const live of this.live.values()) await live.shells.close();
+    this.live.clear();
+    await this.backends.closeAll();
+  }
+
+  private backend(live: LiveSandbox): Backend {
+    return this.backendOf.get(live) as Backend;
+  }
+
+  private async backendFor(call: ResolvedCall): Promise<Backend> {
+    const backend = await this.backends.get(call.settings.backend);
+    const checkKey = `${call.settings.backend}:${call.scope.profile}:${call.settings.docker.image}`;
+    if (!this.checkedKeys.has(checkKey)) {
+      await backend.check(call.settings);
+      this.checkedKeys.add(checkKey);
+      await this.opts.hooks.checked(call.settings.backend);
+    }
+    return backend;
+  }
+
+  private assertMountFits(call: ResolvedCall, known: SandboxRecord): void {
+    if (call.spec.mount !== null && known.mount !== call.spec.mount) {
+      throw new PolicyRefusedError(
+        `sandbox "${call.binding.sandboxKey}" already mounts ${known.mount ?? 'no workspace'} at /workspace, not ${call.spec.mount}; ` +
+        'a mount is fixed when the sandbox is created: use the same workspace, or remove the sandbox first (berth rm with the same scope flags)');
+    }
+  }
+
+  /**
+   * Drops a sandbox recorded under another backend than the one its identity now resolves to.
+   * An ephemeral one is removed (its sessions continue on the new backend); a persistent one's
+   * files stay where that backend keeps them, found again by name if the config switches back.
+   * Runs under the identity's lock.
+   */
+  private async retireForeign(rec: SandboxRecord, live: LiveSandbox | undefined): Promise<void> {
+    this.log('berth:broker', `sandbox ${rec.key} moved from backend ${rec.backend}; retiring its old record`);
+    if (live !== undefined) await this.forget(live);
+    if (rec.ephemeral && rec.ref !== '') {
+      try {
+        const old = await this.backends.get(rec.backend as BackendName);
+        await old.remove(rec.ref, rec.hostDir ?? undefined);
+      } catch (e) {
+        this.log('berth:broker', `remove ${rec.key} on ${rec.backend}: ${String(e)}`);
+      }
+    }
+    this.opts.store.deleteSandbox(rec.digest);
+  }
+
+  private async usedSinceDiskCheck(live: LiveSandbox): Promise<boolean> {
+    if (live.inflight > 0 || live.lastActivityMs >= live.diskCheckedMs) return true;
+    if (this.opts.store.runningJobsIn(live.digest).length > 0) return true;
+    return live.shells.hasBackgroundJobs();
+  }
+}

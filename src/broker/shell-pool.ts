@@ -1,0 +1,133 @@
+import type { Sandbox } from '../backends/backend.js';
+import { PersistentShell } from '../shell/persistent-shell.js';
+import type { ExecResult } from '../shell/types.js';
+import { Warden } from '../shell/warden.js';
+import { startCwd, type ResolvedCall } from './resolve-call.js';
+import type { StateStore } from './state-store.js';
+
+/** A CLI process starts a sandbox's warden once a command has run this long. */
+const WARDEN_AFTER_MS = 300;
+
+/** One persistent shell of a sandbox, and whose it is. */
+export interface LiveShell {
+  shell: PersistentShell;
+  tenant: string;
+  profile: string;
+  sessionRef: string;
+  /** The cwd last written to the store for this shell identity (skip rewriting the same value). */
+  recordedCwd: string | undefined;
+}
+
+/**
+ * The persistent shells of one sandbox, by shell identity, and its warden. Lives as long as the
+ * sandbox is live in this process (see `LiveSandbox.shells`).
+ */
+export class SandboxShells {
+  readonly byShell = new Map<string, Promise<LiveShell>>();
+  /** Ends process trees in the sandbox without a new process there; started with the first shell. */
+  readonly warden: Warden;
+
+  constructor(readonly sandbox: Sandbox, opts: { mayKillAll: boolean; label: string }) {
+    this.warden = new Warden({
+      open: () => sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }),
+      mayKillAll: opts.mayKillAll,
+      label: opts.label,
+    });
+  }
+
+  /** Whether a shell runs a command or holds background jobs (the idle reaper leaves such a sandbox). */
+  async busy(): Promise<boolean> {
+    const shells = await this.settled();
+    return shells.some((s) => s !== undefined && (s.shell.busy || s.shell.backgroundJobCount() > 0));
+  }
+
+  /** Whether a shell holds background jobs (they may write to disk between calls). */
+  async hasBackgroundJobs(): Promise<boolean> {
+    const shells = await this.settled();
+    return shells.some((s) => s !== undefined && s.shell.backgroundJobCount() > 0);
+  }
+
+  /** Closes the shells of one session (a session's close). */
+  async closeSession(tenant: string, profile: string, sessionRef: string): Promise<void> {
+    for (const [key, p] of this.byShell) {
+      const ls = await p.catch(() => undefined);
+      if (ls && ls.tenant === tenant && ls.profile === profile && ls.sessionRef === sessionRef) {
+        this.byShell.delete(key);
+        await ls.shell.close();
+      }
+    }
+  }
+
+  /** Closes every shell and the warden (the sandbox is dropped from memory). */
+  async close(): Promise<void> {
+    const shells = [...this.byShell.values()];
+    this.byShell.clear();
+    await Promise.all(shells.map(async (p) => {
+      const ls = await p.catch(() => undefined);
+      await ls?.shell.close();
+    }));
+    await this.warden.close();
+  }
+
+  private settled(): Promise<Array<LiveShell | undefined>> {
+    return Promise.all([...this.byShell.values()].map((p) => p.catch(() => undefined)));
+  }
+}
+
+export interface ShellPoolOptions {
+  store: StateStore;
+  /** This process holds its sessions (a library or server): it lives long, so wardens start early. */
+  longLived: boolean;
+  /** Where shells keep the full output of a command over `exec.maxOutputChars`; undefined: nowhere. */
+  spillDir: string | undefined;
+}
+
+/** Starts the persistent shell of each call's shell identity, and records where its commands leave it. */
+export class ShellPool {
+  constructor(private readonly opts: ShellPoolOptions) {}
+
+  /** The call's shell in `shells`' sandbox: the running one, or a new one in the recorded cwd. */
+  shellFor(call: ResolvedCall, shells: SandboxShells): Promise<LiveShell> {
+    const existing = shells.byShell.get(call.shell.digest);
+    if (existing !== undefined) return existing;
+    const sandbox = shells.sandbox;
+    // A long-lived broker opens it with the sandbox's first shell, before a command could take
+    // every pid there. Not waited for: a docker engine starts one exec at a time per container,
+    // so waiting would add a whole exec to the first call; a bomb that wins the race is handled
+    // by the sandbox restart. A CLI process opens it only for a slow command (see wardenLater):
+    // it lives for one command, and a fast one should not pay for it.
+    if (this.opts.longLived) void shells.warden.start();
+    const p = PersistentShell.start({
+      open: (extra) => sandbox.openShell({ env: { ...call.env, ...extra }, cwd: sandbox.defaultCwd }),
+      execOnce: (argv, o) => sandbox.execOnce(argv, o),
+      killer: shells.warden,
+      stateDir: sandbox.stateDir,
+      shellId: call.shell.fileStem,
+      defaultCwd: call.defaultCwd,
+      initialCwd: startCwd(this.opts.store, call),
+      secretNames: call.secretNames,
+      spillDir: this.opts.spillDir,
+      maxOutputChars: call.settings.exec.maxOutputChars,
+      redactValues: call.redactValues,
+    }).then((shell): LiveShell => ({
+      shell, tenant: call.scope.tenant, profile: call.scope.profile, sessionRef: call.sessionRef, recordedCwd: undefined,
+    }));
+    shells.byShell.set(call.shell.digest, p);
+    p.catch(() => shells.byShell.delete(call.shell.digest));
+    return p;
+  }
+
+  /** In a CLI process: the warden starts if the command runs past WARDEN_AFTER_MS (clear the timer when it ends). */
+  wardenLater(shells: SandboxShells): NodeJS.Timeout | undefined {
+    return this.opts.longLived ? undefined : setTimeout(() => void shells.warden.start(), WARDEN_AFTER_MS);
+  }
+
+  /** After a command: the record follows only what the shell reports after a completed command. */
+  recordCwd(call: ResolvedCall, ls: LiveShell, r: ExecResult): void {
+    if (r.cwd === '' || r.timedOut || r.cwd === ls.recordedCwd) return;
+    this.opts.store.putCwd(call.shell.digest, {
+      tenant: call.scope.tenant, profile: call.scope.profile, session: call.scope.session ?? null, cwd: r.cwd, backend: call.settings.backend,
+    }, Date.now());
+    ls.recordedCwd = r.cwd;
+  }
+}
