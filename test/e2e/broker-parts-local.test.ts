@@ -1,0 +1,135 @@
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { describe, expect, it } from 'vitest';
+import { Broker } from '../../src/broker/broker.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { tempDir } from '../helpers/temp-dir.js';
+
+/*
+ * The broker's parts as its users see them on the local backend: a session handle's `files` and
+ * `jobs` bound to its scope, and `reapers.every` (periodic tasks that stop with the broker).
+ */
+
+function open(opts: { reap?: boolean } = {}): Promise<Broker> {
+  return Broker.open({
+    config: parseConfig({ backend: 'local', persistent: false }), berthHome: tempDir('berth-parts-'), env: { PATH: process.env['PATH'] }, ...opts,
+  });
+}
+
+async function until(what: string, ok: () => boolean): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!ok()) {
+    if (Date.now() > deadline) throw new Error(`never happened: ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+const pause = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+describe('a session handle: files and jobs bound to its scope', () => {
+  it('files go to the handle\'s own sandbox, never another session\'s, and each call is audited under its session', async () => {
+    await using broker = await open();
+    const a = broker.session({ session: 'a' });
+    const b = broker.session({ session: 'b' });
+
+    expect(await a.files.upload({ path: 'note.txt', data: Buffer.from('from a\n') })).toMatchObject({ bytes: 7 });
+    expect((await a.exec('cat note.txt')).stdout).toBe('from a\n');
+    expect((await a.files.readFile({ path: 'note.txt' })).data.toString()).toBe('from a\n');
+    await expect(b.files.readFile({ path: 'note.txt' })).rejects.toMatchObject({ code: 'path_not_found' });
+    expect((await b.exec('test -e note.txt; echo $?')).stdout).toBe('1\n');
+
+    expect(await a.files.uploadStream({ path: 'streamed.txt', size: 3, stream: Readable.from([Buffer.from('abc')]) })).toMatchObject({ bytes: 3 });
+    const src = tempDir('berth-parts-tar-');
+    mkdirSync(join(src, 'dir'));
+    writeFileSync(join(src, 'dir', 'in-tar.txt'), 'tarred\n');
+    const tar = execFileSync('tar', ['-cf', '-', '-C', src, 'dir']);
+    expect(await a.files.uploadTar({ dir: 'unpacked', tar })).toMatchObject({ entries: 2 });
+    expect((await a.exec('cat streamed.txt; echo; cat unpacked/dir/in-tar.txt')).stdout).toBe('abc\ntarred\n');
+
+    const exported = await a.files.exportPath({ path: 'note.txt' });
+    expect(readFileSync(exported.hostPath, 'utf8')).toBe('from a\n');
+    const media = await a.files.mediaPath('unpacked/dir/in-tar.txt');
+    expect(readFileSync(media.hostPath, 'utf8')).toBe('tarred\n');
+
+    const kinds = broker.audit({ tenant: 'local', session: 'a' }).map((e) => e.kind);
+    expect(kinds.filter((k) => k !== 'exec').sort()).toEqual(['export', 'media', 'read', 'upload', 'upload', 'upload']);
+    expect(broker.audit({ tenant: 'local', session: 'b' }).map((e) => e.kind).sort()).toEqual(['exec', 'read']);
+  });
+
+  it('jobs are started, read, listed and killed in the handle\'s own session; another session sees none of them', async () => {
+    await using broker = await open();
+    const a = broker.session({ session: 'a' });
+    const b = broker.session({ session: 'b' });
+
+    const done = await a.jobs.start('echo job-out');
+    let read = await a.jobs.read(done.jobId);
+    for (const deadline = Date.now() + 10_000; !read.done && Date.now() < deadline;) read = await a.jobs.read(done.jobId);
+    expect(read).toMatchObject({ output: 'job-out\n', done: true, status: 'exited', exitCode: 0 });
+
+    const running = await a.jobs.start('sleep 30');
+    expect((await a.jobs.list()).map((j) => [j.jobId, j.status])).toEqual([[done.jobId, 'exited'], [running.jobId, 'running']]);
+    expect(await b.jobs.list()).toEqual([]);
+    await expect(b.jobs.read(running.jobId)).rejects.toMatchObject({ code: 'job_not_found' });
+    await expect(b.jobs.kill(running.jobId)).rejects.toMatchObject({ code: 'job_not_found' });
+    expect(await a.jobs.kill(running.jobId)).toEqual({ killed: true });
+    expect(await a.jobs.kill(done.jobId)).toEqual({ killed: false });
+    expect(broker.audit({ tenant: 'local', session: 'a' }).filter((e) => e.kind === 'job').map((e) => e.command).sort())
+      .toEqual(['echo job-out', 'sleep 30']);
+  });
+});
+
+describe('reapers.every: periodic tasks on the broker\'s reapers', () => {
+  it('runs a task again and again, never two runs at once, until it is stopped (also when the broker does not reap)', async () => {
+    await using broker = await open({ reap: false });
+    let runs = 0;
+    let running = 0;
+    let overlapped = false;
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((r) => (release = r));
+    const stop = broker.reapers.every('test task', 10, async () => {
+      runs++;
+      running++;
+      if (running > 1) overlapped = true;
+      if (runs === 1) await held;
+      running--;
+    });
+    await until('the first run', () => runs === 1);
+    await pause(100); // many ticks while the first run is held
+    expect(runs).toBe(1);
+    release();
+    await until('three runs', () => runs >= 3);
+    stop();
+    await until('the last run ends', () => running === 0);
+    const after = runs;
+    await pause(100);
+    expect(runs).toBe(after);
+    expect(overlapped).toBe(false);
+  });
+
+  it('closing the broker waits for a run under way and starts none after', async () => {
+    const broker = await open();
+    let started = 0;
+    let finished = 0;
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((r) => (release = r));
+    broker.reapers.every('held task', 10, async () => {
+      started++;
+      await held;
+      finished++;
+    });
+    await until('a run', () => started === 1);
+    let closed = false;
+    const closing = broker.close().then(() => {
+      closed = true;
+    });
+    await pause(100);
+    expect(closed).toBe(false);
+    release();
+    await closing;
+    expect(finished).toBe(1);
+    await pause(100);
+    expect(started).toBe(1);
+  });
+});
