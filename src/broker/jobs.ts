@@ -18,7 +18,7 @@ import type { JobRecord, StateStore } from './state-store.js';
  * the job lives in the sandbox under `<stateDir>/jobs/<id>/`:
  *   cmd   the command line (written from the command's stdin, so it is on no argv either)
  *   out   stdout and stderr interleaved, read from a byte offset
- *   pid   the wrapper's pid, written before `startJob` returns
+ *   pid   the wrapper's pid, written before `jobs.start` returns
  *   exit  the exit code, written atomically once the command ended
  * Every process of the job carries `BERTH_CMD_TAG=job-<id>` in its environment, so a kill finds
  * the whole tree (also what escaped with setsid) and nothing else: the kill-tree helper of the

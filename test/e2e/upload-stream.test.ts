@@ -9,7 +9,7 @@ import { describeDocker, dockerConfig, dockerSuiteHooks, installs } from '../hel
 import { tempDir } from '../helpers/temp-dir.js';
 
 /*
- * `broker.uploadStream` (issue 8 item 9), the same on every backend: a stream of a known size goes
+ * `broker.files.uploadStream` (issue 8 item 9), the same on every backend: a stream of a known size goes
  * into the sandbox as it arrives and lands byte-exact; the path and the size are checked before a
  * byte is read; a stream that is short, long or failing leaves nothing behind (no temp file, no dir
  * the upload created) and an existing file as it was.
@@ -77,7 +77,7 @@ function uploadStreamSuite(backend: string, open: () => Promise<Broker>, dir: st
   }, 120_000);
 }
 
-describe('broker.uploadStream on the local backend', () => {
+describe('broker.files.uploadStream on the local backend', () => {
   uploadStreamSuite('local', async () => {
     const broker = await Broker.open({
       config: parseConfig({ backend: 'local', persistent: false, files: { maxBytes: 64 * 1024 * 1024 } }),
@@ -90,7 +90,7 @@ describe('broker.uploadStream on the local backend', () => {
 
 const reg = installs('berth-upstream-');
 
-describeDocker('broker.uploadStream on the real docker engine', () => {
+describeDocker('broker.files.uploadStream on the real docker engine', () => {
   dockerSuiteHooks(reg);
   uploadStreamSuite('docker', () => reg.track().open(dockerConfig({ persistent: false, files: { maxBytes: 64 * 1024 * 1024 } })), '/workspace');
 });
