@@ -62,7 +62,7 @@ async function upload(broker: Broker, scope: Scope, hostPath: string, sandboxPat
     const into = sandboxPath.endsWith('/');
     const top = into ? basename(hostPath) : posix.basename(sandboxPath);
     const dir = into ? sandboxPath : posix.dirname(sandboxPath);
-    const r = await broker.uploadTar(scope, { dir, tar: writeTar(await walk(hostPath, top)) });
+    const r = await broker.uploadTar(scope, { dir, tar: await writeTar(await walk(hostPath, top)) });
     return { direction: 'upload', kind: 'dir', path: posix.join(r.dir, top), entries: r.entries };
   }
   if (!st.isFile()) throw new UsageError(`host path ${JSON.stringify(hostPath)} is not a file or folder`);
