@@ -8,6 +8,7 @@ import { row, timeMany } from './stats.js';
 import { dockerBench } from './docker.js';
 import { httpBench } from './http.js';
 import { mcpBench } from './mcp.js';
+import { startupBench } from './startup.js';
 import { uploadRssBench } from './upload-rss.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
@@ -33,6 +34,7 @@ async function localBench(): Promise<void> {
   }
 }
 
+await startupBench();
 await localBench();
 await dockerBench();
 await httpBench();

@@ -1,5 +1,7 @@
 /**
- * berth: the right sandbox for every agent conversation.
+ * berth: the right sandbox for every agent conversation. This is the library core (the broker,
+ * config, scope, errors and types); the HTTP server is `berth/server` and MCP is `berth/mcp`, so
+ * importing the core loads neither.
  *
  * @example
  * ```ts
@@ -28,14 +30,6 @@ export {
   BerthError, ConfigError, UsageError, PolicyRefusedError, BackendUnavailableError, UnsupportedError,
   SandboxNotFoundError, TimeoutError, isBerthError,
 } from './errors.js';
-export { createMcpServer } from './server/mcp/server.js';
-export type { McpServerInfo } from './server/mcp/server.js';
-export { createMcpHttpHandler } from './server/mcp/http.js';
-export type { McpHttpHandler, McpHttpOptions } from './server/mcp/http.js';
-export { serveMcpStdio } from './server/mcp/stdio.js';
-export type { StdioOptions as McpStdioOptions } from './server/mcp/stdio.js';
-export { describeSandbox } from './server/mcp/sandbox-description.js';
-export type { SandboxDescription } from './server/mcp/sandbox-description.js';
 export { FileTooLargeError, PathNotFoundError } from './files/errors.js';
 export { normalizeSandboxPath, sandboxPathRefusal } from './files/sandbox-path.js';
 export type { SandboxPathPolicy } from './files/sandbox-path.js';
@@ -43,10 +37,3 @@ export { parseSecretsFile } from './config/secrets-file.js';
 export type { SecretsFile } from './config/secrets-file.js';
 export type { AuditEntry } from './broker/state-store.js';
 export type { JobReadResult, JobSummary, JobStatus } from './broker/jobs.js';
-export { BerthServer } from './server/server.js';
-export type { ServerOptions } from './server/server.js';
-export { TokenStore } from './server/tokens.js';
-export type { TokenEntry, TokenGrant, TokenStoreOptions } from './server/tokens.js';
-export { ProfileForbiddenError, HostBackendForbiddenError } from './server/caller.js';
-export type { Caller } from './server/caller.js';
-export { openApiDocument } from './server/openapi.js';

@@ -105,6 +105,8 @@ alive=0
 if [ -z "$code" ] && [ -f "$d/pid" ]; then
   read -r p < "$d/pid"
   grep -z -x -q -s -F "${TAG_VAR}=$tag" "/proc/$p/environ" 2>/dev/null && alive=1
+  # The wrapper records the exit before it ends: one that ended since the first look left it.
+  [ "$alive" = 0 ] && [ -f "$d/exit" ] && read -r code < "$d/exit"
 fi
 size=$(wc -c < "$d/out" 2>/dev/null) || size=0
 echo "ok \${code:--} $alive $size"

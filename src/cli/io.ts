@@ -32,3 +32,18 @@ export function processIo(): CliIo {
     outClosed: closed.signal,
   };
 }
+
+/** Writes one namespaced log line. */
+export type CliLog = (namespace: string, message: string) => void;
+
+/**
+ * The log lines BERTH_DEBUG asks for (`*`, or a namespace prefix such as `berth:shell`), on
+ * stderr; undefined when it asks for none.
+ */
+export function debugLog(io: CliIo): CliLog | undefined {
+  const debug = io.env['BERTH_DEBUG'];
+  if (!debug) return undefined;
+  return (ns, msg) => {
+    if (debug === '*' || ns.startsWith(debug)) io.err(`${ns} ${msg}\n`);
+  };
+}

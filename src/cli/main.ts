@@ -1,17 +1,5 @@
 import { isBerthError } from '../errors.js';
-import { auditCommand } from './commands/audit.js';
-import { closeCommand } from './commands/close.js';
-import { configCommand } from './commands/config-check.js';
-import { cpCommand } from './commands/cp.js';
-import { execCommand } from './commands/exec.js';
-import { explainCommand } from './commands/explain.js';
-import { imageCommand } from './commands/image.js';
-import { lsCommand } from './commands/ls.js';
-import { mediaCommand } from './commands/media.js';
-import { mcpCommand } from './commands/mcp.js';
-import { rmCommand } from './commands/rm.js';
-import { serveCommand } from './commands/serve.js';
-import { tokenCommand } from './commands/token.js';
+import { COMMANDS, isCommandName } from './commands/index.js';
 import { processIo, type CliIo } from './io.js';
 
 const HELP = `berth: the right sandbox for every agent conversation
@@ -35,22 +23,6 @@ commands:
 
 Run "berth <command> --help" for details. State lives in $BERTH_HOME (default ~/.berth).`;
 
-const COMMANDS: Record<string, (argv: string[], io: CliIo) => Promise<number>> = {
-  exec: execCommand,
-  explain: explainCommand,
-  ls: lsCommand,
-  close: closeCommand,
-  rm: rmCommand,
-  config: configCommand,
-  image: imageCommand,
-  cp: cpCommand,
-  media: mediaCommand,
-  audit: auditCommand,
-  serve: serveCommand,
-  token: tokenCommand,
-  mcp: mcpCommand,
-};
-
 /** Runs the CLI; returns the exit code. Errors are one line on stderr that says what to do. */
 export async function main(argv: string[], io: CliIo = processIo()): Promise<number> {
   const [name, ...rest] = argv;
@@ -58,13 +30,13 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     io.out(`${HELP}\n`);
     return name === undefined ? 2 : 0;
   }
-  const command = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
-  if (command === undefined) {
+  if (!isCommandName(name)) {
     io.err(`berth: unknown command "${name}"; run "berth --help" for the list\n`);
     return 2;
   }
   try {
-    return await command(rest, io);
+    const run = await COMMANDS[name]();
+    return await run(rest, io);
   } catch (err) {
     if (isBerthError(err)) {
       io.err(`berth: ${oneLine(err.message)}\n`);

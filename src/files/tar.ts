@@ -1,13 +1,14 @@
 import type { Readable } from 'node:stream';
+import { extract, pack, type Header } from 'tar-stream';
 
 /*
- * A small tar writer and streaming reader: enough of ustar, GNU long names and pax path/size
- * records to carry files and folders between berth and a sandbox's own `tar` (GNU, busybox,
- * bsdtar), with no dependency. Berth writes only regular files and directories; the reader
- * reports every entry's type and lets the caller decide what to keep.
+ * Tar in and out of a sandbox on tar-stream: the archive format (ustar, pax and GNU long names,
+ * base-256 sizes) is tar-stream's; what berth adds is its own contract around it. The reader
+ * reports every entry's type and lets the caller decide what to keep (uploads refuse links and
+ * special files, exports skip them); the writer writes only regular files and directories and
+ * holds a streamed file to the size its header announced.
  */
 
-const BLOCK = 512;
 /** The largest size a 12-byte octal field holds (8 GiB - 1); berth's caps stay far below. */
 export const TAR_MAX_ENTRY_BYTES = 8 ** 11 - 1;
 
@@ -23,97 +24,24 @@ export interface TarWriteEntry {
   mtimeMs?: number;
 }
 
+/** An entry of a streamed archive: a directory, or a file whose `size` bytes come from `content`. */
+export type TarStreamEntry =
+  | { name: string; type: 'dir'; mode: number; mtimeMs?: number | undefined }
+  | { name: string; type: 'file'; mode: number; mtimeMs?: number | undefined; size: number; content: AsyncIterable<Uint8Array> | Iterable<Uint8Array> };
+
 export interface TarHeader {
   /** The entry's path as stored (pax/GNU long name applied), not yet validated. */
   name: string;
   type: TarEntryType;
-  /** Raw type flag, for messages. */
-  flag: string;
+  /** The entry's type as the archive names it (`fifo`, `character-device`, ...), for messages. */
+  typeName: string;
   mode: number;
   size: number;
   linkName: string;
 }
 
-function writeString(block: Buffer, offset: number, length: number, value: string): void {
-  const bytes = Buffer.from(value, 'utf8');
-  if (bytes.length > length) throw new Error(`tar field too long: ${value}`);
-  bytes.copy(block, offset);
-}
-
-function writeOctal(block: Buffer, offset: number, length: number, value: number): void {
-  writeString(block, offset, length, `${value.toString(8).padStart(length - 1, '0')}\0`);
-}
-
-function header(name: string, flag: string, mode: number, size: number, mtimeMs: number): Buffer {
-  const block = Buffer.alloc(BLOCK);
-  writeString(block, 0, 100, name);
-  writeOctal(block, 100, 8, mode & 0o7777);
-  writeOctal(block, 108, 8, 0);
-  writeOctal(block, 116, 8, 0);
-  writeOctal(block, 124, 12, size);
-  writeOctal(block, 136, 12, Math.floor(mtimeMs / 1000));
-  block.fill(0x20, 148, 156);
-  writeString(block, 156, 1, flag);
-  writeString(block, 257, 6, 'ustar');
-  writeString(block, 263, 2, '00');
-  writeString(block, 265, 32, 'root');
-  writeString(block, 297, 32, 'root');
-  let sum = 0;
-  for (const byte of block) sum += byte;
-  writeString(block, 148, 8, `${sum.toString(8).padStart(6, '0')}\0 `);
-  return block;
-}
-
-function padding(size: number): Buffer {
-  const rest = size % BLOCK;
-  return rest === 0 ? Buffer.alloc(0) : Buffer.alloc(BLOCK - rest);
-}
-
-/**
- * Serialises entries as one tar archive (ustar; names over 100 bytes get a GNU long-name record).
- *
- * @example
- * const tar = writeTar([{ name: 'notes/', type: 'dir', mode: 0o755 }, { name: 'notes/a.txt', type: 'file', mode: 0o644, data: Buffer.from('hi') }]);
- */
-export function writeTar(entries: readonly TarWriteEntry[]): Buffer {
-  const parts: Buffer[] = [];
-  for (const e of entries) {
-    const data = e.type === 'file' ? e.data ?? Buffer.alloc(0) : Buffer.alloc(0);
-    parts.push(tarEntryHeader({ name: e.name, type: e.type, mode: e.mode, size: data.length, mtimeMs: e.mtimeMs }));
-    if (data.length > 0) parts.push(data, tarPadding(data.length));
-  }
-  parts.push(tarEnd());
-  return Buffer.concat(parts);
-}
-
-/**
- * The header block(s) of one entry, for writers that stream the content themselves: the content
- * (`size` bytes) follows, then `tarPadding(size)`; `tarEnd()` closes the archive.
- */
-export function tarEntryHeader(e: { name: string; type: 'file' | 'dir'; mode: number; size: number; mtimeMs?: number | undefined }): Buffer {
-  const name = e.type === 'dir' && !e.name.endsWith('/') ? `${e.name}/` : e.name;
-  const size = e.type === 'file' ? e.size : 0;
-  if (size > TAR_MAX_ENTRY_BYTES) throw new Error(`tar entry ${name} is larger than ${TAR_MAX_ENTRY_BYTES} bytes`);
-  const parts: Buffer[] = [];
-  let stored = name;
-  if (Buffer.byteLength(name) > 100) {
-    const long = Buffer.from(`${name}\0`, 'utf8');
-    parts.push(header('././@LongLink', 'L', 0o644, long.length, 0), long, padding(long.length));
-    stored = truncateUtf8(name, 100);
-  }
-  parts.push(header(stored, e.type === 'dir' ? '5' : '0', e.mode, size, e.mtimeMs ?? Date.now()));
-  return Buffer.concat(parts);
-}
-
-/** Zero bytes that round an entry's content of `size` bytes up to the 512-byte block. */
-export function tarPadding(size: number): Buffer {
-  return padding(size);
-}
-
-/** The two zero blocks that end an archive. */
-export function tarEnd(): Buffer {
-  return Buffer.alloc(BLOCK * 2);
-}
+/** A malformed or truncated archive. */
+export class TarFormatError extends Error {}
 
 /** The stream of a one-file archive gave more or fewer bytes than its header announced. */
 export class TarSizeMismatchError extends Error {
@@ -122,99 +50,159 @@ export class TarSizeMismatchError extends Error {
   }
 }
 
+// --- writing ---
+
+/*
+ * The file-type bits of st_mode. tar-stream replaces a mode of 0 by its default (0644 or 0755);
+ * with the type bit set the mode is never 0, and the header keeps only the low 12 bits, so a
+ * file written with mode 000 stays 000.
+ */
+const S_IFREG = 0o100000;
+const S_IFDIR = 0o040000;
+
+function headerOf(e: TarStreamEntry): Header {
+  const dir = e.type === 'dir';
+  const size = dir ? 0 : e.size;
+  if (!Number.isSafeInteger(size) || size < 0) throw new Error(`tar entry ${e.name} has a bad size ${String(size)}`);
+  if (size > TAR_MAX_ENTRY_BYTES) throw new Error(`tar entry ${e.name} is larger than ${TAR_MAX_ENTRY_BYTES} bytes`);
+  return {
+    name: dir && !e.name.endsWith('/') ? `${e.name}/` : e.name,
+    type: dir ? 'directory' : 'file',
+    mode: (dir ? S_IFDIR : S_IFREG) | (e.mode & 0o7777),
+    size,
+    mtime: new Date(e.mtimeMs ?? Date.now()),
+    uid: 0,
+    gid: 0,
+    uname: 'root',
+    gname: 'root',
+  } as Header;
+}
+
+type Emitter = { destroyed: boolean; on(event: string, fn: () => void): unknown; off(event: string, fn: () => void): unknown };
+
+/** Resolves at the first of `events` (or at once when the stream is gone), leaving no listener behind. */
+function first(stream: Emitter, events: string[]): Promise<void> {
+  if (stream.destroyed) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    const done = (): void => {
+      for (const ev of events) stream.off(ev, done);
+      resolve();
+    };
+    for (const ev of events) stream.on(ev, done);
+  });
+}
+
+const closedEarly = (): Error => new Error('the tar stream was closed before its end');
+
+/** Writes the entries into `p` one after the other, each file held to its announced size. */
+async function feedPack(p: ReturnType<typeof pack>, entries: AsyncIterable<TarStreamEntry> | Iterable<TarStreamEntry>): Promise<void> {
+  for await (const e of entries) {
+    if (p.destroyed) throw closedEarly();
+    // The entry's callback is the one signal for every kind of entry: a directory is done as soon
+    // as its header is out (its sink never emits 'finish'), a file once its bytes are, and a
+    // destroyed pack calls it with the error.
+    let sink!: ReturnType<typeof p.entry>;
+    const written = new Promise<void>((resolve, reject) => {
+      sink = p.entry(headerOf(e), (err?: Error | null) => (err ? reject(err) : resolve()));
+    });
+    // The entry's failure reaches us through the callback and the pack's own error; without
+    // these, a sink destroyed with the pack would throw its error as an uncaught exception.
+    written.catch(() => undefined);
+    sink.on('error', () => undefined);
+    if (e.type === 'file') {
+      let got = 0;
+      for await (const chunk of e.content) {
+        got += chunk.byteLength;
+        // Checked before the chunk is written: bytes past the announced size would be read by the
+        // sandbox's tar as the next header, an entry the caller made up.
+        if (got > e.size) throw new TarSizeMismatchError(e.size, got, true);
+        if (sink.destroyed) throw closedEarly();
+        if (chunk.byteLength > 0 && !sink.write(chunk)) await first(sink, ['drain', 'close']);
+      }
+      if (got !== e.size) throw new TarSizeMismatchError(e.size, got, false);
+      sink.end(undefined);
+    }
+    await written;
+    if (p.destroyed) throw closedEarly();
+  }
+  p.finalize();
+}
+
 /**
- * A tar archive streamed as it is produced: `dirs`, then one file whose `size` content bytes come
- * from `source` (the header needs the size up front, so it is given, and held to: a source that
- * gives more or fewer bytes fails the stream with `TarSizeMismatchError`). Nothing is buffered
- * beyond the chunk in hand.
+ * A tar archive streamed as it is produced: each file's content is read only as the consumer
+ * takes the archive, never buffered beyond the chunk in hand. A file whose content gives more
+ * or fewer bytes than its `size` fails the stream with `TarSizeMismatchError`, before a byte
+ * past the announced size is written.
+ *
+ * @example
+ * Readable.from(tarStream([{ name: 'out', type: 'dir', mode: 0o755 }, { name: 'out/a.bin', type: 'file', mode: 0o644, size, content }]));
+ */
+export async function* tarStream(entries: AsyncIterable<TarStreamEntry> | Iterable<TarStreamEntry>): AsyncGenerator<Buffer> {
+  const p = pack();
+  // The feeder stops on its own once the pack is destroyed (a consumer that left, or its error).
+  void feedPack(p, entries).catch((err: unknown) => p.destroy(err instanceof Error ? err : new Error(String(err))));
+  try {
+    for await (const chunk of p) yield chunk as Buffer;
+  } finally {
+    p.destroy();
+  }
+}
+
+/**
+ * Serialises entries as one tar archive.
+ *
+ * @example
+ * const tar = await writeTar([{ name: 'notes/', type: 'dir', mode: 0o755 }, { name: 'notes/a.txt', type: 'file', mode: 0o644, data: Buffer.from('hi') }]);
+ */
+export async function writeTar(entries: readonly TarWriteEntry[]): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const chunk of tarStream(entries.map(asStreamEntry))) parts.push(chunk);
+  return Buffer.concat(parts);
+}
+
+function asStreamEntry(e: TarWriteEntry): TarStreamEntry {
+  if (e.type === 'dir') return { name: e.name, type: 'dir', mode: e.mode, mtimeMs: e.mtimeMs };
+  const data = e.data ?? Buffer.alloc(0);
+  return { name: e.name, type: 'file', mode: e.mode, mtimeMs: e.mtimeMs, size: data.length, content: [data] };
+}
+
+/**
+ * `dirs`, then one file whose `size` content bytes come from `source`, as a streamed archive (see
+ * `tarStream`: the size is given up front and held to).
  *
  * @example
  * Readable.from(tarStreamOfFile([], { name: 'big.bin', mode: 0o644, size }, request));
  */
-export async function* tarStreamOfFile(
+export function tarStreamOfFile(
   dirs: readonly TarWriteEntry[],
   file: { name: string; mode: number; size: number },
   source: AsyncIterable<Uint8Array>,
 ): AsyncGenerator<Buffer> {
-  for (const d of dirs) yield tarEntryHeader({ ...d, type: 'dir', size: 0 });
-  yield tarEntryHeader({ ...file, type: 'file' });
-  let got = 0;
-  for await (const chunk of source) {
-    const b = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-    got += b.length;
-    if (got > file.size) throw new TarSizeMismatchError(file.size, got, true);
-    if (b.length > 0) yield b;
-  }
-  if (got !== file.size) throw new TarSizeMismatchError(file.size, got, false);
-  yield tarPadding(file.size);
-  yield tarEnd();
+  return tarStream([
+    ...dirs.map((d): TarStreamEntry => ({ name: d.name, type: 'dir', mode: d.mode, mtimeMs: d.mtimeMs })),
+    { ...file, type: 'file', content: source },
+  ]);
 }
 
-/** The longest prefix of `s` whose UTF-8 form fits `bytes` (the ustar name of a long-named entry is informative only). */
-function truncateUtf8(s: string, bytes: number): string {
-  let out = '';
-  for (const ch of s) {
-    if (Buffer.byteLength(out + ch) > bytes) break;
-    out += ch;
-  }
-  return out;
-}
+// --- reading ---
 
-function readString(block: Buffer, offset: number, length: number): string {
-  const field = block.subarray(offset, offset + length);
-  const end = field.indexOf(0);
-  return field.subarray(0, end === -1 ? length : end).toString('utf8');
-}
-
-function readNumber(block: Buffer, offset: number, length: number): number {
-  const field = block.subarray(offset, offset + length);
-  if ((field[0]! & 0x80) !== 0) {
-    // GNU base-256 for large values.
-    let value = 0;
-    for (let i = 1; i < field.length; i++) value = value * 256 + field[i]!;
-    return value;
-  }
-  const text = readString(block, offset, length).trim();
-  if (text === '') return 0;
-  if (!/^[0-7]+$/.test(text)) throw new TarFormatError(`bad number field "${text}"`);
-  return parseInt(text, 8);
-}
-
-function checksumOk(block: Buffer): boolean {
-  let sum = 0;
-  for (let i = 0; i < BLOCK; i++) sum += i >= 148 && i < 156 ? 0x20 : block[i]!;
-  return readNumber(block, 148, 8) === sum;
-}
-
-function typeOf(flag: string): TarEntryType {
-  switch (flag) {
-    case '0': case '\0': case '': case '7': return 'file';
-    case '5': return 'dir';
-    case '2': return 'symlink';
-    case '1': return 'hardlink';
+function typeOf(type: Header['type'] | null): TarEntryType {
+  switch (type) {
+    case 'file': case 'contiguous-file': return 'file';
+    case 'directory': return 'dir';
+    case 'symlink': return 'symlink';
+    case 'link': return 'hardlink';
     default: return 'other';
   }
 }
 
-/** A malformed or truncated archive. */
-export class TarFormatError extends Error {}
-
-/** Parses pax `len key=value\n` records; only path, linkpath and size matter here. */
-function parsePax(data: Buffer): Record<string, string> {
-  const out: Record<string, string> = {};
-  let i = 0;
-  while (i < data.length) {
-    const space = data.indexOf(0x20, i);
-    if (space < 0) break;
-    const len = parseInt(data.subarray(i, space).toString('ascii'), 10);
-    if (!Number.isFinite(len) || len <= 0) throw new TarFormatError('bad pax record');
-    const record = data.subarray(space + 1, i + len - 1).toString('utf8');
-    const eq = record.indexOf('=');
-    if (eq > 0) out[record.slice(0, eq)] = record.slice(eq + 1);
-    i += len;
-  }
-  return out;
-}
+/** tar-stream's messages for a malformed archive, in berth's words. */
+const FORMAT_ERRORS: Record<string, string> = {
+  'Invalid tar header. Maybe the tar is corrupted or it needs to be gunzipped?': 'bad header checksum (a corrupt archive, or a compressed one: send plain tar)',
+  'Unexpected end of data': 'archive ends in the middle of an entry',
+  'Header exceeds max size': 'meta record (pax or GNU long name) too large',
+  'Invalid header': 'bad size field in a header',
+};
 
 export interface TarEntrySink {
   write(chunk: Buffer): Promise<void> | void;
@@ -223,89 +211,64 @@ export interface TarEntrySink {
 
 /**
  * Reads a tar stream entry by entry. `onEntry` returns a sink for the entry's content, or
- * undefined to skip it. Throws `TarFormatError` for a bad header or an archive that ends early.
- * Returns the number of entries seen.
+ * undefined to skip it; the archive is read only as fast as the sinks take it. Throws
+ * `TarFormatError` for a bad header or an archive that ends early, the source's own error if it
+ * fails, and whatever `onEntry` or a sink throws. Returns the number of entries seen.
  */
 export async function readTar(
   source: Readable | AsyncIterable<Buffer>,
   onEntry: (h: TarHeader) => Promise<TarEntrySink | undefined> | TarEntrySink | undefined,
 ): Promise<number> {
-  let buf: Buffer = Buffer.alloc(0);
-  let entries = 0;
-  let ended = false;
-  // Meta records (GNU long name, pax) apply to the next real entry.
-  let longName: string | undefined;
-  let longLink: string | undefined;
-  let pax: Record<string, string> = {};
-  let state: { kind: 'header' } | { kind: 'body'; left: number; pad: number; sink: TarEntrySink | undefined; meta?: { flag: string; parts: Buffer[] } } = { kind: 'header' };
-
-  for await (const chunk of source as AsyncIterable<Buffer>) {
-    buf = buf.length === 0 ? chunk : Buffer.concat([buf, chunk]);
-    for (;;) {
-      if (ended) break;
-      if (state.kind === 'header') {
-        if (buf.length < BLOCK) break;
-        const block = buf.subarray(0, BLOCK);
-        buf = buf.subarray(BLOCK);
-        if (block.every((b) => b === 0)) {
-          ended = true;
-          break;
-        }
-        if (!checksumOk(block)) throw new TarFormatError('bad header checksum');
-        const flag = String.fromCharCode(block[156]!).replace('\0', '0');
-        const size = readNumber(block, 124, 12);
-        const pad = (BLOCK - (size % BLOCK)) % BLOCK;
-        if (flag === 'L' || flag === 'K' || flag === 'x' || flag === 'g') {
-          if (size > 1024 * 1024) throw new TarFormatError('meta record too large');
-          state = { kind: 'body', left: size, pad, sink: undefined, meta: { flag, parts: [] } };
-          continue;
-        }
-        const prefix = readString(block, 345, 155);
-        const magic = readString(block, 257, 6);
-        const stored = magic.startsWith('ustar') && prefix !== '' && readString(block, 263, 2) === '00' ? `${prefix}/${readString(block, 0, 100)}` : readString(block, 0, 100);
-        const h: TarHeader = {
-          name: pax['path'] ?? longName ?? stored,
-          type: typeOf(flag),
-          flag,
-          mode: readNumber(block, 100, 8),
-          size: pax['size'] !== undefined ? Number(pax['size']) : size,
-          linkName: pax['linkpath'] ?? longLink ?? readString(block, 157, 100),
-        };
-        longName = undefined;
-        longLink = undefined;
-        pax = {};
-        entries++;
-        const bodySize = h.type === 'dir' || h.type === 'symlink' || h.type === 'hardlink' ? size : h.size;
-        const sink = await onEntry(h);
-        state = { kind: 'body', left: bodySize, pad: (BLOCK - (bodySize % BLOCK)) % BLOCK, sink };
-        continue;
+  // Archives without the ustar magic (old v7 tar) are read too, as before tar-stream.
+  // (tar-stream reads the option; its type definitions predate it.)
+  const ex = extract({ allowUnknownFormat: true } as Parameters<typeof extract>[0]);
+  let bytes = 0;
+  let sourceError: unknown;
+  void (async () => {
+    try {
+      for await (const chunk of source as AsyncIterable<Buffer>) {
+        if (ex.destroyed) return;
+        bytes += chunk.length;
+        if (!ex.write(chunk)) await first(ex, ['drain', 'close']);
       }
-      // body
-      if (state.left > 0) {
-        if (buf.length === 0) break;
-        const take = Math.min(state.left, buf.length);
-        const part = buf.subarray(0, take);
-        buf = buf.subarray(take);
-        state.left -= take;
-        if (state.meta) state.meta.parts.push(Buffer.from(part));
-        else if (state.sink) await state.sink.write(part);
-        if (state.left > 0) continue;
-      }
-      if (buf.length < state.pad) break;
-      buf = buf.subarray(state.pad);
-      if (state.meta) {
-        const data = Buffer.concat(state.meta.parts);
-        if (state.meta.flag === 'L') longName = readString(data, 0, data.length);
-        else if (state.meta.flag === 'K') longLink = readString(data, 0, data.length);
-        else if (state.meta.flag === 'x') pax = parsePax(data);
-      } else if (state.sink) {
-        await state.sink.end();
-      }
-      state = { kind: 'header' };
+      ex.end(undefined);
+    } catch (err) {
+      sourceError = err;
+      ex.destroy(err instanceof Error ? err : new Error(String(err)));
     }
-    if (ended) break;
+  })();
+  let entries = 0;
+  // Errors of the archive and the source come out of the iterators; those of onEntry and the sinks are the caller's.
+  const archive = async <T>(step: Promise<T>): Promise<T> => {
+    try {
+      return await step;
+    } catch (err) {
+      if (err === sourceError || !(err instanceof Error)) throw err;
+      throw new TarFormatError(FORMAT_ERRORS[err.message] ?? err.message);
+    }
+  };
+  const it = ex[Symbol.asyncIterator]();
+  try {
+    for (;;) {
+      const next = await archive(it.next());
+      if (next.done === true) break;
+      const entry = next.value;
+      entries++;
+      const h = entry.header;
+      const sink = await onEntry({
+        name: h.name, type: typeOf(h.type), typeName: h.type ?? 'unknown', mode: h.mode, size: h.size, linkName: h.linkname ?? '',
+      });
+      const content = entry[Symbol.asyncIterator]();
+      for (;;) {
+        const part = await archive(content.next());
+        if (part.done === true) break;
+        if (sink !== undefined) await sink.write(part.value as Buffer);
+      }
+      await sink?.end();
+    }
+  } finally {
+    ex.destroy();
   }
-  if (!ended && (state.kind === 'body' || buf.length > 0)) throw new TarFormatError('archive ends in the middle of an entry');
-  if (!ended && entries === 0) throw new TarFormatError('empty archive');
+  if (entries === 0 && bytes === 0) throw new TarFormatError('empty archive');
   return entries;
 }

@@ -206,7 +206,7 @@ async function parseUploadTar(tar: Buffer, maxBytes: number): Promise<ParsedEntr
       const name = cleanEntryName(h.name);
       if (name === undefined) throw new PolicyRefusedError(`archive entry ${JSON.stringify(h.name)} is refused: absolute names and ".." segments are not allowed`);
       if (h.type === 'symlink' || h.type === 'hardlink' || h.type === 'other') {
-        throw new PolicyRefusedError(`archive entry ${JSON.stringify(h.name)} is a ${h.type === 'other' ? `special file (type ${JSON.stringify(h.flag)})` : h.type}; uploads carry only files and folders`);
+        throw new PolicyRefusedError(`archive entry ${JSON.stringify(h.name)} is a ${h.type === 'other' ? `special file (type ${JSON.stringify(h.typeName)})` : h.type}; uploads carry only files and folders`);
       }
       if (name === '') return undefined;
       if (h.type === 'dir') {
@@ -265,7 +265,7 @@ export async function uploadTarball(ctx: TransferContext, a: { dir: string; tar:
     out.push(e.type === 'dir' ? { name, type: 'dir', mode: e.mode } : { name, type: 'file', mode: e.mode, data: e.data });
   }
   if (out.length === 0) return { dir: r.real, entries: 0 };
-  await ctx.sandbox.putArchive(base, writeTar(out));
+  await ctx.sandbox.putArchive(base, await writeTar(out));
   return { dir: r.real, entries: entries.length };
 }
 

@@ -6,7 +6,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { sessionRefOf } from '../broker/resolve-call.js';
 import { stagingDirFor } from '../files/staging.js';
-import { tarEnd, tarEntryHeader, tarPadding } from '../files/tar.js';
+import { tarStream, type TarStreamEntry } from '../files/tar.js';
 import { DEFAULT_PROFILE, type CallScope } from '../scope/call-scope.js';
 import { HttpError } from './http-error.js';
 
@@ -91,31 +91,27 @@ async function* fileBytes(fh: FileHandle, size: number): AsyncGenerator<Buffer> 
   }
 }
 
-/** A folder as a tar stream: files and dirs only (symlinks and special files are left out), sorted by name. */
-async function* tarOf(dir: string, name: string, st: Stats): AsyncGenerator<Buffer> {
-  yield tarEntryHeader({ name, type: 'dir', mode: st.mode, size: 0, mtimeMs: st.mtimeMs });
+/**
+ * A folder's entries for a tar stream: files and dirs only (symlinks and special files are left
+ * out), sorted by name. Each file stays open only while its content is read.
+ */
+async function* entriesOf(dir: string, name: string, st: Stats): AsyncGenerator<TarStreamEntry> {
+  yield { name, type: 'dir', mode: st.mode, mtimeMs: st.mtimeMs };
   for (const entry of (await readdir(dir)).sort()) {
     const path = join(dir, entry);
     const child = await lstatOrUndefined(path);
     if (child?.isDirectory()) {
-      yield* tarOf(path, `${name}/${entry}`, child);
+      yield* entriesOf(path, `${name}/${entry}`, child);
     } else if (child?.isFile()) {
       const f = await openPlainFile(path);
       if (f === undefined) continue;
       try {
-        yield tarEntryHeader({ name: `${name}/${entry}`, type: 'file', mode: f.mode, size: f.size, mtimeMs: f.mtimeMs });
-        yield* fileBytes(f.fh, f.size);
-        yield tarPadding(f.size);
+        yield { name: `${name}/${entry}`, type: 'file', mode: f.mode, mtimeMs: f.mtimeMs, size: f.size, content: fileBytes(f.fh, f.size) };
       } finally {
         await f.fh.close();
       }
     }
   }
-}
-
-async function* withEnd(tar: AsyncGenerator<Buffer>): AsyncGenerator<Buffer> {
-  yield* tar;
-  yield tarEnd();
 }
 
 /**
@@ -156,5 +152,5 @@ export async function sendExport(res: ServerResponse, berthHome: string, scope: 
   res.writeHead(200, {
     'content-type': 'application/x-tar', 'content-disposition': `${disposition}.tar`, 'x-berth-kind': 'dir', 'cache-control': 'no-store',
   });
-  await pipeline(Readable.from(withEnd(tarOf(path, name, st))), res);
+  await pipeline(Readable.from(tarStream(entriesOf(path, name, st))), res);
 }

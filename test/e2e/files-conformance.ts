@@ -70,7 +70,7 @@ export function filesConformance(
   it(`${backend}: a folder round trip; symlinks and berth's own files never come out`, async () => {
     const { broker } = await open();
     const s = { session: 'tree' };
-    const tar = writeTar([
+    const tar = await writeTar([
       { name: 'proj', type: 'dir', mode: 0o755 },
       { name: 'proj/a.txt', type: 'file', mode: 0o644, data: Buffer.from('alpha\n') },
       { name: 'proj/empty', type: 'file', mode: 0o644, data: Buffer.alloc(0) },
@@ -139,7 +139,7 @@ export function filesConformance(
     expect((await broker.files.exportPath(s, { path: 'k', maxBytes: 1512 })).bytes).toBe(1000);
     await expect(broker.files.exportPath(s, { path: 'k', maxBytes: 1511 })).rejects.toBeInstanceOf(FileTooLargeError);
     // The same for a tar upload.
-    const many = writeTar(Array.from({ length: 20_000 }, (_, i) => ({ name: `u/f${i}`, type: 'file' as const, mode: 0o644, data: Buffer.alloc(0) })));
+    const many = await writeTar(Array.from({ length: 20_000 }, (_, i) => ({ name: `u/f${i}`, type: 'file' as const, mode: 0o644, data: Buffer.alloc(0) })));
     const up = await broker.files.uploadTar(s, { dir: 'up', tar: many }).catch((e: unknown) => e);
     expect(up).toBeInstanceOf(FileTooLargeError);
     expect((up as Error).message).toMatch(/^the archive's entries \(over \d+ bytes, counting 512 bytes for each of its \d+ entries so far\) is larger than the cap of 1048576 bytes/);
@@ -207,8 +207,8 @@ export function filesConformance(
     await refused(broker.files.mediaPath(s, `${home}/.berth/shells`), /berth's own state/);
     await refused(broker.files.upload(s, { path: 'linkdir/evil', data: Buffer.from('x') }), /resolves to "\/etc\/evil"\) is outside/);
     await refused(broker.files.upload(s, { path: '/proc/self/x', data: Buffer.from('x') }), /under \/proc/);
-    await refused(broker.files.uploadTar(s, { dir: '.', tar: writeTar([{ name: 'linkdir/evil', type: 'file', mode: 0o644, data: Buffer.from('x') }]) }), /is a symlink in the sandbox/);
-    await refused(broker.files.uploadTar(s, { dir: 'real', tar: writeTar([{ name: '../evil', type: 'file', mode: 0o644, data: Buffer.from('x') }]) }), /archive entry "\.\.\/evil" is refused/);
+    await refused(broker.files.uploadTar(s, { dir: '.', tar: await writeTar([{ name: 'linkdir/evil', type: 'file', mode: 0o644, data: Buffer.from('x') }]) }), /is a symlink in the sandbox/);
+    await refused(broker.files.uploadTar(s, { dir: 'real', tar: await writeTar([{ name: '../evil', type: 'file', mode: 0o644, data: Buffer.from('x') }]) }), /archive entry "\.\.\/evil" is refused/);
     await refused(broker.files.uploadTar(s, { dir: 'real', tar: symlinkTar() }), /archive entry "\.\/ln" is a symlink; uploads carry only files and folders/);
     await expect(broker.files.exportPath(s, { path: 'nope' })).rejects.toBeInstanceOf(PathNotFoundError);
     expect((await broker.exec(s, 'ls /etc/evil 2>&1 || true')).stdout).toMatch(/No such file/);

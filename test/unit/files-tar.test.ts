@@ -27,7 +27,7 @@ describe('tar writer and reader', () => {
 
   it('round-trips files, dirs, empty files and names over 100 bytes, in any chunking', async () => {
     const data = Buffer.from(Array.from({ length: 5000 }, (_, i) => i % 251));
-    const tar = writeTar([
+    const tar = await writeTar([
       { name: 'top', type: 'dir', mode: 0o755 },
       { name: 'top/a.bin', type: 'file', mode: 0o600, data },
       { name: 'top/empty', type: 'file', mode: 0o644, data: Buffer.alloc(0) },
@@ -45,7 +45,7 @@ describe('tar writer and reader', () => {
   it('GNU tar reads what berth writes, and berth reads what GNU tar writes (long names, symlinks)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'berth-tar-'));
     dirs.push(dir);
-    writeFileSync(join(dir, 'ours.tar'), writeTar([{ name: long, type: 'file', mode: 0o640, data: Buffer.from('hello') }]));
+    writeFileSync(join(dir, 'ours.tar'), await writeTar([{ name: long, type: 'file', mode: 0o640, data: Buffer.from('hello') }]));
     mkdirSync(join(dir, 'out'));
     execFileSync('tar', ['-x', '-f', join(dir, 'ours.tar'), '-C', join(dir, 'out')]);
     expect(readFileSync(join(dir, 'out', long), 'utf8')).toBe('hello');
@@ -58,7 +58,7 @@ describe('tar writer and reader', () => {
   });
 
   it('a truncated archive or a corrupt header is an error, never a short success', async () => {
-    const tar = writeTar([{ name: 'a', type: 'file', mode: 0o644, data: Buffer.alloc(2000, 1) }]);
+    const tar = await writeTar([{ name: 'a', type: 'file', mode: 0o644, data: Buffer.alloc(2000, 1) }]);
     await expect(entries(tar.subarray(0, 1024))).rejects.toBeInstanceOf(TarFormatError);
     const bad = Buffer.from(tar);
     bad[10] = 0x41;

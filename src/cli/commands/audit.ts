@@ -3,7 +3,7 @@ import { normalizeScope } from '../../scope/normalize.js';
 import { parseUserRef } from '../../scope/user-ref.js';
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
 import type { CliIo } from '../io.js';
-import { openCliBroker } from '../open-broker.js';
+import { withBroker } from '../with-broker.js';
 
 export const AUDIT_HELP = `usage: berth audit [--tenant T] [--user PLATFORM:ID] [--session S] [--limit N] [--json]
 
@@ -33,8 +33,7 @@ export async function auditCommand(argv: string[], io: CliIo): Promise<number> {
     limit = Number(values.limit);
     if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new UsageError(`--limit "${values.limit}" is not a whole number between 1 and 10000`);
   }
-  const broker = await openCliBroker(io, values.config);
-  try {
+  return withBroker(io, values.config, (broker) => {
     const entries = broker.audit({ tenant, user: values.user, session: values.session, limit });
     if (values.json) {
       io.out(`${JSON.stringify(entries)}\n`);
@@ -50,7 +49,5 @@ export async function auditCommand(argv: string[], io: CliIo): Promise<number> {
       io.out(`${new Date(e.timeMs).toISOString().padEnd(24)} ${e.kind.padEnd(6)} ${(e.user ?? '-').padEnd(20)} ${(e.session ?? '-').padEnd(16)} ${(e.sandboxKey ?? '-').padEnd(24)} ${String(e.exitCode ?? '-').padStart(4)} ${String(e.durationMs ?? '-').padStart(6)} ${command}\n`);
     }
     return 0;
-  } finally {
-    await broker.close();
-  }
+  });
 }

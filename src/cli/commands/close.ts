@@ -1,6 +1,6 @@
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
 import type { CliIo } from '../io.js';
-import { openCliBroker } from '../open-broker.js';
+import { withBroker } from '../with-broker.js';
 
 export const CLOSE_HELP = `usage: berth close [scope flags] [--json]
 
@@ -16,13 +16,10 @@ export async function closeCommand(argv: string[], io: CliIo): Promise<number> {
     io.out(`${CLOSE_HELP}\n`);
     return 0;
   }
-  const broker = await openCliBroker(io, values.config);
-  try {
+  return withBroker(io, values.config, async (broker) => {
     const r = await broker.closeSession(scopeFromFlags(values, io.env, io.cwd));
     if (values.json) io.out(`${JSON.stringify(r)}\n`);
     else io.out(`closed; removed: ${r.removed.join(', ') || '(none)'}; kept: ${r.kept.join(', ') || '(none)'}\n`);
     return 0;
-  } finally {
-    await broker.close();
-  }
+  });
 }

@@ -1,10 +1,11 @@
 import { cp, lstat, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { basename, dirname, join, posix, resolve } from 'node:path';
+import type { Broker } from '../../broker/broker.js';
 import { UsageError } from '../../errors.js';
 import { writeTar, type TarWriteEntry } from '../../files/tar.js';
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
 import type { CliIo } from '../io.js';
-import { openCliBroker } from '../open-broker.js';
+import { withBroker } from '../with-broker.js';
 
 /** The prefix that marks the sandbox side of `berth cp`. */
 export const SANDBOX_PREFIX = 'sandbox:';
@@ -41,19 +42,15 @@ export async function cpCommand(argv: string[], io: CliIo): Promise<number> {
     throw new UsageError(`berth cp copies between the host and the sandbox: prefix exactly one of SRC and DEST with "${SANDBOX_PREFIX}"`);
   }
   const scope = scopeFromFlags(values, io.env, io.cwd);
-  const broker = await openCliBroker(io, values.config);
-  try {
+  return withBroker(io, values.config, async (broker) => {
     const result = destIn
       ? await upload(broker, scope, resolve(io.cwd, src), dest.slice(SANDBOX_PREFIX.length))
       : await download(broker, scope, src.slice(SANDBOX_PREFIX.length), resolve(io.cwd, dest));
     if (values.json) io.out(`${JSON.stringify(result)}\n`);
     return 0;
-  } finally {
-    await broker.close();
-  }
+  });
 }
 
-type Broker = Awaited<ReturnType<typeof openCliBroker>>;
 type Scope = ReturnType<typeof scopeFromFlags>;
 
 async function upload(broker: Broker, scope: Scope, hostPath: string, sandboxPath: string): Promise<Record<string, unknown>> {
@@ -65,7 +62,7 @@ async function upload(broker: Broker, scope: Scope, hostPath: string, sandboxPat
     const into = sandboxPath.endsWith('/');
     const top = into ? basename(hostPath) : posix.basename(sandboxPath);
     const dir = into ? sandboxPath : posix.dirname(sandboxPath);
-    const r = await broker.files.uploadTar(scope, { dir, tar: writeTar(await walk(hostPath, top)) });
+    const r = await broker.files.uploadTar(scope, { dir, tar: await writeTar(await walk(hostPath, top)) });
     return { direction: 'upload', kind: 'dir', path: posix.join(r.dir, top), entries: r.entries };
   }
   if (!st.isFile()) throw new UsageError(`host path ${JSON.stringify(hostPath)} is not a file or folder`);

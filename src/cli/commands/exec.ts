@@ -3,7 +3,7 @@ import { UsageError } from '../../errors.js';
 import type { CallScopeInput } from '../../scope/call-scope.js';
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
 import { CLOSED_PIPE_EXIT, type CliIo } from '../io.js';
-import { openCliBroker } from '../open-broker.js';
+import { withBroker } from '../with-broker.js';
 
 export const EXEC_HELP = `usage: berth exec [scope flags] [--workdir DIR] [--timeout SECONDS] [--json] -- CMD...
 
@@ -34,16 +34,11 @@ export async function execCommand(argv: string[], io: CliIo): Promise<number> {
     }
   }
   const scope = scopeFromFlags(values, io.env, io.cwd);
-  const broker = await openCliBroker(io, values.config);
   // Nobody reads stdout any more: the command is cancelled (as SIGPIPE ends a writer in a shell
   // pipeline), nothing more is printed, and the exit code is 141. The last write may find out.
   const gone = (): boolean => io.outClosed?.aborted === true;
-  let code: number;
-  try {
-    code = await run(broker, scope, rest.join(' '), { timeoutSeconds, workdir: values.workdir, json: values.json === true }, io, gone);
-  } finally {
-    await broker.close();
-  }
+  const code = await withBroker(io, values.config, (broker) =>
+    run(broker, scope, rest.join(' '), { timeoutSeconds, workdir: values.workdir, json: values.json === true }, io, gone));
   return gone() ? CLOSED_PIPE_EXIT : code;
 }
 

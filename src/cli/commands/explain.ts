@@ -1,6 +1,6 @@
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
 import type { CliIo } from '../io.js';
-import { openCliBroker } from '../open-broker.js';
+import { withBroker } from '../with-broker.js';
 
 export const EXPLAIN_HELP = `usage: berth explain [scope flags] [--json]
 
@@ -16,8 +16,7 @@ export async function explainCommand(argv: string[], io: CliIo): Promise<number>
     io.out(`${EXPLAIN_HELP}\n`);
     return 0;
   }
-  const broker = await openCliBroker(io, values.config);
-  try {
+  return withBroker(io, values.config, (broker) => {
     const b = broker.explain(scopeFromFlags(values, io.env, io.cwd));
     if (values.json) {
       io.out(`${JSON.stringify(b)}\n`);
@@ -30,7 +29,5 @@ export async function explainCommand(argv: string[], io: CliIo): Promise<number>
       for (const [k, v] of rows) io.out(`${k.padEnd(12)} ${v}\n`);
     }
     return 0;
-  } finally {
-    await broker.close();
-  }
+  });
 }

@@ -1,6 +1,6 @@
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
 import type { CliIo } from '../io.js';
-import { openCliBroker } from '../open-broker.js';
+import { withBroker } from '../with-broker.js';
 
 export const LS_HELP = `usage: berth ls [--tenant T] [--json]
 
@@ -12,8 +12,7 @@ export async function lsCommand(argv: string[], io: CliIo): Promise<number> {
     io.out(`${LS_HELP}\n`);
     return 0;
   }
-  const broker = await openCliBroker(io, values.config);
-  try {
+  return withBroker(io, values.config, (broker) => {
     const list = broker.list(values.tenant ?? 'local');
     if (values.json) {
       io.out(`${JSON.stringify(list)}\n`);
@@ -29,7 +28,5 @@ export async function lsCommand(argv: string[], io: CliIo): Promise<number> {
       io.out(`${s.sandboxKey.padEnd(32)} ${s.backend.padEnd(7)} ${(s.persistent ? 'persistent' : 'ephemeral').padEnd(10)} ${s.rule.padEnd(10)} ${sessions}\n`);
     }
     return 0;
-  } finally {
-    await broker.close();
-  }
+  });
 }

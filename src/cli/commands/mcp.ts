@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { Broker } from '../../broker/broker.js';
 import { UsageError } from '../../errors.js';
 import { serveMcpStdio } from '../../server/mcp/stdio.js';
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
-import type { CliIo } from '../io.js';
+import { debugLog, type CliIo } from '../io.js';
+import { withBroker } from '../with-broker.js';
 
 export const MCP_HELP = `usage: berth mcp [scope flags]
 
@@ -26,24 +26,24 @@ export async function mcpCommand(argv: string[], io: CliIo): Promise<number> {
   }
   const scope = scopeFromFlags(values, io.env, io.cwd);
   scope.session ??= `mcp-${randomBytes(6).toString('hex')}`;
-  const debug = io.env['BERTH_DEBUG'];
-  const log = (ns: string, msg: string): void => {
-    if (debug && (debug === '*' || ns.startsWith(debug))) io.err(`${ns} ${msg}\n`);
-  };
-  // This process holds its session (the default): if it dies, the next berth reaps the sandbox.
-  const broker = await Broker.open({ configPath: values.config, cwd: io.cwd, env: io.env, log });
+  const log = debugLog(io) ?? ((): void => undefined);
+  // This process holds its session: if it dies, the next berth reaps the sandbox.
   const stop = new AbortController();
   const onSignal = (): void => stop.abort();
-  process.once('SIGTERM', onSignal);
-  process.once('SIGINT', onSignal);
   try {
-    log('berth:mcp', `serving session ${scope.session} over stdio`);
-    await serveMcpStdio(broker, scope, { signal: stop.signal, log });
-    return 0;
+    return await withBroker(io, values.config, async (broker) => {
+      process.once('SIGTERM', onSignal);
+      process.once('SIGINT', onSignal);
+      try {
+        log('berth:mcp', `serving session ${scope.session} over stdio`);
+        await serveMcpStdio(broker, scope, { signal: stop.signal, log });
+        return 0;
+      } finally {
+        process.off('SIGTERM', onSignal);
+        process.off('SIGINT', onSignal);
+      }
+    }, { serving: true, log });
   } finally {
-    process.off('SIGTERM', onSignal);
-    process.off('SIGINT', onSignal);
-    await broker.close();
     process.stdin.destroy();
   }
 }

@@ -1,7 +1,7 @@
 import { UsageError } from '../../errors.js';
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
 import type { CliIo } from '../io.js';
-import { openCliBroker } from '../open-broker.js';
+import { withBroker } from '../with-broker.js';
 
 export const MEDIA_HELP = `usage: berth media [scope flags] [--json] PATH
 
@@ -21,12 +21,9 @@ export async function mediaCommand(argv: string[], io: CliIo): Promise<number> {
     return 0;
   }
   if (positionals.length !== 1) throw new UsageError('berth media needs one PATH inside the sandbox, e.g. berth media --session s1 /workspace/chart.png');
-  const broker = await openCliBroker(io, values.config);
-  try {
+  return withBroker(io, values.config, async (broker) => {
     const r = await broker.files.mediaPath(scopeFromFlags(values, io.env, io.cwd), positionals[0]!);
     io.out(values.json ? `${JSON.stringify(r)}\n` : `${r.hostPath}\n`);
     return 0;
-  } finally {
-    await broker.close();
-  }
+  });
 }

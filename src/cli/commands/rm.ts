@@ -1,6 +1,6 @@
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
 import type { CliIo } from '../io.js';
-import { openCliBroker } from '../open-broker.js';
+import { withBroker } from '../with-broker.js';
 
 export const RM_HELP = `usage: berth rm [scope flags]
 
@@ -14,14 +14,11 @@ export async function rmCommand(argv: string[], io: CliIo): Promise<number> {
     io.out(`${RM_HELP}\n`);
     return 0;
   }
-  const broker = await openCliBroker(io, values.config);
-  try {
+  return withBroker(io, values.config, async (broker) => {
     const scope = scopeFromFlags(values, io.env, io.cwd);
     const key = broker.explain({ ...scope, workspace: undefined }).sandboxKey;
     const removed = await broker.removeSandboxOf({ ...scope, workspace: undefined });
     io.out(removed ? `removed sandbox ${key}\n` : `no sandbox ${key} to remove\n`);
     return 0;
-  } finally {
-    await broker.close();
-  }
+  });
 }

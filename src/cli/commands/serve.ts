@@ -1,10 +1,10 @@
-import { Broker } from '../../broker/broker.js';
 import { BerthError, UsageError } from '../../errors.js';
 import { BerthServer } from '../../server/server.js';
 import { assertHostExposureAllowed, hostExposureWarnings } from '../../server/caller.js';
 import { TokenStore } from '../../server/tokens.js';
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
-import type { CliIo } from '../io.js';
+import { debugLog, type CliIo } from '../io.js';
+import { withBroker } from '../with-broker.js';
 
 export const SERVE_HELP = `usage: berth serve [--port N] [--host ADDR] [--grace SECONDS] [--config FILE]
 
@@ -44,48 +44,50 @@ export async function serveCommand(argv: string[], io: CliIo): Promise<number> {
     throw new UsageError(`--grace "${values.grace}" is not a number of seconds between 0 and 3600`);
   }
   const host = values.host ?? '127.0.0.1';
-  const debug = io.env['BERTH_DEBUG'];
+  const debug = debugLog(io);
   const log = (ns: string, msg: string): void => {
     // Server errors are always worth a line; the rest on request.
-    if (ns === 'berth:server' || (debug && (debug === '*' || ns.startsWith(debug)))) io.err(`${ns} ${msg}\n`);
+    if (ns === 'berth:server') io.err(`${ns} ${msg}\n`);
+    else debug?.(ns, msg);
   };
   // The server's routing comes only from requests: BERTH_SESSION (a CLI convenience) must not
   // become the session of every request that names none.
   const { BERTH_SESSION: _ignored, ...env } = io.env;
-  const broker = await Broker.open({ configPath: values.config, cwd: io.cwd, env, log });
-  let tokens: TokenStore | undefined;
-  let server: BerthServer | undefined;
-  const stopped = new Promise<string>((resolve) => {
-    process.once('SIGTERM', () => resolve('SIGTERM'));
-    process.once('SIGINT', () => resolve('SIGINT'));
-  });
-  try {
-    tokens = TokenStore.open(broker.berthHome, { notice: (m) => io.err(`berth: ${m}\n`) });
-    // Refused before anything else happens; an accepted exposure is said loudly.
-    for (const line of hostExposureWarnings(assertHostExposureAllowed(broker.config, tokens.list()))) io.err(`berth: ${line}\n`);
-    // What a crashed server left: ephemeral sandboxes of sessions whose owner is dead.
-    const reaped = await broker.reapers.reapOrphans();
-    if (reaped.length > 0) io.err(`berth: removed ${reaped.length} orphaned sandbox(es) left by an earlier run\n`);
-    if (tokens.list().length === 0) io.err('berth: no tokens yet; every request will get 401. Create one: berth token create --tenant T\n');
+  const graceMs = graceSeconds * 1000;
+  const code = await withBroker(io, values.config, async (broker) => {
+    let tokens: TokenStore | undefined;
+    let server: BerthServer | undefined;
+    const stopped = new Promise<string>((resolve) => {
+      process.once('SIGTERM', () => resolve('SIGTERM'));
+      process.once('SIGINT', () => resolve('SIGINT'));
+    });
     try {
-      server = await BerthServer.start({ broker, tokens, host, port, log });
-    } catch (err) {
-      if (err instanceof BerthError) throw err;
-      throw new BerthError('listen_failed', `cannot listen on ${host}:${port}: ${(err as Error).message}; pick another --port or --host`);
+      tokens = TokenStore.open(broker.berthHome, { notice: (m) => io.err(`berth: ${m}\n`) });
+      // Refused before anything else happens; an accepted exposure is said loudly.
+      for (const line of hostExposureWarnings(assertHostExposureAllowed(broker.config, tokens.list()))) io.err(`berth: ${line}\n`);
+      // What a crashed server left: ephemeral sandboxes of sessions whose owner is dead.
+      const reaped = await broker.reapers.reapOrphans();
+      if (reaped.length > 0) io.err(`berth: removed ${reaped.length} orphaned sandbox(es) left by an earlier run\n`);
+      if (tokens.list().length === 0) io.err('berth: no tokens yet; every request will get 401. Create one: berth token create --tenant T\n');
+      try {
+        server = await BerthServer.start({ broker, tokens, host, port, log });
+      } catch (err) {
+        if (err instanceof BerthError) throw err;
+        throw new BerthError('listen_failed', `cannot listen on ${host}:${port}: ${(err as Error).message}; pick another --port or --host`);
+      }
+      if (!isLoopback(host)) io.err(`berth: listening on ${host}, not loopback: tokens travel in clear text unless a TLS proxy is in front\n`);
+      io.out(`berth: listening on ${server.url} (dashboard /, API /v1, MCP /mcp)\n`);
+      const signal = await stopped;
+      io.err(`berth: ${signal}: finishing in-flight calls (up to ${graceSeconds} s), then removing ephemeral sandboxes\n`);
+      return 0;
+    } finally {
+      await server?.close({ graceMs });
+      tokens?.close();
     }
-    if (!isLoopback(host)) io.err(`berth: listening on ${host}, not loopback: tokens travel in clear text unless a TLS proxy is in front\n`);
-    io.out(`berth: listening on ${server.url} (dashboard /, API /v1, MCP /mcp)\n`);
-    const signal = await stopped;
-    io.err(`berth: ${signal}: finishing in-flight calls (up to ${graceSeconds} s), then removing ephemeral sandboxes\n`);
-    return 0;
-  } finally {
-    const graceMs = graceSeconds * 1000;
-    await server?.close({ graceMs });
-    await broker.close({ graceMs });
-    tokens?.close();
-    // A refusal before listening is its own one-line error; "stopped" is for a server that ran.
-    if (server !== undefined) io.err('berth: stopped\n');
-  }
+  }, { serving: true, env, log, closeGraceMs: graceMs });
+  // Only a server that ran gets here (a refusal before listening is its own one-line error).
+  io.err('berth: stopped\n');
+  return code;
 }
 
 function isLoopback(host: string): boolean {

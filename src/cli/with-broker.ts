@@ -1,0 +1,44 @@
+import { Broker } from '../broker/broker.js';
+import { debugLog, type CliIo, type CliLog } from './io.js';
+
+/** How a command's broker lives; the defaults are those of a one-shot command (`berth exec`). */
+export interface CliBrokerOptions {
+  /**
+   * A serving process (`berth mcp`, `berth serve`) holds the sessions it opens, so they are reaped
+   * if it dies, and keeps a command's full output in a spill file for its caller. A one-shot
+   * command leaves its sessions open across invocations until `berth close` or idle expiry, and
+   * streams output live: a spill file would only outlive the process (issue 8).
+   */
+  serving?: boolean;
+  /** The environment the broker reads once (default: the command's). */
+  env?: NodeJS.ProcessEnv;
+  /** Default: the lines BERTH_DEBUG asks for, on stderr. */
+  log?: CliLog;
+  /** How long in-flight calls may finish when the broker closes (default: the broker's). */
+  closeGraceMs?: number;
+}
+
+/**
+ * Opens the command's broker, runs `fn` with it and closes it, whatever `fn` does.
+ *
+ * @example
+ * return withBroker(io, values.config, (broker) => { io.out(`${broker.list('local').length}\n`); return 0; });
+ */
+export async function withBroker<T>(
+  io: CliIo, configPath: string | undefined, fn: (broker: Broker) => Promise<T> | T, opts: CliBrokerOptions = {},
+): Promise<T> {
+  const serving = opts.serving === true;
+  const broker = await Broker.open({
+    configPath,
+    cwd: io.cwd,
+    env: opts.env ?? io.env,
+    holdSessions: serving,
+    spillOutput: serving,
+    log: opts.log ?? debugLog(io),
+  });
+  try {
+    return await fn(broker);
+  } finally {
+    await broker.close(opts.closeGraceMs === undefined ? {} : { graceMs: opts.closeGraceMs });
+  }
+}
