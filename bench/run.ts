@@ -12,6 +12,9 @@ import { startupBench } from './startup.js';
 import { uploadRssBench } from './upload-rss.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
+/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, http, mcp, upload) runs only those parts. */
+const ONLY = new Set((process.env['BENCH_ONLY'] ?? '').split(',').map((s) => s.trim()).filter((s) => s !== ''));
+const wanted = (part: string): boolean => ONLY.size === 0 || ONLY.has(part);
 
 async function localBench(): Promise<void> {
   console.log(`\n# local backend: trivial command round trip (n=${N})`);
@@ -34,9 +37,9 @@ async function localBench(): Promise<void> {
   }
 }
 
-await startupBench();
-await localBench();
-await dockerBench();
-await httpBench();
-await mcpBench(N);
-await uploadRssBench();
+if (wanted('startup')) await startupBench();
+if (wanted('local')) await localBench();
+if (wanted('docker')) await dockerBench();
+if (wanted('http')) await httpBench();
+if (wanted('mcp')) await mcpBench(N);
+if (wanted('upload')) await uploadRssBench();
