@@ -1,32 +1,87 @@
+import { EXIT_CODE } from './cli/exit-codes.js';
+
+/**
+ * Every error code berth reports: a closed set, so each edge (HTTP status, CLI exit code, MCP
+ * error kind) maps all of them in one table the compiler checks (`server/http-error.ts`,
+ * `cli/exit-codes.ts`, `server/mcp/error-kinds.ts`). Adding a code means deciding its answer at
+ * every edge.
+ */
+export type ErrorCode =
+  // The caller's input is wrong.
+  | 'usage'
+  | 'offset_out_of_range'
+  | 'upload_incomplete'
+  // The operator's config is wrong or cannot be honoured.
+  | 'config_invalid'
+  // Refused by policy or by what the caller's credentials allow.
+  | 'policy_refused'
+  | 'profile_forbidden'
+  | 'host_backend_forbidden'
+  // Something the call named does not exist.
+  | 'not_found'
+  | 'path_not_found'
+  | 'job_not_found'
+  // Over a bound.
+  | 'too_large'
+  | 'disk_limit_exceeded'
+  // The backend cannot do this at all.
+  | 'unsupported'
+  | 'job_start_failed'
+  // Gone or going while the call ran; retrying may work.
+  | 'backend_unavailable'
+  | 'shutting_down'
+  | 'shell_closed'
+  | 'warden_closed'
+  | 'session_closed'
+  | 'timeout'
+  // berth, its engine or a helper in the sandbox failed.
+  | 'shell_start_failed'
+  | 'warden_gone'
+  | 'kill_helper_failed'
+  | 'transfer_failed'
+  | 'staging_unsafe'
+  | 'job_read_failed'
+  | 'disk_measure_failed'
+  | 'helper_output_too_large'
+  | 'docker_error'
+  | 'invalid_ref'
+  | 'image_pull_failed'
+  | 'image_build_failed'
+  | 'listen_failed'
+  // A bug in berth.
+  | 'internal';
+
 /**
  * One error base for everything berth reports. `code` is stable and machine-readable;
  * the message names the thing, the limit and the fix. Formatting for people happens once,
- * at the edge (CLI, HTTP, MCP).
+ * at the edge (CLI, HTTP, MCP), each edge deciding by `code`.
  */
 export class BerthError extends Error {
-  readonly code: string;
-  /** Exit code the CLI uses for this error. */
-  readonly exitCode: number;
+  readonly code: ErrorCode;
 
-  constructor(code: string, message: string, options?: { cause?: unknown; exitCode?: number }) {
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.code = code;
-    this.exitCode = options?.exitCode ?? 125;
+  }
+
+  /** The exit code the CLI ends with for this error: its code's entry in `EXIT_CODE`. */
+  get exitCode(): number {
+    return EXIT_CODE[this.code];
   }
 }
 
 /** Config that is unknown, contradictory or cannot be honoured. CLI exit 2. */
 export class ConfigError extends BerthError {
   constructor(message: string, options?: { cause?: unknown }) {
-    super('config_invalid', message, { ...options, exitCode: 2 });
+    super('config_invalid', message, options);
   }
 }
 
 /** Bad arguments from the caller (CLI flags, API input). CLI exit 2. */
 export class UsageError extends BerthError {
   constructor(message: string, options?: { cause?: unknown }) {
-    super('usage', message, { ...options, exitCode: 2 });
+    super('usage', message, options);
   }
 }
 

@@ -30,6 +30,7 @@ export {
   BerthError, ConfigError, UsageError, PolicyRefusedError, BackendUnavailableError, UnsupportedError,
   SandboxNotFoundError, TimeoutError, isBerthError,
 } from './errors.js';
+export type { ErrorCode } from './errors.js';
 export { FileTooLargeError, PathNotFoundError } from './files/errors.js';
 export { normalizeSandboxPath, sandboxPathRefusal } from './files/sandbox-path.js';
 export type { SandboxPathPolicy } from './files/sandbox-path.js';

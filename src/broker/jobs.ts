@@ -189,8 +189,7 @@ export class JobRunner {
     if (offset > probe.size) {
       // An offset no read handed out: answering it as valid would hide a client's bookkeeping bug.
       throw new BerthError('offset_out_of_range',
-        `offset ${offset} is past the end of job ${job.id}'s output (${probe.size} bytes so far); read from an offset up to ${probe.size}, e.g. the nextOffset of the previous read`,
-        { exitCode: 2 });
+        `offset ${offset} is past the end of job ${job.id}'s output (${probe.size} bytes so far); read from an offset up to ${probe.size}, e.g. the nextOffset of the previous read`);
     }
     let status: JobStatus;
     let exitCode: number | null = null;

@@ -13,6 +13,6 @@ export class FileTooLargeError extends BerthError {
 /** The sandbox path does not exist (or a symlink on it points nowhere). Exit 1, like cp. */
 export class PathNotFoundError extends BerthError {
   constructor(message: string) {
-    super('path_not_found', message, { exitCode: 1 });
+    super('path_not_found', message);
   }
 }

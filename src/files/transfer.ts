@@ -168,7 +168,7 @@ export async function uploadStream(
       // The sender went away (a client hung up) or its stream broke: its doing, not the sandbox's.
       throw new BerthError('upload_incomplete',
         `upload to ${JSON.stringify(r.real)} stopped after ${received} of ${a.size} bytes: the sender's stream failed (${err instanceof Error ? err.message : String(err)}); nothing was written`,
-        { cause: err, exitCode: 2 });
+        { cause: err });
     }
     if (err instanceof BerthError) throw err;
     throw new BerthError('transfer_failed', `upload to ${JSON.stringify(r.real)} in sandbox ${ctx.sandbox.name} failed while receiving it (${err instanceof Error ? err.message : String(err)}); nothing was written`, { cause: err });

@@ -46,7 +46,7 @@ export function downloadRoute(exportId: string, scope: CallScope): string {
 }
 
 function notFound(id: string): HttpError {
-  return new HttpError(404, 'not_found', `no export ${id} in this session (exports are removed when their session closes); export again with POST /v1/files/export`);
+  return new HttpError('not_found', `no export ${id} in this session (exports are removed when their session closes); export again with POST /v1/files/export`);
 }
 
 async function lstatOrUndefined(path: string): Promise<Stats | undefined> {
@@ -121,7 +121,7 @@ async function* entriesOf(dir: string, name: string, st: Stats): AsyncGenerator<
  * @throws HttpError 404 when the scope's staging dir holds no such export (or it is not a plain file or folder).
  */
 export async function sendExport(res: ServerResponse, berthHome: string, scope: CallScope, id: string): Promise<void> {
-  if (!EXPORT_ID_RE.test(id)) throw new HttpError(400, 'bad_request', `${JSON.stringify(id)} is not an export id (16 hex digits, from POST /v1/files/export)`);
+  if (!EXPORT_ID_RE.test(id)) throw new HttpError('bad_request', `${JSON.stringify(id)} is not an export id (16 hex digits, from POST /v1/files/export)`);
   const staging = stagingDirFor(berthHome, { tenant: scope.tenant, profile: scope.profile, user: scope.user, sessionRef: sessionRefOf(scope) });
   const dirName = exportDirName(await readdir(staging).catch(() => []), id);
   if (dirName === undefined) throw notFound(id);

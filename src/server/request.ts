@@ -21,7 +21,7 @@ export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buff
       size += chunk.length;
       if (size <= limitBytes) chunks.push(chunk);
     });
-    req.once('error', () => reject(new HttpError(400, 'bad_request', 'the request body could not be read')));
+    req.once('error', () => reject(new HttpError('bad_request', 'the request body could not be read')));
     req.once('end', () => {
       if (size > limitBytes) reject(tooLarge(limitBytes));
       else resolve(chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks, size));
@@ -36,37 +36,37 @@ export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buff
 export function declaredLength(req: IncomingMessage): number {
   const declared = req.headers['content-length'];
   if (declared === undefined) {
-    throw new HttpError(411, 'length_required',
+    throw new HttpError('length_required',
       'PUT /v1/files needs a Content-Length header: the body is streamed into the sandbox as it arrives and its size must be known first; ' +
       'send the file with its length (curl -T FILE or --data-binary @FILE), not chunked');
   }
   if (!/^\d+$/.test(declared) || !Number.isSafeInteger(Number(declared))) {
-    throw new HttpError(400, 'bad_request', `Content-Length ${JSON.stringify(declared)} is not a whole number of bytes`);
+    throw new HttpError('bad_request', `Content-Length ${JSON.stringify(declared)} is not a whole number of bytes`);
   }
   return Number(declared);
 }
 
 function tooLarge(limitBytes: number): HttpError {
-  return new HttpError(413, 'too_large', `the request body is larger than ${limitBytes} bytes; send less (file uploads: PUT /v1/files takes raw bytes)`);
+  return new HttpError('too_large', `the request body is larger than ${limitBytes} bytes; send less (file uploads: PUT /v1/files takes raw bytes)`);
 }
 
 /** Strict UTF-8 JSON. An empty body is `{}` (a POST whose fields are all optional). */
 export function parseJsonBody(req: IncomingMessage, body: Buffer): unknown {
   const type = req.headers['content-type'];
   if (type !== undefined && !/^application\/json\s*(;|$)/i.test(type)) {
-    throw new HttpError(415, 'unsupported_media_type', `send the body as application/json, not ${JSON.stringify(type)}`);
+    throw new HttpError('unsupported_media_type', `send the body as application/json, not ${JSON.stringify(type)}`);
   }
   if (body.length === 0) return {};
   let text: string;
   try {
     text = strictUtf8.decode(body);
   } catch {
-    throw new HttpError(400, 'bad_request', 'the request body is not valid UTF-8');
+    throw new HttpError('bad_request', 'the request body is not valid UTF-8');
   }
   try {
     return JSON.parse(text) as unknown;
   } catch (err) {
-    throw new HttpError(400, 'bad_request', `the request body is not valid JSON (${(err as Error).message})`);
+    throw new HttpError('bad_request', `the request body is not valid JSON (${(err as Error).message})`);
   }
 }
 
@@ -85,7 +85,7 @@ export function parseQuery(search: string): Record<string, string> {
     const key = decodeComponent(eq === -1 ? part : part.slice(0, eq));
     const value = decodeComponent(eq === -1 ? '' : part.slice(eq + 1));
     if (Object.prototype.hasOwnProperty.call(out, key)) {
-      throw new HttpError(400, 'bad_request', `query parameter ${JSON.stringify(key)} is given twice; give it once`);
+      throw new HttpError('bad_request', `query parameter ${JSON.stringify(key)} is given twice; give it once`);
     }
     out[key] = value;
   }
@@ -98,7 +98,7 @@ function decodeComponent(s: string): string {
     const c = s.charCodeAt(i);
     if (c === 0x25) {
       const hex = s.slice(i + 1, i + 3);
-      if (!/^[0-9A-Fa-f]{2}$/.test(hex)) throw new HttpError(400, 'bad_request', 'the query string has a malformed %-escape');
+      if (!/^[0-9A-Fa-f]{2}$/.test(hex)) throw new HttpError('bad_request', 'the query string has a malformed %-escape');
       bytes.push(parseInt(hex, 16));
       i += 2;
     } else if (c === 0x2b) {
@@ -107,12 +107,12 @@ function decodeComponent(s: string): string {
       bytes.push(c);
     } else {
       // Raw non-ASCII in a URL: node hands it over as latin1 code units; re-encode as UTF-8 would guess. Refuse.
-      throw new HttpError(400, 'bad_request', 'the query string has raw non-ASCII bytes; percent-encode them as UTF-8');
+      throw new HttpError('bad_request', 'the query string has raw non-ASCII bytes; percent-encode them as UTF-8');
     }
   }
   try {
     return strictUtf8.decode(Uint8Array.from(bytes));
   } catch {
-    throw new HttpError(400, 'bad_request', 'the query string is not valid UTF-8 once decoded');
+    throw new HttpError('bad_request', 'the query string is not valid UTF-8 once decoded');
   }
 }

@@ -5,7 +5,7 @@ import type { CallScope } from '../scope/call-scope.js';
 import { assertNotOnHost, assertProfileAllowed } from './caller.js';
 import { DASHBOARD_HTML, dashboardHeaders } from './dashboard.js';
 import { downloadRoute, exportIdOf, sendExport } from './export-download.js';
-import { HttpError, toHttpError } from './http-error.js';
+import { toHttpError } from './http-error.js';
 import { openApiDocument } from './openapi.js';
 import { declaredLength, parseJsonBody, parseQuery, readBody } from './request.js';
 import { remoteBinding, remoteSandbox } from './remote-view.js';
@@ -18,13 +18,6 @@ import { TenantLimiter } from './tenant-limits.js';
 
 /** Largest JSON body (a command, a scope). Uploads (`PUT /v1/files`) are streamed, capped by `files.maxBytes`. */
 export const MAX_JSON_BYTES = 1024 * 1024;
-
-/** The files API (issue 4); called only where the broker has it. */
-interface FilesApi {
-  uploadStream(scope: CallScope, input: { path: string; size: number; stream: AsyncIterable<Uint8Array> }): Promise<{ path: string; bytes: number }>;
-  readFile(scope: CallScope, input: { path: string; maxBytes?: number }): Promise<{ path: string; data: Buffer }>;
-  exportPath(scope: CallScope, input: { path: string; maxBytes?: number }): Promise<{ hostPath: string; bytes: number; kind: string }>;
-}
 
 export interface RouteDeps {
   broker: Broker;
@@ -44,14 +37,6 @@ function query(ctx: RequestContext): Record<string, string> {
 function execResult(r: BrokerExecResult): Omit<BrokerExecResult, 'fullOutputPath'> {
   const { fullOutputPath: _hostPath, ...rest } = r;
   return rest;
-}
-
-function files(broker: Broker, method: keyof FilesApi): FilesApi {
-  const api: Partial<FilesApi> = broker.files;
-  if (typeof api[method] !== 'function') {
-    throw new HttpError(501, 'not_implemented', `this berth has no ${method} yet`);
-  }
-  return api as FilesApi;
 }
 
 /** Accept: text/event-stream asks for the streaming form of POST /v1/exec. */
@@ -246,14 +231,13 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       method: 'PUT', path: '/v1/files', auth: true,
       handler: async (ctx) => {
         const { path, ...scope } = parseInput(FilePutQuery, query(ctx), 'query');
-        const api = files(broker, 'uploadStream');
         const s = scoped(ctx, scope);
         const size = declaredLength(ctx.req);
         // Bytes in flight are what a tenant could make the server hold; streaming keeps each
         // upload to a few chunks in memory, and this bounds how many of them one tenant runs.
         const release = limiter.reserveBytes(ctx.tenant, size);
         try {
-          return { status: 201, body: await api.uploadStream(s, { path, size, stream: ctx.req }) };
+          return { status: 201, body: await broker.files.uploadStream(s, { path, size, stream: ctx.req }) };
         } finally {
           release();
         }
@@ -263,7 +247,7 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       method: 'GET', path: '/v1/files', auth: true,
       handler: async (ctx) => {
         const { path, maxBytes, ...scope } = parseInput(FileGetQuery, query(ctx), 'query');
-        const r = await files(broker, 'readFile').readFile(scoped(ctx, scope), { path, maxBytes });
+        const r = await broker.files.readFile(scoped(ctx, scope), { path, maxBytes });
         ctx.res.writeHead(200, {
           'content-type': 'application/octet-stream', 'content-length': String(r.data.length),
           'x-berth-path': encodeURIComponent(r.path), 'cache-control': 'no-store',
@@ -276,7 +260,7 @@ export function apiRoutes(deps: RouteDeps): Route[] {
       handler: async (ctx) => {
         const { path, maxBytes, ...fields } = parseInput(ExportBody, await jsonBody(ctx), 'body');
         const scope = scoped(ctx, fields);
-        const r = await files(broker, 'exportPath').exportPath(scope, { path, maxBytes });
+        const r = await broker.files.exportPath(scope, { path, maxBytes });
         // A remote caller gets a route to download the export, never its host path.
         const exportId = exportIdOf(r.hostPath);
         return { body: { exportId, download: downloadRoute(exportId, scope), bytes: r.bytes, kind: r.kind } };

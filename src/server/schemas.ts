@@ -85,10 +85,10 @@ export const ExportIdParam = z.string().regex(/^[0-9a-f]{16}$/, 'is not an expor
 export function parseInput<S extends z.ZodType>(schema: S, value: unknown, where: 'body' | 'query' | 'path'): z.output<S> {
   if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
     if (Object.prototype.hasOwnProperty.call(value, 'tenant')) {
-      throw new HttpError(400, 'bad_request', `${where}.tenant is not accepted: the tenant comes from the bearer token; remove it`);
+      throw new HttpError('bad_request', `${where}.tenant is not accepted: the tenant comes from the bearer token; remove it`);
     }
     if (Object.prototype.hasOwnProperty.call(value, 'workspace')) {
-      throw new HttpError(400, 'bad_request', `${where}.workspace is not accepted over HTTP: a remote caller may not mount host directories`);
+      throw new HttpError('bad_request', `${where}.workspace is not accepted over HTTP: a remote caller may not mount host directories`);
     }
   }
   const r = schema.safeParse(value);
@@ -97,7 +97,7 @@ export function parseInput<S extends z.ZodType>(schema: S, value: unknown, where
     const path = i.path.length > 0 ? `${where}.${i.path.map(String).join('.')}` : where;
     return `${path}: ${i.message}`;
   });
-  throw new HttpError(400, 'bad_request', issues.join('; '));
+  throw new HttpError('bad_request', issues.join('; '));
 }
 
 /** The call scope fields a request may carry. */

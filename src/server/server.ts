@@ -58,7 +58,7 @@ export class BerthServer {
         return;
       }
       const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
-      const body = errorBody(new HttpError(status, 'bad_request', `malformed HTTP request (${err.code ?? 'parse error'})`));
+      const body = errorBody(new HttpError('bad_request', `malformed HTTP request (${err.code ?? 'parse error'})`));
       socket.end(`HTTP/1.1 ${status} Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
     });
   }
@@ -131,9 +131,9 @@ export class BerthServer {
       });
     }
     try {
-      if (this.draining) throw new HttpError(503, 'shutting_down', 'berth is shutting down; retry on a running berth');
+      if (this.draining) throw new HttpError('shutting_down', 'berth is shutting down; retry on a running berth');
       const url = req.url ?? '';
-      if (!url.startsWith('/')) throw new HttpError(400, 'bad_request', 'the request target must be a path');
+      if (!url.startsWith('/')) throw new HttpError('bad_request', 'the request target must be a path');
       const q = url.indexOf('?');
       const pathname = q === -1 ? url : url.slice(0, q);
       const search = q === -1 ? '' : url.slice(q);
@@ -145,16 +145,16 @@ export class BerthServer {
         // Before anything else is looked at or read: no valid token, nothing touched.
         const grant = this.opts.tokens.grantOf(req.headers.authorization);
         if (grant === undefined) {
-          throw new HttpError(401, 'unauthorized', 'missing or invalid bearer token; send Authorization: Bearer <token> (berth token create --tenant T)', {
+          throw new HttpError('unauthorized', 'missing or invalid bearer token; send Authorization: Bearer <token> (berth token create --tenant T)', {
             'www-authenticate': 'Bearer realm="berth"',
           });
         }
         caller = { tenant: grant.tenant, profiles: grant.profiles };
         this.callers.set(req, caller);
       }
-      if (match.kind === 'not_found') throw new HttpError(404, 'not_found', `no route ${pathname}; see /v1/openapi.json`);
+      if (match.kind === 'not_found') throw new HttpError('not_found', `no route ${pathname}; see /v1/openapi.json`);
       if (match.kind === 'method_not_allowed') {
-        throw new HttpError(405, 'method_not_allowed', `${method} is not allowed on ${pathname}; use ${match.allow.join(', ')}`, { allow: match.allow.join(', ') });
+        throw new HttpError('method_not_allowed', `${method} is not allowed on ${pathname}; use ${match.allow.join(', ')}`, { allow: match.allow.join(', ') });
       }
       const ctx: RequestContext = { req, res, tenant: caller.tenant, profiles: caller.profiles, params: match.params, search };
       const out = await match.route.handler(ctx);

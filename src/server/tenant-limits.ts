@@ -22,7 +22,7 @@ export class TenantLimiter {
     const running = this.calls.get(tenant) ?? 0;
     const limit = this.limits.concurrentCalls;
     if (running >= limit) {
-      throw new HttpError(429, 'too_many_calls',
+      throw new HttpError('too_many_calls',
         `this tenant already has ${running} calls running, its limit (limits.concurrentCalls = ${limit}); retry when one has finished, or raise limits.concurrentCalls in the config`,
         { 'retry-after': '1' });
     }
@@ -35,7 +35,7 @@ export class TenantLimiter {
     const inFlight = this.bytes.get(tenant) ?? 0;
     const limit = this.limits.uploadBytesInFlight;
     if (inFlight + size > limit) {
-      throw new HttpError(429, 'too_many_bytes', size > limit
+      throw new HttpError('too_many_bytes', size > limit
         ? `an upload of ${size} bytes is more than this tenant may have in flight (limits.uploadBytesInFlight = ${limit}); send less, or raise limits.uploadBytesInFlight in the config`
         : `this tenant has ${inFlight} upload bytes in flight and ${size} more would pass its limit (limits.uploadBytesInFlight = ${limit}); retry when an upload has finished, or raise limits.uploadBytesInFlight in the config`,
       { 'retry-after': '1' });

@@ -21,7 +21,7 @@ const ENTRY_POINTS = {
     types: [
       'AttachedWorkspace', 'AuditEntry', 'Backend', 'BackendName', 'BerthConfig', 'Binding', 'BrokerExecResult', 'BrokerFiles',
       'BrokerJobs', 'BrokerOptions', 'BrokerReapers', 'SessionFiles', 'SessionJobs',
-      'CallScope', 'CallScopeInput', 'CloseResult', 'CwdSource', 'DockerSettings', 'EnvSettings', 'ExecOptions', 'ExecResult',
+      'CallScope', 'CallScopeInput', 'CloseResult', 'CwdSource', 'DockerSettings', 'EnvSettings', 'ErrorCode', 'ExecOptions', 'ExecResult',
       'Isolation', 'JobReadResult', 'JobStatus', 'JobSummary', 'ManagedSandbox', 'ProfileSettings', 'Sandbox', 'SandboxIdentity',
       'SandboxInfo', 'SandboxPathPolicy', 'SandboxSpec', 'ScopeMode', 'SecretsFile', 'ShellTransport', 'TaskOverride',
     ],

@@ -3,10 +3,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { Broker } from '../../broker/broker.js';
-import { ConfigError, isBerthError, PolicyRefusedError, UsageError, type BerthError } from '../../errors.js';
+import { isBerthError } from '../../errors.js';
 import type { CallScope } from '../../scope/call-scope.js';
 import { normalizeScope } from '../../scope/normalize.js';
-import { assertProfileAllowed, hostBackendForbidden, HostBackendForbiddenError, ProfileForbiddenError, type Caller } from '../caller.js';
+import { assertProfileAllowed, hostBackendForbidden, type Caller } from '../caller.js';
+import { HTTP_STATUS, type HttpCode } from '../http-error.js';
 import { describeSandbox } from './sandbox-description.js';
 import { createMcpServer } from './server.js';
 
@@ -103,11 +104,11 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
   const handler = async (req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void> => {
     const caller = opts.callerOf(req);
     if (caller === undefined) {
-      sendJson(res, 401, { error: { code: 'unauthorized', message: 'missing or invalid bearer token; send Authorization: Bearer <token>' } });
+      sendError(res, 'unauthorized', 'missing or invalid bearer token; send Authorization: Bearer <token>');
       return;
     }
     if (closing) {
-      sendJson(res, 503, { error: { code: 'shutting_down', message: 'berth is shutting down; retry on a running berth' } });
+      sendError(res, 'shutting_down', 'berth is shutting down; retry on a running berth');
       return;
     }
     const { tenant } = caller;
@@ -165,7 +166,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       if (sandbox.binding.backend === 'local' && !broker.config.server.allowHostBackend) throw hostBackendForbidden(scope.profile);
     } catch (err) {
       if (!isBerthError(err)) throw err;
-      sendJson(res, statusOf(err), { error: { code: err.code, message: err.message } });
+      sendError(res, err.code, err.message);
       return;
     }
     // DELETE answers once the berth session is closed (its ephemeral sandbox removed).
@@ -214,10 +215,9 @@ async function hasRunningJob(broker: Broker, scope: CallScope): Promise<boolean>
   }
 }
 
-function statusOf(err: BerthError): number {
-  if (err instanceof UsageError || err instanceof ConfigError) return 400;
-  if (err instanceof PolicyRefusedError || err instanceof ProfileForbiddenError || err instanceof HostBackendForbiddenError) return 403;
-  return 500;
+/** A refusal before any MCP session exists, answered like every HTTP error of berth (`HTTP_STATUS`). */
+function sendError(res: ServerResponse, code: HttpCode, message: string): void {
+  sendJson(res, HTTP_STATUS[code], { error: { code, message } });
 }
 
 function headerOf(req: IncomingMessage, name: string): string | undefined {

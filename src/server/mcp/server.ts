@@ -6,6 +6,7 @@ import { isBerthError } from '../../errors.js';
 import type { CallScopeInput } from '../../scope/call-scope.js';
 import { normalizeScope } from '../../scope/normalize.js';
 import { downloadRoute, exportIdOf } from '../export-download.js';
+import { MCP_ERROR_KIND } from './error-kinds.js';
 import type { SandboxDescription } from './sandbox-description.js';
 import { decodeBytes, execResult, refusal, text } from './tool-results.js';
 import { ExportFileArgs, ProcessArgs, ReadFileArgs, TerminalArgs, WriteFileArgs } from './tool-schemas.js';
@@ -34,8 +35,9 @@ const BERTH_VERSION = '0.1.0';
  * `write_file`, `export_file`. Connect it to one transport; closing the berth session when the
  * connection ends is the caller's job (see `serveMcpStdio`, `createMcpHttpHandler`).
  *
- * Bad arguments (wrong type, unknown field, missing field) are JSON-RPC errors (-32602). A failed or
- * timed-out command, and a call berth refuses, are results with `isError: true` the agent can read.
+ * Bad arguments (wrong type, unknown field, missing field) are JSON-RPC errors (-32602). A failed
+ * or timed-out command, and a call berth refuses, are results with `isError: true` the agent can
+ * read (`MCP_ERROR_KIND` decides per error code).
  *
  * @example
  * ```ts
@@ -170,8 +172,11 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     try {
       return await tool.run(parsed.data as never);
     } catch (err) {
-      if (isBerthError(err)) return refusal(err);
-      throw new McpError(ErrorCode.InternalError, `berth internal error in ${name}: ${err instanceof Error ? err.message : String(err)}`);
+      const kind = isBerthError(err) ? MCP_ERROR_KIND[err.code] : 'internal_error';
+      if (kind === 'result' && isBerthError(err)) return refusal(err);
+      const message = err instanceof Error ? err.message : String(err);
+      if (kind === 'invalid_params') throw new McpError(ErrorCode.InvalidParams, `invalid arguments for ${name}: ${message}`);
+      throw new McpError(ErrorCode.InternalError, `berth internal error in ${name}: ${message}`);
     }
   });
   return mcp;
