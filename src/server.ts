@@ -18,4 +18,4 @@ export { TokenStore } from './server/tokens.js';
 export type { TokenEntry, TokenGrant, TokenStoreOptions } from './server/tokens.js';
 export { ProfileForbiddenError, HostBackendForbiddenError } from './server/caller.js';
 export type { Caller } from './server/caller.js';
-export { openApiDocument } from './server/openapi.js';
+export { openApiDocument } from './server/routes.js';

@@ -4,9 +4,9 @@ import { HttpError } from './http-error.js';
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 
 /**
- * Reads a request body up to `limitBytes`. A declared length over the cap is refused before a
- * byte is read; a stream that grows past it is drained (not destroyed, which would take the
- * response's socket with it) and refused.
+ * Reads a request body up to `limitBytes`: the body limit of every JSON route. A declared length
+ * over the cap is refused before a byte is read; a stream that grows past it is drained (not
+ * destroyed, which would take the response's socket with it) and refused.
  */
 export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
   const declared = req.headers['content-length'];
@@ -26,6 +26,29 @@ export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buff
       if (size > limitBytes) reject(tooLarge(limitBytes));
       else resolve(chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks, size));
     });
+  });
+}
+
+/**
+ * Reads and discards what is left of a request body, for at most `timeoutMs`. An answer sent
+ * while the client still sends would reach a client whose connection is then reset, so it would
+ * never read it: a refused body is drained first (and the connection closed after the answer).
+ */
+export function drainBody(req: IncomingMessage, timeoutMs: number): Promise<void> {
+  if (req.complete || req.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      req.off('end', done);
+      req.off('error', done);
+      req.off('close', done);
+      resolve();
+    };
+    const timer = setTimeout(done, timeoutMs);
+    req.once('end', done);
+    req.once('error', done);
+    req.once('close', done);
+    req.resume();
   });
 }
 
@@ -68,6 +91,18 @@ export function parseJsonBody(req: IncomingMessage, body: Buffer): unknown {
   } catch (err) {
     throw new HttpError('bad_request', `the request body is not valid JSON (${(err as Error).message})`);
   }
+}
+
+/** The query string of a request target, with its `?` (empty when there is none). */
+export function searchOf(target: string): string {
+  const q = target.indexOf('?');
+  return q === -1 ? '' : target.slice(q);
+}
+
+/** The path of a request target, as sent (not decoded). */
+export function pathOf(target: string): string {
+  const q = target.indexOf('?');
+  return q === -1 ? target : target.slice(0, q);
 }
 
 /**

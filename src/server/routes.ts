@@ -1,287 +1,184 @@
-import type { ServerResponse } from 'node:http';
-import type { Broker, BrokerExecResult } from '../broker/broker.js';
-import { normalizeScope } from '../scope/normalize.js';
-import type { CallScope } from '../scope/call-scope.js';
-import { assertNotOnHost, assertProfileAllowed } from './caller.js';
-import { DASHBOARD_HTML, dashboardHeaders } from './dashboard.js';
-import { downloadRoute, exportIdOf, sendExport } from './export-download.js';
-import { toHttpError } from './http-error.js';
-import { openApiDocument } from './openapi.js';
-import { declaredLength, parseJsonBody, parseQuery, readBody } from './request.js';
-import { remoteBinding, remoteSandbox } from './remote-view.js';
-import type { RequestContext, Route } from './router.js';
+import { OpenAPIHono, type RouteConfig } from '@hono/zod-openapi';
+import type { z } from 'zod';
 import {
-  AuditQuery, EmptyQuery, ExecBody, ExportBody, ExportIdParam, FileGetQuery, FilePutQuery, JobIdParam, JobReadQuery, JobStartBody, parseInput,
-  ScopeBody, ScopeQuery, scopeOf, type ScopeFields,
+  AuditEntry, Binding, Closed, ErrorAnswer, ExecResult, Export, Health, JobKilled, JobRead, JobStarted, JobSummary, Sandbox, Whoami, Written,
+} from './response-schemas.js';
+import { operationsOf, routeSpec, type RouteSpec } from './route-spec.js';
+import {
+  AuditQuery, EmptyQuery, ExecBody, ExportBody, ExportIdParams, FileGetQuery, FilePutQuery, JobIdParams, JobReadQuery, JobStartBody, ScopeBody,
+  ScopeQuery,
 } from './schemas.js';
-import { TenantLimiter } from './tenant-limits.js';
 
-/** Largest JSON body (a command, a scope). Uploads (`PUT /v1/files`) are streamed, capped by `files.maxBytes`. */
-export const MAX_JSON_BYTES = 1024 * 1024;
-
-export interface RouteDeps {
-  broker: Broker;
-  /** `/mcp`: the MCP engineer's streamable-HTTP handler. */
-  mcp: (ctx: RequestContext) => Promise<void>;
-}
-
-async function jsonBody(ctx: RequestContext): Promise<unknown> {
-  return parseJsonBody(ctx.req, await readBody(ctx.req, MAX_JSON_BYTES));
-}
-
-function query(ctx: RequestContext): Record<string, string> {
-  return parseQuery(ctx.search);
-}
-
-/** What a command result looks like over HTTP: the library's, without the host path of spilled output. */
-function execResult(r: BrokerExecResult): Omit<BrokerExecResult, 'fullOutputPath'> {
-  const { fullOutputPath: _hostPath, ...rest } = r;
-  return rest;
-}
-
-/** Accept: text/event-stream asks for the streaming form of POST /v1/exec. */
-function wantsStream(ctx: RequestContext): boolean {
-  const accept = ctx.req.headers.accept ?? '';
-  return /(^|,)\s*text\/event-stream\s*(;|,|$)/i.test(accept);
-}
-
-function sse(res: ServerResponse, event: string, data: unknown): void {
-  if (res.destroyed) return;
-  res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
-}
-
-/**
- * Aborts when the client goes away before the answer was sent: the command is cancelled (its
- * tree killed as on a timeout, exit code 130 in the audit), so it neither runs on unseen nor
- * holds the session's next call.
+/*
+ * The HTTP API as data: every route, its input schemas and what it answers. `app.ts` serves
+ * these (each with its handler from handlers.ts) and `openApiDocument()` describes them, from
+ * the same objects.
  */
-function clientGone(res: ServerResponse): AbortSignal {
-  const ac = new AbortController();
-  res.once('close', () => {
-    if (!res.writableEnded) ac.abort();
+
+type Responses = RouteConfig['responses'];
+
+const ref = (name: string) => ({ $ref: `#/components/responses/${name}` });
+const json = (description: string, schema: z.ZodType): Responses[string] => ({ description, content: { 'application/json': { schema } } });
+const binary = { type: 'string', format: 'binary' } as const;
+
+/** The errors any authenticated route may answer (components.responses); the code decides the status (`HTTP_STATUS`). */
+const errors: Responses = {
+  400: ref('BadRequest'), 401: ref('Unauthorized'), 403: ref('Error'), 404: ref('Error'), 409: ref('Error'), 413: ref('Error'), 422: ref('Error'),
+  429: ref('TooMany'), 500: ref('Error'), 503: ref('Error'), 504: ref('Error'), 507: ref('Error'),
+};
+
+const sse: Responses[string] = {
+  description: 'Server-sent events: `stdout` and `stderr` events (data: the chunk as a JSON string) in arrival order, then one `result` event ' +
+    '(data: ExecResult) or one `error` event (data: Error). A client that reads slower than the command writes misses chunks (a `stderr` ' +
+    'event says how many characters); the `result` event always carries the output.',
+  content: { 'text/event-stream': { schema: { type: 'string' } } },
+};
+
+export const ROUTES = {
+  page: routeSpec({
+    method: 'get', path: '/', public: true,
+    doc: { summary: 'Dashboard (HTML; its data is fetched with the bearer token)', responses: { 200: { description: 'HTML page', content: { 'text/html': { schema: { type: 'string' } } } } } },
+  }),
+  health: routeSpec({
+    method: 'get', path: '/v1/health', public: true,
+    doc: { summary: 'Liveness', responses: { 200: json('alive', Health) } },
+  }),
+  openapi: routeSpec({
+    method: 'get', path: '/v1/openapi.json', public: true,
+    doc: { summary: 'This document', responses: { 200: { description: 'OpenAPI 3.1 document', content: { 'application/json': { schema: { type: 'object' } } } } } },
+  }),
+  whoami: routeSpec({
+    method: 'get', path: '/v1/whoami', query: EmptyQuery,
+    doc: { summary: 'The tenant of the token and the profiles it may use', responses: { 200: json('tenant and profiles', Whoami), ...errors } },
+  }),
+  explain: routeSpec({
+    method: 'post', path: '/v1/explain', body: ScopeBody,
+    doc: { summary: 'The binding of a call scope (pure policy: no engine contacted)', responses: { 200: json('binding', Binding), ...errors } },
+  }),
+  exec: routeSpec({
+    method: 'post', path: '/v1/exec', body: ExecBody,
+    doc: {
+      summary: 'Run one command in the session\'s sandbox (blocking; with `Accept: text/event-stream`, streamed as in /v1/exec/stream)',
+      responses: {
+        200: { description: 'the result (or the event stream)', content: { 'application/json': { schema: ExecResult }, 'text/event-stream': { schema: { type: 'string' } } } },
+        ...errors,
+      },
+    },
+  }),
+  execStream: routeSpec({
+    method: 'post', path: '/v1/exec/stream', body: ExecBody,
+    doc: { summary: 'Run one command, streaming its output over SSE', responses: { 200: sse, ...errors } },
+  }),
+  closeSession: routeSpec({
+    method: 'post', path: '/v1/sessions/close', body: ScopeBody,
+    doc: {
+      summary: 'Close a session: removes its ephemeral sandboxes no other open session uses, keeps persistent ones',
+      responses: { 200: json('what was removed and kept', Closed), ...errors },
+    },
+  }),
+  sandboxes: routeSpec({
+    method: 'get', path: '/v1/sandboxes', query: EmptyQuery,
+    doc: {
+      summary: 'The tenant\'s sandboxes of the token\'s profiles (and shared:* ones, which belong to no profile), with their state',
+      responses: { 200: json('sandboxes', Sandbox.array()), ...errors },
+    },
+  }),
+  audit: routeSpec({
+    method: 'get', path: '/v1/audit', query: AuditQuery,
+    doc: { summary: 'The tenant\'s audit log for the token\'s profiles, newest first', responses: { 200: json('entries', AuditEntry.array()), ...errors } },
+  }),
+  startJob: routeSpec({
+    method: 'post', path: '/v1/jobs', body: JobStartBody,
+    doc: {
+      summary: 'Start a background job in the session\'s sandbox; it outlives the request',
+      responses: { 201: json('started', JobStarted), ...errors },
+    },
+  }),
+  listJobs: routeSpec({
+    method: 'get', path: '/v1/jobs', query: ScopeQuery,
+    doc: { summary: 'The session\'s jobs, oldest first', responses: { 200: json('jobs', JobSummary.array()), ...errors } },
+  }),
+  readJob: routeSpec({
+    method: 'get', path: '/v1/jobs/{id}', params: JobIdParams, query: JobReadQuery,
+    doc: {
+      summary: 'A job\'s output from a byte offset, and its status (exit code once done; `unknown` with a null code when its sandbox vanished)',
+      responses: { 200: json('output and status', JobRead), ...errors },
+    },
+  }),
+  killJob: routeSpec({
+    method: 'delete', path: '/v1/jobs/{id}', params: JobIdParams, query: ScopeQuery,
+    doc: {
+      summary: 'Kill the job\'s process tree (nothing else in the sandbox)',
+      responses: { 200: json('whether it was killed (false: it had ended)', JobKilled), ...errors },
+    },
+  }),
+  upload: routeSpec({
+    method: 'put', path: '/v1/files', query: FilePutQuery,
+    doc: {
+      summary: 'Upload a file into the sandbox (raw body, streamed in as it arrives; Content-Length required)',
+      request: { body: { required: true, content: { 'application/octet-stream': { schema: binary } } } },
+      responses: { 201: json('written', Written), ...errors, 411: ref('Error') },
+    },
+  }),
+  readFile: routeSpec({
+    method: 'get', path: '/v1/files', query: FileGetQuery,
+    doc: {
+      summary: 'Read a file from the sandbox (raw bytes)',
+      responses: { 200: { description: 'the file', content: { 'application/octet-stream': { schema: binary } } }, ...errors },
+    },
+  }),
+  exportFile: routeSpec({
+    method: 'post', path: '/v1/files/export', body: ExportBody,
+    doc: {
+      summary: 'Export a file or directory from the sandbox into the session\'s private staging area; download it from the route answered (removed when the session closes)',
+      responses: { 200: json('exported', Export), ...errors },
+    },
+  }),
+  download: routeSpec({
+    method: 'get', path: '/v1/files/exports/{id}', params: ExportIdParams, query: ScopeQuery,
+    doc: {
+      summary: 'Download an export of this scope (same tenant, profile, session and user as the export): a file as its bytes, a directory as a tar',
+      responses: {
+        200: {
+          description: 'the export (header x-berth-kind: file or dir)',
+          content: { 'application/octet-stream': { schema: binary }, 'application/x-tar': { schema: binary } },
+        },
+        ...errors,
+      },
+    },
+  }),
+  mcp: routeSpec({
+    method: 'all', path: '/mcp', methods: ['get', 'post', 'delete'],
+    doc: { summary: 'MCP streamable HTTP (GET: the server-to-client stream; POST: JSON-RPC requests; DELETE: end the MCP session)', responses: { 200: { description: 'MCP' }, ...errors } },
+  }),
+} satisfies Record<string, RouteSpec>;
+
+export type RouteId = keyof typeof ROUTES;
+
+const DESCRIPTION = 'Per-conversation sandboxes for AI agents. Every request except the public ones carries `Authorization: Bearer <token>`; ' +
+  'the token decides the tenant and the profiles a request may name (any other profile, or none when `default` is not among them, is 403 ' +
+  '`profile_forbidden`); the request carries the rest of the call scope (profile, session, task, user). A profile that runs on the host ' +
+  '(backend local) is 403 `host_backend_forbidden` unless the operator set `server.allowHostBackend`. Answers carry no host paths.';
+
+/** The OpenAPI 3.1 description of the HTTP API, generated from the routes' own schemas (served at /v1/openapi.json). */
+export function openApiDocument(): Record<string, unknown> {
+  const doc = new OpenAPIHono();
+  const registry = doc.openAPIRegistry;
+  registry.register('Error', ErrorAnswer);
+  registry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer', description: 'a token from `berth token create --tenant T`' });
+  const error = { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } };
+  registry.registerComponent('responses', 'Error', { description: 'error', content: error });
+  registry.registerComponent('responses', 'BadRequest', { description: 'malformed input', content: error });
+  registry.registerComponent('responses', 'Unauthorized', { description: 'missing or invalid bearer token', content: error });
+  registry.registerComponent('responses', 'TooMany', {
+    description: 'the tenant is past limits.concurrentCalls (too_many_calls) or limits.uploadBytesInFlight (too_many_bytes); retry later',
+    headers: { 'retry-after': { schema: { type: 'integer' } } },
+    content: error,
   });
-  return ac.signal;
-}
-
-/**
- * Runs the command and streams it: `stdout`/`stderr` events (data: the chunk as a JSON string)
- * in arrival order, then one `result` event with the full result (so a client may ignore the
- * chunks), or one `error` event. Bad input is refused before the stream starts, as plain JSON.
- * A client that disconnects cancels the command.
- */
-async function streamExec(ctx: RequestContext, broker: Broker, scope: CallScope, body: { command: string; timeoutSeconds?: number; workdir?: string; stdin?: string }): Promise<undefined> {
-  const { res } = ctx;
-  res.writeHead(200, {
-    'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', 'x-accel-buffering': 'no',
-  });
-  res.flushHeaders();
-  const signal = clientGone(res);
-  try {
-    const r = await broker.exec(scope, body.command, {
-      timeoutSeconds: body.timeoutSeconds, workdir: body.workdir, stdin: body.stdin, signal,
-      onChunk: (stream, chunk) => sse(res, stream, chunk),
-    });
-    sse(res, 'result', execResult(r));
-  } catch (err) {
-    const e = toHttpError(err);
-    sse(res, 'error', { error: { code: e.code, message: e.message, status: e.status } });
-  }
-  res.end();
-  return undefined;
-}
-
-/** An MCP client's GET /mcp is its standing notification stream for the whole MCP session, not a call. */
-function isStandingStream(route: Route, ctx: RequestContext): boolean {
-  return route.path === '/mcp' && ctx.req.method === 'GET';
-}
-
-/**
- * A route whose calls count against the tenant's `limits.concurrentCalls`. A call holds its slot
- * until its handler settled and its response closed: a client that hangs up does not free the
- * slot of work still running for it, and an MCP answer sent after the handler returned is covered.
- */
-function limited(route: Route, limiter: TenantLimiter): Route {
-  if (!route.auth) return route;
-  return {
-    ...route,
-    handler: async (ctx) => {
-      if (isStandingStream(route, ctx)) return route.handler(ctx);
-      const release = limiter.enterCall(ctx.tenant);
-      const closed = new Promise<void>((resolve) => {
-        if (ctx.res.closed) resolve();
-        else ctx.res.once('close', () => resolve());
-      });
-      try {
-        return await route.handler(ctx);
-      } finally {
-        void closed.then(release);
-      }
-    },
-  };
-}
-
-export function apiRoutes(deps: RouteDeps): Route[] {
-  const { broker } = deps;
-  const limiter = new TenantLimiter(() => broker.config.limits);
-
-  /**
-   * The call scope of a request: the token's tenant plus the request's fields, checked by the
-   * library's rules (400), then against the token's profiles and the host backend rule (403).
-   */
-  const scoped = (ctx: RequestContext, fields: ScopeFields): CallScope => {
-    const scope = scopeOf(ctx.tenant, fields);
-    assertProfileAllowed(ctx, scope.profile);
-    assertNotOnHost(broker, scope);
-    return scope;
-  };
-
-  const exec = async (ctx: RequestContext, stream: boolean) => {
-    const body = parseInput(ExecBody, await jsonBody(ctx), 'body');
-    const scope = scoped(ctx, body);
-    if (stream) return streamExec(ctx, broker, scope, body);
-    const r = await broker.exec(scope, body.command, {
-      timeoutSeconds: body.timeoutSeconds, workdir: body.workdir, stdin: body.stdin, signal: clientGone(ctx.res),
-    });
-    return { body: execResult(r) };
-  };
-
-  const routes: Route[] = [
-    {
-      method: 'GET', path: '/', auth: false,
-      handler: async ({ res }) => {
-        res.writeHead(200, dashboardHeaders()).end(DASHBOARD_HTML);
-        return undefined;
-      },
-    },
-    { method: 'GET', path: '/v1/health', auth: false, handler: async () => ({ body: { ok: true } }) },
-    { method: 'GET', path: '/v1/openapi.json', auth: false, handler: async () => ({ body: openApiDocument() }) },
-    {
-      method: 'GET', path: '/v1/whoami', auth: true,
-      handler: async (ctx) => {
-        parseInput(EmptyQuery, query(ctx), 'query');
-        return { body: { tenant: ctx.tenant, profiles: ctx.profiles } };
-      },
-    },
-    {
-      method: 'POST', path: '/v1/explain', auth: true,
-      handler: async (ctx) => {
-        const body = parseInput(ScopeBody, await jsonBody(ctx), 'body');
-        return { body: remoteBinding(broker.explain(scoped(ctx, body))) };
-      },
-    },
-    { method: 'POST', path: '/v1/exec', auth: true, handler: (ctx) => exec(ctx, wantsStream(ctx)) },
-    { method: 'POST', path: '/v1/exec/stream', auth: true, handler: (ctx) => exec(ctx, true) },
-    {
-      method: 'POST', path: '/v1/sessions/close', auth: true,
-      handler: async (ctx) => {
-        const body = parseInput(ScopeBody, await jsonBody(ctx), 'body');
-        return { body: await broker.closeSession(scoped(ctx, body)) };
-      },
-    },
-    {
-      method: 'GET', path: '/v1/sandboxes', auth: true,
-      handler: async (ctx) => {
-        parseInput(EmptyQuery, query(ctx), 'query');
-        // Only the token's profiles; a shared:* sandbox belongs to no profile and stays visible.
-        const list = await broker.listWithState(ctx.tenant);
-        return { body: list.filter((s) => s.profile === null || ctx.profiles.includes(s.profile)).map(remoteSandbox) };
-      },
-    },
-    {
-      method: 'GET', path: '/v1/audit', auth: true,
-      handler: async (ctx) => {
-        const q = parseInput(AuditQuery, query(ctx), 'query');
-        // The filters follow the scope rules too: a session or user no call could carry is bad input.
-        const { session, user } = normalizeScope({ tenant: ctx.tenant, session: q.session, user: q.user });
-        return { body: broker.audit({ tenant: ctx.tenant, profiles: ctx.profiles, session, user, limit: q.limit ?? 100 }) };
-      },
-    },
-    {
-      method: 'POST', path: '/v1/jobs', auth: true,
-      handler: async (ctx) => {
-        const body = parseInput(JobStartBody, await jsonBody(ctx), 'body');
-        const r = await broker.jobs.start(scoped(ctx, body), body.command, { workdir: body.workdir });
-        return { status: 201, body: r };
-      },
-    },
-    {
-      method: 'GET', path: '/v1/jobs', auth: true,
-      handler: async (ctx) => {
-        const q = parseInput(ScopeQuery, query(ctx), 'query');
-        return { body: await broker.jobs.list(scoped(ctx, q)) };
-      },
-    },
-    {
-      method: 'GET', path: '/v1/jobs/:id', auth: true,
-      handler: async (ctx) => {
-        const id = parseInput(JobIdParam, ctx.params['id'], 'query');
-        const { offset, maxBytes, ...scope } = parseInput(JobReadQuery, query(ctx), 'query');
-        return { body: await broker.jobs.read(scoped(ctx, scope), id, { offset, maxBytes }) };
-      },
-    },
-    {
-      method: 'DELETE', path: '/v1/jobs/:id', auth: true,
-      handler: async (ctx) => {
-        const id = parseInput(JobIdParam, ctx.params['id'], 'query');
-        const q = parseInput(ScopeQuery, query(ctx), 'query');
-        return { body: await broker.jobs.kill(scoped(ctx, q), id) };
-      },
-    },
-    {
-      method: 'PUT', path: '/v1/files', auth: true,
-      handler: async (ctx) => {
-        const { path, ...scope } = parseInput(FilePutQuery, query(ctx), 'query');
-        const s = scoped(ctx, scope);
-        const size = declaredLength(ctx.req);
-        // Bytes in flight are what a tenant could make the server hold; streaming keeps each
-        // upload to a few chunks in memory, and this bounds how many of them one tenant runs.
-        const release = limiter.reserveBytes(ctx.tenant, size);
-        try {
-          return { status: 201, body: await broker.files.uploadStream(s, { path, size, stream: ctx.req }) };
-        } finally {
-          release();
-        }
-      },
-    },
-    {
-      method: 'GET', path: '/v1/files', auth: true,
-      handler: async (ctx) => {
-        const { path, maxBytes, ...scope } = parseInput(FileGetQuery, query(ctx), 'query');
-        const r = await broker.files.readFile(scoped(ctx, scope), { path, maxBytes });
-        ctx.res.writeHead(200, {
-          'content-type': 'application/octet-stream', 'content-length': String(r.data.length),
-          'x-berth-path': encodeURIComponent(r.path), 'cache-control': 'no-store',
-        }).end(r.data);
-        return undefined;
-      },
-    },
-    {
-      method: 'POST', path: '/v1/files/export', auth: true,
-      handler: async (ctx) => {
-        const { path, maxBytes, ...fields } = parseInput(ExportBody, await jsonBody(ctx), 'body');
-        const scope = scoped(ctx, fields);
-        const r = await broker.files.exportPath(scope, { path, maxBytes });
-        // A remote caller gets a route to download the export, never its host path.
-        const exportId = exportIdOf(r.hostPath);
-        return { body: { exportId, download: downloadRoute(exportId, scope), bytes: r.bytes, kind: r.kind } };
-      },
-    },
-    {
-      method: 'GET', path: '/v1/files/exports/:id', auth: true,
-      handler: async (ctx) => {
-        const q = parseInput(ScopeQuery, query(ctx), 'query');
-        const scope = scoped(ctx, q);
-        await sendExport(ctx.res, broker.berthHome, scope, parseInput(ExportIdParam, ctx.params['id'], 'path'));
-        return undefined;
-      },
-    },
-    {
-      method: '*', path: '/mcp', auth: true,
-      handler: async (ctx) => {
-        await deps.mcp(ctx);
-        return undefined;
-      },
-    },
-  ];
-  return routes.map((r) => limited(r, limiter));
+  for (const spec of Object.values(ROUTES) as RouteSpec[]) for (const op of operationsOf(spec)) registry.registerPath(op);
+  return doc.getOpenAPI31Document({
+    openapi: '3.1.0',
+    info: { title: 'berth', version: '1', description: DESCRIPTION },
+    security: [{ bearer: [] }],
+  }) as unknown as Record<string, unknown>;
 }

@@ -75,8 +75,12 @@ export const FilePutQuery = z.strictObject({ ...queryScopeFields, path: sandboxP
 export const FileGetQuery = z.strictObject({ ...queryScopeFields, path: sandboxPath, maxBytes: wholeNumber.optional() });
 export const EmptyQuery = z.strictObject({});
 
-export const JobIdParam = z.string().regex(/^job_[0-9a-f]{16}$/, 'is not a job id (job_ and 16 hex digits)');
-export const ExportIdParam = z.string().regex(/^[0-9a-f]{16}$/, 'is not an export id (16 hex digits, from POST /v1/files/export)');
+export const JobIdParams = z.strictObject({
+  id: z.string().regex(/^job_[0-9a-f]{16}$/, 'is not a job id (job_ and 16 hex digits)').describe('the jobId from POST /v1/jobs'),
+});
+export const ExportIdParams = z.strictObject({
+  id: z.string().regex(/^[0-9a-f]{16}$/, 'is not an export id (16 hex digits, from POST /v1/files/export)').describe('the exportId from POST /v1/files/export'),
+});
 
 /**
  * Validates request input against `schema`; a 400 naming the fields otherwise. `tenant` and

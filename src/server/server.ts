@@ -1,11 +1,11 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { getRequestListener, RequestError } from '@hono/node-server';
 import type { Broker } from '../broker/broker.js';
+import { createApp } from './app.js';
 import { assertHostExposureAllowed, type Caller } from './caller.js';
+import { errorBody, HttpError } from './http-error.js';
 import { createMcpHttpHandler, type McpHttpHandler } from './mcp/http.js';
-import { errorBody, HttpError, toHttpError } from './http-error.js';
-import { apiRoutes } from './routes.js';
-import { Router, type RequestContext } from './router.js';
 import type { TokenStore } from './tokens.js';
 
 export interface ServerOptions {
@@ -33,11 +33,7 @@ const DEFAULT_PORT = 7878;
  * await server.close({ graceMs: 10_000 }); // then broker.close()
  * ```
  */
-/** How long a refused request body is drained before the answer goes out regardless. */
-const DRAIN_MS = 5_000;
-
 export class BerthServer {
-  readonly router = new Router();
   private readonly http: Server;
   private readonly mcp: McpHttpHandler;
   private readonly callers = new WeakMap<IncomingMessage, Caller>();
@@ -47,16 +43,29 @@ export class BerthServer {
   private closing: Promise<void> | undefined;
   private idle: (() => void) | undefined;
 
-  private constructor(private readonly opts: ServerOptions) {
+  private constructor(opts: ServerOptions) {
     this.log = opts.log ?? (() => undefined);
     this.mcp = createMcpHttpHandler(opts.broker, { callerOf: (req) => this.callers.get(req), log: this.log });
-    for (const route of apiRoutes({ broker: opts.broker, mcp: ({ req, res }) => this.mcp(req, res) })) this.router.add(route);
-    this.http = createServer({ requestTimeout: 0 }, (req, res) => void this.handle(req, res));
+    const app = createApp({
+      broker: opts.broker, tokens: opts.tokens, mcp: this.mcp, callers: this.callers, draining: () => this.draining, log: this.log,
+    });
+    // Bodies are read (or drained) by the app itself, from the Node request: the adapter must not
+    // cut them short. The global Request and Response stay Node's own: berth may run inside an
+    // application that relies on them.
+    const listener = getRequestListener(app.fetch, {
+      overrideGlobalObjects: false, autoCleanupIncoming: false, hostname: 'localhost',
+      errorHandler: (err) => this.adapterError(err),
+    });
+    this.http = createServer({ requestTimeout: 0 }, (req, res) => {
+      this.track(req, res);
+      void listener(req, res);
+    });
     this.http.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
       if (!socket.writable) {
         socket.destroy();
         return;
       }
+      // Written on the socket: there is no request to answer through the app.
       const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
       const body = errorBody(new HttpError('bad_request', `malformed HTTP request (${err.code ?? 'parse error'})`));
       socket.end(`HTTP/1.1 ${status} Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
@@ -119,81 +128,26 @@ export class BerthServer {
     await closed;
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    // An MCP client's GET /mcp is a notification stream that stays open for the whole MCP session:
-    // it is no call to wait for at shutdown (mcp.close() ends it), so it is not counted in flight.
-    const stream = req.method === 'GET' && (req.url ?? '').split('?')[0] === '/mcp';
-    if (!stream) {
-      this.inflight++;
-      res.once('close', () => {
-        this.inflight--;
-        if (this.inflight === 0) this.idle?.();
-      });
-    }
-    try {
-      if (this.draining) throw new HttpError('shutting_down', 'berth is shutting down; retry on a running berth');
-      const url = req.url ?? '';
-      if (!url.startsWith('/')) throw new HttpError('bad_request', 'the request target must be a path');
-      const q = url.indexOf('?');
-      const pathname = q === -1 ? url : url.slice(0, q);
-      const search = q === -1 ? '' : url.slice(q);
-      const method = req.method ?? '';
-      const match = this.router.match(method, pathname);
-      const isPublic = match.kind === 'found' && !match.route.auth;
-      let caller: Caller = { tenant: '', profiles: [] };
-      if (!isPublic) {
-        // Before anything else is looked at or read: no valid token, nothing touched.
-        const grant = this.opts.tokens.grantOf(req.headers.authorization);
-        if (grant === undefined) {
-          throw new HttpError('unauthorized', 'missing or invalid bearer token; send Authorization: Bearer <token> (berth token create --tenant T)', {
-            'www-authenticate': 'Bearer realm="berth"',
-          });
-        }
-        caller = { tenant: grant.tenant, profiles: grant.profiles };
-        this.callers.set(req, caller);
-      }
-      if (match.kind === 'not_found') throw new HttpError('not_found', `no route ${pathname}; see /v1/openapi.json`);
-      if (match.kind === 'method_not_allowed') {
-        throw new HttpError('method_not_allowed', `${method} is not allowed on ${pathname}; use ${match.allow.join(', ')}`, { allow: match.allow.join(', ') });
-      }
-      const ctx: RequestContext = { req, res, tenant: caller.tenant, profiles: caller.profiles, params: match.params, search };
-      const out = await match.route.handler(ctx);
-      if (out !== undefined) this.sendJson(req, res, out.status ?? 200, JSON.stringify(out.body));
-    } catch (err) {
-      const e = toHttpError(err);
-      if (e.status >= 500 && !(err instanceof HttpError)) this.log('berth:server', `${req.method} ${req.url?.split('?')[0]}: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
-      if (res.headersSent) {
-        res.end();
-        return;
-      }
-      for (const [k, v] of Object.entries(e.headers)) res.setHeader(k, v);
-      this.sendJson(req, res, e.status, errorBody(e));
-    }
+  /**
+   * Counts a request in flight until its response closed. An MCP client's GET /mcp is a
+   * notification stream that stays open for the whole MCP session: it is no call to wait for at
+   * shutdown (mcp.close() ends it), so it is not counted.
+   */
+  private track(req: IncomingMessage, res: ServerResponse): void {
+    if (req.method === 'GET' && (req.url ?? '').split('?')[0] === '/mcp') return;
+    this.inflight++;
+    res.once('close', () => {
+      this.inflight--;
+      if (this.inflight === 0) this.idle?.();
+    });
   }
 
-  private sendJson(req: IncomingMessage, res: ServerResponse, status: number, text: string): void {
-    const headers: Record<string, string> = {
-      'content-type': 'application/json; charset=utf-8', 'content-length': String(Buffer.byteLength(text)), 'cache-control': 'no-store',
-    };
-    if (this.draining) headers['connection'] = 'close';
-    if (req.complete || req.destroyed) {
-      res.writeHead(status, headers).end(text);
-      return;
-    }
-    // A body we refused early is drained before answering: closing the socket while the client
-    // still sends would reset the connection and the client would never read its 4xx. A client
-    // that keeps sending past DRAIN_MS gets the answer anyway, and the connection closes.
-    headers['connection'] = 'close';
-    let sent = false;
-    const send = (): void => {
-      if (sent) return;
-      sent = true;
-      clearTimeout(timer);
-      res.writeHead(status, headers).end(text);
-    };
-    const timer = setTimeout(send, DRAIN_MS);
-    req.once('end', send);
-    req.once('error', send);
-    req.resume();
+  /** What the adapter could not hand to the app: a request target or Host it cannot parse (400), or a bug (500). */
+  private adapterError(err: unknown): Response {
+    const e = err instanceof RequestError
+      ? new HttpError('bad_request', `malformed request (${err.message}); send a path as the request target and a host name as Host`)
+      : new HttpError('internal', 'berth failed to handle this request; the server log has the details');
+    if (!(err instanceof RequestError)) this.log('berth:server', `adapter: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
+    return new Response(errorBody(e), { status: e.status, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store', connection: 'close' } });
   }
 }

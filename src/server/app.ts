@@ -1,0 +1,164 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
+import { Hono, type MiddlewareHandler } from 'hono';
+import { routePath } from 'hono/route';
+import type { Broker } from '../broker/broker.js';
+import { answers, JSON_HEADERS } from './answer.js';
+import type { ApiContext, ApiEnv } from './api-env.js';
+import type { Caller } from './caller.js';
+import { apiHandlers } from './handlers.js';
+import { errorBody, HttpError, toHttpError } from './http-error.js';
+import { pathOf } from './request.js';
+import { honoPath, readInput, type RouteSpec } from './route-spec.js';
+import { openApiDocument, ROUTES, type RouteId } from './routes.js';
+import { TenantLimiter } from './tenant-limits.js';
+import type { TokenStore } from './tokens.js';
+
+export interface AppDeps {
+  broker: Broker;
+  tokens: TokenStore;
+  /** `/mcp`: the MCP streamable-HTTP handler, on the raw request and response. */
+  mcp: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+  /** Remembers each authenticated request's caller (the MCP handler looks it up). */
+  callers: WeakMap<IncomingMessage, Caller>;
+  /** The server is shutting down: new requests get 503 and every answer closes its connection. */
+  draining: () => boolean;
+  log: (namespace: string, message: string) => void;
+}
+
+/**
+ * The HTTP API on Hono: every route of `ROUTES` with its handler, one error handler that answers
+ * by the code's status (`HTTP_STATUS`), 404 and 405 (with `Allow`) as JSON. A route that needs a
+ * token checks it before anything of the request is read; so do 404 and 405, which tell nothing
+ * to a caller without one.
+ */
+export function createApp(deps: AppDeps): Hono<ApiEnv> {
+  const app = new Hono<ApiEnv>({ getPath: (_req, opts) => routingPath(opts?.env?.incoming.url ?? '') });
+  const limiter = new TenantLimiter(() => deps.broker.config.limits);
+  const answer = answers(deps.draining);
+  let doc: Record<string, unknown> | undefined;
+  const handlers = apiHandlers({
+    broker: deps.broker, limiter, answer,
+    mcp: (c) => deps.mcp(c.env.incoming, c.env.outgoing),
+    openApi: () => (doc ??= openApiDocument()),
+  });
+
+  const callerOf = (c: ApiContext): Caller => {
+    const grant = deps.tokens.grantOf(c.env.incoming.headers.authorization);
+    if (grant === undefined) {
+      throw new HttpError('unauthorized', 'missing or invalid bearer token; send Authorization: Bearer <token> (berth token create --tenant T)', {
+        'www-authenticate': 'Bearer realm="berth"',
+      });
+    }
+    const caller: Caller = { tenant: grant.tenant, profiles: grant.profiles };
+    deps.callers.set(c.env.incoming, caller);
+    return caller;
+  };
+
+  const errorAnswer = async (c: ApiContext, err: unknown): Promise<Response> => {
+    const e = toHttpError(err);
+    if (e.status >= 500 && !(err instanceof HttpError)) {
+      deps.log('berth:server', `${c.req.method} ${pathOf(c.env.incoming.url ?? '')}: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
+    }
+    if (c.env.outgoing.headersSent) {
+      c.env.outgoing.end();
+      return RESPONSE_ALREADY_SENT;
+    }
+    return answer.bytes(c, e.status, errorBody(e), { ...JSON_HEADERS, ...e.headers });
+  };
+
+  /** Before anything else is looked at or read: no valid token, nothing touched. */
+  const authenticate: MiddlewareHandler<ApiEnv> = async (c, next) => {
+    c.set('caller', callerOf(c));
+    await next();
+  };
+
+  /**
+   * A call holds one of its tenant's `limits.concurrentCalls` slots until its handler settled and
+   * its response closed: a client that hangs up does not free the slot of work still running for
+   * it, and an MCP answer sent after the handler returned is covered. An MCP client's GET /mcp is
+   * its standing notification stream for the whole MCP session, not a call.
+   */
+  const limited = (spec: RouteSpec): MiddlewareHandler<ApiEnv> => async (c, next) => {
+    if (spec === ROUTES.mcp && c.req.method === 'GET') return next();
+    const release = limiter.enterCall(c.get('caller').tenant);
+    const res = c.env.outgoing;
+    const closed = new Promise<void>((resolve) => (res.closed ? resolve() : res.once('close', () => resolve())));
+    try {
+      await next();
+    } finally {
+      void closed.then(release);
+    }
+  };
+
+  const allowed = new Map<string, string[]>();
+  const methodNotAllowed = (c: ApiContext, methods: string[]): HttpError =>
+    new HttpError('method_not_allowed', `${c.env.incoming.method ?? ''} is not allowed on ${pathOf(c.env.incoming.url ?? '')}; use ${methods.join(', ')}`, {
+      allow: methods.join(', '),
+    });
+
+  app.use('*', async (c, next) => {
+    if (deps.draining()) throw new HttpError('shutting_down', 'berth is shutting down; retry on a running berth');
+    const target = c.env.incoming.url ?? '';
+    if (!target.startsWith('/')) throw new HttpError('bad_request', 'the request target must be a path');
+    // No route has a segment that does not decode (a path parameter is decoded before it is checked).
+    if (!decodes(pathOf(target))) {
+      callerOf(c);
+      throw notFound(c);
+    }
+    // Hono answers HEAD with the GET route; berth serves no HEAD, so it is refused as any other
+    // method a route does not serve (after the token, like every 405).
+    const methods = allowed.get(routePath(c, -1));
+    if (c.env.incoming.method === 'HEAD' && methods !== undefined) {
+      callerOf(c);
+      throw methodNotAllowed(c, methods);
+    }
+    await next();
+  });
+
+  for (const [id, spec] of Object.entries(ROUTES) as [RouteId, RouteSpec][]) {
+    const handler = handlers[id] as (c: ApiContext, input: unknown) => Promise<Response>;
+    const path = honoPath(spec.path);
+    const method = spec.method.toUpperCase();
+    const answer: MiddlewareHandler<ApiEnv> = async (c) => handler(c, await readInput(spec, c.env.incoming, c.req.param()));
+    if (spec.public === true) app.on(method, path, answer);
+    else app.on(method, path, authenticate, limited(spec), answer);
+    if (spec.method !== 'all') allowed.set(path, [...(allowed.get(path) ?? []), method]);
+  }
+  for (const [path, methods] of allowed) {
+    app.all(path, authenticate, async (c) => {
+      throw methodNotAllowed(c, methods);
+    });
+  }
+  app.notFound(async (c) => {
+    try {
+      callerOf(c);
+    } catch (err) {
+      return errorAnswer(c, err);
+    }
+    return errorAnswer(c, notFound(c));
+  });
+  app.onError((err, c) => errorAnswer(c, err));
+  return app;
+}
+
+function notFound(c: ApiContext): HttpError {
+  return new HttpError('not_found', `no route ${pathOf(c.env.incoming.url ?? '')}; see /v1/openapi.json`);
+}
+
+/**
+ * The path routes are matched against: the request target's path as sent, not decoded (so
+ * `/v1/%6aobs` is no route), with empty segments dropped (`/v1//health/` is `/v1/health`).
+ */
+export function routingPath(target: string): string {
+  return `/${pathOf(target).split('/').filter((s) => s !== '').join('/')}`;
+}
+
+function decodes(path: string): boolean {
+  try {
+    decodeURIComponent(path);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,105 @@
+import { z } from 'zod';
+import { HTTP_STATUS, type HttpCode } from './http-error.js';
+
+/*
+ * What the HTTP API answers, for the OpenAPI document (`openApiDocument`). Requests are checked
+ * by the schemas in schemas.ts; these describe answers and check nothing at run time. No host
+ * path appears in any of them (docs/design.md §8): a mount is a boolean, an export a route.
+ */
+
+export const ErrorAnswer = z.object({
+  error: z.object({
+    code: z.enum(Object.keys(HTTP_STATUS) as [HttpCode, ...HttpCode[]]).describe('stable and machine-readable; the status follows from it'),
+    message: z.string().describe('what happened and what to do about it'),
+  }),
+}).meta({ id: 'Error' });
+
+export const ExecResult = z.object({
+  exitCode: z.number().int(),
+  stdout: z.string(),
+  stderr: z.string(),
+  output: z.string().describe('stdout and stderr interleaved in arrival order'),
+  cwd: z.string(),
+  durationMs: z.number(),
+  timedOut: z.boolean(),
+  truncated: z.boolean(),
+  sandboxKey: z.string(),
+  shellReplaced: z.boolean().optional(),
+  sandboxRecreated: z.boolean().optional(),
+}).meta({ id: 'ExecResult' });
+
+export const Binding = z.object({
+  backend: z.string(),
+  isolation: z.enum(['container', 'none']).describe('none: commands run without isolation (see note)'),
+  note: z.string().optional().describe('set when isolation is none: where commands run and as whom'),
+  tenant: z.string(),
+  profile: z.string(),
+  sandboxKey: z.string(),
+  rule: z.string(),
+  persistent: z.boolean(),
+  mounted: z.boolean().describe('a host directory is mounted at /workspace (its path is for local callers only)'),
+  mountReason: z.string(),
+  cwd: z.string(),
+  envNames: z.array(z.string()),
+  envMissing: z.array(z.string()),
+}).meta({ id: 'Binding' });
+
+export const Sandbox = z.object({
+  sandboxKey: z.string(),
+  tenant: z.string(),
+  profile: z.string().nullable(),
+  backend: z.string(),
+  rule: z.string(),
+  persistent: z.boolean(),
+  name: z.string(),
+  mounted: z.boolean(),
+  createdMs: z.number().int(),
+  lastUsedMs: z.number().int(),
+  state: z.enum(['active', 'running', 'stopped', 'missing', 'unknown']),
+  sessions: z.array(z.object({ session: z.string(), open: z.boolean() })),
+}).meta({ id: 'Sandbox' });
+
+export const Export = z.object({
+  exportId: z.string().regex(/^[0-9a-f]{16}$/),
+  download: z.string().describe('GET this route (with the same token) for the content: /v1/files/exports/{exportId} and the scope query'),
+  bytes: z.number().int(),
+  kind: z.enum(['file', 'dir']),
+}).meta({ id: 'Export' });
+
+export const AuditEntry = z.object({
+  timeMs: z.number().int(),
+  tenant: z.string(),
+  profile: z.string(),
+  user: z.string().nullable(),
+  session: z.string().nullable(),
+  sandboxKey: z.string().nullable(),
+  kind: z.string(),
+  command: z.string().nullable(),
+  exitCode: z.number().int().nullable(),
+  durationMs: z.number().int().nullable(),
+}).meta({ id: 'AuditEntry' });
+
+const JobStatus = z.enum(['running', 'exited', 'killed', 'unknown']);
+
+export const JobSummary = z.object({
+  jobId: z.string(),
+  command: z.string(),
+  status: JobStatus,
+  exitCode: z.number().int().nullable(),
+  startedMs: z.number().int(),
+}).meta({ id: 'JobSummary' });
+
+export const JobRead = z.object({
+  output: z.string(),
+  nextOffset: z.number().int(),
+  done: z.boolean().describe('the job ended and nothing is left past nextOffset'),
+  exitCode: z.number().int().nullable(),
+  status: JobStatus,
+}).meta({ id: 'JobRead' });
+
+export const JobStarted = z.object({ jobId: z.string(), sandboxKey: z.string() });
+export const JobKilled = z.object({ killed: z.boolean() });
+export const Closed = z.object({ removed: z.array(z.string()), kept: z.array(z.string()) });
+export const Whoami = z.object({ tenant: z.string(), profiles: z.array(z.string()) });
+export const Health = z.object({ ok: z.literal(true) });
+export const Written = z.object({ path: z.string(), bytes: z.number().int() });
