@@ -13,6 +13,7 @@ import { remoteBinding, remoteSandbox } from './remote-view.js';
 import type { RouteInput } from './route-spec.js';
 import type { RouteId, ROUTES } from './routes.js';
 import { scopeOf, type ScopeFields } from './schemas.js';
+import { SseStream } from './sse.js';
 import type { TenantLimiter } from './tenant-limits.js';
 
 /** One handler per route, given its checked input. */
@@ -79,16 +80,7 @@ export function apiHandlers(deps: HandlerDeps): Handlers {
     const res = c.env.outgoing;
     res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', 'x-accel-buffering': 'no' });
     res.flushHeaders();
-    const events = {
-      chunk: (event: string, data: string) => sse(event, data),
-      send: sse,
-      end: async () => {
-        res.end();
-      },
-    };
-    function sse(event: string, data: unknown): void {
-      if (!res.destroyed) res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
-    }
+    const events = new SseStream(res);
     try {
       const r = await broker.exec(scope, body.command, {
         timeoutSeconds: body.timeoutSeconds, workdir: body.workdir, stdin: body.stdin, signal: clientGone(c),
