@@ -1,5 +1,5 @@
 import type { Readable, Writable } from 'node:stream';
-import type { BackendName, ProfileSettings } from '../config/types.js';
+import type { ProfileSettings } from '../config/types.js';
 import { BerthError } from '../errors.js';
 
 /** (installation, tenant, profile, key); `profile` is undefined for `shared:*` keys. */
@@ -144,9 +144,8 @@ export interface ManagedSandbox {
  * `UnsupportedError`; nothing ever falls back to the host.
  */
 export interface Backend {
-  readonly name: BackendName;
-  /** `container` backends get /workspace mounts and in-container cwd mapping. */
-  readonly kind: 'container' | 'host';
+  /** Its module's name (what it is and does: the module's traits). */
+  readonly name: string;
   /** Check the engine is reachable and usable for these settings (start-up). */
   check(settings: ProfileSettings): Promise<void>;
   /** Create, adopt or reattach the sandbox for `spec`. `knownRef` is the store's record, if any. */
@@ -169,4 +168,4 @@ export interface Backend {
   close(): Promise<void>;
 }
 
-export type BackendFactory = (name: BackendName) => Backend;
+

@@ -1,21 +1,29 @@
 import type { Backend, Lease } from '../backends/backend.js';
-import { LocalBackend } from '../backends/local/local-backend.js';
-import type { BackendName } from '../config/types.js';
-import { BackendUnavailableError } from '../errors.js';
+import type { BackendCatalog } from '../backends/catalog.js';
+import type { Logger } from '../logging/logger.js';
 
-/** Creates backends on first use (so `explain` and local-only configs never load an engine client). */
+/**
+ * The backends of one broker, each created on first use by its module's factory (so `explain`
+ * and local-only configs never load an engine client).
+ */
 export class BackendRegistry {
-  private readonly made = new Map<BackendName, Promise<Backend>>();
+  private readonly made = new Map<string, Promise<Backend>>();
 
   constructor(
     private readonly opts: {
-      berthHome: string; installation: string; injected?: Partial<Record<BackendName, Backend>>; log: (msg: string) => void;
+      catalog: BackendCatalog;
+      berthHome: string;
+      installation: string;
+      /** Backends given ready-made (tests), by name; the catalog still says what they are. */
+      injected?: Readonly<Record<string, Backend | undefined>> | undefined;
+      /** The broker's logger; each backend gets `berth:<name>`. */
+      log: Logger;
       /** Serialises engine-object creation across this installation's processes. */
       lease: Lease;
     },
   ) {}
 
-  get(name: BackendName): Promise<Backend> {
+  get(name: string): Promise<Backend> {
     let b = this.made.get(name);
     if (b === undefined) {
       b = this.create(name);
@@ -25,19 +33,12 @@ export class BackendRegistry {
     return b;
   }
 
-  private async create(name: BackendName): Promise<Backend> {
+  private async create(name: string): Promise<Backend> {
+    const module = this.opts.catalog.module(name);
     const injected = this.opts.injected?.[name];
     if (injected !== undefined) return injected;
-    switch (name) {
-      case 'local':
-        return new LocalBackend({ berthHome: this.opts.berthHome });
-      case 'docker': {
-        const { DockerBackend } = await import('../backends/docker/docker-backend.js');
-        return new DockerBackend({ installation: this.opts.installation, berthHome: this.opts.berthHome, log: this.opts.log, lease: this.opts.lease });
-      }
-      case 'ssh':
-        throw new BackendUnavailableError('backend "ssh" is not available yet in this version of berth; set backend: docker (or local for development) in the config');
-    }
+    const { berthHome, installation, lease } = this.opts;
+    return module.create({ berthHome, installation, lease, log: this.opts.log.child(`berth:${name}`) });
   }
 
   /** Backends created so far (for reapers and shutdown). */

@@ -1,4 +1,3 @@
-import { isContainerBackend } from '../config/types.js';
 import { BerthError, SandboxNotFoundError } from '../errors.js';
 import { mapWorkdir } from '../policy/cwd.js';
 import type { BrokerExecResult, ExecOptions } from './broker-types.js';
@@ -29,7 +28,7 @@ export class CommandRunner {
   async run(call: ResolvedCall, command: string, opts: ExecOptions): Promise<BrokerExecResult> {
     const timeoutMs = Math.round((opts.timeoutSeconds ?? call.settings.exec.timeoutSeconds) * 1000);
     const workdir = opts.workdir === undefined ? undefined
-      : mapWorkdir(opts.workdir, { containerBackend: isContainerBackend(call.settings.backend), mount: call.spec.mount });
+      : mapWorkdir(opts.workdir, { containerBackend: call.traits.mountsHostDirs, mount: call.spec.mount });
     return this.opts.sessions.run(call, (sc) => this.runInSandbox(call, sc, command, { ...opts, timeoutMs, workdir }));
   }
 

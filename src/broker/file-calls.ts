@@ -127,7 +127,7 @@ export class BrokerFiles {
     const sandbox = live.sandbox;
     const roots = [...sandbox.fileRoots];
     // On local, an attached workspace is the session's starting dir and one of its roots.
-    if (live.kind === 'host' && !roots.some((r) => call.defaultCwd === r || call.defaultCwd.startsWith(`${r}/`))) roots.push(call.defaultCwd);
+    if (live.traits.hostPaths && !roots.some((r) => call.defaultCwd === r || call.defaultCwd.startsWith(`${r}/`))) roots.push(call.defaultCwd);
     return {
       sandbox,
       policy: { roots, home: sandbox.homeDir, berthDirs: [sandbox.stateDir] },

@@ -1,5 +1,5 @@
 import type { Sandbox } from '../backends/backend.js';
-import type { BackendName, BerthConfig } from '../config/types.js';
+import type { BerthConfig } from '../config/types.js';
 import type { AuditRecorder } from './audit.js';
 import { claimAbandoned } from './sandbox-claim.js';
 import type { LiveSandbox, SandboxPool } from './sandbox-pool.js';
@@ -102,7 +102,7 @@ export class Reapers implements BrokerReapers {
   }
 
   /** The first orphan pass, on the first engine a call uses (once per broker; waited for by every call that gets here). */
-  reapOrphansOnce(engine: BackendName): Promise<void> {
+  reapOrphansOnce(engine: string): Promise<void> {
     if (!this.opts.reap) return Promise.resolve();
     this.reaped ??= this.reapOrphans([engine]).then(
       () => undefined,
@@ -111,7 +111,7 @@ export class Reapers implements BrokerReapers {
     return this.reaped;
   }
 
-  async reapOrphans(only?: readonly BackendName[]): Promise<string[]> {
+  async reapOrphans(only?: readonly string[]): Promise<string[]> {
     const { store, pool, log } = this.opts;
     const removed: string[] = [];
     const engines = await pool.engines(only);

@@ -1,28 +1,27 @@
 import type { SandboxSpec } from '../backends/backend.js';
-import { LocalBackend } from '../backends/local/local-backend.js';
+import { sectionOf, withSection, type BackendModule, type BackendTraits, type Isolation } from '../backends/module.js';
 import type { SecretsFile } from '../config/secrets-file.js';
 import type { BackendName, BerthConfig, ProfileSettings } from '../config/types.js';
-import { isContainerBackend, settingsFor } from '../config/types.js';
+import { settingsFor } from '../config/types.js';
 import { ConfigError, PolicyRefusedError, UsageError } from '../errors.js';
 import { resolveStartCwd } from '../policy/cwd.js';
 import { resolveEnvGrants } from '../policy/env-grants.js';
-import { hostMountFs, resolveMount } from '../policy/mount.js';
+import { hostMountFs, resolveMount, type MountDecision } from '../policy/mount.js';
 import { wouldCreateCycle } from '../scope/aliases.js';
-import type { CallScope } from '../scope/call-scope.js';
+import type { AttachedWorkspace, CallScope } from '../scope/call-scope.js';
 import { identityDigest, sandboxDirName, sandboxIdentity, shellIdentity } from '../scope/naming.js';
 import { resolveSandboxKey } from '../scope/sandbox-key.js';
 import type { StateStore } from './state-store.js';
 import { overrideIsolates, TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
-/** How a backend separates commands from the host: a container, or nothing at all (later backends add values). */
-export type Isolation = 'container' | 'none';
+export type { Isolation } from '../backends/module.js';
 
 /** What `explain` shows: the resolved answer for a call. Never contains an env value. */
 export interface Binding {
   backend: BackendName;
-  /** `none`: the commands run without isolation (see `note`). */
+  /** How the backend isolates commands; `none`: not at all (see `note`). */
   isolation: Isolation;
-  /** Set when `isolation` is `none`: where the commands really run and as whom. */
+  /** Set when the backend says how its isolation falls short: where the commands really run and as whom. */
   note?: string;
   tenant: string;
   profile: string;
@@ -41,6 +40,8 @@ export interface ResolvedCall {
   binding: Binding;
   scope: CallScope;
   settings: ProfileSettings;
+  /** What the call's backend does (mounts host dirs, isolates, keys like a container, ...). */
+  traits: Readonly<BackendTraits>;
   spec: SandboxSpec;
   /** Shared sandbox (`default`, `profile:*`, `shared:*`). */
   shared: boolean;
@@ -67,33 +68,49 @@ export interface ResolveContext {
   secrets?: ReadonlyMap<string, SecretsFile>;
 }
 
-export function isolationOf(backend: BackendName): Isolation {
-  return isContainerBackend(backend) ? 'container' : 'none';
-}
-
-/** What `explain` says about a backend that isolates nothing. */
-function isolationNote(backend: BackendName): string | undefined {
-  switch (backend) {
-    case 'local':
-      return 'runs on this host as berth\'s user, without isolation: commands can read and change anything that user can';
-    case 'ssh':
-      return 'runs on a remote host over SSH as the configured account, without isolation from that account';
-    default:
-      return undefined;
+/**
+ * Which backends a task override may name for a profile: its own, or another the config uses;
+ * never one without isolation (the host) unless the profile already runs there.
+ */
+function allowedOverrideBackends(config: BerthConfig, settings: ProfileSettings): Set<string> {
+  const used = new Set<string>([config.base.backend, ...Object.values(config.profiles).map((p) => p.backend)]);
+  for (const name of used) {
+    if (config.backends.traits(name).isolation === 'none' && name !== settings.backend) used.delete(name);
   }
-}
-
-/** The in-sandbox default directory of a backend, known without contacting it. */
-export function backendDefaultCwd(backend: BackendName, berthHome: string, dirName: string): string {
-  return backend === 'local' ? LocalBackend.sandboxDir(berthHome, dirName) : '/workspace';
-}
-
-/** Which backends a task override may name for a profile: its own, or another the config uses; never the host unless the profile already runs there. */
-function allowedOverrideBackends(config: BerthConfig, settings: ProfileSettings): Set<BackendName> {
-  const used = new Set<BackendName>([config.base.backend, ...Object.values(config.profiles).map((p) => p.backend)]);
-  if (settings.backend !== 'local') used.delete('local');
   used.add(settings.backend);
   return used;
+}
+
+/**
+ * The profile's settings with a task override's backend and image applied. An image needs a
+ * backend whose sandboxes run one.
+ */
+function overriddenSettings(config: BerthConfig, base: ProfileSettings, scope: CallScope, override: TaskOverride): ProfileSettings {
+  if (override.backend !== undefined && !allowedOverrideBackends(config, base).has(override.backend)) {
+    throw new PolicyRefusedError(`task "${scope.task}" asks for backend "${override.backend}", which profile "${scope.profile}" does not allow; use "${base.backend}"`);
+  }
+  const backend = override.backend ?? base.backend;
+  const settings: ProfileSettings = { ...base, backend };
+  if (override.image === undefined) return settings;
+  const module: BackendModule = config.backends.module(backend);
+  if (module.images === undefined) {
+    const withImages = config.backends.namesWhere((_, m) => m.images !== undefined);
+    throw new PolicyRefusedError(
+      `task "${scope.task}" sets image "${override.image}", but backend "${backend}" runs no images (${withImages.length > 0 ? `only ${withImages.join(', ')} does` : 'no backend here does'}); ` +
+        'remove the image from the task override, or give the task a backend that runs images',
+    );
+  }
+  return withSection(settings, module, module.images.with(sectionOf(module, settings), override.image));
+}
+
+/**
+ * What becomes of an attached workspace on a backend that neither mounts host dirs nor runs on
+ * this host (a remote one): nothing; the call runs in the sandbox's default dir.
+ */
+function unusedWorkspace(backend: string, workspace: AttachedWorkspace | undefined): MountDecision {
+  if (workspace === undefined) return { mount: null, mountReason: 'no workspace attached', startDir: undefined };
+  const what = workspace.source === 'process' ? 'the process working directory' : 'the attached workspace';
+  return { mount: null, mountReason: `backend "${backend}" neither mounts host dirs nor runs on this host, so ${what} is not used`, startDir: undefined };
 }
 
 export function readTaskOverride(store: StateStore, scope: CallScope): TaskOverride | undefined {
@@ -128,36 +145,28 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   const { config, store } = ctx;
   const base = settingsFor(config, scope.profile);
   const override = readTaskOverride(store, scope);
-  let settings = base;
-  if (override?.backend !== undefined || override?.image !== undefined) {
-    if (override.backend !== undefined && !allowedOverrideBackends(config, base).has(override.backend)) {
-      throw new PolicyRefusedError(`task "${scope.task}" asks for backend "${override.backend}", which profile "${scope.profile}" does not allow; use "${base.backend}"`);
-    }
-    settings = {
-      ...base,
-      backend: override.backend ?? base.backend,
-      docker: { ...base.docker, image: override.image ?? base.docker.image },
-    };
-  }
+  const settings = override?.backend !== undefined || override?.image !== undefined ? overriddenSettings(config, base, scope, override) : base;
+  const module = config.backends.module(settings.backend);
+  const traits = module.traits;
   const parentOf = (child: string) => store.getAliasParent(scope.tenant, scope.profile, child);
   const keyed = resolveSandboxKey({
-    scope, settings, multiProfile: config.multiProfile, parentOf, taskOverrideIsolates: overrideIsolates(override),
+    scope, settings, containerKeying: traits.containerKeying, multiProfile: config.multiProfile, parentOf, taskOverrideIsolates: overrideIsolates(override),
   });
   const identity = sandboxIdentity(store.installationId, scope.tenant, scope.profile, keyed.key);
   const digest = identityDigest(identity);
   const dirName = sandboxDirName(identity);
-  const container = isContainerBackend(settings.backend);
 
   const workspace = scope.workspace
     ?? (override?.cwd !== undefined ? { path: override.cwd, source: override.cwdSource ?? 'session' } : undefined);
-  const mount = resolveMount({
-    key: keyed.key, shared: keyed.shared, workspace, mountEnabled: settings.workspace.mount, containerBackend: container,
-    homeDir: ctx.homeDir, stateDir: ctx.berthHome, dockerSockets: ctx.dockerSockets, allowedRoots: settings.workspace.allowedRoots, fs: hostMountFs,
-  });
+  const mount = !traits.mountsHostDirs && !traits.hostPaths ? unusedWorkspace(settings.backend, workspace)
+    : resolveMount({
+      key: keyed.key, shared: keyed.shared, workspace, mountEnabled: settings.workspace.mount, containerBackend: traits.mountsHostDirs,
+      homeDir: ctx.homeDir, stateDir: ctx.berthHome, dockerSockets: ctx.dockerSockets, allowedRoots: settings.workspace.allowedRoots, fs: hostMountFs,
+    });
 
   const isSubagent = scope.task !== undefined && parentOf(scope.task) !== undefined;
   const shell = shellIdentity(scope, isSubagent);
-  const defaultCwd = mount.startDir ?? backendDefaultCwd(settings.backend, ctx.berthHome, dirName);
+  const defaultCwd = mount.startDir ?? module.defaultCwd({ berthHome: ctx.berthHome, dirName });
 
   const secretsPath = settings.env.secretsFile;
   const secrets = secretsPath === undefined ? undefined : ctx.secrets?.get(secretsPath);
@@ -172,16 +181,16 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   const spec: SandboxSpec = {
     identity, digest, dirName, ephemeral: keyed.ephemeral, mount: mount.mount, rule: keyed.rule, settings,
   };
-  const note = isolationNote(settings.backend);
+  const note = module.isolationNote;
   return {
     binding: {
-      backend: settings.backend, isolation: isolationOf(settings.backend), ...(note === undefined ? {} : { note }), tenant: scope.tenant, profile: scope.profile, sandboxKey: keyed.key, rule: keyed.rule,
+      backend: settings.backend, isolation: traits.isolation, ...(note === undefined ? {} : { note }), tenant: scope.tenant, profile: scope.profile, sandboxKey: keyed.key, rule: keyed.rule,
       persistent: !keyed.ephemeral, mount: mount.mount, mountReason: mount.mountReason,
       // Only a new shell needs the start cwd; exec asks for it then (startCwd), explain always.
-      cwd: opts.withCwd ? startCwd(store, { scope, settings, spec, shell, isSubagent, defaultCwd }) : '',
+      cwd: opts.withCwd ? startCwd(store, { scope, settings, traits, spec, shell, isSubagent, defaultCwd }) : '',
       envNames: grants.names, envMissing: [...grants.missing, ...grants.withheld].sort(),
     },
-    scope, settings, spec, shared: keyed.shared, shell, isSubagent, sessionRef: sessionRefOf(scope), defaultCwd,
+    scope, settings, traits, spec, shared: keyed.shared, shell, isSubagent, sessionRef: sessionRefOf(scope), defaultCwd,
     env: grants.env, secretNames: grants.secretNames, redactValues: grants.redactValues,
   };
 }
@@ -192,12 +201,12 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
  */
 export function startCwd(
   store: StateStore,
-  call: Pick<ResolvedCall, 'scope' | 'settings' | 'spec' | 'shell' | 'isSubagent' | 'defaultCwd'>,
+  call: Pick<ResolvedCall, 'scope' | 'settings' | 'traits' | 'spec' | 'shell' | 'isSubagent' | 'defaultCwd'>,
 ): string {
   const record = store.getCwd(call.shell.digest) ?? inheritedCwd(store, call.scope, call.isSubagent);
   const recorded = record === undefined ? undefined : { path: record.cwd, backend: record.backend };
   return resolveStartCwd({
-    recorded, backendName: call.settings.backend, containerBackend: isContainerBackend(call.settings.backend),
+    recorded, backendName: call.settings.backend, containerBackend: call.traits.mountsHostDirs,
     mount: call.spec.mount, defaultCwd: call.defaultCwd,
   });
 }

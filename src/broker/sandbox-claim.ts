@@ -1,4 +1,3 @@
-import type { BackendName } from '../config/types.js';
 import { TimeoutError } from '../errors.js';
 import { ownerAlive } from './process-owner.js';
 import type { ResolvedCall } from './resolve-call.js';
@@ -15,7 +14,7 @@ const CLAIM_STALE_MS = 60_000;
  * `processToken` names this process on the claims it makes.
  */
 export async function claimOrAwait(
-  store: StateStore, processToken: string, call: ResolvedCall, backend: BackendName, known: SandboxRecord | undefined,
+  store: StateStore, processToken: string, call: ResolvedCall, backend: string, known: SandboxRecord | undefined,
 ): Promise<{ record: SandboxRecord; mine: boolean }> {
   const deadline = Date.now() + CLAIM_WAIT_MS;
   let rec = known;

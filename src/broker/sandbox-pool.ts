@@ -1,6 +1,8 @@
 import { existsSync } from 'node:fs';
 import type { Backend, ManagedSandbox, Sandbox } from '../backends/backend.js';
-import type { BackendName, BerthConfig } from '../config/types.js';
+import { sectionOf, type BackendTraits } from '../backends/module.js';
+import type { BerthConfig } from '../config/types.js';
+import { Logger } from '../logging/logger.js';
 import { PolicyRefusedError, type BerthError } from '../errors.js';
 import { BackendRegistry } from './backend-registry.js';
 import { KeyedLock } from './keyed-lock.js';
@@ -21,8 +23,8 @@ export interface LiveSandbox {
   readonly digest: string;
   readonly sandbox: Sandbox;
   readonly record: SandboxRecord;
-  /** `container`: processes die with the sandbox and it may be emptied of them; `host`: a dir on this host. */
-  readonly kind: 'container' | 'host';
+  /** What its backend does (its processes die with it, its engine lists it, ...). */
+  readonly traits: Readonly<BackendTraits>;
   readonly idleMs: number;
   inflight: number;
   lastActivityMs: number;
@@ -42,18 +44,18 @@ export interface LiveSandbox {
 export interface PoolHooks {
   /** A call got its sandbox (under the identity's lock when it was not live yet): link the call's session. */
   link(call: ResolvedCall, live: LiveSandbox): void;
-  /** A host sandbox is about to be removed: end its jobs (a dir takes no process with it). */
+  /** A sandbox whose processes outlive it (a host dir) is about to be removed: end its jobs. */
   endJobs(digest: string, sandbox: Sandbox): Promise<void>;
   /** A backend passed its check for a new profile or image (the reapers' first orphan pass). */
-  checked(backend: BackendName): Promise<void>;
+  checked(backend: string): Promise<void>;
 }
 
 export interface SandboxPoolOptions {
   store: StateStore;
   config: BerthConfig;
   berthHome: string;
-  /** Injected backends (tests). */
-  backends?: Partial<Record<BackendName, Backend>>;
+  /** Injected backends (tests), by module name. */
+  backends?: Readonly<Record<string, Backend | undefined>> | undefined;
   /** Set once the broker began to close: nothing is measured or restarted after that. */
   shutdown: AbortSignal;
   log: (namespace: string, message: string) => void;
@@ -82,8 +84,8 @@ export class SandboxPool {
   constructor(private readonly opts: SandboxPoolOptions) {
     this.log = opts.log;
     this.backends = new BackendRegistry({
-      berthHome: opts.berthHome, installation: opts.store.installationId, injected: opts.backends,
-      log: (m) => this.log('berth:backend', m), lease: storeLease(opts.store),
+      catalog: opts.config.backends, berthHome: opts.berthHome, installation: opts.store.installationId, injected: opts.backends,
+      log: new Logger(opts.log), lease: storeLease(opts.store),
     });
   }
 
@@ -135,9 +137,9 @@ export class SandboxPool {
       };
       store.putSandbox(record);
       const live: LiveSandbox = {
-        digest: call.spec.digest, sandbox, record, kind: backend.kind, idleMs: call.settings.lifecycle.idleSeconds * 1000,
+        digest: call.spec.digest, sandbox, record, traits: call.traits, idleMs: call.settings.lifecycle.idleSeconds * 1000,
         inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, sessions: new Map(), diskCheckedMs: 0,
-        shells: new SandboxShells(sandbox, { mayKillAll: backend.kind === 'container', label: call.binding.sandboxKey }),
+        shells: new SandboxShells(sandbox, { mayKillAll: call.traits.ownsProcessTable, label: call.binding.sandboxKey }),
       };
       this.backendOf.set(live, backend);
       this.live.set(call.spec.digest, live);
@@ -152,8 +154,8 @@ export class SandboxPool {
     if (live !== undefined) return live.sandbox;
     const rec = this.opts.store.getSandbox(digest);
     if (rec === undefined || rec.ref === '' || call === undefined || call.settings.backend !== rec.backend) return undefined;
-    const backend = await this.backends.get(rec.backend as BackendName);
-    if (backend.kind === 'container') {
+    const backend = await this.backends.get(rec.backend);
+    if (call.traits.listsByLabel) {
       if (!(await backend.listManaged()).some((m) => m.ref === rec.ref)) return undefined;
     } else if (rec.hostDir === null || !existsSync(rec.hostDir)) {
       return undefined;
@@ -172,10 +174,10 @@ export class SandboxPool {
     await this.locks.run(`sandbox:${rec.digest}`, async () => {
       const live = this.live.get(rec.digest);
       // A container takes its jobs with it; a host dir does not, so end them first.
-      if (live?.kind === 'host') await this.opts.hooks.endJobs(rec.digest, live.sandbox).catch((e) => this.log('berth:jobs', String(e)));
+      if (live !== undefined && !live.traits.jobsDieWithSandbox) await this.opts.hooks.endJobs(rec.digest, live.sandbox).catch((e) => this.log('berth:jobs', String(e)));
       if (live) await this.forget(live);
       if (rec.ref !== '') {
-        const backend = await this.backends.get(rec.backend as BackendName);
+        const backend = await this.backends.get(rec.backend);
         await backend.remove(rec.ref, rec.hostDir ?? undefined);
       }
       this.opts.store.deleteSandbox(rec.digest);
@@ -190,8 +192,8 @@ export class SandboxPool {
 
   /** After a failed call: whether the engine still has the sandbox's container, and running. */
   async outOfBandState(live: LiveSandbox): Promise<'gone' | 'stopped' | undefined> {
+    if (!live.traits.listsByLabel) return undefined;
     const backend = this.backend(live);
-    if (backend.kind !== 'container') return undefined;
     try {
       const found = (await backend.listManaged()).find((m) => m.ref === live.sandbox.ref);
       if (found === undefined) return 'gone';
@@ -203,7 +205,7 @@ export class SandboxPool {
 
   /** After a shell could not start in a container: its pid count when (nearly) every pid is taken. */
   async outOfProcesses(live: LiveSandbox): Promise<{ current: number; limit: number } | undefined> {
-    if (live.kind !== 'container') return undefined;
+    if (!live.traits.ownsProcessTable) return undefined;
     const count = await live.sandbox.processCount?.();
     return count !== undefined && count.current >= count.limit - PIDS_HEADROOM ? count : undefined;
   }
@@ -256,17 +258,17 @@ export class SandboxPool {
    * use, those the config names and those the store records (a fresh process has created none
    * yet, but its orphans are there).
    */
-  async engines(only?: readonly BackendName[]): Promise<BackendName[]> {
+  async engines(only?: readonly string[]): Promise<string[]> {
     if (only !== undefined) return [...only];
     const { config, store } = this.opts;
     const names = new Set<string>([config.base.backend, ...Object.values(config.profiles).map((p) => p.backend)]);
     for (const rec of store.listSandboxes()) names.add(rec.backend);
     const out = (await this.backends.created()).map((b) => b.name);
     for (const name of names) {
-      if (out.includes(name as BackendName)) continue;
+      if (out.includes(name)) continue;
       try {
-        await this.backends.get(name as BackendName);
-        out.push(name as BackendName);
+        await this.backends.get(name);
+        out.push(name);
       } catch {
         // A backend that cannot be created (not built yet) has no sandboxes to list.
       }
@@ -275,17 +277,18 @@ export class SandboxPool {
   }
 
   /** This installation's sandboxes as an engine sees them. */
-  async listManaged(engine: BackendName): Promise<ManagedSandbox[]> {
+  async listManaged(engine: string): Promise<ManagedSandbox[]> {
+    if (!this.opts.config.backends.traits(engine).listsByLabel) return [];
     return (await this.backends.get(engine)).listManaged();
   }
 
   /** Removes a sandbox the engine has and the store does not want (an orphan); its record is the caller's. */
-  async removeManaged(engine: BackendName, ref: string): Promise<void> {
+  async removeManaged(engine: string, ref: string): Promise<void> {
     await (await this.backends.get(engine)).remove(ref, undefined);
   }
 
   /** Removes the engine's objects of this installation that no sandbox uses any more (networks). */
-  async reapIdleNetworks(engine: BackendName): Promise<void> {
+  async reapIdleNetworks(engine: string): Promise<void> {
     await (await this.backends.get(engine)).reapIdleNetworks?.();
   }
 
@@ -295,15 +298,18 @@ export class SandboxPool {
    */
   async stateReader(records: readonly SandboxRecord[]): Promise<(rec: SandboxRecord) => SandboxState> {
     const managed = new Map<string, ManagedSandbox[] | undefined>();
+    const { backends: catalog } = this.opts.config;
+    const listed = (name: string): boolean => catalog.has(name) && catalog.traits(name).listsByLabel;
     for (const name of new Set(records.map((r) => r.backend))) {
-      const backend = await this.backends.get(name as BackendName).catch(() => undefined);
-      managed.set(name, backend?.kind === 'container' ? await backend.listManaged().catch(() => undefined) : []);
+      const backend = await this.backends.get(name).catch(() => undefined);
+      managed.set(name, backend !== undefined && listed(name) ? await backend.listManaged().catch(() => undefined) : []);
     }
     return (rec) => {
       if (this.live.has(rec.digest)) return 'active';
       const seen = managed.get(rec.backend);
       if (seen === undefined) return 'unknown';
-      if (rec.backend === 'local') return rec.hostDir !== null && existsSync(rec.hostDir) ? 'stopped' : 'missing';
+      // A backend whose engine keeps no list: a sandbox with a host dir is there while its dir is.
+      if (!listed(rec.backend)) return rec.hostDir === null ? 'unknown' : existsSync(rec.hostDir) ? 'stopped' : 'missing';
       const m = seen.find((x) => x.ref === rec.ref);
       return m === undefined ? 'missing' : m.running ? 'running' : 'stopped';
     };
@@ -322,7 +328,9 @@ export class SandboxPool {
 
   private async backendFor(call: ResolvedCall): Promise<Backend> {
     const backend = await this.backends.get(call.settings.backend);
-    const checkKey = `${call.settings.backend}:${call.scope.profile}:${call.settings.docker.image}`;
+    const module = this.opts.config.backends.module(call.settings.backend);
+    const image = module.images === undefined ? '' : module.images.of(sectionOf(module, call.settings));
+    const checkKey = `${call.settings.backend}:${call.scope.profile}:${image}`;
     if (!this.checkedKeys.has(checkKey)) {
       await backend.check(call.settings);
       this.checkedKeys.add(checkKey);
@@ -350,7 +358,7 @@ export class SandboxPool {
     if (live !== undefined) await this.forget(live);
     if (rec.ephemeral && rec.ref !== '') {
       try {
-        const old = await this.backends.get(rec.backend as BackendName);
+        const old = await this.backends.get(rec.backend);
         await old.remove(rec.ref, rec.hostDir ?? undefined);
       } catch (e) {
         this.log('berth:broker', `remove ${rec.key} on ${rec.backend}: ${String(e)}`);

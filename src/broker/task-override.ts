@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import { BACKENDS } from '../config/types.js';
+import { BACKEND_NAMES } from '../backends/registry.js';
 
-/** Per-task settings an operator may set through the library or server API (DESIGN section 3). */
+/** Per-task settings an operator may set through the library or server API (design §3). */
 export const TaskOverrideSchema = z.strictObject({
   image: z.string().min(1).max(256).optional(),
-  backend: z.enum(BACKENDS).optional(),
+  backend: z.enum(BACKEND_NAMES).optional(),
   cwd: z.string().min(1).max(4096).optional(),
   cwdSource: z.enum(['session', 'process']).optional(),
 });

@@ -1,5 +1,7 @@
 import { stringify } from 'yaml';
-import { isContainerBackend, type BerthConfig, type ProfileSettings } from './types.js';
+import type { BackendCatalog } from '../backends/catalog.js';
+import { sectionOf } from '../backends/module.js';
+import type { BerthConfig, ProfileSettings } from './types.js';
 
 /*
  * Output of `berth config check`. The config holds no value read from the environment
@@ -7,7 +9,7 @@ import { isContainerBackend, type BerthConfig, type ProfileSettings } from './ty
  * literals from the file and not secrets (DESIGN section 7).
  */
 
-function settingsView(s: ProfileSettings): Record<string, unknown> {
+function settingsView(s: ProfileSettings, backends: BackendCatalog): Record<string, unknown> {
   const view: Record<string, unknown> = {
     backend: s.backend,
     scope: s.scope,
@@ -29,10 +31,12 @@ function settingsView(s: ProfileSettings): Record<string, unknown> {
       ...(s.env.secretsFile === undefined ? {} : { secretsFile: s.env.secretsFile }),
     },
   });
-  // Docker settings mean nothing to local or ssh sandboxes; showing them would mislead.
-  if (isContainerBackend(s.backend)) {
+  // Only the section of the profile's own backend: another module's settings mean nothing to its
+  // sandboxes, and showing them would mislead.
+  const module = backends.module(s.backend);
+  if (module.settings !== undefined) {
     // Unset limits are left out: the backend applies its own defaults for them.
-    view['docker'] = Object.fromEntries(Object.entries(s.docker).filter(([, v]) => v !== undefined));
+    view[module.name] = Object.fromEntries(Object.entries(sectionOf(module, s) as object).filter(([, v]) => v !== undefined));
   }
   return view;
 }
@@ -54,11 +58,11 @@ export function formatEffectiveConfig(config: BerthConfig): string {
     server: { ...config.server },
     limits: { ...config.limits },
     audit: { ...config.audit },
-    ...settingsView(config.base),
+    ...settingsView(config.base, config.backends),
   };
   const names = Object.keys(config.profiles).sort();
   if (names.length > 0) {
-    doc['profiles'] = Object.fromEntries(names.map((n) => [n, settingsView(config.profiles[n]!)]));
+    doc['profiles'] = Object.fromEntries(names.map((n) => [n, settingsView(config.profiles[n]!, config.backends)]));
   }
   return `${header}\n${stringify(doc, { lineWidth: 0 })}`;
 }

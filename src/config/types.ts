@@ -1,46 +1,13 @@
 /** The validated, immutable shape of berth's configuration. Built only by `loadConfig`/`parseConfig`. */
 
-export const BACKENDS = ['docker', 'local', 'ssh'] as const;
-export type BackendName = (typeof BACKENDS)[number];
+import type { BackendCatalog } from '../backends/catalog.js';
+import type { BackendName, BackendSections } from '../backends/registry.js';
+
+export type { BackendName } from '../backends/registry.js';
+export type { DockerSettings, VolumeSettings } from '../backends/docker/settings.js';
 
 export const SCOPE_MODES = ['auto', 'shared', 'profile', 'user', 'session', 'task'] as const;
 export type ScopeMode = (typeof SCOPE_MODES)[number];
-
-/** Docker settings. Optional limits stay `undefined` when the user did not set them, so the
- * backend can tell an explicit limit (error if unsupported) from its own default (warning). */
-export interface DockerSettings {
-  image: string;
-  network: 'bridge' | 'none';
-  memoryMb: number | undefined;
-  cpus: number | undefined;
-  pidsLimit: number | undefined;
-  shmSizeMb: number | undefined;
-  tmpSizeMb: number | undefined;
-  /** tmpfs size for ephemeral sandboxes' /workspace and home. */
-  ephemeralSizeMb: number | undefined;
-  runAsHostUser: boolean;
-  /** Operator-provided binds, checked against the credential-surface refusals; each with its audience. */
-  volumes: VolumeSettings[];
-  /**
-   * Bound on the sandbox's own disk use in MiB: its writable layer, plus its persistent dirs under
-   * `$BERTH_HOME` (never an attached workspace or a volume). Undefined: the backend's default.
-   * berth measures it itself in its periodic sweep (backends/docker/disk-usage.ts), so every
-   * engine honours it; a sandbox over it is stopped and its calls fail with `disk_limit_exceeded`.
-   */
-  diskMb: number | undefined;
-}
-
-/** One `docker.volumes` entry: a host dir bound into the sandboxes of the tenants listed. */
-export interface VolumeSettings {
-  source: string;
-  target: string;
-  readOnly: boolean;
-  /**
-   * Tenants whose sandboxes get this bind; `'*'` is every tenant (the operator's explicit choice).
-   * A volume written as a plain string belongs to the CLI's tenant `local` only.
-   */
-  tenants: readonly string[] | '*';
-}
 
 export interface EnvSettings {
   static: Readonly<Record<string, string>>;
@@ -55,8 +22,8 @@ export interface EnvSettings {
   secretsFile?: string | undefined;
 }
 
-/** Everything a profile may override; `settingsFor(config, profile)` returns the merged view. */
-export interface ProfileSettings {
+/** Everything a profile may override but the backends' own sections. */
+export interface CoreSettings {
   backend: BackendName;
   scope: ScopeMode;
   persistent: boolean;
@@ -77,8 +44,13 @@ export interface ProfileSettings {
    */
   files: { maxBytes: number; mediaMode: 'copy' | 'live' };
   env: EnvSettings;
-  docker: DockerSettings;
 }
+
+/**
+ * Everything a profile may override, merged: berth's own keys plus each backend module's section
+ * under its name (`docker`); `settingsFor(config, profile)` returns it.
+ */
+export type ProfileSettings = CoreSettings & BackendSections;
 
 /** `berth serve` settings (top level only). */
 export interface ServerSettings {
@@ -118,13 +90,10 @@ export interface BerthConfig {
   profiles: Readonly<Record<string, ProfileSettings>>;
   /** Where the config came from (a path), or undefined for built-in defaults. */
   source: string | undefined;
+  /** The backend modules this config was parsed against: their traits answer what a backend does. */
+  backends: BackendCatalog;
 }
 
 export function settingsFor(config: BerthConfig, profile: string): ProfileSettings {
   return Object.hasOwn(config.profiles, profile) ? config.profiles[profile]! : config.base;
-}
-
-/** Backends that run sandboxes as containers or VMs (DESIGN: "container"). */
-export function isContainerBackend(backend: BackendName): boolean {
-  return backend === 'docker';
 }

@@ -5,6 +5,7 @@ export interface StartCwdInput {
   /** The shell identity's recorded cwd and the backend that recorded it, if any. */
   recorded: { path: string; backend: string } | undefined;
   backendName: string;
+  /** The backend mounts host dirs at `/workspace` (its `mountsHostDirs` trait). */
   containerBackend: boolean;
   /** Host dir bound at `/workspace`, or null. */
   mount: string | null;

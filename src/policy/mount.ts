@@ -40,6 +40,7 @@ export interface MountInput {
   workspace: AttachedWorkspace | undefined;
   /** `workspace.mount` of the call's profile. */
   mountEnabled: boolean;
+  /** The call's backend mounts host dirs (its `mountsHostDirs` trait); otherwise its paths are host paths (local). */
   containerBackend: boolean;
   homeDir: string;
   stateDir: string;

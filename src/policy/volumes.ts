@@ -1,31 +1,38 @@
-import { describeVolume } from '../config/schema.js';
 import { realpathSync } from 'node:fs';
-import type { BerthConfig, VolumeSettings } from '../config/types.js';
+import { sectionOf } from '../backends/module.js';
+import type { BerthConfig, ProfileSettings, VolumeSettings } from '../config/types.js';
 import { ConfigError } from '../errors.js';
 import { credentialSurfaceReason, type CredentialSurfaceContext } from './credential-surfaces.js';
 
 /**
- * `docker.volumes` host paths go through the same credential-surface refusals as a workspace
- * mount (DESIGN section 4). Checked once at start-up: a volume that exposes `~/.ssh`, a docker
- * socket or berth's own state is a config error, never a silent bind.
+ * Host dirs an operator binds through a backend's section (`docker.volumes`) go through the same
+ * credential-surface refusals as a workspace mount (design §4). Checked once at start-up, for
+ * each profile on the backend whose section it is: a volume that exposes `~/.ssh`, a docker socket
+ * or berth's own state is a config error, never a silent bind.
  */
 export function assertVolumesAllowed(config: BerthConfig, ctx: Omit<CredentialSurfaceContext, 'realpath'>): void {
-  const sections: [string, BerthConfig['base']][] = [['docker.volumes', config.base],
-    ...Object.entries(config.profiles).map(([name, p]): [string, BerthConfig['base']] => [`profiles.${name}.docker.volumes`, p])];
+  const sections: [string | undefined, ProfileSettings][] = [[undefined, config.base],
+    ...Object.entries(config.profiles).map(([name, p]): [string, ProfileSettings] => [name, p])];
   const problems: string[] = [];
-  for (const [key, settings] of sections) {
-    if (settings.backend !== 'docker') continue;
-    for (const entry of settings.docker.volumes) {
-      const host = entry.source;
-      let real: string;
-      try {
-        real = realpathSync(host);
-      } catch {
-        problems.push(`${key} entry "${describeVolume(entry)}": host path ${host} does not exist; create it or remove the entry`);
+  const realpath = (p: string): string | undefined => {
+    try {
+      return realpathSync(p);
+    } catch {
+      return undefined;
+    }
+  };
+  for (const [profile, settings] of sections) {
+    const module = config.backends.module(settings.backend);
+    const binds = module.settings?.hostBinds?.(sectionOf(module, settings)) ?? [];
+    for (const bind of binds) {
+      const key = `${profile === undefined ? '' : `profiles.${profile}.`}${module.name}.${bind.key}`;
+      const real = realpath(bind.source);
+      if (real === undefined) {
+        problems.push(`${key} entry "${bind.describe}": host path ${bind.source} does not exist; create it or remove the entry`);
         continue;
       }
-      const reason = credentialSurfaceReason(real, { ...ctx, realpath: (p) => { try { return realpathSync(p); } catch { return undefined; } } });
-      if (reason !== undefined) problems.push(`${key} entry "${describeVolume(entry)}": ${host} ${reason}; bind a project folder instead`);
+      const reason = credentialSurfaceReason(real, { ...ctx, realpath });
+      if (reason !== undefined) problems.push(`${key} entry "${bind.describe}": ${bind.source} ${reason}; bind a project folder instead`);
     }
   }
   if (problems.length > 0) throw new ConfigError(problems.join('; '));

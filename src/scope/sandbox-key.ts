@@ -1,4 +1,4 @@
-import { isContainerBackend, type ProfileSettings } from '../config/types.js';
+import type { ProfileSettings } from '../config/types.js';
 import { ConfigError, PolicyRefusedError } from '../errors.js';
 import { resolveRoot, type ParentOf } from './aliases.js';
 import { DEFAULT_PROFILE, type CallScope } from './call-scope.js';
@@ -7,6 +7,11 @@ import { parseUserRef } from './user-ref.js';
 export interface SandboxKeyInput {
   scope: CallScope;
   settings: ProfileSettings;
+  /**
+   * The call's backend keys like a container (its `containerKeying` trait; design §3 rows 2, 4, 5
+   * and 7): a task of a non-persistent profile follows its root task, a persistent one shares.
+   */
+  containerKeying: boolean;
   /** One berth process serves several profiles: keys from sessions, tasks and users are qualified. */
   multiProfile: boolean;
   parentOf: ParentOf;
@@ -28,7 +33,7 @@ export interface SandboxKeyResolution {
  *
  * @example
  * resolveSandboxKey({ scope: { tenant: 'local', profile: 'default', session: 's1' },
- *   settings, multiProfile: false, parentOf: () => undefined, taskOverrideIsolates: false })
+ *   settings, containerKeying: true, multiProfile: false, parentOf: () => undefined, taskOverrideIsolates: false })
  * // with docker, persistent: false => { key: 'session:s1', rule: 'auto:5', ephemeral: true, shared: false }
  * @throws PolicyRefusedError for `scope: user` without a user; ConfigError for `scope: shared` without a sharedKey.
  */
@@ -74,7 +79,7 @@ function keyAndRule(a: SandboxKeyInput): { key: string; rule: string } {
       break;
   }
 
-  const container = isContainerBackend(settings.backend);
+  const container = a.containerKeying;
   const containerPersistent = container && settings.persistent;
   if (scope.task !== undefined && a.taskOverrideIsolates) return { key: q(checkedTask(scope.task)), rule: 'auto:1' };
   if (scope.task !== undefined && container && !settings.persistent) {

@@ -14,6 +14,7 @@ import { DockerBackend } from '../../src/backends/docker/docker-backend.js';
 import { buildImage, splitImage } from '../../src/backends/docker/image-build.js';
 import { provideImage, registryHost } from '../../src/backends/docker/image-pull.js';
 import { capabilitiesFromInfo, planLimits, type EngineCapabilities } from '../../src/backends/docker/limits.js';
+import { Logger } from '../../src/logging/logger.js';
 import {
   BackendUnavailableError,
   BerthError,
@@ -175,7 +176,7 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
   beforeAll(async () => {
     await ensureTestImage(docker);
     berthHome = await mkdtemp(path.join(os.tmpdir(), 'berth-docker-e2e-'));
-    backend = new DockerBackend({ docker, installation, berthHome, log: (m) => logs.push(m) });
+    backend = new DockerBackend({ docker, installation, berthHome, log: new Logger((_ns, m) => logs.push(m)) });
   });
 
   afterAll(async () => {
@@ -418,7 +419,7 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     const limited = Object.create(docker) as Dockerode;
     limited.info = (async () => ({ ...real, PidsLimit: false })) as Dockerode['info'];
     const warnings: string[] = [];
-    const b = new DockerBackend({ docker: limited, installation, berthHome, log: (m) => warnings.push(m) });
+    const b = new DockerBackend({ docker: limited, installation, berthHome, log: new Logger((_ns, m) => warnings.push(m)) });
     const err = await b.check(profileSettings({ pidsLimit: 64 })).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConfigError);
     expect((err as Error).message).toMatch(/docker\.pidsLimit is set to 64/);

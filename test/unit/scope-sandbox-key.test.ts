@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { parseConfig } from '../../src/config/schema.js';
 import type { ProfileSettings, ScopeMode } from '../../src/config/types.js';
 import { ConfigError, PolicyRefusedError } from '../../src/errors.js';
@@ -19,9 +20,11 @@ function key(
   over: Partial<ProfileSettings> = {},
   extra: Partial<Omit<SandboxKeyInput, 'scope' | 'settings'>> = {},
 ) {
+  const s = settings(over);
   return resolveSandboxKey({
     scope: { tenant: 'local', profile: 'default', ...scope },
-    settings: settings(over),
+    settings: s,
+    containerKeying: BUILTIN_BACKENDS.traits(s.backend).containerKeying,
     multiProfile: false,
     parentOf: noAliases,
     taskOverrideIsolates: false,

@@ -4,11 +4,9 @@ import type { VolumeSettings } from '../../config/types.js';
 import { volumesForTenant } from '../../policy/volumes.js';
 import type { SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
+import { HOME, WORKSPACE } from './paths.js';
 
-export const WORKSPACE = '/workspace';
-export const HOME = '/root';
-/** In-container dir for berth's own files (shell snapshots); under home, never the workspace. */
-export const STATE_DIR = '/root/.berth';
+export { HOME, STATE_DIR, WORKSPACE } from './paths.js';
 
 export const LABEL = {
   managed: 'berth.managed',

@@ -36,6 +36,7 @@ import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPl
 import { diskBreachOf } from './disk-usage.js';
 import { localLease, SandboxNetworks } from './networks.js';
 import { assertRunsAs, runAsFor } from './run-as.js';
+import { Logger } from '../../logging/logger.js';
 
 const STOP_TIMEOUT_SECONDS = 3;
 /** Inspect/create rounds when racing another process for a persistent name. */
@@ -49,8 +50,8 @@ export interface DockerBackendOptions {
   /** This installation's id: every container is labelled with it and only those are touched. */
   installation: string;
   berthHome: string;
-  /** Debug/warning sink (`berth:docker`); never receives secret values. */
-  log?: (msg: string) => void;
+  /** Debug and warning lines (`berth:docker`); never given secret values. */
+  log?: Logger;
   /**
    * The uid/gid berth runs as (defaults to this process's): what `runAsHostUser` runs sandboxes
    * as, and the owner of berth's own per-sandbox dirs.
@@ -74,7 +75,6 @@ export interface DockerBackendOptions {
  */
 export class DockerBackend implements Backend {
   readonly name = 'docker' as const;
-  readonly kind = 'container' as const;
 
   private readonly docker: Dockerode;
   private readonly installation: string;
@@ -91,8 +91,8 @@ export class DockerBackend implements Backend {
     this.docker = opts.docker ?? defaultDocker();
     this.installation = opts.installation;
     this.berthHome = path.resolve(opts.berthHome);
-    const log = opts.log ?? (() => undefined);
-    this.log = (msg) => log(`berth:docker ${msg}`);
+    const logger = opts.log ?? Logger.silent();
+    this.log = (msg) => logger.debug(msg);
     this.hostUser =
       opts.hostUser ??
       (typeof process.getuid === 'function' && typeof process.getgid === 'function'

@@ -14,7 +14,9 @@ import {
   type SandboxSpec,
   type ShellTransport,
 } from '../backend.js';
+import type { Logger } from '../../logging/logger.js';
 import { getArchiveLocal, putArchiveLocal } from './local-archive.js';
+import { localSandboxesRoot } from './paths.js';
 import { spawnTransport } from './spawn-transport.js';
 
 /**
@@ -26,16 +28,10 @@ import { spawnTransport } from './spawn-transport.js';
  */
 export class LocalBackend implements Backend {
   readonly name = 'local' as const;
-  readonly kind = 'host' as const;
   private readonly root: string;
 
-  constructor(opts: { berthHome: string }) {
-    this.root = join(opts.berthHome, 'sandboxes', 'local');
-  }
-
-  /** The directory a sandbox lives in; pure, so `explain` can report it without I/O. */
-  static sandboxDir(berthHome: string, dirName: string): string {
-    return join(berthHome, 'sandboxes', 'local', dirName);
+  constructor(opts: { berthHome: string; log?: Logger }) {
+    this.root = localSandboxesRoot(opts.berthHome);
   }
 
   async check(_settings: ProfileSettings): Promise<void> {

@@ -6,7 +6,8 @@ import { normalizeScope } from '../../scope/normalize.js';
 
 /**
  * What the tools tell the agent about the sandbox it gets: where commands really run and what
- * survives. Written from the binding, so a description never promises what the backend does not do.
+ * survives. Written from the binding and the backend module's own words, so a description never
+ * promises what the backend does not do.
  */
 export interface SandboxDescription {
   binding: Binding;
@@ -35,7 +36,12 @@ export function describeSandbox(broker: Broker, scope: CallScopeInput, opts: { r
   const s = normalizeScope(scope);
   const session = s.session ?? '(none)';
   const settings = settingsFor(broker.config, binding.profile);
-  const summary = [isolation(binding), persistence(binding), mountNote(binding, remote)].filter(Boolean).join(' ');
+  const module = broker.config.backends.module(binding.backend);
+  const summary = [
+    module.words.where({ persistent: binding.persistent, sandboxKey: binding.sandboxKey, cwd: binding.cwd }),
+    module.words.persistence({ persistent: binding.persistent, cwd: binding.cwd, mounted: binding.mount !== null }),
+    mountNote(binding, module.traits.mountsHostDirs, remote),
+  ].filter(Boolean).join(' ');
   const instructions = [
     `berth runs your shell commands in sandbox "${binding.sandboxKey}" (tenant "${binding.tenant}", profile "${binding.profile}", backend ${binding.backend}, isolation ${binding.isolation}).`,
     summary,
@@ -52,35 +58,9 @@ export function describeSandbox(broker: Broker, scope: CallScopeInput, opts: { r
   return { binding, session, defaultTimeoutSeconds: settings.exec.timeoutSeconds, summary, instructions };
 }
 
-function isolation(b: Binding): string {
-  switch (b.backend) {
-    case 'docker':
-      return b.persistent
-        ? `Commands run in a Docker container isolated from the host (sandbox "${b.sandboxKey}"), starting in ${b.cwd}.`
-        : `Commands run in a Docker container created for this session, isolated from the host, starting in ${b.cwd}.`;
-    case 'local':
-      return `NOT isolated: commands run directly on the host machine, as the user berth runs as, starting in ${b.cwd}. ` +
-        'They can read and change anything that user can; there is no container.';
-    case 'ssh':
-      return `Commands run on a remote host over SSH, in ${b.cwd}; they are not isolated from other users of that account.`;
-  }
-}
-
-function persistence(b: Binding): string {
-  if (b.persistent) {
-    return b.backend === 'docker'
-      ? `The sandbox is persistent: files persist across sessions in /workspace (and elsewhere in the container) until the sandbox is removed.`
-      : `Files persist across sessions in ${b.cwd}.`;
-  }
-  if (b.backend !== 'docker') return `The session's directory is ephemeral: its files are removed when this session closes.`;
-  return b.mount === null
-    ? 'The sandbox is ephemeral: its files vanish when this session closes.'
-    : 'The container is ephemeral: files outside /workspace vanish when this session closes.';
-}
-
 /** A remote caller is not told the host path of the mount (DESIGN §8). */
-function mountNote(b: Binding, remote: boolean): string {
-  if (b.mount === null || b.backend !== 'docker') return '';
+function mountNote(b: Binding, mountsHostDirs: boolean, remote: boolean): string {
+  if (b.mount === null || !mountsHostDirs) return '';
   const dir = remote ? 'A host directory' : `The host directory ${b.mount}`;
   return `${dir} is mounted at /workspace: files there are the host's files and outlive the sandbox.`;
 }

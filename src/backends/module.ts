@@ -1,0 +1,136 @@
+import type * as z from 'zod';
+import type { Logger } from '../logging/logger.js';
+import type { Backend, Lease } from './backend.js';
+
+/** How a backend separates commands from the host. */
+export type Isolation = 'container' | 'namespace' | 'remote' | 'none';
+
+/**
+ * What a backend is, as the rest of berth needs to know it. Policy, config rules, the broker and
+ * the tool descriptions read these; nothing outside `src/backends/` asks for a backend by name.
+ */
+export interface BackendTraits {
+  /**
+   * It binds host dirs into its sandboxes: `workspace.mount`, operator volumes, and a host path
+   * under the mounted dir mapping to the same place under `/workspace` (cwd records, workdirs).
+   */
+  mountsHostDirs: boolean;
+  isolation: Isolation;
+  /** Removing a sandbox ends every process in it, background jobs included (a container does; a host dir does not). */
+  jobsDieWithSandbox: boolean;
+  /**
+   * Its engine lists this installation's sandboxes by label (`listManaged`): the orphan reaper's
+   * engine pass, and out-of-band removal is noticed by asking it. Otherwise the broker knows its
+   * sandboxes only from its own records.
+   */
+  listsByLabel: boolean;
+  /**
+   * It keys like a container (design §3, rows 2, 4, 5 and 7: "container" and
+   * "container-persistent"): a non-persistent profile gives a task its root task's sandbox, and a
+   * persistent profile shares one sandbox (`sharedKey`, or the profile's) across sessions. Without
+   * it, sessions keep their own sandboxes and `sharedKey` in scope auto is a config error.
+   */
+  containerKeying: boolean;
+  /** In-sandbox paths are host paths (local): an attached workspace is the starting dir, and a file is its own host path. */
+  hostPaths: boolean;
+  /**
+   * Every process a sandbox's shell can signal belongs to that sandbox (its own pid namespace),
+   * so the warden may end them all (`kill -1`) when a fork bomb took every pid. Never on the host.
+   */
+  ownsProcessTable: boolean;
+}
+
+/** An operator's host dir that a section binds into sandboxes (checked against the credential surfaces at start-up). */
+export interface SectionHostBind {
+  source: string;
+  /** The key under the section that names it (`volumes`). */
+  key: string;
+  /** The entry as the operator wrote it, for messages. */
+  describe: string;
+}
+
+/** The written form of a section: zod's output of its strict object. */
+export type WrittenSection<Shape extends z.core.$ZodLooseShape> = z.output<z.ZodObject<Shape, z.core.$strict>>;
+
+/**
+ * A module's own config section (`docker:`), at the top level and in every profile. Its keys are
+ * all optional and without defaults (so a written value is told from a default); `defaults` and
+ * `merge` build the settings the backend reads.
+ */
+export interface SettingsSection<S, Shape extends z.core.$ZodLooseShape = z.core.$ZodLooseShape> {
+  shape: Shape;
+  defaults(): S;
+  /** `base` (the top level's, or the defaults) with what one section wrote over it. */
+  merge(base: S, written: WrittenSection<Shape>): S;
+  /** Host dirs the operator binds through this section, for the start-up refusals (`docker.volumes`). */
+  hostBinds?(settings: S): readonly SectionHostBind[];
+}
+
+/** What a module's factory gets from the composition root. */
+export interface BackendContext {
+  berthHome: string;
+  installation: string;
+  /** This backend's logger (`berth:<name>`); never given a secret value. */
+  log: Logger;
+  /** Serialises engine-object creation across this installation's processes. */
+  lease: Lease;
+}
+
+/** What the tools tell the agent about a sandbox of this backend. */
+export interface SandboxWords {
+  /** Where commands run and how isolated they are, in one or two sentences. */
+  where(b: { persistent: boolean; sandboxKey: string; cwd: string }): string;
+  /** What survives: files, across sessions or not. */
+  persistence(b: { persistent: boolean; cwd: string; mounted: boolean }): string;
+}
+
+/**
+ * A backend as a module: its name, traits, config section, default working dir and a lazily
+ * loaded factory. Adding a backend is a folder under `src/backends/` with one of these, and one
+ * line in `registry.ts`.
+ *
+ * @example
+ * export const exampleModule = defineBackend({
+ *   name: 'example',
+ *   traits: { mountsHostDirs: false, isolation: 'remote', jobsDieWithSandbox: true, listsByLabel: false,
+ *     containerKeying: false, hostPaths: false, ownsProcessTable: false },
+ *   defaultCwd: () => '/home/sandbox',
+ *   words: { where: (b) => `Commands run on a remote host, in ${b.cwd}.`, persistence: (b) => `Files persist in ${b.cwd}.` },
+ *   create: async (ctx) => new (await import('./example-backend.js')).ExampleBackend(ctx),
+ * });
+ */
+export interface BackendModule<N extends string = string, S = unknown> {
+  readonly name: N;
+  readonly traits: Readonly<BackendTraits>;
+  /** Its `<name>:` config section; absent when it has no settings. */
+  readonly settings?: SettingsSection<S>;
+  /** Its sandboxes run an image: task overrides may set one (elsewhere an image override is refused). */
+  readonly images?: { of(settings: S): string; with(settings: S, image: string): S };
+  /** What `explain` adds when the backend does not isolate like a container (`note`). */
+  readonly isolationNote?: string;
+  readonly words: SandboxWords;
+  /** The starting dir inside a sandbox when nothing else applies; known without contacting anything. */
+  defaultCwd(where: { berthHome: string; dirName: string }): string;
+  /** Creates the backend. Imports its implementation only when called (importing a module loads no engine client). */
+  create(ctx: BackendContext): Promise<Backend>;
+}
+
+/** Identity, with the name, settings and section types inferred (the registry's typed sections). */
+export function defineBackend<const N extends string, S = undefined, Shape extends z.core.$ZodLooseShape = z.core.$ZodLooseShape>(
+  module: Omit<BackendModule<N, S>, 'settings'> & { readonly settings?: SettingsSection<S, Shape> },
+): BackendModule<N, S> {
+  return module as BackendModule<N, S>;
+}
+
+/** The section type a module's settings have (`undefined` for a module without a section). */
+export type SectionOf<M> = M extends BackendModule<string, infer S> ? S : never;
+
+/** A module's section of `settings` (which holds every module's section by its name). */
+export function sectionOf<S>(module: BackendModule<string, S>, settings: object): S {
+  return (settings as Record<string, unknown>)[module.name] as S;
+}
+
+/** `settings` with `module`'s section replaced. */
+export function withSection<T extends object, S>(settings: T, module: BackendModule<string, S>, section: S): T {
+  return { ...settings, [module.name]: section };
+}

@@ -1,0 +1,148 @@
+import { isAbsolute } from 'node:path';
+import type { BackendCatalog } from '../backends/catalog.js';
+import type { RawCore, RawProfile } from './compose-schema.js';
+import type { ProfileSettings } from './types.js';
+
+/*
+ * Cross-field rules: settings that contradict each other or would be inert are errors that name
+ * the key and the fix. Rules about backends read their traits (does it mount host dirs, does it
+ * key like a container), never their names.
+ */
+
+/** The top level or one profile section, with what was written there and the merged result. */
+export interface Section {
+  /** `undefined` for the top level. */
+  profile: string | undefined;
+  /** What this section itself wrote. */
+  written: RawProfile;
+  settings: ProfileSettings;
+}
+
+function keyOf(section: Section, key: string): string {
+  return section.profile === undefined ? key : `profiles.${section.profile}.${key}`;
+}
+
+/**
+ * For a profile, a rule fires only when the profile wrote one of the keys involved; otherwise
+ * the same values are the top level's and the top-level check already reports them.
+ */
+function involves(section: Section, keys: readonly (keyof RawCore)[]): boolean {
+  return section.profile === undefined || keys.some((k) => section.written[k] !== undefined);
+}
+
+/** `a`, `a and b`, `a, b and c`. */
+function joined(names: readonly string[], word: 'and' | 'or'): string {
+  return names.length <= 1 ? (names[0] ?? '') : `${names.slice(0, -1).join(', ')} ${word} ${names.at(-1)!}`;
+}
+
+function sharedKeyProblems(section: Section, backends: BackendCatalog): string[] {
+  const { settings, written } = section;
+  const at = keyOf(section, 'sharedKey');
+  if (settings.scope === 'shared') {
+    if (settings.sharedKey !== undefined || !involves(section, ['scope', 'sharedKey'])) return [];
+    return [
+      `config key "${at}": scope "shared" needs a non-empty sharedKey; set ${at} to a name for the shared sandbox, or choose another scope`,
+    ];
+  }
+  if (settings.sharedKey === undefined) return [];
+  if (!involves(section, ['scope', 'sharedKey', 'backend', 'persistent'])) return [];
+  // A key inherited from the top level can be unset for this profile alone with "".
+  const inherited = section.profile !== undefined && written.sharedKey === undefined;
+  const what = inherited ? `sharedKey (set at the top level)` : 'sharedKey';
+  const remedy = inherited ? `set ${at}: "" to unset it for this profile` : 'remove sharedKey';
+  const scopeKey = keyOf(section, 'scope');
+  if (settings.scope === 'auto') {
+    const containerLike = backends.traits(settings.backend).containerKeying;
+    if (containerLike && settings.persistent) return [];
+    const reason = containerLike ? 'persistent is false' : `backend "${settings.backend}" is not a container backend`;
+    const which = joined(backends.namesWhere((t) => t.containerKeying), 'or');
+    return [
+      `config key "${at}": in scope "auto" ${what} only applies to a persistent container backend (${which} with persistent: true), and here ${reason}, so it would have no effect; ${remedy}, or set ${scopeKey}: shared to share one sandbox on any backend`,
+    ];
+  }
+  return [
+    `config key "${at}": scope "${settings.scope}" never uses ${what}, so it would have no effect; ${remedy}, or set ${scopeKey}: shared (or auto) to share a sandbox`,
+  ];
+}
+
+function userSandboxProblems(section: Section): string[] {
+  // Only a value written in this section: one inherited from the top level is meaningful
+  // there (top-level scope auto), and a profile has no way to unset it.
+  if (section.written.userSandbox === undefined || section.settings.scope === 'auto') return [];
+  const at = keyOf(section, 'userSandbox');
+  return [
+    `config key "${at}": userSandbox only applies in scope "auto" (here scope is "${section.settings.scope}"), so it would have no effect; remove it or set ${keyOf(section, 'scope')}: auto`,
+  ];
+}
+
+function secretsFileProblems(section: Section): string[] {
+  const written = section.written.env?.secretsFile;
+  if (written === undefined || isAbsolute(written) || section.settings.env.secretsFile !== written) return [];
+  // Still relative after merging: there is no config file to be relative to.
+  return [
+    `config key "${keyOf(section, 'env.secretsFile')}": "${written}" is a relative path and this config comes from no file; use an absolute path`,
+  ];
+}
+
+function envProblems(section: Section): string[] {
+  const wroteEnv = section.written.env?.static !== undefined || section.written.env?.forward !== undefined;
+  if (section.profile !== undefined && !wroteEnv) return [];
+  const { static: literal, forward } = section.settings.env;
+  const at = keyOf(section, 'env.forward');
+  return forward
+    .filter((name) => Object.hasOwn(literal, name))
+    .map(
+      (name) =>
+        `config key "${at}": "${name}" is also in env.static; a variable is either a literal (env.static) or forwarded from berth's environment (env.forward), not both; remove it from one of them`,
+    );
+}
+
+/**
+ * Rules about what backends do, judged over every place a value applies: `workspace.mount` where
+ * no profile it applies to uses a backend that mounts host dirs, and a `<module>:` section where
+ * no profile it applies to uses that module. A top-level value applies to the top level (profiles
+ * without a section) and to every profile that does not override it.
+ */
+function backendProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
+  const problems: string[] = [];
+  const mounts = (s: Section): boolean => backends.traits(s.settings.backend).mountsHostDirs;
+  const never = `${joined(backends.namesWhere((t) => !t.mountsHostDirs), 'and')} never mount`;
+  const use = `use backend: ${joined(backends.namesWhere((t) => t.mountsHostDirs), 'or')}`;
+  const sectioned = backends.modules.filter((m) => m.settings !== undefined).map((m) => m.name);
+
+  if (top.written.workspace?.mount === true) {
+    const appliesTo = [top, ...profiles.filter((p) => p.written.workspace?.mount === undefined)];
+    if (!appliesTo.some(mounts)) {
+      problems.push(`config key "workspace.mount": ${never}, and no profile it applies to uses a container backend; remove workspace.mount or ${use}`);
+    }
+  }
+  for (const name of sectioned) {
+    if (top.written[name] !== undefined && ![top, ...profiles].some((s) => s.settings.backend === name)) {
+      problems.push(`config key "${name}": no profile uses backend ${name}, so the ${name} section would have no effect; remove it or set backend: ${name}`);
+    }
+  }
+  for (const p of profiles) {
+    const backend = p.settings.backend;
+    if (p.written.workspace?.mount === true && !mounts(p)) {
+      problems.push(`config key "${keyOf(p, 'workspace.mount')}": profile "${p.profile}" uses backend "${backend}", and ${never}; remove workspace.mount or ${use}`);
+    }
+    for (const name of sectioned) {
+      if (p.written[name] !== undefined && backend !== name) {
+        problems.push(
+          `config key "${keyOf(p, name)}": profile "${p.profile}" uses backend "${backend}", so its ${name} section would have no effect; remove it or set ${keyOf(p, 'backend')}: ${name}`,
+        );
+      }
+    }
+  }
+  return problems;
+}
+
+/** Every cross-field problem of a config, in a stable order (per section, then across sections). */
+export function crossFieldProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
+  const problems: string[] = [];
+  for (const s of [top, ...profiles]) {
+    problems.push(...sharedKeyProblems(s, backends), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s));
+  }
+  problems.push(...backendProblems(top, profiles, backends));
+  return problems;
+}
