@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync } from 'node:fs';
+import { closeSync, readlinkSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { BackendUnavailableError, BerthError, TimeoutError } from '../../errors.js';
 import { bwrapArgs } from './bwrap-args.js';
@@ -56,6 +56,7 @@ export interface SandboxProcess {
 const DEFAULT_START_TIMEOUT_MS = 10_000;
 const SPAWN_TIMEOUT_MS = 10_000;
 const STDERR_KEEP = 4096;
+const GONE_WAIT_MS = 5_000;
 /* fd numbers in bwrap's process; 3 and 4 reach the init loop, the rest bwrap consumes. */
 const FD = { control: 3, events: 4, info: 5, seccomp: 6, passwd: 7, group: 8 } as const;
 
@@ -102,6 +103,8 @@ export async function startSandbox(opts: StartSandboxOptions): Promise<BwrapSand
 export class BwrapSandbox implements AsyncDisposable {
   /** Host pid of the sandbox's pid 1, as bwrap reported it before anything ran inside. */
   hostPid = 0;
+  /** `pid:[inode]` of the sandbox's pid namespace. */
+  pidNs: string | undefined;
   /** Resolves when bwrap exited: every process of the sandbox is gone. */
   readonly exited: Promise<void>;
   private readonly control: Writable;
@@ -114,14 +117,15 @@ export class BwrapSandbox implements AsyncDisposable {
     private readonly child: ChildProcess,
     private readonly fifos: FifoPool,
   ) {
-    this.exited = new Promise((resolve) => {
-      child.once('exit', () => {
-        this.gone = true;
-        for (const w of [...this.waiters.values()]) w({ kind: 'gone' });
-        this.waiters.clear();
-        resolve();
-      });
+    const monitorGone = new Promise<void>((resolve) => {
+      child.once('exit', () => resolve());
       child.once('error', () => resolve());
+    });
+    this.exited = monitorGone.then(async () => {
+      this.gone = true;
+      for (const w of [...this.waiters.values()]) w({ kind: 'gone' });
+      this.waiters.clear();
+      await this.pidNamespaceGone();
     });
     this.control = fdStream(child, FD.control) as Writable;
     this.control.on('error', () => undefined);
@@ -162,6 +166,7 @@ export class BwrapSandbox implements AsyncDisposable {
       const pid = /"child-pid":\s*(\d+)/.exec(await Promise.race([info, died, timeout]));
       if (pid === null) throw new BerthError('sandbox_start_failed', 'bwrap did not report the pid of the sandbox');
       this.hostPid = Number(pid[1]);
+      this.pidNs = readlinkSync(`/proc/${this.hostPid}/ns/pid`);
     } finally {
       clearTimeout(timer);
     }
@@ -239,10 +244,38 @@ export class BwrapSandbox implements AsyncDisposable {
   /** Ends every process of the sandbox and waits until bwrap is gone. Idempotent; never throws. */
   async stop(): Promise<void> {
     if (this.child.exitCode === null && this.child.signalCode === null && this.child.pid !== undefined) {
-      // bwrap's pid 1 dies with bwrap (PR_SET_PDEATHSIG), and the kernel kills the rest of its pid namespace.
-      this.child.kill('SIGKILL');
+      /*
+       * SIGKILL to the sandbox's pid 1 while bwrap (its parent) still runs, so that pid cannot have been
+       * reused: the kernel kills the rest of the pid namespace and pid 1's exit completes only once all
+       * of them are gone, and then bwrap exits. Before pid 1 is known, bwrap itself (pid 1 dies with it).
+       */
+      try {
+        if (this.hostPid > 0) process.kill(this.hostPid, 'SIGKILL');
+        else this.child.kill('SIGKILL');
+      } catch {
+        this.child.kill('SIGKILL');
+      }
     }
     await this.exited;
+  }
+
+  /**
+   * After bwrap exited, waits (bounded) until the sandbox's pid 1 is gone, so `exited` means every
+   * process of it is. Only waits: a pid seen here is never signalled, it may belong to someone else.
+   */
+  private async pidNamespaceGone(): Promise<void> {
+    if (this.pidNs === undefined) return;
+    const deadline = Date.now() + GONE_WAIT_MS;
+    while (Date.now() < deadline) {
+      let ns: string | undefined;
+      try {
+        ns = readlinkSync(`/proc/${this.hostPid}/ns/pid`);
+      } catch {
+        return;
+      }
+      if (ns !== this.pidNs) return;
+      await new Promise((r) => setTimeout(r, 10));
+    }
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
