@@ -1,7 +1,7 @@
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { encodeKill, encodeSpawn } from '../../src/backends/bwrap/init-script.js';
-import { parseInitEvent, readInitEvents, type InitEvent } from '../../src/backends/bwrap/init-events.js';
+import { parseExitStatus, parseInitEvent, readInitEvents, type InitEvent } from '../../src/backends/bwrap/init-events.js';
 
 describe('init loop requests', () => {
   it('encodes a spawn as NUL-terminated fields, values as given', () => {
@@ -24,12 +24,17 @@ describe('init loop requests', () => {
 });
 
 describe('init loop events', () => {
+  it('reads an exit status only as the wrapper writes it; anything else is unknown', () => {
+    expect(parseExitStatus('0\n')).toBe(0);
+    expect(parseExitStatus('137\n')).toBe(137);
+    for (const junk of ['', '0', '256\n', '12\n3\n', '-1\n', 'x\n']) expect(parseExitStatus(junk), junk).toBeNull();
+  });
+
   it('parses the four events and nothing else', () => {
     expect(parseInitEvent('R')).toEqual({ kind: 'ready' });
     expect(parseInitEvent('P ab12 17')).toEqual({ kind: 'started', id: 'ab12', pid: 17 });
-    expect(parseInitEvent('X ab12 137')).toEqual({ kind: 'exited', id: 'ab12', status: 137 });
     expect(parseInitEvent('E ab12 cwd')).toEqual({ kind: 'failed', id: 'ab12', what: 'cwd' });
-    for (const junk of ['P ab12 1', 'P ab12 0', 'X ab12 999', 'P ab/12 5', 'Q ab 1', 'P ab12 5 extra', '', 'R ']) {
+    for (const junk of ['P ab12 1', 'P ab12 0', 'X ab12 0', 'P ab/12 5', 'Q ab 1', 'P ab12 5 extra', '', 'R ']) {
       expect(parseInitEvent(junk), junk).toBeUndefined();
     }
   });
@@ -38,15 +43,15 @@ describe('init loop events', () => {
     const s = new PassThrough();
     const seen: InitEvent[] = [];
     readInitEvents(s, (e) => seen.push(e));
-    s.write('P aa 5\nX aa ');
-    s.write('0\n');
+    s.write('P aa 5\nE aa ');
+    s.write('cwd\n');
     s.write('P bb 7' + 'x'.repeat(100_000));
     s.write('more without newline'.repeat(1000));
     s.write('\nP cc 9\n');
     await new Promise((r) => setImmediate(r));
     expect(seen).toEqual([
       { kind: 'started', id: 'aa', pid: 5 },
-      { kind: 'exited', id: 'aa', status: 0 },
+      { kind: 'failed', id: 'aa', what: 'cwd' },
       { kind: 'started', id: 'cc', pid: 9 },
     ]);
   });

@@ -5,7 +5,7 @@ import { Socket } from 'node:net';
 import { join } from 'node:path';
 import { BerthError } from '../../errors.js';
 
-/* The three FIFOs a spawned process's stdio goes through, made on the host in the sandbox's run dir. */
+/* The FIFOs of one spawned process (its stdio, and its wrapper's status), made on the host in the sandbox's run dir. */
 
 export interface FifoSet {
   /** The name the init loop opens them by (`<id>.0 .1 .2`). */
@@ -13,6 +13,8 @@ export interface FifoSet {
   stdin: string;
   stdout: string;
   stderr: string;
+  /** The wrapper writes the exit status here; EOF without one means it was killed. */
+  status: string;
 }
 
 /** Host ends of one process's stdio, opened before the process opens its own. */
@@ -20,6 +22,7 @@ export interface HostEnds {
   stdin: Socket | undefined;
   stdout: Socket;
   stderr: Socket;
+  status: Socket;
 }
 
 const MKFIFO_TIMEOUT_MS = 10_000;
@@ -66,9 +69,10 @@ export class FifoPool {
     const sets: FifoSet[] = [];
     for (let i = 0; i < BATCH; i++) {
       const id = randomBytes(8).toString('hex');
-      sets.push({ id, stdin: join(this.dir, `${id}.0`), stdout: join(this.dir, `${id}.1`), stderr: join(this.dir, `${id}.2`) });
+      const at = (n: number): string => join(this.dir, `${id}.${n}`);
+      sets.push({ id, stdin: at(0), stdout: at(1), stderr: at(2), status: at(3) });
     }
-    const paths = sets.flatMap((s) => [s.stdin, s.stdout, s.stderr]);
+    const paths = sets.flatMap((s) => [s.stdin, s.stdout, s.stderr, s.status]);
     // Node has no mkfifo(3): one short helper per batch, on the host, outside the sandbox.
     await new Promise<void>((resolve, reject) => {
       execFile('mkfifo', ['-m', '0600', '--', ...paths], { timeout: MKFIFO_TIMEOUT_MS }, (err, _out, stderr) => {
@@ -87,7 +91,14 @@ export class FifoPool {
  * stdin read-write, which Linux opens at once whether or not a reader is there. O_NOFOLLOW and the
  * FIFO check keep a planted link or file from being opened instead.
  */
-export function openHostEnds(set: FifoSet, withStdin: boolean): { stdin: number | undefined; stdout: number; stderr: number } {
+export interface HostFds {
+  stdin: number | undefined;
+  stdout: number;
+  stderr: number;
+  status: number;
+}
+
+export function openHostEnds(set: FifoSet, withStdin: boolean): HostFds {
   const opened: number[] = [];
   const open = (path: string, flags: number): number => {
     const fd = openSync(path, flags | constants.O_NONBLOCK | constants.O_NOFOLLOW);
@@ -99,6 +110,7 @@ export function openHostEnds(set: FifoSet, withStdin: boolean): { stdin: number 
     return {
       stdout: open(set.stdout, constants.O_RDONLY),
       stderr: open(set.stderr, constants.O_RDONLY),
+      status: open(set.status, constants.O_RDONLY),
       stdin: withStdin ? open(set.stdin, constants.O_RDWR) : undefined,
     };
   } catch (err) {
@@ -108,8 +120,9 @@ export function openHostEnds(set: FifoSet, withStdin: boolean): { stdin: number 
 }
 
 /** Streams over opened host ends; call only once the process holds its own ends. */
-export function streamsOf(fds: { stdin: number | undefined; stdout: number; stderr: number }): HostEnds {
+export function streamsOf(fds: HostFds): HostEnds {
   return {
+    status: new Socket({ fd: fds.status, readable: true, writable: false }),
     stdin: fds.stdin === undefined ? undefined : new Socket({ fd: fds.stdin, readable: false, writable: true }),
     stdout: new Socket({ fd: fds.stdout, readable: true, writable: false }),
     stderr: new Socket({ fd: fds.stderr, readable: true, writable: false }),
@@ -118,5 +131,5 @@ export function streamsOf(fds: { stdin: number | undefined; stdout: number; stde
 
 /** Removes the FIFO files (open ends keep working). Never throws. */
 export function unlinkFifos(set: FifoSet): void {
-  for (const p of [set.stdin, set.stdout, set.stderr]) rmSync(p, { force: true });
+  for (const p of [set.stdin, set.stdout, set.stderr, set.status]) rmSync(p, { force: true });
 }

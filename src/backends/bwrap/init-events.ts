@@ -4,7 +4,6 @@ import type { Readable } from 'node:stream';
 export type InitEvent =
   | { kind: 'ready' }
   | { kind: 'started'; id: string; pid: number }
-  | { kind: 'exited'; id: string; status: number }
   | { kind: 'failed'; id: string; what: string };
 
 /*
@@ -16,13 +15,22 @@ const MAX_LINE = 128;
 /** Parses one event line; undefined for anything else (ignored). Pure. */
 export function parseInitEvent(line: string): InitEvent | undefined {
   if (line === 'R') return { kind: 'ready' };
-  const m = /^([PXE]) ([A-Za-z0-9_-]{1,64}) ([0-9]{1,10}|[a-z]{1,16})$/.exec(line);
+  const m = /^([PE]) ([A-Za-z0-9_-]{1,64}) ([0-9]{1,10}|[a-z]{1,16})$/.exec(line);
   if (m === null) return undefined;
-  const [, tag, id, value] = m as unknown as [string, 'P' | 'X' | 'E', string, string];
+  const [, tag, id, value] = m as unknown as [string, 'P' | 'E', string, string];
   const n = Number(value);
   if (tag === 'P') return Number.isInteger(n) && n > 1 ? { kind: 'started', id, pid: n } : undefined;
-  if (tag === 'X') return Number.isInteger(n) && n <= 255 ? { kind: 'exited', id, status: n } : undefined;
   return /^[a-z]+$/.test(value) ? { kind: 'failed', id, what: value } : undefined;
+}
+
+/**
+ * The exit status a wrapper wrote to a process's status FIFO; null when it wrote none (it was
+ * killed) or wrote something else. Pure.
+ */
+export function parseExitStatus(text: string): number | null {
+  const m = /^(\d{1,3})\n$/.exec(text);
+  const n = m === null ? NaN : Number(m[1]);
+  return Number.isInteger(n) && n <= 255 ? n : null;
 }
 
 /** Calls `onEvent` for each well-formed line of `stream`, with bounded buffering. */

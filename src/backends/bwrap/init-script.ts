@@ -16,11 +16,16 @@ import { SANDBOX_RUN } from './layout.js';
  * but NUL), so values travel over a pipe and never on an argv; events leave on fd 4, one short line
  * each. Neither fd reaches a started program. Every started process is a job with its own process
  * group (set -m, which also keeps SIGINT from being ignored as it is for background jobs without
- * job control), watched by a wrapper subshell that reports its pid and exit status.
+ * job control), watched by a wrapper subshell that reports its pid, waits for it and writes its
+ * exit status to a FIFO of its own. That FIFO closes when the wrapper ends however it ends (berth's
+ * warden may kill every process but the init loop), so a process never stays "running" for berth
+ * after its watcher is gone.
  *
  *   spawn <id> <cwd> <stdin: pipe|null> <argc> <argv...> <envc> <NAME=value...>
- *       stdio are FIFOs <run>/<id>.0 .1 .2 that berth made and opened before asking.
- *       -> "P <id> <pid>" once it runs; "X <id> <status>" when it ended (128+n for signal n);
+ *       stdio are FIFOs <run>/<id>.0 .1 .2, the status FIFO <run>/<id>.3; berth made and opened
+ *       them before asking.
+ *       -> "P <id> <pid>" once it runs; then "<status>\n" on <id>.3 when it ended (128+n for
+ *          signal n), or EOF alone if the wrapper was killed.
  *          "E <id> <what>" if it could not start (what: stdio, cwd, env).
  *   kill <pid> <signal>    signal the process group <pid> (the pid a P line gave).
  *
@@ -41,15 +46,16 @@ run() {
   set -m
   if [ "$sin" = pipe ]; then exec 5<"$d/$id.0" || { printf 'E %s stdio\\n' "$id" >&4; exit; }
   else exec 5</dev/null; fi
-  exec 6>"$d/$id.1" 7>"$d/$id.2" || { printf 'E %s stdio\\n' "$id" >&4; exit; }
+  exec 6>"$d/$id.1" 7>"$d/$id.2" 8>"$d/$id.3" || { printf 'E %s stdio\\n' "$id" >&4; exit; }
   cd -- "$cwd" 2>/dev/null || { printf 'E %s cwd\\n' "$id" >&4; exit; }
   for kv in "\${envv[@]}"; do export -- "$kv" 2>/dev/null || { printf 'E %s env\\n' "$id" >&4; exit; }; done
-  "\${argv[@]}" <&5 >&6 2>&7 4>&- 5<&- 6>&- 7>&- &
+  "\${argv[@]}" <&5 >&6 2>&7 4>&- 5<&- 6>&- 7>&- 8>&- &
   p=$!
   exec 5<&- 6>&- 7>&-
   printf 'P %s %s\\n' "$id" "$p" >&4
+  exec 4>&-
   wait "$p"
-  printf 'X %s %s\\n' "$id" "$?" >&4
+  printf '%s\\n' "$?" >&8
 }
 printf 'R\\n' >&4
 while rd op; do

@@ -3,9 +3,9 @@ import { closeSync, readlinkSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { BackendUnavailableError, BerthError, TimeoutError } from '../../errors.js';
 import { bwrapArgs } from './bwrap-args.js';
-import { FifoPool, openHostEnds, streamsOf, unlinkFifos } from './fifo.js';
+import { FifoPool, openHostEnds, streamsOf, unlinkFifos, type HostEnds, type HostFds } from './fifo.js';
 import { encodeKill, encodeSpawn, INIT_SCRIPT } from './init-script.js';
-import { readInitEvents, type InitEvent } from './init-events.js';
+import { parseExitStatus, readInitEvents, type InitEvent } from './init-events.js';
 import { groupFile, passwdFile, SANDBOX_WORKSPACE, type SandboxDirs } from './layout.js';
 import type { SystemPath } from './system-paths.js';
 
@@ -47,7 +47,10 @@ export interface SandboxProcess {
   readonly stdin: Writable | undefined;
   readonly stdout: Readable;
   readonly stderr: Readable;
-  /** Its exit status (128+n after signal n); null when the sandbox ended first. */
+  /**
+   * Its exit status (128+n after signal n); null when its watcher was killed first (the sandbox
+   * ended, or everything in it was killed).
+   */
   readonly exited: Promise<number | null>;
   /** Signals its process group (SIGKILL by default) and waits for it to end. Never throws. */
   kill(signal?: 'KILL' | 'TERM' | 'INT' | 'HUP'): Promise<void>;
@@ -191,27 +194,18 @@ export class BwrapSandbox implements AsyncDisposable {
     const fifos = await this.fifos.take();
     const id = fifos.id;
     const request = encodeSpawn({ id, cwd, stdin: opts.stdin === 'ignore' ? 'null' : 'pipe', argv, env: opts.env });
-    let fds: ReturnType<typeof openHostEnds> | undefined;
+    let fds: HostFds | undefined;
     try {
       fds = openHostEnds(fifos, opts.stdin !== 'ignore');
-      let onExit: (status: number | null) => void = () => undefined;
-      const exited = new Promise<number | null>((resolve) => {
-        onExit = resolve;
-      });
       const first = await new Promise<InitEvent | { kind: 'gone' }>((resolve, reject) => {
         const timer = setTimeout(() => {
           this.waiters.delete(id);
           reject(new TimeoutError(`a process in the bwrap sandbox did not start within ${SPAWN_TIMEOUT_MS} ms`));
         }, SPAWN_TIMEOUT_MS);
         this.waiters.set(id, (e) => {
-          if (e.kind === 'exited' || e.kind === 'gone' || e.kind === 'failed') {
-            this.waiters.delete(id);
-            onExit(e.kind === 'exited' ? e.status : null);
-          }
-          if (e.kind !== 'exited') {
-            clearTimeout(timer);
-            resolve(e);
-          }
+          this.waiters.delete(id);
+          clearTimeout(timer);
+          resolve(e);
         });
         this.control.write(request);
       });
@@ -219,15 +213,24 @@ export class BwrapSandbox implements AsyncDisposable {
       if (first.kind !== 'started') throw new BerthError('sandbox_gone', 'the bwrap sandbox ended before the process started');
       const ends = streamsOf(fds);
       fds = undefined;
-      return this.processHandle(first.pid, ends, exited);
+      return this.processHandle(first.pid, ends);
     } finally {
-      if (fds !== undefined) for (const fd of [fds.stdin, fds.stdout, fds.stderr]) if (fd !== undefined) closeSync(fd);
+      if (fds !== undefined) for (const fd of [fds.stdin, fds.stdout, fds.stderr, fds.status]) if (fd !== undefined) closeSync(fd);
       unlinkFifos(fifos);
     }
   }
 
-  private processHandle(pid: number, ends: ReturnType<typeof streamsOf>, exited: Promise<number | null>): SandboxProcess {
+  private processHandle(pid: number, ends: HostEnds): SandboxProcess {
     ends.stdin?.on('error', () => undefined);
+    const exited = new Promise<number | null>((resolve) => {
+      let text = '';
+      ends.status.setEncoding('latin1');
+      ends.status.on('data', (d: string) => {
+        if (text.length < 16) text += d;
+      });
+      ends.status.on('error', () => undefined);
+      ends.status.on('close', () => resolve(parseExitStatus(text)));
+    });
     return {
       pid,
       stdin: ends.stdin,
@@ -236,7 +239,7 @@ export class BwrapSandbox implements AsyncDisposable {
       exited,
       kill: async (signal = 'KILL') => {
         if (!this.gone) this.control.write(encodeKill(pid, signal));
-        await Promise.race([exited, this.exited]);
+        await exited;
       },
     };
   }
