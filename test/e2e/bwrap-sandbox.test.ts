@@ -1,7 +1,9 @@
-import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, it } from 'vitest';
+import { placeSandbox, removeSandbox } from '../../src/backends/bwrap/placement.js';
 import { startSandbox } from '../../src/backends/bwrap/sandbox.js';
+import { rootLayout } from '../../src/backends/bwrap/sandbox-dirs.js';
 import { seccompProgram } from '../../src/backends/bwrap/seccomp.js';
 import { KILL_TREE_SCRIPT } from '../../src/shell/kill-tree.js';
 import {
@@ -160,17 +162,49 @@ describeBwrap('bwrap sandbox: processes share one sandbox', (host) => {
     expect(statSync(join(attached, 'new')).uid).toBe(owner);
   });
 
-  it('passes no file descriptor of berth or bwrap to a process: only its stdio', async () => {
-    const { sb } = await testSandbox(host, tempRoot(), range, 's1');
+  it('passes no file descriptor of berth or bwrap to a process, not even one berth inherited: only its stdio', async () => {
+    const root = tempRoot();
+    // berth may have inherited an fd without close-on-exec from whoever started it, and bwrap passes
+    // such fds on. A dir fd is the worst: `..` from it walks out of any mount namespace. The stand-in
+    // opens one (to the host's /etc) and runs the real bwrap with it.
+    const leaky = join(root, '..', 'leaky-bwrap');
+    writeFileSync(leaky, `#!/bin/bash\nexec 9</etc\nexec ${host.bwrapPath} "$@"\n`);
+    chmodSync(leaky, 0o755);
+    const { sb } = await testSandbox({ ...host, bwrapPath: leaky }, root, range, 's1');
     const r = await sh(sb, 'ls /proc/self/fd | sort -n | tr "\\n" " "');
     // 3 is the directory ls itself opened to list /proc/self/fd.
     expect(r.stdout).toBe('0 1 2 3 ');
     // Every fd of every process in the sandbox: stdio, pipes and sockets to berth, bwrap's eventfd in
-    // pid 1, FIFOs of /run/berth. No host dir or file (an fd to a host dir walks out of any mount namespace).
+    // pid 1, FIFOs of /run/berth. No host dir or file.
     const all = await sh(sb, 'for f in /proc/[0-9]*/fd/*; do echo "$f -> $(readlink $f)"; done 2>/dev/null');
     const targets = all.stdout.trim().split('\n').map((l) => l.split(' -> ')[1] ?? '');
+    expect(targets.length).toBeGreaterThan(10);
     const allowed = /^(\/dev\/null|pipe:\[\d+\]|socket:\[\d+\]|anon_inode:\[eventfd\]|\/run\/berth\/[0-9a-f]+\.[0-3]( \(deleted\))?|\/proc\/\d+\/fd)$/;
     expect(targets.filter((t) => !allowed.test(t))).toEqual([]);
+  });
+
+  it('removing a sandbox leaves no process, no dir and no uid claim', async () => {
+    const root = tempRoot();
+    const placement = placeSandbox({ root, name: 'gone', range });
+    const sb = await startSandbox({ ...host, dirs: placement.dirs, user: placement.user, network: 'none', seccomp: seccompProgram(), hostname: 'x', tmpSizeBytes: 1 << 20, maxProcesses: 64 });
+    const ns = pidNsOf(sb.hostPid);
+    await sh(sb, '(sleep 500 >/dev/null 2>&1 &); echo data > /workspace/f');
+    await sb.stop();
+    removeSandbox(root, placement.dirs);
+    expect(hostPidsInPidNs(ns)).toEqual([]);
+    expect(existsSync(placement.dirs.root)).toBe(false);
+    expect(readdirSync(rootLayout(root).uids)).toEqual([]);
+  });
+
+  it('has only loopback unless the network is asked for', async () => {
+    const root = tempRoot();
+    const { sb } = await testSandbox(host, root, range, 'nonet');
+    const ifaces = (r: string) => r.split('\n').slice(2).map((l) => l.split(':')[0]!.trim()).filter((n) => n !== '');
+    expect(ifaces((await sh(sb, 'cat /proc/net/dev')).stdout)).toEqual(['lo']);
+    const hostNet = readlinkSync('/proc/self/ns/net');
+    expect((await sh(sb, 'readlink /proc/self/ns/net')).stdout.trim()).not.toBe(hostNet);
+    const shared = await testSandbox(host, root, range, 'net', { network: 'host' });
+    expect((await sh(shared.sb, 'readlink /proc/self/ns/net')).stdout.trim()).toBe(hostNet);
   });
 
   it('leaves no FIFO behind in the run dir once a process has its stdio', async () => {
