@@ -186,6 +186,28 @@ describeBwrap('bwrap isolation: what a sandboxed command cannot reach or do', (h
     }
   });
 
+  it('cannot open the FIFOs of a process berth has not started yet (to read its output or write to its stdin later)', async () => {
+    const { sb } = await testSandbox(host, tempRoot(), range, 'a');
+    const r = await sh(sb, 'n=0; for f in /run/berth/*; do n=$((n+1)); { : <>"$f"; } 2>/dev/null && echo "opened $f"; chmod 666 "$f" 2>/dev/null && echo "chmod $f"; done; echo "tried $n"');
+    expect(r.stdout).not.toMatch(/opened|chmod/);
+    expect(Number(/tried (\d+)/.exec(r.stdout)?.[1])).toBeGreaterThan(4);
+  });
+
+  it('cannot fill memory through a tmpfs: / and /dev are read-only, /tmp and /dev/shm bounded', async () => {
+    const { sb } = await testSandbox(host, tempRoot(), range, 'a', { tmpSizeBytes: 4 << 20 });
+    const write = (path: string) => `dd if=/dev/zero of=${path} bs=1M count=8 2>/dev/null; echo "${path} $(stat -c %s ${path} 2>/dev/null || echo none)"`;
+    const r = await sh(sb, ['/x', '/dev/x', '/usr/x', '/etc/x', '/tmp/x', '/dev/shm/x', '/workspace/x'].map(write).join('; '));
+    expect(r.stdout.trim().split('\n')).toEqual([
+      '/x none',
+      '/dev/x none',
+      '/usr/x none',
+      '/etc/x none',
+      `/tmp/x ${4 << 20}`,
+      `/dev/shm/x ${4 << 20}`,
+      `/workspace/x ${8 << 20}`,
+    ]);
+  });
+
   it('caps the processes of a sandbox (RLIMIT_NPROC) without touching another sandbox', async () => {
     const root = tempRoot();
     const a = await testSandbox(host, root, range, 'a', { maxProcesses: 16 });

@@ -43,7 +43,10 @@ describe('bwrapArgs', () => {
     expect(after(args, '--bind')).toEqual(['/r/sandboxes/s/workspace', '/r/sandboxes/s/home']);
     expect(after(args, '--symlink')).toEqual(['usr/bin', '../tmp']);
     expect(args.slice(args.indexOf('--') + 1)).toEqual(plan.command);
-    expect(args.slice(args.indexOf('--size'), args.indexOf('--size') + 5)).toEqual(['--size', '1024', '--perms', '1777', '--tmpfs']);
+    expect(after(args, '--size')).toEqual(['1024', '1024']);
+    expect(after(args, '--tmpfs')).toEqual(['/dev/shm', '/tmp']);
+    expect(after(args, '--remount-ro')).toEqual(['/dev', '/']);
+    expect(args.indexOf('--remount-ro')).toBeGreaterThan(args.lastIndexOf('--bind'));
   });
 
   it('never carries an environment: no --setenv, no --clearenv games', () => {

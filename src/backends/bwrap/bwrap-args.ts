@@ -29,6 +29,7 @@ export interface BwrapPlan {
   /** `host` shares the host's network namespace; `none` gives the sandbox only its own loopback. */
   network: 'none' | 'host';
   hostname: string;
+  /** Size of each of the /tmp and /dev/shm tmpfs (they are memory). */
   tmpSizeBytes: number;
   fds: BwrapFds;
   /** The program bwrap runs as the sandbox's first process, with its arguments. */
@@ -51,6 +52,8 @@ export interface BwrapPlan {
  * - `--new-session`: no controlling terminal to push keystrokes into (TIOCSTI).
  * - `--uid/--gid`: the sandbox sees itself as 1000; on the host it is the unprivileged uid berth
  *   started bwrap as.
+ * - Writable places are /workspace and home (host dirs), and /tmp and /dev/shm, tmpfs of
+ *   `tmpSizeBytes` each (memory); everything else is read-only.
  */
 export function bwrapArgs(plan: BwrapPlan): string[] {
   const args = ['--unshare-all'];
@@ -75,6 +78,9 @@ export function bwrapArgs(plan: BwrapPlan): string[] {
     '--ro-bind-data', String(plan.fds.passwd), '/etc/passwd',
     '--ro-bind-data', String(plan.fds.group), '/etc/group',
     '--dev', '/dev',
+    '--size', String(plan.tmpSizeBytes),
+    '--perms', '1777',
+    '--tmpfs', '/dev/shm',
     '--proc', '/proc',
     '--size', String(plan.tmpSizeBytes),
     '--perms', '1777',
@@ -83,6 +89,9 @@ export function bwrapArgs(plan: BwrapPlan): string[] {
     '--bind', plan.binds.workspace, SANDBOX_WORKSPACE,
     '--bind', plan.binds.home, SANDBOX_HOME,
     '--ro-bind', plan.binds.run, SANDBOX_RUN,
+    // bwrap's own tmpfs for / and /dev hold no size limit (half the host's memory): read-only once built.
+    '--remount-ro', '/dev',
+    '--remount-ro', '/',
     '--chdir', SANDBOX_WORKSPACE,
     '--',
     ...plan.command,

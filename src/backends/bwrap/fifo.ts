@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chownSync, closeSync, constants, fstatSync, openSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, constants, fstatSync, openSync, rmSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { join } from 'node:path';
 import { BerthError } from '../../errors.js';
@@ -30,9 +30,11 @@ const MKFIFO_TIMEOUT_MS = 10_000;
 const BATCH = 8;
 
 /**
- * FIFO sets made ahead, in batches, in one sandbox's run dir (0600, owned by the sandbox's uid so
- * its processes can open them). Each set is used once: a process left over from an earlier spawn
- * may still hold a FIFO open, so a set is never reused.
+ * FIFO sets made ahead, in batches, in one sandbox's run dir, owned by the sandbox's uid so its
+ * processes can open them. They wait with mode 0000 and become 0600 only when taken: the run dir is
+ * read-only inside, so no process there can open (or chmod) a FIFO of a process not started yet
+ * and keep it to read that process's output or write to its stdin later. Each set is used once: a
+ * process left over from an earlier spawn may still hold a FIFO open.
  */
 export class FifoPool {
   private readonly ready: FifoSet[] = [];
@@ -43,12 +45,15 @@ export class FifoPool {
     private readonly owner: { uid: number; gid: number } | undefined,
   ) {}
 
-  /** A fresh set; refills in the background when few are left. */
+  /** A fresh set, opened up for its one use; refills in the background when few are left. */
   async take(): Promise<FifoSet> {
     for (;;) {
       const set = this.ready.shift();
       if (this.ready.length < BATCH / 2) void this.refill().catch(() => undefined);
-      if (set !== undefined) return set;
+      if (set !== undefined) {
+        for (const p of [set.stdin, set.stdout, set.stderr, set.status]) chmodSync(p, 0o600);
+        return set;
+      }
       await this.refill();
     }
   }
@@ -75,7 +80,7 @@ export class FifoPool {
     const paths = sets.flatMap((s) => [s.stdin, s.stdout, s.stderr, s.status]);
     // Node has no mkfifo(3): one short helper per batch, on the host, outside the sandbox.
     await new Promise<void>((resolve, reject) => {
-      execFile('mkfifo', ['-m', '0600', '--', ...paths], { timeout: MKFIFO_TIMEOUT_MS }, (err, _out, stderr) => {
+      execFile('mkfifo', ['-m', '0000', '--', ...paths], { timeout: MKFIFO_TIMEOUT_MS }, (err, _out, stderr) => {
         if (err) reject(new BerthError('spawn_failed', `could not make FIFOs for sandbox processes in ${this.dir}: ${stderr.trim() || err.message}`));
         else resolve();
       });

@@ -23,7 +23,7 @@ export interface StartSandboxOptions {
   /** The BPF program; undefined only when the operator opted out of the filter explicitly. */
   seccomp: Buffer | undefined;
   hostname: string;
-  /** Size of the /tmp tmpfs (memory). */
+  /** Size of each of the /tmp and /dev/shm tmpfs (memory). */
   tmpSizeBytes: number;
   /** RLIMIT_NPROC inside: processes and threads the sandbox's uid may hold in its own namespace. */
   maxProcesses: number;
