@@ -199,7 +199,11 @@ export class BwrapSandbox implements AsyncDisposable {
       fds = openHostEnds(fifos, opts.stdin !== 'ignore');
       const first = await new Promise<InitEvent | { kind: 'gone' }>((resolve, reject) => {
         const timer = setTimeout(() => {
-          this.waiters.delete(id);
+          // Should it start after all, nobody holds its stdio: end it when it says it runs.
+          this.waiters.set(id, (late) => {
+            this.waiters.delete(id);
+            if (late.kind === 'started' && !this.gone) this.control.write(encodeKill(late.pid, 'KILL'));
+          });
           reject(new TimeoutError(`a process in the bwrap sandbox did not start within ${SPAWN_TIMEOUT_MS} ms`));
         }, SPAWN_TIMEOUT_MS);
         this.waiters.set(id, (e) => {
@@ -231,6 +235,10 @@ export class BwrapSandbox implements AsyncDisposable {
       ends.status.on('error', () => undefined);
       ends.status.on('close', () => resolve(parseExitStatus(text)));
     });
+    let ended = false;
+    void exited.then(() => {
+      ended = true;
+    });
     return {
       pid,
       stdin: ends.stdin,
@@ -238,7 +246,8 @@ export class BwrapSandbox implements AsyncDisposable {
       stderr: ends.stderr,
       exited,
       kill: async (signal = 'KILL') => {
-        if (!this.gone) this.control.write(encodeKill(pid, signal));
+        // Once it ended its pid may be another process's: no signal then.
+        if (!ended && !this.gone) this.control.write(encodeKill(pid, signal));
         await exited;
       },
     };
@@ -253,7 +262,7 @@ export class BwrapSandbox implements AsyncDisposable {
        * of them are gone, and then bwrap exits. Before pid 1 is known, bwrap itself (pid 1 dies with it).
        */
       try {
-        if (this.hostPid > 0) process.kill(this.hostPid, 'SIGKILL');
+        if (this.hostPid > 0 && this.pidNsOfPid1() === this.pidNs) process.kill(this.hostPid, 'SIGKILL');
         else this.child.kill('SIGKILL');
       } catch {
         this.child.kill('SIGKILL');
@@ -269,15 +278,15 @@ export class BwrapSandbox implements AsyncDisposable {
   private async pidNamespaceGone(): Promise<void> {
     if (this.pidNs === undefined) return;
     const deadline = Date.now() + GONE_WAIT_MS;
-    while (Date.now() < deadline) {
-      let ns: string | undefined;
-      try {
-        ns = readlinkSync(`/proc/${this.hostPid}/ns/pid`);
-      } catch {
-        return;
-      }
-      if (ns !== this.pidNs) return;
-      await new Promise((r) => setTimeout(r, 10));
+    while (Date.now() < deadline && this.pidNsOfPid1() === this.pidNs) await new Promise((r) => setTimeout(r, 10));
+  }
+
+  /** The pid namespace of the process now at `hostPid` (undefined when there is none, or a zombie). */
+  private pidNsOfPid1(): string | undefined {
+    try {
+      return readlinkSync(`/proc/${this.hostPid}/ns/pid`);
+    } catch {
+      return undefined;
     }
   }
 
