@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
@@ -81,6 +82,18 @@ async function start(host: BwrapHost, r: string, name: string): Promise<{ sb: Bw
   };
 }
 
+/** bwrap alone with the same namespaces and flags (no berth, no filter, no mounts but /usr), running /bin/true. */
+function bareBwrap(host: BwrapHost, uid: number | undefined): Promise<void> {
+  const args = ['--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--cap-drop', 'ALL', '--ro-bind', '/usr', '/usr'];
+  for (const p of host.systemPaths) if (p.kind === 'symlink') args.push('--symlink', p.target, p.path);
+  args.push('--proc', '/proc', '--dev', '/dev', '--', '/bin/true');
+  return new Promise((resolve, reject) => {
+    const c = spawn(host.bwrapPath, args, { stdio: 'ignore', env: {}, ...(uid === undefined ? {} : { uid, gid: uid }) });
+    c.on('error', reject);
+    c.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`bwrap exited ${code}`))));
+  });
+}
+
 /** Host pids in the pid namespace of `hostPid`, plus bwrap (its parent, outside the namespace). */
 function sandboxPids(hostPid: number): number[] {
   const ns = readlinkSync(`/proc/${hostPid}/ns/pid`);
@@ -130,6 +143,13 @@ export async function bwrapBench(): Promise<void> {
       removeSandbox(r.root, placement.dirs);
     }
     row('new sandbox to first command', coldSamples);
+    const floor: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const t0 = performance.now();
+      await bareBwrap(host, IS_ROOT ? RANGE.first + RANGE.count - 2 : undefined);
+      floor.push(performance.now() - t0);
+    }
+    row('floor: bwrap with the same namespaces, /bin/true', floor);
     console.log(`    of which: place + bwrap up ${fmt(percentile(parts.start, 50))}, bash spawned ${fmt(percentile(parts.spawn, 50))}, first command ${fmt(percentile(parts.first, 50))} (p50 each)   (target < 50 ms)`);
 
     const raw = new RawShell();

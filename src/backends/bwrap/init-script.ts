@@ -10,7 +10,9 @@ import { SANDBOX_RUN } from './layout.js';
  * none of that, and a second bwrap cannot join a pid namespace made under --disable-userns.
  *
  * A started process's environment is exactly the one asked for, plus `_` and `SHLVL`, which bash
- * sets for every program it starts.
+ * sets for every program it starts. (The loop's own environment is what bwrap and bash put there:
+ * bwrap gets an empty one from berth and adds PWD; bash adds SHLVL and OLDPWD. The loop un-exports
+ * those without forking.)
  *
  * Requests arrive on fd 3 as NUL-terminated fields (argv and environment values may hold any byte
  * but NUL), so values travel over a pipe and never on an argv; events leave on fd 4, one short line
@@ -37,7 +39,7 @@ import { SANDBOX_RUN } from './layout.js';
 export const INIT_SCRIPT = `
 exec 0</dev/null 1>/dev/null 2>/dev/null
 for f in /proc/self/fd/*; do n=\${f##*/}; case $n in [0-4]|*[!0-9]*) ;; *) eval "exec $n>&-" ;; esac; done
-for v in $(compgen -e) OLDPWD; do export -n "$v"; done
+export -n PWD SHLVL OLDPWD
 set -m
 d=${SANDBOX_RUN}
 rd() { IFS= read -r -d '' "$1" <&3; }
