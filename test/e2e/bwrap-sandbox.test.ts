@@ -104,7 +104,14 @@ describeBwrap('bwrap sandbox: processes share one sandbox', (host) => {
     const left = (await sh(sb, 'ps -eo args=')).stdout;
     expect(left).not.toMatch(/sleep 31[01]/);
     expect(left).toContain('sleep 312');
-    const hostSleeps = hostPidsInPidNs(ns).map((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8')).filter((c) => c.startsWith('sleep'));
+    const cmdline = (pid: number): string => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      } catch {
+        return ''; // a watcher that ended meanwhile
+      }
+    };
+    const hostSleeps = hostPidsInPidNs(ns).map(cmdline).filter((c) => c.startsWith('sleep'));
     expect(hostSleeps).toEqual(['sleep\u0000312\u0000']);
   });
 
