@@ -118,6 +118,8 @@ describeBwrap('bwrap isolation: what a sandboxed command cannot reach or do', (h
     expect(r.stdout).toContain('path=1');
     expect(r.stdout).toContain('tmp=1');
     expect(r.stdout.trim().split('\n').slice(-2)).toEqual(['0', '0']);
+    // The marker process is there, for B.
+    expect((await sh(b.sb, "ps -eo args= | grep -c '^[b]-marker'")).stdout.trim()).toBe('1');
     if (IS_ROOT) {
       const uidA = hostUidOf(a.sb.hostPid);
       const uidB = hostUidOf(b.sb.hostPid);
