@@ -1,0 +1,191 @@
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Readable, Writable } from 'node:stream';
+import { placeSandbox, removeSandbox } from '../src/backends/bwrap/placement.js';
+import { probeBwrap, type BwrapHost } from '../src/backends/bwrap/probe.js';
+import { startSandbox, type BwrapSandbox } from '../src/backends/bwrap/sandbox.js';
+import { prepareRoot } from '../src/backends/bwrap/sandbox-dirs.js';
+import { seccompProgram } from '../src/backends/bwrap/seccomp.js';
+import { RawShell } from './raw-shell.js';
+import { fmt, percentile, row, timeMany } from './stats.js';
+
+/*
+ * bwrap backend building blocks (issue 11): a new sandbox to its first command, one command
+ * through a persistent bash in a sandbox against a bare persistent bash on the host, and the
+ * memory of idle sandboxes (each with one idle persistent bash). Run alone:
+ *   node --expose-gc --import tsx bench/bwrap.ts
+ */
+
+const PATH = { PATH: '/usr/local/bin:/usr/bin:/bin' };
+const RANGE = { first: 1_600_000_000, count: 10_000 };
+const IS_ROOT = process.getuid?.() === 0;
+
+/** The bench's nonce protocol (as RawShell's) over any stdin/stdout pair. */
+class StreamShell {
+  private buf = '';
+  private waiter: { marker: string; resolve: () => void } | undefined;
+
+  constructor(private readonly stdin: Writable, stdout: Readable) {
+    stdout.setEncoding('utf8').on('data', (d: string) => {
+      this.buf += d;
+      const w = this.waiter;
+      if (w === undefined) return;
+      const i = this.buf.indexOf(w.marker);
+      if (i === -1) return;
+      this.buf = this.buf.slice(i + w.marker.length);
+      this.waiter = undefined;
+      w.resolve();
+    });
+  }
+
+  run(cmd: string): Promise<void> {
+    const marker = `__END_${randomBytes(12).toString('hex')}__`;
+    return new Promise((resolve) => {
+      this.waiter = { marker, resolve };
+      this.stdin.write(`${cmd}\nprintf '%s' '${marker}'\n`);
+    });
+  }
+}
+
+function root(): { root: string; cleanup: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), 'berth-bench-bwrap-'));
+  chmodSync(dir, 0o711);
+  const r = join(dir, 'root');
+  prepareRoot(r);
+  return { root: r, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+async function start(host: BwrapHost, r: string, name: string): Promise<{ sb: BwrapSandbox; shell: StreamShell; remove: () => Promise<void> }> {
+  const placement = placeSandbox({ root: r, name, range: RANGE });
+  const sb = await startSandbox({
+    ...host,
+    dirs: placement.dirs,
+    user: placement.user,
+    network: 'none',
+    seccomp: seccompProgram(),
+    hostname: 'bench',
+    tmpSizeBytes: 64 << 20,
+    maxProcesses: 512,
+  });
+  const p = await sb.spawn(['/bin/bash', '--noprofile', '--norc'], { env: { ...PATH, HOME: '/home/sandbox' } });
+  p.stderr.resume();
+  return {
+    sb,
+    shell: new StreamShell(p.stdin!, p.stdout),
+    remove: async () => {
+      await sb.stop();
+      removeSandbox(r, placement.dirs);
+    },
+  };
+}
+
+/** bwrap alone with the same namespaces and flags (no berth, no filter, no mounts but /usr), running /bin/true. */
+function bareBwrap(host: BwrapHost, uid: number | undefined): Promise<void> {
+  const args = ['--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--cap-drop', 'ALL', '--ro-bind', '/usr', '/usr'];
+  for (const p of host.systemPaths) if (p.kind === 'symlink') args.push('--symlink', p.target, p.path);
+  args.push('--proc', '/proc', '--dev', '/dev', '--', '/bin/true');
+  return new Promise((resolve, reject) => {
+    const c = spawn(host.bwrapPath, args, { stdio: 'ignore', env: {}, ...(uid === undefined ? {} : { uid, gid: uid }) });
+    c.on('error', reject);
+    c.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`bwrap exited ${code}`))));
+  });
+}
+
+/** Host pids in the pid namespace of `hostPid`, plus bwrap (its parent, outside the namespace). */
+function sandboxPids(hostPid: number): number[] {
+  const ns = readlinkSync(`/proc/${hostPid}/ns/pid`);
+  const ppid = Number(/^PPid:\s+(\d+)/m.exec(readFileSync(`/proc/${hostPid}/status`, 'utf8'))?.[1]);
+  const pids = [ppid];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      if (readlinkSync(`/proc/${d}/ns/pid`) === ns) pids.push(Number(d));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
+
+function kb(pid: number, file: 'status' | 'smaps_rollup', key: string): number {
+  const m = new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/${file}`, 'utf8'));
+  return Number(m?.[1] ?? 0);
+}
+
+export async function bwrapBench(): Promise<void> {
+  const load = () => loadavg().map((l) => l.toFixed(1)).join(' ');
+  console.log(`\n# bwrap sandbox (load average ${load()}, ${IS_ROOT ? 'as root: one uid per sandbox' : "as berth's own uid"})`);
+  const r = root();
+  try {
+    const host = await probeBwrap({ root: r.root, user: IS_ROOT ? { uid: RANGE.first + RANGE.count - 1, gid: RANGE.first + RANGE.count - 1 } : undefined, seccomp: seccompProgram() });
+    console.log(`  bubblewrap ${host.version} at ${host.bwrapPath}`);
+
+    let n = 0;
+    const coldSamples: number[] = [];
+    const parts = { start: [] as number[], spawn: [] as number[], first: [] as number[] };
+    for (let i = 0; i < 30; i++) {
+      const t0 = performance.now();
+      const placement = placeSandbox({ root: r.root, name: `cold-${n++}`, range: RANGE });
+      const sb = await startSandbox({ ...host, dirs: placement.dirs, user: placement.user, network: 'none', seccomp: seccompProgram(), hostname: 'bench', tmpSizeBytes: 64 << 20, maxProcesses: 512 });
+      const t1 = performance.now();
+      const p = await sb.spawn(['/bin/bash', '--noprofile', '--norc'], { env: PATH });
+      const t2 = performance.now();
+      await new StreamShell(p.stdin!, p.stdout).run('true');
+      const t3 = performance.now();
+      coldSamples.push(t3 - t0);
+      parts.start.push(t1 - t0);
+      parts.spawn.push(t2 - t1);
+      parts.first.push(t3 - t2);
+      await sb.stop();
+      removeSandbox(r.root, placement.dirs);
+    }
+    row('new sandbox to first command', coldSamples);
+    const floor: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const t0 = performance.now();
+      await bareBwrap(host, IS_ROOT ? RANGE.first + RANGE.count - 2 : undefined);
+      floor.push(performance.now() - t0);
+    }
+    row('floor: bwrap with the same namespaces, /bin/true', floor);
+    console.log(`    of which: place + bwrap up ${fmt(percentile(parts.start, 50))}, bash spawned ${fmt(percentile(parts.spawn, 50))}, first command ${fmt(percentile(parts.first, 50))} (p50 each)   (target < 50 ms)`);
+
+    const raw = new RawShell();
+    const rawRow = row('bare persistent bash on the host', await timeMany(200, () => raw.run('true')));
+    raw.close();
+    const warm = await start(host, r.root, 'warm');
+    const inRow = row('persistent bash in a bwrap sandbox', await timeMany(200, () => warm.shell.run('true')));
+    await warm.remove();
+    console.log(`  sandbox p50 / host p50 = ${(inRow.p50 / rawRow.p50).toFixed(2)}x   (target <= 1.5x)`);
+
+    const COUNT = Number(process.env['BENCH_BWRAP_IDLE'] ?? 50);
+    const idle: Awaited<ReturnType<typeof start>>[] = [];
+    try {
+      for (let i = 0; i < COUNT; i++) idle.push(await start(host, r.root, `idle-${i}`));
+      for (const s of idle) await s.shell.run('true');
+      let rss = 0;
+      let pss = 0;
+      let procs = 0;
+      for (const s of idle) {
+        for (const pid of sandboxPids(s.sb.hostPid)) {
+          rss += kb(pid, 'status', 'VmRSS');
+          pss += kb(pid, 'smaps_rollup', 'Pss');
+          procs++;
+        }
+      }
+      console.log(
+        `  ${COUNT} idle sandboxes (each: bwrap, its pid 1, the init loop, one persistent bash and its watcher): ` +
+          `${(procs / COUNT).toFixed(1)} processes, RSS ${(rss / COUNT / 1024).toFixed(2)} MiB, PSS ${(pss / COUNT / 1024).toFixed(2)} MiB per sandbox`,
+      );
+    } finally {
+      for (const s of idle) await s.remove();
+    }
+    console.log(`  (load average at the end ${load()})`);
+  } finally {
+    r.cleanup();
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) await bwrapBench();

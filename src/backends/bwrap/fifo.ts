@@ -1,0 +1,140 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { chmodSync, chownSync, closeSync, constants, fstatSync, openSync, rmSync } from 'node:fs';
+import { Socket } from 'node:net';
+import { join } from 'node:path';
+import { BerthError } from '../../errors.js';
+
+/* The FIFOs of one spawned process (its stdio, and its wrapper's status), made on the host in the sandbox's run dir. */
+
+export interface FifoSet {
+  /** The name the init loop opens them by (`<id>.0 .1 .2`). */
+  id: string;
+  stdin: string;
+  stdout: string;
+  stderr: string;
+  /** The wrapper writes the exit status here; EOF without one means it was killed. */
+  status: string;
+}
+
+/** Host ends of one process's stdio, opened before the process opens its own. */
+export interface HostEnds {
+  stdin: Socket | undefined;
+  stdout: Socket;
+  stderr: Socket;
+  status: Socket;
+}
+
+const MKFIFO_TIMEOUT_MS = 10_000;
+/** FIFO sets made per mkfifo run: starting a process costs tens of ms on a busy host, so not one per spawn. */
+const BATCH = 8;
+
+/**
+ * FIFO sets made ahead, in batches, in one sandbox's run dir, owned by the sandbox's uid so its
+ * processes can open them. They wait with mode 0000 and become 0600 only when taken: the run dir is
+ * read-only inside, so no process there can open (or chmod) a FIFO of a process not started yet
+ * and keep it to read that process's output or write to its stdin later. Each set is used once: a
+ * process left over from an earlier spawn may still hold a FIFO open.
+ */
+export class FifoPool {
+  private readonly ready: FifoSet[] = [];
+  private refilling: Promise<void> | undefined;
+
+  constructor(
+    private readonly dir: string,
+    private readonly owner: { uid: number; gid: number } | undefined,
+  ) {}
+
+  /** A fresh set, opened up for its one use; refills in the background when few are left. */
+  async take(): Promise<FifoSet> {
+    for (;;) {
+      const set = this.ready.shift();
+      if (this.ready.length < BATCH / 2) void this.refill().catch(() => undefined);
+      if (set !== undefined) {
+        for (const p of [set.stdin, set.stdout, set.stderr, set.status]) chmodSync(p, 0o600);
+        return set;
+      }
+      await this.refill();
+    }
+  }
+
+  /** Makes the first batch (call while the sandbox starts). */
+  prime(): Promise<void> {
+    return this.refill();
+  }
+
+  private refill(): Promise<void> {
+    this.refilling ??= this.makeBatch().finally(() => {
+      this.refilling = undefined;
+    });
+    return this.refilling;
+  }
+
+  private async makeBatch(): Promise<void> {
+    const sets: FifoSet[] = [];
+    for (let i = 0; i < BATCH; i++) {
+      const id = randomBytes(8).toString('hex');
+      const at = (n: number): string => join(this.dir, `${id}.${n}`);
+      sets.push({ id, stdin: at(0), stdout: at(1), stderr: at(2), status: at(3) });
+    }
+    const paths = sets.flatMap((s) => [s.stdin, s.stdout, s.stderr, s.status]);
+    // Node has no mkfifo(3): one short helper per batch, on the host, outside the sandbox.
+    await new Promise<void>((resolve, reject) => {
+      execFile('mkfifo', ['-m', '0000', '--', ...paths], { timeout: MKFIFO_TIMEOUT_MS }, (err, _out, stderr) => {
+        if (err) reject(new BerthError('spawn_failed', `could not make FIFOs for sandbox processes in ${this.dir}: ${stderr.trim() || err.message}`));
+        else resolve();
+      });
+    });
+    if (this.owner !== undefined) for (const p of paths) chownSync(p, this.owner.uid, this.owner.gid);
+    this.ready.push(...sets);
+  }
+}
+
+/**
+ * Opens berth's ends without blocking: stdout and stderr for reading (a writer is not there yet,
+ * so nothing may read them before the process reported it runs: an early read would see EOF), and
+ * stdin read-write, which Linux opens at once whether or not a reader is there. O_NOFOLLOW and the
+ * FIFO check keep a planted link or file from being opened instead.
+ */
+export interface HostFds {
+  stdin: number | undefined;
+  stdout: number;
+  stderr: number;
+  status: number;
+}
+
+export function openHostEnds(set: FifoSet, withStdin: boolean): HostFds {
+  const opened: number[] = [];
+  const open = (path: string, flags: number): number => {
+    const fd = openSync(path, flags | constants.O_NONBLOCK | constants.O_NOFOLLOW);
+    opened.push(fd);
+    if (!fstatSync(fd).isFIFO()) throw new BerthError('spawn_failed', `${path} is not the FIFO berth made`);
+    return fd;
+  };
+  try {
+    return {
+      stdout: open(set.stdout, constants.O_RDONLY),
+      stderr: open(set.stderr, constants.O_RDONLY),
+      status: open(set.status, constants.O_RDONLY),
+      stdin: withStdin ? open(set.stdin, constants.O_RDWR) : undefined,
+    };
+  } catch (err) {
+    for (const fd of opened) closeSync(fd);
+    throw err;
+  }
+}
+
+/** Streams over opened host ends; call only once the process holds its own ends. */
+export function streamsOf(fds: HostFds): HostEnds {
+  return {
+    status: new Socket({ fd: fds.status, readable: true, writable: false }),
+    stdin: fds.stdin === undefined ? undefined : new Socket({ fd: fds.stdin, readable: false, writable: true }),
+    stdout: new Socket({ fd: fds.stdout, readable: true, writable: false }),
+    stderr: new Socket({ fd: fds.stderr, readable: true, writable: false }),
+  };
+}
+
+/** Removes the FIFO files (open ends keep working). Never throws. */
+export function unlinkFifos(set: FifoSet): void {
+  for (const p of [set.stdin, set.stdout, set.stderr, set.status]) rmSync(p, { force: true });
+}

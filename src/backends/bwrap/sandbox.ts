@@ -1,0 +1,321 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, readlinkSync } from 'node:fs';
+import type { Readable, Writable } from 'node:stream';
+import { BackendUnavailableError, BerthError, TimeoutError } from '../../errors.js';
+import { bwrapArgs } from './bwrap-args.js';
+import { FifoPool, openHostEnds, streamsOf, unlinkFifos, type HostEnds, type HostFds } from './fifo.js';
+import { encodeKill, encodeSpawn, INIT_SCRIPT } from './init-script.js';
+import { parseExitStatus, readInitEvents, type InitEvent } from './init-events.js';
+import { groupFile, passwdFile, SANDBOX_WORKSPACE, type SandboxDirs } from './layout.js';
+import type { SystemPath } from './system-paths.js';
+
+export interface StartSandboxOptions {
+  /** Absolute path of bwrap (the probe found it). */
+  bwrapPath: string;
+  /** bash as the sandbox sees it (the host's system paths are bound as they are). */
+  bashPath: string;
+  dirs: SandboxDirs;
+  /** A host dir bound at /workspace instead of `dirs.workspace` (the attached workspace). */
+  workspace?: string | undefined;
+  /** Host uid:gid the sandbox runs as; undefined runs it as berth's own uid (berth is not root). */
+  user: { uid: number; gid: number } | undefined;
+  network: 'none' | 'host';
+  /** The BPF program; undefined only when the operator opted out of the filter explicitly. */
+  seccomp: Buffer | undefined;
+  hostname: string;
+  /** Size of each of the /tmp and /dev/shm tmpfs (memory). */
+  tmpSizeBytes: number;
+  /** RLIMIT_NPROC inside: processes and threads the sandbox's uid may hold in its own namespace. */
+  maxProcesses: number;
+  systemPaths: readonly SystemPath[];
+  startTimeoutMs?: number;
+}
+
+export interface SpawnOptions {
+  env: Readonly<Record<string, string>>;
+  /** In-sandbox working directory; it must exist. Default /workspace. */
+  cwd?: string;
+  /** `pipe` (default): `stdin` is writable; `ignore`: the process reads /dev/null. */
+  stdin?: 'pipe' | 'ignore';
+}
+
+/** A process running in a sandbox, started by its init loop. */
+export interface SandboxProcess {
+  /** Its pid inside the sandbox (also its process group). */
+  readonly pid: number;
+  /** Undefined with `stdin: 'ignore'`. */
+  readonly stdin: Writable | undefined;
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  /**
+   * Its exit status (128+n after signal n); null when its watcher was killed first (the sandbox
+   * ended, or everything in it was killed).
+   */
+  readonly exited: Promise<number | null>;
+  /** Signals its process group (SIGKILL by default) and waits for it to end. Never throws. */
+  kill(signal?: 'KILL' | 'TERM' | 'INT' | 'HUP'): Promise<void>;
+}
+
+const DEFAULT_START_TIMEOUT_MS = 10_000;
+const SPAWN_TIMEOUT_MS = 10_000;
+const STDERR_KEEP = 4096;
+const GONE_WAIT_MS = 5_000;
+/* fd numbers in bwrap's process; 3 and 4 reach the init loop, the rest bwrap consumes. */
+const FD = { control: 3, events: 4, info: 5, seccomp: 6, passwd: 7, group: 8 } as const;
+
+/**
+ * Starts one sandbox: bwrap with its namespaces, mounts and filter, running the init loop that
+ * starts every later process of the sandbox (see init-script.ts). Resolves once the loop answers.
+ * A failed start leaves no process behind and rejects with what bwrap said.
+ *
+ * @example
+ * await using sb = await startSandbox({ bwrapPath, bashPath, dirs, user: { uid, gid }, network: 'none',
+ *   seccomp: seccompProgram(), hostname: 'berth', tmpSizeBytes: 256 << 20, maxProcesses: 512, systemPaths: hostSystemPaths() });
+ * const p = await sb.spawn(['bash', '--noprofile', '--norc'], { env: { PATH: '/usr/bin:/bin' } });
+ */
+export async function startSandbox(opts: StartSandboxOptions): Promise<BwrapSandbox> {
+  const args = bwrapArgs({
+    binds: { workspace: opts.workspace ?? opts.dirs.workspace, home: opts.dirs.home, run: opts.dirs.run },
+    systemPaths: opts.systemPaths,
+    network: opts.network,
+    hostname: opts.hostname,
+    tmpSizeBytes: opts.tmpSizeBytes,
+    fds: { info: FD.info, passwd: FD.passwd, group: FD.group, seccomp: opts.seccomp === undefined ? undefined : FD.seccomp },
+    command: [opts.bashPath, '--noprofile', '--norc', '-c', `ulimit -Su ${opts.maxProcesses} -Hu ${opts.maxProcesses} || exit 1\n${INIT_SCRIPT}`, 'berth-init'],
+  });
+  const stdio = ['ignore', 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', opts.seccomp === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] as const;
+  // bwrap gets no environment of berth's: the init loop gives each process exactly the env it is asked for.
+  const child = spawn(opts.bwrapPath, args, {
+    cwd: '/',
+    env: {},
+    stdio: [...stdio],
+    ...(opts.user === undefined ? {} : { uid: opts.user.uid, gid: opts.user.gid }),
+  });
+  const fifos = new FifoPool(opts.dirs.run, opts.user);
+  const sandbox = new BwrapSandbox(child, fifos);
+  try {
+    await Promise.all([sandbox.started(opts, opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS), fifos.prime()]);
+    return sandbox;
+  } catch (err) {
+    await sandbox.stop();
+    throw err;
+  }
+}
+
+/** A running sandbox. `stop()` ends every process in it (its pid namespace goes with its pid 1). */
+export class BwrapSandbox implements AsyncDisposable {
+  /** Host pid of the sandbox's pid 1, as bwrap reported it before anything ran inside. */
+  hostPid = 0;
+  /** `pid:[inode]` of the sandbox's pid namespace. */
+  pidNs: string | undefined;
+  /** Resolves when bwrap exited: every process of the sandbox is gone. */
+  readonly exited: Promise<void>;
+  private readonly control: Writable;
+  private readonly waiters = new Map<string, (e: InitEvent | { kind: 'gone' }) => void>();
+  private ready: (() => void) | undefined;
+  private stderrTail = '';
+  private gone = false;
+
+  constructor(
+    private readonly child: ChildProcess,
+    private readonly fifos: FifoPool,
+  ) {
+    const monitorGone = new Promise<void>((resolve) => {
+      child.once('exit', () => resolve());
+      child.once('error', () => resolve());
+    });
+    this.exited = monitorGone.then(async () => {
+      this.gone = true;
+      for (const w of [...this.waiters.values()]) w({ kind: 'gone' });
+      this.waiters.clear();
+      await this.pidNamespaceGone();
+    });
+    this.control = fdStream(child, FD.control) as Writable;
+    this.control.on('error', () => undefined);
+    const stderr = fdStream(child, 2) as Readable;
+    stderr.setEncoding('utf8');
+    stderr.on('data', (s: string) => {
+      this.stderrTail = (this.stderrTail + s).slice(-STDERR_KEEP);
+    });
+    readInitEvents(fdStream(child, FD.events) as Readable, (e) => this.onEvent(e));
+  }
+
+  /** @internal Feeds bwrap its inputs and waits for the init loop. */
+  async started(opts: StartSandboxOptions, timeoutMs: number): Promise<void> {
+    const feed = (fd: number, data: Buffer | string): void => {
+      const w = fdStream(this.child, fd) as Writable;
+      w.on('error', () => undefined);
+      w.end(data);
+    };
+    if (opts.seccomp !== undefined) feed(FD.seccomp, opts.seccomp);
+    feed(FD.passwd, passwdFile());
+    feed(FD.group, groupFile());
+    const info = collect(fdStream(this.child, FD.info) as Readable);
+    const spawnError = new Promise<never>((_, reject) => {
+      this.child.once('error', (e) => reject(new BackendUnavailableError(`could not run bwrap (${opts.bwrapPath}): ${e.message}`, { cause: e })));
+    });
+    const ready = new Promise<void>((resolve) => {
+      this.ready = resolve;
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new TimeoutError(`a bwrap sandbox did not start within ${timeoutMs} ms`)), timeoutMs);
+    });
+    const died = this.exited.then(() => {
+      throw new BerthError('sandbox_start_failed', `bwrap could not start the sandbox: ${this.stderrTail.trim() || `exit code ${this.child.exitCode}`}`);
+    });
+    try {
+      await Promise.race([ready, died, timeout, spawnError]);
+      const pid = /"child-pid":\s*(\d+)/.exec(await Promise.race([info, died, timeout]));
+      if (pid === null) throw new BerthError('sandbox_start_failed', 'bwrap did not report the pid of the sandbox');
+      this.hostPid = Number(pid[1]);
+      this.pidNs = readlinkSync(`/proc/${this.hostPid}/ns/pid`);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private onEvent(e: InitEvent): void {
+    if (e.kind === 'ready') {
+      this.ready?.();
+      this.ready = undefined;
+      return;
+    }
+    this.waiters.get(e.id)?.(e);
+  }
+
+  /**
+   * Starts `argv` in the sandbox with exactly `env` (values never on any argv) in `cwd`. Resolves
+   * once it runs; rejects if the sandbox is gone, the cwd is missing or the env cannot be given.
+   */
+  async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SandboxProcess> {
+    if (this.gone) throw new BerthError('sandbox_gone', 'the bwrap sandbox has ended');
+    const cwd = opts.cwd ?? SANDBOX_WORKSPACE;
+    const fifos = await this.fifos.take();
+    const id = fifos.id;
+    const request = encodeSpawn({ id, cwd, stdin: opts.stdin === 'ignore' ? 'null' : 'pipe', argv, env: opts.env });
+    let fds: HostFds | undefined;
+    try {
+      fds = openHostEnds(fifos, opts.stdin !== 'ignore');
+      const first = await new Promise<InitEvent | { kind: 'gone' }>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          // Should it start after all, nobody holds its stdio: end it when it says it runs.
+          this.waiters.set(id, (late) => {
+            this.waiters.delete(id);
+            if (late.kind === 'started' && !this.gone) this.control.write(encodeKill(late.pid, 'KILL'));
+          });
+          reject(new TimeoutError(`a process in the bwrap sandbox did not start within ${SPAWN_TIMEOUT_MS} ms`));
+        }, SPAWN_TIMEOUT_MS);
+        this.waiters.set(id, (e) => {
+          this.waiters.delete(id);
+          clearTimeout(timer);
+          resolve(e);
+        });
+        this.control.write(request);
+      });
+      if (first.kind === 'failed') throw spawnFailure(first.what, cwd, argv);
+      if (first.kind !== 'started') throw new BerthError('sandbox_gone', 'the bwrap sandbox ended before the process started');
+      const ends = streamsOf(fds);
+      fds = undefined;
+      return this.processHandle(first.pid, ends);
+    } finally {
+      if (fds !== undefined) for (const fd of [fds.stdin, fds.stdout, fds.stderr, fds.status]) if (fd !== undefined) closeSync(fd);
+      unlinkFifos(fifos);
+    }
+  }
+
+  private processHandle(pid: number, ends: HostEnds): SandboxProcess {
+    ends.stdin?.on('error', () => undefined);
+    const exited = new Promise<number | null>((resolve) => {
+      let text = '';
+      ends.status.setEncoding('latin1');
+      ends.status.on('data', (d: string) => {
+        if (text.length < 16) text += d;
+      });
+      ends.status.on('error', () => undefined);
+      ends.status.on('close', () => resolve(parseExitStatus(text)));
+    });
+    let ended = false;
+    void exited.then(() => {
+      ended = true;
+    });
+    return {
+      pid,
+      stdin: ends.stdin,
+      stdout: ends.stdout,
+      stderr: ends.stderr,
+      exited,
+      kill: async (signal = 'KILL') => {
+        // Once it ended its pid may be another process's: no signal then.
+        if (!ended && !this.gone) this.control.write(encodeKill(pid, signal));
+        await exited;
+      },
+    };
+  }
+
+  /** Ends every process of the sandbox and waits until bwrap is gone. Idempotent; never throws. */
+  async stop(): Promise<void> {
+    if (this.child.exitCode === null && this.child.signalCode === null && this.child.pid !== undefined) {
+      /*
+       * SIGKILL to the sandbox's pid 1 while bwrap (its parent) still runs, so that pid cannot have been
+       * reused: the kernel kills the rest of the pid namespace and pid 1's exit completes only once all
+       * of them are gone, and then bwrap exits. Before pid 1 is known, bwrap itself (pid 1 dies with it).
+       */
+      try {
+        if (this.hostPid > 0 && this.pidNsOfPid1() === this.pidNs) process.kill(this.hostPid, 'SIGKILL');
+        else this.child.kill('SIGKILL');
+      } catch {
+        this.child.kill('SIGKILL');
+      }
+    }
+    await this.exited;
+  }
+
+  /**
+   * After bwrap exited, waits (bounded) until the sandbox's pid 1 is gone, so `exited` means every
+   * process of it is. Only waits: a pid seen here is never signalled, it may belong to someone else.
+   */
+  private async pidNamespaceGone(): Promise<void> {
+    if (this.pidNs === undefined) return;
+    const deadline = Date.now() + GONE_WAIT_MS;
+    while (Date.now() < deadline && this.pidNsOfPid1() === this.pidNs) await new Promise((r) => setTimeout(r, 10));
+  }
+
+  /** The pid namespace of the process now at `hostPid` (undefined when there is none, or a zombie). */
+  private pidNsOfPid1(): string | undefined {
+    try {
+      return readlinkSync(`/proc/${this.hostPid}/ns/pid`);
+    } catch {
+      return undefined;
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+}
+
+function spawnFailure(what: string, cwd: string, argv: readonly string[]): BerthError {
+  if (what === 'cwd') return new BerthError('spawn_failed', `working directory ${cwd} does not exist in the sandbox (or is not a directory)`);
+  if (what === 'env') return new BerthError('spawn_failed', `the environment for ${JSON.stringify(argv[0])} could not be set in the sandbox`);
+  return new BerthError('spawn_failed', `the sandbox could not open the stdio of ${JSON.stringify(argv[0])}`);
+}
+
+/** The stream of one of the child's stdio slots (node types only the first five). */
+function fdStream(child: ChildProcess, fd: number): Readable | Writable {
+  const s = (child.stdio as ReadonlyArray<Readable | Writable | null | undefined>)[fd];
+  if (s === null || s === undefined) throw new Error(`bwrap has no pipe on fd ${fd}`);
+  return s;
+}
+
+function collect(stream: Readable): Promise<string> {
+  return new Promise((resolve) => {
+    let s = '';
+    stream.setEncoding('utf8');
+    stream.on('data', (d: string) => {
+      if (s.length < 4096) s += d;
+    });
+    stream.on('end', () => resolve(s));
+    stream.on('error', () => resolve(s));
+  });
+}
