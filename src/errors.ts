@@ -36,6 +36,8 @@ export type ErrorCode =
   | 'timeout'
   // berth, its engine or a helper in the sandbox failed.
   | 'shell_start_failed'
+  | 'sandbox_start_failed'
+  | 'spawn_failed'
   | 'warden_gone'
   | 'kill_helper_failed'
   | 'transfer_failed'

@@ -28,6 +28,8 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, 1 | 2 | 125>> = {
   session_closed: 125,
   timeout: 125,
   shell_start_failed: 125,
+  sandbox_start_failed: 125,
+  spawn_failed: 125,
   warden_gone: 125,
   kill_helper_failed: 125,
   transfer_failed: 125,

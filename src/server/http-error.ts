@@ -49,6 +49,8 @@ export const HTTP_STATUS: Readonly<Record<HttpCode, number>> = {
   too_many_bytes: 429,
   config_invalid: 500,
   shell_start_failed: 500,
+  sandbox_start_failed: 500,
+  spawn_failed: 500,
   warden_gone: 500,
   kill_helper_failed: 500,
   transfer_failed: 500,

@@ -94,13 +94,13 @@ export interface SpawnRequest {
 
 /** One request as the loop reads it: NUL-terminated fields. Refuses what no process can be given. */
 export function encodeSpawn(req: SpawnRequest): Buffer {
-  if (req.argv.length === 0) throw new BerthError('invalid_spawn', 'spawn needs a program (argv is empty)');
+  if (req.argv.length === 0) throw new BerthError('internal', 'spawn needs a program (argv is empty)');
   const fields = ['spawn', req.id, req.cwd, req.stdin, String(req.argv.length), ...req.argv];
   const env = Object.entries(req.env);
   for (const [name] of env) {
     if (!NAME_RE.test(name) || UNEXPORTABLE.has(name)) {
       throw new BerthError(
-        'invalid_spawn',
+        'internal',
         `environment variable name ${JSON.stringify(name)} cannot be given to a process in a bwrap sandbox ` +
           '(names are letters, digits and _, not starting with a digit, and not one of bash\'s readonly variables); rename it',
       );
@@ -117,7 +117,7 @@ export function encodeKill(pid: number, signal: 'KILL' | 'TERM' | 'INT' | 'HUP')
 
 function encodeFields(fields: readonly string[]): Buffer {
   for (const f of fields) {
-    if (f.includes('\0')) throw new BerthError('invalid_spawn', 'a spawn argument or environment value contains a NUL byte, which no process can receive');
+    if (f.includes('\0')) throw new BerthError('internal', 'a spawn argument or environment value contains a NUL byte, which no process can receive');
   }
   return Buffer.from(fields.map((f) => `${f}\0`).join(''), 'utf8');
 }

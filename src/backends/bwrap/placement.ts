@@ -37,7 +37,7 @@ export function placeSandbox(opts: PlaceOptions): SandboxPlacement {
   let attached: { path: string; uid: number; gid: number } | undefined;
   if (opts.attached !== undefined) {
     const st = lstatSync(opts.attached);
-    if (!st.isDirectory()) throw new BerthError('workspace_invalid', `the attached workspace ${opts.attached} is not a directory`);
+    if (!st.isDirectory()) throw new BerthError('policy_refused', `the attached workspace ${opts.attached} is not a directory`);
     attached = { path: opts.attached, uid: st.uid, gid: st.gid };
   }
   const rule = sandboxUser({ berthUid, attached });
@@ -73,7 +73,7 @@ export function placeSandbox(opts: PlaceOptions): SandboxPlacement {
 function keepClaim(claims: string, range: UidRange, uid: number, owner: string): void {
   if (uid < range.first || uid >= range.first + range.count) {
     throw new BerthError(
-      'sandbox_dir_owner',
+      'policy_refused',
       `the sandbox at ${owner} runs as uid ${uid}, outside the configured bwrap uid range ${range.first}..${range.first + range.count - 1}; ` +
         'remove it (berth rm with the same scope flags) or restore the range it was made with',
     );
@@ -91,7 +91,7 @@ function keepClaim(claims: string, range: UidRange, uid: number, owner: string):
     }
   }
   throw new BerthError(
-    'uid_claimed_twice',
+    'internal',
     `uid ${uid} of the sandbox at ${owner} is claimed by ${claimOwner(claims, uid) ?? 'another sandbox'}; two sandboxes never share a uid: ` +
       'remove one of them (berth rm)',
   );

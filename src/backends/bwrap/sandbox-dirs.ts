@@ -31,7 +31,7 @@ export function rootLayout(root: string): { sandboxes: string; uids: string } {
 /** The dirs of sandbox `name` (a dir name from scope/naming.ts) under `root`. Pure. */
 export function sandboxDirs(root: string, name: string): SandboxDirs {
   if (!/^[A-Za-z0-9._-]{1,120}$/.test(name) || name === '.' || name === '..') {
-    throw new BerthError('invalid_name', `sandbox dir name ${JSON.stringify(name)} is not a plain name (letters, digits, . _ -)`);
+    throw new BerthError('internal', `sandbox dir name ${JSON.stringify(name)} is not a plain name (letters, digits, . _ -)`);
   }
   const dir = join(rootLayout(root).sandboxes, name);
   return { root: dir, workspace: join(dir, 'workspace'), home: join(dir, 'home'), run: join(dir, 'run') };
@@ -94,10 +94,10 @@ export function createSandboxDirs(dirs: SandboxDirs, owner: { uid: number; gid: 
       chmodSync(dir, 0o700);
       continue;
     }
-    if (!st.isDirectory()) throw new BerthError('sandbox_dir_invalid', `${dir} is not a directory; remove it (berth rm) so the sandbox is made again`);
+    if (!st.isDirectory()) throw new BerthError('policy_refused', `${dir} is not a directory; remove it (berth rm) so the sandbox is made again`);
     if (st.uid !== uid) {
       throw new BerthError(
-        'sandbox_dir_owner',
+        'policy_refused',
         `${dir} belongs to uid ${st.uid} but this sandbox runs as uid ${uid}; a sandbox keeps the uid it was made with: ` +
           'remove it (berth rm with the same scope flags) and it is made again',
       );
@@ -119,7 +119,7 @@ export function existingOwner(dirs: SandboxDirs): { uid: number; gid: number } |
 export function removeSandboxDirs(root: string, dirs: SandboxDirs): void {
   const r = rootLayout(root).sandboxes;
   const d = resolve(dirs.root);
-  if (dirname(d) !== r || !d.startsWith(r + sep)) throw new BerthError('invalid_name', `${d} is not a sandbox dir of ${r}`);
+  if (dirname(d) !== r || !d.startsWith(r + sep)) throw new BerthError('internal', `${d} is not a sandbox dir of ${r}`);
   // rmSync removes links as links, never what they point to: a link the sandbox planted stays harmless.
   rmSync(d, { recursive: true, force: true });
 }

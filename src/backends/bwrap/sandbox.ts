@@ -189,7 +189,7 @@ export class BwrapSandbox implements AsyncDisposable {
    * once it runs; rejects if the sandbox is gone, the cwd is missing or the env cannot be given.
    */
   async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SandboxProcess> {
-    if (this.gone) throw new BerthError('sandbox_gone', 'the bwrap sandbox has ended');
+    if (this.gone) throw new BerthError('not_found', 'the bwrap sandbox has ended');
     const cwd = opts.cwd ?? SANDBOX_WORKSPACE;
     const fifos = await this.fifos.take();
     const id = fifos.id;
@@ -214,7 +214,7 @@ export class BwrapSandbox implements AsyncDisposable {
         this.control.write(request);
       });
       if (first.kind === 'failed') throw spawnFailure(first.what, cwd, argv);
-      if (first.kind !== 'started') throw new BerthError('sandbox_gone', 'the bwrap sandbox ended before the process started');
+      if (first.kind !== 'started') throw new BerthError('not_found', 'the bwrap sandbox ended before the process started');
       const ends = streamsOf(fds);
       fds = undefined;
       return this.processHandle(first.pid, ends);

@@ -52,7 +52,7 @@ export function claimUid(claimsDir: string, range: UidRange, owner: string): num
     return uid;
   }
   throw new BerthError(
-    'uid_range_full',
+    'backend_unavailable',
     `every uid of the bwrap uid range ${range.first}..${range.first + range.count - 1} is taken by a sandbox; ` +
       'remove sandboxes that are no longer needed (berth rm) or give berth a larger range',
   );

@@ -36,6 +36,8 @@ export const MCP_ERROR_KIND: Readonly<Record<ErrorCode, McpErrorKind>> = {
   session_closed: 'result',
   timeout: 'result',
   shell_start_failed: 'result',
+  sandbox_start_failed: 'result',
+  spawn_failed: 'result',
   warden_gone: 'result',
   kill_helper_failed: 'result',
   transfer_failed: 'result',
