@@ -35,7 +35,12 @@ chmod 755 "$dir"
 [ -f "$dir/host_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$dir/host_ed25519" -C berth-test-host
 [ -f "$dir/client_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$dir/client_ed25519" -C berth-test-client
 chmod 600 "$dir/host_ed25519" "$dir/client_ed25519"
-install -m 644 "$dir/client_ed25519.pub" "$dir/authorized_keys"
+# SHLVL=1 stops bash (as sshd starts it for each channel) from sourcing root's ~/.bashrc, as
+# root's shell on a dedicated remote would not: on a dev machine that file may take seconds
+# (pyenv, nvm) and would be timed as the cost of every channel. Test fixture only: berth
+# itself does not depend on it (its launcher clears the environment).
+printf 'environment="SHLVL=1" %s\n' "$(cat "$dir/client_ed25519.pub")" > "$dir/authorized_keys"
+chmod 644 "$dir/authorized_keys"
 host_key=$(cut -d' ' -f1,2 "$dir/host_ed25519.pub")
 printf '[%s]:%s %s\n' "$host" "$port" "$host_key" > "$dir/known_hosts"
 chmod 644 "$dir/known_hosts"
@@ -54,6 +59,7 @@ AllowAgentForwarding no
 AllowTcpForwarding no
 X11Forwarding no
 StrictModes yes
+PermitUserEnvironment SHLVL
 MaxSessions 10
 MaxStartups 50:30:100
 Subsystem sftp internal-sftp
