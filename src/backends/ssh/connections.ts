@@ -42,6 +42,7 @@ export class SshConnectionPool implements AsyncDisposable {
   private readonly entries = new Map<string, Entry[]>();
   private nextId = 1;
   private closed = false;
+  private refused = 0;
 
   constructor(settings: Partial<PoolSettings> = {}) {
     this.settings = { ...DEFAULT_POOL_SETTINGS, ...settings };
@@ -73,6 +74,7 @@ export class SshConnectionPool implements AsyncDisposable {
         this.release(target, entry);
         if ((err as { refused?: unknown }).refused !== true) throw err;
         entry.saturated = true;
+        this.refused += 1;
         lastRefusal = err;
       }
     }
@@ -91,6 +93,11 @@ export class SshConnectionPool implements AsyncDisposable {
       channels: e.inUse,
       up: e.conn?.usable === true,
     }));
+  }
+
+  /** Channels the servers declined so far (each was then opened elsewhere or failed): 0 when maxSessions matches the servers. */
+  get refusedChannels(): number {
+    return this.refused;
   }
 
   /** Closes every connection (their channels end). Idempotent, bounded, never throws. */
