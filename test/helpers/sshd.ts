@@ -1,6 +1,12 @@
+import { randomBytes } from 'node:crypto';
 import { connect } from 'node:net';
 import { describe, it } from 'vitest';
-import type { SshTarget } from '../../src/backends/ssh/target.js';
+import { accountName } from '../../src/backends/ssh/account-name.js';
+import { RemoteAccounts, type RemoteAccount } from '../../src/backends/ssh/accounts.js';
+import { SshConnectionPool } from '../../src/backends/ssh/connections.js';
+import { remoteRunner } from '../../src/backends/ssh/remote-exec.js';
+import type { SpawnContext } from '../../src/backends/ssh/spawn.js';
+import type { PoolSettings, SshTarget } from '../../src/backends/ssh/target.js';
 
 /*
  * The real sshd the SSH suites talk to, found through the variables that
@@ -95,4 +101,45 @@ export function describeSsh(name: string, body: () => void): void {
   }
   console.warn(`skipping ${name}: ${reason}`);
   describe.skip(`${name} (skipped: ${reason})`, body);
+}
+
+/**
+ * A pool, the host's accounts and the sandbox accounts one test made (removed by `cleanup()`,
+ * which returns the names it removed, for a failure message).
+ */
+export class SshFixture implements AsyncDisposable {
+  readonly pool: SshConnectionPool;
+  readonly target: SshTarget;
+  readonly accounts: RemoteAccounts;
+  readonly installation = `test-${randomBytes(6).toString('hex')}`;
+  private readonly made: string[] = [];
+
+  constructor(settings: Partial<PoolSettings> = {}) {
+    this.target = sshTarget();
+    this.pool = new SshConnectionPool(settings);
+    this.accounts = new RemoteAccounts(remoteRunner(this.pool, this.target), { endpoint: `${this.target.host}:${this.target.port}`, user: this.target.user });
+  }
+
+  get spawnContext(): SpawnContext {
+    return { pool: this.pool, target: this.target, homeRoot: this.accounts.homeRoot };
+  }
+
+  /** A new sandbox account with a random identity digest. */
+  async account(ephemeral = true): Promise<RemoteAccount> {
+    const digest = randomBytes(32).toString('hex');
+    const name = accountName(digest);
+    this.made.push(name);
+    return this.accounts.ensure({ name, installation: this.installation, digest, ephemeral });
+  }
+
+  async cleanup(): Promise<string[]> {
+    const names = this.made.splice(0);
+    for (const name of names) await this.accounts.remove(name);
+    await this.pool.close();
+    return names;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.cleanup();
+  }
 }

@@ -1,0 +1,227 @@
+import { randomBytes } from 'node:crypto';
+import { PassThrough, type Readable, type Writable } from 'node:stream';
+import { debuglog } from 'node:util';
+import type { ClientChannel } from 'ssh2';
+import { BerthError, SandboxNotFoundError } from '../../errors.js';
+import { isAccountName } from './account-name.js';
+import type { SshConnectionPool } from './connections.js';
+import type { SshConnection } from './connection.js';
+import { endpointOf } from './errors.js';
+import { encodeSpawnRequest, KILL_SCRIPT, LAUNCHER_SCRIPT, SPAWN_READY } from './launcher.js';
+import { remoteRunner, scriptCommand } from './remote-exec.js';
+import type { SshTarget } from './target.js';
+
+const debug = debuglog('berth:ssh');
+
+/** How a remote process ended. `error` is set when no exit status came (connection lost). */
+export interface RemoteExit {
+  code: number | null;
+  /** Signal name as Node spells it (`SIGKILL`, `SIGTERM`), when a signal ended it. */
+  signal: string | null;
+  error?: BerthError;
+}
+
+/** A process running as a sandbox account on the host, over one exec channel. */
+export interface RemoteProcess extends AsyncDisposable {
+  /** Its pid on the host: also the session id and process group of everything it starts. */
+  readonly pid: number;
+  readonly stdin: Writable;
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  /** Resolves once the channel closed; never rejects. */
+  readonly exited: Promise<RemoteExit>;
+  /** Ends the process and everything it started (see KILL_SCRIPT), then the channel. Idempotent; never throws. */
+  kill(): Promise<void>;
+}
+
+export interface SpawnContext {
+  pool: SshConnectionPool;
+  target: SshTarget;
+  /** Root of sandbox homes on the host (accounts.ts `homeRoot`). */
+  homeRoot: string;
+}
+
+export interface SpawnOptions {
+  /** The full environment of the process (besides HOME, USER, LOGNAME, SHELL, PATH, TMPDIR defaults). Values go over stdin. */
+  env: Readonly<Record<string, string>>;
+  /** Absolute directory on the host to start in; entered as the account. */
+  cwd: string;
+}
+
+/** The ready line is short; a longer first line is not ours. */
+const MAX_HEADER_BYTES = 4096;
+const KILL_TIMEOUT_MS = 15_000;
+/** After the kill helper: how long the channel may take to report the end. */
+const EXIT_WAIT_MS = 5_000;
+
+/**
+ * Runs `argv` as the sandbox account `account` in `cwd`, over one exec channel of the pool. The
+ * environment, cwd and argv travel on the channel's stdin to a fixed launcher (launcher.ts), so
+ * no value is on any argv on the host; the account and the home root are, and they are not secret.
+ * Rejects (`SandboxNotFoundError` when the account is gone, else a `BerthError`) when the launcher
+ * refused; after that the process's own failures are its exit status.
+ *
+ * @example
+ * const p = await spawnAs(ctx, 'berth-0123456789abcdef01234567', ['bash', '--noprofile', '--norc'], { env: { TOKEN: t }, cwd: acct.workspace });
+ * p.stdin.write('echo $TOKEN\n');
+ * await p.kill();
+ */
+export async function spawnAs(ctx: SpawnContext, account: string, argv: readonly string[], opts: SpawnOptions): Promise<RemoteProcess> {
+  if (!isAccountName(account)) throw new BerthError('ssh_spawn_failed', `"${account}" is not a sandbox account name`);
+  const tag = randomBytes(12).toString('base64url');
+  const request = encodeSpawnRequest({ cwd: opts.cwd, tag, env: opts.env, argv });
+  const { channel, connection } = await ctx.pool.exec(ctx.target, scriptCommand(LAUNCHER_SCRIPT, 'berth-launch', [account, ctx.homeRoot]));
+  channel.on('error', (err: Error) => debug(`${account}: channel: ${err.message}`));
+  channel.write(request);
+  const exited = exitOf(channel, connection);
+  const stdout = new PassThrough();
+  let pid: number;
+  try {
+    pid = await readyLine(channel, stdout, exited);
+  } catch (err) {
+    channel.close();
+    throw refusal(err, account, endpointOf(ctx.target.host, ctx.target.port));
+  }
+  return new SpawnedProcess(ctx, account, tag, pid, channel, stdout, exited);
+}
+
+function exitOf(channel: ClientChannel, connection: SshConnection): Promise<RemoteExit> {
+  let code: number | null = null;
+  let signal: string | null = null;
+  let reported = false;
+  channel.once('exit', (c: number | null, s?: string) => {
+    reported = true;
+    code = c;
+    signal = s ?? null;
+  });
+  return new Promise<RemoteExit>((resolve) => {
+    channel.once('close', () => {
+      if (reported) resolve({ code, signal });
+      else {
+        const error = connection.lost ?? new BerthError('ssh_channel_closed', `the channel to ${connection.endpoint} closed without an exit status`);
+        resolve({ code: null, signal: null, error });
+      }
+    });
+  });
+}
+
+/**
+ * Reads the launcher's first stdout line: the pid, or its refusal. Whatever follows the line is
+ * the process's own output and goes to `stdout`, as does everything after.
+ */
+function readyLine(channel: ClientChannel, stdout: PassThrough, exited: Promise<RemoteExit>): Promise<number> {
+  return new Promise<number>((resolve, reject) => {
+    let head = Buffer.alloc(0);
+    let done = false;
+    const stderr: Buffer[] = [];
+    const onStderr = (c: Buffer): void => {
+      if (stderr.length < 16) stderr.push(c);
+    };
+    channel.stderr.on('data', onStderr);
+    const onData = (chunk: Buffer): void => {
+      if (done) {
+        // Backpressure: a reader that falls behind pauses the channel (and so the remote writer).
+        if (!stdout.write(chunk)) {
+          channel.pause();
+          stdout.once('drain', () => channel.resume());
+        }
+        return;
+      }
+      head = Buffer.concat([head, chunk]);
+      const nl = head.indexOf(0x0a);
+      if (nl < 0) {
+        if (head.length > MAX_HEADER_BYTES) fail(`the launcher printed no ready line (${head.length} bytes without one)`);
+        return;
+      }
+      const line = head.subarray(0, nl).toString('utf8');
+      const rest = head.subarray(nl + 1);
+      const m = new RegExp(`^${SPAWN_READY} ([1-9][0-9]*)$`).exec(line);
+      if (m === null) {
+        fail(line.startsWith('E ') ? line.slice(2) : `unexpected launcher output: ${JSON.stringify(line.slice(0, 200))}`);
+        return;
+      }
+      done = true;
+      channel.stderr.off('data', onStderr);
+      if (rest.length > 0) stdout.write(rest);
+      resolve(Number(m[1]));
+    };
+    const fail = (why: string): void => {
+      if (done) return;
+      done = true;
+      channel.off('data', onData);
+      reject(new Error(why));
+    };
+    channel.on('data', onData);
+    const endStdout = (): void => {
+      if (!stdout.writableEnded) stdout.end();
+    };
+    channel.once('end', () => {
+      if (done) endStdout();
+    });
+    void exited.then((x) => {
+      endStdout();
+      if (done) return;
+      if (x.error !== undefined) {
+        done = true;
+        reject(x.error);
+        return;
+      }
+      const err = Buffer.concat(stderr).toString('utf8').trim().slice(0, 300);
+      fail(`the launcher ended (${x.signal !== null ? `signal ${x.signal}` : `exit ${String(x.code)}`}) before the command started${err === '' ? '' : `: ${err}`}`);
+    });
+  });
+}
+
+function refusal(err: unknown, account: string, endpoint: string): BerthError {
+  if (err instanceof BerthError) return err;
+  const why = err instanceof Error ? err.message : String(err);
+  if (/^no account /.test(why)) return new SandboxNotFoundError(`sandbox account ${account} is gone from SSH host ${endpoint}: ${why}`);
+  return new BerthError('ssh_spawn_failed', `cannot start a process as ${account} on SSH host ${endpoint}: ${why}`);
+}
+
+class SpawnedProcess implements RemoteProcess {
+  readonly stderr: Readable;
+  private killing: Promise<void> | undefined;
+
+  constructor(
+    private readonly ctx: SpawnContext,
+    private readonly account: string,
+    private readonly tag: string,
+    readonly pid: number,
+    private readonly channel: ClientChannel,
+    readonly stdout: Readable,
+    readonly exited: Promise<RemoteExit>,
+  ) {
+    this.stderr = channel.stderr;
+  }
+
+  get stdin(): Writable {
+    return this.channel;
+  }
+
+  kill(): Promise<void> {
+    this.killing ??= this.doKill();
+    return this.killing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.kill();
+  }
+
+  /**
+   * Closing the channel alone ends nothing on the host (sshd leaves the processes running), so
+   * the tree is ended by a root helper first, over the pool (a new connection if this one died).
+   */
+  private async doKill(): Promise<void> {
+    try {
+      const r = await remoteRunner(this.ctx.pool, this.ctx.target)(KILL_SCRIPT, [this.account, String(this.pid), this.tag], { timeoutMs: KILL_TIMEOUT_MS });
+      debug(`${this.account}: killed ${r.stdout.trim()} process(es) of spawn ${this.pid}`);
+    } catch (err) {
+      debug(`${this.account}: could not kill spawn ${this.pid}: ${String(err)}`);
+    }
+    this.channel.close();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.exited, new Promise<void>((resolve) => (timer = setTimeout(resolve, EXIT_WAIT_MS)))]);
+    clearTimeout(timer);
+  }
+}
