@@ -30,7 +30,8 @@ async function runAs(f: SshFixture, acct: RemoteAccount, script: string, env: Re
   let out = '';
   p.stdout.on('data', (c: Buffer) => (out += c.toString()));
   p.stderr.on('data', (c: Buffer) => (out += c.toString()));
-  const exit = await p.exited;
+  const ended = (r: NodeJS.ReadableStream): Promise<unknown> => new Promise((resolve) => r.once('end', resolve));
+  const [exit] = await Promise.all([p.exited, ended(p.stdout), ended(p.stderr)]);
   return { out, code: exit.code };
 }
 

@@ -24,10 +24,8 @@ function collect(p: RemoteProcess): Promise<{ out: string; err: string; exit: Re
   let err = '';
   p.stdout.on('data', (c: Buffer) => (out += c.toString()));
   p.stderr.on('data', (c: Buffer) => (err += c.toString()));
-  return p.exited.then(async (exit) => {
-    await new Promise((r) => setImmediate(r));
-    return { out, err, exit };
-  });
+  const ended = (r: NodeJS.ReadableStream): Promise<unknown> => new Promise((resolve) => r.once('end', resolve));
+  return Promise.all([p.exited, ended(p.stdout), ended(p.stderr)]).then(([exit]) => ({ out, err, exit }));
 }
 
 /** Resolves with stdout once it contains `text`. */
@@ -131,8 +129,10 @@ describeSsh('spawn as a sandbox account over one channel (real sshd)', () => {
     const data = randomBytes(1024 * 1024);
     const chunks: Buffer[] = [];
     p.stdout.on('data', (c: Buffer) => chunks.push(c));
+    const ended = new Promise((resolve) => p.stdout.once('end', resolve));
     p.stdin.end(data);
     expect(await p.exited).toEqual({ code: 0, signal: null });
+    await ended;
     expect(Buffer.concat(chunks).equals(data)).toBe(true);
   });
 

@@ -28,7 +28,11 @@ export interface RemoteProcess extends AsyncDisposable {
   readonly stdin: Writable;
   readonly stdout: Readable;
   readonly stderr: Readable;
-  /** Resolves once the channel closed; never rejects. */
+  /**
+   * Resolves when the process ended (its exit status arrived), or when the channel closed without
+   * one; never rejects. Its output streams may stay open longer: a background process it started
+   * may hold them.
+   */
   readonly exited: Promise<RemoteExit>;
   /** Ends the process and everything it started (see KILL_SCRIPT), then the channel. Idempotent; never throws. */
   kill(): Promise<void>;
@@ -75,100 +79,113 @@ export async function spawnAs(ctx: SpawnContext, account: string, argv: readonly
   channel.write(request);
   const exited = exitOf(channel, connection);
   const stdout = new PassThrough();
+  const stderr = new PassThrough();
   let pid: number;
   try {
-    pid = await readyLine(channel, stdout, exited);
+    pid = await readyLine(channel, stdout, stderr, exited);
   } catch (err) {
     channel.close();
     throw refusal(err, account, endpointOf(ctx.target.host, ctx.target.port));
   }
-  return new SpawnedProcess(ctx, account, tag, pid, channel, stdout, exited);
+  return new SpawnedProcess(ctx, account, tag, pid, channel, stdout, stderr, exited);
 }
 
 function exitOf(channel: ClientChannel, connection: SshConnection): Promise<RemoteExit> {
-  let code: number | null = null;
-  let signal: string | null = null;
-  let reported = false;
-  channel.once('exit', (c: number | null, s?: string) => {
-    reported = true;
-    code = c;
-    signal = s ?? null;
-  });
   return new Promise<RemoteExit>((resolve) => {
+    channel.once('exit', (code: number | null, signal?: string) => resolve({ code, signal: signal ?? null }));
     channel.once('close', () => {
-      if (reported) resolve({ code, signal });
-      else {
-        const error = connection.lost ?? new BerthError('ssh_channel_closed', `the channel to ${connection.endpoint} closed without an exit status`);
-        resolve({ code: null, signal: null, error });
-      }
+      const error = connection.lost ?? new BerthError('ssh_channel_closed', `the channel to ${connection.endpoint} closed without an exit status`);
+      resolve({ code: null, signal: null, error });
     });
   });
 }
 
+/** Copies `from` into `to` with backpressure (a reader that falls behind pauses the remote writer); ends `to` with it. */
+function relay(from: Readable, to: PassThrough, onChunk?: (c: Buffer) => Buffer | undefined): void {
+  from.on('data', (chunk: Buffer) => {
+    const c = onChunk === undefined ? chunk : onChunk(chunk);
+    if (c === undefined || c.length === 0) return;
+    if (!to.write(c)) {
+      from.pause();
+      to.once('drain', () => from.resume());
+    }
+  });
+  const end = (): void => {
+    if (!to.writableEnded) to.end();
+  };
+  from.once('end', end);
+  from.once('close', end);
+}
+
 /**
- * Reads the launcher's first stdout line: the pid, or its refusal. Whatever follows the line is
- * the process's own output and goes to `stdout`, as does everything after.
+ * Wires the channel's output into `stdout` and `stderr` (owned streams: nothing is lost before
+ * the caller reads) and reads the launcher's first stdout line: the pid, or its refusal. What
+ * follows that line is the process's own output.
  */
-function readyLine(channel: ClientChannel, stdout: PassThrough, exited: Promise<RemoteExit>): Promise<number> {
+function readyLine(channel: ClientChannel, stdout: PassThrough, stderr: PassThrough, exited: Promise<RemoteExit>): Promise<number> {
   return new Promise<number>((resolve, reject) => {
-    let head = Buffer.alloc(0);
-    let done = false;
-    const stderr: Buffer[] = [];
-    const onStderr = (c: Buffer): void => {
-      if (stderr.length < 16) stderr.push(c);
+    let head: Buffer | undefined = Buffer.alloc(0);
+    let settled = false;
+    const early: Buffer[] = [];
+    relay(channel.stderr, stderr, (c) => {
+      if (!settled && early.length < 16) early.push(c);
+      return c;
+    });
+    const fail = (why: string): void => {
+      if (settled) return;
+      settled = true;
+      reject(new Error(why));
     };
-    channel.stderr.on('data', onStderr);
-    const onData = (chunk: Buffer): void => {
-      if (done) {
-        // Backpressure: a reader that falls behind pauses the channel (and so the remote writer).
-        if (!stdout.write(chunk)) {
-          channel.pause();
-          stdout.once('drain', () => channel.resume());
-        }
-        return;
-      }
+    relay(channel, stdout, (chunk) => {
+      if (head === undefined) return chunk;
       head = Buffer.concat([head, chunk]);
       const nl = head.indexOf(0x0a);
       if (nl < 0) {
         if (head.length > MAX_HEADER_BYTES) fail(`the launcher printed no ready line (${head.length} bytes without one)`);
-        return;
+        return undefined;
       }
       const line = head.subarray(0, nl).toString('utf8');
       const rest = head.subarray(nl + 1);
+      head = undefined;
       const m = new RegExp(`^${SPAWN_READY} ([1-9][0-9]*)$`).exec(line);
       if (m === null) {
         fail(line.startsWith('E ') ? line.slice(2) : `unexpected launcher output: ${JSON.stringify(line.slice(0, 200))}`);
-        return;
+        return undefined;
       }
-      done = true;
-      channel.stderr.off('data', onStderr);
-      if (rest.length > 0) stdout.write(rest);
+      settled = true;
       resolve(Number(m[1]));
-    };
-    const fail = (why: string): void => {
-      if (done) return;
-      done = true;
-      channel.off('data', onData);
-      reject(new Error(why));
-    };
-    channel.on('data', onData);
-    const endStdout = (): void => {
-      if (!stdout.writableEnded) stdout.end();
-    };
-    channel.once('end', () => {
-      if (done) endStdout();
+      return rest;
     });
-    void exited.then((x) => {
-      endStdout();
-      if (done) return;
+    void exited.then(async (x) => {
+      if (settled) return;
       if (x.error !== undefined) {
-        done = true;
+        settled = true;
         reject(x.error);
         return;
       }
-      const err = Buffer.concat(stderr).toString('utf8').trim().slice(0, 300);
+      // The exit status can overtake the last output (sshd reaps before it drains the pipes): the
+      // launcher's refusal line may still be on its way.
+      await outputEnd(channel, EXIT_WAIT_MS);
+      const err = Buffer.concat(early).toString('utf8').trim().slice(0, 300);
       fail(`the launcher ended (${x.signal !== null ? `signal ${x.signal}` : `exit ${String(x.code)}`}) before the command started${err === '' ? '' : `: ${err}`}`);
     });
+  });
+}
+
+/** Resolves when the channel's output ended (or closed), or after `ms`. */
+function outputEnd(channel: ClientChannel, ms: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    if (channel.readableEnded || channel.destroyed) {
+      resolve();
+      return;
+    }
+    const timer = setTimeout(resolve, ms);
+    const done = (): void => {
+      clearTimeout(timer);
+      resolve();
+    };
+    channel.once('end', done);
+    channel.once('close', done);
   });
 }
 
@@ -180,7 +197,6 @@ function refusal(err: unknown, account: string, endpoint: string): BerthError {
 }
 
 class SpawnedProcess implements RemoteProcess {
-  readonly stderr: Readable;
   private killing: Promise<void> | undefined;
 
   constructor(
@@ -190,10 +206,9 @@ class SpawnedProcess implements RemoteProcess {
     readonly pid: number,
     private readonly channel: ClientChannel,
     readonly stdout: Readable,
+    readonly stderr: Readable,
     readonly exited: Promise<RemoteExit>,
-  ) {
-    this.stderr = channel.stderr;
-  }
+  ) {}
 
   get stdin(): Writable {
     return this.channel;
