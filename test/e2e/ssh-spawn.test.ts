@@ -62,9 +62,11 @@ describeSsh('spawn as a sandbox account over one channel (real sshd)', () => {
   it('runs the argv as the account, in its cwd, with the env it was given and nothing of the login session', async () => {
     const f = fixture();
     const acct = await f.account();
-    const p = await bash(f, acct, 'id -u; id -G; pwd; env', { GREETING: 'hello there', PATH: '/usr/bin:/bin' });
+    const p = await bash(f, acct, 'id -u; id -G; pwd; env; echo to-stderr > /dev/stderr', { GREETING: 'hello there', PATH: '/usr/bin:/bin' });
     const r = await collect(p);
     expect(r.exit).toEqual({ code: 0, signal: null });
+    // The channel's pipes are the account's: it may reopen them as programs often do.
+    expect(r.err).toBe('to-stderr\n');
     const [uid, groups, pwd, ...env] = r.out.trim().split('\n');
     expect(Number(uid)).toBe(acct.uid);
     expect(groups).toBe(String(acct.gid));

@@ -10,7 +10,7 @@ import { ACCOUNT_NAME_PATTERN } from './account-name.js';
  *
  * Stage 1 runs as the login user (root) in the process sshd started, which sshd made a session
  * and process group leader. It finds the account in /etc/passwd (only `berth-<24 hex>` accounts
- * with their home under the root, never uid 0), then execs, with an EMPTY environment,
+ * with their home under the root, never uid 0), hands the channel's pipes to it, then execs, with an EMPTY environment,
  * `setpriv` to the account's uid and gid (no supplementary groups, no_new_privs, no inheritable
  * capabilities) running stage 2. The pid never changes along the exec chain, so it is the
  * session id and process group of everything the command starts.
@@ -68,9 +68,13 @@ while IFS=: read -r a _ uu gg _ hh _; do
 done < /etc/passwd
 [[ -n $u ]] || { printf 'E no account %s on this host: the sandbox was removed\\n' "$n"; exit 125; }
 [[ $u =~ ^[0-9]+$ && $u != 0 && $h == "$root/$n" ]] || { printf 'E account %s is not a berth sandbox account (uid %s, home %s)\\n' "$n" "$u" "$h"; exit 125; }
+# sshd made the channel's pipes as root (mode 0600): hand them to the account, or it could not
+# reopen its own stdin/stdout/stderr (/dev/stdin, /dev/stderr, /dev/fd/N) as programs often do.
+fds=()
+for f in 0 1 2; do [[ -p /proc/self/fd/$f ]] && fds+=("/proc/self/fd/$f"); done
+(( \${#fds[@]} == 0 )) || chown -- "$u:$g" "\${fds[@]}" || { printf 'E cannot hand the channel to %s\\n' "$n"; exit 125; }
 exec -c setpriv --reuid="$u" --regid="$g" --clear-groups --no-new-privs --inh-caps=-all -- /bin/bash --noprofile --norc -c ${shQuote(STAGE2_SCRIPT)} berth-sandbox "$n" "$h"
 `;
-
 
 /**
  * The stdin request stage 2 reads. Refuses what could not travel intact or would be misread:
