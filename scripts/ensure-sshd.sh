@@ -45,6 +45,7 @@ host_key=$(cut -d' ' -f1,2 "$dir/host_ed25519.pub")
 printf '[%s]:%s %s\n' "$host" "$port" "$host_key" > "$dir/known_hosts"
 chmod 644 "$dir/known_hosts"
 
+# Agent forwarding is allowed here on purpose: the tests then show that berth never asks for it.
 cat > "$dir/sshd_config.new" <<CFG
 ListenAddress $host
 Port $port
@@ -55,7 +56,7 @@ PermitRootLogin prohibit-password
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
-AllowAgentForwarding no
+AllowAgentForwarding yes
 AllowTcpForwarding no
 X11Forwarding no
 StrictModes yes

@@ -1,4 +1,5 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ClientChannel } from 'ssh2';
 import { afterEach, expect, it } from 'vitest';
@@ -160,5 +161,23 @@ describeSsh('ssh connection pool against a real sshd (MaxSessions 10)', () => {
     const err = await pool.exec(target, 'true').catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BerthError);
     expect((err as BerthError).code).toBe('ssh_pool_closed');
+  });
+});
+
+describeSsh('ssh authentication through an agent (real sshd, real ssh-agent)', () => {
+  it('authenticates with a key held by ssh-agent, and the remote session gets no agent socket', async () => {
+    const dir = tempDir('berth-ssh-agent-');
+    const sock = join(dir, 'agent.sock');
+    const agent = spawn('ssh-agent', ['-D', '-a', sock], { stdio: 'ignore' });
+    try {
+      expect(await waitFor(() => existsSync(sock), 10_000, 50)).toBe(true);
+      execFileSync('ssh-add', [sshTarget().identityFile as string], { env: { ...process.env, SSH_AUTH_SOCK: sock }, stdio: 'ignore' });
+      await using pool = new SshConnectionPool();
+      const target = sshTarget({ identityFile: undefined, agentSocket: sock });
+      const { channel } = await pool.exec(target, 'echo "agent=${SSH_AUTH_SOCK:-none}"');
+      expect((await collect(channel)).out).toBe('agent=none\n');
+    } finally {
+      agent.kill('SIGTERM');
+    }
   });
 });
