@@ -164,6 +164,16 @@ describeSsh('per-sandbox accounts on the SSH host (real sshd, root login)', () =
     expect(await f.accounts.remove(a.name)).toEqual({ killed: 0 });
   });
 
+  it('stops a sandbox: every process of the account ends, its account and files stay and it runs again', async () => {
+    const f = fixture();
+    const a = await f.account(false);
+    const p = await startAs(f, a, 'echo kept > ~/workspace/file; (setsid env -i sleep 1000 &); echo ready; exec sleep 1001');
+    expect((await f.accounts.stop(a.name)).killed).toBeGreaterThanOrEqual(2);
+    await p.exited;
+    expect(await uidProcesses(f, a.uid)).toBe(0);
+    expect((await runAs(f, a, 'cat ~/workspace/file')).out).toBe('kept\n');
+  });
+
   it('lists only this installation\'s accounts', async () => {
     const f = fixture();
     const a = await f.account(true);

@@ -117,6 +117,14 @@ describeSsh('spawn as a sandbox account over one channel (real sshd)', () => {
     expect(await processesOf(f, acct.uid)).toEqual([]);
   });
 
+  it('bounds the account\'s processes when asked (RLIMIT_NPROC, counted per uid: per sandbox)', async () => {
+    const f = fixture();
+    const acct = await f.account();
+    const p = await spawnAs({ ...f.spawnContext, maxProcesses: 64 }, acct.name, ['/bin/bash', '-c', 'ulimit -u; ulimit -Hu'], { env: {}, cwd: acct.workspace });
+    expect((await collect(p)).out).toBe('64\n64\n');
+    await expect(spawnAs({ ...f.spawnContext, maxProcesses: -1 }, acct.name, ['true'], { env: {}, cwd: acct.workspace })).rejects.toThrow(/whole number/);
+  });
+
   it('reports exit codes and signals', async () => {
     const f = fixture();
     const acct = await f.account();

@@ -22,6 +22,27 @@ retry_locked() {
   done
   printf '%s' "$out"; return $rc
 }
+# Ends every process of uid $1, adding the count to k: each is stopped as soon as it is seen,
+# rounds repeat until none is left (forks, setsid and emptied environments do not leave a uid).
+kill_uid() {
+  local round d l p ru key v T
+  for ((round = 0; round < 200; round++)); do
+    T=()
+    for d in /proc/[0-9]*; do
+      # Zombies are dead already (their parent, or init, reaps them); a signal to one "succeeds".
+      { read -r l < "$d/stat"; } 2>/dev/null || continue
+      [[ \${l##*) } == Z* ]] && continue
+      ru=
+      { while read -r key v _; do [[ $key == Uid: ]] && { ru=$v; break; }; done < "$d/status"; } 2>/dev/null
+      [[ $ru == "$1" ]] || continue
+      p=\${d#/proc/}
+      kill -STOP "$p" 2>/dev/null
+      T+=("$p")
+    done
+    (( \${#T[@]} )) || break
+    for p in "\${T[@]}"; do kill -KILL "$p" 2>/dev/null && k=$((k + 1)); done
+  done
+}
 `;
 
 /** What the host offers: one `key value` line each. */
@@ -29,7 +50,7 @@ export const PROBE_SCRIPT = `
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 printf 'uid %s\\n' "$EUID"
 printf 'bash %s.%s\\n' "\${BASH_VERSINFO[0]}" "\${BASH_VERSINFO[1]}"
-for t in useradd userdel getent setpriv find rm mkdir chown chmod stat; do
+for t in useradd userdel getent setpriv prlimit find rm mkdir chown chmod stat; do
   command -v "$t" >/dev/null 2>&1 || printf 'missing %s\\n' "$t"
 done
 if command -v setpriv >/dev/null 2>&1 && ! setpriv --help 2>/dev/null | grep -q -- --no-new-privs; then printf 'missing setpriv-nnp\\n'; fi
@@ -73,10 +94,9 @@ printf 'account %s %s %s %s\\n' "$n" "$u" "$g" "$h"
 `;
 
 /**
- * Remove. Arguments: name, home root. Ends every process of the account (each stopped as soon as
- * it is seen, rounds until none is left: forks, setsid and emptied environments do not escape a
- * uid), deletes its home, its files in the shared temp dirs, its cron and mail spool, the account
- * and its record. Gone already is success. Prints `removed NAME KILLED`.
+ * Remove. Arguments: name, home root. Ends every process of the account (kill_uid), deletes
+ * its home, its files in the shared temp dirs, its cron and mail spool, the account and its
+ * record. Gone already is success. Prints `removed NAME KILLED`.
  */
 export const REMOVE_SCRIPT = `${PREAMBLE}
 n=$1 root=$2
@@ -85,22 +105,7 @@ k=0
 u=$(getent passwd "$n" | cut -d: -f3)
 if [[ -n $u ]]; then
   [[ $u != 0 ]] || die "account $n has uid 0"
-  for ((round = 0; round < 200; round++)); do
-    T=()
-    for d in /proc/[0-9]*; do
-      # Zombies are dead already (their parent, or init, reaps them); a signal to one "succeeds".
-      { read -r l < "$d/stat"; } 2>/dev/null || continue
-      [[ \${l##*) } == Z* ]] && continue
-      ru=
-      { while read -r key v _; do [[ $key == Uid: ]] && { ru=$v; break; }; done < "$d/status"; } 2>/dev/null
-      [[ $ru == "$u" ]] || continue
-      p=\${d#/proc/}
-      kill -STOP "$p" 2>/dev/null
-      T+=("$p")
-    done
-    (( \${#T[@]} )) || break
-    for p in "\${T[@]}"; do kill -KILL "$p" 2>/dev/null && k=$((k + 1)); done
-  done
+  kill_uid "$u"
 fi
 h=$root/$n
 if [[ -d $h && ! -L $h ]]; then rm -rf --one-file-system -- "$h" || die "cannot remove $h"; fi
@@ -120,6 +125,22 @@ if [[ -n $u ]]; then
 fi
 rm -f -- "$records/$n"
 printf 'removed %s %s\\n' "$n" "$k"
+`;
+
+/**
+ * Stop a sandbox (idle, persistent): end every process of the account, keep the account and its
+ * files. Argument: name. Prints `stopped NAME KILLED`; an account that is gone has nothing to stop.
+ */
+export const STOP_SCRIPT = `${PREAMBLE}
+n=$1
+valid "$n"
+k=0
+u=$(getent passwd "$n" | cut -d: -f3)
+if [[ -n $u ]]; then
+  [[ $u != 0 ]] || die "account $n has uid 0"
+  kill_uid "$u"
+fi
+printf 'stopped %s %s\\n' "$n" "$k"
 `;
 
 /**

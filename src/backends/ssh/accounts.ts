@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { BerthError, ConfigError } from '../../errors.js';
 import { isAccountName } from './account-name.js';
-import { ENSURE_SCRIPT, LIST_SCRIPT, PROBE_SCRIPT, REMOVE_SCRIPT } from './account-scripts.js';
+import { ENSURE_SCRIPT, LIST_SCRIPT, PROBE_SCRIPT, REMOVE_SCRIPT, STOP_SCRIPT } from './account-scripts.js';
 import { RemoteHostError } from './errors.js';
 import type { RemoteResult, RemoteRunner } from './remote-exec.js';
 
@@ -13,7 +13,7 @@ import type { RemoteResult, RemoteRunner } from './remote-exec.js';
  * (see launcher.ts). A login user with passwordless sudo is refused at check time rather than
  * half supported: sudo would put every helper's argv into the host's auth log and depend on a
  * sudoers policy berth cannot see. A host without root, useradd/userdel, setpriv (util-linux
- * >= 2.32, for --no-new-privs) or bash >= 4.4 is refused at check time with what to install;
+ * >= 2.32, for --no-new-privs), prlimit or bash >= 4.4 is refused at check time with what to install;
  * there is no weaker mode (no shared account, no fallback).
  *
  * What one sandbox account can NOT do to another on the same host: read or write its home
@@ -78,6 +78,7 @@ const PACKAGES: Readonly<Record<string, string>> = {
   userdel: 'passwd (Debian/Ubuntu) or shadow-utils (RHEL)',
   getent: 'libc-bin (Debian/Ubuntu) or glibc-common (RHEL)',
   setpriv: 'util-linux (>= 2.32)',
+  prlimit: 'util-linux',
   'setpriv-nnp': 'util-linux >= 2.32 (its setpriv lacks --no-new-privs)',
   find: 'findutils',
   proc: 'a mounted /proc',
@@ -183,6 +184,16 @@ export class RemoteAccounts {
     return this.serial(async () => {
       const r = await this.run(REMOVE_SCRIPT, [name, this.homeRoot], { timeoutMs: 120_000 });
       const [, killed] = resultLine(r, 'removed', `remove sandbox account ${name}`, this.opts.endpoint);
+      return { killed: Number(killed) };
+    });
+  }
+
+  /** Ends every process of the account and keeps the account and its files (an idle persistent sandbox). */
+  stop(name: string): Promise<{ killed: number }> {
+    this.assertName(name);
+    return this.serial(async () => {
+      const r = await this.run(STOP_SCRIPT, [name], { timeoutMs: 120_000 });
+      const [, killed] = resultLine(r, 'stopped', `stop sandbox account ${name}`, this.opts.endpoint);
       return { killed: Number(killed) };
     });
   }

@@ -56,11 +56,18 @@ builtin unset -v OLDPWD __n __h __m __cwd __tag __c __i __kv __w
 builtin exec -- "\${__a[@]}"
 `;
 
-/** Stage 1; its arguments: the account name and the root its home must be under. */
+/**
+ * Stage 1; its arguments: the account name, the root its home must be under, and the most
+ * processes the account may have at once (0: no bound). That bound is RLIMIT_NPROC, which the
+ * kernel counts per uid: one account is one sandbox, so a fork bomb stops at the sandbox's bound.
+ */
 export const LAUNCHER_SCRIPT = `
 set -u
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-n=$1 root=$2
+n=$1 root=$2 nproc=$3
+[[ $nproc =~ ^[0-9]{1,7}$ ]] || { printf 'E bad process bound %s\\n' "$nproc"; exit 125; }
+lim=()
+(( nproc == 0 )) || lim=(prlimit "--nproc=$nproc:$nproc" --)
 [[ $n =~ ${ACCOUNT_NAME_PATTERN} ]] || { printf 'E %s is not an account berth makes\\n' "$n"; exit 125; }
 u= g= h=
 while IFS=: read -r a _ uu gg _ hh _; do
@@ -73,7 +80,7 @@ done < /etc/passwd
 fds=()
 for f in 0 1 2; do [[ -p /proc/self/fd/$f ]] && fds+=("/proc/self/fd/$f"); done
 (( \${#fds[@]} == 0 )) || chown -- "$u:$g" "\${fds[@]}" || { printf 'E cannot hand the channel to %s\\n' "$n"; exit 125; }
-exec -c setpriv --reuid="$u" --regid="$g" --clear-groups --no-new-privs --inh-caps=-all -- /bin/bash --noprofile --norc -c ${shQuote(STAGE2_SCRIPT)} berth-sandbox "$n" "$h"
+exec -c "\${lim[@]}" setpriv --reuid="$u" --regid="$g" --clear-groups --no-new-privs --inh-caps=-all -- /bin/bash --noprofile --norc -c ${shQuote(STAGE2_SCRIPT)} berth-sandbox "$n" "$h"
 `;
 
 /**

@@ -43,6 +43,8 @@ export interface SpawnContext {
   target: SshTarget;
   /** Root of sandbox homes on the host (accounts.ts `homeRoot`). */
   homeRoot: string;
+  /** Most processes the sandbox's account may have at once (RLIMIT_NPROC, counted per uid); 0 or absent: no bound. */
+  maxProcesses?: number | undefined;
 }
 
 export interface SpawnOptions {
@@ -72,9 +74,13 @@ const EXIT_WAIT_MS = 5_000;
  */
 export async function spawnAs(ctx: SpawnContext, account: string, argv: readonly string[], opts: SpawnOptions): Promise<RemoteProcess> {
   if (!isAccountName(account)) throw new BerthError('ssh_spawn_failed', `"${account}" is not a sandbox account name`);
+  const maxProcesses = ctx.maxProcesses ?? 0;
+  if (!Number.isInteger(maxProcesses) || maxProcesses < 0 || maxProcesses > 9_999_999) {
+    throw new BerthError('ssh_spawn_failed', `maxProcesses must be a whole number from 0 (no bound) to 9999999, got ${maxProcesses}`);
+  }
   const tag = randomBytes(12).toString('base64url');
   const request = encodeSpawnRequest({ cwd: opts.cwd, tag, env: opts.env, argv });
-  const { channel, connection } = await ctx.pool.exec(ctx.target, scriptCommand(LAUNCHER_SCRIPT, 'berth-launch', [account, ctx.homeRoot]));
+  const { channel, connection } = await ctx.pool.exec(ctx.target, scriptCommand(LAUNCHER_SCRIPT, 'berth-launch', [account, ctx.homeRoot, String(maxProcesses)]));
   channel.on('error', (err: Error) => debug(`${account}: channel: ${err.message}`));
   channel.write(request);
   const exited = exitOf(channel, connection);
