@@ -65,6 +65,18 @@ describe('the spawn request and the launcher\'s second stage', () => {
     expect(r.out).toBe('E the spawn request ended early\n');
   });
 
+  it('refuses env names of its own (or the spawn tag), so a pair cannot change the argv, cwd or tag', async () => {
+    const home = tempDir('berth-stage2-');
+    for (const name of ['__bl_a', 'BERTH_SPAWN_TAG']) {
+      expect(() => encodeSpawnRequest({ cwd: home, tag: 't', env: { [name]: 'x' }, argv: ['/bin/true'] })).toThrow(/reserved/);
+      // Stage 2 refuses them too, whoever wrote the request.
+      const raw = Buffer.from(['berth-spawn-1', home, 't', '1', `${name}=/bin/false`, '1', '/usr/bin/env', ''].join('\0'));
+      const r = await stage2(home, raw);
+      expect(r.code).toBe(125);
+      expect(r.out).toBe('E bad environment entry 0\n');
+    }
+  });
+
   it('refuses what cannot travel intact before anything is sent', () => {
     const ok = { cwd: '/w', tag: 't', env: {}, argv: ['true'] };
     expect(() => encodeSpawnRequest({ ...ok, argv: [] })).toThrow(UsageError);

@@ -10,17 +10,17 @@ import { ACCOUNT_NAME_PATTERN } from './account-name.js';
  *
  * Stage 1 runs as the login user (root) in the process sshd started, which sshd made a session
  * and process group leader. It finds the account in /etc/passwd (only `berth-<24 hex>` accounts
- * with their home under the root, never uid 0), hands the channel's pipes to it, then execs, with an EMPTY environment,
- * `setpriv` to the account's uid and gid (no supplementary groups, no_new_privs, no inheritable
- * capabilities) running stage 2. The pid never changes along the exec chain, so it is the
+ * with their home under the root, never uid 0), hands the channel's pipes to it, then execs,
+ * with an EMPTY environment, `setpriv` to the account's uid and gid (no supplementary groups,
+ * no_new_privs, no inheritable capabilities), under a process bound if asked, running stage 2. The pid never changes along the exec chain, so it is the
  * session id and process group of everything the command starts.
  *
  * Stage 2, as the account, reads the request from stdin: NUL-terminated fields (bash `read -d ''`
  * reads a pipe byte by byte, so nothing past the request is consumed)
  *   berth-spawn-1, cwd, tag, <n>, n × NAME=VALUE, <m>, m × argv word
- * exports the pairs with the `export` builtin (no process, no argv), sets BERTH_SPAWN_TAG, enters
- * the cwd (as the account, so permissions are the account's), prints `berth-spawn <pid>` as the
- * first line of stdout and execs the argv. Any refusal is one line `E <why>` instead, exit 125.
+ * enters the cwd (as the account, so permissions are the account's), exports its defaults,
+ * BERTH_SPAWN_TAG and then the pairs with the `export` builtin (no process, no argv), prints
+ * `berth-spawn <pid>` as the first line of stdout and execs the argv. Any refusal is one line `E <why>` instead, exit 125.
  */
 
 /** The first stdout line of a spawn that started. */
@@ -32,28 +32,35 @@ const MAGIC = 'berth-spawn-1';
 /** PATH of the sandbox's processes unless the granted env sets one. */
 export const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
 
+/**
+ * Stage 2. Its own names all start with `__bl_`, which granted env names may not (see
+ * `encodeSpawnRequest`): an exported pair can then never change the cwd, the tag or the argv.
+ * Only exported variables reach the command, so its own names need no unsetting.
+ */
 export const STAGE2_SCRIPT = `
 set -u
-__n=$1 __h=$2
-__r() { IFS= read -r -d '' "$1" || { builtin printf 'E the spawn request ended early\\n'; exit 125; }; }
-__r __m; [[ $__m == ${MAGIC} ]] || { builtin printf 'E not a berth spawn request\\n'; exit 125; }
-__r __cwd; __r __tag; __r __c
-[[ $__c =~ ^[0-9]{1,5}$ ]] || { builtin printf 'E bad environment count\\n'; exit 125; }
-export HOME=$__h USER=$__n LOGNAME=$__n SHELL=/bin/bash PATH=${SANDBOX_PATH} TMPDIR=$__h/tmp
-for ((__i = 0; __i < __c; __i++)); do
-  __r __kv
-  [[ $__kv =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || { builtin printf 'E bad environment entry %d\\n' "$__i"; exit 125; }
-  builtin export "$__kv"
+__bl_n=$1 __bl_h=$2
+__bl_r() { IFS= read -r -d '' "$1" || { builtin printf 'E the spawn request ended early\\n'; exit 125; }; }
+__bl_r __bl_m; [[ $__bl_m == ${MAGIC} ]] || { builtin printf 'E not a berth spawn request\\n'; exit 125; }
+__bl_r __bl_cwd; __bl_r __bl_tag; __bl_r __bl_c
+[[ $__bl_c =~ ^[0-9]{1,5}$ ]] || { builtin printf 'E bad environment count\\n'; exit 125; }
+__bl_e=()
+for ((__bl_i = 0; __bl_i < __bl_c; __bl_i++)); do
+  __bl_r __bl_kv
+  [[ $__bl_kv =~ ^[A-Za-z_][A-Za-z0-9_]*= && $__bl_kv != __bl_* && $__bl_kv != ${SPAWN_TAG_VAR}=* ]] || { builtin printf 'E bad environment entry %d\\n' "$__bl_i"; exit 125; }
+  __bl_e+=("$__bl_kv")
 done
-__r __c
-[[ $__c =~ ^[1-9][0-9]{0,4}$ ]] || { builtin printf 'E bad argv count\\n'; exit 125; }
-__a=()
-for ((__i = 0; __i < __c; __i++)); do __r __w; __a+=("$__w"); done
-builtin export ${SPAWN_TAG_VAR}=$__tag
-CDPATH= builtin cd -- "$__cwd" 2>/dev/null || { builtin printf 'E working directory %s does not exist or is not open to this sandbox\\n' "$__cwd"; exit 125; }
+__bl_r __bl_c
+[[ $__bl_c =~ ^[1-9][0-9]{0,4}$ ]] || { builtin printf 'E bad argv count\\n'; exit 125; }
+__bl_a=()
+for ((__bl_i = 0; __bl_i < __bl_c; __bl_i++)); do __bl_r __bl_w; __bl_a+=("$__bl_w"); done
+CDPATH= builtin cd -- "$__bl_cwd" 2>/dev/null || { builtin printf 'E working directory %s does not exist or is not open to this sandbox\\n' "$__bl_cwd"; exit 125; }
+builtin unset -v OLDPWD
+builtin set -- "\${__bl_a[@]}"
+builtin export HOME=$__bl_h USER=$__bl_n LOGNAME=$__bl_n SHELL=/bin/bash PATH=${SANDBOX_PATH} TMPDIR=$__bl_h/tmp ${SPAWN_TAG_VAR}=$__bl_tag
+for __bl_kv in "\${__bl_e[@]}"; do builtin export "$__bl_kv"; done
 builtin printf '${SPAWN_READY} %d\\n' "$$"
-builtin unset -v OLDPWD __n __h __m __cwd __tag __c __i __kv __w
-builtin exec -- "\${__a[@]}"
+builtin exec -- "$@"
 `;
 
 /**
@@ -95,6 +102,7 @@ export function encodeSpawnRequest(req: { cwd: string; tag: string; env: Readonl
   fields.push(String(names.length));
   for (const name of names) {
     if (!isShellName(name)) throw new UsageError(`environment name "${name}" is not a valid shell variable name; use letters, digits and _ only`);
+    if (name.startsWith('__bl_') || name === SPAWN_TAG_VAR) throw new UsageError(`environment name "${name}" is reserved for berth's SSH launcher; rename it`);
     fields.push(`${name}=${req.env[name] ?? ''}`);
   }
   fields.push(String(req.argv.length), ...req.argv);
