@@ -54,7 +54,7 @@ async function credentialsOf(target: SshTarget): Promise<{ privateKey: Buffer } 
  * It notices when it is lost: a close it did not ask for, an error, or unanswered keepalives. Then
  * `lost` is set, its channels end (ssh2 closes them) and `exec` refuses.
  */
-export class SshConnection {
+export class SshConnection implements AsyncDisposable {
   /** Set once the connection is gone without `close()` being asked for. */
   lost: ConnectionLostError | undefined;
   private closing = false;
@@ -189,6 +189,10 @@ export class SshConnection {
     await Promise.race([this.endedP, grace]);
     clearTimeout(timer);
     if (!this.ended) this.client.destroy();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
   }
 
   private log(msg: string): void {
