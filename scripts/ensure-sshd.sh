@@ -66,6 +66,8 @@ MaxStartups 50:30:100
 Subsystem sftp internal-sftp
 CFG
 /usr/sbin/sshd -t -f "$dir/sshd_config.new"
+changed=1
+cmp -s "$dir/sshd_config.new" "$dir/sshd_config" 2>/dev/null && changed=0
 mv -f "$dir/sshd_config.new" "$dir/sshd_config"
 
 answers() { (exec 9<>"/dev/tcp/$host/$port") 2>/dev/null; }
@@ -77,7 +79,15 @@ if answers; then
     say "stop it or pick another port with BERTH_TEST_SSH_PORT"
     exit 1
   fi
-else
+  # Ours, started with an older config (this script changed): replace it so the tests see this one.
+  old=$(cat "$dir/sshd.pid" 2>/dev/null || true)
+  if [ "$changed" = 1 ] && [ -n "$old" ] && [ "$(cat "/proc/$old/comm" 2>/dev/null)" = sshd ]; then
+    say "restarting sshd $old with the new config"
+    kill "$old"
+    for _ in $(seq 1 50); do answers || break; sleep 0.1; done
+  fi
+fi
+if ! answers; then
   rm -f "$dir/sshd.pid"
   # By absolute path: sshd re-executes itself for every connection.
   /usr/sbin/sshd -f "$dir/sshd_config" -E "$dir/sshd.log"
