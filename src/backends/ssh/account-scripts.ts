@@ -1,0 +1,172 @@
+import { ACCOUNT_NAME_PATTERN } from './account-name.js';
+
+/*
+ * Root helpers for sandbox accounts, run by accounts.ts through the pool (remote-exec.ts). Their
+ * arguments are account names, paths, installation ids and digests: never secrets. Each prints
+ * one result line; a refusal is `E <why>` with exit 125.
+ */
+
+const PREAMBLE = `
+set -u
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+die() { printf 'E %s\\n' "$*"; exit 125; }
+records=/var/lib/berth/accounts
+valid() { [[ $1 =~ ${ACCOUNT_NAME_PATTERN} ]] || die "$1 is not an account berth makes"; }
+# useradd/userdel take a lock on /etc/passwd; another berth (or admin) may hold it for a moment.
+retry_locked() {
+  local i out rc
+  for ((i = 0; i < 50; i++)); do
+    out=$("$@" 2>&1); rc=$?
+    if (( rc == 0 )) || [[ $out != *lock* ]]; then printf '%s' "$out"; return $rc; fi
+    sleep 0.1
+  done
+  printf '%s' "$out"; return $rc
+}
+# Ends every process of uid $1, adding the count to k: each is stopped as soon as it is seen,
+# rounds repeat until none is left (forks, setsid and emptied environments do not leave a uid).
+kill_uid() {
+  local round d l p ru key v T
+  for ((round = 0; round < 200; round++)); do
+    T=()
+    for d in /proc/[0-9]*; do
+      # Zombies are dead already (their parent, or init, reaps them); a signal to one "succeeds".
+      { read -r l < "$d/stat"; } 2>/dev/null || continue
+      [[ \${l##*) } == Z* ]] && continue
+      ru=
+      { while read -r key v _; do [[ $key == Uid: ]] && { ru=$v; break; }; done < "$d/status"; } 2>/dev/null
+      [[ $ru == "$1" ]] || continue
+      p=\${d#/proc/}
+      kill -STOP "$p" 2>/dev/null
+      T+=("$p")
+    done
+    (( \${#T[@]} )) || break
+    for p in "\${T[@]}"; do kill -KILL "$p" 2>/dev/null && k=$((k + 1)); done
+  done
+}
+`;
+
+/** What the host offers: one `key value` line each. */
+export const PROBE_SCRIPT = `
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+printf 'uid %s\\n' "$EUID"
+printf 'bash %s.%s\\n' "\${BASH_VERSINFO[0]}" "\${BASH_VERSINFO[1]}"
+for t in useradd userdel getent setpriv prlimit find rm mkdir chown chmod stat; do
+  command -v "$t" >/dev/null 2>&1 || printf 'missing %s\\n' "$t"
+done
+if command -v setpriv >/dev/null 2>&1 && ! setpriv --help 2>/dev/null | grep -q -- --no-new-privs; then printf 'missing setpriv-nnp\\n'; fi
+[ -r /proc/self/status ] || printf 'missing proc\\n'
+if grep -qE '^proc /proc proc [^ ]*hidepid=(2|invisible)' /proc/mounts 2>/dev/null; then printf 'hidepid 1\\n'; else printf 'hidepid 0\\n'; fi
+`;
+
+/**
+ * Create-or-adopt. Arguments: name, home root, installation, digest, ephemeral (0/1). Prints
+ * `account NAME UID GID HOME`. The home root is root's and 0711 (others pass through to their own
+ * home but cannot list the names); the home is created by root only when it does not exist (no
+ * agent can have planted anything in it yet); the dirs inside it are made by the account itself,
+ * so a link it planted there can only mislead itself, never a root process.
+ */
+export const ENSURE_SCRIPT = `${PREAMBLE}
+n=$1 root=$2 inst=$3 dig=$4 eph=$5
+valid "$n"
+[[ $root == /* && $root != / ]] || die "home root $root must be an absolute directory other than /"
+umask 022
+mkdir -p -- "$root" "$records" || die "cannot create $root or $records"
+[[ -d $root && ! -L $root ]] || die "home root $root is not a directory"
+[[ $(stat -c %u -- "$root") == 0 ]] || die "home root $root is not owned by root"
+chmod 0711 -- "$root" && chmod 0700 -- "$records" || die "cannot set the modes of $root and $records"
+rec=$records/$n
+if [[ -f $rec ]] && ! grep -qxF "installation=$inst" "$rec"; then die "account $n belongs to another berth installation"; fi
+if ! getent passwd "$n" >/dev/null; then
+  out=$(retry_locked useradd --no-create-home --home-dir "$root/$n" --shell /usr/sbin/nologin --user-group --comment 'berth sandbox' -- "$n")
+  rc=$?
+  # 9: someone created it meanwhile (another berth of this installation): adopt it.
+  (( rc == 0 || rc == 9 )) || die "useradd $n failed ($rc): $out"
+fi
+IFS=: read -r _ _ u g _ h _ < <(getent passwd "$n")
+[[ $u =~ ^[0-9]+$ && $u != 0 && $h == "$root/$n" ]] || die "account $n is not a berth sandbox account (uid $u, home $h)"
+if [[ ! -e $h && ! -L $h ]]; then mkdir -m 0700 -- "$h" && chown "$u:$g" -- "$h" || die "cannot create home $h"; fi
+[[ -d $h && ! -L $h ]] || die "home $h is not a directory"
+[[ $(stat -c '%u %a' -- "$h") == "$u 700" ]] || { chown -h "$u:$g" -- "$h" && chmod 0700 -- "$h"; } || die "cannot fix the owner and mode of $h"
+env -i "$(command -v setpriv)" --reuid="$u" --regid="$g" --clear-groups --no-new-privs -- /bin/mkdir -p -m 0700 -- "$h/workspace" "$h/tmp" "$h/.berth" \\
+  || die "account $n cannot create its dirs in $h"
+printf 'installation=%s\\ndigest=%s\\nephemeral=%s\\n' "$inst" "$dig" "$eph" > "$rec.tmp" && mv -f -- "$rec.tmp" "$rec" || die "cannot write $rec"
+printf 'account %s %s %s %s\\n' "$n" "$u" "$g" "$h"
+`;
+
+/**
+ * Remove. Arguments: name, home root. Ends every process of the account (kill_uid), deletes
+ * its home, its files in the shared temp dirs, its cron and mail spool, the account and its
+ * record. Gone already is success. Prints `removed NAME KILLED`.
+ */
+export const REMOVE_SCRIPT = `${PREAMBLE}
+n=$1 root=$2
+valid "$n"
+k=0
+u=$(getent passwd "$n" | cut -d: -f3)
+if [[ -n $u ]]; then
+  [[ $u != 0 ]] || die "account $n has uid 0"
+  kill_uid "$u"
+fi
+h=$root/$n
+if [[ -d $h && ! -L $h ]]; then rm -rf --one-file-system -- "$h" || die "cannot remove $h"; fi
+if [[ -n $u ]]; then
+  find /tmp /var/tmp /dev/shm -xdev -uid "$u" -delete 2>/dev/null
+  rm -f -- "/var/spool/cron/crontabs/$n" "/var/mail/$n" "/var/spool/mail/$n"
+  # 8: userdel still sees a process of the account: a zombie init has not reaped yet.
+  for ((i = 0; i < 100; i++)); do
+    out=$(retry_locked userdel -- "$n")
+    rc=$?
+    (( rc == 8 )) || break
+    sleep 0.1
+  done
+  # 6: no such user (removed meanwhile).
+  (( rc == 0 || rc == 6 )) || die "userdel $n failed ($rc): $out"
+  getent group "$n" >/dev/null && retry_locked groupdel -- "$n" >/dev/null
+fi
+rm -f -- "$records/$n"
+printf 'removed %s %s\\n' "$n" "$k"
+`;
+
+/**
+ * Stop a sandbox (idle, persistent): end every process of the account, keep the account and its
+ * files. Argument: name. Prints `stopped NAME KILLED`; an account that is gone has nothing to stop.
+ */
+export const STOP_SCRIPT = `${PREAMBLE}
+n=$1
+valid "$n"
+k=0
+u=$(getent passwd "$n" | cut -d: -f3)
+if [[ -n $u ]]; then
+  [[ $u != 0 ]] || die "account $n has uid 0"
+  kill_uid "$u"
+fi
+printf 'stopped %s %s\\n' "$n" "$k"
+`;
+
+/**
+ * List one installation's accounts. Argument: installation. Prints
+ * `sandbox NAME DIGEST EPHEMERAL EXISTS PROCESSES` per record of that installation.
+ */
+export const LIST_SCRIPT = `${PREAMBLE}
+inst=$1
+declare -A P=()
+for d in /proc/[0-9]*; do
+  ru=
+  { while read -r key v _; do [[ $key == Uid: ]] && { ru=$v; break; }; done < "$d/status"; } 2>/dev/null
+  [[ -n $ru ]] && P[$ru]=$(( \${P[$ru]:-0} + 1 ))
+done
+shopt -s nullglob
+for rec in "$records"/berth-*; do
+  n=\${rec##*/}
+  [[ $n =~ ${ACCOUNT_NAME_PATTERN} ]] || continue
+  i= dig= eph=0
+  while IFS='=' read -r key v; do
+    case $key in installation) i=$v ;; digest) dig=$v ;; ephemeral) eph=$v ;; esac
+  done < "$rec"
+  [[ $i == "$inst" ]] || continue
+  u=$(getent passwd "$n" | cut -d: -f3)
+  ex=0 np=0
+  if [[ -n $u ]]; then ex=1 np=\${P[$u]:-0}; fi
+  printf 'sandbox %s %s %s %s %s\\n' "$n" "\${dig:--}" "$eph" "$ex" "$np"
+done
+`;
