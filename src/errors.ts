@@ -29,6 +29,7 @@ export type ErrorCode =
   | 'job_start_failed'
   // Gone or going while the call ran; retrying may work.
   | 'backend_unavailable'
+  | 'host_key_refused'
   | 'shutting_down'
   | 'shell_closed'
   | 'warden_closed'

@@ -22,6 +22,7 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, 1 | 2 | 125>> = {
   unsupported: 125,
   job_start_failed: 125,
   backend_unavailable: 125,
+  host_key_refused: 125,
   shutting_down: 125,
   shell_closed: 125,
   warden_closed: 125,

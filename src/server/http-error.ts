@@ -65,6 +65,7 @@ export const HTTP_STATUS: Readonly<Record<HttpCode, number>> = {
   listen_failed: 500,
   internal: 500,
   backend_unavailable: 503,
+  host_key_refused: 503,
   shutting_down: 503,
   shell_closed: 503,
   warden_closed: 503,

@@ -160,7 +160,7 @@ describeSsh('ssh connection pool against a real sshd (MaxSessions 10)', () => {
     await pool.close();
     const err = await pool.exec(target, 'true').catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BerthError);
-    expect((err as BerthError).code).toBe('ssh_pool_closed');
+    expect((err as BerthError).code).toBe('shutting_down');
   });
 });
 

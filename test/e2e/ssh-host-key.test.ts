@@ -56,7 +56,7 @@ describeSsh('ssh host key verification against a real sshd', () => {
     const target = sshTarget({ knownHostsFile: file });
     const err = await run(target, 'echo never').catch((e: unknown) => e);
     expect(err).toBeInstanceOf(HostKeyError);
-    expect((err as HostKeyError).code).toBe('ssh_host_key_unknown');
+    expect((err as HostKeyError).reason).toBe('unknown');
     const key = hostKeyOf(sshTarget());
     const pub = join(dir, 'host.pub');
     writeFileSync(pub, `ssh-ed25519 ${key.toString('base64')}\n`);
@@ -73,7 +73,7 @@ describeSsh('ssh host key verification against a real sshd', () => {
     const stale = otherEd25519();
     writeFileSync(file, `${formatKnownHost(hostEntryName(target.host, target.port), stale, { hashed: true })}\n`);
     const err = (await run(target, 'echo never').catch((e: unknown) => e)) as HostKeyError;
-    expect(err.code).toBe('ssh_host_key_changed');
+    expect((err as HostKeyError).reason).toBe('changed');
     expect(err.message).toContain(fingerprintOf(hostKeyOf(sshTarget())));
     expect(err.message).toContain(fingerprintOf(stale));
   });
@@ -84,7 +84,7 @@ describeSsh('ssh host key verification against a real sshd', () => {
     const good = readFileSync(sshTarget().knownHostsFile, 'utf8');
     writeFileSync(file, `${good}@revoked * ${good.trim().split(' ').slice(1).join(' ')}\n`);
     const err = (await run(sshTarget({ knownHostsFile: file }), 'echo never').catch((e: unknown) => e)) as HostKeyError;
-    expect(err.code).toBe('ssh_host_key_revoked');
+    expect((err as HostKeyError).reason).toBe('revoked');
   });
 
   it('records the key on first use when asked to, and then trusts it without that option', async () => {

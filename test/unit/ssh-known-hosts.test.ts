@@ -165,7 +165,7 @@ describe('HostKeyCheck against a known_hosts file', () => {
     const check = await HostKeyCheck.load({ host: '127.0.0.1', port: 2222, knownHostsFile: file, trustOnFirstUse: false });
     const err = await check.verify(k).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(HostKeyError);
-    expect((err as HostKeyError).code).toBe('ssh_host_key_unknown');
+    expect((err as HostKeyError).reason).toBe('unknown');
     const msg = (err as Error).message;
     expect(msg).toContain(fingerprintOf(k));
     expect(msg).toContain('(the file does not exist)');
@@ -181,7 +181,7 @@ describe('HostKeyCheck against a known_hosts file', () => {
     writeFileSync(file, `# hosts\n${line('build1', old)}\n`);
     const check = await HostKeyCheck.load({ host: 'build1', port: 22, knownHostsFile: file, trustOnFirstUse: true });
     const err = (await check.verify(now).catch((e: unknown) => e)) as HostKeyError;
-    expect(err.code).toBe('ssh_host_key_changed');
+    expect((err as HostKeyError).reason).toBe('changed');
     expect(err.message).toContain(fingerprintOf(now));
     expect(err.message).toContain(`line 2 (${fingerprintOf(old)})`);
     expect(err.message).toContain(`ssh-keygen -R 'build1' -f ${file}`);
@@ -213,10 +213,10 @@ describe('HostKeyCheck against a known_hosts file', () => {
     const k = ed25519Blob();
     writeFileSync(file, `@revoked * ${line('x', k).split(' ').slice(1).join(' ')}\n@cert-authority build2 ${line('x', ed25519Blob()).split(' ').slice(1).join(' ')}\n`);
     const revoked = (await (await HostKeyCheck.load({ host: 'build1', port: 22, knownHostsFile: file, trustOnFirstUse: true })).verify(k).catch((e: unknown) => e)) as HostKeyError;
-    expect(revoked.code).toBe('ssh_host_key_revoked');
+    expect((revoked as HostKeyError).reason).toBe('revoked');
     expect(revoked.message).toContain(`${file} line 1 marks @revoked`);
     const ca = (await (await HostKeyCheck.load({ host: 'build2', port: 22, knownHostsFile: file, trustOnFirstUse: true })).verify(ed25519Blob()).catch((e: unknown) => e)) as HostKeyError;
-    expect(ca.code).toBe('ssh_host_key_unsupported');
+    expect((ca as HostKeyError).reason).toBe('unsupported');
     expect(ca.message).toContain('does not verify host certificates');
     expect(readFileSync(file, 'utf8').split('\n').filter((l) => l !== '')).toHaveLength(2);
   });

@@ -108,11 +108,11 @@ export function probeProblem(probe: HostProbe, where: { endpoint: string; user: 
 function resultLine(r: RemoteResult, word: string, doing: string, endpoint: string): string[] {
   const lines = r.stdout.split('\n');
   const refusal = lines.find((l) => l.startsWith('E '));
-  if (refusal !== undefined) throw new BerthError('ssh_account_failed', `cannot ${doing} on SSH host ${endpoint}: ${refusal.slice(2)}`);
+  if (refusal !== undefined) throw new BerthError('sandbox_start_failed', `cannot ${doing} on SSH host ${endpoint}: ${refusal.slice(2)}`);
   const line = lines.find((l) => l.startsWith(`${word} `));
   if (line === undefined || r.code !== 0) {
     throw new BerthError(
-      'ssh_account_failed',
+      'sandbox_start_failed',
       `cannot ${doing} on SSH host ${endpoint}: the helper ended with ${r.signal !== undefined ? `signal ${r.signal}` : `exit ${String(r.code)}`}: ${r.stderr.trim().slice(0, 300) || '(no output)'}`,
     );
   }
@@ -168,7 +168,7 @@ export class RemoteAccounts {
   ensure(input: { name: string; installation: string; digest: string; ephemeral: boolean }): Promise<RemoteAccount> {
     this.assertName(input.name);
     if (!/^[A-Za-z0-9._-]+$/.test(input.installation) || !/^[0-9a-f]+$/.test(input.digest)) {
-      throw new BerthError('ssh_account_failed', `installation "${input.installation}" or digest "${input.digest}" has characters berth never writes`);
+      throw new BerthError('sandbox_start_failed', `installation "${input.installation}" or digest "${input.digest}" has characters berth never writes`);
     }
     return this.serial(async () => {
       const r = await this.run(ENSURE_SCRIPT, [input.name, this.homeRoot, input.installation, input.digest, input.ephemeral ? '1' : '0']);
@@ -212,7 +212,7 @@ export class RemoteAccounts {
   }
 
   private assertName(name: string): void {
-    if (!isAccountName(name)) throw new BerthError('ssh_account_failed', `"${name}" is not a sandbox account name (accountName() makes them)`);
+    if (!isAccountName(name)) throw new BerthError('sandbox_start_failed', `"${name}" is not a sandbox account name (accountName() makes them)`);
   }
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {

@@ -47,7 +47,7 @@ export class SshConnectionPool implements AsyncDisposable {
   constructor(settings: Partial<PoolSettings> = {}) {
     this.settings = { ...DEFAULT_POOL_SETTINGS, ...settings };
     if (!(Number.isInteger(this.settings.maxSessions) && this.settings.maxSessions >= 1)) {
-      throw new BerthError('config_invalid', `ssh maxSessions must be a whole number >= 1, got ${this.settings.maxSessions}`, { exitCode: 2 });
+      throw new BerthError('config_invalid', `ssh maxSessions must be a whole number >= 1, got ${this.settings.maxSessions}`);
     }
   }
 
@@ -79,7 +79,7 @@ export class SshConnectionPool implements AsyncDisposable {
       }
     }
     throw new BerthError(
-      'ssh_channel_refused',
+      'backend_unavailable',
       `SSH host ${endpointOf(target.host, target.port)} refused a new channel ${MAX_OPEN_ATTEMPTS} times, on fresh connections too: ` +
         `${(lastRefusal as Error).message}. Check the host's sshd MaxSessions and MaxStartups, and set the ssh maxSessions setting to at most its MaxSessions`,
       { cause: lastRefusal },
@@ -119,7 +119,7 @@ export class SshConnectionPool implements AsyncDisposable {
 
   /** Picks a connection with room (synchronously, so concurrent callers count each other), or starts one. */
   private reserve(target: SshTarget): Entry {
-    if (this.closed) throw new BerthError('ssh_pool_closed', 'the SSH connection pool was closed; create a new backend');
+    if (this.closed) throw new BerthError('shutting_down', 'the SSH connection pool was closed; create a new backend');
     const key = targetKey(target);
     const list = this.entries.get(key) ?? [];
     this.entries.set(key, list);

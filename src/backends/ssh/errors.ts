@@ -11,17 +11,18 @@ export function endpointOf(host: string, port: number): string {
  */
 export class HostKeyError extends BerthError {
   constructor(
-    code: 'ssh_host_key_unknown' | 'ssh_host_key_changed' | 'ssh_host_key_revoked' | 'ssh_host_key_unsupported',
+    /** Why the key is refused: not in known_hosts, different from the one there, revoked, or only CA-signed. */
+    readonly reason: 'unknown' | 'changed' | 'revoked' | 'unsupported',
     message: string,
   ) {
-    super(code, message);
+    super('host_key_refused', message);
   }
 }
 
 /** The remote host cannot run sandboxes as asked (no root, missing tools). Exit 125. */
 export class RemoteHostError extends BerthError {
   constructor(message: string, options?: { cause?: unknown }) {
-    super('ssh_remote_unfit', message, options);
+    super('backend_unavailable', message, options);
   }
 }
 

@@ -80,14 +80,14 @@ export class HostKeyCheck {
         return;
       case 'revoked':
         throw new HostKeyError(
-          'ssh_host_key_revoked',
+          'revoked',
           `SSH host ${where} presents ${presented}, which ${file} line ${verdict.entry.line} marks @revoked; berth refuses to connect. ` +
             'Give the host a new host key, check its fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub) and add that key to the file',
         );
       case 'changed': {
         const old = verdict.entries.map((e) => `line ${e.line} (${fingerprintOf(e.key)})`).join(', ');
         throw new HostKeyError(
-          'ssh_host_key_changed',
+          'changed',
           `SSH host key of ${where} CHANGED: it presents ${presented}, but ${file} holds another ${verdict.entries[0]?.keyType ?? ''} key for it at ${old}. ` +
             'Someone may be intercepting the connection, or the host was reinstalled; berth refuses to connect. If the host was reinstalled, ' +
             `check the new fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), remove the old entry ` +
@@ -96,7 +96,7 @@ export class HostKeyCheck {
       }
       case 'cert-authority-only':
         throw new HostKeyError(
-          'ssh_host_key_unsupported',
+          'unsupported',
           `${file} line ${verdict.entry.line} trusts a certificate authority (@cert-authority) for ${where}, but berth does not verify host ` +
             `certificates; the host presents ${presented}. Check that fingerprint on the host and add its plain key to ${file}:\n${line}`,
         );
@@ -106,7 +106,7 @@ export class HostKeyCheck {
           return;
         }
         throw new HostKeyError(
-          'ssh_host_key_unknown',
+          'unknown',
           `SSH host ${where} is not in ${file}${this.fileExists ? '' : ' (the file does not exist)'}; it presents ${presented}. ` +
             'Check that fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then trust it by adding this line to ' +
             `${file}:\n${line}\n(ssh-keyscan ${this.opts.port === 22 ? '' : `-p ${this.opts.port} `}-t ${keyTypeOf(blob) ?? 'ed25519'} ${this.opts.host} prints it), ` +

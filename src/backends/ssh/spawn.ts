@@ -73,10 +73,10 @@ const EXIT_WAIT_MS = 5_000;
  * await p.kill();
  */
 export async function spawnAs(ctx: SpawnContext, account: string, argv: readonly string[], opts: SpawnOptions): Promise<RemoteProcess> {
-  if (!isAccountName(account)) throw new BerthError('ssh_spawn_failed', `"${account}" is not a sandbox account name`);
+  if (!isAccountName(account)) throw new BerthError('spawn_failed', `"${account}" is not a sandbox account name`);
   const maxProcesses = ctx.maxProcesses ?? 0;
   if (!Number.isInteger(maxProcesses) || maxProcesses < 0 || maxProcesses > 9_999_999) {
-    throw new BerthError('ssh_spawn_failed', `maxProcesses must be a whole number from 0 (no bound) to 9999999, got ${maxProcesses}`);
+    throw new BerthError('spawn_failed', `maxProcesses must be a whole number from 0 (no bound) to 9999999, got ${maxProcesses}`);
   }
   const tag = randomBytes(12).toString('base64url');
   const request = encodeSpawnRequest({ cwd: opts.cwd, tag, env: opts.env, argv });
@@ -100,7 +100,7 @@ function exitOf(channel: ClientChannel, connection: SshConnection): Promise<Remo
   return new Promise<RemoteExit>((resolve) => {
     channel.once('exit', (code: number | null, signal?: string) => resolve({ code, signal: signal ?? null }));
     channel.once('close', () => {
-      const error = connection.lost ?? new BerthError('ssh_channel_closed', `the channel to ${connection.endpoint} closed without an exit status`);
+      const error = connection.lost ?? new BerthError('backend_unavailable', `the channel to ${connection.endpoint} closed without an exit status`);
       resolve({ code: null, signal: null, error });
     });
   });
@@ -199,7 +199,7 @@ function refusal(err: unknown, account: string, endpoint: string): BerthError {
   if (err instanceof BerthError) return err;
   const why = err instanceof Error ? err.message : String(err);
   if (/^no account /.test(why)) return new SandboxNotFoundError(`sandbox account ${account} is gone from SSH host ${endpoint}: ${why}`);
-  return new BerthError('ssh_spawn_failed', `cannot start a process as ${account} on SSH host ${endpoint}: ${why}`);
+  return new BerthError('spawn_failed', `cannot start a process as ${account} on SSH host ${endpoint}: ${why}`);
 }
 
 class SpawnedProcess implements RemoteProcess {

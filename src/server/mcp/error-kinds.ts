@@ -30,6 +30,7 @@ export const MCP_ERROR_KIND: Readonly<Record<ErrorCode, McpErrorKind>> = {
   unsupported: 'result',
   job_start_failed: 'result',
   backend_unavailable: 'result',
+  host_key_refused: 'result',
   shutting_down: 'result',
   shell_closed: 'result',
   warden_closed: 'result',
