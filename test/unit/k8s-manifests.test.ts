@@ -210,7 +210,7 @@ describe('kubernetes names and labels', () => {
     expect(persistentPodName(d)).toMatch(/^berth-[0-9a-f]{24}$/);
     expect(ephemeralPodName(d, '0a1b2c3d')).not.toBe(ephemeralPodName(d, '0a1b2c3e'));
     expect(() => ephemeralPodName(d, 'Not-Hex')).toThrow(RangeError);
-    for (const n of [persistentPodName(d), ephemeralPodName(d, 'ffffffffffffffff'), dataClaimName(persistentPodName(d)), tenantPolicyName('i', 't')]) {
+    for (const n of [persistentPodName(d), ephemeralPodName(d, 'ffffffffffffffff'), dataClaimName(persistentPodName(d)), tenantPolicyName('i', 't', 'egress')]) {
       expect(n.length).toBeLessThanOrEqual(63);
       expect(n).toMatch(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/);
     }
@@ -219,7 +219,7 @@ describe('kubernetes names and labels', () => {
   it('labels like docker\'s, each a valid label value whatever the key, tenant or profile', () => {
     const i = input({ identity: { installation: 'inst', tenant: 'Tenant.With.Dots-', profile: 'p'.repeat(64), key: 'user:telegram:12345/../x' } });
     const labels = sandboxPod(i).metadata!.labels!;
-    expect(Object.keys(labels).sort()).toEqual(Object.values(LABEL).sort());
+    expect(Object.keys(labels).sort()).toEqual([...Object.values(LABEL), 'berth.network'].sort());
     for (const [k, v] of Object.entries(labels)) expect(labelValueErrors(v, k)).toEqual([]);
     expect(labels[LABEL.key]).toMatch(/^h\.[0-9a-f]{40}$/);
     expect(labels[LABEL.lifecycle]).toBe('persistent');
@@ -249,7 +249,7 @@ describe('kubernetes names and labels', () => {
 describe('kubernetes tenant network policy', () => {
   it('selects exactly one tenant of one installation and admits no ingress', () => {
     const np = tenantNetworkPolicy('inst-1', 'acme', KUBERNETES_DEFAULTS);
-    expect(np.spec!.podSelector!.matchLabels).toEqual({ [LABEL.managed]: 'true', [LABEL.installation]: 'inst-1', [LABEL.tenant]: 'acme' });
+    expect(np.spec!.podSelector!.matchLabels).toEqual({ [LABEL.managed]: 'true', [LABEL.installation]: 'inst-1', [LABEL.tenant]: 'acme', 'berth.network': 'egress' });
     expect(np.spec!.policyTypes).toEqual(['Ingress', 'Egress']);
     expect(np.spec!.ingress).toEqual([]);
     const pod = sandboxPod(input({ identity: { installation: 'inst-1', tenant: 'acme', profile: 'default', key: 'default' } }));
@@ -261,6 +261,18 @@ describe('kubernetes tenant network policy', () => {
     const b = tenantNetworkPolicy('inst-1', 'globex', KUBERNETES_DEFAULTS);
     expect(a.metadata!.name).not.toBe(b.metadata!.name);
     expect(a.spec!.podSelector).not.toEqual(b.spec!.podSelector);
+  });
+
+  it('each network reach has its own policy, and a pod is picked by exactly the one of its reach (policies add up)', () => {
+    const none = { ...KUBERNETES_DEFAULTS, network: 'none' as const };
+    const egressPolicy = tenantNetworkPolicy('inst-1', 'acme', KUBERNETES_DEFAULTS);
+    const nonePolicy = tenantNetworkPolicy('inst-1', 'acme', none);
+    expect(egressPolicy.metadata!.name).not.toBe(nonePolicy.metadata!.name);
+    const identity = { installation: 'inst-1', tenant: 'acme', profile: 'default', key: 'default' };
+    const podLabels = sandboxPod(input({ identity, k: none })).metadata!.labels!;
+    const picks = (np: typeof egressPolicy) => Object.entries(np.spec!.podSelector!.matchLabels!).every(([k, v]) => podLabels[k] === v);
+    expect(picks(nonePolicy)).toBe(true);
+    expect(picks(egressPolicy)).toBe(false);
   });
 
   it('egress: DNS and public addresses only (cloud metadata and cluster ranges blocked); none: nothing', () => {

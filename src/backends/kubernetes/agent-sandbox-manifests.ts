@@ -1,6 +1,6 @@
 import type { V1ObjectMeta, V1PersistentVolumeClaimSpec, V1PodSpec } from '@kubernetes/client-node';
 import { sandboxAnnotations, sandboxLabels } from './labels.js';
-import { assertNoHostMount, DATA_VOLUME, sandboxPodSpec, type SandboxManifestInput } from './manifests.js';
+import { assertNoHostMount, DATA_VOLUME, sandboxPodLabels, sandboxPodSpec, type SandboxManifestInput } from './manifests.js';
 
 /*
  * Mode `agent-sandbox` (kubernetes-sigs/agent-sandbox v0.5, CRDs vendored in test/schemas/): a
@@ -49,7 +49,7 @@ export function sandboxResource(input: SandboxManifestInput): SandboxResource {
     spec: {
       operatingMode: 'Running',
       shutdownPolicy: 'Retain',
-      podTemplate: { metadata: { labels: { ...labels }, annotations: { ...annotations } }, spec: sandboxPodSpec(input, 'claim-template') },
+      podTemplate: { metadata: { labels: sandboxPodLabels(input), annotations: { ...annotations } }, spec: sandboxPodSpec(input, 'claim-template') },
     },
   };
   if (!input.ephemeral) {

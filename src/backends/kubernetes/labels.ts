@@ -91,11 +91,18 @@ export function identitySelector(installation: string, digest: string): string {
   return `${installationSelector(installation)},${LABEL.identity}=${identityLabel(digest)}`;
 }
 
-/** Labels that pick one tenant's sandboxes of one installation (the NetworkPolicy's pod selector). */
-export function tenantMatchLabels(installation: string, tenant: string): Record<string, string> {
+/**
+ * The network reach a pod was made for (`egress` or `none`): NetworkPolicies add up, so each
+ * reach has its own policy and a pod is picked by exactly one.
+ */
+export const NETWORK_LABEL = 'berth.network';
+
+/** Labels that pick one tenant's sandboxes of one installation with one network reach (the NetworkPolicy's pod selector). */
+export function tenantMatchLabels(installation: string, tenant: string, network: string): Record<string, string> {
   return {
     [LABEL.managed]: 'true',
     [LABEL.installation]: labelValue(installation),
     [LABEL.tenant]: labelValue(tenant),
+    [NETWORK_LABEL]: network,
   };
 }

@@ -11,7 +11,7 @@ import type {
 } from '@kubernetes/client-node';
 import { UnsupportedError } from '../../errors.js';
 import type { SandboxIdentity } from '../backend.js';
-import { LABEL, labelValue, sandboxAnnotations, sandboxLabels, tenantMatchLabels } from './labels.js';
+import { LABEL, labelValue, NETWORK_LABEL, sandboxAnnotations, sandboxLabels, tenantMatchLabels } from './labels.js';
 import { dataClaimName, tenantPolicyName } from './names.js';
 import type { KubernetesSettings } from './settings.js';
 
@@ -148,6 +148,11 @@ export function sandboxPodSpec(input: SandboxManifestInput, data: DataSource = '
   return spec;
 }
 
+/** Labels of a sandbox's pod: the identity's, and the network reach its NetworkPolicy selects on. */
+export function sandboxPodLabels(input: SandboxManifestInput): Record<string, string> {
+  return { ...sandboxLabels(input), [NETWORK_LABEL]: input.kubernetes.network };
+}
+
 /** The Pod of a sandbox (mode `pods`). */
 export function sandboxPod(input: SandboxManifestInput): V1Pod {
   return {
@@ -156,7 +161,7 @@ export function sandboxPod(input: SandboxManifestInput): V1Pod {
     metadata: {
       name: input.name,
       namespace: input.kubernetes.namespace,
-      labels: sandboxLabels(input),
+      labels: sandboxPodLabels(input),
       annotations: sandboxAnnotations(input),
     },
     spec: sandboxPodSpec(input, 'claim'),
@@ -211,22 +216,23 @@ function egressRules(k: KubernetesSettings): V1NetworkPolicyEgressRule[] {
 }
 
 /**
- * The NetworkPolicy of one tenant's sandboxes of one installation: no ingress at all (so no
- * sandbox reaches another, of this tenant or any other), and egress per `network`: nothing, or
- * DNS plus addresses outside the blocked ranges.
+ * The NetworkPolicy of one tenant's sandboxes of one installation made with `k.network`: no
+ * ingress at all (so no sandbox reaches another, of this tenant or any other), and egress per
+ * `network`: nothing, or DNS plus addresses outside the blocked ranges. Create it before the
+ * tenant's first pod, so no pod is ever unguarded.
  */
 export function tenantNetworkPolicy(installation: string, tenant: string, k: KubernetesSettings): V1NetworkPolicy {
   return {
     apiVersion: 'networking.k8s.io/v1',
     kind: 'NetworkPolicy',
     metadata: {
-      name: tenantPolicyName(installation, tenant),
+      name: tenantPolicyName(installation, tenant, k.network),
       namespace: k.namespace,
-      labels: { [LABEL.managed]: 'true', [LABEL.installation]: labelValue(installation), [LABEL.tenant]: labelValue(tenant) },
+      labels: { [LABEL.managed]: 'true', [LABEL.installation]: labelValue(installation), [LABEL.tenant]: labelValue(tenant), [NETWORK_LABEL]: k.network },
       annotations: { [LABEL.installation]: installation, [LABEL.tenant]: tenant },
     },
     spec: {
-      podSelector: { matchLabels: tenantMatchLabels(installation, tenant) },
+      podSelector: { matchLabels: tenantMatchLabels(installation, tenant, k.network) },
       policyTypes: ['Ingress', 'Egress'],
       ingress: [],
       egress: egressRules(k),

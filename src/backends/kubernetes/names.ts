@@ -28,8 +28,8 @@ export function dataClaimName(podName: string): string {
   return `${podName}-data`;
 }
 
-/** The per-tenant NetworkPolicy of one installation. */
-export function tenantPolicyName(installation: string, tenant: string): string {
+/** The per-tenant NetworkPolicy of one installation, one per network reach (`egress`, `none`). */
+export function tenantPolicyName(installation: string, tenant: string, network: string): string {
   const h = createHash('sha256').update(JSON.stringify([installation, tenant]), 'utf8').digest('hex');
-  return `berth-tenant-${h.slice(0, 24)}`;
+  return `berth-tenant-${h.slice(0, 24)}-${network}`;
 }
