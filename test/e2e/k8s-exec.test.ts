@@ -174,6 +174,16 @@ describeStandin('kubernetes exec over the WebSocket (stand-in API server, real c
     await shell[Symbol.asyncDispose]();
   });
 
+  it('a hostile command cannot replace the /bin/sh that the bootstrap and the killer run: non-root, no capabilities, read-only root', async () => {
+    const r = await execOnceInPod(target, ['/bin/sh', '-c', 'id -u; grep -E "^(CapEff|NoNewPrivs):" /proc/self/status | tr -s "\t " " "; echo x > /bin/sh; echo "write=$?"; cp /bin/sh /tmp/sh && echo copied']);
+    const out = r.stdout.toString();
+    expect(out).toContain('1000\n');
+    expect(out).toContain('CapEff: 0000000000000000');
+    expect(out).toContain('NoNewPrivs: 1');
+    expect(out).toMatch(/write=[1-9]/);
+    expect(r.stderr.toString()).toMatch(/Read-only file system|Permission denied/);
+  });
+
   it('an exec into a pod that does not exist is a SandboxNotFoundError', async () => {
     await expect(spawnInPod({ ...target, pod: 'berth-no-such-pod' }, ['true'], { env: {}, stdin: 'ignore' })).rejects.toThrow(SandboxNotFoundError);
   });
