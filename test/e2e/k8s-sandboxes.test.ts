@@ -1,42 +1,32 @@
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { execOnceInPod } from '../../src/backends/kubernetes/exec-once.js';
 import { tenantNetworkPolicy } from '../../src/backends/kubernetes/manifests.js';
 import { dataClaimName } from '../../src/backends/kubernetes/names.js';
 import { ensurePodSandbox, listManagedPods, removePodSandbox, type EnsurePodInput } from '../../src/backends/kubernetes/pod-sandboxes.js';
 import { deletePod, listPods, waitForPodGone } from '../../src/backends/kubernetes/pods.js';
 import { UnsupportedError } from '../../src/errors.js';
-import { TEST_IMAGE } from '../helpers/docker.js';
-import { describeStandin, ensureStandinImage } from '../k8s-standin/describe-standin.js';
-import { sandboxInput, standinClient } from '../k8s-standin/fixtures.js';
-import { StandinApiServer } from '../k8s-standin/server.js';
+import { describeClusters, type ClusterUnderTest } from '../k8s-standin/clusters.js';
+import { sandboxInput } from '../k8s-standin/fixtures.js';
 
 /*
  * Sandbox lifecycle as pods (create or adopt, reattach, recreate once, cleanup on failure, list
- * for reapers) through the real client against the stand-in, pods as real containers and
- * claims as real directories.
+ * for reapers) through the real client: against the stand-in (pods as real containers, claims
+ * as real directories), and against a real cluster with BERTH_KUBECONFIG (clusters.ts).
  */
 
-function ensureInput(installation: string, opts: { ephemeral: boolean; knownName?: string; key?: string; image?: string; mount?: string | null }): EnsurePodInput {
-  const base = sandboxInput(installation, { ephemeral: opts.ephemeral, key: opts.key ?? 'default', k: opts.image === undefined ? {} : { image: opts.image } });
-  return { ...base, mount: opts.mount ?? null, knownName: opts.knownName, unique: () => randomBytes(4).toString('hex') };
-}
-
-describeStandin('kubernetes sandboxes as pods (stand-in API server, real client)', () => {
-  let server: StandinApiServer;
-
-  beforeAll(async () => {
-    await ensureStandinImage();
-    server = await StandinApiServer.start({ imageFor: (image) => (image === 'missing:image' ? 'berth-no-such-image:none' : TEST_IMAGE) });
-  });
-  afterAll(async () => {
-    await server?.stop();
-  });
-
+describeClusters('kubernetes sandboxes as pods', (cluster: () => ClusterUnderTest) => {
   const installation = (): string => `inst-${randomBytes(4).toString('hex')}`;
+  const ns = (): string => cluster().client.namespace;
+
+  function ensureInput(inst: string, opts: { ephemeral: boolean; knownName?: string; key?: string; image?: string; mount?: string | null }): EnsurePodInput {
+    const k = { image: opts.image ?? cluster().image, namespace: ns() };
+    const base = sandboxInput(inst, { ephemeral: opts.ephemeral, key: opts.key ?? 'default', k });
+    return { ...base, mount: opts.mount ?? null, knownName: opts.knownName, unique: () => randomBytes(4).toString('hex') };
+  }
 
   it('persistent: created once, adopted after, recreated once when deleted out of band, its files kept on the claim', async () => {
-    const client = standinClient(server);
+    const { client } = cluster();
     const inst = installation();
     const first = await ensurePodSandbox(client, ensureInput(inst, { ephemeral: false }));
     expect(first).toMatchObject({ created: true, recreated: false });
@@ -52,17 +42,26 @@ describeStandin('kubernetes sandboxes as pods (stand-in API server, real client)
     const read = await execOnceInPod(back.target, ['/bin/sh', '-c', 'cat /workspace/f "$HOME/g"']);
     expect(read.stdout.toString()).toBe('kept\nhome\n');
 
-    // A pod whose container ended never runs again (restartPolicy Never): replaced, files kept.
-    await server.killPodContainer('berth', first.name);
+    await removePodSandbox(client, first.name, { withFiles: true });
+    await expect(client.core.readNamespacedPersistentVolumeClaim({ namespace: ns(), name: dataClaimName(first.name) })).rejects.toMatchObject({ code: 404 });
+  });
+
+  it('persistent: a pod whose container ended (restartPolicy Never) is replaced once, its files kept (stand-in: needs its hook to end a container)', async (ctx) => {
+    const standin = cluster().standin;
+    if (standin === undefined) return ctx.skip();
+    const { client } = cluster();
+    const inst = installation();
+    const first = await ensurePodSandbox(client, ensureInput(inst, { ephemeral: false }));
+    await execOnceInPod(first.target, ['/bin/sh', '-c', 'echo kept > /workspace/f']);
+    await standin.killPodContainer(ns(), first.name);
     const replaced = await ensurePodSandbox(client, ensureInput(inst, { ephemeral: false, knownName: first.name }));
     expect(replaced).toMatchObject({ created: true, recreated: true });
     expect((await execOnceInPod(replaced.target, ['cat', '/workspace/f'])).stdout.toString()).toBe('kept\n');
     await removePodSandbox(client, first.name, { withFiles: true });
-    await expect(client.core.readNamespacedPersistentVolumeClaim({ namespace: 'berth', name: dataClaimName(first.name) })).rejects.toMatchObject({ code: 404 });
   });
 
   it('ephemeral: reattached only by its recorded name; gone, it is replaced by a new name once', async () => {
-    const client = standinClient(server);
+    const { client } = cluster();
     const inst = installation();
     const first = await ensurePodSandbox(client, ensureInput(inst, { ephemeral: true, key: 'session:s1' }));
     expect(first.created).toBe(true);
@@ -79,7 +78,7 @@ describeStandin('kubernetes sandboxes as pods (stand-in API server, real client)
   });
 
   it('another installation\'s recorded pod name is never reattached', async () => {
-    const client = standinClient(server);
+    const { client } = cluster();
     const theirs = await ensurePodSandbox(client, ensureInput(installation(), { ephemeral: true, key: 'session:x' }));
     const mine = await ensurePodSandbox(client, ensureInput(installation(), { ephemeral: true, key: 'session:x', knownName: theirs.name }));
     expect(mine.name).not.toBe(theirs.name);
@@ -87,35 +86,35 @@ describeStandin('kubernetes sandboxes as pods (stand-in API server, real client)
   });
 
   it('a failed create removes what it made and reports the original error', async () => {
-    const client = standinClient(server);
+    const { client } = cluster();
     const inst = installation();
-    await expect(ensurePodSandbox(client, ensureInput(inst, { ephemeral: false, image: 'missing:image' }))).rejects.toThrow(/cannot run: phase Pending, container waiting: CreateContainerError/);
+    await expect(ensurePodSandbox(client, ensureInput(inst, { ephemeral: false, image: cluster().missingImage }))).rejects.toThrow(/cannot run: phase Pending, container waiting: (CreateContainerError|ErrImagePull|ImagePullBackOff|InvalidImageName)/);
     for (let i = 0; i < 100 && (await listPods(client, `berth.installation=${inst}`)).length > 0; i++) await new Promise((r) => setTimeout(r, 50));
     expect(await listPods(client, `berth.installation=${inst}`)).toEqual([]);
-    const claims = await client.core.listNamespacedPersistentVolumeClaim({ namespace: 'berth', labelSelector: `berth.installation=${inst}` });
+    const claims = await client.core.listNamespacedPersistentVolumeClaim({ namespace: ns(), labelSelector: `berth.installation=${inst}` });
     expect(claims.items).toEqual([]);
   });
 
   it('the tenant NetworkPolicy exists before the tenant\'s first pod', async () => {
-    const client = standinClient(server);
+    const { client } = cluster();
     const inst = installation();
     const input = ensureInput(inst, { ephemeral: true });
     const made = await ensurePodSandbox(client, input);
-    const np = await client.networking.readNamespacedNetworkPolicy({ namespace: 'berth', name: tenantNetworkPolicy(inst, input.identity.tenant, input.kubernetes).metadata!.name! });
-    const pod = await client.core.readNamespacedPod({ namespace: 'berth', name: made.name });
+    const np = await client.networking.readNamespacedNetworkPolicy({ namespace: ns(), name: tenantNetworkPolicy(inst, input.identity.tenant, input.kubernetes).metadata!.name! });
+    const pod = await client.core.readNamespacedPod({ namespace: ns(), name: made.name });
     expect(Number(np.metadata!.resourceVersion)).toBeLessThan(Number(pod.metadata!.resourceVersion));
     await removePodSandbox(client, made.name, { withFiles: false });
   });
 
   it('a host mount is refused before anything is created', async () => {
-    const client = standinClient(server);
+    const { client } = cluster();
     const inst = installation();
     await expect(ensurePodSandbox(client, ensureInput(inst, { ephemeral: true, mount: '/home/ana/project' }))).rejects.toThrow(UnsupportedError);
     expect(await listPods(client, `berth.installation=${inst}`)).toEqual([]);
   });
 
   it('reapers list this installation\'s sandboxes only, with lifecycle and state', async () => {
-    const client = standinClient(server);
+    const { client } = cluster();
     const inst = installation();
     const p = await ensurePodSandbox(client, ensureInput(inst, { ephemeral: false }));
     const e = await ensurePodSandbox(client, ensureInput(inst, { ephemeral: true, key: 'session:r' }));
