@@ -12,6 +12,7 @@ import { loadValidator, type ManifestValidator } from '../schemas/validate.js';
 import { bridgeExec, type ExecBridge } from './exec-bridge.js';
 import { parseLabelSelector } from './label-selector.js';
 import { restrictedViolations } from './pod-security.js';
+import { reconcileSandbox, sandboxStatus, type ControllerHost } from './sandbox-controller.js';
 import { claimDir, containerOptions, runningStatus, STANDIN_LABEL, terminatedStatus, waitingStatus, type PodRuntimeOptions } from './pod-runtime.js';
 import { alreadyExists, apiError, notFound, type StatusBody } from './status.js';
 
@@ -46,6 +47,7 @@ const RESOURCES: Resource[] = [
   { plural: 'pods', kind: 'Pod', prefix: '/api/v1' },
   { plural: 'persistentvolumeclaims', kind: 'PersistentVolumeClaim', prefix: '/api/v1' },
   { plural: 'networkpolicies', kind: 'NetworkPolicy', prefix: '/apis/networking.k8s.io/v1' },
+  { plural: 'sandboxes', kind: 'Sandbox', prefix: '/apis/agents.x-k8s.io/v1beta1' },
 ];
 
 const PATH_RE = /^(\/api\/v1|\/apis\/[^/]+\/[^/]+)\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?(?:\/(exec))?$/;
@@ -226,6 +228,7 @@ export class StandinApiServer implements AsyncDisposable {
     if (r.plural === 'persistentvolumeclaims') obj['status'] = { phase: 'Bound', accessModes: (obj['spec'] as { accessModes?: string[] }).accessModes };
     store.set(key, obj);
     if (r.plural === 'pods') this.track(this.startPod(key, obj));
+    if (r.plural === 'sandboxes') reconcileSandbox(this.controllerHost(), namespace, obj);
     this.reply(res, 201, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
   }
 
@@ -278,6 +281,7 @@ export class StandinApiServer implements AsyncDisposable {
     const obj = this.store(r.plural).get(key);
     if (obj === undefined) return this.reply(res, 404, notFound(r.plural, name));
     if (r.plural === 'pods') await this.refresh(key, obj);
+    if (r.plural === 'sandboxes') sandboxStatus(this.controllerHost(), namespace, obj);
     this.reply(res, 200, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
   }
 
@@ -291,8 +295,42 @@ export class StandinApiServer implements AsyncDisposable {
     if (r.plural !== 'pods') {
       store.delete(key);
       if (r.plural === 'persistentvolumeclaims') rmSync(claimDir(this.dataDir, namespace, name), { recursive: true, force: true });
+      if (r.plural === 'sandboxes') this.collectGarbage(namespace, String(obj.metadata['uid']));
       return this.reply(res, 200, out);
     }
+    this.deletePodObject(key, obj);
+    this.reply(res, 200, out);
+  }
+
+  /** What the agent-sandbox emulation needs of the server. */
+  private controllerHost(): ControllerHost {
+    return {
+      store: (plural) => this.store(plural),
+      nextVersion: () => String(this.resourceVersion++),
+      admit: (spec) => (this.enforceRestricted ? restrictedViolations(spec) : []),
+      startPod: (key, pod) => this.track(this.startPod(key, pod)),
+    };
+  }
+
+  /** Owner-reference garbage collection: the pods and claims a deleted Sandbox owned go too. */
+  private collectGarbage(namespace: string, ownerUid: string): void {
+    for (const plural of ['pods', 'persistentvolumeclaims']) {
+      for (const [key, obj] of [...this.store(plural)]) {
+        const refs = (obj.metadata['ownerReferences'] ?? []) as { uid?: string }[];
+        if (!key.startsWith(`${namespace}/`) || !refs.some((ref) => ref.uid === ownerUid)) continue;
+        if (plural === 'pods') {
+          this.deletePodObject(key, obj);
+        } else {
+          this.store(plural).delete(key);
+          rmSync(claimDir(this.dataDir, namespace, String(obj.metadata['name'])), { recursive: true, force: true });
+        }
+      }
+    }
+  }
+
+  /** Graceful pod deletion: the object stays, with a deletionTimestamp, until its container is gone. */
+  private deletePodObject(key: string, obj: Obj): void {
+    const store = this.store('pods');
     if (obj.metadata['deletionTimestamp'] === undefined) {
       obj.metadata['deletionTimestamp'] = new Date().toISOString();
       obj.metadata['deletionGracePeriodSeconds'] = 0;
@@ -304,7 +342,6 @@ export class StandinApiServer implements AsyncDisposable {
         if (store.get(key) === obj) store.delete(key);
       })());
     }
-    this.reply(res, 200, out);
   }
 
   private upgrade(req: IncomingMessage, sock: import('node:net').Socket, head: Buffer): void {

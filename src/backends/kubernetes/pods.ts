@@ -146,12 +146,23 @@ function describe(pod: V1Pod | undefined): string {
 /**
  * Waits until the pod runs with its container ready. A pod that ended, vanished, or whose
  * container cannot start (image pull failures and the like) fails at once; one still pending
- * at the deadline is a TimeoutError saying where it stands.
+ * at the deadline is a TimeoutError saying where it stands. `mayNotExistYet`: a controller
+ * makes the pod (agent-sandbox), so its absence is waited out too.
  */
-export async function waitForRunning(client: KubeClient, name: string, timeoutMs: number, pollMs = DEFAULT_POLL_MS): Promise<V1Pod> {
+export async function waitForRunning(
+  client: KubeClient,
+  name: string,
+  timeoutMs: number,
+  pollMs = DEFAULT_POLL_MS,
+  opts: { mayNotExistYet?: boolean } = {},
+): Promise<V1Pod> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const pod = await readPod(client, name);
+    if (pod === undefined && opts.mayNotExistYet === true && Date.now() < deadline) {
+      await sleep(Math.min(pollMs, Math.max(1, deadline - Date.now())));
+      continue;
+    }
     const ready = pod?.status?.containerStatuses?.[0]?.ready === true;
     if (pod?.status?.phase === 'Running' && ready) return pod;
     const reason = pod?.status?.containerStatuses?.[0]?.state?.waiting?.reason;
