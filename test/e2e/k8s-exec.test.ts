@@ -184,6 +184,18 @@ describeStandin('kubernetes exec over the WebSocket (stand-in API server, real c
     expect(r.stderr.toString()).toMatch(/Read-only file system|Permission denied/);
   });
 
+  it('a close signal sent by the server cannot end berth\'s own stdout or stderr (the client would end its default streams)', async () => {
+    const p = await spawnInPod(target, ['/bin/sh', '-c', 'read x; echo "got $x"'], { env: {}, stdin: 'pipe' });
+    const io = collect(p);
+    server.sendToExecClients(Buffer.from([255, 1]));
+    server.sendToExecClients(Buffer.from([255, 2]));
+    p.stdin.write('line\n');
+    expect(await p.ended).toEqual({ kind: 'exited', code: 0 });
+    expect(io.out()).toBe('got line\n');
+    expect(process.stdout.writableEnded).toBe(false);
+    expect(process.stderr.writableEnded).toBe(false);
+  });
+
   it('an exec into a pod that does not exist is a SandboxNotFoundError', async () => {
     await expect(spawnInPod({ ...target, pod: 'berth-no-such-pod' }, ['true'], { env: {}, stdin: 'ignore' })).rejects.toThrow(SandboxNotFoundError);
   });

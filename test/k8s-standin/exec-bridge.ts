@@ -30,6 +30,8 @@ export interface ExecRequest {
 }
 
 export interface ExecBridge {
+  /** Send a raw message to the client (protocol misbehaviour on demand). */
+  sendRaw(data: Buffer): void;
   /** Stop reading the client and answering its pings, and stop forwarding output: a silently dead connection. */
   freeze(): void;
   /** Cut the TCP connection without a status or close frame. */
@@ -116,6 +118,9 @@ export function bridgeExec(docker: Dockerode, containerId: string, ws: WebSocket
 
   return {
     done,
+    sendRaw(data: Buffer): void {
+      ws.send(data);
+    },
     freeze(): void {
       frozen = true;
       // Not reading the socket also means not answering pings.

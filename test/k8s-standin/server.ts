@@ -131,6 +131,11 @@ export class StandinApiServer implements AsyncDisposable {
     for (const b of this.bridges) b.freeze();
   }
 
+  /** Sends a raw message on every exec connection (a misbehaving server). */
+  sendToExecClients(data: Buffer): void {
+    for (const b of this.bridges) b.sendRaw(data);
+  }
+
   /** Every exec connection is cut without a status frame (an API server or kubelet restart). */
   dropExecConnections(): void {
     for (const b of this.bridges) b.drop();

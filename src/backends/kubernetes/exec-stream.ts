@@ -109,6 +109,23 @@ async function connect(target: ExecTarget, command: string[], stdout: PassThroug
 }
 
 /**
+ * The client answers a [255, n] message from the server by ending its *default* streams, which
+ * are berth's own process.stdin/stdout/stderr, not this exec's. An API server never sends one
+ * (the close signal goes from client to server only), so such a message is dropped, not obeyed.
+ */
+function dropCloseSignals(ws: WebSocket, log: (msg: string) => void): void {
+  const handler = ws.onmessage;
+  ws.onmessage = (event) => {
+    const data = event.data;
+    if (Buffer.isBuffer(data) && data.length > 0 && data[0] === CLOSE_SIGNAL) {
+      log('ignored a stream close signal sent by the server');
+      return;
+    }
+    handler?.call(ws, event);
+  };
+}
+
+/**
  * Start `argv` in the target container. `env` and `cwd` reach the process's own environment
  * and working directory through the stdin prelude, never argv; `env[BERTH_SHELL_TAG]` (or a
  * fresh tag) is what `kill()` looks for.
@@ -122,6 +139,7 @@ export async function spawnInPod(target: ExecTarget, argv: readonly string[], op
   let status: V1Status | undefined;
   const ws = await connect(target, plan.command, stdout, stderr, (s) => (status = s), opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS);
   const protocol = ws.protocol;
+  dropCloseSignals(ws, (msg) => log(`exec stream of pod ${target.pod}: ${msg}`));
 
   let dropReason = 'the connection closed without an exit status';
   const ended = new Promise<ExecEnd>((resolve) => {
