@@ -1,8 +1,8 @@
 /**
  * Every API call the kubernetes backend makes, as RBAC rules: the Role in deploy/rbac.yaml must
  * grant exactly these (a test holds the two together), so the backend runs with least privilege.
- * `pods/exec` needs `create` (WebSocket exec is authorized as create since Kubernetes 1.31's
- * AuthorizePodWebsocketUpgradeCreatePermission) and `get` (older API servers).
+ * `pods/exec` needs `create` (newer API servers authorize a WebSocket exec as create, feature
+ * gate AuthorizePodWebsocketUpgradeCreatePermission) and `get` (older ones authorize its GET).
  */
 export const REQUIRED_PERMISSIONS: readonly { apiGroup: string; resource: string; verbs: readonly string[] }[] = [
   { apiGroup: '', resource: 'pods', verbs: ['create', 'delete', 'get', 'list'] },
