@@ -1,0 +1,93 @@
+import type { V1Pod } from '@kubernetes/client-node';
+import { BackendUnavailableError } from '../../errors.js';
+import type { SandboxIdentity } from '../backend.js';
+import { AGENT_SANDBOX_API, sandboxResource, type SandboxResource } from './agent-sandbox-manifests.js';
+import type { ExecTarget } from './exec-stream.js';
+import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
+import { assertNoHostMount, CONTAINER_NAME, tenantNetworkPolicy } from './manifests.js';
+import { persistentPodName } from './names.js';
+import { ensureNetworkPolicy, notOwnedBy, waitForRunning, type AdoptResult, type Owner } from './pods.js';
+import type { KubernetesSettings } from './settings.js';
+
+/*
+ * Mode `agent-sandbox`: one `Sandbox` (agents.x-k8s.io/v1beta1) per persistent identity, named
+ * from the digest like a pod; its controller makes the pod (named after the Sandbox) and the
+ * claim `data-<name>` from the claim template. berth then execs into that pod exactly as in
+ * mode `pods`. Deleting the Sandbox deletes its pod and claims (owner references).
+ */
+
+const GROUP = 'agents.x-k8s.io';
+const VERSION = AGENT_SANDBOX_API.split('/')[1] as string;
+const PLURAL = 'sandboxes';
+
+async function readSandbox(client: KubeClient, name: string): Promise<SandboxResource | undefined> {
+  try {
+    return (await client.custom.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, name })) as SandboxResource;
+  } catch (err) {
+    if (apiStatusOf(err) === 404) return undefined;
+    throw fromKubeError(client, err, `read sandbox ${name}`);
+  }
+}
+
+/** Creates the Sandbox, or adopts it when it is this installation's and this identity's. */
+export async function createOrAdoptSandbox(client: KubeClient, manifest: SandboxResource, owner: Owner): Promise<AdoptResult<SandboxResource>> {
+  const name = manifest.metadata.name as string;
+  try {
+    const made = (await client.custom.createNamespacedCustomObject({
+      group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, body: manifest, fieldValidation: 'Strict',
+    })) as SandboxResource;
+    return { object: made, adopted: false };
+  } catch (err) {
+    if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create sandbox ${name}`);
+  }
+  const existing = await readSandbox(client, name);
+  if (existing === undefined) throw new BackendUnavailableError(`kubernetes: sandbox ${name} was reported to exist and then was gone; try again`);
+  const why = notOwnedBy(existing.metadata as { labels?: Record<string, string>; annotations?: Record<string, string> }, owner);
+  if (why !== undefined) {
+    throw new BackendUnavailableError(`kubernetes: a sandbox named ${name} exists but ${why}; berth never adopts an object that is not its own. Delete it (kubectl delete sandbox ${name}) if it is stale`);
+  }
+  return { object: existing, adopted: true };
+}
+
+/** Deletes a Sandbox (its controller's pod and claims go with it); one already gone is success. */
+export async function deleteSandbox(client: KubeClient, name: string): Promise<boolean> {
+  try {
+    await client.custom.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, name });
+    return true;
+  } catch (err) {
+    if (apiStatusOf(err) === 404) return false;
+    throw fromKubeError(client, err, `delete sandbox ${name}`);
+  }
+}
+
+/** True when `pod` was made by the controller for the Sandbox `name` (its controller owner reference). */
+export function podOfSandbox(pod: V1Pod, name: string, uid: string | undefined): boolean {
+  return (pod.metadata?.ownerReferences ?? []).some((r) => r.controller === true && r.kind === 'Sandbox' && r.name === name && (uid === undefined || r.uid === uid));
+}
+
+export interface EnsureSandboxInput {
+  identity: SandboxIdentity;
+  digest: string;
+  rule: string;
+  mount: string | null;
+  kubernetes: KubernetesSettings;
+}
+
+/**
+ * A persistent identity's Sandbox, created or adopted, and its pod once it runs. The pod must
+ * be the controller's for this very Sandbox, so berth never execs into a look-alike.
+ */
+export async function ensureAgentSandbox(client: KubeClient, input: EnsureSandboxInput): Promise<{ name: string; target: ExecTarget; created: boolean }> {
+  assertNoHostMount(input.mount);
+  const k = input.kubernetes;
+  if (k.networkPolicy) await ensureNetworkPolicy(client, tenantNetworkPolicy(input.identity.installation, input.identity.tenant, k));
+  const name = persistentPodName(input.digest);
+  const owner = { installation: input.identity.installation, digest: input.digest };
+  const manifest = sandboxResource({ ...input, ephemeral: false, name });
+  const { object, adopted } = await createOrAdoptSandbox(client, manifest, owner);
+  const pod = await waitForRunning(client, name, k.podStartTimeoutSeconds * 1000, undefined, { mayNotExistYet: true });
+  if (!podOfSandbox(pod, name, object.metadata.uid)) {
+    throw new BackendUnavailableError(`kubernetes: pod ${name} is not the one the agent-sandbox controller made for sandbox ${name}; refusing to use it`);
+  }
+  return { name, target: { client, pod: name, container: CONTAINER_NAME }, created: !adopted };
+}

@@ -1,0 +1,100 @@
+import { ApiException, CoreV1Api, CustomObjectsApi, Exec, KubeConfig, NetworkingV1Api } from '@kubernetes/client-node';
+import { BackendUnavailableError, BerthError, ConfigError, SandboxNotFoundError } from '../../errors.js';
+import type { KubernetesSettings } from './settings.js';
+
+/** The API clients of one cluster connection, all from one KubeConfig. */
+export interface KubeClient {
+  readonly kubeConfig: KubeConfig;
+  readonly namespace: string;
+  readonly core: CoreV1Api;
+  readonly networking: NetworkingV1Api;
+  readonly custom: CustomObjectsApi;
+  readonly exec: Exec;
+  /** The API server's URL, for messages. */
+  readonly server: string;
+}
+
+/**
+ * The KubeConfig the settings name: the in-cluster service account, or a kubeconfig file (default
+ * `$KUBECONFIG` / `~/.kube/config`) and context. Config that cannot be honoured is a ConfigError.
+ */
+export function kubeConfigFor(s: KubernetesSettings): KubeConfig {
+  const kc = new KubeConfig();
+  try {
+    if (s.inCluster) kc.loadFromCluster();
+    else if (s.kubeconfig !== undefined) kc.loadFromFile(s.kubeconfig);
+    else kc.loadFromDefault();
+  } catch (err) {
+    const where = s.inCluster ? 'the in-cluster service account' : s.kubeconfig ?? 'the default kubeconfig ($KUBECONFIG or ~/.kube/config)';
+    throw new ConfigError(`kubernetes: cannot load ${where}: ${(err as Error).message}; check kubernetes.kubeconfig / kubernetes.inCluster`, { cause: err });
+  }
+  if (s.context !== undefined) {
+    if (kc.getContextObject(s.context) === null) {
+      throw new ConfigError(`kubernetes.context "${s.context}" is not in the kubeconfig (contexts: ${kc.getContexts().map((c) => c.name).join(', ') || 'none'})`);
+    }
+    kc.setCurrentContext(s.context);
+  }
+  if (kc.getCurrentCluster() === null) throw new ConfigError('kubernetes: the kubeconfig has no current cluster; set kubernetes.context');
+  return kc;
+}
+
+/** The clients for `kc`, working in `namespace`. Does no I/O. */
+export function kubeClient(kc: KubeConfig, namespace: string): KubeClient {
+  return {
+    kubeConfig: kc,
+    namespace,
+    core: kc.makeApiClient(CoreV1Api),
+    networking: kc.makeApiClient(NetworkingV1Api),
+    custom: kc.makeApiClient(CustomObjectsApi),
+    exec: new Exec(kc),
+    server: kc.getCurrentCluster()?.server ?? 'the API server',
+  };
+}
+
+/** The HTTP status of an API error, or undefined for anything else (network errors included). */
+export function apiStatusOf(err: unknown): number | undefined {
+  return err instanceof ApiException ? (err.code as number) : undefined;
+}
+
+/** The API server's own message from an error's Status body, if it sent one. */
+function apiMessage(err: unknown): string | undefined {
+  if (!(err instanceof ApiException)) return undefined;
+  const body = err.body as unknown;
+  if (typeof body === 'string') {
+    try {
+      return (JSON.parse(body) as { message?: string }).message;
+    } catch {
+      return body.slice(0, 500);
+    }
+  }
+  return (body as { message?: string } | undefined)?.message;
+}
+
+/**
+ * One translator for API errors (STYLE: one per boundary): what the caller decides on, with the
+ * API server's message and the fix. `doing` names the call (`create pod berth-...`).
+ */
+export function fromKubeError(client: Pick<KubeClient, 'server' | 'namespace'>, err: unknown, doing: string): BerthError {
+  if (err instanceof BerthError) return err;
+  const status = apiStatusOf(err);
+  const msg = apiMessage(err);
+  const said = msg === undefined ? '' : `: ${msg}`;
+  switch (status) {
+    case undefined:
+      return new BackendUnavailableError(
+        `kubernetes: could not ${doing}: the API server at ${client.server} did not answer (${(err as Error).message}); check the cluster is reachable and kubernetes.kubeconfig / kubernetes.context`,
+        { cause: err },
+      );
+    case 401:
+      return new BackendUnavailableError(`kubernetes: could not ${doing}: the API server at ${client.server} refused berth's credentials (401)${said}; renew the kubeconfig's token or certificate`, { cause: err });
+    case 403:
+      return new BackendUnavailableError(
+        `kubernetes: could not ${doing} in namespace "${client.namespace}" (403 Forbidden)${said}; apply deploy/rbac.yaml for berth's user or service account, or check the namespace's admission policy`,
+        { cause: err },
+      );
+    case 404:
+      return new SandboxNotFoundError(`kubernetes: could not ${doing} in namespace "${client.namespace}" (404)${said}`, { cause: err });
+    default:
+      return new BackendUnavailableError(`kubernetes: could not ${doing}: the API server answered ${status}${said}`, { cause: err });
+  }
+}

@@ -1,0 +1,241 @@
+import type {
+  V1Container,
+  V1NetworkPolicy,
+  V1NetworkPolicyEgressRule,
+  V1PersistentVolumeClaim,
+  V1Pod,
+  V1PodSpec,
+  V1ResourceRequirements,
+  V1Volume,
+  V1VolumeMount,
+} from '@kubernetes/client-node';
+import { UnsupportedError } from '../../errors.js';
+import type { SandboxIdentity } from '../backend.js';
+import { LABEL, labelValue, NETWORK_LABEL, sandboxAnnotations, sandboxLabels, tenantMatchLabels } from './labels.js';
+import { dataClaimName, tenantPolicyName } from './names.js';
+import type { KubernetesSettings } from './settings.js';
+
+/*
+ * The manifests berth sends for a sandbox: pure functions of the identity and the profile's
+ * kubernetes settings. Every one of them is validated in tests against the vendored schemas
+ * (test/schemas/).
+ *
+ * Isolation (DESIGN §8, Pod Security "restricted"): a non-root uid, no privilege escalation,
+ * every capability dropped, the runtime's default seccomp profile, a read-only root file system
+ * with writable volumes only where a sandbox writes, no service-account token, no service
+ * environment variables, and a per-tenant NetworkPolicy that admits no ingress.
+ */
+
+export const WORKSPACE = '/workspace';
+export const HOME = '/home/berth';
+/** berth's own files (shell snapshots): under home, never the workspace. */
+export const STATE_DIR = `${HOME}/.berth`;
+export const TMP = '/tmp';
+export const CONTAINER_NAME = 'sandbox';
+/** Name of the volume (and, in agent-sandbox mode, of the claim template) holding a persistent sandbox's files. */
+export const DATA_VOLUME = 'data';
+
+export interface SandboxManifestInput {
+  identity: SandboxIdentity;
+  /** Hex sha256 of the identity. */
+  digest: string;
+  ephemeral: boolean;
+  /** The scope mode / auto row that produced the key, for labels. */
+  rule: string;
+  /** The pod's (or Sandbox's) name, from names.ts. */
+  name: string;
+  /** Host dir the caller wants at /workspace: never possible on a cluster, so it must be null. */
+  mount: string | null;
+  kubernetes: KubernetesSettings;
+}
+
+/** Where a persistent sandbox's data volume comes from: a PVC berth made, or the Sandbox's claim template. */
+export type DataSource = 'claim' | 'claim-template';
+
+function mib(n: number): string {
+  return `${n}Mi`;
+}
+
+function resourcesOf(k: KubernetesSettings): V1ResourceRequirements | undefined {
+  const amounts: Record<string, string> = {};
+  if (k.cpus !== undefined) amounts['cpu'] = String(k.cpus);
+  if (k.memoryMb !== undefined) amounts['memory'] = mib(k.memoryMb);
+  if (k.ephemeralStorageMb !== undefined) amounts['ephemeral-storage'] = mib(k.ephemeralStorageMb);
+  if (Object.keys(amounts).length === 0) return undefined;
+  // Requests equal to limits: the scheduler reserves what the sandbox may use (no overcommit).
+  return { requests: { ...amounts }, limits: { ...amounts } };
+}
+
+function volumesOf(input: SandboxManifestInput, data: DataSource): { volumes: V1Volume[]; mounts: V1VolumeMount[] } {
+  const size = mib(input.kubernetes.tmpSizeMb);
+  const volumes: V1Volume[] = [{ name: 'tmp', emptyDir: { sizeLimit: size } }];
+  const mounts: V1VolumeMount[] = [{ name: 'tmp', mountPath: TMP }];
+  if (input.ephemeral) {
+    volumes.push({ name: 'workspace', emptyDir: { sizeLimit: size } }, { name: 'home', emptyDir: { sizeLimit: size } });
+    mounts.push({ name: 'workspace', mountPath: WORKSPACE }, { name: 'home', mountPath: HOME });
+    return { volumes, mounts };
+  }
+  // agent-sandbox injects the volume for a claim template itself (named after the template).
+  if (data === 'claim') volumes.push({ name: DATA_VOLUME, persistentVolumeClaim: { claimName: dataClaimName(input.name) } });
+  mounts.push({ name: DATA_VOLUME, mountPath: WORKSPACE, subPath: 'workspace' }, { name: DATA_VOLUME, mountPath: HOME, subPath: 'home' });
+  return { volumes, mounts };
+}
+
+/** The sandbox container: it only waits; every command is exec'd into it. */
+function containerOf(input: SandboxManifestInput, mounts: V1VolumeMount[]): V1Container {
+  const k = input.kubernetes;
+  const container: V1Container = {
+    name: CONTAINER_NAME,
+    image: k.image,
+    command: ['sleep', 'infinity'],
+    workingDir: WORKSPACE,
+    env: [{ name: 'HOME', value: HOME }],
+    securityContext: {
+      runAsNonRoot: true,
+      runAsUser: k.runAsUser,
+      runAsGroup: k.runAsGroup,
+      allowPrivilegeEscalation: false,
+      privileged: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ['ALL'] },
+      seccompProfile: { type: 'RuntimeDefault' },
+    },
+    volumeMounts: mounts,
+    stdin: false,
+    tty: false,
+  };
+  if (k.imagePullPolicy !== undefined) container.imagePullPolicy = k.imagePullPolicy;
+  const resources = resourcesOf(k);
+  if (resources !== undefined) container.resources = resources;
+  return container;
+}
+
+/** Pods run on cluster nodes, so a dir on berth's host can never be mounted: refuse, never drop it silently. */
+export function assertNoHostMount(mount: string | null): void {
+  if (mount === null) return;
+  throw new UnsupportedError(
+    `the kubernetes backend cannot mount host dir ${JSON.stringify(mount)} at ${WORKSPACE}: pods run on cluster nodes, not on berth's host; ` +
+      'upload files instead (berth cp), or use backend: docker for host mounts',
+  );
+}
+
+/** The pod spec of a sandbox (a Pod's, or a Sandbox's pod template's). */
+export function sandboxPodSpec(input: SandboxManifestInput, data: DataSource = 'claim'): V1PodSpec {
+  assertNoHostMount(input.mount);
+  const k = input.kubernetes;
+  const { volumes, mounts } = volumesOf(input, data);
+  const spec: V1PodSpec = {
+    containers: [containerOf(input, mounts)],
+    volumes,
+    restartPolicy: 'Never',
+    automountServiceAccountToken: false,
+    enableServiceLinks: false,
+    // The pause container becomes PID 1 and reaps orphans (killed commands' double forks) as
+    // docker's init does; the sandbox's own processes see no other container.
+    shareProcessNamespace: true,
+    terminationGracePeriodSeconds: 2,
+    securityContext: {
+      runAsNonRoot: true,
+      runAsUser: k.runAsUser,
+      runAsGroup: k.runAsGroup,
+      fsGroup: k.fsGroup,
+      seccompProfile: { type: 'RuntimeDefault' },
+    },
+  };
+  if (k.runtimeClassName !== undefined) spec.runtimeClassName = k.runtimeClassName;
+  if (Object.keys(k.nodeSelector).length > 0) spec.nodeSelector = { ...k.nodeSelector };
+  if (k.serviceAccountName !== undefined) spec.serviceAccountName = k.serviceAccountName;
+  return spec;
+}
+
+/** Labels of a sandbox's pod: the identity's, and the network reach its NetworkPolicy selects on. */
+export function sandboxPodLabels(input: SandboxManifestInput): Record<string, string> {
+  return { ...sandboxLabels(input), [NETWORK_LABEL]: input.kubernetes.network };
+}
+
+/** The Pod of a sandbox (mode `pods`). */
+export function sandboxPod(input: SandboxManifestInput): V1Pod {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      name: input.name,
+      namespace: input.kubernetes.namespace,
+      labels: sandboxPodLabels(input),
+      annotations: sandboxAnnotations(input),
+    },
+    spec: sandboxPodSpec(input, 'claim'),
+  };
+}
+
+/** The PersistentVolumeClaim of a persistent sandbox (mode `pods`); it outlives the pod. */
+export function sandboxDataClaim(input: SandboxManifestInput): V1PersistentVolumeClaim {
+  if (input.ephemeral) throw new RangeError('an ephemeral sandbox has no data claim: its files live in emptyDir volumes');
+  const k = input.kubernetes;
+  const claim: V1PersistentVolumeClaim = {
+    apiVersion: 'v1',
+    kind: 'PersistentVolumeClaim',
+    metadata: {
+      name: dataClaimName(input.name),
+      namespace: k.namespace,
+      labels: sandboxLabels(input),
+      annotations: sandboxAnnotations(input),
+    },
+    spec: {
+      accessModes: ['ReadWriteOnce'],
+      resources: { requests: { storage: mib(k.storageMb) } },
+    },
+  };
+  if (k.storageClassName !== undefined && claim.spec !== undefined) claim.spec.storageClassName = k.storageClassName;
+  return claim;
+}
+
+/**
+ * Address ranges a sandbox never reaches with `network: egress`: private, shared (CGNAT),
+ * loopback and link-local (cloud metadata at 169.254.169.254) ranges, where pods, services, nodes
+ * and the API server usually live.
+ */
+export const BLOCKED_V4 = ['10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.168.0.0/16'] as const;
+export const BLOCKED_V6 = ['fc00::/7', 'fe80::/10'] as const;
+
+function egressRules(k: KubernetesSettings): V1NetworkPolicyEgressRule[] {
+  if (k.network === 'none') return [];
+  return [
+    {
+      // Name resolution through the cluster DNS, which lives in a blocked range.
+      to: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }],
+      ports: [{ protocol: 'UDP', port: 53 }, { protocol: 'TCP', port: 53 }],
+    },
+    {
+      to: [
+        { ipBlock: { cidr: '0.0.0.0/0', except: [...BLOCKED_V4] } },
+        { ipBlock: { cidr: '::/0', except: [...BLOCKED_V6] } },
+      ],
+    },
+  ];
+}
+
+/**
+ * The NetworkPolicy of one tenant's sandboxes of one installation made with `k.network`: no
+ * ingress at all (so no sandbox reaches another, of this tenant or any other), and egress per
+ * `network`: nothing, or DNS plus addresses outside the blocked ranges. Create it before the
+ * tenant's first pod, so no pod is ever unguarded.
+ */
+export function tenantNetworkPolicy(installation: string, tenant: string, k: KubernetesSettings): V1NetworkPolicy {
+  return {
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'NetworkPolicy',
+    metadata: {
+      name: tenantPolicyName(installation, tenant, k.network),
+      namespace: k.namespace,
+      labels: { [LABEL.managed]: 'true', [LABEL.installation]: labelValue(installation), [LABEL.tenant]: labelValue(tenant), [NETWORK_LABEL]: k.network },
+      annotations: { [LABEL.installation]: installation, [LABEL.tenant]: tenant },
+    },
+    spec: {
+      podSelector: { matchLabels: tenantMatchLabels(installation, tenant, k.network) },
+      policyTypes: ['Ingress', 'Egress'],
+      ingress: [],
+      egress: egressRules(k),
+    },
+  };
+}

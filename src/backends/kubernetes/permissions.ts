@@ -1,0 +1,15 @@
+/**
+ * Every API call the kubernetes backend makes, as RBAC rules: the Role in deploy/rbac.yaml must
+ * grant exactly these (a test holds the two together), so the backend runs with least privilege.
+ * `pods/exec` needs `create` (newer API servers authorize a WebSocket exec as create, feature
+ * gate AuthorizePodWebsocketUpgradeCreatePermission) and `get` (older ones authorize its GET).
+ */
+export const REQUIRED_PERMISSIONS: readonly { apiGroup: string; resource: string; verbs: readonly string[] }[] = [
+  { apiGroup: '', resource: 'pods', verbs: ['create', 'delete', 'get', 'list'] },
+  { apiGroup: '', resource: 'pods/exec', verbs: ['create', 'get'] },
+  { apiGroup: '', resource: 'persistentvolumeclaims', verbs: ['create', 'delete', 'get', 'list'] },
+  { apiGroup: 'networking.k8s.io', resource: 'networkpolicies', verbs: ['create', 'delete', 'get', 'list'] },
+  { apiGroup: 'agents.x-k8s.io', resource: 'sandboxes', verbs: ['create', 'delete', 'get', 'list'] },
+  { apiGroup: 'extensions.agents.x-k8s.io', resource: 'sandboxclaims', verbs: ['create', 'delete', 'get', 'list'] },
+  { apiGroup: 'extensions.agents.x-k8s.io', resource: 'sandboxwarmpools', verbs: ['get'] },
+];

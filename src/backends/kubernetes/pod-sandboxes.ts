@@ -1,0 +1,152 @@
+import type { V1Pod } from '@kubernetes/client-node';
+import type { SandboxIdentity } from '../backend.js';
+import type { ExecTarget } from './exec-stream.js';
+import type { KubeClient } from './kube-client.js';
+import { IDENTITY_ANNOTATION, installationSelector, LABEL } from './labels.js';
+import { assertNoHostMount, CONTAINER_NAME, sandboxDataClaim, sandboxPod, tenantNetworkPolicy, type SandboxManifestInput } from './manifests.js';
+import { dataClaimName, ephemeralPodName, persistentPodName } from './names.js';
+import {
+  createEphemeralPod,
+  createOrAdoptClaim,
+  createOrAdoptPod,
+  deleteClaim,
+  deletePod,
+  ensureNetworkPolicy,
+  listPods,
+  notOwnedBy,
+  waitForPodGone,
+  waitForRunning,
+} from './pods.js';
+import type { KubernetesSettings } from './settings.js';
+
+/*
+ * Sandboxes as plain pods (mode `pods`), DESIGN §6: the lifecycle the backend's ensure / remove /
+ * list are made of, independent of the backend seam's exact shape.
+ *
+ * - The tenant's NetworkPolicy exists before the tenant's first pod is created.
+ * - Persistent: pod `berth-<digest>` and claim `berth-<digest>-data`, created or adopted (only
+ *   when this installation's and this identity's); the claim, and so the files, outlive the pod.
+ * - Ephemeral: a new uniquely named pod per creation, recorded by the caller; reattached only by
+ *   that recorded name, never found by identity.
+ * - A recorded pod that is gone (deleted out of band) or whose container ended (restartPolicy
+ *   Never: such a pod never runs again) is replaced once, and `recreated` says so. A failed
+ *   create removes what it created and reports the original error.
+ */
+
+export interface EnsurePodInput {
+  identity: SandboxIdentity;
+  digest: string;
+  ephemeral: boolean;
+  rule: string;
+  mount: string | null;
+  kubernetes: KubernetesSettings;
+  /** The pod name the caller's store recorded for this identity, if any. */
+  knownName: string | undefined;
+  /** 8-16 lowercase hex for a new ephemeral pod's name (the caller's id source). */
+  unique: () => string;
+  log?: (msg: string) => void;
+}
+
+export interface PodSandbox {
+  name: string;
+  target: ExecTarget;
+  /** True when berth made the pod now (false: adopted or reattached). */
+  created: boolean;
+  /** True when a recorded pod was gone and this call made a new one. */
+  recreated: boolean;
+}
+
+async function readOwnPod(client: KubeClient, name: string, owner: { installation: string; digest: string }): Promise<V1Pod | undefined> {
+  const pods = await listPods(client, `${installationSelector(owner.installation)},${LABEL.identity}=${owner.digest.slice(0, 40)}`);
+  return pods.find((p) => p.metadata?.name === name && p.metadata.deletionTimestamp === undefined && notOwnedBy(p.metadata, owner) === undefined);
+}
+
+/** Creates, adopts or reattaches the pod of one sandbox identity and waits until it runs. */
+export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput): Promise<PodSandbox> {
+  assertNoHostMount(input.mount);
+  const k = input.kubernetes;
+  const owner = { installation: input.identity.installation, digest: input.digest };
+  const timeoutMs = k.podStartTimeoutSeconds * 1000;
+  if (k.networkPolicy) await ensureNetworkPolicy(client, tenantNetworkPolicy(input.identity.installation, input.identity.tenant, k));
+
+  if (input.ephemeral && input.knownName !== undefined) {
+    const known = await readOwnPod(client, input.knownName, owner);
+    if (known !== undefined && !ended(known)) {
+      await waitForRunning(client, input.knownName, timeoutMs);
+      return { name: input.knownName, target: targetOf(client, input.knownName), created: false, recreated: false };
+    }
+    if (known !== undefined) await deletePod(client, input.knownName);
+  }
+  const name = input.ephemeral ? ephemeralPodName(input.digest, input.unique()) : persistentPodName(input.digest);
+  const manifest: SandboxManifestInput = { identity: input.identity, digest: input.digest, ephemeral: input.ephemeral, rule: input.rule, name, mount: null, kubernetes: k };
+  const made: (() => Promise<unknown>)[] = [];
+  try {
+    let adopted = false;
+    if (input.ephemeral) {
+      await createEphemeralPod(client, sandboxPod(manifest));
+      made.push(() => deletePod(client, name));
+    } else {
+      const claim = await createOrAdoptClaim(client, sandboxDataClaim(manifest), owner);
+      if (!claim.adopted) made.push(() => deleteClaim(client, dataClaimName(name)));
+      let pod = await createOrAdoptPod(client, sandboxPod(manifest), owner, timeoutMs);
+      if (pod.adopted && ended(pod.object)) {
+        input.log?.(`kubernetes: pod ${name} had ended (${pod.object.status?.phase}); replacing it, its files stay on ${dataClaimName(name)}`);
+        await deletePod(client, name);
+        await waitForPodGone(client, name, timeoutMs);
+        pod = await createOrAdoptPod(client, sandboxPod(manifest), owner, timeoutMs);
+      }
+      adopted = pod.adopted;
+      if (!adopted) made.unshift(() => deletePod(client, name));
+    }
+    await waitForRunning(client, name, timeoutMs);
+    return { name, target: targetOf(client, name), created: !adopted, recreated: input.knownName !== undefined && !adopted };
+  } catch (err) {
+    for (const undo of made) {
+      try {
+        await undo();
+      } catch (cleanup) {
+        input.log?.(`kubernetes: could not remove what a failed create of ${name} made: ${(cleanup as Error).message}`);
+      }
+    }
+    throw err;
+  }
+}
+
+function ended(pod: V1Pod): boolean {
+  return pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
+}
+
+function targetOf(client: KubeClient, pod: string): ExecTarget {
+  return { client, pod, container: CONTAINER_NAME };
+}
+
+/**
+ * Removes a sandbox's pod and, with `withFiles`, a persistent sandbox's claim (its files).
+ * What is already gone is success.
+ */
+export async function removePodSandbox(client: KubeClient, name: string, opts: { withFiles: boolean }): Promise<void> {
+  await deletePod(client, name);
+  if (opts.withFiles) await deleteClaim(client, dataClaimName(name));
+}
+
+/** One of this installation's sandbox pods, as reapers need it. */
+export interface ManagedPod {
+  name: string;
+  /** The full identity digest (from the annotation). */
+  digest: string;
+  ephemeral: boolean;
+  running: boolean;
+}
+
+/** This installation's sandbox pods, by label selector; never another installation's. */
+export async function listManagedPods(client: KubeClient, installation: string): Promise<ManagedPod[]> {
+  const pods = await listPods(client, installationSelector(installation));
+  return pods
+    .filter((p) => p.metadata?.annotations?.[LABEL.installation] === installation)
+    .map((p) => ({
+      name: p.metadata!.name!,
+      digest: p.metadata!.annotations?.[IDENTITY_ANNOTATION] ?? '',
+      ephemeral: p.metadata!.labels?.[LABEL.lifecycle] === 'ephemeral',
+      running: p.status?.phase === 'Running' && p.metadata?.deletionTimestamp === undefined,
+    }));
+}

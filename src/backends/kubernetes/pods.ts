@@ -1,0 +1,221 @@
+import type { V1NetworkPolicy, V1PersistentVolumeClaim, V1Pod } from '@kubernetes/client-node';
+import { BackendUnavailableError, type BerthError, TimeoutError } from '../../errors.js';
+import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
+import { IDENTITY_ANNOTATION, LABEL, labelValue } from './labels.js';
+
+/*
+ * Pod lifecycle against the API server (DESIGN §6). Every create asks for strict field
+ * validation, so an API server that does not know a field refuses the object instead of
+ * dropping the field (a dropped security field would fail open).
+ */
+
+const STRICT = 'Strict';
+const DEFAULT_POLL_MS = 250;
+
+/** Whose object a pod or claim must be for berth to use it. */
+export interface Owner {
+  installation: string;
+  /** Hex sha256 of the sandbox identity. */
+  digest: string;
+}
+
+export interface AdoptResult<T> {
+  object: T;
+  /** False: berth created it now; true: it existed (this installation's, this identity's) and was adopted. */
+  adopted: boolean;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Why an object of this name is not `owner`'s, or undefined when it is. Checks the verbatim annotations, not the (possibly hashed) labels. */
+export function notOwnedBy(meta: { labels?: Record<string, string>; annotations?: Record<string, string> } | undefined, owner: Owner): string | undefined {
+  const labels = meta?.labels ?? {};
+  const annotations = meta?.annotations ?? {};
+  if (labels[LABEL.managed] !== 'true') return 'it is not labelled as berth\'s';
+  if (labels[LABEL.installation] !== labelValue(owner.installation) || annotations[LABEL.installation] !== owner.installation) {
+    return `it belongs to installation ${JSON.stringify(annotations[LABEL.installation] ?? labels[LABEL.installation] ?? '?')}`;
+  }
+  if (annotations[IDENTITY_ANNOTATION] !== owner.digest) return 'it belongs to another sandbox identity';
+  return undefined;
+}
+
+function refuseForeign(kind: string, name: string, why: string): BerthError {
+  return new BackendUnavailableError(
+    `kubernetes: a ${kind} named ${name} exists but ${why}; berth never adopts an object that is not its own. Delete it (kubectl delete ${kind} ${name}) if it is stale`,
+  );
+}
+
+async function readPod(client: KubeClient, name: string): Promise<V1Pod | undefined> {
+  try {
+    return await client.core.readNamespacedPod({ namespace: client.namespace, name });
+  } catch (err) {
+    if (apiStatusOf(err) === 404) return undefined;
+    throw fromKubeError(client, err, `read pod ${name}`);
+  }
+}
+
+/** Waits until no pod of this name exists (a deleted pod stays while it terminates). */
+export async function waitForPodGone(client: KubeClient, name: string, timeoutMs: number, pollMs = DEFAULT_POLL_MS): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if ((await readPod(client, name)) === undefined) return;
+    if (Date.now() >= deadline) {
+      throw new TimeoutError(`kubernetes: pod ${name} was still terminating after ${Math.round(timeoutMs / 1000)} s; check it with kubectl describe pod ${name} -n ${client.namespace}`);
+    }
+    await sleep(pollMs);
+  }
+}
+
+/**
+ * A persistent sandbox's pod: adopted when a pod of this (deterministic) name is this
+ * installation's and this identity's, else created. A pod still terminating is waited out and
+ * recreated; a race with another process of the installation ends in adopting its pod.
+ */
+export async function createOrAdoptPod(client: KubeClient, manifest: V1Pod, owner: Owner, timeoutMs: number): Promise<AdoptResult<V1Pod>> {
+  const name = manifest.metadata!.name!;
+  const existing = await readPod(client, name);
+  if (existing !== undefined) {
+    const why = notOwnedBy(existing.metadata, owner);
+    if (why !== undefined) throw refuseForeign('pod', name, why);
+    if (existing.metadata?.deletionTimestamp === undefined) return { object: existing, adopted: true };
+    await waitForPodGone(client, name, timeoutMs);
+  }
+  try {
+    return { object: await client.core.createNamespacedPod({ namespace: client.namespace, body: manifest, fieldValidation: STRICT }), adopted: false };
+  } catch (err) {
+    if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create pod ${name}`);
+    const winner = await readPod(client, name);
+    if (winner === undefined) throw fromKubeError(client, err, `create pod ${name}`);
+    const why = notOwnedBy(winner.metadata, owner);
+    if (why !== undefined) throw refuseForeign('pod', name, why);
+    return { object: winner, adopted: true };
+  }
+}
+
+/** An ephemeral sandbox's pod: always a new one; a name that is taken is an error, never adopted. */
+export async function createEphemeralPod(client: KubeClient, manifest: V1Pod): Promise<V1Pod> {
+  const name = manifest.metadata!.name!;
+  try {
+    return await client.core.createNamespacedPod({ namespace: client.namespace, body: manifest, fieldValidation: STRICT });
+  } catch (err) {
+    if (apiStatusOf(err) === 409) {
+      throw new BackendUnavailableError(`kubernetes: the new ephemeral pod's name ${name} is taken; an ephemeral sandbox is never adopted, so nothing was created. Try again`, { cause: err });
+    }
+    throw fromKubeError(client, err, `create pod ${name}`);
+  }
+}
+
+/** The pods matching a label selector (API string form), in the client's namespace. */
+export async function listPods(client: KubeClient, labelSelector: string): Promise<V1Pod[]> {
+  try {
+    return (await client.core.listNamespacedPod({ namespace: client.namespace, labelSelector })).items;
+  } catch (err) {
+    throw fromKubeError(client, err, `list pods (${labelSelector})`);
+  }
+}
+
+/** Deletes a pod; one that is already gone is success. Returns whether it existed. */
+export async function deletePod(client: KubeClient, name: string): Promise<boolean> {
+  try {
+    await client.core.deleteNamespacedPod({ namespace: client.namespace, name });
+    return true;
+  } catch (err) {
+    if (apiStatusOf(err) === 404) return false;
+    throw fromKubeError(client, err, `delete pod ${name}`);
+  }
+}
+
+/** Container waiting reasons that will not resolve by waiting longer. */
+const HOPELESS = new Set(['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'ErrImageNeverPull', 'CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
+
+function describe(pod: V1Pod | undefined): string {
+  if (pod === undefined) return 'it does not exist';
+  const phase = pod.status?.phase ?? 'unknown';
+  const state = pod.status?.containerStatuses?.[0]?.state;
+  const waiting = state?.waiting;
+  const terminated = state?.terminated;
+  const unscheduled = pod.status?.conditions?.find((c) => c.type === 'PodScheduled' && c.status === 'False');
+  if (waiting !== undefined) return `phase ${phase}, container waiting: ${waiting.reason ?? '?'}${waiting.message === undefined ? '' : ` (${waiting.message})`}`;
+  if (terminated !== undefined) return `phase ${phase}, container ended with exit code ${terminated.exitCode} (${terminated.reason ?? '?'})`;
+  if (unscheduled !== undefined) return `phase ${phase}, not scheduled: ${unscheduled.message ?? unscheduled.reason ?? '?'}`;
+  return `phase ${phase}`;
+}
+
+/**
+ * Waits until the pod runs with its container ready. A pod that ended, vanished, or whose
+ * container cannot start (image pull failures and the like) fails at once; one still pending
+ * at the deadline is a TimeoutError saying where it stands. `mayNotExistYet`: a controller
+ * makes the pod (agent-sandbox), so its absence is waited out too.
+ */
+export async function waitForRunning(
+  client: KubeClient,
+  name: string,
+  timeoutMs: number,
+  pollMs = DEFAULT_POLL_MS,
+  opts: { mayNotExistYet?: boolean } = {},
+): Promise<V1Pod> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const pod = await readPod(client, name);
+    if (pod === undefined && opts.mayNotExistYet === true && Date.now() < deadline) {
+      await sleep(Math.min(pollMs, Math.max(1, deadline - Date.now())));
+      continue;
+    }
+    const ready = pod?.status?.containerStatuses?.[0]?.ready === true;
+    if (pod?.status?.phase === 'Running' && ready) return pod;
+    const reason = pod?.status?.containerStatuses?.[0]?.state?.waiting?.reason;
+    const over = pod === undefined || pod.metadata?.deletionTimestamp !== undefined || pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
+    if (over || (reason !== undefined && HOPELESS.has(reason))) {
+      throw new BackendUnavailableError(`kubernetes: pod ${name} cannot run: ${describe(pod)}; see kubectl describe pod ${name} -n ${client.namespace}`);
+    }
+    if (Date.now() >= deadline) {
+      throw new TimeoutError(
+        `kubernetes: pod ${name} was not running within ${Math.round(timeoutMs / 1000)} s (${describe(pod)}); raise kubernetes.podStartTimeoutSeconds or see kubectl describe pod ${name} -n ${client.namespace}`,
+      );
+    }
+    await sleep(Math.min(pollMs, Math.max(1, deadline - Date.now())));
+  }
+}
+
+/** A persistent sandbox's claim: adopted when it is this identity's, else created. */
+export async function createOrAdoptClaim(client: KubeClient, manifest: V1PersistentVolumeClaim, owner: Owner): Promise<AdoptResult<V1PersistentVolumeClaim>> {
+  const name = manifest.metadata!.name!;
+  const body = { namespace: client.namespace, body: manifest, fieldValidation: STRICT };
+  try {
+    return { object: await client.core.createNamespacedPersistentVolumeClaim(body), adopted: false };
+  } catch (err) {
+    if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create persistentvolumeclaim ${name}`);
+  }
+  let existing: V1PersistentVolumeClaim;
+  try {
+    existing = await client.core.readNamespacedPersistentVolumeClaim({ namespace: client.namespace, name });
+  } catch (err) {
+    throw fromKubeError(client, err, `read persistentvolumeclaim ${name}`);
+  }
+  const why = notOwnedBy(existing.metadata, owner);
+  if (why !== undefined) throw refuseForeign('persistentvolumeclaim', name, why);
+  return { object: existing, adopted: true };
+}
+
+/** Deletes a claim (a persistent sandbox's files); one already gone is success. */
+export async function deleteClaim(client: KubeClient, name: string): Promise<boolean> {
+  try {
+    await client.core.deleteNamespacedPersistentVolumeClaim({ namespace: client.namespace, name });
+    return true;
+  } catch (err) {
+    if (apiStatusOf(err) === 404) return false;
+    throw fromKubeError(client, err, `delete persistentvolumeclaim ${name}`);
+  }
+}
+
+/** Makes sure the tenant's NetworkPolicy exists (created once, by whichever process comes first). */
+export async function ensureNetworkPolicy(client: KubeClient, manifest: V1NetworkPolicy): Promise<void> {
+  const name = manifest.metadata!.name!;
+  try {
+    await client.networking.createNamespacedNetworkPolicy({ namespace: client.namespace, body: manifest, fieldValidation: STRICT });
+  } catch (err) {
+    if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create networkpolicy ${name}`);
+  }
+}

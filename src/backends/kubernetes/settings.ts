@@ -1,0 +1,159 @@
+import * as z from 'zod';
+
+/*
+ * The `kubernetes:` config section (issue 14): where the cluster is, which namespace, the pod
+ * template pieces and the mode. Like the rest of the config, the zod shape describes only what a
+ * user may write (every key optional, no defaults); `mergeKubernetesSettings` applies defaults
+ * and profile overrides, and `kubernetesSettingsProblems` states the cross-field rules.
+ */
+
+/** How sandboxes are represented in the cluster. */
+export const KUBERNETES_MODES = ['pods', 'agent-sandbox'] as const;
+export type KubernetesMode = (typeof KUBERNETES_MODES)[number];
+
+/** Network reach of a sandbox pod, enforced by the per-tenant NetworkPolicy. */
+export const KUBERNETES_NETWORKS = ['egress', 'none'] as const;
+export type KubernetesNetwork = (typeof KUBERNETES_NETWORKS)[number];
+
+/** The validated, immutable `kubernetes` settings of one profile. */
+export interface KubernetesSettings {
+  /** kubeconfig file; undefined: `$KUBECONFIG` or `~/.kube/config`, as kubectl finds it. Ignored with `inCluster`. */
+  kubeconfig: string | undefined;
+  /** kubeconfig context; undefined: the file's current context. */
+  context: string | undefined;
+  /** Use the pod's service account (berth itself runs in the cluster). */
+  inCluster: boolean;
+  namespace: string;
+  /** `pods`: plain Pods (any cluster). `agent-sandbox`: kubernetes-sigs/agent-sandbox `Sandbox` resources. */
+  mode: KubernetesMode;
+  /** agent-sandbox mode: claim sandboxes from this `SandboxWarmPool` (ephemeral sandboxes only). */
+  warmPool: string | undefined;
+  image: string;
+  imagePullPolicy: 'Always' | 'IfNotPresent' | 'Never' | undefined;
+  /** Requests and limits of the sandbox container; undefined: none set (the namespace's LimitRange applies). */
+  memoryMb: number | undefined;
+  cpus: number | undefined;
+  /** ephemeral-storage limit (writable layer + emptyDirs): the kubelet evicts a pod over it. */
+  ephemeralStorageMb: number | undefined;
+  /** Size of the emptyDir volumes of an ephemeral sandbox (/workspace, home) and of /tmp. */
+  tmpSizeMb: number;
+  /** Size of a persistent sandbox's PersistentVolumeClaim (/workspace and home). */
+  storageMb: number;
+  storageClassName: string | undefined;
+  runtimeClassName: string | undefined;
+  nodeSelector: Readonly<Record<string, string>>;
+  serviceAccountName: string | undefined;
+  /** The non-root uid/gid sandbox processes run as; `fsGroup` owns the volumes. */
+  runAsUser: number;
+  runAsGroup: number;
+  fsGroup: number;
+  network: KubernetesNetwork;
+  /** Create the per-tenant NetworkPolicy (false: the operator manages network policy). */
+  networkPolicy: boolean;
+  /** How long a new pod may take to be Running before the create fails. */
+  podStartTimeoutSeconds: number;
+}
+
+export const KUBERNETES_DEFAULTS: Readonly<KubernetesSettings> = Object.freeze({
+  kubeconfig: undefined,
+  context: undefined,
+  inCluster: false,
+  namespace: 'berth',
+  mode: 'pods',
+  warmPool: undefined,
+  image: 'berth-sandbox:latest',
+  imagePullPolicy: undefined,
+  memoryMb: undefined,
+  cpus: undefined,
+  ephemeralStorageMb: undefined,
+  tmpSizeMb: 512,
+  storageMb: 1024,
+  storageClassName: undefined,
+  runtimeClassName: undefined,
+  nodeSelector: Object.freeze({}),
+  serviceAccountName: undefined,
+  runAsUser: 1000,
+  runAsGroup: 1000,
+  fsGroup: 1000,
+  network: 'egress',
+  networkPolicy: true,
+  podStartTimeoutSeconds: 120,
+});
+
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+const text = (what: string) => z.string({ error: what }).min(1, { error: what }).optional();
+const dnsLabel = (what: string) =>
+  z.string({ error: what }).max(63, { error: what }).regex(DNS_LABEL, { error: what }).optional();
+const dnsSubdomain = (what: string) =>
+  z.string({ error: what }).max(253, { error: what }).regex(DNS_SUBDOMAIN, { error: what }).optional();
+const positiveInteger = () =>
+  z.number({ error: 'a positive integer' }).int({ error: 'a positive integer' }).positive({ error: 'a positive integer' }).optional();
+const nonRootId = () =>
+  z.number({ error: 'a uid/gid of at least 1 (0 is root)' }).int({ error: 'a uid/gid of at least 1 (0 is root)' })
+    .min(1, { error: 'a uid/gid of at least 1 (0 is root)' }).max(2_147_483_647, { error: 'a uid/gid below 2^31' }).optional();
+
+/** What a user may write under `kubernetes:` (all optional; see `KubernetesSettings` for meanings). */
+export const kubernetesShape = {
+  kubeconfig: text('a path to a kubeconfig file'),
+  context: text('a kubeconfig context name'),
+  inCluster: z.boolean({ error: 'true or false' }).optional(),
+  namespace: dnsLabel('a namespace name (lowercase letters, digits and "-", at most 63)'),
+  mode: z.enum(KUBERNETES_MODES, { error: 'one of "pods", "agent-sandbox"' }).optional(),
+  warmPool: dnsSubdomain('a SandboxWarmPool name (a lowercase DNS subdomain)'),
+  image: text('a non-empty image reference'),
+  imagePullPolicy: z.enum(['Always', 'IfNotPresent', 'Never'], { error: 'one of "Always", "IfNotPresent", "Never"' }).optional(),
+  memoryMb: positiveInteger(),
+  cpus: z.number({ error: 'a positive number' }).positive({ error: 'a positive number' }).optional(),
+  ephemeralStorageMb: positiveInteger(),
+  tmpSizeMb: positiveInteger(),
+  storageMb: positiveInteger(),
+  storageClassName: dnsSubdomain('a StorageClass name (a lowercase DNS subdomain)'),
+  runtimeClassName: dnsSubdomain('a RuntimeClass name (a lowercase DNS subdomain)'),
+  nodeSelector: z.record(z.string(), z.string({ error: 'a label value (a string)' }), { error: 'a mapping of node label keys to values' }).optional(),
+  serviceAccountName: dnsSubdomain('a ServiceAccount name (a lowercase DNS subdomain)'),
+  runAsUser: nonRootId(),
+  runAsGroup: nonRootId(),
+  fsGroup: nonRootId(),
+  network: z.enum(KUBERNETES_NETWORKS, { error: 'one of "egress", "none"' }).optional(),
+  networkPolicy: z.boolean({ error: 'true or false' }).optional(),
+  podStartTimeoutSeconds: positiveInteger(),
+};
+
+export const kubernetesSectionSchema = z.strictObject(kubernetesShape, { error: 'a mapping of keys' });
+export type RawKubernetesSection = z.output<typeof kubernetesSectionSchema>;
+
+/** `base` with the written keys of `raw` applied (a written `nodeSelector` replaces the base's). */
+export function mergeKubernetesSettings(base: Readonly<KubernetesSettings>, raw: RawKubernetesSection | undefined): KubernetesSettings {
+  const r = raw ?? {};
+  const pick = <K extends keyof KubernetesSettings>(key: K): KubernetesSettings[K] =>
+    (r[key as keyof RawKubernetesSection] ?? base[key]) as KubernetesSettings[K];
+  const merged = {} as KubernetesSettings;
+  for (const key of Object.keys(KUBERNETES_DEFAULTS) as (keyof KubernetesSettings)[]) {
+    (merged as unknown as Record<string, unknown>)[key] = pick(key);
+  }
+  merged.nodeSelector = Object.freeze({ ...(r.nodeSelector ?? base.nodeSelector) });
+  return Object.freeze(merged);
+}
+
+/**
+ * Cross-field rules, as messages that name the key and the fix (`at` is the section's config
+ * path, e.g. `kubernetes` or `profiles.bot.kubernetes`). `persistent`: the profile's setting.
+ */
+export function kubernetesSettingsProblems(s: KubernetesSettings, at: string, persistent: boolean): string[] {
+  const problems: string[] = [];
+  if (s.inCluster && (s.kubeconfig !== undefined || s.context !== undefined)) {
+    problems.push(`config key "${at}.inCluster": true uses the pod's service account, so ${s.kubeconfig !== undefined ? 'kubeconfig' : 'context'} would have no effect; remove one of them`);
+  }
+  if (s.warmPool !== undefined && s.mode !== 'agent-sandbox') {
+    problems.push(`config key "${at}.warmPool": warm pools are agent-sandbox resources and mode is "${s.mode}", so it would have no effect; set ${at}.mode: agent-sandbox or remove warmPool`);
+  }
+  if (s.warmPool !== undefined && persistent) {
+    problems.push(`config key "${at}.warmPool": a warm pool hands out interchangeable sandboxes, which cannot be found again by name as persistent ones must; set persistent: false or remove warmPool`);
+  }
+  if (s.network === 'none' && !s.networkPolicy) {
+    problems.push(`config key "${at}.network": "none" is enforced by berth's NetworkPolicy and networkPolicy is false, so it would have no effect; remove one of them`);
+  }
+  return problems;
+}

@@ -1,0 +1,84 @@
+import { createHash, randomUUID } from 'node:crypto';
+import type { V1PodSpec, V1Volume } from '@kubernetes/client-node';
+
+/*
+ * A sketch of kubernetes-sigs/agent-sandbox's Sandbox controller (v0.5, controllers/
+ * sandbox_controller.go), for the calls berth makes: on create, a claim `<template>-<sandbox>`
+ * per volumeClaimTemplate and a pod named after the Sandbox from its podTemplate, the claim
+ * volumes merged in under the templates' names, both owned by the Sandbox (controller owner
+ * reference) and labelled with `agents.x-k8s.io/sandbox-name-hash`; the Sandbox's Ready condition
+ * follows its pod. Not emulated: operatingMode Suspended, shutdown times, services, warm pools and
+ * claims (SandboxClaim), updates after create, the controller's own adoption rules.
+ */
+
+type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
+
+export interface ControllerHost {
+  store(plural: string): Map<string, Obj>;
+  nextVersion(): string;
+  /** Pod Security violations of a pod spec (empty: admitted). */
+  admit(spec: V1PodSpec): string[];
+  startPod(key: string, pod: Obj): void;
+}
+
+export const NAME_HASH_LABEL = 'agents.x-k8s.io/sandbox-name-hash';
+
+interface SandboxSpec {
+  podTemplate: { metadata?: { labels?: Record<string, string>; annotations?: Record<string, string> }; spec: V1PodSpec };
+  volumeClaimTemplates?: { metadata: { name: string; labels?: Record<string, string> }; spec: Record<string, unknown> }[];
+}
+
+function meta(namespace: string, name: string, labels: Record<string, string>, owner: object): Record<string, unknown> {
+  return { name, namespace, labels, uid: randomUUID(), creationTimestamp: new Date().toISOString(), ownerReferences: [owner] };
+}
+
+function setReady(sandbox: Obj, ready: boolean, reason: string, message: string): void {
+  sandbox['status'] = { conditions: [{ type: 'Ready', status: ready ? 'True' : 'False', reason, message, lastTransitionTime: new Date().toISOString(), observedGeneration: 1 }] };
+}
+
+/** Makes the claims and the pod of a Sandbox just created. */
+export function reconcileSandbox(host: ControllerHost, namespace: string, sandbox: Obj): void {
+  const name = String(sandbox.metadata['name']);
+  const spec = sandbox['spec'] as SandboxSpec;
+  const hash = createHash('sha256').update(name).digest('hex').slice(0, 8);
+  const owner = { apiVersion: 'agents.x-k8s.io/v1beta1', kind: 'Sandbox', name, uid: sandbox.metadata['uid'], controller: true, blockOwnerDeletion: true };
+  const volumes: V1Volume[] = [];
+  for (const t of spec.volumeClaimTemplates ?? []) {
+    const claim = `${t.metadata.name}-${name}`;
+    volumes.push({ name: t.metadata.name, persistentVolumeClaim: { claimName: claim } });
+    const claims = host.store('persistentvolumeclaims');
+    if (claims.has(`${namespace}/${claim}`)) continue;
+    claims.set(`${namespace}/${claim}`, {
+      apiVersion: 'v1', kind: 'PersistentVolumeClaim',
+      metadata: { ...meta(namespace, claim, { ...t.metadata.labels, [NAME_HASH_LABEL]: hash }, owner), resourceVersion: host.nextVersion() },
+      spec: t.spec, status: { phase: 'Bound' },
+    });
+  }
+  const podSpec: V1PodSpec = { ...spec.podTemplate.spec, volumes: [...(spec.podTemplate.spec.volumes ?? []).filter((v) => !volumes.some((c) => c.name === v.name)), ...volumes] };
+  const violations = host.admit(podSpec);
+  if (violations.length > 0) {
+    setReady(sandbox, false, 'PodCreationFailed', `pods "${name}" is forbidden: violates PodSecurity "restricted:latest": ${violations.join(', ')}`);
+    return;
+  }
+  const pod: Obj = {
+    apiVersion: 'v1', kind: 'Pod',
+    metadata: {
+      ...meta(namespace, name, { ...spec.podTemplate.metadata?.labels, [NAME_HASH_LABEL]: hash }, owner),
+      annotations: { ...spec.podTemplate.metadata?.annotations },
+      resourceVersion: host.nextVersion(),
+    },
+    spec: podSpec,
+    status: { phase: 'Pending' },
+  };
+  host.store('pods').set(`${namespace}/${name}`, pod);
+  host.startPod(`${namespace}/${name}`, pod);
+  setReady(sandbox, false, 'DependenciesNotReady', 'Pod is not ready');
+}
+
+/** The Sandbox's Ready condition from its pod, as the controller keeps it. */
+export function sandboxStatus(host: ControllerHost, namespace: string, sandbox: Obj): void {
+  const pod = host.store('pods').get(`${namespace}/${String(sandbox.metadata['name'])}`);
+  if (pod === undefined) return;
+  const phase = (pod['status'] as { phase?: string } | undefined)?.phase;
+  if (phase === 'Running') setReady(sandbox, true, 'DependenciesReady', 'Pod is Ready');
+}

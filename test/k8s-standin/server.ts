@@ -1,0 +1,388 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import Dockerode from 'dockerode';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { TEST_IMAGE } from '../helpers/docker.js';
+import { loadValidator, type ManifestValidator } from '../schemas/validate.js';
+import { bridgeExec, type ExecBridge } from './exec-bridge.js';
+import { parseLabelSelector } from './label-selector.js';
+import { restrictedViolations } from './pod-security.js';
+import { reconcileSandbox, sandboxStatus, type ControllerHost } from './sandbox-controller.js';
+import { claimDir, containerOptions, runningStatus, STANDIN_LABEL, terminatedStatus, waitingStatus, type PodRuntimeOptions } from './pod-runtime.js';
+import { alreadyExists, apiError, notFound, type StatusBody } from './status.js';
+
+/*
+ * A stand-in Kubernetes API server for tests (README.md): the REST calls berth makes and the
+ * pods/exec WebSocket, on loopback, each pod a real local Docker container. Driven by the real
+ * @kubernetes/client-node through `kubeConfig()`.
+ */
+
+export interface StandinOptions {
+  docker?: Dockerode;
+  /** Exec subprotocols offered, in the server's order (default v5, then v4). */
+  protocols?: readonly string[];
+  /** Bearer token every request must carry. */
+  token?: string;
+  imageFor?: (image: string) => string;
+  podPidsLimit?: number;
+  /** Refuse pods that break Pod Security "restricted" (our transcription, pod-security.ts), as a namespace enforcing it would. Default true. */
+  enforceRestricted?: boolean;
+}
+
+type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
+
+interface Resource {
+  /** Path segment (`pods`), kind, list kind, group/version prefix. */
+  plural: string;
+  kind: string;
+  prefix: string;
+}
+
+const RESOURCES: Resource[] = [
+  { plural: 'pods', kind: 'Pod', prefix: '/api/v1' },
+  { plural: 'persistentvolumeclaims', kind: 'PersistentVolumeClaim', prefix: '/api/v1' },
+  { plural: 'networkpolicies', kind: 'NetworkPolicy', prefix: '/apis/networking.k8s.io/v1' },
+  { plural: 'sandboxes', kind: 'Sandbox', prefix: '/apis/agents.x-k8s.io/v1beta1' },
+];
+
+const PATH_RE = /^(\/api\/v1|\/apis\/[^/]+\/[^/]+)\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?(?:\/(exec))?$/;
+
+export class StandinApiServer implements AsyncDisposable {
+  readonly instance = randomBytes(6).toString('hex');
+  readonly token: string;
+  /** Containers started for pods, by `namespace/name`. */
+  readonly containers = new Map<string, string>();
+  /** Every exec request's URL as received (what an API server's audit log records). */
+  readonly execRequests: string[] = [];
+  private readonly objects = new Map<string, Map<string, Obj>>();
+  private readonly bridges = new Set<ExecBridge>();
+  private readonly sockets = new Set<import('node:net').Socket>();
+  private readonly runtime: PodRuntimeOptions;
+  private readonly wss: WebSocketServer;
+  private readonly protocols: readonly string[];
+  private readonly enforceRestricted: boolean;
+  private readonly pending = new Set<Promise<unknown>>();
+  private resourceVersion = 1;
+  private server: Server | undefined;
+  private validator: ManifestValidator | undefined;
+  private port = 0;
+
+  private constructor(opts: StandinOptions, readonly docker: Dockerode, private readonly dataDir: string) {
+    this.token = opts.token ?? randomBytes(16).toString('hex');
+    this.protocols = opts.protocols ?? ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
+    this.enforceRestricted = opts.enforceRestricted ?? true;
+    this.runtime = {
+      docker,
+      instance: this.instance,
+      dataDir,
+      imageFor: opts.imageFor ?? (() => TEST_IMAGE),
+      podPidsLimit: opts.podPidsLimit ?? 1024,
+    };
+    this.wss = new WebSocketServer({
+      noServer: true,
+      // The client's first offered protocol that the server supports, as x/net/websocket picks it.
+      handleProtocols: (offered) => [...offered].find((p) => this.protocols.includes(p)) ?? false,
+    });
+  }
+
+  static async start(opts: StandinOptions = {}): Promise<StandinApiServer> {
+    const s = new StandinApiServer(opts, opts.docker ?? new Dockerode(), mkdtempSync(join(tmpdir(), 'berth-k8s-standin-')));
+    s.validator = loadValidator();
+    // Compile the schemas now, so the first create does not pay for it (measurements time creates).
+    for (const kind of ['Pod', 'PersistentVolumeClaim']) s.validator.errors({ apiVersion: 'v1', kind, metadata: { name: 'warm-up' } });
+    s.validator.errors({ apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name: 'warm-up' } });
+    const server = createServer((req, res) => {
+      s.track(s.handle(req, res).catch((err: unknown) => s.reply(res, 500, apiError(500, 'InternalError', (err as Error).message))));
+    });
+    server.on('connection', (sock) => {
+      s.sockets.add(sock);
+      sock.once('close', () => s.sockets.delete(sock));
+    });
+    server.on('upgrade', (req, sock, head) => s.upgrade(req, sock as import('node:net').Socket, head));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    s.server = server;
+    s.port = (server.address() as AddressInfo).port;
+    return s;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  /** A KubeConfig for the real client: this server, its token, `namespace` as the context's. */
+  kubeConfig(namespace = 'berth'): KubeConfig {
+    const kc = new KubeConfig();
+    kc.loadFromOptions({
+      clusters: [{ name: 'standin', server: this.url, skipTLSVerify: true }],
+      users: [{ name: 'berth', token: this.token }],
+      contexts: [{ name: 'standin', cluster: 'standin', user: 'berth', namespace }],
+      currentContext: 'standin',
+    });
+    return kc;
+  }
+
+  /** Every exec connection stops answering (no data, no pongs) without closing: a half-open TCP connection. */
+  freezeExecConnections(): void {
+    for (const b of this.bridges) b.freeze();
+  }
+
+  /** Sends a raw message on every exec connection (a misbehaving server). */
+  sendToExecClients(data: Buffer): void {
+    for (const b of this.bridges) b.sendRaw(data);
+  }
+
+  /** Every exec connection is cut without a status frame (an API server or kubelet restart). */
+  dropExecConnections(): void {
+    for (const b of this.bridges) b.drop();
+  }
+
+  /** Remove a pod's container behind the API's back (a node lost it); the pod shows Failed. */
+  async killPodContainer(namespace: string, name: string): Promise<void> {
+    const id = this.containers.get(`${namespace}/${name}`);
+    if (id !== undefined) await this.docker.getContainer(id).kill().catch(() => undefined);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+
+  /** Stops serving and removes every container this server started. Idempotent. */
+  async stop(): Promise<void> {
+    for (const b of this.bridges) b.drop();
+    for (const s of this.sockets) s.destroy();
+    await new Promise<void>((resolve) => (this.server === undefined ? resolve() : this.server.close(() => resolve())));
+    this.server = undefined;
+    await Promise.allSettled([...this.pending]);
+    const list = await this.docker.listContainers({ all: true, filters: { label: [`${STANDIN_LABEL}=${this.instance}`] } });
+    await Promise.allSettled(list.map((c) => this.docker.getContainer(c.Id).remove({ force: true })));
+    rmSync(this.dataDir, { recursive: true, force: true });
+  }
+
+  private track<T>(p: Promise<T>): void {
+    this.pending.add(p);
+    void p.finally(() => this.pending.delete(p));
+  }
+
+  private store(plural: string): Map<string, Obj> {
+    let m = this.objects.get(plural);
+    if (m === undefined) {
+      m = new Map();
+      this.objects.set(plural, m);
+    }
+    return m;
+  }
+
+  private authorized(req: IncomingMessage): boolean {
+    return req.headers.authorization === `Bearer ${this.token}`;
+  }
+
+  private reply(res: ServerResponse, code: number, body: unknown): void {
+    if (res.headersSent) return;
+    res.writeHead(code, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(body));
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (!this.authorized(req)) return this.reply(res, 401, apiError(401, 'Unauthorized', 'Unauthorized'));
+    const url = new URL(req.url ?? '/', this.url);
+    if (url.pathname === '/version') return this.reply(res, 200, { major: '1', minor: '35', gitVersion: 'v1.35.0-berth-standin' });
+    const m = PATH_RE.exec(url.pathname);
+    const resource = m === null ? undefined : RESOURCES.find((r) => r.prefix === m[1] && r.plural === m[3]);
+    if (m === null || resource === undefined || m[5] !== undefined) {
+      return this.reply(res, 404, apiError(404, 'NotFound', `the server could not find the requested resource (${req.method} ${url.pathname})`));
+    }
+    const namespace = m[2] as string;
+    const name = m[4];
+    if (req.method === 'POST' && name === undefined) return this.create(res, resource, namespace, await readJson(req));
+    if (req.method === 'GET' && name === undefined) return this.list(res, resource, namespace, url.searchParams.get('labelSelector'));
+    if (req.method === 'GET' && name !== undefined) return this.get(res, resource, namespace, name);
+    if (req.method === 'DELETE' && name !== undefined) return this.remove(res, resource, namespace, name);
+    return this.reply(res, 405, apiError(405, 'MethodNotAllowed', `${req.method} is not supported on ${url.pathname}`));
+  }
+
+  private async create(res: ServerResponse, r: Resource, namespace: string, body: unknown): Promise<void> {
+    const obj = body as Obj;
+    const errors = this.validator!.errors(obj);
+    if (errors.length > 0) return this.reply(res, 422, apiError(422, 'Invalid', `${r.kind} is invalid: ${errors.join('; ')}`));
+    const name = String(obj.metadata['name']);
+    if (obj.metadata['namespace'] !== undefined && obj.metadata['namespace'] !== namespace) {
+      return this.reply(res, 400, apiError(400, 'BadRequest', 'the namespace of the provided object does not match the namespace sent on the request'));
+    }
+    if (r.plural === 'pods' && this.enforceRestricted) {
+      const violations = restrictedViolations((obj as unknown as V1Pod).spec!);
+      if (violations.length > 0) {
+        return this.reply(res, 403, apiError(403, 'Forbidden', `pods "${name}" is forbidden: violates PodSecurity "restricted:latest": ${violations.join(', ')}`));
+      }
+    }
+    const store = this.store(r.plural);
+    const key = `${namespace}/${name}`;
+    if (store.has(key)) return this.reply(res, 409, alreadyExists(r.plural, name));
+    obj.metadata = {
+      ...obj.metadata,
+      namespace,
+      uid: randomUUID(),
+      resourceVersion: String(this.resourceVersion++),
+      creationTimestamp: new Date().toISOString(),
+    };
+    if (r.plural === 'pods') obj['status'] = { phase: 'Pending' };
+    if (r.plural === 'persistentvolumeclaims') obj['status'] = { phase: 'Bound', accessModes: (obj['spec'] as { accessModes?: string[] }).accessModes };
+    store.set(key, obj);
+    if (r.plural === 'pods') this.track(this.startPod(key, obj));
+    if (r.plural === 'sandboxes') reconcileSandbox(this.controllerHost(), namespace, obj);
+    this.reply(res, 201, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
+  }
+
+  private async startPod(key: string, pod: Obj): Promise<void> {
+    const v1 = pod as unknown as V1Pod;
+    const c = v1.spec!.containers[0]!;
+    const dockerName = `k8s-standin-${this.instance}-${key.replace('/', '-')}-${randomBytes(3).toString('hex')}`;
+    try {
+      const container = await this.docker.createContainer(containerOptions(v1, this.runtime, dockerName));
+      this.containers.set(key, container.id);
+      await container.start();
+      if (this.store('pods').get(key) === pod && pod.metadata['deletionTimestamp'] === undefined) {
+        pod['status'] = runningStatus(c.name, c.image ?? '', container.id, new Date());
+      }
+    } catch (err) {
+      pod['status'] = waitingStatus(c.name, c.image ?? '', 'CreateContainerError', (err as Error).message);
+    }
+  }
+
+  /** Look at the container again: a container that ended makes the pod Failed/Succeeded (restartPolicy Never). */
+  private async refresh(key: string, pod: Obj): Promise<void> {
+    const status = pod['status'] as { phase?: string } | undefined;
+    const id = this.containers.get(key);
+    if (status?.phase !== 'Running' || id === undefined) return;
+    const info = await this.docker.getContainer(id).inspect().catch(() => undefined);
+    if (info !== undefined && info.State.Running) return;
+    const c = (pod as unknown as V1Pod).spec!.containers[0]!;
+    pod['status'] = terminatedStatus(pod['status'] as object, c.name, c.image ?? '', info?.State.ExitCode ?? 137, new Date());
+  }
+
+  private async list(res: ServerResponse, r: Resource, namespace: string, selector: string | null): Promise<void> {
+    let matches: (labels: Record<string, string>) => boolean;
+    try {
+      matches = parseLabelSelector(selector);
+    } catch (err) {
+      return this.reply(res, 400, apiError(400, 'BadRequest', (err as Error).message));
+    }
+    const items: Obj[] = [];
+    for (const [key, obj] of this.store(r.plural)) {
+      if (!key.startsWith(`${namespace}/`)) continue;
+      if (!matches((obj.metadata['labels'] ?? {}) as Record<string, string>)) continue;
+      if (r.plural === 'pods') await this.refresh(key, obj);
+      items.push(obj);
+    }
+    this.reply(res, 200, { kind: `${r.kind}List`, apiVersion: r.prefix.replace(/^\/apis?\//, ''), metadata: { resourceVersion: String(this.resourceVersion) }, items });
+  }
+
+  private async get(res: ServerResponse, r: Resource, namespace: string, name: string): Promise<void> {
+    const key = `${namespace}/${name}`;
+    const obj = this.store(r.plural).get(key);
+    if (obj === undefined) return this.reply(res, 404, notFound(r.plural, name));
+    if (r.plural === 'pods') await this.refresh(key, obj);
+    if (r.plural === 'sandboxes') sandboxStatus(this.controllerHost(), namespace, obj);
+    this.reply(res, 200, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
+  }
+
+  /** Deletion is graceful for pods: the object stays, with a deletionTimestamp, until its container is gone. */
+  private async remove(res: ServerResponse, r: Resource, namespace: string, name: string): Promise<void> {
+    const key = `${namespace}/${name}`;
+    const store = this.store(r.plural);
+    const obj = store.get(key);
+    if (obj === undefined) return this.reply(res, 404, notFound(r.plural, name));
+    const out = { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj };
+    if (r.plural !== 'pods') {
+      store.delete(key);
+      if (r.plural === 'persistentvolumeclaims') rmSync(claimDir(this.dataDir, namespace, name), { recursive: true, force: true });
+      if (r.plural === 'sandboxes') this.collectGarbage(namespace, String(obj.metadata['uid']));
+      return this.reply(res, 200, out);
+    }
+    this.deletePodObject(key, obj);
+    this.reply(res, 200, out);
+  }
+
+  /** What the agent-sandbox emulation needs of the server. */
+  private controllerHost(): ControllerHost {
+    return {
+      store: (plural) => this.store(plural),
+      nextVersion: () => String(this.resourceVersion++),
+      admit: (spec) => (this.enforceRestricted ? restrictedViolations(spec) : []),
+      startPod: (key, pod) => this.track(this.startPod(key, pod)),
+    };
+  }
+
+  /** Owner-reference garbage collection: the pods and claims a deleted Sandbox owned go too. */
+  private collectGarbage(namespace: string, ownerUid: string): void {
+    for (const plural of ['pods', 'persistentvolumeclaims']) {
+      for (const [key, obj] of [...this.store(plural)]) {
+        const refs = (obj.metadata['ownerReferences'] ?? []) as { uid?: string }[];
+        if (!key.startsWith(`${namespace}/`) || !refs.some((ref) => ref.uid === ownerUid)) continue;
+        if (plural === 'pods') {
+          this.deletePodObject(key, obj);
+        } else {
+          this.store(plural).delete(key);
+          rmSync(claimDir(this.dataDir, namespace, String(obj.metadata['name'])), { recursive: true, force: true });
+        }
+      }
+    }
+  }
+
+  /** Graceful pod deletion: the object stays, with a deletionTimestamp, until its container is gone. */
+  private deletePodObject(key: string, obj: Obj): void {
+    const store = this.store('pods');
+    if (obj.metadata['deletionTimestamp'] === undefined) {
+      obj.metadata['deletionTimestamp'] = new Date().toISOString();
+      obj.metadata['deletionGracePeriodSeconds'] = 0;
+      this.track((async () => {
+        const id = this.containers.get(key);
+        if (id !== undefined) await this.docker.getContainer(id).remove({ force: true }).catch(() => undefined);
+        this.containers.delete(key);
+        rmSync(join(this.dataDir, 'emptydir', String(obj.metadata['uid'])), { recursive: true, force: true });
+        if (store.get(key) === obj) store.delete(key);
+      })());
+    }
+  }
+
+  private upgrade(req: IncomingMessage, sock: import('node:net').Socket, head: Buffer): void {
+    const fail = (code: number, body: StatusBody): void => {
+      sock.end(`HTTP/1.1 ${code} ${code === 401 ? 'Unauthorized' : 'Error'}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${JSON.stringify(body)}`);
+    };
+    if (!this.authorized(req)) return fail(401, apiError(401, 'Unauthorized', 'Unauthorized'));
+    const url = new URL(req.url ?? '/', this.url);
+    const m = PATH_RE.exec(url.pathname);
+    if (m === null || m[1] !== '/api/v1' || m[3] !== 'pods' || m[4] === undefined || m[5] !== 'exec') {
+      return fail(404, apiError(404, 'NotFound', `the server could not find the requested resource (${url.pathname})`));
+    }
+    const key = `${m[2]}/${m[4]}`;
+    const pod = this.store('pods').get(key) as unknown as V1Pod | undefined;
+    if (pod === undefined) return fail(404, notFound('pods', m[4]));
+    const containerName = url.searchParams.get('container') ?? pod.spec!.containers[0]!.name;
+    if (!pod.spec!.containers.some((c) => c.name === containerName)) {
+      return fail(400, apiError(400, 'BadRequest', `container ${containerName} is not valid for pod ${m[4]}`));
+    }
+    const id = this.containers.get(key);
+    if (pod.status?.phase !== 'Running' || id === undefined) {
+      return fail(400, apiError(400, 'BadRequest', `pod ${m[4]} is not running (phase ${pod.status?.phase ?? 'unknown'})`));
+    }
+    this.execRequests.push(req.url ?? '');
+    const argv = url.searchParams.getAll('command');
+    const flag = (n: string): boolean => url.searchParams.get(n) === 'true';
+    this.wss.handleUpgrade(req, sock, head, (ws: WebSocket) => {
+      const bridge = bridgeExec(this.docker, id, ws, ws.protocol, { argv, stdin: flag('stdin'), stdout: flag('stdout'), stderr: flag('stderr'), tty: flag('tty') });
+      this.bridges.add(bridge);
+      this.track(bridge.done.finally(() => this.bridges.delete(bridge)));
+    });
+  }
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+}
