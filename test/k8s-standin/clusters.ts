@@ -75,7 +75,7 @@ export function describeClusters(name: string, body: (cluster: () => ClusterUnde
   });
   const real = realCluster();
   if (real === undefined) {
-    describe.skip(`${name} [real cluster] (skipped: set BERTH_KUBECONFIG to run it against a cluster, see test/k8s-standin/clusters.ts)`, () => {
+    describe.skip(`${name} [real cluster] [written skip] (skipped: set BERTH_KUBECONFIG to run it against a cluster, see test/k8s-standin/clusters.ts)`, () => {
       it('runs against the cluster of BERTH_KUBECONFIG', () => undefined);
     });
     return;
