@@ -6,7 +6,7 @@ import type { BerthConfig, ProfileSettings } from './types.js';
 /*
  * Output of `berth config check`. The config holds no value read from the environment
  * (env.forward lists names only), so printing it cannot leak a secret; env.static values are
- * literals from the file and not secrets (DESIGN section 7).
+ * literals from the file and not secrets (docs/design.md §7).
  */
 
 function settingsView(s: ProfileSettings, backends: BackendCatalog): Record<string, unknown> {

@@ -6,7 +6,7 @@ import { stagingRoot, tenantDirName } from './staging.js';
 
 /*
  * `limits.stagingBytes`: what one tenant's exports may hold in staging at once, across its
- * sessions, users and profiles (DESIGN section 8: disk is bounded). Every export counts its
+ * sessions, users and profiles (docs/design.md §8: disk is bounded). Every export counts its
  * content plus 512 bytes per archive entry (a tar header: what an entry costs, so 20,000 empty
  * files are not free).
  *

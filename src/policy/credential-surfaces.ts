@@ -14,14 +14,14 @@ export interface CredentialSurfaceContext {
 }
 
 /**
- * Directories under home that hold credentials. DESIGN names the first six; `.azure` and
+ * Directories under home that hold credentials. docs/design.md §4 names the first six; `.azure` and
  * `.password-store` are the same kind of thing (cloud login, `pass` store) and cost nothing
  * to refuse.
  */
 export const HOME_CREDENTIAL_DIRS = ['.ssh', '.aws', '.gnupg', '.kube', '.docker', '.config', '.azure', '.password-store'];
 
 /*
- * Host directories that are never a sandbox's workspace or volume (DESIGN section 8: nothing an
+ * Host directories that are never a sandbox's workspace or volume (docs/design.md §8: nothing an
  * agent does may reach the host). A bind is read-write by default, so binding any of these hands
  * the agent the host itself: write /etc/cron.d or /usr/bin, read /etc/shadow or /var/lib/docker,
  * reach containerd.sock under /run, the kernel through /proc, /sys and /dev.

@@ -7,7 +7,7 @@ export interface EnvGrantInput {
   env: EnvSettings;
   /**
    * The call's tenant. A user's values belong to (tenant, platform, id): another tenant naming the
-   * same platform id gets none of them (DESIGN section 7).
+   * same platform id gets none of them (docs/design.md §7).
    */
   tenant: string;
   /** The call's end user, `platform:id`, or undefined. */
@@ -45,7 +45,7 @@ const REDACT_MIN_CHARS = 8;
 const PER_USER_NAME_RE = /^[A-Za-z][A-Za-z0-9_]*$/;
 
 /**
- * What a sandbox's environment contains (DESIGN section 7). Precedence, lowest first:
+ * What a sandbox's environment contains (docs/design.md §7). Precedence, lowest first:
  * `env.forward` globs, `env.static`, exact `env.forward` names, per-user values. So a user's
  * value beats any global one of the same name, and an explicit name beats a pattern.
  *

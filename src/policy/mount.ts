@@ -66,11 +66,11 @@ const PROCESS_CWD = 'process working directory';
 export const CONTAINER_WORKSPACE = '/workspace';
 
 /**
- * Decide the workspace mount of a call (DESIGN section 4). Pure apart from `a.fs`.
+ * Decide the workspace mount of a call (docs/design.md §4). Pure apart from `a.fs`.
  *
  * - A workspace the call attached (`source: 'session'`) wins in every mode, shared keys
  *   included. On a container backend with `workspace.mount` off nothing is mounted, the reason
- *   says so and the call goes on (DESIGN section 4: a gateway that always attaches the user's
+ *   says so and the call goes on (docs/design.md §4: a gateway that always attaches the user's
  *   folder keeps working on an installation that does not mount). Nothing of it reaches the
  *   sandbox, so it is not checked either.
  * - A process-derived cwd (`source: 'process'`) is used only for the `default` key.
@@ -195,7 +195,7 @@ export interface MountCompatibilityInput {
 
 /**
  * A mount is fixed when a container is created. A call that asks for a different one is an
- * error (DESIGN: shared sandboxes; the same holds for any key, since the container cannot
+ * error (docs/design.md §4: shared sandboxes; the same holds for any key, since the container cannot
  * change). A call that asks for none uses the sandbox as it is.
  */
 export function assertMountCompatible(a: MountCompatibilityInput): void {

@@ -1,7 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { CallScopeInput } from './call-scope.js';
 
-/** A scope bound for the duration of a callback, for library callers (DESIGN section 2). */
+/** A scope bound for the duration of a callback, for library callers (docs/design.md §2). */
 export interface ScopeContext {
   /** Run `fn` with `scope` bound; an inner call replaces the outer binding for its duration. */
   runWithScope<T>(scope: CallScopeInput, fn: () => T): T;

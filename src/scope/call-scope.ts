@@ -8,7 +8,7 @@ export interface AttachedWorkspace {
 }
 
 /**
- * Who is calling. Every call carries one explicitly (DESIGN section 2).
+ * Who is calling. Every call carries one explicitly (docs/design.md §2).
  * `tenant` and `profile` always have values after normalisation.
  */
 export interface CallScope {

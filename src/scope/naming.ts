@@ -83,7 +83,7 @@ export interface ShellIdentity {
 }
 
 /**
- * Who owns a shell and its cwd record (DESIGN section 4): the task when it is a registered
+ * Who owns a shell and its cwd record (docs/design.md §4): the task when it is a registered
  * subagent, else the session, else the task, else `default`, always within the call's tenant,
  * profile and user.
  *

@@ -101,7 +101,7 @@ function attachedWorkspace(value: unknown): AttachedWorkspace | undefined {
   if (ID_FORBIDDEN_RE.test(path)) {
     throw new UsageError(`workspace.path ${JSON.stringify(path)} contains control characters`);
   }
-  // DESIGN section 4: an untagged workspace from an API caller is the caller's own attachment.
+  // docs/design.md §4: an untagged workspace from an API caller is the caller's own attachment.
   if (source === undefined) return Object.freeze({ path, source: 'session' });
   if (source !== 'session' && source !== 'process') {
     throw new UsageError(`workspace.source must be "session" or "process", got ${JSON.stringify(source)}`);

@@ -29,7 +29,7 @@ export interface SandboxKeyResolution {
 }
 
 /**
- * The sandbox key of a call (DESIGN section 3). Pure: reads nothing but its arguments.
+ * The sandbox key of a call (docs/design.md §3). Pure: reads nothing but its arguments.
  *
  * @example
  * resolveSandboxKey({ scope: { tenant: 'local', profile: 'default', session: 's1' },

@@ -4,7 +4,7 @@ import { BerthError, ConfigError } from '../errors.js';
 import type { CallScope } from '../scope/call-scope.js';
 
 /*
- * What a remote caller may choose (DESIGN §8). Its credentials (a bearer token) fix its tenant
+ * What a remote caller may choose (docs/design.md §8). Its credentials (a bearer token) fix its tenant
  * and the profiles it may name; the rest of the call scope (session, task, user) it may assert
  * freely inside those. A host backend (`local`: no isolation, berth's own user) is for remote
  * callers only when the operator said so (`server.allowHostBackend`).

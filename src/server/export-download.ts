@@ -11,7 +11,7 @@ import { DEFAULT_PROFILE, type CallScope } from '../scope/call-scope.js';
 import { HttpError } from './http-error.js';
 
 /*
- * Exports for remote callers (DESIGN §8: host paths only for local callers). An export already
+ * Exports for remote callers (docs/design.md §8: host paths only for local callers). An export already
  * lands in a fresh random dir under the call scope's private staging dir
  * (`staging/<tenant>/<session>/<user>/<16 hex>-<bytes>/<name>`, see files/staging-quota.ts); its
  * 16 hex digits are the export id, and

@@ -2,7 +2,7 @@ import type { SandboxInfo } from '../broker/broker.js';
 import type { Binding } from '../broker/resolve-call.js';
 
 /*
- * What remote callers (HTTP, MCP over HTTP) see of berth's answers: no host paths (DESIGN §8).
+ * What remote callers (HTTP, MCP over HTTP) see of berth's answers: no host paths (docs/design.md §8).
  * A mount is a host dir, so it becomes a boolean; library and CLI callers keep the real path.
  */
 

@@ -9,7 +9,7 @@ import { DEFAULT_PROFILE } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';
 
 /*
- * Bearer tokens → a tenant and the profiles it may use (DESIGN §8: a token cannot choose anything
+ * Bearer tokens → a tenant and the profiles it may use (docs/design.md §8: a token cannot choose anything
  * else). They live in the `tokens` table of the SQLite state (`$BERTH_HOME/state.db`), so a
  * create or a revoke is one atomic statement: concurrent CLI runs lose nothing, and a revoke
  * cannot be undone by a create racing it. Only the sha256 of each token is stored: a leaked

@@ -6,7 +6,7 @@ import { runBerth, tempInstall } from '../helpers/cli.js';
 
 /*
  * berth's own files are private whatever made them (an older berth, a umask of 022, a copy):
- * any berth command that opens BERTH_HOME tightens it (DESIGN §8: berth's state is out of reach).
+ * any berth command that opens BERTH_HOME tightens it (docs/design.md §8: berth's state is out of reach).
  */
 
 const LOCAL = 'backend: local\npersistent: false\n';

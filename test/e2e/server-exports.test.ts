@@ -12,7 +12,7 @@ import { call, httpConn } from '../helpers/mcp-clients.js';
 import { createToken, qs, ServeProcess, stopAll, type ApiClient } from '../helpers/serve.js';
 
 /*
- * Remote callers never get host paths (DESIGN §8): an export is handed back as a download route
+ * Remote callers never get host paths (docs/design.md §8): an export is handed back as a download route
  * that streams it (a file as its bytes, a folder as a tar), looked up only under the calling
  * scope's own staging dir; mounts are a boolean over HTTP. Through a real `berth serve`, on docker
  * and on local (which the config lets remote callers use, explicitly).

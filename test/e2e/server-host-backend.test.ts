@@ -4,7 +4,7 @@ import { createToken, ServeProcess, stopAll } from '../helpers/serve.js';
 
 /*
  * A host backend (`local`: no isolation, berth's own user) is never for a remote caller unless
- * the operator opted in (server.allowHostBackend), and explain says so (DESIGN §8). Through a real
+ * the operator opted in (server.allowHostBackend), and explain says so (docs/design.md §8). Through a real
  * `berth serve`. The docker default backend is never contacted here: no call reaches an engine.
  */
 

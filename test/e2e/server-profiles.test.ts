@@ -3,7 +3,7 @@ import { tempInstall } from '../helpers/cli.js';
 import { createToken, qs, ServeProcess, stopAll, type ApiClient } from '../helpers/serve.js';
 
 /*
- * A token is a tenant plus the profiles it may use (DESIGN §8). Through a real `berth serve`
+ * A token is a tenant plus the profiles it may use (docs/design.md §8). Through a real `berth serve`
  * (local backend, which the config explicitly allows remote callers to use, to keep this fast):
  * every route that names a profile, in the body or the query, refuses one outside the token's
  * list with 403 profile_forbidden, and listings show only the token's profiles.

@@ -22,7 +22,7 @@ function alive(pid: number): boolean {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /*
- * DESIGN §5: after a timeout nothing more of that command line runs, the tree is gone when the
+ * docs/design.md §5: after a timeout nothing more of that command line runs, the tree is gone when the
  * call returns, the session stays usable and the result says exactly what a new shell restored.
  * Run with the warden (what the broker gives every sandbox) and with the helper run through
  * execOnce (the fallback, and what a library user without a warden gets).

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 
 /*
- * Sandboxes reach no other sandbox over the network (DESIGN section 8). Each tenant's sandboxes
+ * Sandboxes reach no other sandbox over the network (docs/design.md §8). Each tenant's sandboxes
  * join bridge networks that berth creates and labels for that tenant, with inter-container
  * traffic off (`enable_icc=false`): a bridge still forwards to the gateway (egress through IP
  * masquerade, as configured), but drops traffic between its own ports, and docker's isolation

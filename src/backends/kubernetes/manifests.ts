@@ -20,7 +20,7 @@ import type { KubernetesSettings } from './settings.js';
  * kubernetes settings. Every one of them is validated in tests against the vendored schemas
  * (test/schemas/).
  *
- * Isolation (DESIGN §8, Pod Security "restricted"): a non-root uid, no privilege escalation,
+ * Isolation (docs/design.md §8, Pod Security "restricted"): a non-root uid, no privilege escalation,
  * every capability dropped, the runtime's default seccomp profile, a read-only root file system
  * with writable volumes only where a sandbox writes, no service-account token, no service
  * environment variables, and a per-tenant NetworkPolicy that admits no ingress.

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 
 /*
- * Object names in the cluster, all derived from the identity digest (DESIGN §3): lowercase
+ * Object names in the cluster, all derived from the identity digest (docs/design.md §3): lowercase
  * DNS-1123 names of at most 63 characters, so they also work as pod hostnames.
  */
 

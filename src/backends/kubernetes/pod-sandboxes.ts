@@ -20,7 +20,7 @@ import {
 import type { KubernetesSettings } from './settings.js';
 
 /*
- * Sandboxes as plain pods (mode `pods`), DESIGN §6: the lifecycle the backend's ensure / remove /
+ * Sandboxes as plain pods (mode `pods`), docs/design.md §6: the lifecycle the backend's ensure / remove /
  * list are made of, independent of the backend seam's exact shape.
  *
  * - The tenant's NetworkPolicy exists before the tenant's first pod is created.

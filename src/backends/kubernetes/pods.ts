@@ -4,7 +4,7 @@ import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
 import { IDENTITY_ANNOTATION, LABEL, labelValue } from './labels.js';
 
 /*
- * Pod lifecycle against the API server (DESIGN §6). Every create asks for strict field
+ * Pod lifecycle against the API server (docs/design.md §6). Every create asks for strict field
  * validation, so an API server that does not know a field refuses the object instead of
  * dropping the field (a dropped security field would fail open).
  */

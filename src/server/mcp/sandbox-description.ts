@@ -58,7 +58,7 @@ export function describeSandbox(broker: Broker, scope: CallScopeInput, opts: { r
   return { binding, session, defaultTimeoutSeconds: settings.exec.timeoutSeconds, summary, instructions };
 }
 
-/** A remote caller is not told the host path of the mount (DESIGN §8). */
+/** A remote caller is not told the host path of the mount (docs/design.md §8). */
 function mountNote(b: Binding, mountsHostDirs: boolean, remote: boolean): string {
   if (b.mount === null || !mountsHostDirs) return '';
   const dir = remote ? 'A host directory' : `The host directory ${b.mount}`;
