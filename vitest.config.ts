@@ -1,5 +1,8 @@
 import { defineConfig } from 'vitest/config';
 
+/** CI asks for a JSON report too (BERTH_TEST_REPORT), to tell the conformance suite's written skips from others. */
+const report = process.env['BERTH_TEST_REPORT'];
+
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
@@ -8,5 +11,6 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: 'forks',
+    reporters: report ? ['default', ['json', { outputFile: report }]] : ['default'],
   },
 });
