@@ -1,6 +1,6 @@
 import type { Readable, Writable } from 'node:stream';
 import type { ProfileSettings } from '../config/types.js';
-import { BerthError } from '../errors.js';
+import type { BerthError } from '../errors.js';
 
 /** (installation, tenant, profile, key); `profile` is undefined for `shared:*` keys. */
 export interface SandboxIdentity {
@@ -25,14 +25,37 @@ export interface SandboxSpec {
   settings: ProfileSettings;
 }
 
-export interface ShellTransport {
-  stdin: Writable;
-  stdout: Readable;
-  stderr: Readable;
-  /** Resolves with the shell's exit code when it ended (null when the backend cannot tell). */
-  exited: Promise<number | null>;
-  /** End the shell process now. Idempotent; never throws. */
+/**
+ * How a process starts in a sandbox. `env` values travel the way the backend delivers them
+ * (the process's own environment, an exec's Env, a preamble on stdin), never on any argv.
+ */
+export interface SpawnOptions {
+  /** Added to the sandbox's own base environment for this process. */
+  env: Readonly<Record<string, string>>;
+  /** Working dir inside the sandbox; default: the sandbox's default dir. */
+  cwd?: string | undefined;
+  /** Pipe stdin (a shell, `tar -x`); otherwise the process reads end-of-file at once. */
+  stdin: boolean;
+}
+
+/** One process started in a sandbox. */
+export interface SpawnedProcess {
+  /** Its stdin when piped (ending it is EOF), else null. */
+  readonly stdin: Writable | null;
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  /** Resolves with its exit code once it ended (128 + n for signal n), or null when the backend cannot tell. */
+  readonly exited: Promise<number | null>;
+  /**
+   * End it and what it started in the sandbox, by the backend's means (a process group, a tag in
+   * the environment, a channel). Idempotent; never throws.
+   */
   kill(): Promise<void>;
+}
+
+/** A process with stdin piped: a persistent shell's or the warden's stream. */
+export interface ShellTransport extends SpawnedProcess {
+  readonly stdin: Writable;
 }
 
 export interface ExecOnceOptions {
@@ -46,23 +69,7 @@ export interface ExecOnceOptions {
   maxOutputBytes?: number;
 }
 
-/** Default output bound of `execOnce`: far above what any berth helper prints (job reads are <= 1 MiB). */
-export const DEFAULT_HELPER_OUTPUT_BYTES = 8 * 1024 * 1024;
-
-/** The bound to apply for `opts`: the caller's when it is a positive number, else the default. */
-export function helperOutputCap(opts: ExecOnceOptions | undefined): number {
-  const n = opts?.maxOutputBytes;
-  return n !== undefined && Number.isFinite(n) && n > 0 ? Math.floor(n) : DEFAULT_HELPER_OUTPUT_BYTES;
-}
-
-/** A helper printed more than its bound (a replaced `sh`, a runaway probe). */
-export function helperOutputTooLarge(argv: readonly string[], where: string, capBytes: number): BerthError {
-  return new BerthError(
-    'helper_output_too_large',
-    `helper ${JSON.stringify(argv[0] ?? '')} in ${where} printed more than ${capBytes} bytes (the helper output cap); ` +
-      'it was stopped. Check that the sandbox\'s sh and core tools are not replaced by something that floods output',
-  );
-}
+export { DEFAULT_HELPER_OUTPUT_BYTES } from './plumbing/exec-once.js';
 
 export interface ExecOnceResult {
   exitCode: number;
@@ -70,8 +77,12 @@ export interface ExecOnceResult {
   stderr: Buffer;
 }
 
-/** A running (or adopted) sandbox. */
-export interface Sandbox {
+/**
+ * What a backend gives for one running (or adopted) sandbox: what it is, and ONE way to start a
+ * process in it. Everything else a sandbox does (a persistent shell, one-off helpers with their
+ * caps and timeouts, tar in and out) is built on `spawn` once, in `plumbing/`.
+ */
+export interface SandboxHandle {
   readonly spec: SandboxSpec;
   /** Backend reference (container id, host dir) recorded in the state store. */
   readonly ref: string;
@@ -85,25 +96,41 @@ export interface Sandbox {
   readonly hostDir: string | undefined;
   /** True when `ensure` had to recreate a sandbox that was removed out of band. */
   readonly recreated: boolean;
+  /** In-sandbox home directory (credential dirs under it are never transferred). */
+  readonly homeDir: string;
+  /** In-sandbox roots that file transfer may touch (workspace, home, scratch); see files/sandbox-path.ts. */
+  readonly fileRoots: readonly string[];
+  /** In-sandbox dirs a restart empties (tmpfs mounts), for the notice when berth restarts it. */
+  readonly volatileDirs?: readonly string[];
   /**
-   * Start a persistent `bash` reading commands from stdin. `env` is the full granted environment;
-   * values travel through the process/API env, never argv.
+   * Start `argv` in the sandbox. A sandbox that no longer exists rejects with
+   * `SandboxNotFoundError` (the broker recreates it once); an engine or process that cannot start
+   * it rejects through the backend's one error translator.
    */
-  openShell(opts: { env: Readonly<Record<string, string>>; cwd: string }): Promise<ShellTransport>;
+  spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess>;
   /**
    * Processes in the sandbox and how many it may hold, as the engine counts them (nothing is
    * started inside); undefined where unknown. Tells a sandbox whose pids a fork bomb took from one
    * where a shell failed to start for another reason.
    */
   processCount?(): Promise<{ current: number; limit: number } | undefined>;
-  /** In-sandbox dirs a restart empties (tmpfs mounts), for the notice when berth restarts it. */
-  readonly volatileDirs?: readonly string[];
+  /**
+   * The host file behind an in-sandbox path when it lives on a host directory bound into the
+   * sandbox (a persistent sandbox's dirs, an attached workspace, a volume; every path on
+   * `local`), with the host root it must stay under; undefined when it does not (tmpfs, remote).
+   */
+  hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined;
+}
+
+/** A running sandbox as the shell, warden, files and jobs use it: a handle plus the plumbing. */
+export interface Sandbox extends SandboxHandle {
+  /**
+   * Start a persistent `bash` reading commands from stdin. `env` is the full granted environment;
+   * values travel through the process/API env, never argv.
+   */
+  openShell(opts: { env: Readonly<Record<string, string>>; cwd: string }): Promise<ShellTransport>;
   /** Run one short helper inside the sandbox (kill helper, probes). Not for user commands. */
   execOnce(argv: string[], opts?: ExecOnceOptions): Promise<ExecOnceResult>;
-  /** In-sandbox home directory (credential dirs under it are never transferred). */
-  readonly homeDir: string;
-  /** In-sandbox roots that file transfer may touch (workspace, home, scratch); see files/sandbox-path.ts. */
-  readonly fileRoots: readonly string[];
   /**
    * Extract a tar archive into `destDir`, an existing directory inside the sandbox (absolute,
    * already resolved and checked by the caller). Resolves only when every entry landed; any
@@ -116,12 +143,6 @@ export interface Sandbox {
    * not be produced completely; destroying it stops the producer.
    */
   getArchive(path: string): Promise<Readable>;
-  /**
-   * The host file behind an in-sandbox path when it lives on a host directory bound into the
-   * sandbox (a persistent sandbox's dirs, an attached workspace, a volume; every path on
-   * `local`), with the host root it must stay under; undefined when it does not (tmpfs, remote).
-   */
-  hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined;
 }
 
 /**
@@ -140,10 +161,12 @@ export interface ManagedSandbox {
 }
 
 /**
- * The narrow seam between the broker and an engine. What a backend cannot do throws
- * `UnsupportedError`; nothing ever falls back to the host.
+ * The narrow seam between the broker and an engine: lifecycle, plus `spawn` on each sandbox's
+ * handle. What a backend cannot do throws `UnsupportedError`; nothing ever falls back to the host.
+ * `ensure` returns `new ProcessSandbox(handle)` (plumbing/process-sandbox.ts), or a subclass that
+ * overrides one piece of the plumbing.
  */
-export interface Backend {
+export interface Backend extends AsyncDisposable {
   /** Its module's name (what it is and does: the module's traits). */
   readonly name: string;
   /** Check the engine is reachable and usable for these settings (start-up). */
@@ -164,7 +187,7 @@ export interface Backend {
    * over). Absent where there is no disk bound.
    */
   checkDiskLimit?(sandbox: Sandbox): Promise<BerthError | undefined>;
-  /** Release engine connections. Idempotent. */
+  /** Release engine connections. Idempotent; `[Symbol.asyncDispose]` does the same. */
   close(): Promise<void>;
 }
 

@@ -29,6 +29,11 @@ export interface BrokerOptions {
    * output live, and a file would outlive the call that could use it.
    */
   spillOutput?: boolean;
+  /**
+   * Where debug lines go, one namespaced line at a time (`berth:docker`, `berth:shell`,
+   * `berth:broker`, ...); never given a secret value. Default: the lines `BERTH_DEBUG` (from `env`)
+   * asks for, on stderr.
+   */
   log?: (namespace: string, message: string) => void;
 }
 

@@ -5,6 +5,7 @@ import type { BerthConfig } from '../config/types.js';
 import { BerthError, PolicyRefusedError } from '../errors.js';
 import { StagingLedger } from '../files/staging-quota.js';
 import { assertAllowedRootsExist } from '../policy/allowed-roots.js';
+import { debugSink } from '../logging/debug-sink.js';
 import { assertVolumesAllowed } from '../policy/volumes.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
 import { AuditRecorder, type AuditFilter } from './audit.js';
@@ -87,7 +88,7 @@ export class Broker implements AsyncDisposable {
     assertAllowedRootsExist(config);
     const store = StateStore.open(berthHome, { auditMaxCommandChars: config.audit.maxCommandChars });
 
-    const log = opts.log ?? (() => {});
+    const log = opts.log ?? debugSink(env['BERTH_DEBUG'], (line) => void process.stderr.write(line)) ?? (() => {});
     const shutdown = new AbortController();
     const assertOpen = (): void => assertRunning(shutdown.signal);
     const owner = opts.holdSessions === false ? null : ownerToken();

@@ -80,12 +80,14 @@ export class SandboxPool {
   /** This process (`pid:starttime`), on the creation claims it makes. */
   private readonly processToken = ownerToken();
   private readonly log: (namespace: string, message: string) => void;
+  private readonly logger: Logger;
 
   constructor(private readonly opts: SandboxPoolOptions) {
     this.log = opts.log;
+    this.logger = new Logger(opts.log);
     this.backends = new BackendRegistry({
       catalog: opts.config.backends, berthHome: opts.berthHome, installation: opts.store.installationId, injected: opts.backends,
-      log: new Logger(opts.log), lease: storeLease(opts.store),
+      log: this.logger, lease: storeLease(opts.store),
     });
   }
 
@@ -139,7 +141,10 @@ export class SandboxPool {
       const live: LiveSandbox = {
         digest: call.spec.digest, sandbox, record, traits: call.traits, idleMs: call.settings.lifecycle.idleSeconds * 1000,
         inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, sessions: new Map(), diskCheckedMs: 0,
-        shells: new SandboxShells(sandbox, { mayKillAll: call.traits.ownsProcessTable, label: call.binding.sandboxKey }),
+        shells: new SandboxShells(sandbox, {
+          mayKillAll: call.traits.ownsProcessTable,
+          log: this.logger.child('berth:shell').with({ key: call.binding.sandboxKey, ref: sandbox.ref }),
+        }),
       };
       this.backendOf.set(live, backend);
       this.live.set(call.spec.digest, live);

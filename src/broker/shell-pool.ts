@@ -1,4 +1,5 @@
 import type { Sandbox } from '../backends/backend.js';
+import type { Logger } from '../logging/logger.js';
 import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
 import { Warden } from '../shell/warden.js';
@@ -26,12 +27,17 @@ export class SandboxShells {
   readonly byShell = new Map<string, Promise<LiveShell>>();
   /** Ends process trees in the sandbox without a new process there; started with the first shell. */
   readonly warden: Warden;
+  readonly log: Logger;
 
-  constructor(readonly sandbox: Sandbox, opts: { mayKillAll: boolean; label: string }) {
+  /**
+   * @param opts.log `berth:shell`, about this sandbox (its key and ref): its shells and warden log there.
+   */
+  constructor(readonly sandbox: Sandbox, opts: { mayKillAll: boolean; log: Logger }) {
+    this.log = opts.log;
     this.warden = new Warden({
       open: () => sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }),
       mayKillAll: opts.mayKillAll,
-      label: opts.label,
+      log: opts.log,
     });
   }
 
@@ -109,6 +115,7 @@ export class ShellPool {
       spillDir: this.opts.spillDir,
       maxOutputChars: call.settings.exec.maxOutputChars,
       redactValues: call.redactValues,
+      log: shells.log,
     }).then((shell): LiveShell => ({
       shell, tenant: call.scope.tenant, profile: call.scope.profile, sessionRef: call.sessionRef, recordedCwd: undefined,
     }));

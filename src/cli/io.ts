@@ -1,3 +1,5 @@
+import { debugSink } from '../logging/debug-sink.js';
+
 /** What a command needs from the process; passed in so commands stay thin and testable. */
 export interface CliIo {
   env: NodeJS.ProcessEnv;
@@ -41,9 +43,5 @@ export type CliLog = (namespace: string, message: string) => void;
  * stderr; undefined when it asks for none.
  */
 export function debugLog(io: CliIo): CliLog | undefined {
-  const debug = io.env['BERTH_DEBUG'];
-  if (!debug) return undefined;
-  return (ns, msg) => {
-    if (debug === '*' || ns.startsWith(debug)) io.err(`${ns} ${msg}\n`);
-  };
+  return debugSink(io.env['BERTH_DEBUG'], io.err);
 }

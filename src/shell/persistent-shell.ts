@@ -1,14 +1,12 @@
 import { rmSync } from 'node:fs';
-import { debuglog } from 'node:util';
 import { BerthError, ConfigError, TimeoutError, UsageError } from '../errors.js';
+import { Logger } from '../logging/logger.js';
 import { ByteRedactor, OutputCapture } from './output-capture.js';
 import { DUMP_AND_EXIT, SHELL_TAG_VAR, SNAPSHOT_CWD, TokenSource, buildFrame, buildInit, isShellName, parseInitPayload, printfFormat } from './protocol.js';
 import { describeEnd, describeReplacement, restoredFrom, type Replacement } from './replacement.js';
 import { ShellConn, type Exchange, type Outcome } from './shell-conn.js';
 import type { ExecResult, RunOptions, ShellOptions } from './types.js';
 import { OnceKiller, type ProcessKiller, type TreeInput } from './warden.js';
-
-const debug = debuglog('berth:shell');
 
 /** Bounds for the waits around a shell; every one is finite. Tests shorten them. */
 export interface ShellTimings {
@@ -76,6 +74,7 @@ export class PersistentShell implements AsyncDisposable {
   private readonly tokens = new TokenSource();
   private readonly killer: ProcessKiller;
   private readonly fallbackKiller: ProcessKiller;
+  private readonly logger: Logger;
 
   private constructor(
     private readonly opts: ShellOptions,
@@ -88,6 +87,7 @@ export class PersistentShell implements AsyncDisposable {
     this.stdinPath = joinPosix(this.shellsDir, `${opts.shellId}.stdin`);
     this.fallbackKiller = new OnceKiller(opts.execOnce, false, timings.killTimeoutMs);
     this.killer = opts.killer ?? this.fallbackKiller;
+    this.logger = opts.log ?? Logger.silent();
   }
 
   /** Open the shell, restore the snapshot if any, and pick the starting cwd. */
@@ -493,7 +493,7 @@ export class PersistentShell implements AsyncDisposable {
   }
 
   private log(msg: string): void {
-    debug(`[${this.opts.shellId}] ${msg}`);
+    this.logger.debug(`[${this.opts.shellId}] ${msg}`);
   }
 }
 

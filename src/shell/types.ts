@@ -1,4 +1,5 @@
 import type { ExecOnceOptions, ExecOnceResult, ShellTransport } from '../backends/backend.js';
+import type { Logger } from '../logging/logger.js';
 import type { ProcessKiller } from './warden.js';
 
 /** The result of one command, as every surface (library, CLI --json, HTTP, MCP) reports it. */
@@ -57,6 +58,8 @@ export interface ShellOptions {
   maxOutputChars: number;
   /** Values to replace with `[REDACTED]` in returned output (>= 8 chars). */
   redactValues?: readonly string[];
+  /** Debug lines (`berth:shell`, with the sandbox's key and ref); never given a command's output or env. */
+  log?: Logger | undefined;
 }
 
 export interface RunOptions {

@@ -1,10 +1,8 @@
-import { debuglog } from 'node:util';
 import type { ExecOnceOptions, ExecOnceResult, ShellTransport } from '../backends/backend.js';
 import { BerthError, TimeoutError, UnsupportedError } from '../errors.js';
+import { Logger } from '../logging/logger.js';
 import { TokenSource } from './protocol.js';
 import { WARDEN_ONCE, WARDEN_SCRIPT, wardenLoop } from './warden-script.js';
-
-const debug = debuglog('berth:shell');
 
 /** What the shell asks of whoever ends processes in its sandbox. */
 export interface TreeInput {
@@ -54,8 +52,10 @@ export interface WardenOptions {
   mayKillAll: boolean;
   /** Bound on opening and on each operation (a scan under a fork bomb takes seconds). */
   timeoutMs?: number;
-  /** Prefix for debug lines (sandbox key, short id). */
+  /** Prefix for debug lines (sandbox key, short id) when no `log` carries them. */
   label?: string;
+  /** Debug lines (`berth:shell`, with the sandbox's key and ref). */
+  log?: Logger | undefined;
 }
 
 const DEFAULT_TIMEOUT_MS = 20_000;
@@ -192,7 +192,7 @@ export class Warden extends KillerBase implements AsyncDisposable {
   }
 
   private log(msg: string): void {
-    debug(`warden${this.opts.label !== undefined ? ` ${this.opts.label}` : ''}: ${msg}`);
+    (this.opts.log ?? Logger.silent()).debug(`warden${this.opts.label !== undefined ? ` ${this.opts.label}` : ''}: ${msg}`);
   }
 }
 

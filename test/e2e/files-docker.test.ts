@@ -13,7 +13,6 @@ import {
   type TestInstall,
   dockerSuiteHooks,
 } from '../helpers/docker-e2e.js';
-import { filesConformance } from './files-conformance.js';
 
 /*
  * Files in and out of real containers: the shared conformance suite, media translation per key
@@ -36,11 +35,7 @@ async function bindSource(t: TestInstall, key: string, tenant: string, dest: str
 describeDocker('file transfer on the real docker engine', () => {
   dockerSuiteHooks(reg);
 
-  filesConformance('docker', async (extra = {}) => {
-    const t = reg.track();
-    // Ephemeral sessions: /workspace and the home are tmpfs, the hardest case for archives.
-    return { broker: await t.open(dockerConfig({ persistent: false, ...extra })), home: t.home };
-  }, (line) => console.log(line));
+  // The file-transfer conformance tests run in the backend conformance suite (backend-conformance-docker.test.ts).
 
   const cases: { mode: string; config: Record<string, unknown>; a: CallScopeInput; b: CallScopeInput; keyA: string; keyB: string; tenantB: string }[] = [
     { mode: 'session', config: { scope: 'session' }, a: { session: 'a' }, b: { session: 'b' }, keyA: 'session:a', keyB: 'session:b', tenantB: 'local' },

@@ -75,8 +75,8 @@ export function describeClusters(name: string, body: (cluster: () => ClusterUnde
   });
   const real = realCluster();
   if (real === undefined) {
-    describe.skip(`${name} [real cluster] [written skip] (skipped: set BERTH_KUBECONFIG to run it against a cluster, see test/k8s-standin/clusters.ts)`, () => {
-      it('runs against the cluster of BERTH_KUBECONFIG', () => undefined);
+    describe.skip(`${name} [real cluster]`, () => {
+      it('runs against the cluster of BERTH_KUBECONFIG (skipped on kubernetes: no live cluster here; set BERTH_KUBECONFIG to run it, see test/k8s-standin/clusters.ts)', () => undefined);
     });
     return;
   }

@@ -14,7 +14,11 @@ import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { PassThrough } from 'node:stream';
 import Dockerode from 'dockerode';
-import { demultiplex, execOnceIn, openShellExec } from '../../src/backends/docker/exec-stream.js';
+import { spawnInContainer, type ContainerTarget } from '../../src/backends/docker/exec-process.js';
+import { demultiplex } from '../../src/backends/docker/exec-stream.js';
+import { execOnce } from '../../src/backends/plumbing/exec-once.js';
+import { openShellVia } from '../../src/backends/plumbing/open-shell.js';
+import { Logger } from '../../src/logging/logger.js';
 import { execOnceInPod } from '../../src/backends/kubernetes/exec-once.js';
 import { spawnInPod, type ExecTarget } from '../../src/backends/kubernetes/exec-stream.js';
 import { CONTAINER_NAME, sandboxPod, STATE_DIR } from '../../src/backends/kubernetes/manifests.js';
@@ -133,9 +137,11 @@ try {
     (argv, o) => execOnceInPod(target, argv, o),
   );
   const bare = await bareWebSocketShell(target);
+  const inContainer: ContainerTarget = { docker, containerId, track: () => () => undefined, log: Logger.silent() };
+  const spawnHere = (argv: readonly string[], o: Parameters<typeof spawnInContainer>[2]) => spawnInContainer(inContainer, argv, o);
   const berthDocker = await berthShell(
-    (env) => openShellExec({ docker, containerId, env, cwd: '/workspace', track: () => () => undefined, log: () => undefined }),
-    (argv, o) => execOnceIn(docker, containerId, argv, { timeoutMs: 10_000, ...o }),
+    (env) => openShellVia(spawnHere, { env, cwd: '/workspace' }),
+    (argv, o) => execOnce(spawnHere, argv, { timeoutMs: 10_000, ...o }, 'the measured container'),
   );
   const dockerBare = await bareDockerShell(docker, containerId);
   console.log(`persistent shell, berth protocol, over the exec WebSocket: ${fmt(berth)}`);

@@ -1,54 +1,38 @@
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
-import { constants } from 'node:os';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { ExecOnceResult, ShellTransport } from '../../src/backends/backend.js';
+import type { ExecOnceOptions, ExecOnceResult, SandboxSpec, ShellTransport } from '../../src/backends/backend.js';
+import { LocalSandboxHandle } from '../../src/backends/local/local-sandbox.js';
+import { ProcessSandbox } from '../../src/backends/plumbing/process-sandbox.js';
+import { parseConfig } from '../../src/config/schema.js';
 import type { ShellOptions } from '../../src/shell/types.js';
 
-/** A host bash over stdio pipes: on a host backend the host is the sandbox. */
-export function openLocalBash(env: Record<string, string>, cwd: string): Promise<ShellTransport> {
-  const child = spawn('bash', ['--noprofile', '--norc'], { stdio: ['pipe', 'pipe', 'pipe'], env, cwd });
-  const exited = new Promise<number | null>((resolve) => {
-    child.once('exit', (code, signal) => {
-      resolve(code ?? (signal !== null ? 128 + (constants.signals[signal] ?? 0) : null));
-    });
-    child.once('error', () => resolve(null));
-  });
-  return Promise.resolve({
-    stdin: child.stdin,
-    stdout: child.stdout,
-    stderr: child.stderr,
-    exited,
-    async kill() {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-      await exited;
-    },
-  });
+export { killAll, pidsWithArg } from '../helpers/processes.js';
+
+/*
+ * The shell's unit tests run on the production transport: the local backend's own sandbox over a
+ * test dir (its spawn in a process group of its own, `bash --noprofile --norc` through the
+ * plumbing, the plumbing's execOnce), not a stand-in written for the tests.
+ */
+
+const SPEC: SandboxSpec = {
+  identity: { installation: 'test', tenant: 'local', profile: 'default', key: 'session:shell-test' },
+  digest: 'ef'.repeat(32), dirName: 'shell-test', ephemeral: true, mount: null, rule: 'auto:5', settings: parseConfig({ backend: 'local' }).base,
+};
+
+/** The local backend's sandbox over `dir`: on a host backend the host is the sandbox. */
+export function localSandboxAt(dir: string): ProcessSandbox {
+  return new ProcessSandbox(new LocalSandboxHandle(SPEC, dir));
 }
 
-export function execOnceLocal(argv: string[], opts?: { timeoutMs?: number }): Promise<ExecOnceResult> {
-  return new Promise((resolve, reject) => {
-    const [cmd, ...args] = argv;
-    if (cmd === undefined) {
-      reject(new Error('empty argv'));
-      return;
-    }
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    child.stdout.on('data', (b: Buffer) => out.push(b));
-    child.stderr.on('data', (b: Buffer) => err.push(b));
-    const timer = setTimeout(() => child.kill('SIGKILL'), opts?.timeoutMs ?? 10_000);
-    child.once('error', (e) => {
-      clearTimeout(timer);
-      reject(e);
-    });
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ exitCode: code ?? 125, stdout: Buffer.concat(out), stderr: Buffer.concat(err) });
-    });
-  });
+/** A persistent bash in `cwd` through the local backend's production spawn. */
+export function openLocalBash(env: Record<string, string>, cwd: string): Promise<ShellTransport> {
+  return localSandboxAt(cwd).openShell({ env, cwd });
+}
+
+/** The local backend's production execOnce. */
+export function execOnceLocal(argv: string[], opts?: ExecOnceOptions): Promise<ExecOnceResult> {
+  return localSandboxAt(tmpdir()).execOnce(argv, opts);
 }
 
 export interface Fixture {
@@ -72,10 +56,10 @@ export function makeFixture(): Fixture {
     spillDir,
     work,
     options(over = {}, env = {}) {
-      const fullEnv = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, LANG: 'C.UTF-8', ...env };
+      const sandbox = localSandboxAt(dir);
       return {
-        open: (extra) => openLocalBash({ ...fullEnv, ...extra }, dir),
-        execOnce: execOnceLocal,
+        open: (extra) => sandbox.openShell({ env: { ...env, ...extra }, cwd: dir }),
+        execOnce: (argv, o) => sandbox.execOnce(argv, o),
         stateDir,
         shellId: 'test-shell',
         defaultCwd: dir,
@@ -89,31 +73,4 @@ export function makeFixture(): Fixture {
       rmSync(dir, { recursive: true, force: true });
     },
   };
-}
-
-/** Live processes whose argv contains `needle` (zombies excluded). */
-export function pidsWithArg(needle: string): number[] {
-  const found: number[] = [];
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d) || Number(d) === process.pid) continue;
-    try {
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      if (/\) Z /.test(stat)) continue;
-      const argv = readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0');
-      if (argv.includes(needle)) found.push(Number(d));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return found;
-}
-
-export function killAll(pids: number[]): void {
-  for (const p of pids) {
-    try {
-      process.kill(p, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
 }

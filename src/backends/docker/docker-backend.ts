@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chown, mkdir, rm } from 'node:fs/promises';
+import { chown, mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
@@ -31,7 +31,9 @@ import {
   statusOf,
   unavailableError,
 } from './engine.js';
-import { DockerSandbox } from './docker-sandbox.js';
+import { DockerSandboxHandle } from './docker-sandbox.js';
+import { ProcessSandbox } from '../plumbing/process-sandbox.js';
+import { removeUnder } from '../plumbing/remove-under.js';
 import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
 import { diskBreachOf } from './disk-usage.js';
 import { localLease, SandboxNetworks } from './networks.js';
@@ -71,7 +73,7 @@ export interface DockerBackendOptions {
  * const backend = new DockerBackend({ installation: 'inst-1', berthHome: '/home/ana/.berth' });
  * await backend.check(settings);
  * const sandbox = await backend.ensure(spec, undefined);
- * const shell = await sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd });
+ * const shell = await sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }); // through its handle's spawn
  */
 export class DockerBackend implements Backend {
   readonly name = 'docker' as const;
@@ -79,6 +81,7 @@ export class DockerBackend implements Backend {
   private readonly docker: Dockerode;
   private readonly installation: string;
   private readonly berthHome: string;
+  private readonly logger: Logger;
   private readonly log: (msg: string) => void;
   private readonly hostUser: { uid: number; gid: number } | undefined;
   private capabilities: Promise<EngineCapabilities> | undefined;
@@ -91,8 +94,8 @@ export class DockerBackend implements Backend {
     this.docker = opts.docker ?? defaultDocker();
     this.installation = opts.installation;
     this.berthHome = path.resolve(opts.berthHome);
-    const logger = opts.log ?? Logger.silent();
-    this.log = (msg) => logger.debug(msg);
+    this.logger = opts.log ?? Logger.silent();
+    this.log = (msg) => this.logger.debug(msg);
     this.hostUser =
       opts.hostUser ??
       (typeof process.getuid === 'function' && typeof process.getgid === 'function'
@@ -128,18 +131,9 @@ export class DockerBackend implements Backend {
     } catch (err) {
       if (statusOf(err) !== 404) throw fromDockerError(this.docker, err, `remove container ${short(ref)}`);
     }
-    if (hostDir !== undefined) {
-      const root = sandboxesRoot(this.berthHome);
-      const resolved = path.resolve(hostDir);
-      // Only ever delete inside berth's own docker sandbox root.
-      if (!resolved.startsWith(root + path.sep)) {
-        throw new PolicyRefusedError(
-          `refusing to delete "${resolved}": docker sandbox dirs live under "${root}" (is the state store from another BERTH_HOME?)`,
-        );
-      }
-      await rm(resolved, { recursive: true, force: true });
-    }
-    this.log(`removed ${short(ref)}`);
+    // Only ever deletes inside berth's own docker sandbox root.
+    if (hostDir !== undefined) await removeUnder(sandboxesRoot(this.berthHome), hostDir);
+    this.logger.with({ ref }).debug('removed');
   }
 
   async stop(ref: string): Promise<void> {
@@ -286,7 +280,7 @@ export class DockerBackend implements Backend {
         const running = await this.startIfStopped(spec, placed, undefined);
         return this.sandbox(spec, running, undefined, false);
       }
-      this.log(`${spec.identity.key}: container ${short(knownRef)} is gone; creating a new one`);
+      this.about(spec, knownRef).debug('container is gone; creating a new one');
     }
     const name = ephemeralName(spec.digest, randomBytes(4).toString('hex'));
     const created = await this.createAndStart(spec, { spec, name, image: spec.settings.docker.image, hostDir: undefined, limits, runAs });
@@ -304,7 +298,7 @@ export class DockerBackend implements Backend {
         return await this.createAndStartOnce(spec, createOptions({ ...plan, networkMode: joined?.network.id ?? 'none' }));
       } catch (err) {
         if (joined === undefined || attempt >= NETWORK_ATTEMPTS || !isNetworkGone(err)) throw err;
-        this.log(`${spec.identity.key}: network ${joined.network.name} was removed while creating; joining again`);
+        this.about(spec).debug(`network ${joined.network.name} was removed while creating; joining again`);
       } finally {
         joined?.release();
       }
@@ -334,13 +328,13 @@ export class DockerBackend implements Backend {
         if (statusOf(err) !== 304) throw err;
       }
       const info = await this.request(`inspect container ${short(container.id)}`, (abortSignal) => container.inspect({ abortSignal }));
-      this.log(`${spec.identity.key}: created ${short(container.id)} ${options.name ?? ''}`);
+      this.about(spec, container.id).debug(`created ${options.name ?? ''}`);
       return info;
     } catch (err) {
       try {
         await this.request(`remove container ${short(container.id)}`, (abortSignal) => container.remove({ force: true, v: true, abortSignal }));
       } catch (cleanupErr) {
-        this.log(`${spec.identity.key}: could not remove failed container ${short(container.id)}: ${String(cleanupErr)}`);
+        this.about(spec, container.id).debug(`could not remove the failed container: ${String(cleanupErr)}`);
       }
       throw fromDockerError(this.docker, err, `start container ${short(container.id)} for "${spec.identity.key}"`);
     }
@@ -389,7 +383,7 @@ export class DockerBackend implements Backend {
     if (!info.State.Running) {
       // A measurement that fails (no du on this host, say) is logged; it does not keep a sandbox down.
       const breach = await diskBreachOf(this.docker, spec, info.Id, hostDir)
-        .catch((e: unknown) => void this.log(`${spec.identity.key}: could not measure disk use of ${short(info.Id)}: ${String(e)}`));
+        .catch((e: unknown) => void this.about(spec, info.Id).debug(`could not measure disk use: ${String(e)}`));
       if (breach) throw breach;
     }
     const container = this.docker.getContainer(info.Id);
@@ -400,7 +394,7 @@ export class DockerBackend implements Backend {
       // 304: another process started it first.
       if (statusOf(err) !== 304) throw fromDockerError(this.docker, err, `start container ${short(info.Id)}`);
     }
-    this.log(`started ${short(info.Id)}`);
+    this.about(spec, info.Id).debug('started');
     return this.request(`inspect container ${short(info.Id)}`, (abortSignal) => container.inspect({ abortSignal }));
   }
 
@@ -432,19 +426,24 @@ export class DockerBackend implements Backend {
     hostDir: string | undefined,
     recreated: boolean,
   ): Sandbox {
-    if (recreated) this.log(`${spec.identity.key}: recreated as ${short(info.Id)}`);
-    return new DockerSandbox({
+    if (recreated) this.about(spec, info.Id).debug('recreated (the one recorded was removed out of band)');
+    return new ProcessSandbox(new DockerSandboxHandle({
       spec,
       info,
       hostDir,
       recreated,
       docker: this.docker,
-      log: this.log,
+      log: this.logger,
       track: (socket) => {
         this.sockets.add(socket);
         return () => this.sockets.delete(socket);
       },
-    });
+    }));
+  }
+
+  /** Lines about one sandbox: its key, and its container when there is one. */
+  private about(spec: SandboxSpec, ref?: string): Logger {
+    return this.logger.with({ key: spec.identity.key, ref });
   }
 
   /** One engine request, bounded (see `bounded`): a hung engine fails the call instead of holding it. */

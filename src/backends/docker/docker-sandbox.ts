@@ -1,13 +1,12 @@
 import path from 'node:path';
-import type { Duplex, Readable } from 'node:stream';
+import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
-import type { ExecOnceOptions, ExecOnceResult, Sandbox, SandboxSpec, ShellTransport } from '../backend.js';
-import { getArchiveExec, putArchiveExec } from './archive-exec.js';
-import { HOME, STATE_DIR, WORKSPACE } from './container-spec.js';
+import type { Logger } from '../../logging/logger.js';
+import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
 import { withTimeout } from './engine.js';
-import { execOnceIn, openShellExec } from './exec-stream.js';
+import { spawnInContainer, type ContainerTarget } from './exec-process.js';
+import { HOME, STATE_DIR, WORKSPACE } from './paths.js';
 
-const EXEC_ONCE_TIMEOUT_MS = 30_000;
 const STATS_TIMEOUT_MS = 5_000;
 
 export interface DockerSandboxInput {
@@ -16,12 +15,12 @@ export interface DockerSandboxInput {
   hostDir: string | undefined;
   recreated: boolean;
   docker: Dockerode;
-  log: (msg: string) => void;
+  log: Logger;
   track: (socket: Duplex) => () => void;
 }
 
-/** One running container of a sandbox identity. */
-export class DockerSandbox implements Sandbox {
+/** One running container of a sandbox identity: processes start in it through `docker exec`. */
+export class DockerSandboxHandle implements SandboxHandle {
   readonly spec: SandboxSpec;
   readonly ref: string;
   readonly name: string;
@@ -33,8 +32,8 @@ export class DockerSandbox implements Sandbox {
   readonly recreated: boolean;
   readonly volatileDirs: readonly string[];
   private readonly docker: Dockerode;
-  private readonly log: (msg: string) => void;
-  private readonly track: (socket: Duplex) => () => void;
+  private readonly log: Logger;
+  private readonly target: ContainerTarget;
   /** Host binds as the container has them (fixed at create), longest destination first. */
   private readonly binds: { source: string; destination: string }[];
 
@@ -45,8 +44,8 @@ export class DockerSandbox implements Sandbox {
     this.hostDir = input.hostDir;
     this.recreated = input.recreated;
     this.docker = input.docker;
-    this.log = input.log;
-    this.track = input.track;
+    this.log = input.log.with({ key: input.spec.identity.key, ref: input.info.Id });
+    this.target = { docker: input.docker, containerId: this.ref, track: input.track, log: this.log };
     this.volatileDirs = Object.keys(input.info.HostConfig?.Tmpfs ?? {}).sort();
     this.binds = (input.info.Mounts ?? [])
       .filter((m) => m.Type === 'bind' && typeof m.Source === 'string' && typeof m.Destination === 'string')
@@ -54,15 +53,8 @@ export class DockerSandbox implements Sandbox {
       .sort((a, b) => b.destination.length - a.destination.length);
   }
 
-  openShell(opts: { env: Readonly<Record<string, string>>; cwd: string }): Promise<ShellTransport> {
-    return openShellExec({
-      docker: this.docker,
-      containerId: this.ref,
-      env: { HOME, ...opts.env },
-      cwd: opts.cwd,
-      track: this.track,
-      log: (msg) => this.log(`${this.spec.identity.key} ${this.ref.slice(0, 12)}: ${msg}`),
-    });
+  spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {
+    return spawnInContainer(this.target, argv, { ...opts, env: { HOME, ...opts.env } });
   }
 
   /** From the engine's one-shot stats (the pids cgroup): no process in the container needed. */
@@ -75,21 +67,9 @@ export class DockerSandbox implements Sandbox {
       const { current, limit } = stats.pids_stats ?? {};
       return typeof current === 'number' && typeof limit === 'number' && limit > 0 ? { current, limit } : undefined;
     } catch (err) {
-      this.log(`${this.spec.identity.key}: no process count: ${(err as Error).message}`);
+      this.log.debug(`no process count: ${(err as Error).message}`);
       return undefined;
     }
-  }
-
-  execOnce(argv: string[], opts?: ExecOnceOptions): Promise<ExecOnceResult> {
-    return execOnceIn(this.docker, this.ref, argv, { timeoutMs: opts?.timeoutMs ?? EXEC_ONCE_TIMEOUT_MS, maxOutputBytes: opts?.maxOutputBytes });
-  }
-
-  putArchive(destDir: string, tar: Buffer | Readable): Promise<void> {
-    return putArchiveExec(this.docker, this.ref, destDir, tar);
-  }
-
-  getArchive(p: string): Promise<Readable> {
-    return getArchiveExec(this.docker, this.ref, p);
   }
 
   hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined {

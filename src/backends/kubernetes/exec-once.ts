@@ -1,5 +1,6 @@
 import { BackendUnavailableError, TimeoutError } from '../../errors.js';
-import { helperOutputCap, helperOutputTooLarge, type ExecOnceOptions, type ExecOnceResult } from '../backend.js';
+import type { ExecOnceOptions, ExecOnceResult } from '../backend.js';
+import { helperOutputCap, helperOutputTooLarge } from '../plumbing/exec-once.js';
 import { spawnInPod, type ExecEnd, type ExecTarget, type SpawnOptions } from './exec-stream.js';
 
 const DEFAULT_TIMEOUT_MS = 30_000;

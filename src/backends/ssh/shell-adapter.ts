@@ -1,6 +1,7 @@
 import { constants } from 'node:os';
 import { TimeoutError } from '../../errors.js';
-import { helperOutputCap, helperOutputTooLarge, type ExecOnceOptions, type ExecOnceResult, type ShellTransport } from '../backend.js';
+import type { ExecOnceOptions, ExecOnceResult, ShellTransport } from '../backend.js';
+import { helperOutputCap, helperOutputTooLarge } from '../plumbing/exec-once.js';
 import type { RemoteExit, RemoteProcess } from './spawn.js';
 
 /*

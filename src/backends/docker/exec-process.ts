@@ -1,0 +1,126 @@
+import { randomBytes } from 'node:crypto';
+import { PassThrough, Writable, type Duplex } from 'node:stream';
+import type Dockerode from 'dockerode';
+import type { Logger } from '../../logging/logger.js';
+import type { SpawnedProcess, SpawnOptions } from '../backend.js';
+import { execOnce } from '../plumbing/exec-once.js';
+import { bounded, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError, startAttached } from './engine.js';
+import { demultiplex, exitCodeOf, SHELL_TAG_ENV } from './exec-stream.js';
+
+/** How long to ask the engine for an exec's exit code once its stream ended. */
+const EXIT_WAIT_MS = 5_000;
+/** Bound of the kill helper: a scan of /proc answers in milliseconds, seconds under a fork bomb. */
+const KILL_TIMEOUT_MS = 5_000;
+/** Output bound of the kill helper: it prints nothing, so anything big is a replaced shell. */
+const KILL_HELPER_OUTPUT_BYTES = 64 * 1024;
+
+/** Where execs go and how their streams are kept track of. */
+export interface ContainerTarget {
+  docker: Dockerode;
+  containerId: string;
+  /** Called with each attach stream so the backend can destroy it on `close()`; returns the untrack. */
+  track: (stream: Duplex) => () => void;
+  log: Logger;
+}
+
+/**
+ * Starts `argv` in the container through `docker exec` with its streams attached. Env values
+ * travel only in the exec's `Env` field (never in `Cmd`), with a tag (`BERTH_SHELL_TAG`, the
+ * caller's own when it sets one) that `kill()` finds the process tree by: closing an attach
+ * stream does not end what runs in the container.
+ */
+export async function spawnInContainer(target: ContainerTarget, argv: readonly string[], opts: SpawnOptions & { killByTag?: boolean }): Promise<SpawnedProcess> {
+  const { docker, containerId } = target;
+  const tag = opts.env[SHELL_TAG_ENV] ?? randomBytes(8).toString('hex');
+  const env = Object.entries({ ...opts.env, [SHELL_TAG_ENV]: tag }).map(([name, value]) => `${name}=${value}`);
+  const doing = `run ${JSON.stringify(argv[0] ?? '')} in container ${containerId.slice(0, 12)}`;
+  let exec: Dockerode.Exec;
+  let stream: Duplex;
+  try {
+    exec = await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, (abortSignal) => docker.getContainer(containerId).exec({
+      Cmd: [...argv],
+      Env: env,
+      WorkingDir: opts.cwd,
+      AttachStdin: opts.stdin,
+      AttachStdout: true,
+      AttachStderr: true,
+      Tty: false,
+      abortSignal,
+    }));
+    stream = await startAttached(docker, exec, opts.stdin, doing);
+  } catch (err) {
+    throw fromDockerError(docker, err, doing);
+  }
+  const untrack = target.track(stream);
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  demultiplex(stream, stdout, stderr);
+  stream.on('error', (err) => target.log.debug(`stream of ${JSON.stringify(argv[0] ?? '')} failed: ${err.message}`));
+  const streamDone = new Promise<void>((resolve) => {
+    stream.once('close', () => resolve());
+    stream.once('end', () => resolve());
+    stream.once('error', () => resolve());
+  });
+  const exited = streamDone.then(async () => {
+    untrack();
+    return exitCodeOf(exec, EXIT_WAIT_MS);
+  });
+  const stdin = opts.stdin ? stdinOf(stream) : null;
+
+  let killing: Promise<void> | undefined;
+  const kill = (): Promise<void> => {
+    killing ??= (async () => {
+      if (opts.killByTag !== false) {
+        try {
+          await killTagged(target, tag);
+        } catch (err) {
+          target.log.debug(`could not kill the processes of ${JSON.stringify(argv[0] ?? '')}: ${(err as Error).message}`);
+        }
+      }
+      stream.destroy();
+      stdin?.destroy();
+    })();
+    return killing;
+  };
+  return { stdin, stdout, stderr, exited, kill };
+}
+
+/** A writable onto the attach stream; ending it half-closes the stream, which the engine turns into EOF on stdin. */
+function stdinOf(stream: Duplex): Writable {
+  const stdin = new Writable({
+    write(chunk: Buffer, _encoding, callback) {
+      if (stream.destroyed || stream.writableEnded) {
+        callback(new Error('the process\'s stream is closed'));
+        return;
+      }
+      stream.write(chunk, callback);
+    },
+    final(callback) {
+      if (!stream.destroyed && !stream.writableEnded) stream.end();
+      callback();
+    },
+  });
+  // A write racing the stream's death must not crash berth; `exited` reports it.
+  stdin.on('error', () => undefined);
+  stream.once('close', () => stdin.destroy());
+  return stdin;
+}
+
+/**
+ * Kill every process in the container that carries `tag` in its environment: the process and
+ * the children that inherited it. Two passes catch children forked during the first.
+ * `/bin/sh` by absolute path, so a `sh` earlier on the agent's PATH does not stand in for it; the
+ * helper itself is ended by closing its stream (it is not tagged with what it kills).
+ */
+async function killTagged(target: ContainerTarget, tag: string): Promise<void> {
+  const script =
+    'for pass in 1 2; do for d in /proc/[0-9]*; do ' +
+    'if tr "\\000" "\\n" < "$d/environ" 2>/dev/null | grep -qxF "$1=$2"; then kill -9 "${d#/proc/}" 2>/dev/null; fi; ' +
+    'done; done; true';
+  await execOnce(
+    (argv, o) => spawnInContainer(target, argv, { ...o, killByTag: false }),
+    ['/bin/sh', '-c', script, 'berth-kill', SHELL_TAG_ENV, tag],
+    { timeoutMs: KILL_TIMEOUT_MS, maxOutputBytes: KILL_HELPER_OUTPUT_BYTES },
+    `container ${target.containerId.slice(0, 12)}`,
+  );
+}

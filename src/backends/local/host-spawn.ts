@@ -1,0 +1,55 @@
+import { spawn } from 'node:child_process';
+import { constants } from 'node:os';
+import type { SpawnedProcess } from '../backend.js';
+import { fromSpawnError } from '../plumbing/spawn-errors.js';
+
+/**
+ * Starts a process on this host with piped stdio, in its own process group, so `kill()` ends it
+ * and everything still in its group without touching berth. Resolves once the process runs; a
+ * program or working dir that is not there rejects through `fromSpawnError`. `env` is the whole
+ * environment (nothing of berth's own is inherited).
+ */
+export function spawnOnHost(
+  argv: readonly string[],
+  opts: { cwd: string; env: Readonly<Record<string, string>>; stdin: boolean; where: string },
+): Promise<SpawnedProcess> {
+  const [file, ...args] = argv;
+  if (file === undefined) return Promise.reject(fromSpawnError(new Error('no program given'), '', opts.where));
+  return new Promise((resolve, reject) => {
+    const child = spawn(file, args, {
+      cwd: opts.cwd, env: { ...opts.env }, stdio: [opts.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'], detached: true,
+    });
+    const exited = new Promise<number | null>((res) => {
+      child.once('exit', (code, signal) => res(code ?? (signal === null ? null : 128 + (constants.signals[signal] ?? 9))));
+      child.once('error', () => res(null));
+    });
+    child.once('error', (err) => reject(fromSpawnError(err, file, opts.where)));
+    child.once('spawn', () => {
+      // After the start, errors (a kill racing the exit) are reported through `exited`.
+      child.on('error', () => undefined);
+      child.stdin?.on('error', () => undefined);
+      let killing: Promise<void> | undefined;
+      resolve({
+        stdin: child.stdin,
+        stdout: child.stdout!,
+        stderr: child.stderr!,
+        exited,
+        kill() {
+          killing ??= (async () => {
+            // One that ended already is left alone, with what it left running (a shell's jobs are the shell layer's).
+            if (child.pid !== undefined && child.exitCode === null && child.signalCode === null) {
+              try {
+                // The whole group: what the process started goes with it (a setsid escapee does not).
+                process.kill(-child.pid, 'SIGKILL');
+              } catch {
+                // ESRCH: the group is gone already, which is what was wanted.
+              }
+            }
+            await exited;
+          })();
+          return killing;
+        },
+      });
+    });
+  });
+}

@@ -1,0 +1,52 @@
+import { join } from 'node:path';
+import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
+import { spawnOnHost } from './host-spawn.js';
+
+/** One local sandbox: a host dir, and processes started on the host in it. */
+export class LocalSandboxHandle implements SandboxHandle {
+  readonly ref: string;
+  readonly name: string;
+  readonly defaultCwd: string;
+  readonly stateDir: string;
+  readonly hostDir: string;
+  readonly homeDir: string;
+  /*
+   * Only the sandbox dir: the host's /tmp is shared by every session and process on the machine,
+   * so it is no root of this sandbox's files (an attached workspace is added by the caller).
+   */
+  readonly fileRoots: readonly string[];
+  readonly recreated = false;
+
+  constructor(readonly spec: SandboxSpec, dir: string) {
+    this.ref = dir;
+    this.name = spec.dirName;
+    this.defaultCwd = dir;
+    this.stateDir = join(dir, '.berth');
+    this.hostDir = dir;
+    this.homeDir = dir;
+    this.fileRoots = [dir];
+  }
+
+  /**
+   * A host process in the sandbox dir. Its environment is built only from the sandbox's base
+   * (PATH, HOME, LANG, TERM, SHELL) and what the caller grants, never berth's whole environment.
+   */
+  spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {
+    return spawnOnHost(argv, { cwd: opts.cwd ?? this.defaultCwd, env: { ...this.baseEnv(), ...opts.env }, stdin: opts.stdin, where: `sandbox ${this.name}` });
+  }
+
+  /** Every path of a local sandbox is a host path: the file is its own host path. */
+  hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } {
+    return { hostPath: sandboxPath, hostRoot: sandboxPath };
+  }
+
+  private baseEnv(): Record<string, string> {
+    return {
+      PATH: process.env['PATH'] ?? '/usr/local/bin:/usr/bin:/bin',
+      HOME: this.hostDir,
+      LANG: 'C.UTF-8',
+      TERM: 'dumb',
+      SHELL: '/bin/bash',
+    };
+  }
+}

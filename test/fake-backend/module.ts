@@ -1,0 +1,38 @@
+import { join } from 'node:path';
+import type { BackendModule, BackendTraits } from '../../src/backends/module.js';
+import { defineBackend } from '../../src/backends/module.js';
+import { FakeBackend } from './fake-backend.js';
+import type { FakeEngine } from './fake-engine.js';
+
+/**
+ * The fake backend as a module, on one fake engine. Its lifecycle is a container's (it names,
+ * labels and lists its sandboxes, and their processes die with them) while its processes run on
+ * this host in each sandbox's dir; so it keys like a container, and its paths are host paths.
+ * Registered by tests the way a new backend's line in registry.ts would be:
+ * `BUILTIN_BACKENDS.with(fakeModule(engine))`.
+ */
+export function fakeModule(engine: FakeEngine, opts: { name?: string; traits?: Partial<BackendTraits> } = {}): BackendModule {
+  const name = opts.name ?? 'fake';
+  return defineBackend({
+    name,
+    traits: {
+      mountsHostDirs: false,
+      isolation: 'none',
+      jobsDieWithSandbox: true,
+      listsByLabel: true,
+      containerKeying: true,
+      hostPaths: true,
+      // Its processes share the host's process table: the warden may never kill them all.
+      ownsProcessTable: false,
+      ...opts.traits,
+    },
+    // An image picks nothing on a fake engine, but a task override may name one (auto row 1).
+    images: { of: () => 'fake-image', with: (s) => s },
+    words: {
+      where: (b) => `Commands run in a fake sandbox (sandbox "${b.sandboxKey}"), starting in ${b.cwd}.`,
+      persistence: (b) => (b.persistent ? 'Fake files persist.' : 'Fake files vanish when this session closes.'),
+    },
+    defaultCwd: ({ berthHome, dirName }) => join(berthHome, 'sandboxes', name, dirName),
+    create: async (ctx) => new FakeBackend(name, engine, ctx.installation, join(ctx.berthHome, 'sandboxes', name), ctx.log),
+  }) as BackendModule;
+}
