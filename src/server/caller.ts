@@ -38,9 +38,14 @@ export function assertProfileAllowed(caller: Caller, profile: string): void {
     `(a request that names no profile uses "default"; ask the operator for a token with --profile ${profile})`);
 }
 
+/** Whether a backend runs sandboxes on the host itself (its module says it isolates nothing). */
+export function runsOnHost(config: BerthConfig, backend: string): boolean {
+  return config.backends.traits(backend).isolation === 'none';
+}
+
 /** Whether any profile of the config runs on the host. */
 export function configRunsOnHost(config: BerthConfig): boolean {
-  return config.base.backend === 'local' || Object.values(config.profiles).some((p) => p.backend === 'local');
+  return runsOnHost(config, config.base.backend) || Object.values(config.profiles).some((p) => runsOnHost(config, p.backend));
 }
 
 /**
@@ -53,7 +58,7 @@ export function configRunsOnHost(config: BerthConfig): boolean {
 export function assertNotOnHost(broker: Broker, scope: CallScope): void {
   if (broker.config.server.allowHostBackend || !configRunsOnHost(broker.config)) return;
   const binding = broker.explain(scope);
-  if (binding.backend === 'local') throw hostBackendForbidden(binding.profile);
+  if (runsOnHost(broker.config, binding.backend)) throw hostBackendForbidden(binding.profile);
 }
 
 export function hostBackendForbidden(profile: string): HostBackendForbiddenError {
@@ -73,7 +78,7 @@ export function hostExposure(config: BerthConfig, tokens: readonly { id: string;
   const byProfile = new Map<string, string[]>();
   for (const t of tokens) {
     for (const p of t.profiles) {
-      if (settingsFor(config, p).backend !== 'local') continue;
+      if (!runsOnHost(config, settingsFor(config, p).backend)) continue;
       byProfile.set(p, [...(byProfile.get(p) ?? []), t.id]);
     }
   }

@@ -6,7 +6,7 @@ import type { Broker } from '../../broker/broker.js';
 import { isBerthError } from '../../errors.js';
 import type { CallScope } from '../../scope/call-scope.js';
 import { normalizeScope } from '../../scope/normalize.js';
-import { assertProfileAllowed, hostBackendForbidden, type Caller } from '../caller.js';
+import { assertProfileAllowed, hostBackendForbidden, runsOnHost, type Caller } from '../caller.js';
 import { HTTP_STATUS, type HttpCode } from '../http-error.js';
 import { describeSandbox } from './sandbox-description.js';
 import { createMcpServer } from './server.js';
@@ -163,7 +163,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       });
       assertProfileAllowed(caller, scope.profile);
       sandbox = describeSandbox(broker, scope, { remote: true });
-      if (sandbox.binding.backend === 'local' && !broker.config.server.allowHostBackend) throw hostBackendForbidden(scope.profile);
+      if (runsOnHost(broker.config, sandbox.binding.backend) && !broker.config.server.allowHostBackend) throw hostBackendForbidden(scope.profile);
     } catch (err) {
       if (!isBerthError(err)) throw err;
       sendError(res, err.code, err.message);
