@@ -4,20 +4,12 @@ import type { VolumeSettings } from '../../config/types.js';
 import { volumesForTenant } from '../../policy/volumes.js';
 import type { SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
+import { LABEL } from '../labels.js';
 import { HOME, WORKSPACE } from './paths.js';
 
 export { HOME, STATE_DIR, WORKSPACE } from './paths.js';
 
-export const LABEL = {
-  managed: 'berth.managed',
-  installation: 'berth.installation',
-  identity: 'berth.identity',
-  key: 'berth.key',
-  tenant: 'berth.tenant',
-  profile: 'berth.profile',
-  scope: 'berth.scope',
-  lifecycle: 'berth.lifecycle',
-} as const;
+export { LABEL } from '../labels.js';
 
 /**
  * Capabilities added back after dropping ALL. Docker's default set also has FSETID, MKNOD,

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { SandboxIdentity } from '../backend.js';
+import { LABEL } from '../labels.js';
 
 /**
  * Label keys, the same as the Docker containers' (`berth.managed`, ...). Kubernetes label values
@@ -7,16 +8,7 @@ import type { SandboxIdentity } from '../backend.js';
  * value that does not fit (a key such as `session:s1`) is carried as `h.<40 hex of its sha256>`
  * in the label and verbatim in the annotation of the same name.
  */
-export const LABEL = {
-  managed: 'berth.managed',
-  installation: 'berth.installation',
-  identity: 'berth.identity',
-  key: 'berth.key',
-  tenant: 'berth.tenant',
-  profile: 'berth.profile',
-  scope: 'berth.scope',
-  lifecycle: 'berth.lifecycle',
-} as const;
+export { LABEL };
 
 /** Annotation carrying the full identity digest (the label has its first `IDENTITY_LABEL_CHARS`). */
 export const IDENTITY_ANNOTATION = 'berth.identity';
