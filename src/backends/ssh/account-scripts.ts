@@ -46,6 +46,17 @@ kill_uid() {
 `;
 
 /** What the host offers: one `key value` line each. */
+/**
+ * Ends every process of account `$n` (never uid 0), counting the kills in `k` and leaving its uid
+ * in `u` (empty when the account is gone). Shared by stop and remove.
+ */
+const END_PROCESSES = `k=0
+u=$(getent passwd "$n" | cut -d: -f3)
+if [[ -n $u ]]; then
+  [[ $u != 0 ]] || die "account $n has uid 0"
+  kill_uid "$u"
+fi`;
+
 export const PROBE_SCRIPT = `
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 printf 'uid %s\\n' "$EUID"
@@ -101,12 +112,7 @@ printf 'account %s %s %s %s\\n' "$n" "$u" "$g" "$h"
 export const REMOVE_SCRIPT = `${PREAMBLE}
 n=$1 root=$2
 valid "$n"
-k=0
-u=$(getent passwd "$n" | cut -d: -f3)
-if [[ -n $u ]]; then
-  [[ $u != 0 ]] || die "account $n has uid 0"
-  kill_uid "$u"
-fi
+${END_PROCESSES}
 h=$root/$n
 if [[ -d $h && ! -L $h ]]; then rm -rf --one-file-system -- "$h" || die "cannot remove $h"; fi
 if [[ -n $u ]]; then
@@ -134,12 +140,7 @@ printf 'removed %s %s\\n' "$n" "$k"
 export const STOP_SCRIPT = `${PREAMBLE}
 n=$1
 valid "$n"
-k=0
-u=$(getent passwd "$n" | cut -d: -f3)
-if [[ -n $u ]]; then
-  [[ $u != 0 ]] || die "account $n has uid 0"
-  kill_uid "$u"
-fi
+${END_PROCESSES}
 printf 'stopped %s %s\\n' "$n" "$k"
 `;
 
