@@ -109,8 +109,12 @@ export interface BackendModule<N extends string = string, S = unknown> {
   /** What `explain` adds when the backend does not isolate like a container (`note`). */
   readonly isolationNote?: string;
   readonly words: SandboxWords;
-  /** The starting dir inside a sandbox when nothing else applies; known without contacting anything. */
-  defaultCwd(where: { berthHome: string; dirName: string }): string;
+  /**
+   * The starting dir inside a sandbox when nothing else applies; known without contacting
+   * anything. `dirName` is the identity's readable dir name, `digest` its sha256 (for names that
+   * must be short, such as an account).
+   */
+  defaultCwd(where: { berthHome: string; dirName: string; digest: string }): string;
   /** Creates the backend. Imports its implementation only when called (importing a module loads no engine client). */
   create(ctx: BackendContext): Promise<Backend>;
 }

@@ -166,7 +166,7 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
 
   const isSubagent = scope.task !== undefined && parentOf(scope.task) !== undefined;
   const shell = shellIdentity(scope, isSubagent);
-  const defaultCwd = mount.startDir ?? module.defaultCwd({ berthHome: ctx.berthHome, dirName });
+  const defaultCwd = mount.startDir ?? module.defaultCwd({ berthHome: ctx.berthHome, dirName, digest });
 
   const secretsPath = settings.env.secretsFile;
   const secrets = secretsPath === undefined ? undefined : ctx.secrets?.get(secretsPath);
