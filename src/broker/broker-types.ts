@@ -1,6 +1,7 @@
 import type { Backend } from '../backends/backend.js';
 import type { BackendName, BerthConfig } from '../config/types.js';
 import type { ExecResult } from '../shell/types.js';
+import type { StartGate } from './start-gate.js';
 
 /** How `Broker.open` builds a broker. */
 export interface BrokerOptions {
@@ -29,6 +30,11 @@ export interface BrokerOptions {
    * output live, and a file would outlive the call that could use it.
    */
   spillOutput?: boolean;
+  /**
+   * Bounds the sandbox creations and shell starts this broker runs at once (default:
+   * `StartGate.forThisMachine()`, twice the cores and at least 4); more wait their turn.
+   */
+  startGate?: StartGate;
   /**
    * Where debug lines go, one namespaced line at a time (`berth:docker`, `berth:shell`,
    * `berth:broker`, ...); never given a secret value. Default: the lines `BERTH_DEBUG` (from `env`)

@@ -23,6 +23,7 @@ import { SessionHandle } from './session-handle.js';
 import { SessionRegistry, type CloseResult } from './sessions.js';
 import { ShellPool } from './shell-pool.js';
 import { cleanSpillDir, spillDirOf, spillMaxAgeMs } from './spill.js';
+import { StartGate } from './start-gate.js';
 import { StateStore } from './state-store.js';
 import { TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
@@ -97,9 +98,10 @@ export class Broker implements AsyncDisposable {
       env['BERTH_SESSION'] || undefined,
     );
     const audit = new AuditRecorder(store, { retentionDays: config.audit.retentionDays, log: (m) => log('berth:audit', m) });
-    const shells = new ShellPool({ store, longLived: owner !== null, spillDir: (opts.spillOutput ?? true) ? spillDirOf(berthHome) : undefined });
+    const gate = opts.startGate ?? StartGate.forThisMachine();
+    const shells = new ShellPool({ store, longLived: owner !== null, spillDir: (opts.spillOutput ?? true) ? spillDirOf(berthHome) : undefined, gate });
     const pool: SandboxPool = new SandboxPool({
-      store, config, berthHome, backends: opts.backends, shutdown: shutdown.signal, log,
+      store, config, berthHome, backends: opts.backends, shutdown: shutdown.signal, log, gate,
       hooks: {
         link: (call, live) => sessions.link(call, live),
         endJobs: (digest, sandbox) => runner.killAllIn(digest, sandbox),

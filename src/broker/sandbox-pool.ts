@@ -10,6 +10,7 @@ import { ownerToken } from './process-owner.js';
 import type { ResolvedCall } from './resolve-call.js';
 import { claimOrAwait } from './sandbox-claim.js';
 import { SandboxShells } from './shell-pool.js';
+import type { StartGate } from './start-gate.js';
 import type { SandboxRecord, StateStore } from './state-store.js';
 import { storeLease } from './store-lease.js';
 
@@ -60,6 +61,8 @@ export interface SandboxPoolOptions {
   shutdown: AbortSignal;
   log: (namespace: string, message: string) => void;
   hooks: PoolHooks;
+  /** Bounds the sandboxes created or adopted at once (shared with the shell pool's starts). */
+  gate: StartGate;
 }
 
 export type SandboxState = 'active' | 'running' | 'stopped' | 'missing' | 'unknown';
@@ -123,17 +126,20 @@ export class SandboxPool {
         known = undefined;
       }
       const backend = await this.backendFor(call);
-      const claim = await claimOrAwait(store, this.processToken, call, backend.name, known);
-      this.assertMountFits(call, claim.record);
+      // The claim is made inside the gate: a claim's age tells other processes whether its maker
+      // died, so it must not age in a queue.
+      const { claim, sandbox } = await this.opts.gate.run(async () => {
+        const claim = await claimOrAwait(store, this.processToken, call, backend.name, known);
+        this.assertMountFits(call, claim.record);
+        try {
+          return { claim, sandbox: await backend.ensure(call.spec, claim.mine ? undefined : claim.record.ref) };
+        } catch (err) {
+          if (claim.mine) store.deleteSandbox(call.spec.digest);
+          throw err;
+        }
+      });
       const pending = claim.record;
       const now = Date.now();
-      let sandbox: Sandbox;
-      try {
-        sandbox = await backend.ensure(call.spec, claim.mine ? undefined : pending.ref);
-      } catch (err) {
-        if (claim.mine) store.deleteSandbox(call.spec.digest);
-        throw err;
-      }
       const record: SandboxRecord = {
         ...pending, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: now,
       };

@@ -4,6 +4,7 @@ import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
 import { Warden } from '../shell/warden.js';
 import { startCwd, type ResolvedCall } from './resolve-call.js';
+import type { StartGate } from './start-gate.js';
 import type { StateStore } from './state-store.js';
 
 /** A CLI process starts a sandbox's warden once a command has run this long. */
@@ -86,6 +87,8 @@ export interface ShellPoolOptions {
   longLived: boolean;
   /** Where shells keep the full output of a command over `exec.maxOutputChars`; undefined: nowhere. */
   spillDir: string | undefined;
+  /** Bounds the shells and wardens starting at once (shared with the sandbox pool's creations). */
+  gate: StartGate;
 }
 
 /** Starts the persistent shell of each call's shell identity, and records where its commands leave it. */
@@ -102,8 +105,8 @@ export class ShellPool {
     // so waiting would add a whole exec to the first call; a bomb that wins the race is handled
     // by the sandbox restart. A CLI process opens it only for a slow command (see wardenLater):
     // it lives for one command, and a fast one should not pay for it.
-    if (this.opts.longLived) void shells.warden.start();
-    const p = PersistentShell.start({
+    if (this.opts.longLived) void this.opts.gate.run(() => shells.warden.start());
+    const p = this.opts.gate.run(() => PersistentShell.start({
       open: (extra) => sandbox.openShell({ env: { ...call.env, ...extra }, cwd: sandbox.defaultCwd }),
       execOnce: (argv, o) => sandbox.execOnce(argv, o),
       killer: shells.warden,
@@ -116,7 +119,7 @@ export class ShellPool {
       maxOutputChars: call.settings.exec.maxOutputChars,
       redactValues: call.redactValues,
       log: shells.log,
-    }).then((shell): LiveShell => ({
+    })).then((shell): LiveShell => ({
       shell, tenant: call.scope.tenant, profile: call.scope.profile, sessionRef: call.sessionRef, recordedCwd: undefined,
     }));
     shells.byShell.set(call.shell.digest, p);

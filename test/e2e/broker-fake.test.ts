@@ -1,6 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
+import type { Sandbox } from '../../src/backends/backend.js';
+import type { BackendModule } from '../../src/backends/module.js';
 import { Broker } from '../../src/broker/broker.js';
+import { StartGate } from '../../src/broker/start-gate.js';
 import { parseConfig } from '../../src/config/schema.js';
 import type { CallScopeInput } from '../../src/scope/call-scope.js';
 import { tempDir } from '../helpers/temp-dir.js';
@@ -81,6 +84,48 @@ describe('claims on the fake backend', () => {
     expect(results.map((r) => r.exitCode)).toEqual(Array(12).fill(0));
     expect(new Set(results.map((r) => r.stdout)).size).toBe(1);
     expect(e.all().map((c) => c.name)).toHaveLength(1);
+  });
+});
+
+describe('a burst of new sessions on the fake backend', () => {
+  it('creates sandboxes and starts shells at most the start gate\'s width at a time, and every session answers', async () => {
+    const e = engine();
+    const busy = { ensure: 0, open: 0 };
+    const peak = { ensure: 0, open: 0 };
+    /** Counts how many of `what` run at once around `fn`, which lasts at least 30 ms so that starts overlap. */
+    const counted = async <T>(what: keyof typeof busy, fn: () => Promise<T>): Promise<T> => {
+      busy[what] += 1;
+      peak[what] = Math.max(peak[what], busy[what]);
+      try {
+        await new Promise((r) => setTimeout(r, 30));
+        return await fn();
+      } finally {
+        busy[what] -= 1;
+      }
+    };
+    const base = fakeModule(e);
+    const module: BackendModule = {
+      ...base,
+      create: async (ctx) => {
+        const backend = await base.create(ctx);
+        const ensure = backend.ensure.bind(backend);
+        backend.ensure = (spec, ref) => counted('ensure', async (): Promise<Sandbox> => {
+          const sandbox = await ensure(spec, ref);
+          const openShell = sandbox.openShell.bind(sandbox);
+          sandbox.openShell = (o) => counted('open', () => openShell(o));
+          return sandbox;
+        });
+        return backend;
+      },
+    };
+    const config = parseConfig({ backend: 'fake', persistent: false }, undefined, { backends: BUILTIN_BACKENDS.with(module) });
+    const broker = await Broker.open({ config, berthHome: tempDir('berth-fake-burst-'), env: { PATH: process.env['PATH'] }, holdSessions: true, startGate: new StartGate(2) });
+    brokers.push(broker);
+    const results = await Promise.all(Array.from({ length: 12 }, (_, i) => broker.exec({ session: `burst-${i}` }, `echo burst-${i}`)));
+    expect(results.map((r) => r.stdout)).toEqual(Array.from({ length: 12 }, (_, i) => `burst-${i}\n`));
+    expect(e.all()).toHaveLength(12);
+    // Twelve sandboxes, each with a shell and a warden, yet never more than two starts at once.
+    expect(peak).toEqual({ ensure: 2, open: 2 });
   });
 });
 

@@ -194,6 +194,7 @@ export class TestInstall {
   /** Env for a spawned CLI: this BERTH_HOME, the engine, nothing else from the host. */
   get env(): NodeJS.ProcessEnv {
     const env: NodeJS.ProcessEnv = { PATH: process.env['PATH'], HOME: process.env['HOME'], BERTH_HOME: this.home };
+    if (process.env['BERTH_DEBUG']) env['BERTH_DEBUG'] = process.env['BERTH_DEBUG'];
     if (process.env['DOCKER_HOST']) env['DOCKER_HOST'] = process.env['DOCKER_HOST'];
     return env;
   }
