@@ -151,6 +151,18 @@ export interface Sandbox extends SandboxHandle {
  */
 export type Lease = <T>(name: string, fn: () => Promise<T>) => Promise<T>;
 
+/** What a running sandbox uses at one moment, as its engine counts it (nothing is started inside). */
+export interface SandboxUsage {
+  /** When it was read (ms since the epoch): CPU use is the change of `cpuNanos` between two samples. */
+  sampledMs: number;
+  /** CPU time its processes used since it started, in nanoseconds. */
+  cpuNanos: number;
+  memoryBytes: number;
+  memoryLimitBytes: number | undefined;
+  processes: number | undefined;
+  processLimit: number | undefined;
+}
+
 /** What a backend found labelled as berth's, for reapers. */
 export interface ManagedSandbox {
   ref: string;
@@ -187,6 +199,11 @@ export interface Backend extends AsyncDisposable {
    * over). Absent where there is no disk bound.
    */
   checkDiskLimit?(sandbox: Sandbox): Promise<BerthError | undefined>;
+  /**
+   * What each running sandbox of `refs` uses now (`berth top`, the dashboard); a ref missing from
+   * the answer could not be measured. Absent where the engine cannot tell.
+   */
+  usage?(refs: readonly string[]): Promise<Map<string, SandboxUsage>>;
   /** Release engine connections. Idempotent; `[Symbol.asyncDispose]` does the same. */
   close(): Promise<void>;
 }

@@ -1,7 +1,9 @@
-import type { Backend } from '../backends/backend.js';
+import type { Backend, SandboxUsage } from '../backends/backend.js';
 import type { BackendName, BerthConfig } from '../config/types.js';
 import type { ExecResult } from '../shell/types.js';
+import type { SandboxState } from './sandbox-pool.js';
 import type { StartGate } from './start-gate.js';
+import type { AuditEntry } from './state-store.js';
 
 /** How `Broker.open` builds a broker. */
 export interface BrokerOptions {
@@ -60,6 +62,13 @@ export interface BrokerExecResult extends ExecResult {
 }
 
 /** A sandbox as `list` reports it. */
+/** The operator's view of this installation (`Broker.overview`). */
+export interface Overview {
+  sandboxes: Array<SandboxInfo & { state: SandboxState; usage: SandboxUsage | undefined }>;
+  /** The latest audit entries of every tenant, newest first. */
+  recentCalls: AuditEntry[];
+}
+
 export interface SandboxInfo {
   sandboxKey: string;
   tenant: string;

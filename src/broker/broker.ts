@@ -9,7 +9,7 @@ import { debugSink } from '../logging/debug-sink.js';
 import { assertVolumesAllowed } from '../policy/volumes.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
 import { AuditRecorder, type AuditFilter } from './audit.js';
-import type { BrokerExecResult, BrokerOptions, ExecOptions, SandboxInfo } from './broker-types.js';
+import type { BrokerExecResult, BrokerOptions, ExecOptions, Overview, SandboxInfo } from './broker-types.js';
 import { CallResolver } from './call-resolver.js';
 import { CommandRunner } from './command-runner.js';
 import { BrokerFiles } from './file-calls.js';
@@ -24,10 +24,10 @@ import { SessionRegistry, type CloseResult } from './sessions.js';
 import { ShellPool } from './shell-pool.js';
 import { cleanSpillDir, spillDirOf, spillMaxAgeMs } from './spill.js';
 import { StartGate } from './start-gate.js';
-import { StateStore } from './state-store.js';
+import { StateStore, type SandboxRecord } from './state-store.js';
 import { TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
-export type { BrokerExecResult, BrokerOptions, ExecOptions, SandboxInfo } from './broker-types.js';
+export type { BrokerExecResult, BrokerOptions, ExecOptions, Overview, SandboxInfo } from './broker-types.js';
 export type { CloseResult } from './sessions.js';
 export { SessionHandle } from './session-handle.js';
 
@@ -189,8 +189,27 @@ export class Broker implements AsyncDisposable {
 
   /** Sandboxes of a tenant as the store knows them (no engine contacted). */
   list(tenant: string): SandboxInfo[] {
+    return this.infoOf(this.parts.store.listSandboxes(tenant));
+  }
+
+  /**
+   * Every tenant's sandboxes with their state and what they use now, and the latest calls of
+   * every tenant: the operator's view on this host (`berth top`). It crosses tenants, so no
+   * tenant's token ever reaches it.
+   */
+  async overview(opts: { recentCalls: number }): Promise<Overview> {
+    const records = this.parts.store.listSandboxes();
+    const [stateOf, usage] = await Promise.all([this.parts.pool.stateReader(records), this.parts.pool.usage(records)]);
+    const infos = this.infoOf(records);
+    return {
+      sandboxes: records.map((r, i) => ({ ...(infos[i] as SandboxInfo), state: stateOf(r), usage: usage.get(r.digest) })),
+      recentCalls: this.parts.store.recentAudit(opts.recentCalls),
+    };
+  }
+
+  private infoOf(records: readonly SandboxRecord[]): SandboxInfo[] {
     const { store, sessions } = this.parts;
-    return store.listSandboxes(tenant).map((r) => ({
+    return records.map((r) => ({
       sandboxKey: r.key, tenant: r.tenant, profile: r.profile, backend: r.backend, rule: r.rule, persistent: !r.ephemeral,
       name: r.name, mount: r.mount, createdMs: r.createdMs, lastUsedMs: r.lastUsedMs,
       sessions: store.sessionsOf(r.digest).map((s) => ({ session: s.session, open: sessions.isLive(s, r) })),

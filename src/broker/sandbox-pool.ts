@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import type { Backend, ManagedSandbox, Sandbox } from '../backends/backend.js';
+import type { Backend, ManagedSandbox, Sandbox, SandboxUsage } from '../backends/backend.js';
 import { sectionOf, type BackendTraits } from '../backends/module.js';
 import type { BerthConfig } from '../config/types.js';
 import { Logger } from '../logging/logger.js';
@@ -16,6 +16,8 @@ import { storeLease } from './store-lease.js';
 
 /** Time one disk-check pass may take (a measurement costs the engine a walk of the writable layer). */
 const DISK_CHECK_BUDGET_MS = 10_000;
+/** How long closing waits for the pass that removes networks no sandbox uses. */
+const CLOSE_NETWORK_PASS_MS = 5_000;
 /** A container this close to its pids limit when a shell cannot start counts as out of processes. */
 const PIDS_HEADROOM = 8;
 
@@ -326,10 +328,37 @@ export class SandboxPool {
     };
   }
 
-  /** Closes every shell, forgets every sandbox (they stay as they are) and releases the engines. */
+  /** What each recorded sandbox uses now, by digest, from the backends that can tell (`berth top`). */
+  async usage(records: readonly SandboxRecord[]): Promise<Map<string, SandboxUsage>> {
+    const out = new Map<string, SandboxUsage>();
+    for (const name of new Set(records.map((r) => r.backend))) {
+      const backend = await this.backends.get(name).catch(() => undefined);
+      if (backend?.usage === undefined) continue;
+      const mine = records.filter((r) => r.backend === name && r.ref !== '');
+      const byRef = await backend.usage(mine.map((r) => r.ref)).catch(() => new Map<string, SandboxUsage>());
+      for (const r of mine) {
+        const u = byRef.get(r.ref);
+        if (u !== undefined) out.set(r.digest, u);
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Closes every shell, forgets every sandbox (they stay as they are), removes the engine objects
+   * this installation no longer uses (a tenant network whose last sandbox this process removed:
+   * otherwise it outlives an installation whose home is deleted, as a container would) and
+   * releases the engines. The network pass is bounded: an engine that stopped answering does not
+   * hold the shutdown.
+   */
   async close(): Promise<void> {
     for (const live of this.live.values()) await live.shells.close();
     this.live.clear();
+    const backends = await this.backends.created();
+    const reaping = Promise.all(backends.map((b) => b.reapIdleNetworks?.().catch((e: unknown) => this.log('berth:reaper', `networks at close: ${String(e)}`))));
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([reaping, new Promise((r) => (timer = setTimeout(r, CLOSE_NETWORK_PASS_MS)))]);
+    clearTimeout(timer);
     await this.backends.closeAll();
   }
 

@@ -471,6 +471,13 @@ export class StateStore {
     return rows as AuditEntry[];
   }
 
+  /** The latest entries of every tenant, newest first: the operator's view (`berth top`), never a tenant's. */
+  recentAudit(limit: number): AuditEntry[] {
+    this.flushAudit();
+    return this.q(`SELECT time_ms AS timeMs, tenant, profile, user, session, sandbox_key AS sandboxKey, kind,
+      command, exit_code AS exitCode, duration_ms AS durationMs FROM audit ORDER BY id DESC LIMIT ?`).all(limit) as AuditEntry[];
+  }
+
   // --- background jobs (issue 5) ---------------------------------------------------------
 
   putJob(j: JobRecord): void {

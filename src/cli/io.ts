@@ -11,6 +11,8 @@ export interface CliIo {
    * writes nothing after that.
    */
   outClosed?: AbortSignal;
+  /** Set when stdout is a terminal: its width (a live view redraws in place only there). */
+  terminal?: { columns: number };
 }
 
 /** Exit code of a command whose output pipe was closed, as a shell reports a SIGPIPE death (128 + 13). */
@@ -32,6 +34,7 @@ export function processIo(): CliIo {
       if (!process.stderr.destroyed) process.stderr.write(t);
     },
     outClosed: closed.signal,
+    ...(process.stdout.isTTY ? { terminal: { columns: process.stdout.columns || 80 } } : {}),
   };
 }
 

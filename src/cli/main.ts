@@ -15,6 +15,7 @@ commands:
   cp [scope flags] SRC DEST          copy files in or out (sandbox side: sandbox:PATH)
   media [scope flags] PATH           print a host path for a file in the sandbox
   audit [--tenant T] [--user U] [--session S] [--json]   show the audit log
+  top [--interval S] [--once] [--json]   live view: every sandbox's CPU, memory and processes, recent calls
   config check [--config FILE]       validate the config and print the effective one
   image build [--variant V] [--force] build a sandbox image without a registry
   serve [--port N] [--host ADDR]     HTTP API (/v1), MCP (/mcp) and dashboard (/) for agent frameworks

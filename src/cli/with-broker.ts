@@ -16,6 +16,8 @@ export interface CliBrokerOptions {
   log?: CliLog;
   /** How long in-flight calls may finish when the broker closes (default: the broker's). */
   closeGraceMs?: number;
+  /** Run the orphan reaper (default true); an observer (`berth top`) changes nothing. */
+  reap?: boolean;
 }
 
 /**
@@ -35,6 +37,7 @@ export async function withBroker<T>(
     holdSessions: serving,
     spillOutput: serving,
     log: opts.log ?? debugLog(io),
+    ...(opts.reap === undefined ? {} : { reap: opts.reap }),
   });
   try {
     return await fn(broker);

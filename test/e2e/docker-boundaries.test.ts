@@ -115,6 +115,23 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(await networksOf(t.installation)).toEqual([]);
   });
 
+  it('item 4: closing a broker removes the tenant networks its last sandboxes left, and keeps one a persistent sandbox still uses', async () => {
+    const t = reg.track();
+    const b = await t.open(dockerConfig({ persistent: false }), { reap: false });
+    await b.exec({ tenant: 'acme', session: 'gone' }, 'true');
+    await b.closeSession({ tenant: 'acme', session: 'gone' });
+    // No reaper in this one either: its first engine use would sweep idle networks.
+    const keeper = await t.open(dockerConfig({ persistent: true }), { reap: false });
+    await keeper.exec({ tenant: 'globex', session: 'stays' }, 'true');
+    expect((await networksOf(t.installation)).map((n) => n.labels['berth.tenant']).sort()).toEqual(['acme', 'globex']);
+    // No reaper pass in between: the close itself takes the network nobody uses (a deleted
+    // BERTH_HOME would otherwise leave it on the engine for good).
+    await b.close();
+    await keeper.close();
+    expect((await networksOf(t.installation)).map((n) => n.labels['berth.tenant'])).toEqual(['globex']);
+    expect((await t.containers()).length).toBe(1);
+  });
+
   it('item 4: network none still has no network, and makes no berth network', async () => {
     const t = reg.track();
     const b = await t.open(dockerConfig({ persistent: false, docker: { network: 'none' } }));

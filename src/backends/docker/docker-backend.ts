@@ -5,7 +5,7 @@ import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { ProfileSettings } from '../../config/types.js';
 import { BackendUnavailableError, BerthError, ConfigError, PolicyRefusedError } from '../../errors.js';
-import type { Backend, Lease, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
+import type { Backend, Lease, ManagedSandbox, Sandbox, SandboxSpec, SandboxUsage } from '../backend.js';
 import {
   LABEL,
   WORKSPACE,
@@ -38,6 +38,7 @@ import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPl
 import { diskBreachOf } from './disk-usage.js';
 import { localLease, SandboxNetworks } from './networks.js';
 import { assertRunsAs, runAsFor } from './run-as.js';
+import { containerUsage } from './usage.js';
 import { Logger } from '../../logging/logger.js';
 
 const STOP_TIMEOUT_SECONDS = 3;
@@ -45,6 +46,8 @@ const STOP_TIMEOUT_SECONDS = 3;
 const ADOPT_ATTEMPTS = 20;
 /** Create rounds when a reaper (another process's) removed the network between join and start. */
 const NETWORK_ATTEMPTS = 3;
+/** Stats requests in flight at once for `usage`. */
+const USAGE_PARALLEL = 4;
 
 export interface DockerBackendOptions {
   /** Engine client; defaults to `DOCKER_HOST` or the default socket. */
@@ -174,6 +177,25 @@ export class DockerBackend implements Backend {
    */
   checkDiskLimit(sandbox: Sandbox): Promise<BerthError | undefined> {
     return diskBreachOf(this.docker, sandbox.spec, sandbox.ref, sandbox.hostDir);
+  }
+
+  /** Each container's one-shot stats, a few at a time (the engine reads every container's cgroups). */
+  async usage(refs: readonly string[]): Promise<Map<string, SandboxUsage>> {
+    const out = new Map<string, SandboxUsage>();
+    const queue = [...refs];
+    const worker = async (): Promise<void> => {
+      for (let ref = queue.shift(); ref !== undefined; ref = queue.shift()) {
+        try {
+          assertContainerRef(ref);
+          const u = await containerUsage(this.docker, ref);
+          if (u !== undefined) out.set(ref, u);
+        } catch (err) {
+          this.log(`no usage of ${short(ref)}: ${(err as Error).message}`);
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(USAGE_PARALLEL, queue.length) }, worker));
+    return out;
   }
 
   /** Removes this installation's networks that no container uses (the orphan reaper calls it). */

@@ -3,11 +3,9 @@ import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { Logger } from '../../logging/logger.js';
 import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
-import { withTimeout } from './engine.js';
 import { spawnInContainer, type ContainerTarget } from './exec-process.js';
 import { HOME, STATE_DIR, WORKSPACE } from './paths.js';
-
-const STATS_TIMEOUT_MS = 5_000;
+import { containerUsage } from './usage.js';
 
 export interface DockerSandboxInput {
   spec: SandboxSpec;
@@ -60,12 +58,8 @@ export class DockerSandboxHandle implements SandboxHandle {
   /** From the engine's one-shot stats (the pids cgroup): no process in the container needed. */
   async processCount(): Promise<{ current: number; limit: number } | undefined> {
     try {
-      const opts = { stream: false, 'one-shot': true } as { stream: false };
-      const stats = (await withTimeout(this.docker.getContainer(this.ref).stats(opts), STATS_TIMEOUT_MS, () => new Error('stats timed out'))) as {
-        pids_stats?: { current?: number; limit?: number };
-      };
-      const { current, limit } = stats.pids_stats ?? {};
-      return typeof current === 'number' && typeof limit === 'number' && limit > 0 ? { current, limit } : undefined;
+      const u = await containerUsage(this.docker, this.ref);
+      return u?.processes !== undefined && u.processLimit !== undefined ? { current: u.processes, limit: u.processLimit } : undefined;
     } catch (err) {
       this.log.debug(`no process count: ${(err as Error).message}`);
       return undefined;

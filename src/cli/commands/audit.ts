@@ -3,6 +3,7 @@ import { normalizeScope } from '../../scope/normalize.js';
 import { parseUserRef } from '../../scope/user-ref.js';
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
 import type { CliIo } from '../io.js';
+import { terminalText } from '../terminal-text.js';
 import { withBroker } from '../with-broker.js';
 
 export const AUDIT_HELP = `usage: berth audit [--tenant T] [--user PLATFORM:ID] [--session S] [--limit N] [--json]
@@ -45,8 +46,9 @@ export async function auditCommand(argv: string[], io: CliIo): Promise<number> {
     }
     io.out(`${'TIME'.padEnd(24)} ${'KIND'.padEnd(6)} ${'USER'.padEnd(20)} ${'SESSION'.padEnd(16)} ${'SANDBOX'.padEnd(24)} ${'EXIT'.padStart(4)} ${'MS'.padStart(6)} COMMAND\n`);
     for (const e of entries) {
-      const command = (e.command ?? '').replace(/\s*\n\s*/g, ' ↵ ');
-      io.out(`${new Date(e.timeMs).toISOString().padEnd(24)} ${e.kind.padEnd(6)} ${(e.user ?? '-').padEnd(20)} ${(e.session ?? '-').padEnd(16)} ${(e.sandboxKey ?? '-').padEnd(24)} ${String(e.exitCode ?? '-').padStart(4)} ${String(e.durationMs ?? '-').padStart(6)} ${command}\n`);
+      const command = terminalText(e.command ?? '');
+      const [user, session, key] = [e.user, e.session, e.sandboxKey].map((v) => terminalText(v ?? '-'));
+      io.out(`${new Date(e.timeMs).toISOString().padEnd(24)} ${e.kind.padEnd(6)} ${(user as string).padEnd(20)} ${(session as string).padEnd(16)} ${(key as string).padEnd(24)} ${String(e.exitCode ?? '-').padStart(4)} ${String(e.durationMs ?? '-').padStart(6)} ${command}\n`);
     }
     return 0;
   });

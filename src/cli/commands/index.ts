@@ -18,6 +18,7 @@ export const COMMANDS = {
   cp: () => import('./cp.js').then((m) => m.cpCommand),
   media: () => import('./media.js').then((m) => m.mediaCommand),
   audit: () => import('./audit.js').then((m) => m.auditCommand),
+  top: () => import('./top.js').then((m) => m.topCommand),
   serve: () => import('./serve.js').then((m) => m.serveCommand),
   token: () => import('./token.js').then((m) => m.tokenCommand),
   mcp: () => import('./mcp.js').then((m) => m.mcpCommand),
