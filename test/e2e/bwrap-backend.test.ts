@@ -78,6 +78,20 @@ describeBwrap('bwrap backend', () => {
     expect(readdirSync(join(e.root, 'uids')).filter((n) => /^\d+$/.test(n))).toEqual([]);
   });
 
+  it('counts the processes of its pid namespace against maxProcesses, from the host', async () => {
+    const e = env();
+    const s = await e.backend('inst-1').ensure(e.spec('inst-1', 'session:n', true), undefined);
+    const before = await s.processCount!();
+    const m = String(randomInt(1_000_000, 9_000_000));
+    const p = await s.spawn(['sh', '-c', `sleep ${m} & sleep ${m} & sleep ${m} & wait`], { env: {}, stdin: false });
+    expect(await waitSomeWithArg(m)).toHaveLength(3);
+    const during = await s.processCount!();
+    expect(during!.limit).toBe(1024);
+    // The three sleeps, their shell and its watcher, on top of what ran before.
+    expect(during!.current - before!.current).toBe(5);
+    await p.kill();
+  });
+
   it('stop ends its processes and keeps its files; the next ensure starts it again with /tmp empty', async () => {
     const e = env();
     const a = e.backend('inst-1');

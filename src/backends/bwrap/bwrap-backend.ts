@@ -72,7 +72,8 @@ export class BwrapBackend implements Backend {
     } else {
       // An ephemeral sandbox is found again only by its recorded ref: without one it is a new one.
       recreated = knownRef !== undefined;
-      name = `${stemOf(spec)}-${spec.digest.slice(0, 12)}-${randomBytes(6).toString('hex')}`;
+      // Unique per creation; a persistent name ends in 24 hex with no "-" among them, so the two never meet.
+      name = `${stemOf(spec)}-${randomBytes(6).toString('hex')}`;
     }
     const dir = sandboxDirs(root, name).root;
     const live = this.running.get(dir);
@@ -107,7 +108,7 @@ export class BwrapBackend implements Backend {
       await sb.stop();
       throw err;
     }
-    const handle = new BwrapSandboxHandle(spec, sb, placement, recreated);
+    const handle = new BwrapSandboxHandle(spec, sb, placement, recreated, s.maxProcesses);
     const running = { sb, handle };
     this.running.set(dir, running);
     void sb.exited.then(() => {

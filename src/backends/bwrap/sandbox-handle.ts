@@ -1,9 +1,11 @@
+import { readdirSync } from 'node:fs';
 import { join, posix } from 'node:path';
 import { SandboxNotFoundError } from '../../errors.js';
 import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
 import { fromSpawnError } from '../plumbing/spawn-errors.js';
 import { SANDBOX_HOME, SANDBOX_TMP, SANDBOX_USER, SANDBOX_WORKSPACE } from './layout.js';
 import type { SandboxPlacement } from './placement.js';
+import { pidNsOf } from './records.js';
 import type { BwrapSandbox } from './sandbox.js';
 
 /** The environment every process of a bwrap sandbox starts with, before what the caller grants. */
@@ -34,6 +36,7 @@ export class BwrapSandboxHandle implements SandboxHandle {
     private readonly sb: BwrapSandbox,
     placement: SandboxPlacement,
     readonly recreated: boolean,
+    private readonly maxProcesses: number,
   ) {
     this.ref = placement.dirs.root;
     this.name = posix.basename(placement.dirs.root);
@@ -61,6 +64,17 @@ export class BwrapSandboxHandle implements SandboxHandle {
       // Its process group: what it started in the background goes too (the init loop made the group).
       kill: () => p.kill('KILL'),
     };
+  }
+
+  /** Processes in its pid namespace, as the host's /proc shows them (nothing is started inside). */
+  async processCount(): Promise<{ current: number; limit: number } | undefined> {
+    const ns = this.sb.pidNs;
+    if (this.sb.gone || ns === undefined) return undefined;
+    let current = 0;
+    for (const d of readdirSync('/proc')) {
+      if (/^\d+$/.test(d) && pidNsOf(Number(d)) === ns) current++;
+    }
+    return { current, limit: this.maxProcesses };
   }
 
   hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined {
