@@ -3,7 +3,9 @@ import { bwrapModule } from '../../src/backends/bwrap/module.js';
 import { DEFAULT_UIDS } from '../../src/backends/bwrap/settings.js';
 import { isolationNoteOf } from '../../src/backends/module.js';
 import { parseConfig } from '../../src/config/schema.js';
+import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { ConfigError } from '../../src/errors.js';
+import { Binding } from '../../src/server/response-schemas.js';
 
 function errorOf(raw: unknown): string {
   try {
@@ -55,5 +57,12 @@ describe('the bwrap: config section', () => {
     expect(isolationNoteOf(bwrapModule, base)).toBeUndefined();
     const off = parseConfig({ backend: 'bwrap', bwrap: { seccomp: false, network: 'host' } }, undefined).base;
     expect(isolationNoteOf(bwrapModule, off)).toMatch(/WITHOUT the syscall filter.*and on the host's network/);
+  });
+
+  it('the HTTP binding schema admits the isolation of every registered backend', () => {
+    const base = {
+      backend: 'x', tenant: 't', profile: 'p', sandboxKey: 'k', rule: 'r', persistent: true, mounted: false, mountReason: '', cwd: '/', envNames: [], envMissing: [],
+    };
+    for (const m of BUILTIN_BACKENDS.modules) expect(Binding.safeParse({ ...base, isolation: m.traits.isolation }).success, m.name).toBe(true);
   });
 });
