@@ -135,6 +135,16 @@ describeBwrap('bwrap backend through the broker', () => {
     expect(() => statSync(marker)).toThrow();
   });
 
+  it('a sandbox root that cannot be made is exit 125 naming it and the fix', async () => {
+    const t = install();
+    const file = join(t.home, 'a-file');
+    writeFileSync(file, '');
+    const b = await t.open({ bwrap: { root: join(file, 'root') } });
+    const err = await b.exec({ session: 'x' }, 'true').catch((e: unknown) => e);
+    expect((err as BerthError).code).toBe('backend_unavailable');
+    expect((err as Error).message).toMatch(/the bwrap sandbox root .*a-file\/root cannot be made or used .*set bwrap\.root/);
+  });
+
   it('the filter turned off is said in explain; on, explain has no note', async () => {
     const t = install();
     const on = await t.open();

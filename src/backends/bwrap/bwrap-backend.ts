@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { readdirSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import type { ProfileSettings } from '../../config/types.js';
-import { PolicyRefusedError } from '../../errors.js';
+import { BackendUnavailableError, isBerthError, PolicyRefusedError } from '../../errors.js';
 import { Logger } from '../../logging/logger.js';
 import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
@@ -202,7 +202,16 @@ export class BwrapBackend implements Backend {
   private rootOf(s: BwrapSettings): string {
     const root = resolve(s.root ?? defaultBwrapRoot());
     if (!this.preparedRoots.has(root)) {
-      prepareRoot(root);
+      try {
+        prepareRoot(root);
+      } catch (err) {
+        if (isBerthError(err)) throw err;
+        throw new BackendUnavailableError(
+          `the bwrap sandbox root ${root} cannot be made or used (${err instanceof Error ? err.message : String(err)}); ` +
+            'set bwrap.root to a dir berth\'s user owns (or may create), outside BERTH_HOME',
+          { cause: err },
+        );
+      }
       rememberRoot(this.opts.berthHome, root);
       this.preparedRoots.add(root);
     }
