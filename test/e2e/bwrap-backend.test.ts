@@ -8,7 +8,7 @@ import { BwrapBackend } from '../../src/backends/bwrap/bwrap-backend.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { PolicyRefusedError } from '../../src/errors.js';
 import { describeBwrap, testRange } from '../helpers/bwrap.js';
-import { waitNoneWithArg, waitSomeWithArg } from '../helpers/processes.js';
+import { pidsWithArg, waitNoneWithArg } from '../helpers/processes.js';
 
 /*
  * The bwrap backend's own guarantees beyond the conformance suite: removal ends the bwraps other
@@ -56,6 +56,12 @@ function env(): Env {
   };
 }
 
+/** Waits (bounded) until `n` processes carry `marker`. */
+async function waitCount(marker: string, n: number): Promise<number[]> {
+  for (let i = 0; i < 100 && pidsWithArg(marker).length < n; i++) await new Promise((r) => setTimeout(r, 50));
+  return pidsWithArg(marker);
+}
+
 async function sh(s: Sandbox, script: string): Promise<string> {
   const r = await s.execOnce(['sh', '-c', script]);
   expect(r.exitCode, r.stderr.toString()).toBe(0);
@@ -70,7 +76,7 @@ describeBwrap('bwrap backend', () => {
     const inA = await a.ensure(spec, undefined);
     const m = String(randomInt(1_000_000, 9_000_000));
     const job = await inA.spawn(['sh', '-c', `sleep ${m} & sleep ${m}`], { env: {}, stdin: false });
-    expect(await waitSomeWithArg(m)).toHaveLength(2);
+    expect(await waitCount(m, 2)).toHaveLength(2);
     await b.remove(inA.ref, inA.hostDir);
     expect(await waitNoneWithArg(m)).toEqual([]);
     expect(await job.exited).toBeNull();
@@ -84,12 +90,26 @@ describeBwrap('bwrap backend', () => {
     const before = await s.processCount!();
     const m = String(randomInt(1_000_000, 9_000_000));
     const p = await s.spawn(['sh', '-c', `sleep ${m} & sleep ${m} & sleep ${m} & wait`], { env: {}, stdin: false });
-    expect(await waitSomeWithArg(m)).toHaveLength(3);
+    expect(await waitCount(m, 3)).toHaveLength(3);
     const during = await s.processCount!();
     expect(during!.limit).toBe(1024);
     // The three sleeps, their shell and its watcher, on top of what ran before.
     expect(during!.current - before!.current).toBe(5);
     await p.kill();
+  });
+
+  it('a new sandbox that cannot start leaves no dir and no uid claim behind', async () => {
+    const e = env();
+    const a = e.backend('inst-1');
+    await a.ensure(e.spec('inst-1', 'session:ok', true), undefined);
+    const before = readdirSync(join(e.root, 'sandboxes')).sort();
+    const claims = readdirSync(join(e.root, 'uids')).sort();
+    // A workspace no sandbox may run as: a file where a dir is expected (or, as root, a root-owned dir).
+    const ws = join(e.root, '..', 'not-a-dir');
+    writeFileSync(ws, '');
+    await expect(a.ensure({ ...e.spec('inst-1', 'session:bad', true), mount: ws }, undefined)).rejects.toThrow(/is not a directory/);
+    expect(readdirSync(join(e.root, 'sandboxes')).sort()).toEqual(before);
+    expect(readdirSync(join(e.root, 'uids')).sort()).toEqual(claims);
   });
 
   it('stop ends its processes and keeps its files; the next ensure starts it again with /tmp empty', async () => {

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { readdirSync } from 'node:fs';
+import { mkdirSync, readdirSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import type { ProfileSettings } from '../../config/types.js';
 import { BackendUnavailableError, isBerthError, PolicyRefusedError } from '../../errors.js';
@@ -87,27 +87,35 @@ export class BwrapBackend implements Backend {
   }
 
   private async start(spec: SandboxSpec, host: BwrapHost, s: BwrapSettings, root: string, name: string, recreated: boolean): Promise<Running> {
-    const placement = placeSandbox({ root, name, range: s.uids, attached: spec.mount ?? undefined });
-    writeMeta(placement.dirs.root, { installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral, name: spec.dirName });
-    const sb = await startSandbox({
-      ...host,
-      dirs: placement.dirs,
-      user: placement.user,
-      workspace: placement.workspace,
-      network: s.network,
-      seccomp: s.seccomp ? seccompProgram() : undefined,
-      hostname: `berth-${spec.digest.slice(0, 12)}`,
-      tmpSizeBytes: s.tmpSizeMb * 1024 * 1024,
-      maxProcesses: s.maxProcesses,
-    });
-    const dir = placement.dirs.root;
-    const hostPid = sb.hostPid;
+    // Labelled before anything else is made in it: a berth that dies half way leaves a dir the reapers find.
+    const planned = sandboxDirs(root, name);
+    const fresh = !isRealDir(planned.root);
+    mkdirSync(planned.root, { mode: 0o711, recursive: true });
+    let sb: BwrapSandbox | undefined;
+    let placement;
     try {
-      addHolder(dir, hostPid, sb.pidNs ?? '');
+      writeMeta(planned.root, { installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral, name: spec.dirName });
+      placement = placeSandbox({ root, name, range: s.uids, attached: spec.mount ?? undefined });
+      sb = await startSandbox({
+        ...host,
+        dirs: placement.dirs,
+        user: placement.user,
+        workspace: placement.workspace,
+        network: s.network,
+        seccomp: s.seccomp ? seccompProgram() : undefined,
+        hostname: `berth-${spec.digest.slice(0, 12)}`,
+        tmpSizeBytes: s.tmpSizeMb * 1024 * 1024,
+        maxProcesses: s.maxProcesses,
+      });
+      addHolder(planned.root, sb.hostPid, sb.pidNs ?? '');
     } catch (err) {
-      await sb.stop();
+      await sb?.stop();
+      // A sandbox made for this call goes with its failure (its uid too); an existing one keeps its files.
+      if (fresh) removeSandbox(root, planned);
       throw err;
     }
+    const dir = placement.dirs.root;
+    const hostPid = sb.hostPid;
     const handle = new BwrapSandboxHandle(spec, sb, placement, recreated, s.maxProcesses);
     const running = { sb, handle };
     this.running.set(dir, running);
