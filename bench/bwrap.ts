@@ -9,19 +9,23 @@ import { probeBwrap, type BwrapHost } from '../src/backends/bwrap/probe.js';
 import { startSandbox, type BwrapSandbox } from '../src/backends/bwrap/sandbox.js';
 import { prepareRoot } from '../src/backends/bwrap/sandbox-dirs.js';
 import { seccompProgram } from '../src/backends/bwrap/seccomp.js';
+import { Broker } from '../src/broker/broker.js';
+import { parseConfig } from '../src/config/schema.js';
 import { RawShell } from './raw-shell.js';
 import { fmt, percentile, row, timeMany } from './stats.js';
 
 /*
- * bwrap backend building blocks (issue 11): a new sandbox to its first command, one command
- * through a persistent bash in a sandbox against a bare persistent bash on the host, and the
- * memory of idle sandboxes (each with one idle persistent bash). Run alone:
- *   node --expose-gc --import tsx bench/bwrap.ts
+ * The bwrap backend (issue 11): a new sandbox to its first command and one command through its
+ * persistent bash, both through berth (the library, backend: bwrap) and through the building
+ * blocks alone, against a bare persistent bash on the host; and the memory of idle sandboxes
+ * (each with one idle persistent bash; BENCH_BWRAP_IDLE, default 200). Part of `npm run bench`
+ * (BENCH_ONLY=bwrap); alone: node --expose-gc --import tsx bench/bwrap.ts
  */
 
 const PATH = { PATH: '/usr/local/bin:/usr/bin:/bin' };
 const RANGE = { first: 1_600_000_000, count: 10_000 };
 const IS_ROOT = process.getuid?.() === 0;
+const N_EXEC = Number(process.env['BENCH_N'] ?? 2000);
 
 /** The bench's nonce protocol (as RawShell's) over any stdin/stdout pair. */
 class StreamShell {
@@ -82,6 +86,38 @@ async function start(host: BwrapHost, r: string, name: string): Promise<{ sb: Bw
   };
 }
 
+/** Through berth: the library with backend bwrap, as an agent's calls reach it. */
+async function berthRows(sandboxRoot: string): Promise<void> {
+  const home = mkdtempSync(join(tmpdir(), 'berth-bench-bwrap-home-'));
+  const broker = await Broker.open({
+    config: parseConfig({ backend: 'bwrap', persistent: false, bwrap: { root: sandboxRoot, uids: { first: RANGE.first + RANGE.count, count: 1000 }, tmpSizeMb: 64 } }),
+    berthHome: home, env: { PATH: process.env['PATH'] },
+  });
+  try {
+    // The probe runs once per process, at the first call: not part of a new sandbox's cost.
+    await broker.exec({ session: 'warm-up' }, 'true');
+    const cold: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const scope = { session: `cold-${i}` };
+      const t0 = performance.now();
+      const res = await broker.exec(scope, 'true');
+      cold.push(performance.now() - t0);
+      if (res.exitCode !== 0) throw new Error(`berth exec in a new bwrap sandbox exited ${res.exitCode}: ${res.output}`);
+      await broker.removeSandboxOf(scope);
+    }
+    row('berth: new sandbox to first command (broker.exec, new session)', cold);
+    const raw = new RawShell();
+    const rawRow = row('bare persistent bash on the host', await timeMany(N_EXEC, () => raw.run('true')));
+    raw.close();
+    const session = broker.session({ session: 'bench' });
+    const berthRow = row('berth library exec (bwrap backend)', await timeMany(N_EXEC, () => session.exec('true')));
+    console.log(`  berth p50 / bare bash p50 = ${(berthRow.p50 / rawRow.p50).toFixed(2)}x   (target <= 1.5x)`);
+  } finally {
+    await broker.close();
+    rmSync(home, { recursive: true, force: true });
+  }
+}
+
 /** bwrap alone with the same namespaces and flags (no berth, no filter, no mounts but /usr), running /bin/true. */
 function bareBwrap(host: BwrapHost, uid: number | undefined): Promise<void> {
   const args = ['--unshare-all', '--unshare-user', '--disable-userns', '--die-with-parent', '--new-session', '--cap-drop', 'ALL', '--ro-bind', '/usr', '/usr'];
@@ -120,8 +156,15 @@ export async function bwrapBench(): Promise<void> {
   console.log(`\n# bwrap sandbox (load average ${load()}, ${IS_ROOT ? 'as root: one uid per sandbox' : "as berth's own uid"})`);
   const r = root();
   try {
-    const host = await probeBwrap({ root: r.root, user: IS_ROOT ? { uid: RANGE.first + RANGE.count - 1, gid: RANGE.first + RANGE.count - 1 } : undefined, seccomp: seccompProgram() });
+    let host: BwrapHost;
+    try {
+      host = await probeBwrap({ root: r.root, user: IS_ROOT ? { uid: RANGE.first + RANGE.count - 1, gid: RANGE.first + RANGE.count - 1 } : undefined, seccomp: seccompProgram() });
+    } catch (err) {
+      console.log(`  skipped: ${err instanceof Error ? err.message : String(err)}`);
+      return;
+    }
     console.log(`  bubblewrap ${host.version} at ${host.bwrapPath}`);
+    await berthRows(r.root);
 
     let n = 0;
     const coldSamples: number[] = [];
@@ -160,7 +203,7 @@ export async function bwrapBench(): Promise<void> {
     await warm.remove();
     console.log(`  sandbox p50 / host p50 = ${(inRow.p50 / rawRow.p50).toFixed(2)}x   (target <= 1.5x)`);
 
-    const COUNT = Number(process.env['BENCH_BWRAP_IDLE'] ?? 50);
+    const COUNT = Number(process.env['BENCH_BWRAP_IDLE'] ?? 200);
     const idle: Awaited<ReturnType<typeof start>>[] = [];
     try {
       for (let i = 0; i < COUNT; i++) idle.push(await start(host, r.root, `idle-${i}`));

@@ -64,6 +64,11 @@ export interface SettingsSection<S, Shape extends z.core.$ZodLooseShape = z.core
   merge(base: S, written: WrittenSection<Shape>): S;
   /** Host dirs the operator binds through this section, for the start-up refusals (`docker.volumes`). */
   hostBinds?(settings: S): readonly SectionHostBind[];
+  /**
+   * Keys that hold for the whole installation (where its sandboxes live, which uids they get): a
+   * profile that writes one with another value than the top level's is a config error.
+   */
+  installationWide?: readonly (keyof Shape & string)[];
 }
 
 /** What a module's factory gets from the composition root. */
@@ -108,6 +113,8 @@ export interface BackendModule<N extends string = string, S = unknown> {
   readonly images?: { of(settings: S): string; with(settings: S, image: string): S };
   /** What `explain` adds when the backend does not isolate like a container (`note`). */
   readonly isolationNote?: string;
+  /** The note when it depends on the settings (an isolation the operator turned off); wins over `isolationNote`. */
+  isolationNoteFor?(settings: S): string | undefined;
   readonly words: SandboxWords;
   /**
    * The starting dir inside a sandbox when nothing else applies; known without contacting
@@ -124,6 +131,11 @@ export function defineBackend<const N extends string, S = undefined, Shape exten
   module: Omit<BackendModule<N, S>, 'settings'> & { readonly settings?: SettingsSection<S, Shape> },
 ): BackendModule<N, S> {
   return module as BackendModule<N, S>;
+}
+
+/** The `note` explain gives for `module` with these settings (each module's section under its name). */
+export function isolationNoteOf(module: BackendModule, settings: object): string | undefined {
+  return module.isolationNoteFor?.(sectionOf(module, settings)) ?? module.isolationNote;
 }
 
 /** The section type a module's settings have (`undefined` for a module without a section). */

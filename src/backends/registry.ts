@@ -1,3 +1,4 @@
+import { bwrapModule } from './bwrap/module.js';
 import { BackendCatalog } from './catalog.js';
 import { dockerModule } from './docker/module.js';
 import { localModule } from './local/module.js';
@@ -12,6 +13,7 @@ export const BACKEND_MODULES = [
   dockerModule,
   localModule,
   sshModule,
+  bwrapModule,
 ] as const;
 
 /** The registry as a catalog: what a config is parsed against unless a test adds modules. */

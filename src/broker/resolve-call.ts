@@ -1,5 +1,5 @@
 import type { SandboxSpec } from '../backends/backend.js';
-import { sectionOf, withSection, type BackendModule, type BackendTraits, type Isolation } from '../backends/module.js';
+import { isolationNoteOf, sectionOf, withSection, type BackendModule, type BackendTraits, type Isolation } from '../backends/module.js';
 import type { SecretsFile } from '../config/secrets-file.js';
 import type { BackendName, BerthConfig, ProfileSettings } from '../config/types.js';
 import { settingsFor } from '../config/types.js';
@@ -181,7 +181,7 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   const spec: SandboxSpec = {
     identity, digest, dirName, ephemeral: keyed.ephemeral, mount: mount.mount, rule: keyed.rule, settings,
   };
-  const note = module.isolationNote;
+  const note = isolationNoteOf(module, settings);
   return {
     binding: {
       backend: settings.backend, isolation: traits.isolation, ...(note === undefined ? {} : { note }), tenant: scope.tenant, profile: scope.profile, sandboxKey: keyed.key, rule: keyed.rule,

@@ -137,12 +137,36 @@ function backendProblems(top: Section, profiles: readonly Section[], backends: B
   return problems;
 }
 
+/**
+ * A module's installation-wide keys (where its sandboxes live, which uids they get) written in a
+ * profile with another value than the top level's: two profiles would keep one installation's
+ * sandboxes apart in ways its reapers and uid claims do not know about.
+ */
+function installationWideProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
+  const problems: string[] = [];
+  for (const m of backends.modules) {
+    for (const key of m.settings?.installationWide ?? []) {
+      const topValue = JSON.stringify((top.settings as unknown as Record<string, Record<string, unknown>>)[m.name]?.[key]);
+      for (const p of profiles) {
+        const written = (p.written as Record<string, Record<string, unknown> | undefined>)[m.name]?.[key];
+        const value = JSON.stringify((p.settings as unknown as Record<string, Record<string, unknown>>)[m.name]?.[key]);
+        if (written === undefined || value === topValue) continue;
+        problems.push(
+          `config key "${keyOf(p, `${m.name}.${key}`)}": ${m.name}.${key} holds for the whole installation, and profile "${p.profile}" sets it ` +
+            `to ${value} where the top level has ${topValue}; set ${m.name}.${key} at the top level only`,
+        );
+      }
+    }
+  }
+  return problems;
+}
+
 /** Every cross-field problem of a config, in a stable order (per section, then across sections). */
 export function crossFieldProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
   const problems: string[] = [];
   for (const s of [top, ...profiles]) {
     problems.push(...sharedKeyProblems(s, backends), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s));
   }
-  problems.push(...backendProblems(top, profiles, backends));
+  problems.push(...backendProblems(top, profiles, backends), ...installationWideProblems(top, profiles, backends));
   return problems;
 }

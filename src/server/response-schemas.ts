@@ -30,8 +30,9 @@ export const ExecResult = z.object({
 
 export const Binding = z.object({
   backend: z.string(),
-  isolation: z.enum(['container', 'none']).describe('none: commands run without isolation (see note)'),
-  note: z.string().optional().describe('set when isolation is none: where commands run and as whom'),
+  isolation: z.enum(['container', 'namespace', 'remote', 'none'])
+    .describe('container; namespace: Linux namespaces on the server\'s host (bwrap); remote: another host; none: commands run without isolation (see note)'),
+  note: z.string().optional().describe('set when the backend does not isolate like a container, or an isolation was turned off: where commands run and how'),
   tenant: z.string(),
   profile: z.string(),
   sandboxKey: z.string(),

@@ -22,10 +22,12 @@ describe('the backend registry loads no engine client', () => {
       }`;
     const lazy = await modulesLoadedBy(['--input-type=module', '-e', script]);
     expect(lazy.stderr).toBe('');
-    expect(lazy.stdout).toBe('docker,local,ssh\n');
+    expect(lazy.stdout).toBe('docker,local,ssh,bwrap\n');
     expect(lazy.modules.some((u) => u.endsWith('/dist/backends/docker/module.js'))).toBe(true);
     expect(lazy.modules.filter(isEngineClient)).toEqual([]);
     expect(lazy.modules.some((u) => u.endsWith('/dist/backends/docker/docker-backend.js'))).toBe(false);
+    expect(lazy.modules.some((u) => u.endsWith('/dist/backends/bwrap/module.js'))).toBe(true);
+    expect(lazy.modules.some((u) => u.endsWith('/dist/backends/bwrap/bwrap-backend.js'))).toBe(false);
 
     // The same check sees dockerode once the factory runs.
     const created = await modulesLoadedBy(['--input-type=module', '-e', script], { ...process.env, CREATE: '1' });

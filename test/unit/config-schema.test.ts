@@ -128,7 +128,7 @@ describe('accepted values', () => {
 
 describe('bad values', () => {
   it.each([
-    [{ backend: 'podman' }, 'config key "backend": expected one of "docker", "local", "ssh", got "podman"'],
+    [{ backend: 'podman' }, 'config key "backend": expected one of "docker", "local", "ssh", "bwrap", got "podman"'],
     [{ scope: 'global' }, 'config key "scope": expected one of "auto", "shared", "profile", "user", "session", "task", got "global"'],
     [{ persistent: 'yes' }, 'config key "persistent": expected true or false, got "yes"'],
     [{ sharedKey: 5 }, 'config key "sharedKey": expected a string ("" means unset), got 5'],
@@ -208,7 +208,7 @@ describe('bad values', () => {
   });
 
   it('omits the location without a source', () => {
-    expect(errorOf({ backend: 'x' }, null)).toBe('config key "backend": expected one of "docker", "local", "ssh", got "x"');
+    expect(errorOf({ backend: 'x' }, null)).toBe('config key "backend": expected one of "docker", "local", "ssh", "bwrap", got "x"');
   });
 });
 

@@ -114,7 +114,7 @@ export class BwrapSandbox implements AsyncDisposable {
   private readonly waiters = new Map<string, (e: InitEvent | { kind: 'gone' }) => void>();
   private ready: (() => void) | undefined;
   private stderrTail = '';
-  private gone = false;
+  private ended = false;
 
   constructor(
     private readonly child: ChildProcess,
@@ -125,7 +125,7 @@ export class BwrapSandbox implements AsyncDisposable {
       child.once('error', () => resolve());
     });
     this.exited = monitorGone.then(async () => {
-      this.gone = true;
+      this.ended = true;
       for (const w of [...this.waiters.values()]) w({ kind: 'gone' });
       this.waiters.clear();
       await this.pidNamespaceGone();
@@ -138,6 +138,11 @@ export class BwrapSandbox implements AsyncDisposable {
       this.stderrTail = (this.stderrTail + s).slice(-STDERR_KEEP);
     });
     readInitEvents(fdStream(child, FD.events) as Readable, (e) => this.onEvent(e));
+  }
+
+  /** True once bwrap exited: nothing can start in it any more. */
+  get gone(): boolean {
+    return this.ended;
   }
 
   /** @internal Feeds bwrap its inputs and waits for the init loop. */
@@ -189,7 +194,7 @@ export class BwrapSandbox implements AsyncDisposable {
    * once it runs; rejects if the sandbox is gone, the cwd is missing or the env cannot be given.
    */
   async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SandboxProcess> {
-    if (this.gone) throw new BerthError('not_found', 'the bwrap sandbox has ended');
+    if (this.ended) throw new BerthError('not_found', 'the bwrap sandbox has ended');
     const cwd = opts.cwd ?? SANDBOX_WORKSPACE;
     const fifos = await this.fifos.take();
     const id = fifos.id;
@@ -202,7 +207,7 @@ export class BwrapSandbox implements AsyncDisposable {
           // Should it start after all, nobody holds its stdio: end it when it says it runs.
           this.waiters.set(id, (late) => {
             this.waiters.delete(id);
-            if (late.kind === 'started' && !this.gone) this.control.write(encodeKill(late.pid, 'KILL'));
+            if (late.kind === 'started' && !this.ended) this.control.write(encodeKill(late.pid, 'KILL'));
           });
           reject(new TimeoutError(`a process in the bwrap sandbox did not start within ${SPAWN_TIMEOUT_MS} ms`));
         }, SPAWN_TIMEOUT_MS);
@@ -247,7 +252,7 @@ export class BwrapSandbox implements AsyncDisposable {
       exited,
       kill: async (signal = 'KILL') => {
         // Once it ended its pid may be another process's: no signal then.
-        if (!ended && !this.gone) this.control.write(encodeKill(pid, signal));
+        if (!ended && !this.ended) this.control.write(encodeKill(pid, signal));
         await exited;
       },
     };

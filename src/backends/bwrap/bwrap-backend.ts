@@ -1,0 +1,260 @@
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, readdirSync } from 'node:fs';
+import { basename, dirname, resolve } from 'node:path';
+import type { ProfileSettings } from '../../config/types.js';
+import { BackendUnavailableError, isBerthError, PolicyRefusedError } from '../../errors.js';
+import { Logger } from '../../logging/logger.js';
+import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
+import { ProcessSandbox } from '../plumbing/process-sandbox.js';
+import { knownRootsFile, readKnownRoots, rememberRoot } from './known-roots.js';
+import { placeSandbox, removeSandbox } from './placement.js';
+import { probeBwrap, type BwrapHost } from './probe.js';
+import { addHolder, dropHolder, isRealDir, killHolders, liveHolders, readMeta, writeMeta } from './records.js';
+import { startSandbox, type BwrapSandbox } from './sandbox.js';
+import { prepareRoot, rootLayout, sandboxDirs } from './sandbox-dirs.js';
+import { BwrapSandboxHandle } from './sandbox-handle.js';
+import { seccompProgram } from './seccomp.js';
+import { defaultBwrapRoot, type BwrapSettings } from './settings.js';
+import { claimUid, releaseStaleClaims, releaseUid } from './uid-claims.js';
+
+/** Chars of the sandbox's readable dir name kept in its bwrap dir name (the digest follows). */
+const STEM_CHARS = 60;
+
+/** The one sandbox of a bwrap dir that this process runs. */
+interface Running {
+  sb: BwrapSandbox;
+  handle: BwrapSandboxHandle;
+}
+
+/**
+ * `backend: bwrap`: each sandbox is a bubblewrap process tree in its own user, mount, pid, ipc,
+ * uts, net and cgroup namespaces, as an unprivileged host uid of its own (berth as root), with
+ * the syscall filter, over dirs under the sandbox root (see sandbox-dirs.ts).
+ *
+ * A sandbox is its dirs; the namespaces are the process that runs over them. Each berth process
+ * runs its own bwrap over a persistent sandbox's dirs (a bwrap's init loop answers only the
+ * process that started it), so two processes share a persistent sandbox's files, not its
+ * processes. Removing a sandbox ends every bwrap over its dirs, whichever process started it:
+ * each one is recorded in the dir by the host pid of its pid 1 and that pid's namespace.
+ */
+export class BwrapBackend implements Backend {
+  readonly name = 'bwrap' as const;
+  private readonly running = new Map<string, Running>();
+  private readonly starting = new Map<string, Promise<Running>>();
+  private readonly hosts = new Map<string, Promise<BwrapHost>>();
+  private readonly preparedRoots = new Set<string>();
+  private readonly warned = new Set<string>();
+  private readonly log: Logger;
+
+  constructor(private readonly opts: { berthHome: string; installation: string; log?: Logger }) {
+    this.log = opts.log ?? Logger.silent();
+  }
+
+  /** The probe (see probe.ts): fails closed with what is missing and the fix; never falls back to the host. */
+  async check(settings: ProfileSettings): Promise<void> {
+    const s = settings.bwrap;
+    if (!s.seccomp) this.warnOnce('bwrap.seccomp is false: sandboxes run WITHOUT the syscall filter (mount, ptrace, keyctl, bpf, io_uring and the rest of its list are open to them); set bwrap.seccomp: true unless this kernel cannot load it');
+    if (s.network === 'host') this.warnOnce('bwrap.network is host: sandboxes share this host\'s network namespace (its loopback services included)');
+    await this.hostFor(s);
+  }
+
+  async ensure(spec: SandboxSpec, knownRef: string | undefined): Promise<Sandbox> {
+    const s = spec.settings.bwrap;
+    const host = await this.hostFor(s);
+    const root = this.rootOf(s);
+    let name: string;
+    let recreated = false;
+    if (!spec.ephemeral) {
+      name = `${stemOf(spec)}-${spec.digest.slice(0, 24)}`;
+      recreated = knownRef !== undefined && readMeta(sandboxDirs(root, name).root) === undefined;
+    } else if (knownRef !== undefined && this.isOurs(root, knownRef, spec.digest)) {
+      name = basename(knownRef);
+    } else {
+      // An ephemeral sandbox is found again only by its recorded ref: without one it is a new one.
+      recreated = knownRef !== undefined;
+      // Unique per creation; a persistent name ends in 24 hex with no "-" among them, so the two never meet.
+      name = `${stemOf(spec)}-${randomBytes(6).toString('hex')}`;
+    }
+    const dir = sandboxDirs(root, name).root;
+    const live = this.running.get(dir);
+    if (live !== undefined && !live.sb.gone) return new ProcessSandbox(live.handle);
+    let pending = this.starting.get(dir);
+    if (pending === undefined) {
+      pending = this.start(spec, host, s, root, name, recreated).finally(() => this.starting.delete(dir));
+      this.starting.set(dir, pending);
+    }
+    return new ProcessSandbox((await pending).handle);
+  }
+
+  private async start(spec: SandboxSpec, host: BwrapHost, s: BwrapSettings, root: string, name: string, recreated: boolean): Promise<Running> {
+    // Labelled before anything else is made in it: a berth that dies half way leaves a dir the reapers find.
+    const planned = sandboxDirs(root, name);
+    const fresh = !isRealDir(planned.root);
+    mkdirSync(planned.root, { mode: 0o711, recursive: true });
+    let sb: BwrapSandbox | undefined;
+    let placement;
+    try {
+      writeMeta(planned.root, { installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral, name: spec.dirName });
+      placement = placeSandbox({ root, name, range: s.uids, attached: spec.mount ?? undefined });
+      sb = await startSandbox({
+        ...host,
+        dirs: placement.dirs,
+        user: placement.user,
+        workspace: placement.workspace,
+        network: s.network,
+        seccomp: s.seccomp ? seccompProgram() : undefined,
+        hostname: `berth-${spec.digest.slice(0, 12)}`,
+        tmpSizeBytes: s.tmpSizeMb * 1024 * 1024,
+        maxProcesses: s.maxProcesses,
+      });
+      addHolder(planned.root, sb.hostPid, sb.pidNs ?? '');
+    } catch (err) {
+      await sb?.stop();
+      // A sandbox made for this call goes with its failure (its uid too); an existing one keeps its files.
+      if (fresh) removeSandbox(root, planned);
+      throw err;
+    }
+    const dir = placement.dirs.root;
+    const hostPid = sb.hostPid;
+    const handle = new BwrapSandboxHandle(spec, sb, placement, recreated, s.maxProcesses);
+    const running = { sb, handle };
+    this.running.set(dir, running);
+    void sb.exited.then(() => {
+      dropHolder(dir, hostPid);
+      if (this.running.get(dir) === running) this.running.delete(dir);
+    });
+    this.log.with({ key: spec.identity.key, ref: dir }).debug(`started (host pid ${hostPid}, uid ${placement.user?.uid ?? 'berth'})`);
+    return running;
+  }
+
+  /** Ends every process over the sandbox's dirs (any berth process's), then removes the dirs and frees its uid. */
+  async remove(ref: string, _hostDir: string | undefined): Promise<void> {
+    const { root, dirs } = this.located(ref);
+    const meta = readMeta(dirs.root);
+    if (meta !== undefined && meta.installation !== this.opts.installation) {
+      throw new PolicyRefusedError(`refusing to remove ${dirs.root}: it is a sandbox of another berth installation (${meta.installation})`);
+    }
+    await this.running.get(dirs.root)?.sb.stop();
+    if (isRealDir(dirs.root)) await killHolders(dirs.root);
+    removeSandbox(root, dirs);
+    this.log.with({ ref }).debug('removed');
+  }
+
+  /** Ends this process's bwrap over the sandbox (its files stay; the next call starts it again). */
+  async stop(ref: string): Promise<void> {
+    await this.running.get(resolve(ref))?.sb.stop();
+  }
+
+  /** This installation's sandboxes in every root it has used, by the labels each dir keeps. */
+  async listManaged(): Promise<ManagedSandbox[]> {
+    const out: ManagedSandbox[] = [];
+    for (const root of readKnownRoots(this.opts.berthHome)) {
+      const sandboxes = rootLayout(root).sandboxes;
+      let names: string[];
+      try {
+        names = readdirSync(sandboxes);
+      } catch {
+        continue;
+      }
+      for (const name of names) {
+        if (name.startsWith('.')) continue;
+        const dir = resolve(sandboxes, name);
+        const meta = readMeta(dir);
+        if (meta === undefined || meta.installation !== this.opts.installation) continue;
+        out.push({ ref: dir, name, digest: meta.digest, ephemeral: meta.ephemeral, running: liveHolders(dir).length > 0 });
+      }
+    }
+    return out;
+  }
+
+  /** Ends every sandbox this process runs (their files stay). */
+  async close(): Promise<void> {
+    await Promise.all([...this.starting.values()].map((p) => p.catch(() => undefined)));
+    await Promise.all([...this.running.values()].map((r) => r.sb.stop()));
+    this.running.clear();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  /** The probed host for these settings, once per (binary, root, filter) and process. */
+  private hostFor(s: BwrapSettings): Promise<BwrapHost> {
+    const root = this.rootOf(s);
+    const key = JSON.stringify([s.path, root, s.seccomp, s.uids]);
+    let host = this.hosts.get(key);
+    if (host === undefined) {
+      host = this.probe(s, root);
+      this.hosts.set(key, host);
+      host.catch(() => this.hosts.delete(key));
+    }
+    return host;
+  }
+
+  private async probe(s: BwrapSettings, root: string): Promise<BwrapHost> {
+    const seccomp = s.seccomp ? seccompProgram() : undefined;
+    const claims = rootLayout(root).uids;
+    releaseStaleClaims(claims, rootLayout(root).sandboxes);
+    if (process.getuid?.() !== 0) return probeBwrap({ bwrapPath: s.path, root, user: undefined, seccomp });
+    // The probe runs as a uid of the range, claimed like a sandbox's, so no sandbox has it meanwhile.
+    const owner = `${rootLayout(root).sandboxes}/.probe-claim-${randomBytes(6).toString('hex')}`;
+    const uid = claimUid(claims, s.uids, owner);
+    try {
+      return await probeBwrap({ bwrapPath: s.path, root, user: { uid, gid: uid }, seccomp });
+    } finally {
+      releaseUid(claims, uid, owner);
+    }
+  }
+
+  /** The configured root, prepared and remembered (so `listManaged` finds it without a config). */
+  private rootOf(s: BwrapSettings): string {
+    const root = resolve(s.root ?? defaultBwrapRoot());
+    if (!this.preparedRoots.has(root)) {
+      try {
+        prepareRoot(root);
+      } catch (err) {
+        if (isBerthError(err)) throw err;
+        throw new BackendUnavailableError(
+          `the bwrap sandbox root ${root} cannot be made or used (${err instanceof Error ? err.message : String(err)}); ` +
+            'set bwrap.root to a dir berth\'s user owns (or may create), outside BERTH_HOME',
+          { cause: err },
+        );
+      }
+      rememberRoot(this.opts.berthHome, root);
+      this.preparedRoots.add(root);
+    }
+    return root;
+  }
+
+  /** `ref` is a sandbox dir of a root this installation uses, labelled with `digest` and this installation. */
+  private isOurs(root: string, ref: string, digest: string): boolean {
+    if (dirname(resolve(ref)) !== rootLayout(root).sandboxes) return false;
+    const meta = readMeta(resolve(ref));
+    return meta !== undefined && meta.digest === digest && meta.installation === this.opts.installation;
+  }
+
+  /** The root and dirs of a recorded ref; a ref outside every root this installation used is refused. */
+  private located(ref: string): { root: string; dirs: ReturnType<typeof sandboxDirs> } {
+    const abs = resolve(ref);
+    const root = readKnownRoots(this.opts.berthHome).find((r) => dirname(abs) === rootLayout(r).sandboxes);
+    if (root === undefined) {
+      throw new PolicyRefusedError(
+        `refusing to remove "${abs}": this installation's bwrap sandboxes live under the roots listed in ${knownRootsFile(this.opts.berthHome)} ` +
+          '(is the state store from another BERTH_HOME?)',
+      );
+    }
+    return { root, dirs: sandboxDirs(root, basename(abs)) };
+  }
+
+  private warnOnce(message: string): void {
+    if (this.warned.has(message)) return;
+    this.warned.add(message);
+    this.log.debug(`warning: ${message}`);
+    process.emitWarning(message, { code: 'BERTH_BWRAP' });
+  }
+}
+
+/** The readable part of a sandbox's bwrap dir name. */
+function stemOf(spec: SandboxSpec): string {
+  return spec.dirName.slice(0, STEM_CHARS);
+}

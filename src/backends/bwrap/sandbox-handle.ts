@@ -1,0 +1,89 @@
+import { readdirSync } from 'node:fs';
+import { join, posix } from 'node:path';
+import { SandboxNotFoundError } from '../../errors.js';
+import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
+import { fromSpawnError } from '../plumbing/spawn-errors.js';
+import { SANDBOX_HOME, SANDBOX_TMP, SANDBOX_USER, SANDBOX_WORKSPACE } from './layout.js';
+import type { SandboxPlacement } from './placement.js';
+import { pidNsOf } from './records.js';
+import type { BwrapSandbox } from './sandbox.js';
+
+/** The environment every process of a bwrap sandbox starts with, before what the caller grants. */
+const BASE_ENV: Readonly<Record<string, string>> = {
+  PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+  HOME: SANDBOX_HOME,
+  USER: SANDBOX_USER,
+  LOGNAME: SANDBOX_USER,
+  LANG: 'C.UTF-8',
+  TERM: 'dumb',
+  SHELL: '/bin/bash',
+};
+
+/** One running bwrap sandbox as the broker sees it: its dirs, and processes started by its init loop. */
+export class BwrapSandboxHandle implements SandboxHandle {
+  readonly ref: string;
+  readonly name: string;
+  readonly defaultCwd = SANDBOX_WORKSPACE;
+  readonly stateDir = `${SANDBOX_HOME}/.berth`;
+  readonly hostDir: string;
+  readonly homeDir = SANDBOX_HOME;
+  readonly fileRoots: readonly string[] = [SANDBOX_WORKSPACE, SANDBOX_HOME, SANDBOX_TMP];
+  readonly volatileDirs: readonly string[] = ['/dev/shm', SANDBOX_TMP];
+  private readonly binds: readonly { inside: string; host: string }[];
+
+  constructor(
+    readonly spec: SandboxSpec,
+    private readonly sb: BwrapSandbox,
+    placement: SandboxPlacement,
+    readonly recreated: boolean,
+    private readonly maxProcesses: number,
+  ) {
+    this.ref = placement.dirs.root;
+    this.name = posix.basename(placement.dirs.root);
+    this.hostDir = placement.dirs.root;
+    this.binds = [
+      { inside: SANDBOX_WORKSPACE, host: placement.workspace ?? placement.dirs.workspace },
+      { inside: SANDBOX_HOME, host: placement.dirs.home },
+    ];
+  }
+
+  async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {
+    if (this.sb.gone) throw new SandboxNotFoundError(`bwrap sandbox ${this.name} has ended`);
+    let p;
+    try {
+      p = await this.sb.spawn(argv, { env: { ...BASE_ENV, ...opts.env }, cwd: opts.cwd ?? this.defaultCwd, stdin: opts.stdin ? 'pipe' : 'ignore' });
+    } catch (err) {
+      if (this.sb.gone) throw new SandboxNotFoundError(`bwrap sandbox ${this.name} has ended`, { cause: err });
+      throw fromSpawnError(err, argv[0] ?? '', `sandbox ${this.name}`);
+    }
+    return {
+      stdin: p.stdin ?? null,
+      stdout: p.stdout,
+      stderr: p.stderr,
+      exited: p.exited,
+      // Its process group: what it started in the background goes too (the init loop made the group).
+      kill: () => p.kill('KILL'),
+    };
+  }
+
+  /** Processes in its pid namespace, as the host's /proc shows them (nothing is started inside). */
+  async processCount(): Promise<{ current: number; limit: number } | undefined> {
+    const ns = this.sb.pidNs;
+    if (this.sb.gone || ns === undefined) return undefined;
+    let current = 0;
+    for (const d of readdirSync('/proc')) {
+      if (/^\d+$/.test(d) && pidNsOf(Number(d)) === ns) current++;
+    }
+    return { current, limit: this.maxProcesses };
+  }
+
+  hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined {
+    for (const b of this.binds) {
+      if (sandboxPath === b.inside || sandboxPath.startsWith(`${b.inside}/`)) {
+        const rel = posix.relative(b.inside, sandboxPath);
+        return { hostPath: rel === '' ? b.host : join(b.host, ...rel.split('/')), hostRoot: b.host };
+      }
+    }
+    return undefined;
+  }
+}
