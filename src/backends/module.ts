@@ -64,6 +64,17 @@ export interface SettingsSection<S, Shape extends z.core.$ZodLooseShape = z.core
   merge(base: S, written: WrittenSection<Shape>): S;
   /** Host dirs the operator binds through this section, for the start-up refusals (`docker.volumes`). */
   hostBinds?(settings: S): readonly SectionHostBind[];
+  /**
+   * What is missing or contradictory in the merged section of a place (the top level or a
+   * profile) whose backend is this module: one message per problem, each naming the key through
+   * `key` (`key('host')` is `profiles.build.ssh.host`) and the fix. Start-up config errors.
+   */
+  problems?(settings: S, key: (name: string) => string): string[];
+}
+
+/** One place's merged settings (`ProfileSettings`), seen from a module: its backend, and each section by name (`sectionOf`). */
+export interface PlaceSettings {
+  readonly backend: string;
 }
 
 /** What a module's factory gets from the composition root. */
@@ -74,6 +85,13 @@ export interface BackendContext {
   log: Logger;
   /** Serialises engine-object creation across this installation's processes. */
   lease: Lease;
+  /**
+   * The merged settings of the config's places (top level first, then each profile), for a
+   * backend whose engines are named in its settings (an SSH host): it finds its sandboxes there
+   * (reapers, `listManaged`) before any call reached it. Absent: only what its calls bring.
+   * (Typed loosely: `ProfileSettings` is composed from the modules themselves.)
+   */
+  profiles?: readonly PlaceSettings[];
 }
 
 /** What the tools tell the agent about a sandbox of this backend. */
@@ -108,13 +126,15 @@ export interface BackendModule<N extends string = string, S = unknown> {
   readonly images?: { of(settings: S): string; with(settings: S, image: string): S };
   /** What `explain` adds when the backend does not isolate like a container (`note`). */
   readonly isolationNote?: string;
+  /** Where its sandboxes run when that is another machine (`root@build1:22`), for `explain` (`host`). */
+  host?(settings: S): string;
   readonly words: SandboxWords;
   /**
    * The starting dir inside a sandbox when nothing else applies; known without contacting
    * anything. `dirName` is the identity's readable dir name, `digest` its sha256 (for names that
-   * must be short, such as an account).
+   * must be short, such as an account), `settings` the module's merged section.
    */
-  defaultCwd(where: { berthHome: string; dirName: string; digest: string }): string;
+  defaultCwd(where: { berthHome: string; dirName: string; digest: string; settings: S }): string;
   /** Creates the backend. Imports its implementation only when called (importing a module loads no engine client). */
   create(ctx: BackendContext): Promise<Backend>;
 }
