@@ -10,12 +10,15 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ClientChannel } from 'ssh2';
+import type { SpawnOptions } from '../src/backends/backend.js';
 import { accountName } from '../src/backends/ssh/account-name.js';
 import { RemoteAccounts, type RemoteAccount } from '../src/backends/ssh/accounts.js';
 import { SshConnection } from '../src/backends/ssh/connection.js';
 import { SshConnectionPool } from '../src/backends/ssh/connections.js';
 import { remoteRunner } from '../src/backends/ssh/remote-exec.js';
-import { execOnceVia, shellTransportOf } from '../src/backends/ssh/shell-adapter.js';
+import { execOnce } from '../src/backends/plumbing/exec-once.js';
+import { openShellVia } from '../src/backends/plumbing/open-shell.js';
+import { spawnIn } from '../src/backends/ssh/ssh-sandbox.js';
 import { spawnAs } from '../src/backends/ssh/spawn.js';
 import { DEFAULT_POOL_SETTINGS, type SshTarget } from '../src/backends/ssh/target.js';
 import { PersistentShell } from '../src/shell/persistent-shell.js';
@@ -122,10 +125,10 @@ async function newAccount(accounts: RemoteAccounts, made: string[], installation
 
 async function berthShell(pool: SshConnectionPool, target: SshTarget, accounts: RemoteAccounts, acct: RemoteAccount, spillDir: string): Promise<PersistentShell> {
   const ctx = { pool, target, homeRoot: accounts.homeRoot };
-  const sp = (argv: string[], env: Readonly<Record<string, string>> = {}) => spawnAs(ctx, acct.name, argv, { env, cwd: acct.workspace });
+  const sp = (argv: readonly string[], o: SpawnOptions) => spawnIn(ctx, acct, argv, o);
   return PersistentShell.start({
-    open: async (env) => shellTransportOf(await sp(['bash', '--noprofile', '--norc'], env)),
-    execOnce: (argv, opts) => execOnceVia((a) => sp(a), argv, opts),
+    open: (env) => openShellVia(sp, { env, cwd: acct.workspace }),
+    execOnce: (argv, opts) => execOnce(sp, argv, opts, acct.name),
     stateDir: acct.stateDir,
     shellId: 'bench',
     defaultCwd: acct.workspace,

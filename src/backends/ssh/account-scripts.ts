@@ -61,7 +61,7 @@ export const PROBE_SCRIPT = `
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 printf 'uid %s\\n' "$EUID"
 printf 'bash %s.%s\\n' "\${BASH_VERSINFO[0]}" "\${BASH_VERSINFO[1]}"
-for t in useradd userdel getent setpriv prlimit find rm mkdir chown chmod stat; do
+for t in useradd userdel getent setpriv prlimit find rm mkdir chown chmod stat tar; do
   command -v "$t" >/dev/null 2>&1 || printf 'missing %s\\n' "$t"
 done
 if command -v setpriv >/dev/null 2>&1 && ! setpriv --help 2>/dev/null | grep -q -- --no-new-privs; then printf 'missing setpriv-nnp\\n'; fi
@@ -71,7 +71,7 @@ if grep -qE '^proc /proc proc [^ ]*hidepid=(2|invisible)' /proc/mounts 2>/dev/nu
 
 /**
  * Create-or-adopt. Arguments: name, home root, installation, digest, ephemeral (0/1). Prints
- * `account NAME UID GID HOME`. The home root is root's and 0711 (others pass through to their own
+ * `account NAME UID GID HOME MADE` (MADE 1: this run created the account). The home root is root's and 0711 (others pass through to their own
  * home but cannot list the names); the home is created by root only when it does not exist (no
  * agent can have planted anything in it yet); the dirs inside it are made by the account itself,
  * so a link it planted there can only mislead itself, never a root process.
@@ -87,11 +87,13 @@ mkdir -p -- "$root" "$records" || die "cannot create $root or $records"
 chmod 0711 -- "$root" && chmod 0700 -- "$records" || die "cannot set the modes of $root and $records"
 rec=$records/$n
 if [[ -f $rec ]] && ! grep -qxF "installation=$inst" "$rec"; then die "account $n belongs to another berth installation"; fi
+made=0
 if ! getent passwd "$n" >/dev/null; then
   out=$(retry_locked useradd --no-create-home --home-dir "$root/$n" --shell /usr/sbin/nologin --user-group --comment 'berth sandbox' -- "$n")
   rc=$?
   # 9: someone created it meanwhile (another berth of this installation): adopt it.
   (( rc == 0 || rc == 9 )) || die "useradd $n failed ($rc): $out"
+  (( rc == 0 )) && made=1
 fi
 IFS=: read -r _ _ u g _ h _ < <(getent passwd "$n")
 [[ $u =~ ^[0-9]+$ && $u != 0 && $h == "$root/$n" ]] || die "account $n is not a berth sandbox account (uid $u, home $h)"
@@ -101,7 +103,7 @@ if [[ ! -e $h && ! -L $h ]]; then mkdir -m 0700 -- "$h" && chown "$u:$g" -- "$h"
 env -i "$(command -v setpriv)" --reuid="$u" --regid="$g" --clear-groups --no-new-privs -- /bin/mkdir -p -m 0700 -- "$h/workspace" "$h/tmp" "$h/.berth" \\
   || die "account $n cannot create its dirs in $h"
 printf 'installation=%s\\ndigest=%s\\nephemeral=%s\\n' "$inst" "$dig" "$eph" > "$rec.tmp" && mv -f -- "$rec.tmp" "$rec" || die "cannot write $rec"
-printf 'account %s %s %s %s\\n' "$n" "$u" "$g" "$h"
+printf 'account %s %s %s %s %s\\n' "$n" "$u" "$g" "$h" "$made"
 `;
 
 /**
@@ -146,7 +148,8 @@ printf 'stopped %s %s\\n' "$n" "$k"
 
 /**
  * List one installation's accounts. Argument: installation. Prints
- * `sandbox NAME DIGEST EPHEMERAL EXISTS PROCESSES` per record of that installation.
+ * `sandbox NAME DIGEST EPHEMERAL EXISTS PROCESSES HOME` per record of that installation (HOME `-`
+ * when the account is gone).
  */
 export const LIST_SCRIPT = `${PREAMBLE}
 inst=$1
@@ -165,9 +168,9 @@ for rec in "$records"/berth-*; do
     case $key in installation) i=$v ;; digest) dig=$v ;; ephemeral) eph=$v ;; esac
   done < "$rec"
   [[ $i == "$inst" ]] || continue
-  u=$(getent passwd "$n" | cut -d: -f3)
+  IFS=: read -r _ _ u _ _ h _ < <(getent passwd "$n")
   ex=0 np=0
   if [[ -n $u ]]; then ex=1 np=\${P[$u]:-0}; fi
-  printf 'sandbox %s %s %s %s %s\\n' "$n" "\${dig:--}" "$eph" "$ex" "$np"
+  printf 'sandbox %s %s %s %s %s %s\\n' "$n" "\${dig:--}" "$eph" "$ex" "$np" "\${h:--}"
 done
 `;

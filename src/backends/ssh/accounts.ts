@@ -48,6 +48,8 @@ export interface RemoteAccount {
   tmp: string;
   /** berth's own files in the sandbox (shell snapshots). */
   stateDir: string;
+  /** This `ensure` created the account (it did not exist). */
+  created: boolean;
 }
 
 /** An account of this installation as `list` found it. */
@@ -59,6 +61,8 @@ export interface AccountRecord {
   exists: boolean;
   /** Processes it runs now. */
   processes: number;
+  /** Its home on the host; undefined when the account is gone. */
+  home: string | undefined;
 }
 
 export function parseProbe(text: string): HostProbe {
@@ -81,6 +85,7 @@ const PACKAGES: Readonly<Record<string, string>> = {
   prlimit: 'util-linux',
   'setpriv-nnp': 'util-linux >= 2.32 (its setpriv lacks --no-new-privs)',
   find: 'findutils',
+  tar: 'tar (GNU tar: files go in and out of a sandbox through it)',
   proc: 'a mounted /proc',
 };
 
@@ -172,9 +177,12 @@ export class RemoteAccounts {
     }
     return this.serial(async () => {
       const r = await this.run(ENSURE_SCRIPT, [input.name, this.homeRoot, input.installation, input.digest, input.ephemeral ? '1' : '0']);
-      const [name, uid, gid, home] = resultLine(r, 'account', `create sandbox account ${input.name}`, this.opts.endpoint);
+      const [name, uid, gid, home, made] = resultLine(r, 'account', `create sandbox account ${input.name}`, this.opts.endpoint);
       const h = home as string;
-      return { name: name as string, uid: Number(uid), gid: Number(gid), home: h, workspace: `${h}/workspace`, tmp: `${h}/tmp`, stateDir: `${h}/.berth` };
+      return {
+        name: name as string, uid: Number(uid), gid: Number(gid), home: h, workspace: `${h}/workspace`, tmp: `${h}/tmp`, stateDir: `${h}/.berth`,
+        created: made === '1',
+      };
     });
   }
 
@@ -206,8 +214,11 @@ export class RemoteAccounts {
       .split('\n')
       .filter((l) => l.startsWith('sandbox '))
       .map((l) => {
-        const [, name, digest, ephemeral, exists, processes] = l.split(' ');
-        return { name: name as string, digest: digest === '-' ? '' : (digest as string), ephemeral: ephemeral === '1', exists: exists === '1', processes: Number(processes) };
+        const [, name, digest, ephemeral, exists, processes, home] = l.split(' ');
+        return {
+          name: name as string, digest: digest === '-' ? '' : (digest as string), ephemeral: ephemeral === '1', exists: exists === '1', processes: Number(processes),
+          home: home === undefined || home === '-' ? undefined : home,
+        };
       });
   }
 
