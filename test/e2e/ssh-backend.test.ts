@@ -1,11 +1,16 @@
 import { readFileSync } from 'node:fs';
 import { afterEach, expect, it } from 'vitest';
+import { sshModule } from '../../src/backends/ssh/module.js';
 import { Broker } from '../../src/broker/broker.js';
+import { StateStore } from '../../src/broker/state-store.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { BerthError } from '../../src/errors.js';
+import { Logger } from '../../src/logging/logger.js';
 import { pidsWithArg, waitNoneWithArg } from '../helpers/processes.js';
 import { sshConfigSection, SshInstalls } from '../helpers/ssh-e2e.js';
-import { describeSsh } from '../helpers/sshd.js';
+import { describeSsh, sshTarget } from '../helpers/sshd.js';
+
+const VICTIM_SLEEP = '4411.75';
 
 /*
  * The ssh backend through the Broker against the real test sshd on loopback (so the host's
@@ -114,6 +119,34 @@ describeSsh('the ssh backend through the broker (real sshd)', () => {
     expect((err as BerthError).message).toContain('127.0.0.1:1');
     expect((err as BerthError).message).toContain('connection refused');
     expect(() => readFileSync(marker)).toThrow();
+  });
+
+  it('a ref naming another installation\'s account (a tampered or foreign record) is refused, and that account is untouched', async () => {
+    const victim = await open({ persistent: true });
+    const set = await victim.exec({ session: 'v' }, `echo mine > kept.txt; sleep ${VICTIM_SLEEP} & echo "$HOME"`);
+    expect(set.exitCode, set.output).toBe(0);
+    const account = set.stdout.trim().split('/').at(-1)!;
+    const t = sshTarget();
+    const forged = `ssh://${t.user}@${t.host}:${t.port}/home/berth/${account}`;
+    const config = parseConfig({ backend: 'ssh', ssh: sshConfigSection() });
+    const home = installs!.newHome();
+    const store = StateStore.open(home);
+    const installation = store.installationId;
+    store.close();
+    const attacker = await sshModule.create({ berthHome: home, installation, log: Logger.silent(), lease: (_n, fn) => fn(), profiles: [config.base] });
+    try {
+      for (const attempt of [() => attacker.remove(forged, undefined), () => attacker.stop(forged)]) {
+        const err = await attempt().then(() => undefined, (e: unknown) => e);
+        expect(err).toBeInstanceOf(BerthError);
+        expect((err as BerthError).message).toContain(`account ${account} belongs to another berth installation`);
+      }
+      expect((await attacker.listManaged()).map((m) => m.name)).not.toContain(account);
+    } finally {
+      await attacker.close();
+    }
+    expect(pidsWithArg(VICTIM_SLEEP)).toHaveLength(1);
+    expect((await victim.exec({ session: 'v' }, 'cat kept.txt')).stdout).toBe('mine\n');
+    await victim.exec({ session: 'v' }, 'kill %1');
   });
 
   it('explain names the host without contacting it', async () => {

@@ -45,7 +45,13 @@ kill_uid() {
 }
 `;
 
-/** What the host offers: one `key value` line each. */
+/**
+ * With an installation given (`$inst`), an account whose record names another installation is
+ * refused before anything of it is touched: a tampered or foreign ref never reaches a neighbour's
+ * sandbox on a shared host.
+ */
+const OWNED = `if [[ -n $inst && -f $records/$n ]] && ! grep -qxF "installation=$inst" "$records/$n"; then die "account $n belongs to another berth installation"; fi`;
+
 /**
  * Ends every process of account `$n` (never uid 0), counting the kills in `k` and leaving its uid
  * in `u` (empty when the account is gone). Shared by stop and remove.
@@ -57,6 +63,7 @@ if [[ -n $u ]]; then
   kill_uid "$u"
 fi`;
 
+/** What the host offers: one `key value` line each. */
 export const PROBE_SCRIPT = `
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 printf 'uid %s\\n' "$EUID"
@@ -107,13 +114,14 @@ printf 'account %s %s %s %s %s\\n' "$n" "$u" "$g" "$h" "$made"
 `;
 
 /**
- * Remove. Arguments: name, home root. Ends every process of the account (kill_uid), deletes
+ * Remove. Arguments: name, home root, installation (optional: see OWNED). Ends every process of the account (kill_uid), deletes
  * its home, its files in the shared temp dirs, its cron and mail spool, the account and its
  * record. Gone already is success. Prints `removed NAME KILLED`.
  */
 export const REMOVE_SCRIPT = `${PREAMBLE}
-n=$1 root=$2
+n=$1 root=$2 inst=\${3-}
 valid "$n"
+${OWNED}
 ${END_PROCESSES}
 h=$root/$n
 if [[ -d $h && ! -L $h ]]; then rm -rf --one-file-system -- "$h" || die "cannot remove $h"; fi
@@ -137,11 +145,12 @@ printf 'removed %s %s\\n' "$n" "$k"
 
 /**
  * Stop a sandbox (idle, persistent): end every process of the account, keep the account and its
- * files. Argument: name. Prints `stopped NAME KILLED`; an account that is gone has nothing to stop.
+ * files. Arguments: name, installation (optional: see OWNED). Prints `stopped NAME KILLED`; an account that is gone has nothing to stop.
  */
 export const STOP_SCRIPT = `${PREAMBLE}
-n=$1
+n=$1 inst=\${2-}
 valid "$n"
+${OWNED}
 ${END_PROCESSES}
 printf 'stopped %s %s\\n' "$n" "$k"
 `;

@@ -186,21 +186,24 @@ export class RemoteAccounts {
     });
   }
 
-  /** Ends every process of the account and removes it with its files. Gone already is success. */
-  remove(name: string): Promise<{ killed: number }> {
+  /**
+   * Ends every process of the account and removes it with its files. Gone already is success.
+   * With `installation`, an account recorded as another installation's is refused, untouched.
+   */
+  remove(name: string, installation?: string): Promise<{ killed: number }> {
     this.assertName(name);
     return this.serial(async () => {
-      const r = await this.run(REMOVE_SCRIPT, [name, this.homeRoot], { timeoutMs: 120_000 });
+      const r = await this.run(REMOVE_SCRIPT, [name, this.homeRoot, ...(installation === undefined ? [] : [installation])], { timeoutMs: 120_000 });
       const [, killed] = resultLine(r, 'removed', `remove sandbox account ${name}`, this.opts.endpoint);
       return { killed: Number(killed) };
     });
   }
 
-  /** Ends every process of the account and keeps the account and its files (an idle persistent sandbox). */
-  stop(name: string): Promise<{ killed: number }> {
+  /** Ends every process of the account and keeps the account and its files (an idle persistent sandbox); `installation` as for `remove`. */
+  stop(name: string, installation?: string): Promise<{ killed: number }> {
     this.assertName(name);
     return this.serial(async () => {
-      const r = await this.run(STOP_SCRIPT, [name], { timeoutMs: 120_000 });
+      const r = await this.run(STOP_SCRIPT, [name, ...(installation === undefined ? [] : [installation])], { timeoutMs: 120_000 });
       const [, killed] = resultLine(r, 'stopped', `stop sandbox account ${name}`, this.opts.endpoint);
       return { killed: Number(killed) };
     });

@@ -52,7 +52,7 @@ export class SshBackend implements Backend {
     const accounts = link.accountsAt(s.homeRoot);
     const name = accountName(spec.digest);
     if (spec.ephemeral && knownRef === undefined) {
-      const { killed } = await accounts.remove(name);
+      const { killed } = await accounts.remove(name, this.opts.installation);
       if (killed > 0) this.log.with({ ref: name }).debug(`removed a leftover ephemeral account (${killed} processes)`);
     }
     const account = await accounts.ensure({ name, installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral });
@@ -64,14 +64,14 @@ export class SshBackend implements Backend {
   /** Ends every process of the account and removes it, its home and its record. Gone already is success. */
   async remove(ref: string): Promise<void> {
     const r = parseRef(ref);
-    const { killed } = await this.linkFor(r).accountsAt(r.homeRoot).remove(r.account);
+    const { killed } = await this.linkFor(r).accountsAt(r.homeRoot).remove(r.account, this.opts.installation);
     this.log.with({ ref }).debug(`removed (${killed} processes ended)`);
   }
 
   /** Ends every process of the account; its files stay. */
   async stop(ref: string): Promise<void> {
     const r = parseRef(ref);
-    await this.linkFor(r).accountsAt(r.homeRoot).stop(r.account);
+    await this.linkFor(r).accountsAt(r.homeRoot).stop(r.account, this.opts.installation);
   }
 
   /**
