@@ -89,9 +89,12 @@ describeSsh('the ssh backend through the broker (real sshd)', () => {
     if (cut instanceof BerthError) {
       expect(cut.code).toBe('backend_unavailable');
     } else {
-      const r = cut as { exitCode: number; stdout: string; stderr: string };
+      const r = cut as { exitCode: number; stdout: string; stderr: string; shellReplaced?: boolean };
       expect(r.stdout).not.toContain('never');
       expect(r.exitCode).not.toBe(0);
+      // Said in the result: the shell ended, and what the new one took over.
+      expect(r.stderr, JSON.stringify(r)).toMatch(/^berth: the shell ended unexpectedly.*a new shell took over in \S+\/workspace\/deep\/er with the exported variables/);
+      expect(r.shellReplaced).toBe(true);
     }
     const after = await broker.exec(s, 'pwd; echo "$KEPT"');
     expect(after.exitCode, after.output).toBe(0);

@@ -64,6 +64,28 @@ if [[ -n $u ]]; then
 fi`;
 
 /** What the host offers: one `key value` line each. */
+/**
+ * Deletes account `$n` (uid `$u`, its processes ended) with its home under `$root`, its files in
+ * the shared temp dirs, its cron and mail spool and its record. Shared by remove and a fresh ensure.
+ */
+const DELETE_ACCOUNT = `h=$root/$n
+if [[ -d $h && ! -L $h ]]; then rm -rf --one-file-system -- "$h" || die "cannot remove $h"; fi
+if [[ -n $u ]]; then
+  find /tmp /var/tmp /dev/shm -xdev -uid "$u" -delete 2>/dev/null
+  rm -f -- "/var/spool/cron/crontabs/$n" "/var/mail/$n" "/var/spool/mail/$n"
+  # 8: userdel still sees a process of the account: a zombie init has not reaped yet.
+  for ((i = 0; i < 100; i++)); do
+    out=$(retry_locked userdel -- "$n")
+    rc=$?
+    (( rc == 8 )) || break
+    sleep 0.1
+  done
+  # 6: no such user (removed meanwhile).
+  (( rc == 0 || rc == 6 )) || die "userdel $n failed ($rc): $out"
+  getent group "$n" >/dev/null && retry_locked groupdel -- "$n" >/dev/null
+fi
+rm -f -- "$records/$n"`;
+
 export const PROBE_SCRIPT = `
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 printf 'uid %s\\n' "$EUID"
@@ -77,14 +99,15 @@ if grep -qE '^proc /proc proc [^ ]*hidepid=(2|invisible)' /proc/mounts 2>/dev/nu
 `;
 
 /**
- * Create-or-adopt. Arguments: name, home root, installation, digest, ephemeral (0/1). Prints
+ * Create-or-adopt. Arguments: name, home root, installation, digest, ephemeral (0/1), fresh (1:
+ * an existing account of this name is deleted first, with its processes and files). Prints
  * `account NAME UID GID HOME MADE` (MADE 1: this run created the account). The home root is root's and 0711 (others pass through to their own
  * home but cannot list the names); the home is created by root only when it does not exist (no
  * agent can have planted anything in it yet); the dirs inside it are made by the account itself,
  * so a link it planted there can only mislead itself, never a root process.
  */
 export const ENSURE_SCRIPT = `${PREAMBLE}
-n=$1 root=$2 inst=$3 dig=$4 eph=$5
+n=$1 root=$2 inst=$3 dig=$4 eph=$5 fresh=\${6:-0}
 valid "$n"
 [[ $root == /* && $root != / ]] || die "home root $root must be an absolute directory other than /"
 umask 022
@@ -94,6 +117,10 @@ mkdir -p -- "$root" "$records" || die "cannot create $root or $records"
 chmod 0711 -- "$root" && chmod 0700 -- "$records" || die "cannot set the modes of $root and $records"
 rec=$records/$n
 if [[ -f $rec ]] && ! grep -qxF "installation=$inst" "$rec"; then die "account $n belongs to another berth installation"; fi
+if [[ $fresh == 1 ]] && getent passwd "$n" >/dev/null; then
+  ${END_PROCESSES.replace(/\n/g, '\n  ')}
+  ${DELETE_ACCOUNT.replace(/\n/g, '\n  ')}
+fi
 made=0
 if ! getent passwd "$n" >/dev/null; then
   out=$(retry_locked useradd --no-create-home --home-dir "$root/$n" --shell /usr/sbin/nologin --user-group --comment 'berth sandbox' -- "$n")
@@ -123,23 +150,7 @@ n=$1 root=$2 inst=\${3-}
 valid "$n"
 ${OWNED}
 ${END_PROCESSES}
-h=$root/$n
-if [[ -d $h && ! -L $h ]]; then rm -rf --one-file-system -- "$h" || die "cannot remove $h"; fi
-if [[ -n $u ]]; then
-  find /tmp /var/tmp /dev/shm -xdev -uid "$u" -delete 2>/dev/null
-  rm -f -- "/var/spool/cron/crontabs/$n" "/var/mail/$n" "/var/spool/mail/$n"
-  # 8: userdel still sees a process of the account: a zombie init has not reaped yet.
-  for ((i = 0; i < 100; i++)); do
-    out=$(retry_locked userdel -- "$n")
-    rc=$?
-    (( rc == 8 )) || break
-    sleep 0.1
-  done
-  # 6: no such user (removed meanwhile).
-  (( rc == 0 || rc == 6 )) || die "userdel $n failed ($rc): $out"
-  getent group "$n" >/dev/null && retry_locked groupdel -- "$n" >/dev/null
-fi
-rm -f -- "$records/$n"
+${DELETE_ACCOUNT}
 printf 'removed %s %s\\n' "$n" "$k"
 `;
 

@@ -51,11 +51,8 @@ export class SshBackend implements Backend {
     const link = this.linkOf(s);
     const accounts = link.accountsAt(s.homeRoot);
     const name = accountName(spec.digest);
-    if (spec.ephemeral && knownRef === undefined) {
-      const { killed } = await accounts.remove(name, this.opts.installation);
-      if (killed > 0) this.log.with({ ref: name }).debug(`removed a leftover ephemeral account (${killed} processes)`);
-    }
-    const account = await accounts.ensure({ name, installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral });
+    const fresh = spec.ephemeral && knownRef === undefined;
+    const account = await accounts.ensure({ name, installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral, fresh });
     const ref = formatRef({ user: link.target.user, host: link.target.host, port: link.target.port, account: name, homeRoot: s.homeRoot });
     const ctx = { pool: link.pool, target: link.target, homeRoot: s.homeRoot, maxProcesses: s.maxProcesses };
     return new SshProcessSandbox(new SshSandboxHandle(spec, ref, account, ctx, knownRef !== undefined && account.created));
