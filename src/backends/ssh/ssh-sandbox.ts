@@ -7,7 +7,7 @@ import { remoteRunner } from './remote-exec.js';
 import { spawnAs, type RemoteExit, type SpawnContext } from './spawn.js';
 
 /** How long a new shell waits for the shells a lost connection cut off to save their state and end. */
-const LOST_SHELL_GRACE_SECONDS = 3;
+const LOST_SHELL_GRACE_SECONDS = 5;
 
 /**
  * Root helper: waits until none of the pids is a live process of the account (at most
