@@ -26,10 +26,10 @@ afterEach(async () => {
   if (left !== undefined && left.length > 0) console.log(`removed accounts: ${left.join(', ')}`);
 }, 120_000);
 
-async function open(extra: Record<string, unknown> = {}): Promise<Broker> {
+async function open(extra: Record<string, unknown> = {}, berthHome?: string): Promise<Broker> {
   installs ??= new SshInstalls();
   const config = parseConfig({ backend: 'ssh', persistent: false, ssh: sshConfigSection(), exec: { timeoutSeconds: 30 }, ...extra });
-  const broker = await Broker.open({ config, berthHome: installs.newHome(), env: { PATH: process.env['PATH'] } });
+  const broker = await Broker.open({ config, berthHome: berthHome ?? installs.newHome(), env: { PATH: process.env['PATH'] } });
   brokers.push(broker);
   return broker;
 }
@@ -150,6 +150,27 @@ describeSsh('the ssh backend through the broker (real sshd)', () => {
     expect(pidsWithArg(VICTIM_SLEEP)).toHaveLength(1);
     expect((await victim.exec({ session: 'v' }, 'cat kept.txt')).stdout).toBe('mine\n');
     await victim.exec({ session: 'v' }, 'kill %1');
+  });
+
+  it('persistent sandboxes are the same accounts after a berth restart, with their files; a session keeps its own (persistent) one past its close', async () => {
+    installs ??= new SshInstalls();
+    const home = installs.newHome();
+    const first = await open({ persistent: true }, home);
+    const made = await first.exec({}, 'echo kept > p.txt; id -u');
+    expect(made.exitCode, made.output).toBe(0);
+    const eph = await first.exec({ session: 'e' }, 'echo "$HOME"');
+    await first.closeSession({ session: 'e' });
+    await first.close();
+    brokers.splice(brokers.indexOf(first), 1);
+    const again = await open({ persistent: true }, home);
+    const r = await again.exec({}, 'cat p.txt; id -u');
+    expect(r).toMatchObject({ exitCode: 0, stdout: `kept\n${made.stdout.trim().split('\n').at(-1)}\n` });
+    expect(r.sandboxRecreated).toBeUndefined();
+    expect(eph.stdout).toMatch(/^\/home\/berth\/berth-[0-9a-f]{24}\n$/);
+    // Design §3: ssh keys sessions apart even when persistent, and a persistent one outlives its close.
+    expect(eph.stdout.trim()).not.toBe((await again.exec({}, 'echo "$HOME"')).stdout.trim());
+    const kept = await again.exec({}, `test -e ${eph.stdout.trim()} && echo still-there || echo removed`);
+    expect(kept.stdout).toBe('still-there\n');
   });
 
   it('explain names the host without contacting it', async () => {

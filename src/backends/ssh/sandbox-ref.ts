@@ -26,7 +26,8 @@ export function formatRef(r: SshRef): string {
 export function parseRef(ref: string): SshRef {
   const m = REF.exec(ref);
   const port = Number(m?.[3]);
-  if (m === null || !(port >= 1 && port <= 65_535) || !isAccountName(m[5] ?? '')) {
+  const dotSegment = (m?.[4] ?? '').split('/').some((seg) => seg === '.' || seg === '..');
+  if (m === null || dotSegment || !(port >= 1 && port <= 65_535) || !isAccountName(m[5] ?? '')) {
     throw new BerthError('internal', `"${ref}" is not an ssh sandbox ref (ssh://user@host:port/home-root/berth-<24 hex>); is the state store from another backend?`);
   }
   const host = (m[2] as string).replace(/^\[(.*)\]$/, '$1');
