@@ -10,10 +10,11 @@ import { dockerBench } from './docker.js';
 import { httpBench } from './http.js';
 import { mcpBench } from './mcp.js';
 import { startupBench } from './startup.js';
+import { sshBench } from './ssh.js';
 import { uploadRssBench } from './upload-rss.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
-/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, bwrap, http, mcp, upload) runs only those parts. */
+/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, bwrap, ssh, http, mcp, upload) runs only those parts. */
 const ONLY = new Set((process.env['BENCH_ONLY'] ?? '').split(',').map((s) => s.trim()).filter((s) => s !== ''));
 const wanted = (part: string): boolean => ONLY.size === 0 || ONLY.has(part);
 
@@ -42,6 +43,7 @@ if (wanted('startup')) await startupBench();
 if (wanted('local')) await localBench();
 if (wanted('docker')) await dockerBench();
 if (wanted('bwrap')) await bwrapBench();
+if (wanted('ssh')) await sshBench();
 if (wanted('http')) await httpBench();
 if (wanted('mcp')) await mcpBench(N);
 if (wanted('upload')) await uploadRssBench();

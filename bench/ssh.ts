@@ -1,34 +1,35 @@
 /*
- * SSH transport figures against the test sshd (eval "$(bash scripts/ensure-sshd.sh)" first):
- *   npx tsx bench/ssh.ts            (BENCH_SSH_N commands per loop, default 200)
- * Not wired into bench/run.ts yet: the SSH backend does not exist until the seam lands; this
- * measures its parts (a channel, the launcher, berth's shell over a channel as a sandbox account).
+ * SSH figures against the test sshd (eval "$(bash scripts/ensure-sshd.sh)" first), part `ssh` of
+ * `npm run bench` (BENCH_SSH_N commands per loop, default 200): berth exec through the broker on
+ * backend ssh against a bare shell on one ssh2 channel (the floor) and against the reference's
+ * `ssh -o ControlMaster` per command; a new session against a bare connect + exec; 20 sessions at
+ * once. Without a configured, answering sshd it prints why and skips.
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ClientChannel } from 'ssh2';
-import { accountName } from '../src/backends/ssh/account-name.js';
-import { RemoteAccounts, type RemoteAccount } from '../src/backends/ssh/accounts.js';
+import { RemoteAccounts } from '../src/backends/ssh/accounts.js';
 import { SshConnection } from '../src/backends/ssh/connection.js';
 import { SshConnectionPool } from '../src/backends/ssh/connections.js';
 import { remoteRunner } from '../src/backends/ssh/remote-exec.js';
-import { execOnceVia, shellTransportOf } from '../src/backends/ssh/shell-adapter.js';
-import { spawnAs } from '../src/backends/ssh/spawn.js';
 import { DEFAULT_POOL_SETTINGS, type SshTarget } from '../src/backends/ssh/target.js';
-import { PersistentShell } from '../src/shell/persistent-shell.js';
+import { Broker } from '../src/broker/broker.js';
+import { StateStore } from '../src/broker/state-store.js';
+import { parseConfig } from '../src/config/schema.js';
 import { fmt, percentile, row, timeMany } from './stats.js';
 
 const N = Number(process.env['BENCH_SSH_N'] ?? 200);
 
-function targetFromEnv(): SshTarget {
-  const need = (k: string): string => {
-    const v = process.env[k];
-    if (v === undefined || v === '') throw new Error(`${k} is not set; run: eval "$(bash scripts/ensure-sshd.sh)"`);
-    return v;
-  };
+/** The test sshd from the environment, or why there is none. */
+function targetFromEnv(): SshTarget | string {
+  const missing = ['BERTH_TEST_SSH_HOST', 'BERTH_TEST_SSH_PORT', 'BERTH_TEST_SSH_USER', 'BERTH_TEST_SSH_KEY', 'BERTH_TEST_SSH_KNOWN_HOSTS']
+    .filter((k) => (process.env[k] ?? '') === '');
+  if (missing.length > 0) return `${missing.join(', ')} unset; run: eval "$(bash scripts/ensure-sshd.sh)"`;
+  const need = (k: string): string => process.env[k] as string;
   return {
     host: need('BERTH_TEST_SSH_HOST'),
     port: Number(need('BERTH_TEST_SSH_PORT')),
@@ -113,36 +114,42 @@ function sshControlMaster(target: SshTarget, controlPath: string): Promise<void>
   });
 }
 
-async function newAccount(accounts: RemoteAccounts, made: string[], installation: string): Promise<RemoteAccount> {
-  const digest = randomBytes(32).toString('hex');
-  const name = accountName(digest);
-  made.push(name);
-  return accounts.ensure({ name, installation, digest, ephemeral: true });
+/** A broker on backend ssh at the test sshd, in a fresh BERTH_HOME. */
+async function sshBroker(target: SshTarget, home: string): Promise<Broker> {
+  const ssh = { host: target.host, port: target.port, user: target.user, identityFile: target.identityFile, knownHosts: target.knownHostsFile };
+  return Broker.open({ config: parseConfig({ backend: 'ssh', persistent: false, ssh }), berthHome: home, env: { PATH: process.env['PATH'] }, reap: false });
 }
 
-async function berthShell(pool: SshConnectionPool, target: SshTarget, accounts: RemoteAccounts, acct: RemoteAccount, spillDir: string): Promise<PersistentShell> {
-  const ctx = { pool, target, homeRoot: accounts.homeRoot };
-  const sp = (argv: string[], env: Readonly<Record<string, string>> = {}) => spawnAs(ctx, acct.name, argv, { env, cwd: acct.workspace });
-  return PersistentShell.start({
-    open: async (env) => shellTransportOf(await sp(['bash', '--noprofile', '--norc'], env)),
-    execOnce: (argv, opts) => execOnceVia((a) => sp(a), argv, opts),
-    stateDir: acct.stateDir,
-    shellId: 'bench',
-    defaultCwd: acct.workspace,
-    secretNames: [],
-    spillDir,
-    maxOutputChars: 100_000,
+/** Whether something accepts TCP connections at host:port. */
+function answers(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = connect({ host, port });
+    const done = (ok: boolean): void => {
+      sock.destroy();
+      resolve(ok);
+    };
+    sock.setTimeout(3_000, () => done(false));
+    sock.once('connect', () => done(true));
+    sock.once('error', () => done(false));
   });
 }
 
-async function main(): Promise<void> {
+/** The `ssh` part of `npm run bench`. */
+export async function sshBench(): Promise<void> {
   const target = targetFromEnv();
+  if (typeof target === 'string') {
+    console.log(`\n# ssh: skipped (no test sshd: ${target})`);
+    return;
+  }
+  if (!(await answers(target.host, target.port))) {
+    console.log(`\n# ssh: skipped (the test sshd at ${target.host}:${target.port} does not answer; start it: bash scripts/ensure-sshd.sh)`);
+    return;
+  }
   const pool = new SshConnectionPool();
   const accounts = new RemoteAccounts(remoteRunner(pool, target), { endpoint: `${target.host}:${target.port}`, user: target.user });
-  const installation = `bench-${randomBytes(4).toString('hex')}`;
-  const made: string[] = [];
-  const spillDir = mkdtempSync(join(tmpdir(), 'berth-ssh-bench-'));
+  const home = mkdtempSync(join(tmpdir(), 'berth-ssh-bench-'));
   const controlDir = mkdtempSync(join(tmpdir(), 'berth-ssh-cm-'));
+  const broker = await sshBroker(target, home);
   try {
     await accounts.check();
     console.log(`\n# ssh: one command, loopback sshd ${target.host}:${target.port} (n=${N})`);
@@ -150,15 +157,14 @@ async function main(): Promise<void> {
     const bare = new BareChannelShell(bareCh, false);
     const { channel: bare2Ch } = await pool.exec(target, 'exec bash --noprofile --norc');
     const bare2 = new BareChannelShell(bare2Ch, true);
-    const acct = await newAccount(accounts, made, installation);
-    const shell = await berthShell(pool, target, accounts, acct, spillDir);
-    const [floorS, floor2S, berthS] = await interleaved(N, [() => bare.run('true'), () => bare2.run('true'), () => shell.run('true', { timeoutMs: 30_000 })]);
+    const session = broker.session({ session: 'bench' });
+    await session.exec('true');
+    const [floorS, floor2S, berthS] = await interleaved(N, [() => bare.run('true'), () => bare2.run('true'), () => session.exec('true')]);
     const floor = row('bare bash on one ssh2 channel (floor)', floorS!);
     row('bare, marker on stderr then stdout', floor2S!);
-    const berth = row('berth shell on one channel, as the account', berthS!);
+    const berth = row('berth exec (library, backend ssh, as the account)', berthS!);
     bareCh.end();
     bare2Ch.end();
-    await shell.close();
 
     const controlPath = join(controlDir, 'cm-%C');
     const ref = row('ssh -o ControlMaster host true (reference)', await timeMany(Math.min(N, 40), () => sshControlMaster(target, controlPath), 3));
@@ -167,57 +173,55 @@ async function main(): Promise<void> {
 
     console.log('\n# ssh: opening things');
     row('channel: exec true on a warm connection', await timeMany(40, async () => untilClosed((await pool.exec(target, 'true')).channel), 5));
-    row('spawnAs /bin/true as the account (launcher)', await timeMany(40, async () => {
-      const p = await spawnAs({ pool, target, homeRoot: accounts.homeRoot }, acct.name, ['/bin/true'], { env: {}, cwd: acct.workspace });
-      p.stdout.resume();
-      p.stderr.resume();
-      await p.exited;
-    }, 5));
     row('new connection (TCP + kex + auth)', await timeMany(10, async () => (await SshConnection.open(0, target, DEFAULT_POOL_SETTINGS)).close(), 2));
-
-    const firstSamples: number[] = [];
     const bareSamples: number[] = [];
+    const warmSamples: number[] = [];
+    const coldSamples: number[] = [];
     for (let i = 0; i < 5; i++) {
       let t = process.hrtime.bigint();
       const c = await SshConnection.open(0, target, DEFAULT_POOL_SETTINGS);
       await untilClosed(await c.exec('true'));
       bareSamples.push(Number(process.hrtime.bigint() - t) / 1e6);
       await c.close();
-      await using fresh = new SshConnectionPool();
-      const freshAccounts = new RemoteAccounts(remoteRunner(fresh, target), { endpoint: `${target.host}:${target.port}`, user: target.user });
       t = process.hrtime.bigint();
-      const a = await newAccount(freshAccounts, made, installation);
-      const sh = await berthShell(fresh, target, freshAccounts, a, spillDir);
-      await sh.run('true', { timeoutMs: 30_000 });
-      firstSamples.push(Number(process.hrtime.bigint() - t) / 1e6);
-      await sh.close();
+      await broker.exec({ session: `new-${i}` }, 'true');
+      warmSamples.push(Number(process.hrtime.bigint() - t) / 1e6);
+      const coldHome = mkdtempSync(join(tmpdir(), 'berth-ssh-bench-cold-'));
+      t = process.hrtime.bigint();
+      const cold = await sshBroker(target, coldHome);
+      await cold.exec({ session: 'cold' }, 'true');
+      coldSamples.push(Number(process.hrtime.bigint() - t) / 1e6);
+      await cold.closeSession({ session: 'cold' });
+      await cold.close();
+      rmSync(coldHome, { recursive: true, force: true });
     }
-    row('bare: connect + exec true', bareSamples);
-    row('new session: connect, create account, shell, first command', firstSamples);
+    const bareRow = row('bare: connect + exec true', bareSamples);
+    const warmRow = row('berth: new session to first command (warm pool)', warmSamples);
+    const coldRow = row('berth: new broker + session to first command (connect, check, account)', coldSamples);
+    console.log(`  new session p50 / bare connect+exec p50 = ${(warmRow.p50 / bareRow.p50).toFixed(1)}x (warm pool), ${(coldRow.p50 / bareRow.p50).toFixed(1)}x (cold)`);
 
     console.log('\n# ssh: 20 concurrent sessions on one host');
     const t = process.hrtime.bigint();
-    const accts = await Promise.all(Array.from({ length: 20 }, () => newAccount(accounts, made, installation)));
-    const shells = await Promise.all(accts.map((a) => berthShell(pool, target, accounts, a, spillDir)));
-    const answers = await Promise.all(shells.map((s, i) => s.run(`id -u; cat ${accts[(i + 1) % accts.length]!.workspace}/../.berth/x 2>/dev/null || echo isolated`, { timeoutMs: 60_000 })));
+    const answersOf = await Promise.all(Array.from({ length: 20 }, (_, i) => broker.exec({ session: `c${i}` }, 'id -u; cat ../../berth-*/workspace/x 2>/dev/null || echo isolated')));
     const ms = Number(process.hrtime.bigint() - t) / 1e6;
-    const ok = answers.every((r, i) => r.stdout === `${accts[i]!.uid}\nisolated\n`);
-    console.log(`  20 sessions created and answering: ${ok ? 'all isolated and answering' : 'FAILED'} in ${fmt(ms)}; connections: ${pool.connectionsOf(target).length}, refused channels: ${pool.refusedChannels}`);
-    const again = await Promise.all(shells.map(async (s) => {
-      const samples = await timeMany(20, () => s.run('true', { timeoutMs: 30_000 }), 2);
-      return percentile(samples, 50);
-    }));
+    const uids = new Set(answersOf.map((r) => r.stdout.split('\n')[0]));
+    const ok = answersOf.every((r) => r.exitCode === 0 && r.stdout.endsWith('isolated\n')) && uids.size === 20 && !uids.has('0');
+    console.log(`  20 sessions created and answering: ${ok ? 'all isolated (20 distinct uids) and answering' : 'FAILED'} in ${fmt(ms)}`);
+    const again = await Promise.all(Array.from({ length: 20 }, async (_, i) => percentile(await timeMany(20, () => broker.exec({ session: `c${i}` }, 'true'), 2), 50)));
     console.log(`  per-session p50 while all 20 run at once: median ${fmt(percentile(again, 50))}, worst ${fmt(Math.max(...again))}`);
-    await Promise.all(shells.map((s) => s.close()));
   } finally {
-    for (const name of made) await accounts.remove(name).catch((err: unknown) => console.error(`could not remove ${name}: ${String(err)}`));
+    await broker.close();
+    const store = StateStore.open(home);
+    const installation = store.installationId;
+    store.close();
+    for (const a of await accounts.list(installation).catch(() => [])) {
+      await accounts.remove(a.name).catch((err: unknown) => console.error(`could not remove ${a.name}: ${String(err)}`));
+    }
     await pool.close();
-    rmSync(spillDir, { recursive: true, force: true });
+    rmSync(home, { recursive: true, force: true });
     await new Promise<void>((resolve) => {
       spawn('ssh', ['-o', `ControlPath=${join(controlDir, 'cm-%C')}`, '-p', String(target.port), '-O', 'exit', `${target.user}@${target.host}`], { stdio: 'ignore' }).on('close', () => resolve());
     });
     rmSync(controlDir, { recursive: true, force: true });
   }
 }
-
-await main();

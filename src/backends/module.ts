@@ -69,6 +69,17 @@ export interface SettingsSection<S, Shape extends z.core.$ZodLooseShape = z.core
    * profile that writes one with another value than the top level's is a config error.
    */
   installationWide?: readonly (keyof Shape & string)[];
+  /**
+   * What is missing or contradictory in the merged section of a place (the top level or a
+   * profile) whose backend is this module: one message per problem, each naming the key through
+   * `key` (`key('host')` is `profiles.build.ssh.host`) and the fix. Start-up config errors.
+   */
+  problems?(settings: S, key: (name: string) => string): string[];
+}
+
+/** One place's merged settings (`ProfileSettings`), seen from a module: its backend, and each section by name (`sectionOf`). */
+export interface PlaceSettings {
+  readonly backend: string;
 }
 
 /** What a module's factory gets from the composition root. */
@@ -79,6 +90,13 @@ export interface BackendContext {
   log: Logger;
   /** Serialises engine-object creation across this installation's processes. */
   lease: Lease;
+  /**
+   * The merged settings of the config's places (top level first, then each profile), for a
+   * backend whose engines are named in its settings (an SSH host): it finds its sandboxes there
+   * (reapers, `listManaged`) before any call reached it. Absent: only what its calls bring.
+   * (Typed loosely: `ProfileSettings` is composed from the modules themselves.)
+   */
+  profiles?: readonly PlaceSettings[];
 }
 
 /** What the tools tell the agent about a sandbox of this backend. */
@@ -115,13 +133,15 @@ export interface BackendModule<N extends string = string, S = unknown> {
   readonly isolationNote?: string;
   /** The note when it depends on the settings (an isolation the operator turned off); wins over `isolationNote`. */
   isolationNoteFor?(settings: S): string | undefined;
+  /** Where its sandboxes run when that is another machine (`root@build1:22`), for `explain` (`host`). */
+  host?(settings: S): string;
   readonly words: SandboxWords;
   /**
    * The starting dir inside a sandbox when nothing else applies; known without contacting
    * anything. `dirName` is the identity's readable dir name, `digest` its sha256 (for names that
-   * must be short, such as an account).
+   * must be short, such as an account), `settings` the module's merged section.
    */
-  defaultCwd(where: { berthHome: string; dirName: string; digest: string }): string;
+  defaultCwd(where: { berthHome: string; dirName: string; digest: string; settings: S }): string;
   /** Creates the backend. Imports its implementation only when called (importing a module loads no engine client). */
   create(ctx: BackendContext): Promise<Backend>;
 }

@@ -23,6 +23,8 @@ export interface Binding {
   isolation: Isolation;
   /** Set when the backend says how its isolation falls short: where the commands really run and as whom. */
   note?: string;
+  /** Where the sandbox runs when that is another machine (an SSH backend's `root@build1:22`). */
+  host?: string;
   tenant: string;
   profile: string;
   sandboxKey: string;
@@ -166,7 +168,7 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
 
   const isSubagent = scope.task !== undefined && parentOf(scope.task) !== undefined;
   const shell = shellIdentity(scope, isSubagent);
-  const defaultCwd = mount.startDir ?? module.defaultCwd({ berthHome: ctx.berthHome, dirName, digest });
+  const defaultCwd = mount.startDir ?? module.defaultCwd({ berthHome: ctx.berthHome, dirName, digest, settings: sectionOf(module, settings) });
 
   const secretsPath = settings.env.secretsFile;
   const secrets = secretsPath === undefined ? undefined : ctx.secrets?.get(secretsPath);
@@ -182,9 +184,10 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
     identity, digest, dirName, ephemeral: keyed.ephemeral, mount: mount.mount, rule: keyed.rule, settings,
   };
   const note = isolationNoteOf(module, settings);
+  const host = module.host?.(sectionOf(module, settings));
   return {
     binding: {
-      backend: settings.backend, isolation: traits.isolation, ...(note === undefined ? {} : { note }), tenant: scope.tenant, profile: scope.profile, sandboxKey: keyed.key, rule: keyed.rule,
+      backend: settings.backend, isolation: traits.isolation, ...(note === undefined ? {} : { note }), ...(host === undefined ? {} : { host }), tenant: scope.tenant, profile: scope.profile, sandboxKey: keyed.key, rule: keyed.rule,
       persistent: !keyed.ephemeral, mount: mount.mount, mountReason: mount.mountReason,
       // Only a new shell needs the start cwd; exec asks for it then (startCwd), explain always.
       cwd: opts.withCwd ? startCwd(store, { scope, settings, traits, spec, shell, isSubagent, defaultCwd }) : '',

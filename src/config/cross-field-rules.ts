@@ -1,5 +1,6 @@
 import { isAbsolute } from 'node:path';
 import type { BackendCatalog } from '../backends/catalog.js';
+import { sectionOf } from '../backends/module.js';
 import type { RawCore, RawProfile } from './compose-schema.js';
 import type { ProfileSettings } from './types.js';
 
@@ -161,11 +162,27 @@ function installationWideProblems(top: Section, profiles: readonly Section[], ba
   return problems;
 }
 
+/**
+ * The backend module's own rules over its merged section, where its backend is used. A profile
+ * repeats none of the top level's findings: it is judged when it chose the backend or wrote the
+ * section itself, or when the top level uses another backend (and so was not judged for it).
+ */
+function moduleProblems(section: Section, top: Section, backends: BackendCatalog): string[] {
+  const name = section.settings.backend;
+  const module = backends.module(name);
+  const rules = module.settings?.problems;
+  if (rules === undefined) return [];
+  if (section.profile !== undefined && top.settings.backend === name && section.written.backend === undefined && section.written[name] === undefined) {
+    return [];
+  }
+  return rules(sectionOf(module, section.settings), (key) => keyOf(section, `${name}.${key}`));
+}
+
 /** Every cross-field problem of a config, in a stable order (per section, then across sections). */
 export function crossFieldProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
   const problems: string[] = [];
   for (const s of [top, ...profiles]) {
-    problems.push(...sharedKeyProblems(s, backends), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s));
+    problems.push(...sharedKeyProblems(s, backends), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s), ...moduleProblems(s, top, backends));
   }
   problems.push(...backendProblems(top, profiles, backends), ...installationWideProblems(top, profiles, backends));
   return problems;

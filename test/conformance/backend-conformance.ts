@@ -119,8 +119,10 @@ export function runBackendConformance(o: ConformanceOptions): void {
 
     /** The backend as one more process of the installation at `home` would create it. */
     const backendOn = async (home: string): Promise<Backend> => {
+      const config = configOf();
       const backend = await t().catalog.module(t().name).create({
         berthHome: home, installation: installationOf(home), log: Logger.silent(), lease: (_name, fn) => fn(),
+        profiles: [config.base, ...Object.values(config.profiles)],
       });
       backends.push(backend);
       return backend;

@@ -14,7 +14,7 @@ describe('the backend registry loads no engine client', () => {
     const script = `
       const { BUILTIN_BACKENDS } = await import('./dist/backends/registry.js');
       const { parseConfig } = await import('./dist/config/schema.js');
-      parseConfig({ backend: 'docker', docker: { image: 'x' }, profiles: { s: { backend: 'ssh' } } });
+      parseConfig({ backend: 'docker', docker: { image: 'x' }, profiles: { s: { backend: 'ssh', ssh: { host: 'h', identityFile: '/k' } } } });
       console.log(BUILTIN_BACKENDS.names.join(','));
       if (process.env.CREATE === '1') {
         const { Logger } = await import('./dist/logging/logger.js');

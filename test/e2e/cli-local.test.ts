@@ -1,5 +1,7 @@
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { utils } from 'ssh2';
 import { describe, expect, it } from 'vitest';
 import { runBerth, tempInstall } from '../helpers/cli.js';
 
@@ -128,11 +130,22 @@ describe('berth CLI on the local backend (real processes)', () => {
     });
   });
 
-  it('an unbuilt backend is a clear error, never a fallback to the host', async () => {
-    using t = tempInstall('backend: ssh\n');
-    const r = await runBerth(['exec', '--session', 'x', '--', 'echo ran-on-host > /tmp/berth-should-not-exist'], { env: t.env, cwd: t.dir });
-    expect(r.code).toBe(125);
-    expect(r.stderr).toMatch(/ssh.*not available/);
+  it('a backend that cannot be reached is a clear error, never a fallback to the host', async () => {
+    // An ssh host where nothing listens (port 1 on loopback), with a real key and an empty known_hosts.
+    const keys = realpathSync(mkdtempSync(join(tmpdir(), 'berth-ssh-key-')));
+    try {
+      writeFileSync(join(keys, 'id'), utils.generateKeyPairSync('ed25519').private, { mode: 0o600 });
+      using t = tempInstall(`backend: ssh\nssh:\n  host: 127.0.0.1\n  port: 1\n  identityFile: ${keys}/id\n  knownHosts: ${keys}/known_hosts\n`);
+      const marker = `/tmp/berth-should-not-exist-${process.pid}`;
+      const r = await runBerth(['exec', '--session', 'x', '--', `echo ran-on-host > ${marker}`], { env: t.env, cwd: t.dir });
+      expect(r.code).toBe(125);
+      expect(r.stderr).toMatch(/SSH host 127\.0\.0\.1:1 as root: connection refused/);
+      expect(existsSync(marker)).toBe(false);
+      const explained = await runBerth(['explain', '--session', 'x'], { env: t.env, cwd: t.dir });
+      expect(explained.stdout).toMatch(/^host {9}root@127\.0\.0\.1:1$/m);
+    } finally {
+      rmSync(keys, { recursive: true, force: true });
+    }
   });
 
   it('explain is pure: prints the binding and creates no sandbox', async () => {

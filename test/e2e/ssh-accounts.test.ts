@@ -90,7 +90,9 @@ describeSsh('per-sandbox accounts on the SSH host (real sshd, root login)', () =
     const f = fixture();
     const a = await f.account();
     const again = await f.accounts.ensure({ name: a.name, installation: f.installation, digest: `${a.name.slice(6)}${'0'.repeat(40)}`, ephemeral: true });
-    expect(again).toEqual(a);
+    // The first ensure made the account; the second adopted it.
+    expect(a.created).toBe(true);
+    expect(again).toEqual({ ...a, created: false });
     const st = await root(f)('stat -c "%n %u %a" -- "$1" "$1/$2" "$1/$2/workspace" "$1/$2/tmp" "$1/$2/.berth"', [f.accounts.homeRoot, a.name]);
     expect(st.stdout.trim().split('\n')).toEqual([
       `${f.accounts.homeRoot} 0 711`,
@@ -182,7 +184,7 @@ describeSsh('per-sandbox accounts on the SSH host (real sshd, root login)', () =
       const b = await other.account(false);
       expect((await f.accounts.list(f.installation)).map((r) => r.name)).toEqual([a.name]);
       expect(await other.accounts.list(other.installation)).toEqual([
-        { name: b.name, digest: expect.stringMatching(/^[0-9a-f]{64}$/), ephemeral: false, exists: true, processes: 0 },
+        { name: b.name, digest: expect.stringMatching(/^[0-9a-f]{64}$/), ephemeral: false, exists: true, processes: 0, home: b.home },
       ]);
       expect(accountName((await other.accounts.list(other.installation))[0]!.digest)).toBe(b.name);
     } finally {

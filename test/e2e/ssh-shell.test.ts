@@ -1,8 +1,10 @@
 import { afterEach, expect, it } from 'vitest';
 import type { RemoteAccount } from '../../src/backends/ssh/accounts.js';
 import { remoteRunner } from '../../src/backends/ssh/remote-exec.js';
-import { execOnceVia, shellTransportOf } from '../../src/backends/ssh/shell-adapter.js';
-import { spawnAs } from '../../src/backends/ssh/spawn.js';
+import type { SpawnOptions } from '../../src/backends/backend.js';
+import { execOnce } from '../../src/backends/plumbing/exec-once.js';
+import { openShellVia } from '../../src/backends/plumbing/open-shell.js';
+import { spawnIn } from '../../src/backends/ssh/ssh-sandbox.js';
 import { PersistentShell } from '../../src/shell/persistent-shell.js';
 import { Warden } from '../../src/shell/warden.js';
 import { waitFor } from '../helpers/docker-e2e.js';
@@ -19,13 +21,12 @@ afterEach(async () => {
 
 /** berth's persistent shell (and its warden) over spawned processes of one sandbox account. */
 async function shellFor(f: SshFixture, acct: RemoteAccount, env: Record<string, string> = {}, secretNames: string[] = []): Promise<PersistentShell> {
-  const spawn = (argv: string[], extra: Readonly<Record<string, string>> = {}) =>
-    spawnAs(f.spawnContext, acct.name, argv, { env: { ...env, ...extra }, cwd: acct.workspace });
-  const warden = new Warden({ open: async () => shellTransportOf(await spawn(['bash', '--noprofile', '--norc'])), mayKillAll: false, label: acct.name });
+  const spawn = (argv: readonly string[], o: SpawnOptions) => spawnIn(f.spawnContext, acct, argv, { ...o, env: { ...env, ...o.env } });
+  const warden = new Warden({ open: () => openShellVia(spawn, { env: {}, cwd: acct.workspace }), mayKillAll: false, label: acct.name });
   await warden.start();
   const shell = await PersistentShell.start({
-    open: async (shellEnv) => shellTransportOf(await spawn(['bash', '--noprofile', '--norc'], shellEnv)),
-    execOnce: (argv, opts) => execOnceVia((a) => spawn(a), argv, opts),
+    open: (shellEnv) => openShellVia(spawn, { env: shellEnv, cwd: acct.workspace }),
+    execOnce: (argv, opts) => execOnce(spawn, argv, opts, acct.name),
     killer: warden,
     stateDir: acct.stateDir,
     shellId: 'default',

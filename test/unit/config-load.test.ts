@@ -146,7 +146,7 @@ describe('findConfig', () => {
   });
 
   it('prefers ./berth.yaml over $BERTH_HOME/config.yaml', () => {
-    write(join(cwd, 'berth.yaml'), 'backend: ssh\n');
+    write(join(cwd, 'berth.yaml'), 'backend: ssh\nssh: { host: build1, identityFile: /keys/berth }\n');
     write(join(berthHome, 'config.yaml'), 'backend: local\n');
     expect(findConfig({ cwd, berthHome })).toMatchObject({ kind: 'ok', path: join(cwd, 'berth.yaml') });
   });

@@ -4,6 +4,8 @@ import { parseConfig, parseVolume } from '../../src/config/schema.js';
 import { settingsFor } from '../../src/config/types.js';
 
 const SRC = '/p/berth.yaml';
+/** What a place using backend ssh must name: the host and one way to log in. */
+const SSH = { host: 'build1', identityFile: '/keys/berth' };
 
 /** The ConfigError message for `raw`, failing the test if it parses. */
 function errorOf(raw: unknown, source: string | null = SRC): string {
@@ -79,7 +81,7 @@ describe('defaults', () => {
 
 describe('accepted values', () => {
   it('accepts every backend, scope and network value', () => {
-    expect(parseConfig({ backend: 'ssh' }).base.backend).toBe('ssh');
+    expect(parseConfig({ backend: 'ssh', ssh: SSH }).base.backend).toBe('ssh');
     expect(parseConfig({ backend: 'local' }).base.backend).toBe('local');
     for (const scope of ['profile', 'user', 'session', 'task'] as const) {
       expect(parseConfig({ scope }).base.scope).toBe(scope);
@@ -266,7 +268,7 @@ describe('profiles', () => {
   });
 
   it('returns base settings for profiles without a section', () => {
-    const c = parseConfig({ backend: 'local', profiles: { bot: { backend: 'ssh' } } });
+    const c = parseConfig({ backend: 'local', profiles: { bot: { backend: 'ssh', ssh: SSH } } });
     expect(settingsFor(c, 'other').backend).toBe('local');
     expect(settingsFor(c, 'bot').backend).toBe('ssh');
     expect(settingsFor(c, 'constructor').backend).toBe('local');
@@ -336,7 +338,7 @@ describe('cross-field rules', () => {
       );
     });
     it('is satisfied by an inherited key', () => {
-      expect(settingsFor(parseConfig({ sharedKey: 'k', profiles: { bot: { scope: 'shared', backend: 'ssh' } } }), 'bot').sharedKey).toBe('k');
+      expect(settingsFor(parseConfig({ sharedKey: 'k', profiles: { bot: { scope: 'shared', backend: 'ssh', ssh: SSH } } }), 'bot').sharedKey).toBe('k');
     });
     it('reports a top-level problem once, not again for every profile', () => {
       const message = errorOf({ scope: 'shared', profiles: { a: {}, b: { exec: { timeoutSeconds: 5 } } } });
@@ -361,7 +363,7 @@ describe('cross-field rules', () => {
       expect(errorOf({ profiles: { bot: { backend: 'local', sharedKey: 'k' } } })).toContain('config key "profiles.bot.sharedKey": in scope "auto"');
     });
     it('errors for a top-level key inherited by a non-container profile, and says how to unset it', () => {
-      const message = errorOf({ sharedKey: 'k', profiles: { bot: { backend: 'ssh' } } });
+      const message = errorOf({ sharedKey: 'k', profiles: { bot: { backend: 'ssh', ssh: SSH } } });
       expect(message).toContain('config key "profiles.bot.sharedKey": in scope "auto" sharedKey (set at the top level)');
       expect(message).toContain('set profiles.bot.sharedKey: "" to unset it for this profile');
       expect(problemCount(message)).toBe(1); // the top level itself is fine
@@ -514,5 +516,59 @@ describe('installation-wide sections and the trust-boundary settings (issue 8)',
     [{ audit: { maxCommandChars: 10 } }, 'audit.maxCommandChars'],
   ])('refuses %j', (raw, key) => {
     expect(errorOf(raw)).toContain(`config key "${key}`);
+  });
+});
+
+describe('the ssh section', () => {
+  it('defaults every key but the host and the way to log in', () => {
+    const s = parseConfig({ backend: 'ssh', ssh: SSH }).base.ssh;
+    expect(s).toMatchObject({
+      host: 'build1', port: 22, user: 'root', identityFile: '/keys/berth', agent: undefined, trustOnFirstUse: false,
+      keepaliveIntervalSeconds: 15, keepaliveCountMax: 3, maxSessions: 10, connectTimeoutSeconds: 20, homeRoot: '/home/berth', maxProcesses: undefined,
+    });
+    expect(s.knownHosts).toMatch(/\/\.ssh\/known_hosts$/);
+  });
+
+  it('a place using backend ssh without a host is an error naming the key and the fix', () => {
+    expect(errorOf({ backend: 'ssh', ssh: { identityFile: '/k' } })).toContain(
+      'config key "ssh.host": backend ssh needs the host to run sandboxes on; set ssh.host to its name or address',
+    );
+    expect(errorOf({ profiles: { build: { backend: 'ssh', ssh: { agent: '/run/agent.sock' } } } })).toContain(
+      'config key "profiles.build.ssh.host": backend ssh needs the host to run sandboxes on; set profiles.build.ssh.host to its name or address',
+    );
+  });
+
+  it('needs exactly one way to log in: a key file or an agent', () => {
+    expect(errorOf({ backend: 'ssh', ssh: { host: 'h' } })).toContain(
+      'config key "ssh.identityFile": backend ssh needs a way to log in; set ssh.identityFile to a private key file or ssh.agent to an ssh-agent socket',
+    );
+    expect(errorOf({ backend: 'ssh', ssh: { host: 'h', identityFile: '/k', agent: '/a.sock' } })).toContain(
+      'config key "ssh.agent": ssh.identityFile and ssh.agent are both set, and berth authenticates one way; remove one of them',
+    );
+  });
+
+  it('a profile that names an agent replaces the inherited key file (one choice, not a contradiction)', () => {
+    const c = parseConfig({ backend: 'ssh', ssh: SSH, profiles: { build: { ssh: { agent: '/run/agent.sock' } } } });
+    expect(settingsFor(c, 'build').ssh).toMatchObject({ host: 'build1', agent: '/run/agent.sock', identityFile: undefined });
+    expect(settingsFor(c, 'other').ssh).toMatchObject({ identityFile: '/keys/berth', agent: undefined });
+  });
+
+  it('reports a top-level problem once, not again for profiles that inherit it', () => {
+    const message = errorOf({ backend: 'ssh', ssh: { identityFile: '/k' }, profiles: { a: {}, b: { exec: { timeoutSeconds: 5 } } } });
+    expect(problemCount(message)).toBe(1);
+  });
+
+  it('refuses unknown keys, relative paths, option-looking hosts and bad ranges', () => {
+    expect(errorOf({ backend: 'ssh', ssh: { ...SSH, forwardAgent: true } })).toContain('"ssh.forwardAgent"');
+    expect(errorOf({ backend: 'ssh', ssh: { ...SSH, identityFile: 'keys/berth' } })).toContain('config key "ssh.identityFile"');
+    expect(errorOf({ backend: 'ssh', ssh: { ...SSH, host: '-oProxyCommand=x' } })).toContain('config key "ssh.host"');
+    expect(errorOf({ backend: 'ssh', ssh: { ...SSH, port: 70_000 } })).toContain('config key "ssh.port"');
+    expect(errorOf({ backend: 'ssh', ssh: { ...SSH, homeRoot: '/' } })).toContain('config key "ssh.homeRoot"');
+    expect(errorOf({ backend: 'ssh', ssh: { ...SSH, homeRoot: '/home/../etc' } })).toContain('config key "ssh.homeRoot"');
+    expect(errorOf({ backend: 'ssh', ssh: { ...SSH, maxSessions: 0 } })).toContain('config key "ssh.maxSessions"');
+  });
+
+  it('an ssh section no profile uses is an error', () => {
+    expect(errorOf({ backend: 'local', ssh: SSH })).toContain('config key "ssh": no profile uses backend ssh');
   });
 });

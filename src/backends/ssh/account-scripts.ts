@@ -45,7 +45,13 @@ kill_uid() {
 }
 `;
 
-/** What the host offers: one `key value` line each. */
+/**
+ * With an installation given (`$inst`), an account whose record names another installation is
+ * refused before anything of it is touched: a tampered or foreign ref never reaches a neighbour's
+ * sandbox on a shared host.
+ */
+const OWNED = `if [[ -n $inst && -f $records/$n ]] && ! grep -qxF "installation=$inst" "$records/$n"; then die "account $n belongs to another berth installation"; fi`;
+
 /**
  * Ends every process of account `$n` (never uid 0), counting the kills in `k` and leaving its uid
  * in `u` (empty when the account is gone). Shared by stop and remove.
@@ -57,63 +63,12 @@ if [[ -n $u ]]; then
   kill_uid "$u"
 fi`;
 
-export const PROBE_SCRIPT = `
-PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-printf 'uid %s\\n' "$EUID"
-printf 'bash %s.%s\\n' "\${BASH_VERSINFO[0]}" "\${BASH_VERSINFO[1]}"
-for t in useradd userdel getent setpriv prlimit find rm mkdir chown chmod stat; do
-  command -v "$t" >/dev/null 2>&1 || printf 'missing %s\\n' "$t"
-done
-if command -v setpriv >/dev/null 2>&1 && ! setpriv --help 2>/dev/null | grep -q -- --no-new-privs; then printf 'missing setpriv-nnp\\n'; fi
-[ -r /proc/self/status ] || printf 'missing proc\\n'
-if grep -qE '^proc /proc proc [^ ]*hidepid=(2|invisible)' /proc/mounts 2>/dev/null; then printf 'hidepid 1\\n'; else printf 'hidepid 0\\n'; fi
-`;
-
+/** What the host offers: one `key value` line each. */
 /**
- * Create-or-adopt. Arguments: name, home root, installation, digest, ephemeral (0/1). Prints
- * `account NAME UID GID HOME`. The home root is root's and 0711 (others pass through to their own
- * home but cannot list the names); the home is created by root only when it does not exist (no
- * agent can have planted anything in it yet); the dirs inside it are made by the account itself,
- * so a link it planted there can only mislead itself, never a root process.
+ * Deletes account `$n` (uid `$u`, its processes ended) with its home under `$root`, its files in
+ * the shared temp dirs, its cron and mail spool and its record. Shared by remove and a fresh ensure.
  */
-export const ENSURE_SCRIPT = `${PREAMBLE}
-n=$1 root=$2 inst=$3 dig=$4 eph=$5
-valid "$n"
-[[ $root == /* && $root != / ]] || die "home root $root must be an absolute directory other than /"
-umask 022
-mkdir -p -- "$root" "$records" || die "cannot create $root or $records"
-[[ -d $root && ! -L $root ]] || die "home root $root is not a directory"
-[[ $(stat -c %u -- "$root") == 0 ]] || die "home root $root is not owned by root"
-chmod 0711 -- "$root" && chmod 0700 -- "$records" || die "cannot set the modes of $root and $records"
-rec=$records/$n
-if [[ -f $rec ]] && ! grep -qxF "installation=$inst" "$rec"; then die "account $n belongs to another berth installation"; fi
-if ! getent passwd "$n" >/dev/null; then
-  out=$(retry_locked useradd --no-create-home --home-dir "$root/$n" --shell /usr/sbin/nologin --user-group --comment 'berth sandbox' -- "$n")
-  rc=$?
-  # 9: someone created it meanwhile (another berth of this installation): adopt it.
-  (( rc == 0 || rc == 9 )) || die "useradd $n failed ($rc): $out"
-fi
-IFS=: read -r _ _ u g _ h _ < <(getent passwd "$n")
-[[ $u =~ ^[0-9]+$ && $u != 0 && $h == "$root/$n" ]] || die "account $n is not a berth sandbox account (uid $u, home $h)"
-if [[ ! -e $h && ! -L $h ]]; then mkdir -m 0700 -- "$h" && chown "$u:$g" -- "$h" || die "cannot create home $h"; fi
-[[ -d $h && ! -L $h ]] || die "home $h is not a directory"
-[[ $(stat -c '%u %a' -- "$h") == "$u 700" ]] || { chown -h "$u:$g" -- "$h" && chmod 0700 -- "$h"; } || die "cannot fix the owner and mode of $h"
-env -i "$(command -v setpriv)" --reuid="$u" --regid="$g" --clear-groups --no-new-privs -- /bin/mkdir -p -m 0700 -- "$h/workspace" "$h/tmp" "$h/.berth" \\
-  || die "account $n cannot create its dirs in $h"
-printf 'installation=%s\\ndigest=%s\\nephemeral=%s\\n' "$inst" "$dig" "$eph" > "$rec.tmp" && mv -f -- "$rec.tmp" "$rec" || die "cannot write $rec"
-printf 'account %s %s %s %s\\n' "$n" "$u" "$g" "$h"
-`;
-
-/**
- * Remove. Arguments: name, home root. Ends every process of the account (kill_uid), deletes
- * its home, its files in the shared temp dirs, its cron and mail spool, the account and its
- * record. Gone already is success. Prints `removed NAME KILLED`.
- */
-export const REMOVE_SCRIPT = `${PREAMBLE}
-n=$1 root=$2
-valid "$n"
-${END_PROCESSES}
-h=$root/$n
+const DELETE_ACCOUNT = `h=$root/$n
 if [[ -d $h && ! -L $h ]]; then rm -rf --one-file-system -- "$h" || die "cannot remove $h"; fi
 if [[ -n $u ]]; then
   find /tmp /var/tmp /dev/shm -xdev -uid "$u" -delete 2>/dev/null
@@ -129,24 +84,92 @@ if [[ -n $u ]]; then
   (( rc == 0 || rc == 6 )) || die "userdel $n failed ($rc): $out"
   getent group "$n" >/dev/null && retry_locked groupdel -- "$n" >/dev/null
 fi
-rm -f -- "$records/$n"
+rm -f -- "$records/$n"`;
+
+export const PROBE_SCRIPT = `
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+printf 'uid %s\\n' "$EUID"
+printf 'bash %s.%s\\n' "\${BASH_VERSINFO[0]}" "\${BASH_VERSINFO[1]}"
+for t in useradd userdel getent setpriv prlimit find rm mkdir chown chmod stat tar; do
+  command -v "$t" >/dev/null 2>&1 || printf 'missing %s\\n' "$t"
+done
+if command -v setpriv >/dev/null 2>&1 && ! setpriv --help 2>/dev/null | grep -q -- --no-new-privs; then printf 'missing setpriv-nnp\\n'; fi
+[ -r /proc/self/status ] || printf 'missing proc\\n'
+if grep -qE '^proc /proc proc [^ ]*hidepid=(2|invisible)' /proc/mounts 2>/dev/null; then printf 'hidepid 1\\n'; else printf 'hidepid 0\\n'; fi
+`;
+
+/**
+ * Create-or-adopt. Arguments: name, home root, installation, digest, ephemeral (0/1), fresh (1:
+ * an existing account of this name is deleted first, with its processes and files). Prints
+ * `account NAME UID GID HOME MADE` (MADE 1: this run created the account). The home root is root's and 0711 (others pass through to their own
+ * home but cannot list the names); the home is created by root only when it does not exist (no
+ * agent can have planted anything in it yet); the dirs inside it are made by the account itself,
+ * so a link it planted there can only mislead itself, never a root process.
+ */
+export const ENSURE_SCRIPT = `${PREAMBLE}
+n=$1 root=$2 inst=$3 dig=$4 eph=$5 fresh=\${6:-0}
+valid "$n"
+[[ $root == /* && $root != / ]] || die "home root $root must be an absolute directory other than /"
+umask 022
+mkdir -p -- "$root" "$records" || die "cannot create $root or $records"
+[[ -d $root && ! -L $root ]] || die "home root $root is not a directory"
+[[ $(stat -c %u -- "$root") == 0 ]] || die "home root $root is not owned by root"
+chmod 0711 -- "$root" && chmod 0700 -- "$records" || die "cannot set the modes of $root and $records"
+rec=$records/$n
+if [[ -f $rec ]] && ! grep -qxF "installation=$inst" "$rec"; then die "account $n belongs to another berth installation"; fi
+if [[ $fresh == 1 ]] && getent passwd "$n" >/dev/null; then
+  ${END_PROCESSES.replace(/\n/g, '\n  ')}
+  ${DELETE_ACCOUNT.replace(/\n/g, '\n  ')}
+fi
+made=0
+if ! getent passwd "$n" >/dev/null; then
+  out=$(retry_locked useradd --no-create-home --home-dir "$root/$n" --shell /usr/sbin/nologin --user-group --comment 'berth sandbox' -- "$n")
+  rc=$?
+  # 9: someone created it meanwhile (another berth of this installation): adopt it.
+  (( rc == 0 || rc == 9 )) || die "useradd $n failed ($rc): $out"
+  (( rc == 0 )) && made=1
+fi
+IFS=: read -r _ _ u g _ h _ < <(getent passwd "$n")
+[[ $u =~ ^[0-9]+$ && $u != 0 && $h == "$root/$n" ]] || die "account $n is not a berth sandbox account (uid $u, home $h)"
+if [[ ! -e $h && ! -L $h ]]; then mkdir -m 0700 -- "$h" && chown "$u:$g" -- "$h" || die "cannot create home $h"; fi
+[[ -d $h && ! -L $h ]] || die "home $h is not a directory"
+[[ $(stat -c '%u %a' -- "$h") == "$u 700" ]] || { chown -h "$u:$g" -- "$h" && chmod 0700 -- "$h"; } || die "cannot fix the owner and mode of $h"
+env -i "$(command -v setpriv)" --reuid="$u" --regid="$g" --clear-groups --no-new-privs -- /bin/mkdir -p -m 0700 -- "$h/workspace" "$h/tmp" "$h/.berth" \\
+  || die "account $n cannot create its dirs in $h"
+printf 'installation=%s\\ndigest=%s\\nephemeral=%s\\n' "$inst" "$dig" "$eph" > "$rec.tmp" && mv -f -- "$rec.tmp" "$rec" || die "cannot write $rec"
+printf 'account %s %s %s %s %s\\n' "$n" "$u" "$g" "$h" "$made"
+`;
+
+/**
+ * Remove. Arguments: name, home root, installation (optional: see OWNED). Ends every process of the account (kill_uid), deletes
+ * its home, its files in the shared temp dirs, its cron and mail spool, the account and its
+ * record. Gone already is success. Prints `removed NAME KILLED`.
+ */
+export const REMOVE_SCRIPT = `${PREAMBLE}
+n=$1 root=$2 inst=\${3-}
+valid "$n"
+${OWNED}
+${END_PROCESSES}
+${DELETE_ACCOUNT}
 printf 'removed %s %s\\n' "$n" "$k"
 `;
 
 /**
  * Stop a sandbox (idle, persistent): end every process of the account, keep the account and its
- * files. Argument: name. Prints `stopped NAME KILLED`; an account that is gone has nothing to stop.
+ * files. Arguments: name, installation (optional: see OWNED). Prints `stopped NAME KILLED`; an account that is gone has nothing to stop.
  */
 export const STOP_SCRIPT = `${PREAMBLE}
-n=$1
+n=$1 inst=\${2-}
 valid "$n"
+${OWNED}
 ${END_PROCESSES}
 printf 'stopped %s %s\\n' "$n" "$k"
 `;
 
 /**
  * List one installation's accounts. Argument: installation. Prints
- * `sandbox NAME DIGEST EPHEMERAL EXISTS PROCESSES` per record of that installation.
+ * `sandbox NAME DIGEST EPHEMERAL EXISTS PROCESSES HOME` per record of that installation (HOME `-`
+ * when the account is gone).
  */
 export const LIST_SCRIPT = `${PREAMBLE}
 inst=$1
@@ -165,9 +188,9 @@ for rec in "$records"/berth-*; do
     case $key in installation) i=$v ;; digest) dig=$v ;; ephemeral) eph=$v ;; esac
   done < "$rec"
   [[ $i == "$inst" ]] || continue
-  u=$(getent passwd "$n" | cut -d: -f3)
+  IFS=: read -r _ _ u _ _ h _ < <(getent passwd "$n")
   ex=0 np=0
   if [[ -n $u ]]; then ex=1 np=\${P[$u]:-0}; fi
-  printf 'sandbox %s %s %s %s %s\\n' "$n" "\${dig:--}" "$eph" "$ex" "$np"
+  printf 'sandbox %s %s %s %s %s %s\\n' "$n" "\${dig:--}" "$eph" "$ex" "$np" "\${h:--}"
 done
 `;

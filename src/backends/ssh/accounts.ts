@@ -26,6 +26,9 @@ import type { RemoteResult, RemoteRunner } from './remote-exec.js';
 
 export const DEFAULT_HOME_ROOT = '/home/berth';
 
+/** Account helpers of one process running at once on one host (see `RemoteAccounts.bounded`). */
+const MAX_CONCURRENT_HELPERS = 4;
+
 /** What `check` learned about the host. */
 export interface HostProbe {
   uid: number;
@@ -48,6 +51,8 @@ export interface RemoteAccount {
   tmp: string;
   /** berth's own files in the sandbox (shell snapshots). */
   stateDir: string;
+  /** This `ensure` created the account (it did not exist). */
+  created: boolean;
 }
 
 /** An account of this installation as `list` found it. */
@@ -59,6 +64,8 @@ export interface AccountRecord {
   exists: boolean;
   /** Processes it runs now. */
   processes: number;
+  /** Its home on the host; undefined when the account is gone. */
+  home: string | undefined;
 }
 
 export function parseProbe(text: string): HostProbe {
@@ -81,6 +88,7 @@ const PACKAGES: Readonly<Record<string, string>> = {
   prlimit: 'util-linux',
   'setpriv-nnp': 'util-linux >= 2.32 (its setpriv lacks --no-new-privs)',
   find: 'findutils',
+  tar: 'tar (GNU tar: files go in and out of a sandbox through it)',
   proc: 'a mounted /proc',
 };
 
@@ -136,8 +144,8 @@ export interface RemoteAccountsOptions {
 }
 
 /**
- * The sandbox accounts of one host. Creating and removing are serialized within this process
- * (useradd locks /etc/passwd; the helpers retry a lock another process holds).
+ * The sandbox accounts of one host. Creating and removing are bounded within this process (a
+ * few at once: useradd locks /etc/passwd; the helpers retry a lock another holds).
  *
  * @example
  * const accounts = new RemoteAccounts(remoteRunner(pool, target), { endpoint: 'build1:22', user: 'root' });
@@ -146,7 +154,9 @@ export interface RemoteAccountsOptions {
  */
 export class RemoteAccounts {
   readonly homeRoot: string;
-  private chain: Promise<unknown> = Promise.resolve();
+  /** Helpers running now, and those waiting for a turn. */
+  private running = 0;
+  private readonly waiting: Array<() => void> = [];
 
   constructor(
     private readonly run: RemoteRunner,
@@ -164,35 +174,44 @@ export class RemoteAccounts {
     return probe;
   }
 
-  /** Creates the account (or adopts this installation's existing one) with its home, workspace and tmp dirs. */
-  ensure(input: { name: string; installation: string; digest: string; ephemeral: boolean }): Promise<RemoteAccount> {
+  /**
+   * Creates the account (or adopts this installation's existing one) with its home, workspace and
+   * tmp dirs. `fresh`: an existing one is deleted first (processes, files), never adopted.
+   */
+  ensure(input: { name: string; installation: string; digest: string; ephemeral: boolean; fresh?: boolean }): Promise<RemoteAccount> {
     this.assertName(input.name);
     if (!/^[A-Za-z0-9._-]+$/.test(input.installation) || !/^[0-9a-f]+$/.test(input.digest)) {
       throw new BerthError('sandbox_start_failed', `installation "${input.installation}" or digest "${input.digest}" has characters berth never writes`);
     }
-    return this.serial(async () => {
-      const r = await this.run(ENSURE_SCRIPT, [input.name, this.homeRoot, input.installation, input.digest, input.ephemeral ? '1' : '0']);
-      const [name, uid, gid, home] = resultLine(r, 'account', `create sandbox account ${input.name}`, this.opts.endpoint);
+    return this.bounded(async () => {
+      const r = await this.run(ENSURE_SCRIPT, [input.name, this.homeRoot, input.installation, input.digest, input.ephemeral ? '1' : '0', input.fresh === true ? '1' : '0'], { timeoutMs: 120_000 });
+      const [name, uid, gid, home, made] = resultLine(r, 'account', `create sandbox account ${input.name}`, this.opts.endpoint);
       const h = home as string;
-      return { name: name as string, uid: Number(uid), gid: Number(gid), home: h, workspace: `${h}/workspace`, tmp: `${h}/tmp`, stateDir: `${h}/.berth` };
+      return {
+        name: name as string, uid: Number(uid), gid: Number(gid), home: h, workspace: `${h}/workspace`, tmp: `${h}/tmp`, stateDir: `${h}/.berth`,
+        created: made === '1',
+      };
     });
   }
 
-  /** Ends every process of the account and removes it with its files. Gone already is success. */
-  remove(name: string): Promise<{ killed: number }> {
+  /**
+   * Ends every process of the account and removes it with its files. Gone already is success.
+   * With `installation`, an account recorded as another installation's is refused, untouched.
+   */
+  remove(name: string, installation?: string): Promise<{ killed: number }> {
     this.assertName(name);
-    return this.serial(async () => {
-      const r = await this.run(REMOVE_SCRIPT, [name, this.homeRoot], { timeoutMs: 120_000 });
+    return this.bounded(async () => {
+      const r = await this.run(REMOVE_SCRIPT, [name, this.homeRoot, ...(installation === undefined ? [] : [installation])], { timeoutMs: 120_000 });
       const [, killed] = resultLine(r, 'removed', `remove sandbox account ${name}`, this.opts.endpoint);
       return { killed: Number(killed) };
     });
   }
 
-  /** Ends every process of the account and keeps the account and its files (an idle persistent sandbox). */
-  stop(name: string): Promise<{ killed: number }> {
+  /** Ends every process of the account and keeps the account and its files (an idle persistent sandbox); `installation` as for `remove`. */
+  stop(name: string, installation?: string): Promise<{ killed: number }> {
     this.assertName(name);
-    return this.serial(async () => {
-      const r = await this.run(STOP_SCRIPT, [name], { timeoutMs: 120_000 });
+    return this.bounded(async () => {
+      const r = await this.run(STOP_SCRIPT, [name, ...(installation === undefined ? [] : [installation])], { timeoutMs: 120_000 });
       const [, killed] = resultLine(r, 'stopped', `stop sandbox account ${name}`, this.opts.endpoint);
       return { killed: Number(killed) };
     });
@@ -206,8 +225,11 @@ export class RemoteAccounts {
       .split('\n')
       .filter((l) => l.startsWith('sandbox '))
       .map((l) => {
-        const [, name, digest, ephemeral, exists, processes] = l.split(' ');
-        return { name: name as string, digest: digest === '-' ? '' : (digest as string), ephemeral: ephemeral === '1', exists: exists === '1', processes: Number(processes) };
+        const [, name, digest, ephemeral, exists, processes, home] = l.split(' ');
+        return {
+          name: name as string, digest: digest === '-' ? '' : (digest as string), ephemeral: ephemeral === '1', exists: exists === '1', processes: Number(processes),
+          home: home === undefined || home === '-' ? undefined : home,
+        };
       });
   }
 
@@ -215,9 +237,21 @@ export class RemoteAccounts {
     if (!isAccountName(name)) throw new BerthError('sandbox_start_failed', `"${name}" is not a sandbox account name (accountName() makes them)`);
   }
 
-  private serial<T>(fn: () => Promise<T>): Promise<T> {
-    const p = this.chain.then(fn);
-    this.chain = p.catch(() => undefined);
-    return p;
+  /**
+   * At most MAX_CONCURRENT_HELPERS of this process's create/remove/stop helpers run at once on the
+   * host: they take /etc/passwd's lock (the helpers retry a held lock for a while) and scan /proc,
+   * so a burst of new sessions must not pile up on the lock, and one slow removal must not hold
+   * every new session back either.
+   */
+  private async bounded<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.running >= MAX_CONCURRENT_HELPERS) await new Promise<void>((resolve) => this.waiting.push(resolve));
+    this.running += 1;
+    try {
+      return await fn();
+    } finally {
+      this.running -= 1;
+      this.waiting.shift()?.();
+    }
   }
+
 }

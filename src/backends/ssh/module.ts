@@ -1,31 +1,40 @@
-import { BackendUnavailableError } from '../../errors.js';
 import { defineBackend } from '../module.js';
+import { accountName } from './account-name.js';
+import { describeHost, sshSettings, type SshSettings } from './settings.js';
 
 /**
- * A sandbox per account on a remote host over SSH. Not built yet: the name, traits and words are
- * here so configs naming it validate and explain; creating it fails closed (never a fallback).
+ * Sandboxes on a remote host over SSH: each is its own unprivileged account there (design §3:
+ * ssh ignores sharedKey, and sessions keep their own sandboxes).
  */
 export const sshModule = defineBackend({
   name: 'ssh',
   traits: {
     mountsHostDirs: false,
     isolation: 'remote',
+    // Removing the account ends every process it runs.
     jobsDieWithSandbox: true,
-    listsByLabel: false,
-    // Sessions keep their own sandboxes, and sharedKey does not apply (design §3).
+    // Each account has a root-owned record naming its installation, digest and lifecycle.
+    listsByLabel: true,
     containerKeying: false,
     hostPaths: false,
     ownsProcessTable: false,
   },
-  isolationNote: 'runs on a remote host over SSH as the configured account, without isolation from that account',
+  settings: sshSettings,
+  isolationNote:
+    'runs on a remote host over SSH as its own unprivileged account: other sandboxes\' files, environment and processes are out of its reach, ' +
+    'but it shares that host\'s kernel, network and /tmp, and sees other processes\' command lines unless /proc is mounted with hidepid=2',
+  host: (s) => describeHost(s),
   words: {
-    where: (b) => `Commands run on a remote host over SSH, in ${b.cwd}; they are not isolated from other users of that account.`,
+    where: (b) => `Commands run on a remote host over SSH as this sandbox's own unprivileged account (no root), starting in ${b.cwd}; ` +
+      'other sessions on that host cannot read its files, environment or processes.',
     persistence: (b) => b.persistent
-      ? `Files persist across sessions in ${b.cwd}.`
-      : 'The session\'s directory is ephemeral: its files are removed when this session closes.',
+      ? `The sandbox is persistent: files persist across sessions in ${b.cwd} (and the rest of the account's home) until the sandbox is removed.`
+      : 'The sandbox is ephemeral: its account and files are removed when this session closes.',
   },
-  defaultCwd: () => '/workspace',
-  async create() {
-    throw new BackendUnavailableError('backend "ssh" is not available yet in this version of berth; set backend: docker (or local for development) in the config');
+  defaultCwd: ({ digest, settings }) => `${settings.homeRoot}/${accountName(digest)}/workspace`,
+  async create(ctx) {
+    const { SshBackend } = await import('./ssh-backend.js');
+    const configured = (ctx.profiles ?? []).filter((p) => p.backend === 'ssh').map((p) => (p as unknown as { ssh: SshSettings }).ssh);
+    return new SshBackend({ installation: ctx.installation, configured, log: ctx.log });
   },
 });

@@ -22,7 +22,7 @@ export async function explainCommand(argv: string[], io: CliIo): Promise<number>
       io.out(`${JSON.stringify(b)}\n`);
     } else {
       const rows: [string, string][] = [
-        ['backend', b.backend], ['isolation', b.isolation], ...(b.note === undefined ? [] : [['note', b.note] as [string, string]]), ['tenant', b.tenant], ['profile', b.profile], ['sandboxKey', b.sandboxKey], ['rule', b.rule],
+        ['backend', b.backend], ['isolation', b.isolation], ...(b.note === undefined ? [] : [['note', b.note] as [string, string]]), ...(b.host === undefined ? [] : [['host', b.host] as [string, string]]), ['tenant', b.tenant], ['profile', b.profile], ['sandboxKey', b.sandboxKey], ['rule', b.rule],
         ['persistent', String(b.persistent)], ['mount', b.mount ?? '(none)'], ['mountReason', b.mountReason], ['cwd', b.cwd],
         ['envNames', b.envNames.join(', ') || '(none)'], ['envMissing', b.envMissing.join(', ') || '(none)'],
       ];
