@@ -1,4 +1,5 @@
 import type * as z from 'zod';
+import type { ProfileSettings } from '../config/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { Backend, Lease } from './backend.js';
 
@@ -64,6 +65,21 @@ export interface SettingsSection<S, Shape extends z.core.$ZodLooseShape = z.core
   merge(base: S, written: WrittenSection<Shape>): S;
   /** Host dirs the operator binds through this section, for the start-up refusals (`docker.volumes`). */
   hostBinds?(settings: S): readonly SectionHostBind[];
+  /**
+   * The module's own cross-field rules, as messages naming the key and the fix: judged once over
+   * every place of the config whose backend is this module (top level and profiles), so a rule
+   * may also compare them (one cluster per installation, say).
+   */
+  problems?(uses: readonly SectionUse<S>[]): string[];
+}
+
+/** One place of the config that uses a module, with its merged section, for `SettingsSection.problems`. */
+export interface SectionUse<S> {
+  /** The section's config path (`kubernetes`, `profiles.bot.kubernetes`). */
+  at: string;
+  settings: S;
+  /** The place's `persistent` setting. */
+  persistent: boolean;
 }
 
 /** What a module's factory gets from the composition root. */
@@ -74,6 +90,12 @@ export interface BackendContext {
   log: Logger;
   /** Serialises engine-object creation across this installation's processes. */
   lease: Lease;
+  /**
+   * Every place's merged settings in the config (top level, then each profile), so a backend that
+   * may reach more than one engine knows them before its first call (reapers list at start-up).
+   * Absent: it learns them from `check` and `ensure` only.
+   */
+  profiles?: readonly ProfileSettings[];
 }
 
 /** What the tools tell the agent about a sandbox of this backend. */

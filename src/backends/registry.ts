@@ -1,5 +1,6 @@
 import { BackendCatalog } from './catalog.js';
 import { dockerModule } from './docker/module.js';
+import { kubernetesModule } from './kubernetes/module.js';
 import { localModule } from './local/module.js';
 import type { SectionOf } from './module.js';
 import { sshModule } from './ssh/module.js';
@@ -12,6 +13,7 @@ export const BACKEND_MODULES = [
   dockerModule,
   localModule,
   sshModule,
+  kubernetesModule,
 ] as const;
 
 /** The registry as a catalog: what a config is parsed against unless a test adds modules. */

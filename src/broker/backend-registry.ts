@@ -1,5 +1,6 @@
 import type { Backend, Lease } from '../backends/backend.js';
 import type { BackendCatalog } from '../backends/catalog.js';
+import type { ProfileSettings } from '../config/types.js';
 import type { Logger } from '../logging/logger.js';
 
 /**
@@ -20,6 +21,8 @@ export class BackendRegistry {
       log: Logger;
       /** Serialises engine-object creation across this installation's processes. */
       lease: Lease;
+      /** The config's merged settings of every place (top level, then profiles), for the backends' contexts. */
+      profiles?: readonly ProfileSettings[];
     },
   ) {}
 
@@ -37,8 +40,8 @@ export class BackendRegistry {
     const module = this.opts.catalog.module(name);
     const injected = this.opts.injected?.[name];
     if (injected !== undefined) return injected;
-    const { berthHome, installation, lease } = this.opts;
-    return module.create({ berthHome, installation, lease, log: this.opts.log.child(`berth:${name}`) });
+    const { berthHome, installation, lease, profiles } = this.opts;
+    return module.create({ berthHome, installation, lease, profiles, log: this.opts.log.child(`berth:${name}`) });
   }
 
   /** Backends created so far (for reapers and shutdown). */

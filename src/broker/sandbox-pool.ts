@@ -87,7 +87,7 @@ export class SandboxPool {
     this.logger = new Logger(opts.log);
     this.backends = new BackendRegistry({
       catalog: opts.config.backends, berthHome: opts.berthHome, installation: opts.store.installationId, injected: opts.backends,
-      log: this.logger, lease: storeLease(opts.store),
+      log: this.logger, lease: storeLease(opts.store), profiles: [opts.config.base, ...Object.values(opts.config.profiles)],
     });
   }
 

@@ -1,5 +1,6 @@
 import { isAbsolute } from 'node:path';
 import type { BackendCatalog } from '../backends/catalog.js';
+import { sectionOf } from '../backends/module.js';
 import type { RawCore, RawProfile } from './compose-schema.js';
 import type { ProfileSettings } from './types.js';
 
@@ -137,12 +138,28 @@ function backendProblems(top: Section, profiles: readonly Section[], backends: B
   return problems;
 }
 
+/**
+ * Each module's own rules (`SettingsSection.problems`) over the places that use it. A profile that
+ * wrote none of the keys involved repeats the top level's values and is left to the top level.
+ */
+function moduleProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
+  const problems: string[] = [];
+  for (const m of backends.modules) {
+    if (m.settings?.problems === undefined) continue;
+    const uses = [top, ...profiles]
+      .filter((s) => s.settings.backend === m.name && (s.profile === undefined || [m.name, 'backend', 'persistent'].some((k) => (s.written as Record<string, unknown>)[k] !== undefined)))
+      .map((s) => ({ at: keyOf(s, m.name), settings: sectionOf(m, s.settings), persistent: s.settings.persistent }));
+    if (uses.length > 0) problems.push(...m.settings.problems(uses));
+  }
+  return problems;
+}
+
 /** Every cross-field problem of a config, in a stable order (per section, then across sections). */
 export function crossFieldProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
   const problems: string[] = [];
   for (const s of [top, ...profiles]) {
     problems.push(...sharedKeyProblems(s, backends), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s));
   }
-  problems.push(...backendProblems(top, profiles, backends));
+  problems.push(...backendProblems(top, profiles, backends), ...moduleProblems(top, profiles, backends));
   return problems;
 }

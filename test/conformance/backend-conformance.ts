@@ -120,7 +120,7 @@ export function runBackendConformance(o: ConformanceOptions): void {
     /** The backend as one more process of the installation at `home` would create it. */
     const backendOn = async (home: string): Promise<Backend> => {
       const backend = await t().catalog.module(t().name).create({
-        berthHome: home, installation: installationOf(home), log: Logger.silent(), lease: (_name, fn) => fn(),
+        berthHome: home, installation: installationOf(home), log: Logger.silent(), lease: (_name, fn) => fn(), profiles: [configOf().base],
       });
       backends.push(backend);
       return backend;
