@@ -7,12 +7,13 @@ import { RawShell, spawnPerCommand } from './raw-shell.js';
 import { row, timeMany } from './stats.js';
 import { dockerBench } from './docker.js';
 import { httpBench } from './http.js';
+import { kubernetesBench } from './kubernetes.js';
 import { mcpBench } from './mcp.js';
 import { startupBench } from './startup.js';
 import { uploadRssBench } from './upload-rss.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
-/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, http, mcp, upload) runs only those parts. */
+/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, kubernetes, http, mcp, upload) runs only those parts. */
 const ONLY = new Set((process.env['BENCH_ONLY'] ?? '').split(',').map((s) => s.trim()).filter((s) => s !== ''));
 const wanted = (part: string): boolean => ONLY.size === 0 || ONLY.has(part);
 
@@ -40,6 +41,7 @@ async function localBench(): Promise<void> {
 if (wanted('startup')) await startupBench();
 if (wanted('local')) await localBench();
 if (wanted('docker')) await dockerBench();
+if (wanted('kubernetes')) await kubernetesBench(Math.min(N, 1000));
 if (wanted('http')) await httpBench();
 if (wanted('mcp')) await mcpBench(N);
 if (wanted('upload')) await uploadRssBench();

@@ -1,4 +1,5 @@
 import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
+import { endingDropped } from './dropped-stream.js';
 import { spawnInPod, type ExecTarget } from './exec-stream.js';
 import { HOME, STATE_DIR, TMP, WORKSPACE } from './manifests.js';
 
@@ -40,8 +41,9 @@ export class PodSandboxHandle implements SandboxHandle {
     this.volatileDirs = input.spec.ephemeral ? [HOME, TMP, WORKSPACE] : [TMP];
   }
 
-  spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {
-    return spawnInPod(this.target, argv, { env: opts.env, cwd: opts.cwd, stdin: opts.stdin ? 'pipe' : 'ignore', log: this.log });
+  async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {
+    const proc = await spawnInPod(this.target, argv, { env: opts.env, cwd: opts.cwd, stdin: opts.stdin ? 'pipe' : 'ignore', log: this.log });
+    return endingDropped(this.target, proc, opts.stdin, this.log);
   }
 
   hostPathOf(): undefined {
