@@ -111,6 +111,20 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
   }, 60_000);
 
+  it('stop (idle): a persistent pod is deleted and its claim kept; started again it has its files and is not reported as recreated', async () => {
+    const home = c().newHome();
+    const { backend, spec } = await backendOn(home);
+    const s = spec('idle-p', false);
+    const first = await backend.ensure(s, undefined);
+    await first.execOnce(['sh', '-c', 'echo kept > /workspace/f']);
+    await backend.stop(first.ref);
+    await expect(c().client.core.readNamespacedPod({ namespace: 'berth', name: first.name })).rejects.toMatchObject({ code: 404 });
+    expect((await backend.listManaged()).map((m) => m.ref)).not.toContain(first.ref);
+    const again = await backend.ensure(s, first.ref);
+    expect([again.ref, again.recreated]).toEqual([first.ref, false]);
+    expect((await again.execOnce(['cat', '/workspace/f'])).stdout.toString()).toBe('kept\n');
+  });
+
   // -- agent-sandbox --------------------------------------------------------------------------
 
   it('agent-sandbox: a persistent identity is a Sandbox, created once and adopted by another process; listed as a Sandbox, never as its bare pod; removed with its pod and claim', async () => {
