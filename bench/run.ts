@@ -8,13 +8,14 @@ import { row, timeMany } from './stats.js';
 import { bwrapBench } from './bwrap.js';
 import { dockerBench } from './docker.js';
 import { httpBench } from './http.js';
+import { kubernetesBench } from './kubernetes.js';
 import { mcpBench } from './mcp.js';
 import { startupBench } from './startup.js';
 import { sshBench } from './ssh.js';
 import { uploadRssBench } from './upload-rss.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
-/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, bwrap, ssh, http, mcp, upload) runs only those parts. */
+/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, bwrap, ssh, kubernetes, http, mcp, upload) runs only those parts. */
 const ONLY = new Set((process.env['BENCH_ONLY'] ?? '').split(',').map((s) => s.trim()).filter((s) => s !== ''));
 const wanted = (part: string): boolean => ONLY.size === 0 || ONLY.has(part);
 
@@ -44,6 +45,7 @@ if (wanted('local')) await localBench();
 if (wanted('docker')) await dockerBench();
 if (wanted('bwrap')) await bwrapBench();
 if (wanted('ssh')) await sshBench();
+if (wanted('kubernetes')) await kubernetesBench(Math.min(N, 1000));
 if (wanted('http')) await httpBench();
 if (wanted('mcp')) await mcpBench(N);
 if (wanted('upload')) await uploadRssBench();

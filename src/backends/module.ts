@@ -70,11 +70,21 @@ export interface SettingsSection<S, Shape extends z.core.$ZodLooseShape = z.core
    */
   installationWide?: readonly (keyof Shape & string)[];
   /**
-   * What is missing or contradictory in the merged section of a place (the top level or a
-   * profile) whose backend is this module: one message per problem, each naming the key through
-   * `key` (`key('host')` is `profiles.build.ssh.host`) and the fix. Start-up config errors.
+   * The module's own cross-field rules, as messages naming the key and the fix: judged once over
+   * every place of the config whose backend is this module (top level and profiles), so a rule
+   * may also compare them (one cluster per installation, say). A profile that wrote none of the
+   * keys involved repeats the top level's values and is left to the top level.
    */
-  problems?(settings: S, key: (name: string) => string): string[];
+  problems?(uses: readonly SectionUse<S>[]): string[];
+}
+
+/** One place of the config that uses a module, with its merged section, for `SettingsSection.problems`. */
+export interface SectionUse<S> {
+  /** The section's config path (`kubernetes`, `profiles.bot.kubernetes`). */
+  at: string;
+  settings: S;
+  /** The place's `persistent` setting. */
+  persistent: boolean;
 }
 
 /** One place's merged settings (`ProfileSettings`), seen from a module: its backend, and each section by name (`sectionOf`). */
@@ -92,9 +102,9 @@ export interface BackendContext {
   lease: Lease;
   /**
    * The merged settings of the config's places (top level first, then each profile), for a
-   * backend whose engines are named in its settings (an SSH host): it finds its sandboxes there
-   * (reapers, `listManaged`) before any call reached it. Absent: only what its calls bring.
-   * (Typed loosely: `ProfileSettings` is composed from the modules themselves.)
+   * backend that may reach more than one engine, named in its settings (an SSH host, a cluster):
+   * it finds its sandboxes there (reapers, `listManaged`) before any call reached it. Absent:
+   * only what its calls bring. (Typed loosely: `ProfileSettings` is composed from the modules.)
    */
   profiles?: readonly PlaceSettings[];
 }

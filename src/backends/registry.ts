@@ -1,6 +1,7 @@
 import { bwrapModule } from './bwrap/module.js';
 import { BackendCatalog } from './catalog.js';
 import { dockerModule } from './docker/module.js';
+import { kubernetesModule } from './kubernetes/module.js';
 import { localModule } from './local/module.js';
 import type { SectionOf } from './module.js';
 import { sshModule } from './ssh/module.js';
@@ -14,6 +15,7 @@ export const BACKEND_MODULES = [
   localModule,
   sshModule,
   bwrapModule,
+  kubernetesModule,
 ] as const;
 
 /** The registry as a catalog: what a config is parsed against unless a test adds modules. */

@@ -98,7 +98,7 @@ function overriddenSettings(config: BerthConfig, base: ProfileSettings, scope: C
   if (module.images === undefined) {
     const withImages = config.backends.namesWhere((_, m) => m.images !== undefined);
     throw new PolicyRefusedError(
-      `task "${scope.task}" sets image "${override.image}", but backend "${backend}" runs no images (${withImages.length > 0 ? `only ${withImages.join(', ')} does` : 'no backend here does'}); ` +
+      `task "${scope.task}" sets image "${override.image}", but backend "${backend}" runs no images (${withImages.length > 0 ? `only ${withImages.length === 1 ? `${withImages[0]} does` : `${withImages.slice(0, -1).join(', ')} and ${withImages.at(-1)} do`}` : 'no backend here does'}); ` +
         'remove the image from the task override, or give the task a backend that runs images',
     );
   }

@@ -163,27 +163,27 @@ function installationWideProblems(top: Section, profiles: readonly Section[], ba
 }
 
 /**
- * The backend module's own rules over its merged section, where its backend is used. A profile
- * repeats none of the top level's findings: it is judged when it chose the backend or wrote the
- * section itself, or when the top level uses another backend (and so was not judged for it).
+ * Each module's own rules (`SettingsSection.problems`) over the places that use it. A profile that
+ * wrote none of the keys involved repeats the top level's values and is left to the top level.
  */
-function moduleProblems(section: Section, top: Section, backends: BackendCatalog): string[] {
-  const name = section.settings.backend;
-  const module = backends.module(name);
-  const rules = module.settings?.problems;
-  if (rules === undefined) return [];
-  if (section.profile !== undefined && top.settings.backend === name && section.written.backend === undefined && section.written[name] === undefined) {
-    return [];
+function moduleProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
+  const problems: string[] = [];
+  for (const m of backends.modules) {
+    if (m.settings?.problems === undefined) continue;
+    const uses = [top, ...profiles]
+      .filter((s) => s.settings.backend === m.name && (s.profile === undefined || [m.name, 'backend', 'persistent'].some((k) => (s.written as Record<string, unknown>)[k] !== undefined)))
+      .map((s) => ({ at: keyOf(s, m.name), settings: sectionOf(m, s.settings), persistent: s.settings.persistent }));
+    if (uses.length > 0) problems.push(...m.settings.problems(uses));
   }
-  return rules(sectionOf(module, section.settings), (key) => keyOf(section, `${name}.${key}`));
+  return problems;
 }
 
 /** Every cross-field problem of a config, in a stable order (per section, then across sections). */
 export function crossFieldProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
   const problems: string[] = [];
   for (const s of [top, ...profiles]) {
-    problems.push(...sharedKeyProblems(s, backends), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s), ...moduleProblems(s, top, backends));
+    problems.push(...sharedKeyProblems(s, backends), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s));
   }
-  problems.push(...backendProblems(top, profiles, backends), ...installationWideProblems(top, profiles, backends));
+  problems.push(...backendProblems(top, profiles, backends), ...installationWideProblems(top, profiles, backends), ...moduleProblems(top, profiles, backends));
   return problems;
 }

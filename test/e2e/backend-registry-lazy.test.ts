@@ -7,10 +7,10 @@ import { modulesLoadedBy } from '../helpers/loaded-modules.js';
  * engine or SSH client (built package, fresh node).
  */
 
-const isEngineClient = (url: string): boolean => /\/node_modules\/(dockerode|docker-modem|ssh2)\//.test(url);
+const isEngineClient = (url: string): boolean => /\/node_modules\/(dockerode|docker-modem|ssh2|@kubernetes\/client-node)\//.test(url);
 
 describe('the backend registry loads no engine client', () => {
-  it('importing the registry and parsing a docker config loads neither dockerode nor ssh2; creating the docker backend does', async () => {
+  it('importing the registry and parsing a docker config loads neither dockerode, ssh2 nor the kubernetes client; creating the docker backend does', async () => {
     const script = `
       const { BUILTIN_BACKENDS } = await import('./dist/backends/registry.js');
       const { parseConfig } = await import('./dist/config/schema.js');
@@ -22,7 +22,7 @@ describe('the backend registry loads no engine client', () => {
       }`;
     const lazy = await modulesLoadedBy(['--input-type=module', '-e', script]);
     expect(lazy.stderr).toBe('');
-    expect(lazy.stdout).toBe('docker,local,ssh,bwrap\n');
+    expect(lazy.stdout).toBe('docker,local,ssh,bwrap,kubernetes\n');
     expect(lazy.modules.some((u) => u.endsWith('/dist/backends/docker/module.js'))).toBe(true);
     expect(lazy.modules.filter(isEngineClient)).toEqual([]);
     expect(lazy.modules.some((u) => u.endsWith('/dist/backends/docker/docker-backend.js'))).toBe(false);

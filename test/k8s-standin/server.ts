@@ -13,6 +13,7 @@ import { bridgeExec, type ExecBridge } from './exec-bridge.js';
 import { parseLabelSelector } from './label-selector.js';
 import { restrictedViolations } from './pod-security.js';
 import { reconcileSandbox, sandboxStatus, type ControllerHost } from './sandbox-controller.js';
+import { bindClaim, fillPool } from './warm-pool-controller.js';
 import { claimDir, containerOptions, runningStatus, STANDIN_LABEL, terminatedStatus, waitingStatus, type PodRuntimeOptions } from './pod-runtime.js';
 import { alreadyExists, apiError, notFound, type StatusBody } from './status.js';
 
@@ -48,7 +49,12 @@ const RESOURCES: Resource[] = [
   { plural: 'persistentvolumeclaims', kind: 'PersistentVolumeClaim', prefix: '/api/v1' },
   { plural: 'networkpolicies', kind: 'NetworkPolicy', prefix: '/apis/networking.k8s.io/v1' },
   { plural: 'sandboxes', kind: 'Sandbox', prefix: '/apis/agents.x-k8s.io/v1beta1' },
+  { plural: 'sandboxclaims', kind: 'SandboxClaim', prefix: '/apis/extensions.agents.x-k8s.io/v1beta1' },
+  { plural: 'sandboxwarmpools', kind: 'SandboxWarmPool', prefix: '/apis/extensions.agents.x-k8s.io/v1beta1' },
+  { plural: 'sandboxtemplates', kind: 'SandboxTemplate', prefix: '/apis/extensions.agents.x-k8s.io/v1beta1' },
 ];
+
+const ACCESS_REVIEW_PATH = '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews';
 
 const PATH_RE = /^(\/api\/v1|\/apis\/[^/]+\/[^/]+)\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?(?:\/(exec))?$/;
 
@@ -59,6 +65,8 @@ export class StandinApiServer implements AsyncDisposable {
   readonly containers = new Map<string, string>();
   /** Every exec request's URL as received (what an API server's audit log records). */
   readonly execRequests: string[] = [];
+  /** Permissions the token lacks, as `verb group/resource` (`create /pods`, `get /pods/exec`): SelfSubjectAccessReviews answer accordingly. */
+  readonly denied = new Set<string>();
   private readonly objects = new Map<string, Map<string, Obj>>();
   private readonly bridges = new Set<ExecBridge>();
   private readonly sockets = new Set<import('node:net').Socket>();
@@ -191,6 +199,7 @@ export class StandinApiServer implements AsyncDisposable {
     if (!this.authorized(req)) return this.reply(res, 401, apiError(401, 'Unauthorized', 'Unauthorized'));
     const url = new URL(req.url ?? '/', this.url);
     if (url.pathname === '/version') return this.reply(res, 200, { major: '1', minor: '35', gitVersion: 'v1.35.0-berth-standin' });
+    if (req.method === 'POST' && url.pathname === ACCESS_REVIEW_PATH) return this.reviewAccess(res, await readJson(req));
     const m = PATH_RE.exec(url.pathname);
     const resource = m === null ? undefined : RESOURCES.find((r) => r.prefix === m[1] && r.plural === m[3]);
     if (m === null || resource === undefined || m[5] !== undefined) {
@@ -234,7 +243,21 @@ export class StandinApiServer implements AsyncDisposable {
     store.set(key, obj);
     if (r.plural === 'pods') this.track(this.startPod(key, obj));
     if (r.plural === 'sandboxes') reconcileSandbox(this.controllerHost(), namespace, obj);
+    if (r.plural === 'sandboxwarmpools') fillPool(this.controllerHost(), namespace, obj);
+    if (r.plural === 'sandboxclaims') bindClaim(this.controllerHost(), namespace, obj);
     this.reply(res, 201, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
+  }
+
+  /** A SelfSubjectAccessReview: allowed unless the permission is in `denied` (no RBAC evaluation; no vendored schema for its kind). */
+  private reviewAccess(res: ServerResponse, body: unknown): void {
+    const review = body as { spec?: { resourceAttributes?: { group?: string; resource?: string; subresource?: string; verb?: string } } };
+    const a = review.spec?.resourceAttributes;
+    if (a?.resource === undefined || a.verb === undefined) {
+      return this.reply(res, 422, apiError(422, 'Invalid', 'SelfSubjectAccessReview is invalid: spec.resourceAttributes.resource and verb are required'));
+    }
+    const key = `${a.verb} ${a.group ?? ''}/${a.resource}${a.subresource === undefined || a.subresource === '' ? '' : `/${a.subresource}`}`;
+    const allowed = !this.denied.has(key);
+    this.reply(res, 201, { kind: 'SelfSubjectAccessReview', apiVersion: 'authorization.k8s.io/v1', metadata: {}, spec: review.spec, status: { allowed, ...(allowed ? {} : { reason: 'denied by the stand-in' }) } });
   }
 
   private async startPod(key: string, pod: Obj): Promise<void> {
@@ -276,6 +299,7 @@ export class StandinApiServer implements AsyncDisposable {
       if (!key.startsWith(`${namespace}/`)) continue;
       if (!matches((obj.metadata['labels'] ?? {}) as Record<string, string>)) continue;
       if (r.plural === 'pods') await this.refresh(key, obj);
+      if (r.plural === 'sandboxes') sandboxStatus(this.controllerHost(), namespace, obj);
       items.push(obj);
     }
     this.reply(res, 200, { kind: `${r.kind}List`, apiVersion: r.prefix.replace(/^\/apis?\//, ''), metadata: { resourceVersion: String(this.resourceVersion) }, items });
@@ -300,7 +324,7 @@ export class StandinApiServer implements AsyncDisposable {
     if (r.plural !== 'pods') {
       store.delete(key);
       if (r.plural === 'persistentvolumeclaims') rmSync(claimDir(this.dataDir, namespace, name), { recursive: true, force: true });
-      if (r.plural === 'sandboxes') this.collectGarbage(namespace, String(obj.metadata['uid']));
+      if (['sandboxes', 'sandboxclaims', 'sandboxwarmpools'].includes(r.plural)) this.collectGarbage(namespace, String(obj.metadata['uid']));
       return this.reply(res, 200, out);
     }
     this.deletePodObject(key, obj);
@@ -317,13 +341,16 @@ export class StandinApiServer implements AsyncDisposable {
     };
   }
 
-  /** Owner-reference garbage collection: the pods and claims a deleted Sandbox owned go too. */
+  /** Owner-reference garbage collection: what a deleted object owned goes too (a claim's Sandbox, then its pod and claims). */
   private collectGarbage(namespace: string, ownerUid: string): void {
-    for (const plural of ['pods', 'persistentvolumeclaims']) {
+    for (const plural of ['sandboxes', 'pods', 'persistentvolumeclaims']) {
       for (const [key, obj] of [...this.store(plural)]) {
         const refs = (obj.metadata['ownerReferences'] ?? []) as { uid?: string }[];
         if (!key.startsWith(`${namespace}/`) || !refs.some((ref) => ref.uid === ownerUid)) continue;
-        if (plural === 'pods') {
+        if (plural === 'sandboxes') {
+          this.store(plural).delete(key);
+          this.collectGarbage(namespace, String(obj.metadata['uid']));
+        } else if (plural === 'pods') {
           this.deletePodObject(key, obj);
         } else {
           this.store(plural).delete(key);

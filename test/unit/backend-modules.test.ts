@@ -70,7 +70,8 @@ function errorOf(raw: unknown, backends = catalog): string {
 
 describe('the registry as a catalog of modules', () => {
   it('lists the built-in backends in registry order, each with its traits', () => {
-    expect(BUILTIN_BACKENDS.names).toEqual(['docker', 'local', 'ssh', 'bwrap']);
+    expect(BUILTIN_BACKENDS.names).toEqual(['docker', 'local', 'ssh', 'bwrap', 'kubernetes']);
+    expect(BUILTIN_BACKENDS.traits('kubernetes')).toMatchObject({ mountsHostDirs: false, isolation: 'container', containerKeying: true, listsByLabel: true, hostPaths: false });
     expect(BUILTIN_BACKENDS.traits('docker')).toMatchObject({ mountsHostDirs: true, isolation: 'container', containerKeying: true, listsByLabel: true });
     expect(BUILTIN_BACKENDS.traits('local')).toMatchObject({ mountsHostDirs: false, isolation: 'none', hostPaths: true, jobsDieWithSandbox: false });
     expect(BUILTIN_BACKENDS.traits('ssh')).toMatchObject({ containerKeying: false, isolation: 'remote', hostPaths: false });
@@ -82,7 +83,7 @@ describe('the registry as a catalog of modules', () => {
   it('refuses two modules of one name, and names the known ones for an unknown name', () => {
     expect(() => BUILTIN_BACKENDS.with(example as BackendModule, example as BackendModule)).toThrow(/two backend modules are named "example"/);
     expect(() => catalog.module('podman')).toThrow(ConfigError);
-    expect(() => catalog.module('podman')).toThrow('backend "podman" is not one of "docker", "local", "ssh", "bwrap", "example", "boxes"');
+    expect(() => catalog.module('podman')).toThrow('backend "podman" is not one of "docker", "local", "ssh", "bwrap", "kubernetes", "example", "boxes"');
     expect(() => new BackendCatalog([])).toThrow(/at least one module/);
   });
 
@@ -104,7 +105,7 @@ describe('a module\'s settings section is part of the config schema', () => {
   it('validates the section strictly, with the module\'s own messages and "did you mean" from its keys', () => {
     expect(errorOf({ backend: 'example', example: { sise: 3 } })).toBe('unknown config key "example.sise"; did you mean "size"?');
     expect(errorOf({ backend: 'example', example: { size: 'big' } })).toBe('config key "example.size": expected a number, got "big"');
-    expect(errorOf({ backend: 'podman' })).toBe('config key "backend": expected one of "docker", "local", "ssh", "bwrap", "example", "boxes", got "podman"');
+    expect(errorOf({ backend: 'podman' })).toBe('config key "backend": expected one of "docker", "local", "ssh", "bwrap", "kubernetes", "example", "boxes", got "podman"');
   });
 
   it('a section for a backend no profile uses is a config error naming the section', () => {
@@ -127,7 +128,7 @@ describe('a module\'s settings section is part of the config schema', () => {
 describe('config rules read traits, not names', () => {
   it('workspace.mount: the backends that never mount and those that do are listed from their traits', () => {
     expect(errorOf({ backend: 'example', workspace: { mount: true } })).toBe(
-      'config key "workspace.mount": local, ssh and example never mount, and no profile it applies to uses a container backend; remove workspace.mount or use backend: docker, bwrap or boxes',
+      'config key "workspace.mount": local, ssh, kubernetes and example never mount, and no profile it applies to uses a container backend; remove workspace.mount or use backend: docker, bwrap or boxes',
     );
     // A namespace backend that mounts host dirs may mount.
     expect(parseConfig({ backend: 'boxes', workspace: { mount: true } }, undefined, { backends: catalog }).base.workspace.mount).toBe(true);
@@ -136,7 +137,7 @@ describe('config rules read traits, not names', () => {
   it('sharedKey in scope auto applies to any persistent backend that keys like a container', () => {
     expect(parseConfig({ backend: 'boxes', sharedKey: 'team' }, undefined, { backends: catalog }).base.sharedKey).toBe('team');
     expect(errorOf({ backend: 'example', sharedKey: 'team' })).toContain(
-      'only applies to a persistent container backend (docker, bwrap or boxes with persistent: true), and here backend "example" is not a container backend',
+      'only applies to a persistent container backend (docker, bwrap, kubernetes or boxes with persistent: true), and here backend "example" is not a container backend',
     );
   });
 });
@@ -180,7 +181,7 @@ describe('explain and the tool words come from the module', () => {
     })();
     expect(err).toBeInstanceOf(PolicyRefusedError);
     expect((err as Error).message).toBe(
-      'task "t1" sets image "example/other:1", but backend "local" runs no images (only docker does); remove the image from the task override, or give the task a backend that runs images',
+      'task "t1" sets image "example/other:1", but backend "local" runs no images (only docker and kubernetes do); remove the image from the task override, or give the task a backend that runs images',
     );
   });
 });

@@ -130,7 +130,7 @@ describe('accepted values', () => {
 
 describe('bad values', () => {
   it.each([
-    [{ backend: 'podman' }, 'config key "backend": expected one of "docker", "local", "ssh", "bwrap", got "podman"'],
+    [{ backend: 'podman' }, 'config key "backend": expected one of "docker", "local", "ssh", "bwrap", "kubernetes", got "podman"'],
     [{ scope: 'global' }, 'config key "scope": expected one of "auto", "shared", "profile", "user", "session", "task", got "global"'],
     [{ persistent: 'yes' }, 'config key "persistent": expected true or false, got "yes"'],
     [{ sharedKey: 5 }, 'config key "sharedKey": expected a string ("" means unset), got 5'],
@@ -210,7 +210,7 @@ describe('bad values', () => {
   });
 
   it('omits the location without a source', () => {
-    expect(errorOf({ backend: 'x' }, null)).toBe('config key "backend": expected one of "docker", "local", "ssh", "bwrap", got "x"');
+    expect(errorOf({ backend: 'x' }, null)).toBe('config key "backend": expected one of "docker", "local", "ssh", "bwrap", "kubernetes", got "x"');
   });
 });
 
@@ -404,12 +404,12 @@ describe('cross-field rules', () => {
   describe('workspace.mount needs a container backend', () => {
     it('errors when nothing uses docker', () => {
       expect(errorOf({ backend: 'local', workspace: { mount: true } })).toContain(
-        'config key "workspace.mount": local and ssh never mount, and no profile it applies to uses a container backend; remove workspace.mount or use backend: docker',
+        'config key "workspace.mount": local, ssh and kubernetes never mount, and no profile it applies to uses a container backend; remove workspace.mount or use backend: docker',
       );
     });
     it('errors in a profile whose backend is not docker', () => {
       expect(errorOf({ profiles: { bot: { backend: 'ssh', workspace: { mount: true } } } })).toContain(
-        'config key "profiles.bot.workspace.mount": profile "bot" uses backend "ssh", and local and ssh never mount',
+        'config key "profiles.bot.workspace.mount": profile "bot" uses backend "ssh", and local, ssh and kubernetes never mount',
       );
     });
     it('accepts a top-level mount when a profile uses docker', () => {

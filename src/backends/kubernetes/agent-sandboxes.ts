@@ -5,7 +5,7 @@ import { AGENT_SANDBOX_API, sandboxResource, type SandboxResource } from './agen
 import type { ExecTarget } from './exec-stream.js';
 import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
 import { assertNoHostMount, CONTAINER_NAME, tenantNetworkPolicy } from './manifests.js';
-import { persistentPodName } from './names.js';
+import { ephemeralPodName, persistentPodName } from './names.js';
 import { ensureNetworkPolicy, notOwnedBy, waitForRunning, type AdoptResult, type Owner } from './pods.js';
 import type { KubernetesSettings } from './settings.js';
 
@@ -20,7 +20,8 @@ const GROUP = 'agents.x-k8s.io';
 const VERSION = AGENT_SANDBOX_API.split('/')[1] as string;
 const PLURAL = 'sandboxes';
 
-async function readSandbox(client: KubeClient, name: string): Promise<SandboxResource | undefined> {
+/** The Sandbox of this name, or undefined when there is none. */
+export async function readSandbox(client: KubeClient, name: string): Promise<SandboxResource | undefined> {
   try {
     return (await client.custom.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, name })) as SandboxResource;
   } catch (err) {
@@ -90,4 +91,62 @@ export async function ensureAgentSandbox(client: KubeClient, input: EnsureSandbo
     throw new BackendUnavailableError(`kubernetes: pod ${name} is not the one the agent-sandbox controller made for sandbox ${name}; refusing to use it`);
   }
   return { name, target: { client, pod: name, container: CONTAINER_NAME }, created: !adopted };
+}
+
+/** Waits for the controller's pod of Sandbox `name` and checks it is that Sandbox's (owner reference) and `owner`'s (labels). */
+export async function podOfOwnSandbox(client: KubeClient, name: string, uid: string | undefined, owner: Owner, timeoutMs: number): Promise<ExecTarget> {
+  const pod = await waitForRunning(client, name, timeoutMs, undefined, { mayNotExistYet: true });
+  const why = podOfSandbox(pod, name, uid) ? notOwnedBy(pod.metadata, owner) : 'it was not made by the agent-sandbox controller for that sandbox';
+  if (why !== undefined) throw new BackendUnavailableError(`kubernetes: pod ${name} of sandbox ${name} cannot be used: ${why}; refusing to run commands in it`);
+  return { client, pod: name, container: CONTAINER_NAME };
+}
+
+/**
+ * An ephemeral identity's Sandbox without a warm pool: a new, uniquely named one per creation,
+ * never adopted (a taken name is an error); `knownName` (the caller's record) is reattached when
+ * it is still this installation's and this identity's. `recreated`: the recorded one was gone.
+ */
+export async function ensureEphemeralSandbox(
+  client: KubeClient,
+  input: EnsureSandboxInput & { knownName: string | undefined; unique: () => string },
+): Promise<{ name: string; target: ExecTarget; recreated: boolean }> {
+  assertNoHostMount(input.mount);
+  const k = input.kubernetes;
+  const timeoutMs = k.podStartTimeoutSeconds * 1000;
+  const owner = { installation: input.identity.installation, digest: input.digest };
+  if (input.knownName !== undefined) {
+    const known = await readSandbox(client, input.knownName);
+    if (known !== undefined && known.metadata.deletionTimestamp === undefined && notOwnedBy(known.metadata as Parameters<typeof notOwnedBy>[0], owner) === undefined) {
+      return { name: input.knownName, target: await podOfOwnSandbox(client, input.knownName, known.metadata.uid, owner, timeoutMs), recreated: false };
+    }
+  }
+  if (k.networkPolicy) await ensureNetworkPolicy(client, tenantNetworkPolicy(input.identity.installation, input.identity.tenant, k));
+  const name = ephemeralPodName(input.digest, input.unique());
+  let made: SandboxResource;
+  try {
+    made = (await client.custom.createNamespacedCustomObject({
+      group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, body: sandboxResource({ ...input, ephemeral: true, name }), fieldValidation: 'Strict',
+    })) as SandboxResource;
+  } catch (err) {
+    if (apiStatusOf(err) === 409) {
+      throw new BackendUnavailableError(`kubernetes: the new ephemeral sandbox's name ${name} is taken; an ephemeral sandbox is never adopted, so nothing was created. Try again`, { cause: err });
+    }
+    throw fromKubeError(client, err, `create sandbox ${name}`);
+  }
+  try {
+    return { name, target: await podOfOwnSandbox(client, name, made.metadata.uid, owner, timeoutMs), recreated: input.knownName !== undefined };
+  } catch (err) {
+    await deleteSandbox(client, name).catch(() => undefined);
+    throw err;
+  }
+}
+
+/** This installation's Sandboxes, by label selector. */
+export async function listSandboxes(client: KubeClient, labelSelector: string): Promise<SandboxResource[]> {
+  try {
+    const list = (await client.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, labelSelector })) as { items: SandboxResource[] };
+    return list.items;
+  } catch (err) {
+    throw fromKubeError(client, err, `list sandboxes (${labelSelector})`);
+  }
 }

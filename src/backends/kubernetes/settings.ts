@@ -1,10 +1,12 @@
 import * as z from 'zod';
+import type { SectionUse, SettingsSection } from '../module.js';
 
 /*
  * The `kubernetes:` config section (issue 14): where the cluster is, which namespace, the pod
  * template pieces and the mode. Like the rest of the config, the zod shape describes only what a
  * user may write (every key optional, no defaults); `mergeKubernetesSettings` applies defaults
- * and profile overrides, and `kubernetesSettingsProblems` states the cross-field rules.
+ * and profile overrides, and `kubernetesSettingsProblems` states the cross-field rules. The
+ * module's section (`kubernetesSettings`) is made of these three.
  */
 
 /** How sandboxes are represented in the cluster. */
@@ -157,3 +159,39 @@ export function kubernetesSettingsProblems(s: KubernetesSettings, at: string, pe
   }
   return problems;
 }
+
+/** How a place reaches its cluster: the parts of the settings that pick the API server and credentials. */
+export function connectionOf(s: KubernetesSettings): string {
+  return JSON.stringify(s.inCluster ? ['in-cluster'] : [s.kubeconfig ?? '(default kubeconfig)', s.context ?? '(current context)']);
+}
+
+function describeConnection(s: KubernetesSettings): string {
+  if (s.inCluster) return 'inCluster: true';
+  return `kubeconfig ${s.kubeconfig ?? '(the default)'}, context ${s.context ?? '(its current one)'}`;
+}
+
+/**
+ * The rules over every place that uses the backend: each place's own (`kubernetesSettingsProblems`),
+ * and one cluster connection for all of them, because the reapers must find every sandbox of
+ * the installation again from a ref alone (a ref names the namespace and the object, not the cluster).
+ */
+export function kubernetesUseProblems(uses: readonly SectionUse<KubernetesSettings>[]): string[] {
+  const problems = uses.flatMap((u) => kubernetesSettingsProblems(u.settings, u.at, u.persistent));
+  const first = uses[0];
+  for (const u of uses.slice(1)) {
+    if (first === undefined || connectionOf(u.settings) === connectionOf(first.settings)) continue;
+    problems.push(
+      `config key "${u.at}": every place that uses backend kubernetes must reach the same cluster, and this one (${describeConnection(u.settings)}) differs from "${first.at}" (${describeConnection(first.settings)}); ` +
+        'set kubeconfig, context and inCluster once at the top level (namespaces may differ), or run a separate berth installation per cluster',
+    );
+  }
+  return problems;
+}
+
+/** The `kubernetes:` section of the config: its keys, defaults, merge and rules. */
+export const kubernetesSettings: SettingsSection<KubernetesSettings, typeof kubernetesShape> = {
+  shape: kubernetesShape,
+  defaults: () => mergeKubernetesSettings(KUBERNETES_DEFAULTS, undefined),
+  merge: (base, written) => mergeKubernetesSettings(base, written),
+  problems: kubernetesUseProblems,
+};

@@ -106,22 +106,25 @@ export const sshSettings: SettingsSection<SshSettings, typeof sshShape> = {
       maxProcesses: d.maxProcesses ?? base.maxProcesses,
     };
   },
-  problems: (s, key) => {
-    const out: string[] = [];
-    if (s.host === undefined) {
-      out.push(`config key "${key('host')}": backend ssh needs the host to run sandboxes on; set ${key('host')} to its name or address`);
-    }
-    if (s.identityFile !== undefined && s.agent !== undefined) {
-      out.push(`config key "${key('agent')}": ${key('identityFile')} and ${key('agent')} are both set, and berth authenticates one way; remove one of them`);
-    } else if (s.identityFile === undefined && s.agent === undefined) {
-      out.push(
-        `config key "${key('identityFile')}": backend ssh needs a way to log in; set ${key('identityFile')} to a private key file ` +
-          `or ${key('agent')} to an ssh-agent socket (e.g. the value of SSH_AUTH_SOCK)`,
-      );
-    }
-    return out;
-  },
+  problems: (uses) => uses.flatMap((u) => sshProblems(u.settings, (name) => `${u.at}.${name}`)),
 };
+
+/** One place's problems: a host, and exactly one way to log in. `key` names a key of the section by its config path. */
+function sshProblems(s: SshSettings, key: (name: string) => string): string[] {
+  const out: string[] = [];
+  if (s.host === undefined) {
+    out.push(`config key "${key('host')}": backend ssh needs the host to run sandboxes on; set ${key('host')} to its name or address`);
+  }
+  if (s.identityFile !== undefined && s.agent !== undefined) {
+    out.push(`config key "${key('agent')}": ${key('identityFile')} and ${key('agent')} are both set, and berth authenticates one way; remove one of them`);
+  } else if (s.identityFile === undefined && s.agent === undefined) {
+    out.push(
+      `config key "${key('identityFile')}": backend ssh needs a way to log in; set ${key('identityFile')} to a private key file ` +
+        `or ${key('agent')} to an ssh-agent socket (e.g. the value of SSH_AUTH_SOCK)`,
+    );
+  }
+  return out;
+}
 
 /** Where and how to reach the host of `s` (its host set: the config rules require it). */
 export function targetOf(s: SshSettings): SshTarget {

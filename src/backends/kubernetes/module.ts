@@ -1,0 +1,42 @@
+import { defineBackend } from '../module.js';
+import { WORKSPACE } from './manifests.js';
+import { kubernetesSettings, type KubernetesSettings } from './settings.js';
+
+/**
+ * Sandboxes as pods on a Kubernetes cluster (issue 14): plain Pods or agent-sandbox resources,
+ * each process over a pods/exec WebSocket. A pod has its own pid namespace (shared only with its
+ * pause container, PID 1, which a sandbox user cannot signal), so the warden may end every
+ * process the shell can signal.
+ */
+export const kubernetesModule = defineBackend({
+  name: 'kubernetes',
+  traits: {
+    // Pods run on cluster nodes: a dir on berth's host can never be bound into them.
+    mountsHostDirs: false,
+    isolation: 'container',
+    jobsDieWithSandbox: true,
+    listsByLabel: true,
+    containerKeying: true,
+    hostPaths: false,
+    ownsProcessTable: true,
+  },
+  settings: kubernetesSettings,
+  images: { of: (s) => s.image, with: (s, image) => ({ ...s, image }) },
+  isolationNote: 'runs in a pod on a Kubernetes cluster (non-root, restricted security context, no service-account token, a per-tenant NetworkPolicy); host dirs are never mounted',
+  words: {
+    where: (b) => b.persistent
+      ? `Commands run in a pod on a Kubernetes cluster, isolated from berth's host (sandbox "${b.sandboxKey}"), starting in ${b.cwd}.`
+      : `Commands run in a pod on a Kubernetes cluster created for this session, isolated from berth's host, starting in ${b.cwd}.`,
+    persistence: (b) => b.persistent
+      ? `The sandbox is persistent: files in ${WORKSPACE} and the home directory persist across sessions on a PersistentVolumeClaim until the sandbox is removed; /tmp and running processes do not survive a restart of the pod.`
+      : 'The sandbox is ephemeral: its files vanish when this session closes.',
+  },
+  defaultCwd: () => WORKSPACE,
+  async create(ctx) {
+    const { KubernetesBackend } = await import('./kubernetes-backend.js');
+    // Read as plain records: typing them as ProfileSettings here would make the registry's types circular.
+    const places = (ctx.profiles ?? []) as readonly unknown[] as readonly { backend: string; kubernetes: KubernetesSettings }[];
+    const sections = places.filter((p) => p.backend === 'kubernetes').map((p) => p.kubernetes);
+    return new KubernetesBackend({ installation: ctx.installation, log: ctx.log, sections });
+  },
+});

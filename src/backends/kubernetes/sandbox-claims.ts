@@ -1,0 +1,129 @@
+import type { V1ObjectMeta } from '@kubernetes/client-node';
+import { BackendUnavailableError, TimeoutError } from '../../errors.js';
+import type { SandboxIdentity } from '../backend.js';
+import { AGENT_SANDBOX_EXTENSIONS_API, sandboxClaimResource } from './agent-sandbox-manifests.js';
+import { podOfOwnSandbox } from './agent-sandboxes.js';
+import type { ExecTarget } from './exec-stream.js';
+import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
+import { IDENTITY_ANNOTATION } from './labels.js';
+import { assertNoHostMount } from './manifests.js';
+import { ephemeralPodName } from './names.js';
+import { notOwnedBy } from './pods.js';
+import type { KubernetesSettings } from './settings.js';
+
+/*
+ * Mode agent-sandbox with a warm pool: an ephemeral identity claims a ready Sandbox from the
+ * profile's `SandboxWarmPool` with a `SandboxClaim` (extensions.agents.x-k8s.io/v1beta1). The
+ * controller binds the claim to a pre-made Sandbox (`status.sandbox.name`), gives that Sandbox's
+ * pod the claim's `additionalPodMetadata` (berth's labels), and deletes the Sandbox with the
+ * claim (`shutdownPolicy: Delete`). berth execs into the bound Sandbox's pod only once it is the
+ * controller's pod of that Sandbox and carries this identity's labels.
+ */
+
+const GROUP = 'extensions.agents.x-k8s.io';
+const VERSION = AGENT_SANDBOX_EXTENSIONS_API.split('/')[1] as string;
+const PLURAL = 'sandboxclaims';
+const POLL_MS = 250;
+
+interface ClaimObject {
+  metadata: V1ObjectMeta;
+  status?: { sandbox?: { name?: string } };
+}
+
+async function readClaim(client: KubeClient, name: string): Promise<ClaimObject | undefined> {
+  try {
+    return (await client.custom.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, name })) as ClaimObject;
+  } catch (err) {
+    if (apiStatusOf(err) === 404) return undefined;
+    throw fromKubeError(client, err, `read sandboxclaim ${name}`);
+  }
+}
+
+/** Deletes a claim (and with it, by its shutdown policy, the Sandbox it holds); one already gone is success. */
+export async function deleteClaimResource(client: KubeClient, name: string): Promise<void> {
+  try {
+    await client.custom.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, name });
+  } catch (err) {
+    if (apiStatusOf(err) !== 404) throw fromKubeError(client, err, `delete sandboxclaim ${name}`);
+  }
+}
+
+/** The Sandbox a claim is bound to, once the controller bound it. */
+export async function claimedSandbox(client: KubeClient, claim: string): Promise<string | undefined> {
+  return (await readClaim(client, claim))?.status?.sandbox?.name;
+}
+
+async function waitForBinding(client: KubeClient, claim: string, timeoutMs: number, pool: string): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const found = await readClaim(client, claim);
+    if (found === undefined) throw new BackendUnavailableError(`kubernetes: sandboxclaim ${claim} vanished before the agent-sandbox controller bound it`);
+    const bound = found.status?.sandbox?.name;
+    if (bound !== undefined && bound !== '') return bound;
+    if (Date.now() >= deadline) {
+      throw new TimeoutError(
+        `kubernetes: sandboxclaim ${claim} on warm pool ${pool} was not bound to a sandbox within ${Math.round(timeoutMs / 1000)} s; check the pool (kubectl get sandboxwarmpool ${pool} -n ${client.namespace}) and the agent-sandbox controller, or raise kubernetes.podStartTimeoutSeconds`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+  }
+}
+
+export interface ClaimInput {
+  identity: SandboxIdentity;
+  digest: string;
+  rule: string;
+  mount: string | null;
+  kubernetes: KubernetesSettings;
+  /** The claim the caller recorded for this identity, if any: reattached only by that name. */
+  knownName: string | undefined;
+  unique: () => string;
+}
+
+/** An ephemeral identity's claim on the warm pool: reattached by its recorded name, else a new one. */
+export async function ensureClaimedSandbox(client: KubeClient, input: ClaimInput): Promise<{ claim: string; target: ExecTarget; recreated: boolean }> {
+  assertNoHostMount(input.mount);
+  const k = input.kubernetes;
+  const pool = k.warmPool as string;
+  const timeoutMs = k.podStartTimeoutSeconds * 1000;
+  const owner = { installation: input.identity.installation, digest: input.digest };
+  if (input.knownName !== undefined) {
+    const known = await readClaim(client, input.knownName);
+    const bound = known?.status?.sandbox?.name;
+    if (known !== undefined && known.metadata.deletionTimestamp === undefined && bound !== undefined && notOwnedBy(known.metadata as Parameters<typeof notOwnedBy>[0], owner) === undefined) {
+      return { claim: input.knownName, target: await podOfOwnSandbox(client, bound, undefined, owner, timeoutMs), recreated: false };
+    }
+  }
+  const claim = ephemeralPodName(input.digest, input.unique());
+  const body = sandboxClaimResource({ identity: input.identity, digest: input.digest, ephemeral: true, rule: input.rule, name: claim, mount: null, kubernetes: k });
+  try {
+    await client.custom.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, body, fieldValidation: 'Strict' });
+  } catch (err) {
+    if (apiStatusOf(err) === 409) {
+      throw new BackendUnavailableError(`kubernetes: the new sandboxclaim's name ${claim} is taken; an ephemeral sandbox is never adopted, so nothing was created. Try again`, { cause: err });
+    }
+    throw fromKubeError(client, err, `create sandboxclaim ${claim} on warm pool ${pool}`);
+  }
+  try {
+    const sandbox = await waitForBinding(client, claim, timeoutMs, pool);
+    return { claim, target: await podOfOwnSandbox(client, sandbox, undefined, owner, timeoutMs), recreated: input.knownName !== undefined };
+  } catch (err) {
+    await deleteClaimResource(client, claim).catch(() => undefined);
+    throw err;
+  }
+}
+
+/** This installation's claims, by label selector, with whether each is bound. */
+export async function listClaims(client: KubeClient, labelSelector: string): Promise<{ name: string; digest: string; bound: boolean; deleting: boolean }[]> {
+  try {
+    const list = (await client.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, labelSelector })) as { items: ClaimObject[] };
+    return list.items.map((c) => ({
+      name: c.metadata.name ?? '',
+      digest: c.metadata.annotations?.[IDENTITY_ANNOTATION] ?? '',
+      bound: (c.status?.sandbox?.name ?? '') !== '',
+      deleting: c.metadata.deletionTimestamp !== undefined,
+    }));
+  } catch (err) {
+    throw fromKubeError(client, err, `list sandboxclaims (${labelSelector})`);
+  }
+}

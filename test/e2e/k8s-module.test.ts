@@ -1,0 +1,247 @@
+import { randomInt } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import type { Backend, SandboxSpec } from '../../src/backends/backend.js';
+import { execOnceInPod } from '../../src/backends/kubernetes/exec-once.js';
+import { CONTAINER_NAME, sandboxPodSpec } from '../../src/backends/kubernetes/manifests.js';
+import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
+import { Broker } from '../../src/broker/broker.js';
+import { StateStore } from '../../src/broker/state-store.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { BerthError } from '../../src/errors.js';
+import { Logger } from '../../src/logging/logger.js';
+import { runBerth } from '../helpers/cli.js';
+import { waitNoneWithArg, waitSomeWithArg } from '../helpers/processes.js';
+import { describeDocker, ensureImage, waitFor } from '../helpers/docker-e2e.js';
+import { BerthOnStandin } from '../k8s-standin/berth-on-standin.js';
+import { sandboxInput } from '../k8s-standin/fixtures.js';
+import { loadValidator } from '../schemas/validate.js';
+
+/*
+ * The kubernetes module beyond the conformance suite, through the stand-in: start-up checks
+ * (an unreachable API server, missing permissions), mode agent-sandbox (Sandbox resources, and
+ * SandboxClaims on a warm pool), and an exec stream the API server drops mid-session.
+ */
+
+describeDocker('kubernetes module (stand-in API server)', () => {
+  let cluster: BerthOnStandin | undefined;
+  const brokers: Broker[] = [];
+  const backends: Backend[] = [];
+  beforeAll(async () => {
+    await ensureImage();
+    cluster = await BerthOnStandin.start();
+  }, 120_000);
+  afterEach(async () => {
+    for (const b of brokers.splice(0)) await b.close({ graceMs: 2_000 }).catch(() => undefined);
+    for (const b of backends.splice(0)) await b.close().catch(() => undefined);
+    c().server.denied.clear();
+    await c().reset();
+  }, 120_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  }, 120_000);
+
+  const c = (): BerthOnStandin => {
+    if (cluster === undefined) throw new Error('the stand-in did not start');
+    return cluster;
+  };
+  const configOf = (kubernetes: Record<string, unknown> = {}, extra: Record<string, unknown> = {}) =>
+    parseConfig({ backend: 'kubernetes', kubernetes: c().section(kubernetes), exec: { timeoutSeconds: 20 }, ...extra });
+
+  const open = async (kubernetes: Record<string, unknown> = {}, extra: Record<string, unknown> = {}, lines: string[] = []): Promise<Broker> => {
+    const broker = await Broker.open({ config: configOf(kubernetes, extra), berthHome: c().newHome(), env: { PATH: process.env['PATH'] }, log: (_ns, m) => void lines.push(m) });
+    brokers.push(broker);
+    return broker;
+  };
+
+  const backendOn = async (home: string, kubernetes: Record<string, unknown> = {}, extra: Record<string, unknown> = {}): Promise<{ backend: Backend; spec: (key: string, ephemeral: boolean) => SandboxSpec }> => {
+    const store = StateStore.open(home);
+    const installation = store.installationId;
+    store.close();
+    const config = configOf(kubernetes, extra);
+    const backend = await BUILTIN_BACKENDS.module('kubernetes').create({ berthHome: home, installation, log: Logger.silent(), lease: (_n, fn) => fn(), profiles: [config.base] });
+    backends.push(backend);
+    const spec = (key: string, ephemeral: boolean): SandboxSpec => {
+      const input = sandboxInput(installation, { key, ephemeral });
+      return { identity: input.identity, digest: input.digest, dirName: `k-${input.digest.slice(0, 12)}`, ephemeral, mount: null, rule: 'auto:5', settings: config.base };
+    };
+    return { backend, spec };
+  };
+
+  const errorOf = async (p: Promise<unknown>): Promise<BerthError> => {
+    const err = await p.then(() => undefined, (e: unknown) => e);
+    expect(err).toBeInstanceOf(BerthError);
+    return err as BerthError;
+  };
+
+  // -- start-up -------------------------------------------------------------------------------
+
+  it('check: passes when berth may do what it needs; a missing permission is backend_unavailable listing each one and the fix', async () => {
+    const home = c().newHome();
+    const { backend } = await backendOn(home);
+    await backend.check(configOf().base);
+    c().server.denied.add('create /pods/exec');
+    c().server.denied.add('list /persistentvolumeclaims');
+    const err = await errorOf(backend.check(configOf().base));
+    expect(err.code).toBe('backend_unavailable');
+    expect(err.message).toContain('berth may not create pods/exec, list persistentvolumeclaims in namespace "berth"');
+    expect(err.message).toContain('apply deploy/rbac.yaml');
+    // Mode agent-sandbox with a warm pool asks about Sandboxes and claims, not PVCs.
+    c().server.denied.clear();
+    c().server.denied.add('create extensions.agents.x-k8s.io/sandboxclaims');
+    const agent = configOf({ mode: 'agent-sandbox', warmPool: 'pool' }, { persistent: false }).base;
+    expect((await errorOf(backend.check(agent))).message).toContain('berth may not create extensions.agents.x-k8s.io/sandboxclaims');
+  });
+
+  it('the CLI against an API server that does not answer exits 125 with one line naming it; nothing falls back', async () => {
+    const dead = createServer();
+    await new Promise<void>((resolve) => dead.listen(0, '127.0.0.1', resolve));
+    const port = (dead.address() as { port: number }).port;
+    await new Promise<void>((resolve) => dead.close(() => resolve()));
+    const dir = c().newHome();
+    const kubeconfig = join(dir, 'dead.kubeconfig');
+    writeFileSync(kubeconfig, c().server.kubeConfig('berth').exportConfig().replace(c().server.url, `http://127.0.0.1:${port}`), { mode: 0o600 });
+    writeFileSync(join(dir, 'berth.yaml'), `backend: kubernetes\nkubernetes:\n  kubeconfig: ${kubeconfig}\n`);
+    const r = await runBerth(['exec', '--', 'echo', 'ran'], { cwd: dir, env: { PATH: process.env['PATH'], HOME: dir, BERTH_HOME: join(dir, 'home') }, timeoutMs: 45_000 });
+    expect(r.code, r.stderr).toBe(125);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain(`the API server at http://127.0.0.1:${port} did not answer`);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+  }, 60_000);
+
+  it('stop (idle): a persistent pod is deleted and its claim kept; started again it has its files and is not reported as recreated', async () => {
+    const home = c().newHome();
+    const { backend, spec } = await backendOn(home);
+    const s = spec('idle-p', false);
+    const first = await backend.ensure(s, undefined);
+    await first.execOnce(['sh', '-c', 'echo kept > /workspace/f']);
+    await backend.stop(first.ref);
+    await expect(c().client.core.readNamespacedPod({ namespace: 'berth', name: first.name })).rejects.toMatchObject({ code: 404 });
+    expect((await backend.listManaged()).map((m) => m.ref)).not.toContain(first.ref);
+    const again = await backend.ensure(s, first.ref);
+    expect([again.ref, again.recreated]).toEqual([first.ref, false]);
+    expect((await again.execOnce(['cat', '/workspace/f'])).stdout.toString()).toBe('kept\n');
+  });
+
+  // -- agent-sandbox --------------------------------------------------------------------------
+
+  it('agent-sandbox: a persistent identity is a Sandbox, created once and adopted by another process; listed as a Sandbox, never as its bare pod; removed with its pod and claim', async () => {
+    const home = c().newHome();
+    const k = { mode: 'agent-sandbox' };
+    const [a, b] = [await backendOn(home, k), await backendOn(home, k)];
+    const spec = a.spec('agent-p', false);
+    const first = await a.backend.ensure(spec, undefined);
+    expect(first.ref).toMatch(/^sandbox:berth\/berth-[0-9a-f]{24}$/);
+    expect((await first.execOnce(['sh', '-c', 'echo kept > /workspace/f; id -u'])).stdout.toString()).toBe('1000\n');
+    const again = await b.backend.ensure({ ...spec }, undefined);
+    expect([again.ref, again.recreated]).toEqual([first.ref, false]);
+    expect((await again.execOnce(['cat', '/workspace/f'])).stdout.toString()).toBe('kept\n');
+    const listed = await b.backend.listManaged();
+    expect(listed).toEqual([{ ref: first.ref, name: first.name, digest: spec.digest, ephemeral: false, running: true }]);
+    await b.backend.remove(first.ref, undefined);
+    await b.backend.remove(first.ref, undefined);
+    expect(await b.backend.listManaged()).toEqual([]);
+    expect((await c().client.core.listNamespacedPersistentVolumeClaim({ namespace: 'berth' })).items).toEqual([]);
+    const fresh = await a.backend.ensure(spec, first.ref);
+    expect(fresh.recreated).toBe(true);
+    expect((await fresh.execOnce(['sh', '-c', 'cat /workspace/f 2>/dev/null || echo none'])).stdout.toString()).toBe('none\n');
+  });
+
+  it('agent-sandbox without a warm pool: an ephemeral identity gets a new Sandbox, found again only by its recorded ref', async () => {
+    const home = c().newHome();
+    const { backend, spec } = await backendOn(home, { mode: 'agent-sandbox' });
+    const s = spec('session:agent-e', true);
+    const first = await backend.ensure(s, undefined);
+    expect(first.ref).toMatch(/^sandbox:berth\/berth-[0-9a-f]{16}-[0-9a-f]{12}$/);
+    const reattached = await backend.ensure(s, first.ref);
+    expect([reattached.ref, reattached.recreated]).toEqual([first.ref, false]);
+    const other = await backend.ensure(s, undefined);
+    expect(other.ref).not.toBe(first.ref);
+    expect((await backend.listManaged()).map((m) => [m.ref, m.ephemeral]).sort()).toEqual([[first.ref, true], [other.ref, true]].sort());
+  });
+
+  it('agent-sandbox with a warm pool: a session claims a pre-made Sandbox (every manifest valid against the CRDs), runs in its pod, and its close deletes the claim and the Sandbox', async () => {
+    const validator = loadValidator();
+    const template = {
+      apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxTemplate', metadata: { name: 'berth-sandbox', namespace: 'berth' },
+      spec: { podTemplate: { spec: sandboxPodSpec(sandboxInput('template', { ephemeral: true })) } },
+    };
+    const pool = { apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxWarmPool', metadata: { name: 'py', namespace: 'berth' }, spec: { replicas: 1, sandboxTemplateRef: { name: 'berth-sandbox' } } };
+    validator.assertValid(template);
+    validator.assertValid(pool);
+    const create = (plural: string, body: object) =>
+      c().client.custom.createNamespacedCustomObject({ group: 'extensions.agents.x-k8s.io', version: 'v1beta1', namespace: 'berth', plural, body, fieldValidation: 'Strict' });
+    await create('sandboxtemplates', template);
+    await create('sandboxwarmpools', pool);
+    const premade = (await c().client.custom.listNamespacedCustomObject({ group: 'agents.x-k8s.io', version: 'v1beta1', namespace: 'berth', plural: 'sandboxes' })) as { items: { metadata: { name: string } }[] };
+    expect(premade.items.map((s) => s.metadata.name)).toEqual([expect.stringMatching(/^py-/)]);
+    const warm = premade.items[0]!.metadata.name;
+
+    const broker = await open({ mode: 'agent-sandbox', warmPool: 'py' }, { persistent: false });
+    const s = { session: 'claimed' };
+    const r = await broker.exec(s, 'id -u; echo mine > /workspace/mark');
+    expect(r).toMatchObject({ exitCode: 0, stdout: '1000\n' });
+    const claims = (await c().client.custom.listNamespacedCustomObject({ group: 'extensions.agents.x-k8s.io', version: 'v1beta1', namespace: 'berth', plural: 'sandboxclaims' })) as { items: object[] };
+    expect(claims.items).toHaveLength(1);
+    validator.assertValid({ ...claims.items[0], status: undefined, metadata: { name: (claims.items[0] as { metadata: { name: string } }).metadata.name, labels: (claims.items[0] as { metadata: { labels: object } }).metadata.labels } });
+    // The command ran in the pre-made Sandbox's pod, which now carries this identity's labels.
+    expect((await execOnceInPod({ client: c().client, pod: warm, container: CONTAINER_NAME }, ['cat', '/workspace/mark'])).stdout.toString()).toBe('mine\n');
+    const pod = await c().client.core.readNamespacedPod({ namespace: 'berth', name: warm });
+    expect(pod.metadata?.labels?.['berth.lifecycle']).toBe('ephemeral');
+    // The pool was filled again.
+    const after = (await c().client.custom.listNamespacedCustomObject({ group: 'agents.x-k8s.io', version: 'v1beta1', namespace: 'berth', plural: 'sandboxes', labelSelector: 'agents.x-k8s.io/warm-pool=py' })) as { items: object[] };
+    expect(after.items).toHaveLength(1);
+
+    expect(await broker.removeSandboxOf(s)).toBe(true);
+    await expect(c().client.core.readNamespacedPod({ namespace: 'berth', name: warm })).rejects.toMatchObject({ code: 404 });
+    const left = (await c().client.custom.listNamespacedCustomObject({ group: 'extensions.agents.x-k8s.io', version: 'v1beta1', namespace: 'berth', plural: 'sandboxclaims' })) as { items: object[] };
+    expect(left.items).toEqual([]);
+  });
+
+  it('a pod that is not the claimed Sandbox\'s own, or not this identity\'s, is never used', async () => {
+    const home = c().newHome();
+    const { backend, spec } = await backendOn(home, { mode: 'agent-sandbox', warmPool: 'none-here', podStartTimeoutSeconds: 2 }, { persistent: false });
+    // No such pool: the claim is never bound, and the create fails in time, leaving no claim behind.
+    const err = await errorOf(backend.ensure(spec('session:unbound', true), undefined));
+    expect(err.code).toBe('timeout');
+    expect(err.message).toContain('was not bound to a sandbox within 2 s');
+    const left = (await c().client.custom.listNamespacedCustomObject({ group: 'extensions.agents.x-k8s.io', version: 'v1beta1', namespace: 'berth', plural: 'sandboxclaims' })) as { items: object[] };
+    expect(left.items).toEqual([]);
+  });
+
+  // -- the exec stream ------------------------------------------------------------------------
+
+  it('an exec stream the API server drops between commands is re-opened: the next command runs on a new shell, the session\'s files still there', async () => {
+    const lines: string[] = [];
+    const broker = await open({}, { persistent: false }, lines);
+    const s = { session: 'dropped' };
+    expect((await broker.exec(s, 'echo before > f')).exitCode).toBe(0);
+    const execs = c().server.execRequests.length;
+    c().server.dropExecConnections();
+    // berth has seen the drop once each dropped process was ended in the pod (on a cluster, long before the next command).
+    const count = (text: string): number => lines.filter((l) => l.includes(text)).length;
+    expect(await waitFor(() => count('ended the process of the dropped exec stream') >= 1 && count('ended the process of the dropped') === count('dropped ('), 30_000)).toBe(true);
+    const r = await broker.exec(s, 'cat f');
+    expect(r, r.output).toMatchObject({ exitCode: 0, stdout: 'before\n', shellReplaced: true });
+    expect(c().server.execRequests.length).toBeGreaterThan(execs);
+    expect((await broker.exec(s, 'echo after')).stdout).toBe('after\n');
+  });
+
+  it('a stream dropped while a command runs: that command reports the lost shell (nothing more of it runs), and the next command works', async () => {
+    const broker = await open({}, { persistent: false });
+    const s = { session: 'dropped-mid' };
+    expect((await broker.exec(s, 'true')).exitCode).toBe(0);
+    const m = String(randomInt(1_000_000, 9_000_000));
+    const running = broker.exec(s, `sleep ${m}; touch ran-on`);
+    expect(await waitSomeWithArg(m)).toHaveLength(1);
+    c().server.dropExecConnections();
+    const r = await running;
+    expect(r.exitCode).toBe(125);
+    expect(r.stderr).toContain('berth: the shell ended unexpectedly');
+    expect(await waitNoneWithArg(m)).toEqual([]);
+    const next = await broker.exec(s, 'test -e ran-on && echo ran-on || echo not-run');
+    expect(next).toMatchObject({ exitCode: 0, stdout: 'not-run\n' });
+  });
+});

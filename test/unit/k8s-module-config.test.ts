@@ -1,0 +1,54 @@
+import { describe, expect, it } from 'vitest';
+import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
+import { parseConfig } from '../../src/config/schema.js';
+import { settingsFor } from '../../src/config/types.js';
+import { ConfigError } from '../../src/errors.js';
+
+/* `backend: kubernetes` in the config: its section through the module, and the start-up rules. */
+
+function errorOf(raw: unknown): string {
+  try {
+    parseConfig(raw);
+  } catch (err) {
+    if (err instanceof ConfigError) return err.message;
+    throw err;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('the kubernetes module in the config', () => {
+  it('is a registered backend whose section merges per profile, defaults applied', () => {
+    const config = parseConfig({
+      backend: 'kubernetes',
+      kubernetes: { kubeconfig: '/etc/berth/kubeconfig', namespace: 'agents', image: 'registry.example/berth:1', storageMb: 2048, nodeSelector: { pool: 'a' } },
+      profiles: { bot: { persistent: false, kubernetes: { mode: 'agent-sandbox', warmPool: 'py', namespace: 'bots' } } },
+    });
+    expect(config.base.kubernetes).toMatchObject({ kubeconfig: '/etc/berth/kubeconfig', namespace: 'agents', mode: 'pods', storageMb: 2048, runAsUser: 1000, nodeSelector: { pool: 'a' } });
+    expect(settingsFor(config, 'bot').kubernetes).toMatchObject({ kubeconfig: '/etc/berth/kubeconfig', namespace: 'bots', mode: 'agent-sandbox', warmPool: 'py', image: 'registry.example/berth:1' });
+    expect(BUILTIN_BACKENDS.module('kubernetes').images?.of(config.base.kubernetes)).toBe('registry.example/berth:1');
+  });
+
+  it('a warm pool with mode pods is a start-up error naming the fix', () => {
+    expect(errorOf({ backend: 'kubernetes', kubernetes: { warmPool: 'py' } })).toContain('set kubernetes.mode: agent-sandbox or remove warmPool');
+    expect(errorOf({ backend: 'kubernetes', profiles: { bot: { kubernetes: { mode: 'agent-sandbox', warmPool: 'py' } } } }))
+      .toContain('config key "profiles.bot.kubernetes.warmPool": a warm pool hands out interchangeable sandboxes');
+  });
+
+  it('workspace.mount is a start-up error on kubernetes: the rule reads the trait (no host dirs on a cluster)', () => {
+    expect(errorOf({ backend: 'kubernetes', workspace: { mount: true } })).toContain('kubernetes never mount');
+    expect(errorOf({ backend: 'docker', profiles: { k: { backend: 'kubernetes', workspace: { mount: true } } } }))
+      .toContain('config key "profiles.k.workspace.mount": profile "k" uses backend "kubernetes"');
+  });
+
+  it('every place that uses kubernetes reaches one cluster; namespaces may differ', () => {
+    expect(errorOf({
+      backend: 'kubernetes', kubernetes: { kubeconfig: '/a' },
+      profiles: { other: { kubernetes: { kubeconfig: '/b' } } },
+    })).toContain('config key "profiles.other.kubernetes": every place that uses backend kubernetes must reach the same cluster');
+    expect(() => parseConfig({ backend: 'kubernetes', kubernetes: { kubeconfig: '/a' }, profiles: { other: { kubernetes: { namespace: 'b' } } } })).not.toThrow();
+  });
+
+  it('a kubernetes section where no profile uses the backend has no effect, and says so', () => {
+    expect(errorOf({ backend: 'docker', kubernetes: { namespace: 'x' } })).toContain('no profile uses backend kubernetes');
+  });
+});
