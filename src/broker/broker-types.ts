@@ -1,6 +1,7 @@
 import type { Backend } from '../backends/backend.js';
 import type { BackendName, BerthConfig } from '../config/types.js';
 import type { ExecResult } from '../shell/types.js';
+import type { SandboxState } from './sandbox-pool.js';
 import type { StartGate } from './start-gate.js';
 
 /** How `Broker.open` builds a broker. */
@@ -72,4 +73,10 @@ export interface SandboxInfo {
   createdMs: number;
   lastUsedMs: number;
   sessions: { session: string; open: boolean }[];
+}
+
+/** Every sandbox and session of an installation, as the operator's metrics count them. */
+export interface Inventory {
+  sandboxes: { tenant: string; backend: string; persistent: boolean; state: SandboxState }[];
+  sessions: { tenant: string; open: boolean }[];
 }

@@ -76,7 +76,8 @@ const envShape = {
     .optional(),
 };
 /** Top-level sections: they describe the installation, not a profile. */
-const serverShape = { allowHostBackend: bool() };
+const serverMetricsShape = { perTenant: bool() };
+const serverShape = { allowHostBackend: bool(), metrics: section(serverMetricsShape) };
 const limitsShape = {
   concurrentCalls: integer(1, 100_000),
   uploadBytesInFlight: integer(1024, FILES_MAX_BYTES_LIMIT),
@@ -107,7 +108,7 @@ export type RawProfile = RawCore & { readonly [moduleSection: string]: unknown }
 /** What the whole file wrote. */
 export type RawConfig = RawProfile & {
   multiProfile?: boolean | undefined;
-  server?: { allowHostBackend?: boolean | undefined } | undefined;
+  server?: { allowHostBackend?: boolean | undefined; metrics?: { perTenant?: boolean | undefined } | undefined } | undefined;
   limits?: { concurrentCalls?: number | undefined; uploadBytesInFlight?: number | undefined; stagingBytes?: number | undefined } | undefined;
   audit?: { maxCommandChars?: number | undefined; retentionDays?: number | undefined } | undefined;
   profiles?: Record<string, RawProfile> | undefined;

@@ -59,6 +59,14 @@ export interface ServerSettings {
    * default: `berth serve` refuses to start while a token could reach such a profile.
    */
   allowHostBackend: boolean;
+  /** `GET /metrics`. */
+  metrics: {
+    /**
+     * Label counts with the tenant (calls, refusals, sandboxes, sessions). Off by default: a
+     * scrape then tells nothing about who uses berth, only how much.
+     */
+    perTenant: boolean;
+  };
 }
 
 /** Bounds per tenant, across its sessions and profiles (top level only). */

@@ -455,7 +455,7 @@ describe('cross-field rules', () => {
 describe('installation-wide sections and the trust-boundary settings (issue 8)', () => {
   it('defaults: no host backend for remote callers, per-tenant limits, audit cap and retention', () => {
     const c = parseConfig({});
-    expect(c.server).toEqual({ allowHostBackend: false });
+    expect(c.server).toEqual({ allowHostBackend: false, metrics: { perTenant: false } });
     expect(c.limits).toEqual({ concurrentCalls: 16, uploadBytesInFlight: 256 * 1024 * 1024, stagingBytes: 1024 * 1024 * 1024 });
     expect(c.audit).toEqual({ maxCommandChars: 4096, retentionDays: 30 });
     expect(c.base.workspace.allowedRoots).toEqual([]);
@@ -475,6 +475,14 @@ describe('installation-wide sections and the trust-boundary settings (issue 8)',
     expect(c.base.workspace.allowedRoots).toEqual(['/srv/projects']);
     expect(c.base.files.mediaMode).toBe('live');
     expect(c.base.docker.diskMb).toBe(2048);
+  });
+
+  it('server.metrics.perTenant: off by default, read when written, unknown keys under it named', () => {
+    expect(parseConfig({ server: { metrics: { perTenant: true } } }).server).toEqual({ allowHostBackend: false, metrics: { perTenant: true } });
+    expect(parseConfig({ server: { metrics: null } }).server.metrics).toEqual({ perTenant: false });
+    expect(errorOf({ server: { metrics: { perTennant: true } } })).toContain('unknown config key "server.metrics.perTennant"');
+    expect(errorOf({ server: { metrics: { perTenant: 'yes' } } })).toContain('config key "server.metrics.perTenant": expected true or false, got "yes"');
+    expect(errorOf({ server: { metricz: {} } })).toMatch(/unknown config key "server.metricz".*did you mean "metrics"\?/);
   });
 
   it.each([

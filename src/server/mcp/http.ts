@@ -8,6 +8,7 @@ import type { CallScope } from '../../scope/call-scope.js';
 import { normalizeScope } from '../../scope/normalize.js';
 import { assertProfileAllowed, hostBackendForbidden, runsOnHost, type Caller } from '../caller.js';
 import { HTTP_STATUS, type HttpCode } from '../http-error.js';
+import { isRefusal } from '../refusals.js';
 import { describeSandbox } from './sandbox-description.js';
 import { createMcpServer } from './server.js';
 
@@ -25,6 +26,8 @@ export interface McpHttpOptions {
   /** Largest JSON body read when no parsed body is passed in (default 8 MiB). */
   maxBodyBytes?: number;
   log?: (namespace: string, message: string) => void;
+  /** Told of every refusal answered (by error code), for the server's metrics. */
+  onRefused?: (code: string, tenant: string | undefined) => void;
 }
 
 /** A request handler for `/mcp`, plus `close()` for server shutdown (ends every MCP session). */
@@ -65,6 +68,7 @@ const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
  */
 export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpHttpHandler {
   const log = opts.log ?? (() => undefined);
+  const refused = opts.onRefused ?? (() => undefined);
   const sessions = new Map<string, LiveSession>();
   /** Session closes still running (removing a container takes a while); `close()` waits for them. */
   const ending = new Set<Promise<void>>();
@@ -104,6 +108,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
   const handler = async (req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void> => {
     const caller = opts.callerOf(req);
     if (caller === undefined) {
+      refused('unauthorized', undefined);
       sendError(res, 'unauthorized', 'missing or invalid bearer token; send Authorization: Bearer <token>');
       return;
     }
@@ -166,13 +171,14 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       if (runsOnHost(broker.config, sandbox.binding.backend) && !broker.config.server.allowHostBackend) throw hostBackendForbidden(scope.profile);
     } catch (err) {
       if (!isBerthError(err)) throw err;
+      if (isRefusal(err.code)) refused(err.code, tenant);
       sendError(res, err.code, err.message);
       return;
     }
     // DELETE answers once the berth session is closed (its ephemeral sandbox removed).
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => id, onsessionclosed: () => end(s) });
     const s: LiveSession = { id, tenant, scope, transport, lastUsedMs: Date.now(), inflight: 1, ended: undefined };
-    const server = createMcpServer(broker, scope, { sandbox, remote: true });
+    const server = createMcpServer(broker, scope, { sandbox, remote: true, onRefused: (code) => refused(code, tenant) });
     server.server.onclose = () => void end(s);
     server.server.onerror = (err) => log('berth:mcp', `session ${scope.session}: ${err.message}`);
     await server.connect(transport);

@@ -6,6 +6,7 @@ import { isBerthError } from '../../errors.js';
 import type { CallScopeInput } from '../../scope/call-scope.js';
 import { normalizeScope } from '../../scope/normalize.js';
 import { downloadRoute, exportIdOf } from '../export-download.js';
+import { isRefusal } from '../refusals.js';
 import { MCP_ERROR_KIND } from './error-kinds.js';
 import type { SandboxDescription } from './sandbox-description.js';
 import { decodeBytes, execResult, refusal, text } from './tool-results.js';
@@ -21,6 +22,8 @@ export interface McpServerInfo {
    * (`GET /v1/files/exports/<id>` on `berth serve`, same bearer token) instead of its host path.
    */
   remote?: boolean;
+  /** Told of every call berth refused (policy, credentials, a limit), by error code: the server's metrics. */
+  onRefused?: (code: string) => void;
 }
 
 interface ToolDef {
@@ -173,6 +176,7 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
       return await tool.run(parsed.data as never);
     } catch (err) {
       const kind = isBerthError(err) ? MCP_ERROR_KIND[err.code] : 'internal_error';
+      if (isBerthError(err) && isRefusal(err.code)) info.onRefused?.(err.code);
       if (kind === 'result' && isBerthError(err)) return refusal(err);
       const message = err instanceof Error ? err.message : String(err);
       if (kind === 'invalid_params') throw new McpError(ErrorCode.InvalidParams, `invalid arguments for ${name}: ${message}`);
