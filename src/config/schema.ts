@@ -44,6 +44,7 @@ const DEFAULT_LIMITS: TenantLimits = {
   concurrentCalls: 16,
   uploadBytesInFlight: 256 * 1024 * 1024,
   stagingBytes: 1024 * 1024 * 1024,
+  mcpSessions: 32,
 };
 const DEFAULT_AUDIT: AuditSettings = { maxCommandChars: 4096, retentionDays: 30 };
 

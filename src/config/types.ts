@@ -77,6 +77,8 @@ export interface TenantLimits {
   uploadBytesInFlight: number;
   /** Bytes of exports one tenant may keep in staging at once. */
   stagingBytes: number;
+  /** `berth serve`: MCP sessions one tenant may hold open at once; past it an initialize gets 429. */
+  mcpSessions: number;
 }
 
 /** The audit log (top level only). */

@@ -456,7 +456,7 @@ describe('installation-wide sections and the trust-boundary settings (issue 8)',
   it('defaults: no host backend for remote callers, per-tenant limits, audit cap and retention', () => {
     const c = parseConfig({});
     expect(c.server).toEqual({ allowHostBackend: false, metrics: { perTenant: false } });
-    expect(c.limits).toEqual({ concurrentCalls: 16, uploadBytesInFlight: 256 * 1024 * 1024, stagingBytes: 1024 * 1024 * 1024 });
+    expect(c.limits).toEqual({ concurrentCalls: 16, uploadBytesInFlight: 256 * 1024 * 1024, stagingBytes: 1024 * 1024 * 1024, mcpSessions: 32 });
     expect(c.audit).toEqual({ maxCommandChars: 4096, retentionDays: 30 });
     expect(c.base.workspace.allowedRoots).toEqual([]);
     expect(c.base.files.mediaMode).toBe('copy');
@@ -475,6 +475,11 @@ describe('installation-wide sections and the trust-boundary settings (issue 8)',
     expect(c.base.workspace.allowedRoots).toEqual(['/srv/projects']);
     expect(c.base.files.mediaMode).toBe('live');
     expect(c.base.docker.diskMb).toBe(2048);
+  });
+
+  it('limits.mcpSessions: 32 by default, a positive integer when written', () => {
+    expect(parseConfig({ limits: { mcpSessions: 2 } }).limits.mcpSessions).toBe(2);
+    expect(errorOf({ limits: { mcpSessions: 0 } })).toContain('config key "limits.mcpSessions": expected an integer between 1 and 100000, got 0');
   });
 
   it('server.metrics.perTenant: off by default, read when written, unknown keys under it named', () => {

@@ -74,11 +74,19 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
   const ending = new Set<Promise<void>>();
   const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   const idleMs = (opts.idleSeconds ?? broker.config.base.lifecycle.idleSeconds) * 1000;
+  /** MCP sessions of each tenant, counted from the initialize that opens one (so concurrent ones cannot pass the limit together) to its end. */
+  const held = new Map<string, number>();
+  const release = (tenant: string): void => {
+    const n = (held.get(tenant) ?? 1) - 1;
+    if (n <= 0) held.delete(tenant);
+    else held.set(tenant, n);
+  };
   let closing = false;
 
   const end = (s: LiveSession): Promise<void> => {
     s.ended ??= (async () => {
       sessions.delete(s.id);
+      release(s.tenant);
       const r = await broker.closeSession(s.scope).catch((e: unknown) => {
         log('berth:mcp', `close session ${s.scope.session}: ${String(e)}`);
         return undefined;
@@ -159,6 +167,13 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       return;
     }
 
+    const limit = broker.config.limits.mcpSessions;
+    if ((held.get(tenant) ?? 0) >= limit) {
+      refused('too_many_calls', tenant);
+      sendError(res, 'too_many_calls', `this tenant already has ${limit} MCP sessions open, the most limits.mcpSessions allows; ` +
+        'end one (DELETE /mcp with its mcp-session-id, or let it go idle) or ask the operator to raise limits.mcpSessions in the config');
+      return;
+    }
     const id = randomUUID();
     let scope: CallScope;
     let sandbox: ReturnType<typeof describeSandbox>;
@@ -178,6 +193,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
     // DELETE answers once the berth session is closed (its ephemeral sandbox removed).
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => id, onsessionclosed: () => end(s) });
     const s: LiveSession = { id, tenant, scope, transport, lastUsedMs: Date.now(), inflight: 1, ended: undefined };
+    held.set(tenant, (held.get(tenant) ?? 0) + 1);
     const server = createMcpServer(broker, scope, { sandbox, remote: true, onRefused: (code) => refused(code, tenant) });
     server.server.onclose = () => void end(s);
     server.server.onerror = (err) => log('berth:mcp', `session ${scope.session}: ${err.message}`);
@@ -190,6 +206,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       // The initialize was rejected (malformed, wrong protocol version): no session came to be.
       if (transport.sessionId === undefined) {
         sessions.delete(id);
+        if (s.ended === undefined) release(tenant);
         s.ended = Promise.resolve(); // nothing ran, so there is no berth session to close
         await server.close().catch(() => undefined);
       }

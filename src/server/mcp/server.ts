@@ -1,5 +1,7 @@
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { CallToolRequestSchema, ErrorCode, McpError, type CallToolResult, type ToolAnnotations } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CallToolRequestSchema, ErrorCode, McpError, type CallToolResult, type ServerNotification, type ToolAnnotations,
+} from '@modelcontextprotocol/sdk/types.js';
 import * as z from 'zod';
 import type { Broker } from '../../broker/broker.js';
 import { isBerthError } from '../../errors.js';
@@ -8,6 +10,8 @@ import { normalizeScope } from '../../scope/normalize.js';
 import { downloadRoute, exportIdOf } from '../export-download.js';
 import { isRefusal } from '../refusals.js';
 import { MCP_ERROR_KIND } from './error-kinds.js';
+import { assertImageFits, imageMimeOf, MAX_IMAGE_BYTES } from './image-content.js';
+import { progressStream } from './progress.js';
 import type { SandboxDescription } from './sandbox-description.js';
 import { decodeBytes, execResult, refusal, text } from './tool-results.js';
 import { ExportFileArgs, ProcessArgs, ReadFileArgs, TerminalArgs, WriteFileArgs } from './tool-schemas.js';
@@ -26,9 +30,15 @@ export interface McpServerInfo {
   onRefused?: (code: string) => void;
 }
 
+/** What a tool run gets besides its arguments: the request's progress token and a way to notify for it. */
+interface ToolContext {
+  progressToken: string | number | undefined;
+  sendNotification: (n: ServerNotification) => Promise<void>;
+}
+
 interface ToolDef {
   schema: z.ZodType<Record<string, unknown>>;
-  run: (args: never) => Promise<CallToolResult>;
+  run: (args: never, ctx: ToolContext) => Promise<CallToolResult>;
 }
 
 const BERTH_VERSION = '0.1.0';
@@ -60,20 +70,22 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     name: string,
     config: { title: string; description: string; annotations: ToolAnnotations },
     schema: S,
-    run: (args: z.output<S>) => Promise<CallToolResult>,
+    run: (args: z.output<S>, ctx: ToolContext) => Promise<CallToolResult>,
   ): void => {
     tools.set(name, { schema, run: run as ToolDef['run'] });
     // Registered for tools/list (JSON Schema from the zod schema); calls go through the tools/call handler set below.
-    mcp.registerTool(name, { ...config, inputSchema: schema as unknown as z.ZodObject }, (args: unknown) => run(args as z.output<S>));
+    mcp.registerTool(name, { ...config, inputSchema: schema as unknown as z.ZodObject },
+      (args: unknown, extra) => run(args as z.output<S>, { progressToken: extra._meta?.progressToken, sendNotification: extra.sendNotification }));
   };
 
   add('terminal', {
     title: 'Run a shell command',
     description: `Runs one shell line in this session's sandbox through a persistent bash: cwd, exported variables and functions carry over between calls. ${sandbox.summary} ` +
       `Returns the exit code, cwd, stdout and stderr; a non-zero exit or a timeout (default ${sandbox.defaultTimeoutSeconds} s) is an error result. ` +
-      'With background: true the command runs as a job and its jobId comes back at once.',
+      'With background: true the command runs as a job and its jobId comes back at once. ' +
+      'A request with a progressToken gets the output as progress notifications while the command runs.',
     annotations: { destructiveHint: true, openWorldHint: true },
-  }, TerminalArgs, async (a) => {
+  }, TerminalArgs, async (a, ctx) => {
     if (a.background === true) {
       const job = await broker.jobs.start(scope, a.command, a.workdir === undefined ? {} : { workdir: a.workdir });
       return text(
@@ -83,8 +95,13 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
       );
     }
     const timeoutSeconds = a.timeout ?? sandbox.defaultTimeoutSeconds;
-    const r = await broker.exec(scope, a.command, { timeoutSeconds, workdir: a.workdir });
-    return execResult(r, timeoutSeconds);
+    const progress = ctx.progressToken === undefined ? undefined : progressStream(ctx.progressToken, ctx.sendNotification);
+    try {
+      const r = await broker.exec(scope, a.command, { timeoutSeconds, workdir: a.workdir, ...(progress === undefined ? {} : { onChunk: progress.onChunk }) });
+      return execResult(r, timeoutSeconds);
+    } finally {
+      await progress?.flush();
+    }
   });
 
   add('process', {
@@ -117,10 +134,20 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
 
   add('read_file', {
     title: 'Read a file',
-    description: `Reads a whole file from this session's sandbox (files over the configured size limit are refused). Text comes back as is; a file that is not valid UTF-8 comes back base64-encoded. ${sandbox.summary}`,
+    description: `Reads a whole file from this session's sandbox (files over the configured size limit are refused). Text comes back as is; ` +
+      `a PNG, JPEG, GIF or WebP image (up to ${MAX_IMAGE_BYTES / 1024 / 1024} MiB) comes back as an image you can look at; ` +
+      `any other file that is not valid UTF-8 comes back base64-encoded. ${sandbox.summary}`,
     annotations: { readOnlyHint: true },
   }, ReadFileArgs, async (a) => {
     const r = await broker.files.readFile(scope, { path: a.path, ...(a.maxBytes === undefined ? {} : { maxBytes: a.maxBytes }) });
+    const mimeType = imageMimeOf(r.data);
+    if (mimeType !== undefined) {
+      assertImageFits(r.path, mimeType, r.data.length);
+      return {
+        content: [{ type: 'image', data: r.data.toString('base64'), mimeType }, { type: 'text', text: `(image ${r.path}, ${mimeType}, ${r.data.length} bytes)` }],
+        structuredContent: { path: r.path, bytes: r.data.length, encoding: 'image', mimeType },
+      };
+    }
     const d = decodeBytes(r.data);
     const body = d.encoding === 'utf8' ? d.content : `(binary file ${r.path}, ${r.data.length} bytes, base64)\n${d.content}`;
     return text(body, { path: r.path, bytes: r.data.length, encoding: d.encoding });
@@ -161,7 +188,7 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
   // The SDK's own tools/call handler (1.32) turns argument validation errors into isError results
   // (SEP-1303). berth's contract is that bad arguments are protocol errors and only what happened
   // while running the call is a result, so calls are dispatched here with the same schemas.
-  mcp.server.setRequestHandler(CallToolRequestSchema, async (request) => {
+  mcp.server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const { name } = request.params;
     const tool = tools.get(name);
     if (tool === undefined) {
@@ -173,7 +200,7 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
       throw new McpError(ErrorCode.InvalidParams, `invalid arguments for ${name}: ${issues.join('; ')}`);
     }
     try {
-      return await tool.run(parsed.data as never);
+      return await tool.run(parsed.data as never, { progressToken: request.params._meta?.progressToken, sendNotification: extra.sendNotification });
     } catch (err) {
       const kind = isBerthError(err) ? MCP_ERROR_KIND[err.code] : 'internal_error';
       if (isBerthError(err) && isRefusal(err.code)) info.onRefused?.(err.code);
