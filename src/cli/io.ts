@@ -11,6 +11,8 @@ export interface CliIo {
    * writes nothing after that.
    */
   outClosed?: AbortSignal;
+  /** The width of the terminal stderr writes to; undefined when stderr is no terminal (progress is then quiet). */
+  errColumns?: number | undefined;
 }
 
 /** Exit code of a command whose output pipe was closed, as a shell reports a SIGPIPE death (128 + 13). */
@@ -32,6 +34,7 @@ export function processIo(): CliIo {
       if (!process.stderr.destroyed) process.stderr.write(t);
     },
     outClosed: closed.signal,
+    errColumns: process.stderr.isTTY ? process.stderr.columns || 80 : undefined,
   };
 }
 
