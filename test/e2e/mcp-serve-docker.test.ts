@@ -94,6 +94,31 @@ describeDocker('MCP on berth serve (docker): progress, images, session limit', (
     }
   });
 
+  it('the resource berth://session/jobs lists this session\'s background jobs, and no other session\'s', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml({ persistent: false }));
+    const token = await createToken(t, 'acme');
+    const server = await ServeProcess.start(t);
+    const url = new URL(`${server.url}/mcp`);
+    const mine = await httpConn(url, { token });
+    const other = await httpConn(url, { token });
+    try {
+      const listed = await mine.client.listResources();
+      expect(listed.resources.map((r) => [r.uri, r.mimeType])).toEqual([['berth://session/jobs', 'application/json']]);
+      const started = await tool(mine, 'terminal', { command: 'sleep 300', background: true });
+      const jobId = (started.structuredContent as { jobId: string }).jobId;
+      const read = await mine.client.readResource({ uri: 'berth://session/jobs' });
+      const jobs = JSON.parse((read.contents[0] as { text: string }).text) as { jobId: string; status: string; command: string }[];
+      expect(jobs.map((j) => [j.jobId, j.status, j.command])).toEqual([[jobId, 'running', 'sleep 300']]);
+      const theirs = await other.client.readResource({ uri: 'berth://session/jobs' });
+      expect(JSON.parse((theirs.contents[0] as { text: string }).text)).toEqual([]);
+    } finally {
+      await mine.close();
+      await other.close();
+      await server.stop();
+    }
+  });
+
   it('limits.mcpSessions bounds one tenant\'s open MCP sessions (429 naming the limit and the fix); other tenants are not affected; an ended session frees its slot', async () => {
     const t = reg.track();
     t.writeConfig(dockerConfigYaml({ persistent: false, limits: { mcpSessions: 2 } }));

@@ -43,9 +43,12 @@ interface ToolDef {
 
 const BERTH_VERSION = '0.1.0';
 
+/** The resource listing the session's background jobs. */
+export const JOBS_RESOURCE = 'berth://session/jobs';
+
 /**
  * An MCP server whose tools run in one berth session: `terminal`, `process`, `read_file`,
- * `write_file`, `export_file`. Connect it to one transport; closing the berth session when the
+ * `write_file`, `export_file`; and one resource, the session's background jobs (`JOBS_RESOURCE`). Connect it to one transport; closing the berth session when the
  * connection ends is the caller's job (see `serveMcpStdio`, `createMcpHttpHandler`).
  *
  * Bad arguments (wrong type, unknown field, missing field) are JSON-RPC errors (-32602). A failed
@@ -184,6 +187,15 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     }
     return text(`exported ${r.kind} ${a.path} (${r.bytes} bytes) to host path ${r.hostPath}`, { hostPath: r.hostPath, bytes: r.bytes, kind: r.kind });
   });
+
+  // The same list as process {action: "list"}, for clients that show resources rather than call tools.
+  mcp.registerResource('jobs', JOBS_RESOURCE, {
+    title: 'Background jobs of this session',
+    description: 'This session\'s background jobs (terminal with background: true), oldest first, as JSON: jobId, command, status, exitCode, startedMs.',
+    mimeType: 'application/json',
+  }, async (uri) => ({
+    contents: [{ uri: uri.href, mimeType: 'application/json', text: JSON.stringify(await broker.jobs.list(scope)) }],
+  }));
 
   // The SDK's own tools/call handler (1.32) turns argument validation errors into isError results
   // (SEP-1303). berth's contract is that bad arguments are protocol errors and only what happened
