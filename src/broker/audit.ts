@@ -1,4 +1,5 @@
 import { redactText } from '../shell/output-capture.js';
+import type { BrokerObserver } from './observer.js';
 import type { ResolvedCall } from './resolve-call.js';
 import type { AuditEntry, StateStore } from './state-store.js';
 
@@ -13,14 +14,24 @@ export type AuditRecord =
     command: string;
     exitCode: number | null;
     startedMs: number;
+    /** What the observers are told besides (never written to the log). */
+    outcome?: CallOutcome;
   }
   | { kind: 'close'; tenant: string; profile: string; user: string | null; sessionRef: string; startedMs: number };
+
+/** How a call went, for the observers: its sandbox came up for it, it timed out, it failed. */
+export interface CallOutcome {
+  cold?: boolean;
+  timedOut?: boolean;
+  errorCode?: string;
+}
 
 export type AuditFilter = { tenant: string; profiles?: readonly string[]; user?: string; session?: string; limit?: number };
 
 /**
  * The audit log of one broker: every call and every close, written through one `record`, and
- * `audit.retentionDays` applied by `prune`.
+ * `audit.retentionDays` applied by `prune`. Every call recorded is also told to the broker's
+ * observers (without its command, session or user).
  *
  * @example
  * audit.record({ kind: 'exec', call, command: 'ls', exitCode: 0, startedMs });
@@ -28,7 +39,7 @@ export type AuditFilter = { tenant: string; profiles?: readonly string[]; user?:
 export class AuditRecorder {
   constructor(
     private readonly store: StateStore,
-    private readonly opts: { retentionDays: number; log: (message: string) => void },
+    private readonly opts: { retentionDays: number; log: (message: string) => void; observer: BrokerObserver },
   ) {}
 
   record(r: AuditRecord): void {
@@ -45,6 +56,10 @@ export class AuditRecorder {
       timeMs: r.startedMs, tenant: scope.tenant, profile: scope.profile, user: scope.user ?? null,
       session: scope.session ?? null, sandboxKey: binding.sandboxKey, kind: r.kind,
       command: redactText(r.command, redactValues), exitCode: r.exitCode, durationMs,
+    });
+    this.opts.observer.callEnded({
+      kind: r.kind, tenant: scope.tenant, backend: binding.backend, durationMs,
+      cold: r.outcome?.cold ?? false, timedOut: r.outcome?.timedOut ?? false, errorCode: r.outcome?.errorCode,
     });
   }
 

@@ -82,3 +82,9 @@ export interface SandboxInfo {
   lastUsedMs: number;
   sessions: { session: string; open: boolean }[];
 }
+
+/** Every sandbox and session of an installation, as the operator's metrics count them. */
+export interface Inventory {
+  sandboxes: { tenant: string; backend: string; persistent: boolean; state: SandboxState }[];
+  sessions: { tenant: string; open: boolean }[];
+}

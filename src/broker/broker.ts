@@ -9,12 +9,13 @@ import { debugSink } from '../logging/debug-sink.js';
 import { assertVolumesAllowed } from '../policy/volumes.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
 import { AuditRecorder, type AuditFilter } from './audit.js';
-import type { BrokerExecResult, BrokerOptions, ExecOptions, Overview, SandboxInfo } from './broker-types.js';
+import type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo } from './broker-types.js';
 import { CallResolver } from './call-resolver.js';
 import { CommandRunner } from './command-runner.js';
 import { BrokerFiles } from './file-calls.js';
 import { BrokerJobs } from './job-calls.js';
 import { JobRunner } from './jobs.js';
+import { Observers, type BrokerObserver } from './observer.js';
 import { ownerToken } from './process-owner.js';
 import { Reapers, type BrokerReapers } from './reapers.js';
 import type { Binding } from './resolve-call.js';
@@ -27,7 +28,8 @@ import { StartGate } from './start-gate.js';
 import { StateStore, type SandboxRecord } from './state-store.js';
 import { TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
-export type { BrokerExecResult, BrokerOptions, ExecOptions, Overview, SandboxInfo } from './broker-types.js';
+export type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo } from './broker-types.js';
+export type { BrokerObserver, CallObservation, ReapObservation } from './observer.js';
 export type { CloseResult } from './sessions.js';
 export { SessionHandle } from './session-handle.js';
 
@@ -44,6 +46,7 @@ interface Parts {
   reapers: Reapers;
   files: BrokerFiles;
   jobs: BrokerJobs;
+  observers: Observers;
   /** Aborted when `close()` begins. */
   shutdown: AbortController;
 }
@@ -97,7 +100,8 @@ export class Broker implements AsyncDisposable {
       { config, store, berthHome, homeDir, dockerSockets, hostEnv: Object.freeze({ ...env }), secrets },
       env['BERTH_SESSION'] || undefined,
     );
-    const audit = new AuditRecorder(store, { retentionDays: config.audit.retentionDays, log: (m) => log('berth:audit', m) });
+    const observers = new Observers();
+    const audit = new AuditRecorder(store, { retentionDays: config.audit.retentionDays, log: (m) => log('berth:audit', m), observer: observers });
     const gate = opts.startGate ?? StartGate.forThisMachine();
     const shells = new ShellPool({ store, longLived: owner !== null, spillDir: (opts.spillOutput ?? true) ? spillDirOf(berthHome) : undefined, gate });
     const pool: SandboxPool = new SandboxPool({
@@ -121,14 +125,14 @@ export class Broker implements AsyncDisposable {
       log: (m) => log('berth:jobs', m),
     });
     const reapers: Reapers = new Reapers({
-      store, config, pool, sessions, audit, jobsActiveIn: (digest, sandbox) => runner.activeIn(digest, sandbox),
+      store, config, pool, sessions, audit, observer: observers, jobsActiveIn: (digest, sandbox) => runner.activeIn(digest, sandbox),
       reap: opts.reap ?? true, shutdown: shutdown.signal, log,
     });
     const files = new BrokerFiles({
       resolver, sessions, audit, assertOpen, berthHome, stagingBytes: config.limits.stagingBytes, stagingLedger: new StagingLedger(berthHome), log,
     });
     const jobs = new BrokerJobs({ resolver, runner, assertOpen });
-    const broker = new Broker(config, berthHome, { store, resolver, audit, pool, commands, sessions, reapers, files, jobs, shutdown });
+    const broker = new Broker(config, berthHome, { store, resolver, audit, pool, commands, sessions, reapers, files, jobs, observers, shutdown });
 
     cleanSpillDir(spillDirOf(berthHome), spillMaxAgeMs(config));
     audit.prune();
@@ -161,12 +165,20 @@ export class Broker implements AsyncDisposable {
     this.assertOpen();
     const call = this.parts.resolver.resolve(scope, { withCwd: false });
     const started = Date.now();
+    const facts = { cold: false };
     let result: BrokerExecResult | undefined;
+    let errorCode: string | undefined;
     try {
-      result = await this.parts.commands.run(call, command, opts);
+      result = await this.parts.commands.run(call, command, opts, facts);
       return result;
+    } catch (err) {
+      errorCode = err instanceof BerthError ? err.code : 'internal';
+      throw err;
     } finally {
-      this.parts.audit.record({ kind: 'exec', call, command, exitCode: result?.exitCode ?? null, startedMs: started });
+      this.parts.audit.record({
+        kind: 'exec', call, command, exitCode: result?.exitCode ?? null, startedMs: started,
+        outcome: { cold: facts.cold, timedOut: result?.timedOut ?? false, errorCode },
+      });
     }
   }
 
@@ -227,6 +239,30 @@ export class Broker implements AsyncDisposable {
       const rec = records.find((r) => r.key === info.sandboxKey && r.profile === info.profile);
       return { ...info, state: rec === undefined ? 'unknown' : stateOf(rec) };
     });
+  }
+
+  /**
+   * Every sandbox and session of this installation, of all tenants: the operator's view (the
+   * server's metrics), never answered to a tenant. Sandbox states are `listWithState`'s; a
+   * session is open while it is live (not closed, and held by a live process or used lately).
+   */
+  async inventory(): Promise<Inventory> {
+    const { store, pool, sessions } = this.parts;
+    const records = store.listSandboxes();
+    const stateOf = await pool.stateReader(records);
+    return {
+      sandboxes: records.map((r) => ({ tenant: r.tenant, backend: r.backend, persistent: !r.ephemeral, state: stateOf(r) })),
+      // Open and live: a session whose holder died is open in the store until the reaper's next pass.
+      sessions: store.listSessions().map((s) => ({ tenant: s.tenant, open: sessions.isLive(s, s) })),
+    };
+  }
+
+  /**
+   * Adds an observer of every call, refusal and reaper removal (the server's metrics); returns
+   * the function that removes it.
+   */
+  observe(observer: BrokerObserver): () => void {
+    return this.parts.observers.add(observer);
   }
 
   /** Audit entries of one tenant (of the given profiles only, when `profiles` is set), newest first. */

@@ -24,20 +24,26 @@ export interface CommandRunnerOptions {
 export class CommandRunner {
   constructor(private readonly opts: CommandRunnerOptions) {}
 
-  /** Runs `command` in the call's sandbox as one call of its session (`exec`, and the start line of a job). */
-  async run(call: ResolvedCall, command: string, opts: ExecOptions): Promise<BrokerExecResult> {
+  /**
+   * Runs `command` in the call's sandbox as one call of its session (`exec`, and the start line of
+   * a job). `facts.cold` is set when the call had to bring its sandbox up in this process.
+   */
+  async run(call: ResolvedCall, command: string, opts: ExecOptions, facts: { cold: boolean } = { cold: false }): Promise<BrokerExecResult> {
     const timeoutMs = Math.round((opts.timeoutSeconds ?? call.settings.exec.timeoutSeconds) * 1000);
     const workdir = opts.workdir === undefined ? undefined
       : mapWorkdir(opts.workdir, { containerBackend: call.traits.mountsHostDirs, mount: call.spec.mount });
-    return this.opts.sessions.run(call, (sc) => this.runInSandbox(call, sc, command, { ...opts, timeoutMs, workdir }));
+    return this.opts.sessions.run(call, (sc) => this.runInSandbox(call, sc, command, { ...opts, timeoutMs, workdir }, facts));
   }
 
-  private async runInSandbox(call: ResolvedCall, sc: SessionCall, command: string, opts: ExecOptions & { timeoutMs: number }): Promise<BrokerExecResult> {
+  private async runInSandbox(
+    call: ResolvedCall, sc: SessionCall, command: string, opts: ExecOptions & { timeoutMs: number }, facts: { cold: boolean },
+  ): Promise<BrokerExecResult> {
     const { pool, shells, sessions, shutdown, log } = this.opts;
     const { timeoutMs, workdir } = opts;
     let gone = false;
     let restarted: string | undefined;
     for (let attempt = 0; ; attempt++) {
+      if (pool.get(call.spec.digest) === undefined) facts.cold = true;
       const live = await sessions.acquire(call, sc);
       live.inflight++;
       live.lastActivityMs = Date.now();

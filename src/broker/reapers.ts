@@ -1,6 +1,7 @@
 import type { Sandbox } from '../backends/backend.js';
 import type { BerthConfig } from '../config/types.js';
 import type { AuditRecorder } from './audit.js';
+import type { BrokerObserver } from './observer.js';
 import { claimAbandoned } from './sandbox-claim.js';
 import type { LiveSandbox, SandboxPool } from './sandbox-pool.js';
 import type { SessionRegistry } from './sessions.js';
@@ -33,6 +34,8 @@ export interface ReapersOptions {
   pool: SandboxPool;
   sessions: SessionRegistry;
   audit: AuditRecorder;
+  /** Told of every sandbox a reaper removes (or stops, idle and persistent). */
+  observer: BrokerObserver;
   /** Whether a job still runs in the sandbox (the idle reaper leaves it then). */
   jobsActiveIn(digest: string, sandbox: Sandbox): Promise<boolean>;
   /** Run the orphan reaper at first engine use and periodically (and the periodic sweep at all). */
@@ -134,6 +137,7 @@ export class Reapers implements BrokerReapers {
           await pool.removeManaged(engine, m.ref).catch((e) => log('berth:reaper', `remove ${m.name}: ${String(e)}`));
           if (abandoned) store.deleteSandbox(m.digest);
           removed.push(m.name);
+          this.opts.observer.reaped({ reason: 'orphan', tenant: rec?.tenant, backend: engine });
         }
       }
     }
@@ -143,6 +147,7 @@ export class Reapers implements BrokerReapers {
       if (!this.opts.sessions.hasLiveSession(rec)) {
         await pool.remove(rec).catch((e) => log('berth:reaper', `remove ${rec.key}: ${String(e)}`));
         removed.push(rec.name);
+        this.opts.observer.reaped({ reason: 'orphan', tenant: rec.tenant, backend: rec.backend });
       }
     }
     // Last, so the networks of the sandboxes just removed go too.
@@ -170,6 +175,7 @@ export class Reapers implements BrokerReapers {
       const now = Date.now();
       if (!(await this.isIdle(live, now)) || shutdown.aborted) continue;
       log('berth:reaper', `sandbox ${live.record.key} idle for ${Math.round((now - live.lastActivityMs) / 1000)}s`);
+      this.opts.observer.reaped({ reason: 'idle', tenant: live.record.tenant, backend: live.record.backend });
       if (live.record.ephemeral) {
         // Only this sandbox goes; a session is closed only once it has no other sandbox left,
         // so an idle sandbox never takes a busy one of the same session with it.

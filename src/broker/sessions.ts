@@ -64,7 +64,7 @@ export class SessionRegistry {
   }
 
   /** Open, and held by a live process (this one included) or used within the sandbox's idle time. */
-  isLive(s: Pick<SessionRecord, 'closedMs' | 'lastSeenMs' | 'owner'>, rec: SandboxRecord): boolean {
+  isLive(s: Pick<SessionRecord, 'closedMs' | 'lastSeenMs' | 'owner'>, rec: Pick<SandboxRecord, 'profile'>): boolean {
     if (s.closedMs !== null) return false;
     if (s.owner !== null) return s.owner === this.opts.owner || ownerAlive(s.owner);
     return Date.now() - s.lastSeenMs < settingsFor(this.opts.config, rec.profile ?? 'default').lifecycle.idleSeconds * 1000;

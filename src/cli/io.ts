@@ -13,6 +13,8 @@ export interface CliIo {
   outClosed?: AbortSignal;
   /** Set when stdout is a terminal: its width (a live view redraws in place only there). */
   terminal?: { columns: number };
+  /** The width of the terminal stderr writes to; undefined when stderr is no terminal (progress is then quiet). */
+  errColumns?: number | undefined;
 }
 
 /** Exit code of a command whose output pipe was closed, as a shell reports a SIGPIPE death (128 + 13). */
@@ -35,6 +37,7 @@ export function processIo(): CliIo {
     },
     outClosed: closed.signal,
     ...(process.stdout.isTTY ? { terminal: { columns: process.stdout.columns || 80 } } : {}),
+    errColumns: process.stderr.isTTY ? process.stderr.columns || 80 : undefined,
   };
 }
 

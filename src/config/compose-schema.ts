@@ -76,11 +76,13 @@ const envShape = {
     .optional(),
 };
 /** Top-level sections: they describe the installation, not a profile. */
-const serverShape = { allowHostBackend: bool() };
+const serverMetricsShape = { perTenant: bool() };
+const serverShape = { allowHostBackend: bool(), metrics: section(serverMetricsShape) };
 const limitsShape = {
   concurrentCalls: integer(1, 100_000),
   uploadBytesInFlight: integer(1024, FILES_MAX_BYTES_LIMIT),
   stagingBytes: integer(1024),
+  mcpSessions: integer(1, 100_000),
 };
 const auditShape = { maxCommandChars: integer(64, 1_000_000), retentionDays: integer(1, 36_500) };
 
@@ -107,8 +109,10 @@ export type RawProfile = RawCore & { readonly [moduleSection: string]: unknown }
 /** What the whole file wrote. */
 export type RawConfig = RawProfile & {
   multiProfile?: boolean | undefined;
-  server?: { allowHostBackend?: boolean | undefined } | undefined;
-  limits?: { concurrentCalls?: number | undefined; uploadBytesInFlight?: number | undefined; stagingBytes?: number | undefined } | undefined;
+  server?: { allowHostBackend?: boolean | undefined; metrics?: { perTenant?: boolean | undefined } | undefined } | undefined;
+  limits?: {
+    concurrentCalls?: number | undefined; uploadBytesInFlight?: number | undefined; stagingBytes?: number | undefined; mcpSessions?: number | undefined;
+  } | undefined;
   audit?: { maxCommandChars?: number | undefined; retentionDays?: number | undefined } | undefined;
   profiles?: Record<string, RawProfile> | undefined;
 };

@@ -39,11 +39,12 @@ function defaultSettings(sections: readonly BackendModule[]): ProfileSettings {
   return out as unknown as ProfileSettings;
 }
 
-const DEFAULT_SERVER: ServerSettings = { allowHostBackend: false };
+const DEFAULT_SERVER: ServerSettings = { allowHostBackend: false, metrics: { perTenant: false } };
 const DEFAULT_LIMITS: TenantLimits = {
   concurrentCalls: 16,
   uploadBytesInFlight: 256 * 1024 * 1024,
   stagingBytes: 1024 * 1024 * 1024,
+  mcpSessions: 32,
 };
 const DEFAULT_AUDIT: AuditSettings = { maxCommandChars: 4096, retentionDays: 30 };
 
@@ -146,7 +147,10 @@ export function parseConfig(raw: unknown, source?: string, opts: ParseOptions = 
   }
   const settled = deepFreeze({
     multiProfile: multiProfile ?? false,
-    server: { ...DEFAULT_SERVER, ...definedOnly(server) },
+    server: {
+      allowHostBackend: server?.allowHostBackend ?? DEFAULT_SERVER.allowHostBackend,
+      metrics: { ...DEFAULT_SERVER.metrics, ...definedOnly(server?.metrics) },
+    },
     limits: { ...DEFAULT_LIMITS, ...definedOnly(limits) },
     audit: { ...DEFAULT_AUDIT, ...definedOnly(audit) },
     base,

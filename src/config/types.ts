@@ -59,6 +59,14 @@ export interface ServerSettings {
    * default: `berth serve` refuses to start while a token could reach such a profile.
    */
   allowHostBackend: boolean;
+  /** `GET /metrics`. */
+  metrics: {
+    /**
+     * Label counts with the tenant (calls, refusals, sandboxes, sessions). Off by default: a
+     * scrape then tells nothing about who uses berth, only how much.
+     */
+    perTenant: boolean;
+  };
 }
 
 /** Bounds per tenant, across its sessions and profiles (top level only). */
@@ -69,6 +77,8 @@ export interface TenantLimits {
   uploadBytesInFlight: number;
   /** Bytes of exports one tenant may keep in staging at once. */
   stagingBytes: number;
+  /** `berth serve`: MCP sessions one tenant may hold open at once; past it an initialize gets 429. */
+  mcpSessions: number;
 }
 
 /** The audit log (top level only). */

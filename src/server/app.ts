@@ -11,6 +11,8 @@ import { errorBody, HttpError, toHttpError } from './http-error.js';
 import { pathOf } from './request.js';
 import { honoPath, readInput, type RouteSpec } from './route-spec.js';
 import { openApiDocument, ROUTES, type RouteId } from './routes.js';
+import type { MetricsEdge } from './metrics.js';
+import { isRefusal } from './refusals.js';
 import { TenantLimiter } from './tenant-limits.js';
 import type { TokenStore } from './tokens.js';
 
@@ -21,6 +23,8 @@ export interface AppDeps {
   mcp: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
   /** Remembers each authenticated request's caller (the MCP handler looks it up). */
   callers: WeakMap<IncomingMessage, Caller>;
+  /** `GET /metrics`, and told of every refusal answered. */
+  metrics: MetricsEdge;
   /** The server is shutting down: new requests get 503 and every answer closes its connection. */
   draining: () => boolean;
   log: (namespace: string, message: string) => void;
@@ -40,6 +44,7 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
   const handlers = apiHandlers({
     broker: deps.broker, limiter, answer,
     mcp: (c) => deps.mcp(c.env.incoming, c.env.outgoing),
+    metrics: deps.metrics,
     openApi: () => (doc ??= openApiDocument()),
   });
 
@@ -50,13 +55,31 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
         'www-authenticate': 'Bearer realm="berth"',
       });
     }
+    if (grant.metrics === true) {
+      throw new HttpError('policy_refused', 'this is a metrics token: it may read GET /metrics and nothing else; use a tenant token (berth token create --tenant T)');
+    }
     const caller: Caller = { tenant: grant.tenant, profiles: grant.profiles };
     deps.callers.set(c.env.incoming, caller);
     return caller;
   };
 
+  /** `/metrics` counts every tenant's calls: only a metrics token reads it, never a tenant's. */
+  const authenticateMetrics: MiddlewareHandler<ApiEnv> = async (c, next) => {
+    const grant = deps.tokens.grantOf(c.env.incoming.headers.authorization);
+    if (grant === undefined) {
+      throw new HttpError('unauthorized', 'missing or invalid bearer token; send Authorization: Bearer <metrics token> (berth token create --metrics)', {
+        'www-authenticate': 'Bearer realm="berth"',
+      });
+    }
+    if (grant.metrics !== true) {
+      throw new HttpError('policy_refused', 'a tenant token may not read /metrics (it counts every tenant\'s calls); create a metrics token with berth token create --metrics');
+    }
+    await next();
+  };
+
   const errorAnswer = async (c: ApiContext, err: unknown): Promise<Response> => {
     const e = toHttpError(err);
+    if (isRefusal(e.code)) deps.metrics.refused({ code: e.code, tenant: c.get('caller')?.tenant });
     if (e.status >= 500 && !(err instanceof HttpError)) {
       deps.log('berth:server', `${c.req.method} ${pathOf(c.env.incoming.url ?? '')}: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
     }
@@ -122,6 +145,7 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     const method = spec.method.toUpperCase();
     const answer: MiddlewareHandler<ApiEnv> = async (c) => handler(c, await readInput(spec, c.env.incoming, c.req.param()));
     if (spec.public === true) app.on(method, path, answer);
+    else if (spec.metricsOnly === true) app.on(method, path, authenticateMetrics, answer);
     else app.on(method, path, authenticate, limited(spec), answer);
     if (spec.method !== 'all') allowed.set(path, [...(allowed.get(path) ?? []), method]);
   }

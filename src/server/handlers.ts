@@ -8,6 +8,7 @@ import { assertNotOnHost, assertProfileAllowed } from './caller.js';
 import { DASHBOARD_HTML, dashboardHeaders } from './dashboard.js';
 import { downloadRoute, exportIdOf, sendExport } from './export-download.js';
 import { toHttpError } from './http-error.js';
+import type { MetricsEdge } from './metrics.js';
 import { declaredLength } from './request.js';
 import { remoteBinding, remoteSandbox } from './remote-view.js';
 import type { RouteInput } from './route-spec.js';
@@ -27,6 +28,7 @@ export interface HandlerDeps {
   /** The OpenAPI document, built once. */
   openApi: () => Record<string, unknown>;
   answer: Answers;
+  metrics: MetricsEdge;
 }
 
 /** What a command result looks like over HTTP: the library's, without the host path of spilled output. */
@@ -108,6 +110,10 @@ export function apiHandlers(deps: HandlerDeps): Handlers {
     page: (c) => answer.bytes(c, 200, DASHBOARD_HTML, dashboardHeaders()),
     health: async (c) => json(c, { ok: true }),
     openapi: async (c) => json(c, deps.openApi()),
+    metrics: async (c) => {
+      const { body, contentType } = await deps.metrics.render();
+      return answer.bytes(c, 200, body, { 'content-type': contentType, 'cache-control': 'no-store' });
+    },
     whoami: async (c) => json(c, c.get('caller')),
     explain: async (c, { body }) => json(c, remoteBinding(broker.explain(scoped(c, body)))),
     exec: (c, { body }) => exec(c, body, wantsStream(c)),

@@ -23,6 +23,8 @@ export interface RouteSpec<P extends Fields = Fields, Q extends Fields = Fields,
   path: string;
   /** Answered without a token (the page, health, the OpenAPI document). */
   public?: true;
+  /** Answered to a metrics token only (`berth token create --metrics`); a tenant token gets 403. */
+  metricsOnly?: true;
   params?: P;
   /** Checked against the query string, parsed strictly (`parseQuery`). */
   query?: Q;

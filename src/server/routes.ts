@@ -47,6 +47,13 @@ export const ROUTES = {
     method: 'get', path: '/v1/openapi.json', public: true,
     doc: { summary: 'This document', responses: { 200: { description: 'OpenAPI 3.1 document', content: { 'application/json': { schema: { type: 'object' } } } } } },
   }),
+  metrics: routeSpec({
+    method: 'get', path: '/metrics', query: EmptyQuery, metricsOnly: true,
+    doc: {
+      summary: 'Prometheus metrics of this server and its installation (a metrics token only: berth token create --metrics; a tenant token is 403)',
+      responses: { 200: { description: 'Prometheus text exposition format 0.0.4', content: { 'text/plain': { schema: { type: 'string' } } } }, ...errors },
+    },
+  }),
   whoami: routeSpec({
     method: 'get', path: '/v1/whoami', query: EmptyQuery,
     doc: { summary: 'The tenant of the token and the profiles it may use', responses: { 200: json('tenant and profiles', Whoami), ...errors } },

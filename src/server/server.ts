@@ -6,6 +6,7 @@ import { createApp } from './app.js';
 import { assertHostExposureAllowed, type Caller } from './caller.js';
 import { errorBody, HttpError } from './http-error.js';
 import { createMcpHttpHandler, type McpHttpHandler } from './mcp/http.js';
+import { ServerMetrics } from './metrics.js';
 import type { TokenStore } from './tokens.js';
 
 export interface ServerOptions {
@@ -16,6 +17,11 @@ export interface ServerOptions {
   /** Default 7878; 0 picks a free port. */
   port?: number;
   log?: (namespace: string, message: string) => void;
+  /**
+   * The metrics `GET /metrics` answers, already observing the broker (`berth serve` makes it
+   * before its start-up orphan pass, so that pass is counted). Default: the server makes its own.
+   */
+  metrics?: ServerMetrics;
 }
 
 const DEFAULT_PORT = 7878;
@@ -38,6 +44,7 @@ export class BerthServer {
   private readonly mcp: McpHttpHandler;
   private readonly callers = new WeakMap<IncomingMessage, Caller>();
   private readonly log: (namespace: string, message: string) => void;
+  private readonly stopObserving: () => void;
   private inflight = 0;
   private draining = false;
   private closing: Promise<void> | undefined;
@@ -45,9 +52,17 @@ export class BerthServer {
 
   private constructor(opts: ServerOptions) {
     this.log = opts.log ?? (() => undefined);
-    this.mcp = createMcpHttpHandler(opts.broker, { callerOf: (req) => this.callers.get(req), log: this.log });
+    const metrics = opts.metrics ?? new ServerMetrics(opts.broker);
+    this.stopObserving = opts.metrics === undefined ? opts.broker.observe(metrics) : () => undefined;
+    this.mcp = createMcpHttpHandler(opts.broker, {
+      callerOf: (req) => this.callers.get(req), log: this.log, onRefused: (code, tenant) => metrics.refused({ code, tenant }),
+    });
+    const edge = {
+      refused: (o: { code: string; tenant: string | undefined }) => metrics.refused(o),
+      render: () => metrics.render({ inflight: this.inflight, mcpSessions: this.mcp.sessionCount }),
+    };
     const app = createApp({
-      broker: opts.broker, tokens: opts.tokens, mcp: this.mcp, callers: this.callers, draining: () => this.draining, log: this.log,
+      broker: opts.broker, tokens: opts.tokens, mcp: this.mcp, callers: this.callers, metrics: edge, draining: () => this.draining, log: this.log,
     });
     // Bodies are read (or drained) by the app itself, from the Node request: the adapter must not
     // cut them short. The global Request and Response stay Node's own: berth may run inside an
@@ -126,6 +141,7 @@ export class BerthServer {
     await this.mcp.close().catch((e: unknown) => this.log('berth:server', `closing MCP sessions: ${String(e)}`));
     this.http.closeAllConnections();
     await closed;
+    this.stopObserving();
   }
 
   /**

@@ -24,7 +24,8 @@ const LEGACY_FILE = 'tokens.json';
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS tokens (
-  id TEXT PRIMARY KEY, sha256 TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL, profiles TEXT NOT NULL, created_ms INTEGER NOT NULL);
+  id TEXT PRIMARY KEY, sha256 TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL, profiles TEXT NOT NULL, created_ms INTEGER NOT NULL,
+  kind TEXT NOT NULL DEFAULT 'tenant');
 `;
 
 /** The tokens file berth kept before tokens moved into the state; imported once, then renamed. */
@@ -46,13 +47,16 @@ export interface TokenEntry {
   /** The profiles requests with this token may name (a request naming none means `default`). */
   profiles: string[];
   createdMs: number;
+  /** A metrics token (`berth token create --metrics`): it reads `/metrics` and nothing else; no tenant, no profiles. */
+  metrics?: true;
 }
 
-/** What a request holding a valid token may do: its tenant and profiles. */
+/** What a request holding a valid token may do: its tenant and profiles, or (a metrics token) only read `/metrics`. */
 export interface TokenGrant {
   id: string;
   tenant: string;
   profiles: readonly string[];
+  metrics?: true;
 }
 
 interface TokenRow {
@@ -61,6 +65,7 @@ interface TokenRow {
   tenant: string;
   profiles: string;
   created_ms: number;
+  kind: string;
 }
 
 function sha256(token: string): string {
@@ -68,7 +73,10 @@ function sha256(token: string): string {
 }
 
 function toEntry(r: TokenRow): TokenEntry {
-  return { id: r.id, sha256: r.sha256, tenant: r.tenant, profiles: JSON.parse(r.profiles) as string[], createdMs: r.created_ms };
+  const entry: TokenEntry = { id: r.id, sha256: r.sha256, tenant: r.tenant, profiles: JSON.parse(r.profiles) as string[], createdMs: r.created_ms };
+  // Anything but a tenant token grants no tenant: an unknown kind (a newer berth's) is read as metrics-only.
+  if (r.kind !== 'tenant') return { ...entry, tenant: '', profiles: [], metrics: true };
+  return entry;
 }
 
 /** Profiles as a token stores them: validated like a call's profile, deduplicated, `default` when none. */
@@ -106,6 +114,7 @@ export class TokenStore {
     const db = openStateDb(berthHome);
     try {
       db.exec(SCHEMA);
+      addKindColumn(db);
       const store = new TokenStore(db, berthHome);
       store.importLegacyFile(opts.notice);
       return store;
@@ -127,6 +136,18 @@ export class TokenStore {
     return { token, entry };
   }
 
+  /**
+   * Makes a metrics token: it may read `GET /metrics` (counts of every tenant) and nothing else;
+   * no tenant route accepts it. Shown once, like a tenant token.
+   */
+  createMetrics(): { token: string; entry: TokenEntry } {
+    const token = `${TOKEN_PREFIX}${randomBytes(32).toString('base64url')}`;
+    const entry: TokenEntry = { id: `tok_${randomBytes(6).toString('hex')}`, sha256: sha256(token), tenant: '', profiles: [], createdMs: Date.now(), metrics: true };
+    this.q("INSERT INTO tokens (id, sha256, tenant, profiles, created_ms, kind) VALUES (?, ?, '', '[]', ?, 'metrics')")
+      .run(entry.id, entry.sha256, entry.createdMs);
+    return { token, entry };
+  }
+
   /** Every token, oldest first. */
   list(): TokenEntry[] {
     return (this.q('SELECT * FROM tokens ORDER BY created_ms, id').all() as TokenRow[]).map(toEntry);
@@ -144,8 +165,8 @@ export class TokenStore {
     if (m === null || !TOKEN_RE.test(m[1] as string)) return undefined;
     const row = this.q('SELECT * FROM tokens WHERE sha256 = ?').get(sha256(m[1] as string)) as TokenRow | undefined;
     if (row === undefined) return undefined;
-    const { id, tenant, profiles } = toEntry(row);
-    return { id, tenant, profiles };
+    const { id, tenant, profiles, metrics } = toEntry(row);
+    return metrics === true ? { id, tenant, profiles, metrics } : { id, tenant, profiles };
   }
 
   close(): void {
@@ -190,6 +211,18 @@ export class TokenStore {
       notice?.(`imported ${count} token(s) from ${file} into the state (state.db), for the default profile only; renamed it to ${renamed}, which is not read again`);
     }
   }
+}
+
+/**
+ * A state made by a berth before metrics tokens has no `kind` column: add it (every token then
+ * is a tenant token). Under an immediate transaction, so concurrent openers add it once.
+ */
+function addKindColumn(db: Database.Database): void {
+  const hasKind = (): boolean => (db.prepare('PRAGMA table_info(tokens)').all() as { name: string }[]).some((c) => c.name === 'kind');
+  if (hasKind()) return;
+  db.transaction(() => {
+    if (!hasKind()) db.exec("ALTER TABLE tokens ADD COLUMN kind TEXT NOT NULL DEFAULT 'tenant'");
+  }).immediate();
 }
 
 function parseLegacy(file: string, text: string): z.infer<typeof LegacyFileSchema>['tokens'] {

@@ -26,6 +26,7 @@ export function stubBroker(methods: Record<string, unknown> = {}, config: Record
   return strict('broker', {
     config: parseConfig(config), berthHome: tempDir('berth-stub-home-'),
     reapers: { every: () => () => undefined },
+    observe: () => () => undefined,
     files: strict('broker.files', files), jobs: strict('broker.jobs', jobs),
     ...rest,
   }) as unknown as Broker;

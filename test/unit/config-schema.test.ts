@@ -457,8 +457,8 @@ describe('cross-field rules', () => {
 describe('installation-wide sections and the trust-boundary settings (issue 8)', () => {
   it('defaults: no host backend for remote callers, per-tenant limits, audit cap and retention', () => {
     const c = parseConfig({});
-    expect(c.server).toEqual({ allowHostBackend: false });
-    expect(c.limits).toEqual({ concurrentCalls: 16, uploadBytesInFlight: 256 * 1024 * 1024, stagingBytes: 1024 * 1024 * 1024 });
+    expect(c.server).toEqual({ allowHostBackend: false, metrics: { perTenant: false } });
+    expect(c.limits).toEqual({ concurrentCalls: 16, uploadBytesInFlight: 256 * 1024 * 1024, stagingBytes: 1024 * 1024 * 1024, mcpSessions: 32 });
     expect(c.audit).toEqual({ maxCommandChars: 4096, retentionDays: 30 });
     expect(c.base.workspace.allowedRoots).toEqual([]);
     expect(c.base.files.mediaMode).toBe('copy');
@@ -477,6 +477,19 @@ describe('installation-wide sections and the trust-boundary settings (issue 8)',
     expect(c.base.workspace.allowedRoots).toEqual(['/srv/projects']);
     expect(c.base.files.mediaMode).toBe('live');
     expect(c.base.docker.diskMb).toBe(2048);
+  });
+
+  it('limits.mcpSessions: 32 by default, a positive integer when written', () => {
+    expect(parseConfig({ limits: { mcpSessions: 2 } }).limits.mcpSessions).toBe(2);
+    expect(errorOf({ limits: { mcpSessions: 0 } })).toContain('config key "limits.mcpSessions": expected an integer between 1 and 100000, got 0');
+  });
+
+  it('server.metrics.perTenant: off by default, read when written, unknown keys under it named', () => {
+    expect(parseConfig({ server: { metrics: { perTenant: true } } }).server).toEqual({ allowHostBackend: false, metrics: { perTenant: true } });
+    expect(parseConfig({ server: { metrics: null } }).server.metrics).toEqual({ perTenant: false });
+    expect(errorOf({ server: { metrics: { perTennant: true } } })).toContain('unknown config key "server.metrics.perTennant"');
+    expect(errorOf({ server: { metrics: { perTenant: 'yes' } } })).toContain('config key "server.metrics.perTenant": expected true or false, got "yes"');
+    expect(errorOf({ server: { metricz: {} } })).toMatch(/unknown config key "server.metricz".*did you mean "metrics"\?/);
   });
 
   it.each([

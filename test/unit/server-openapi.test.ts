@@ -4,6 +4,7 @@ import { heldBack } from '../../src/broker/jobs.js';
 import { createApp } from '../../src/server/app.js';
 import { openApiDocument } from '../../src/server/routes.js';
 import { parseQuery } from '../../src/server/request.js';
+import type { MetricsEdge } from '../../src/server/metrics.js';
 import type { TokenStore } from '../../src/server/tokens.js';
 import { toHttpError } from '../../src/server/http-error.js';
 import { BerthError, PolicyRefusedError, UsageError } from '../../src/errors.js';
@@ -31,6 +32,7 @@ describe('OpenAPI document', () => {
     // Handlers are never called here: the app's routing table is read.
     const app = createApp({
       broker: {} as Broker, tokens: {} as TokenStore, mcp: async () => undefined, callers: new WeakMap(), draining: () => false, log: () => undefined,
+      metrics: {} as MetricsEdge,
     });
     const withMethods = new Set(app.routes.filter((r) => r.method !== 'ALL').map((r) => r.path));
     const missing: string[] = [];

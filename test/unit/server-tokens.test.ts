@@ -71,3 +71,38 @@ describe('token store (SQLite state)', () => {
     }
   });
 });
+
+describe('metrics tokens', () => {
+  it('a metrics token grants no tenant and no profiles, and is marked as such; a tenant token is not', () => {
+    const s = open();
+    try {
+      const m = s.createMetrics();
+      const t = s.create('acme');
+      expect(s.grantOf(`Bearer ${m.token}`)).toEqual({ id: m.entry.id, tenant: '', profiles: [], metrics: true });
+      expect(s.grantOf(`Bearer ${t.token}`)?.metrics).toBeUndefined();
+      expect(s.list().find((e) => e.id === m.entry.id)?.metrics).toBe(true);
+      expect(s.list().find((e) => e.id === t.entry.id)?.metrics).toBeUndefined();
+    } finally {
+      s.close();
+    }
+  });
+
+  it('a state made before metrics tokens (no kind column) is upgraded: its tokens stay tenant tokens', () => {
+    const home = tempDir('berth-tokens-');
+    const seeded = open(home);
+    const { token, entry } = seeded.create('acme', ['bot']);
+    seeded.close();
+    const db = new Database(join(home, 'state.db'));
+    db.exec('ALTER TABLE tokens DROP COLUMN kind');
+    expect((db.prepare('PRAGMA table_info(tokens)').all() as { name: string }[]).map((c) => c.name)).not.toContain('kind');
+    db.close();
+    const s = open(home);
+    try {
+      expect(s.grantOf(`Bearer ${token}`)).toEqual({ id: entry.id, tenant: 'acme', profiles: ['bot'] });
+      const m = s.createMetrics();
+      expect(s.grantOf(`Bearer ${m.token}`)?.metrics).toBe(true);
+    } finally {
+      s.close();
+    }
+  });
+});

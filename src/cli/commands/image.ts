@@ -2,6 +2,7 @@ import { defaultBerthHome, loadConfig } from '../../config/load.js';
 import { UsageError } from '../../errors.js';
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
 import type { CliIo } from '../io.js';
+import { progressRenderer } from '../progress-renderer.js';
 
 export const IMAGE_HELP = `usage: berth image build [--variant debian|minimal] [--image NAME] [--force]
 
@@ -10,7 +11,9 @@ Builds a sandbox image from Debian packages, with no registry, and imports it in
   debian   (default) debootstrap minbase bookworm: bash, coreutils, procps and a small toolset
   minimal  busybox-static + bash-static: tiny and fast, for tests
 --image defaults to docker.image from the config (berth-sandbox:latest), or berth-sandbox:minimal
-for --variant minimal. An existing image is reused unless --force.`;
+for --variant minimal. An existing image is reused unless --force.
+On a terminal, stderr shows each step, the bytes fetched and the latest detail; otherwise only
+the result line is printed (on stdout).`;
 
 export async function imageCommand(argv: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseFlags('image', argv, {
@@ -28,9 +31,13 @@ export async function imageCommand(argv: string[], io: CliIo): Promise<number> {
   const image = values.image ?? (variant === 'minimal' ? 'berth-sandbox:minimal' : config.base.docker.image);
   const { provideImage } = await import('../../backends/docker/image-pull.js');
   const { defaultDocker } = await import('../../backends/docker/engine.js');
-  const r = await provideImage({
-    docker: defaultDocker(), image, variant, force: values.force === true, onProgress: (line) => io.err(`${line}\n`),
-  });
+  const progress = progressRenderer({ write: io.err, columns: io.errColumns });
+  let r;
+  try {
+    r = await provideImage({ docker: defaultDocker(), image, variant, force: values.force === true, onProgress: (line) => progress.line(line) });
+  } finally {
+    progress.done();
+  }
   const said = { built: `built ${image}`, pulled: `pulled ${image}`, reused: `${image} already exists (use --force to rebuild)` };
   io.out(`${said[r.action]}\n`);
   return 0;

@@ -1,5 +1,6 @@
 import { BerthError, UsageError } from '../../errors.js';
 import { BerthServer } from '../../server/server.js';
+import { ServerMetrics } from '../../server/metrics.js';
 import { assertHostExposureAllowed, hostExposureWarnings } from '../../server/caller.js';
 import { TokenStore } from '../../server/tokens.js';
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
@@ -57,6 +58,7 @@ export async function serveCommand(argv: string[], io: CliIo): Promise<number> {
   const code = await withBroker(io, values.config, async (broker) => {
     let tokens: TokenStore | undefined;
     let server: BerthServer | undefined;
+    let stopObserving = (): void => undefined;
     const stopped = new Promise<string>((resolve) => {
       process.once('SIGTERM', () => resolve('SIGTERM'));
       process.once('SIGINT', () => resolve('SIGINT'));
@@ -65,12 +67,15 @@ export async function serveCommand(argv: string[], io: CliIo): Promise<number> {
       tokens = TokenStore.open(broker.berthHome, { notice: (m) => io.err(`berth: ${m}\n`) });
       // Refused before anything else happens; an accepted exposure is said loudly.
       for (const line of hostExposureWarnings(assertHostExposureAllowed(broker.config, tokens.list()))) io.err(`berth: ${line}\n`);
+      // Observing before the start-up pass below, so /metrics counts what it removes.
+      const metrics = new ServerMetrics(broker);
+      stopObserving = broker.observe(metrics);
       // What a crashed server left: ephemeral sandboxes of sessions whose owner is dead.
       const reaped = await broker.reapers.reapOrphans();
       if (reaped.length > 0) io.err(`berth: removed ${reaped.length} orphaned sandbox(es) left by an earlier run\n`);
       if (tokens.list().length === 0) io.err('berth: no tokens yet; every request will get 401. Create one: berth token create --tenant T\n');
       try {
-        server = await BerthServer.start({ broker, tokens, host, port, log });
+        server = await BerthServer.start({ broker, tokens, host, port, log, metrics });
       } catch (err) {
         if (err instanceof BerthError) throw err;
         throw new BerthError('listen_failed', `cannot listen on ${host}:${port}: ${(err as Error).message}; pick another --port or --host`);
@@ -82,6 +87,7 @@ export async function serveCommand(argv: string[], io: CliIo): Promise<number> {
       return 0;
     } finally {
       await server?.close({ graceMs });
+      stopObserving();
       tokens?.close();
     }
   }, { serving: true, env, log, closeGraceMs: graceMs });

@@ -5,6 +5,7 @@ import { parseFlags } from '../args.js';
 import type { CliIo } from '../io.js';
 
 export const TOKEN_HELP = `usage: berth token create --tenant T [--profile P ...]
+       berth token create --metrics
        berth token list [--json]
        berth token revoke ID
 
@@ -12,12 +13,15 @@ Bearer tokens for berth serve. A token is a tenant plus the profiles its request
 (--profile, repeatable; default: the default profile only); a request naming any other
 profile gets 403. Tokens live in the state ($BERTH_HOME/state.db), which keeps only their
 sha256, so a new token is printed once, as the last line of "create": store it then. A running
-server sees new and revoked tokens on the next request.`;
+server sees new and revoked tokens on the next request.
+
+A metrics token (--metrics) reads GET /metrics and nothing else: the counts of every tenant, for
+Prometheus. No tenant token may read /metrics, and a metrics token runs nothing.`;
 
 export async function tokenCommand(argv: string[], io: CliIo): Promise<number> {
   const [sub, ...rest] = argv;
   const { values, positionals } = parseFlags('token', rest, {
-    tenant: { type: 'string' }, profile: { type: 'string', multiple: true }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+    tenant: { type: 'string' }, profile: { type: 'string', multiple: true }, metrics: { type: 'boolean' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
   });
   if (sub === undefined || sub === '--help' || sub === '-h' || values.help) {
     io.out(`${TOKEN_HELP}\n`);
@@ -26,14 +30,23 @@ export async function tokenCommand(argv: string[], io: CliIo): Promise<number> {
   if (sub !== 'create' && sub !== 'list' && sub !== 'revoke') {
     throw new UsageError(`unknown subcommand "berth token ${sub}"; use create, list or revoke`);
   }
-  if (sub !== 'create' && (values.tenant !== undefined || values.profile !== undefined)) {
-    throw new UsageError(`--tenant and --profile belong to "berth token create", not "berth token ${sub}"`);
+  if (sub !== 'create' && (values.tenant !== undefined || values.profile !== undefined || values.metrics !== undefined)) {
+    throw new UsageError(`--tenant, --profile and --metrics belong to "berth token create", not "berth token ${sub}"`);
+  }
+  if (values.metrics === true && (values.tenant !== undefined || values.profile !== undefined)) {
+    throw new UsageError('a metrics token has no tenant or profiles: use either --metrics or --tenant T [--profile P ...]');
   }
   const store = TokenStore.open(defaultBerthHome(io.env), { notice: (m) => io.err(`berth: ${m}\n`) });
   try {
     switch (sub) {
       case 'create': {
         if (positionals.length > 0) throw new UsageError(`berth token create takes no arguments, got "${positionals[0]}"`);
+        if (values.metrics === true) {
+          const { token, entry } = store.createMetrics();
+          io.err(`berth: metrics token ${entry.id} created (it reads GET /metrics only); it is shown once (only its hash is kept in ${store.berthHome}/state.db)\n`);
+          io.out(`${token}\n`);
+          return 0;
+        }
         const tenant = assertTenant(values.tenant);
         const { token, entry } = store.create(tenant, values.profile);
         const profiles = `profile${entry.profiles.length === 1 ? '' : 's'} ${entry.profiles.join(', ')}`;
@@ -42,10 +55,16 @@ export async function tokenCommand(argv: string[], io: CliIo): Promise<number> {
         return 0;
       }
       case 'list': {
-        const list = store.list().map(({ id, tenant, profiles, createdMs }) => ({ id, tenant, profiles, createdMs }));
+        const entries = store.list();
+        const list = entries.map(({ id, tenant, profiles, createdMs, metrics }) => (metrics ? { id, metrics, createdMs } : { id, tenant, profiles, createdMs }));
         if (values.json) io.out(`${JSON.stringify(list)}\n`);
-        else if (list.length === 0) io.out('no tokens\n');
-        else for (const t of list) io.out(`${t.id}  ${t.tenant.padEnd(20)}  ${t.profiles.join(',').padEnd(20)}  ${new Date(t.createdMs).toISOString()}\n`);
+        else if (entries.length === 0) io.out('no tokens\n');
+        else {
+          for (const t of entries) {
+            const who = t.metrics ? `${'(metrics)'.padEnd(20)}  ${'/metrics only'.padEnd(20)}` : `${t.tenant.padEnd(20)}  ${t.profiles.join(',').padEnd(20)}`;
+            io.out(`${t.id}  ${who}  ${new Date(t.createdMs).toISOString()}\n`);
+          }
+        }
         return 0;
       }
       case 'revoke': {

@@ -8,6 +8,7 @@ import type { CallScope } from '../../scope/call-scope.js';
 import { normalizeScope } from '../../scope/normalize.js';
 import { assertProfileAllowed, hostBackendForbidden, runsOnHost, type Caller } from '../caller.js';
 import { HTTP_STATUS, type HttpCode } from '../http-error.js';
+import { isRefusal } from '../refusals.js';
 import { describeSandbox } from './sandbox-description.js';
 import { createMcpServer } from './server.js';
 
@@ -25,6 +26,8 @@ export interface McpHttpOptions {
   /** Largest JSON body read when no parsed body is passed in (default 8 MiB). */
   maxBodyBytes?: number;
   log?: (namespace: string, message: string) => void;
+  /** Told of every refusal answered (by error code), for the server's metrics. */
+  onRefused?: (code: string, tenant: string | undefined) => void;
 }
 
 /** A request handler for `/mcp`, plus `close()` for server shutdown (ends every MCP session). */
@@ -65,16 +68,25 @@ const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
  */
 export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpHttpHandler {
   const log = opts.log ?? (() => undefined);
+  const refused = opts.onRefused ?? (() => undefined);
   const sessions = new Map<string, LiveSession>();
   /** Session closes still running (removing a container takes a while); `close()` waits for them. */
   const ending = new Set<Promise<void>>();
   const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   const idleMs = (opts.idleSeconds ?? broker.config.base.lifecycle.idleSeconds) * 1000;
+  /** MCP sessions of each tenant, counted from the initialize that opens one (so concurrent ones cannot pass the limit together) to its end. */
+  const held = new Map<string, number>();
+  const release = (tenant: string): void => {
+    const n = (held.get(tenant) ?? 1) - 1;
+    if (n <= 0) held.delete(tenant);
+    else held.set(tenant, n);
+  };
   let closing = false;
 
   const end = (s: LiveSession): Promise<void> => {
     s.ended ??= (async () => {
       sessions.delete(s.id);
+      release(s.tenant);
       const r = await broker.closeSession(s.scope).catch((e: unknown) => {
         log('berth:mcp', `close session ${s.scope.session}: ${String(e)}`);
         return undefined;
@@ -104,6 +116,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
   const handler = async (req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void> => {
     const caller = opts.callerOf(req);
     if (caller === undefined) {
+      refused('unauthorized', undefined);
       sendError(res, 'unauthorized', 'missing or invalid bearer token; send Authorization: Bearer <token>');
       return;
     }
@@ -154,6 +167,13 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       return;
     }
 
+    const limit = broker.config.limits.mcpSessions;
+    if ((held.get(tenant) ?? 0) >= limit) {
+      refused('too_many_calls', tenant);
+      sendError(res, 'too_many_calls', `this tenant already has ${limit} MCP sessions open, the most limits.mcpSessions allows; ` +
+        'end one (DELETE /mcp with its mcp-session-id, or let it go idle) or ask the operator to raise limits.mcpSessions in the config');
+      return;
+    }
     const id = randomUUID();
     let scope: CallScope;
     let sandbox: ReturnType<typeof describeSandbox>;
@@ -166,13 +186,15 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       if (runsOnHost(broker.config, sandbox.binding.backend) && !broker.config.server.allowHostBackend) throw hostBackendForbidden(scope.profile);
     } catch (err) {
       if (!isBerthError(err)) throw err;
+      if (isRefusal(err.code)) refused(err.code, tenant);
       sendError(res, err.code, err.message);
       return;
     }
     // DELETE answers once the berth session is closed (its ephemeral sandbox removed).
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => id, onsessionclosed: () => end(s) });
     const s: LiveSession = { id, tenant, scope, transport, lastUsedMs: Date.now(), inflight: 1, ended: undefined };
-    const server = createMcpServer(broker, scope, { sandbox, remote: true });
+    held.set(tenant, (held.get(tenant) ?? 0) + 1);
+    const server = createMcpServer(broker, scope, { sandbox, remote: true, onRefused: (code) => refused(code, tenant) });
     server.server.onclose = () => void end(s);
     server.server.onerror = (err) => log('berth:mcp', `session ${scope.session}: ${err.message}`);
     await server.connect(transport);
@@ -184,6 +206,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       // The initialize was rejected (malformed, wrong protocol version): no session came to be.
       if (transport.sessionId === undefined) {
         sessions.delete(id);
+        if (s.ended === undefined) release(tenant);
         s.ended = Promise.resolve(); // nothing ran, so there is no berth session to close
         await server.close().catch(() => undefined);
       }

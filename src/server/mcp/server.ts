@@ -1,12 +1,17 @@
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { CallToolRequestSchema, ErrorCode, McpError, type CallToolResult, type ToolAnnotations } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CallToolRequestSchema, ErrorCode, McpError, type CallToolResult, type ServerNotification, type ToolAnnotations,
+} from '@modelcontextprotocol/sdk/types.js';
 import * as z from 'zod';
 import type { Broker } from '../../broker/broker.js';
 import { isBerthError } from '../../errors.js';
 import type { CallScopeInput } from '../../scope/call-scope.js';
 import { normalizeScope } from '../../scope/normalize.js';
 import { downloadRoute, exportIdOf } from '../export-download.js';
+import { isRefusal } from '../refusals.js';
 import { MCP_ERROR_KIND } from './error-kinds.js';
+import { assertImageFits, imageMimeOf, MAX_IMAGE_BYTES } from './image-content.js';
+import { progressStream } from './progress.js';
 import type { SandboxDescription } from './sandbox-description.js';
 import { decodeBytes, execResult, refusal, text } from './tool-results.js';
 import { ExportFileArgs, ProcessArgs, ReadFileArgs, TerminalArgs, WriteFileArgs } from './tool-schemas.js';
@@ -21,18 +26,29 @@ export interface McpServerInfo {
    * (`GET /v1/files/exports/<id>` on `berth serve`, same bearer token) instead of its host path.
    */
   remote?: boolean;
+  /** Told of every call berth refused (policy, credentials, a limit), by error code: the server's metrics. */
+  onRefused?: (code: string) => void;
+}
+
+/** What a tool run gets besides its arguments: the request's progress token and a way to notify for it. */
+interface ToolContext {
+  progressToken: string | number | undefined;
+  sendNotification: (n: ServerNotification) => Promise<void>;
 }
 
 interface ToolDef {
   schema: z.ZodType<Record<string, unknown>>;
-  run: (args: never) => Promise<CallToolResult>;
+  run: (args: never, ctx: ToolContext) => Promise<CallToolResult>;
 }
 
 const BERTH_VERSION = '0.1.0';
 
+/** The resource listing the session's background jobs. */
+export const JOBS_RESOURCE = 'berth://session/jobs';
+
 /**
  * An MCP server whose tools run in one berth session: `terminal`, `process`, `read_file`,
- * `write_file`, `export_file`. Connect it to one transport; closing the berth session when the
+ * `write_file`, `export_file`; and one resource, the session's background jobs (`JOBS_RESOURCE`). Connect it to one transport; closing the berth session when the
  * connection ends is the caller's job (see `serveMcpStdio`, `createMcpHttpHandler`).
  *
  * Bad arguments (wrong type, unknown field, missing field) are JSON-RPC errors (-32602). A failed
@@ -57,20 +73,22 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     name: string,
     config: { title: string; description: string; annotations: ToolAnnotations },
     schema: S,
-    run: (args: z.output<S>) => Promise<CallToolResult>,
+    run: (args: z.output<S>, ctx: ToolContext) => Promise<CallToolResult>,
   ): void => {
     tools.set(name, { schema, run: run as ToolDef['run'] });
     // Registered for tools/list (JSON Schema from the zod schema); calls go through the tools/call handler set below.
-    mcp.registerTool(name, { ...config, inputSchema: schema as unknown as z.ZodObject }, (args: unknown) => run(args as z.output<S>));
+    mcp.registerTool(name, { ...config, inputSchema: schema as unknown as z.ZodObject },
+      (args: unknown, extra) => run(args as z.output<S>, { progressToken: extra._meta?.progressToken, sendNotification: extra.sendNotification }));
   };
 
   add('terminal', {
     title: 'Run a shell command',
     description: `Runs one shell line in this session's sandbox through a persistent bash: cwd, exported variables and functions carry over between calls. ${sandbox.summary} ` +
       `Returns the exit code, cwd, stdout and stderr; a non-zero exit or a timeout (default ${sandbox.defaultTimeoutSeconds} s) is an error result. ` +
-      'With background: true the command runs as a job and its jobId comes back at once.',
+      'With background: true the command runs as a job and its jobId comes back at once. ' +
+      'A request with a progressToken gets the output as progress notifications while the command runs.',
     annotations: { destructiveHint: true, openWorldHint: true },
-  }, TerminalArgs, async (a) => {
+  }, TerminalArgs, async (a, ctx) => {
     if (a.background === true) {
       const job = await broker.jobs.start(scope, a.command, a.workdir === undefined ? {} : { workdir: a.workdir });
       return text(
@@ -80,8 +98,13 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
       );
     }
     const timeoutSeconds = a.timeout ?? sandbox.defaultTimeoutSeconds;
-    const r = await broker.exec(scope, a.command, { timeoutSeconds, workdir: a.workdir });
-    return execResult(r, timeoutSeconds);
+    const progress = ctx.progressToken === undefined ? undefined : progressStream(ctx.progressToken, ctx.sendNotification);
+    try {
+      const r = await broker.exec(scope, a.command, { timeoutSeconds, workdir: a.workdir, ...(progress === undefined ? {} : { onChunk: progress.onChunk }) });
+      return execResult(r, timeoutSeconds);
+    } finally {
+      await progress?.flush();
+    }
   });
 
   add('process', {
@@ -114,10 +137,20 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
 
   add('read_file', {
     title: 'Read a file',
-    description: `Reads a whole file from this session's sandbox (files over the configured size limit are refused). Text comes back as is; a file that is not valid UTF-8 comes back base64-encoded. ${sandbox.summary}`,
+    description: `Reads a whole file from this session's sandbox (files over the configured size limit are refused). Text comes back as is; ` +
+      `a PNG, JPEG, GIF or WebP image (up to ${MAX_IMAGE_BYTES / 1024 / 1024} MiB) comes back as an image you can look at; ` +
+      `any other file that is not valid UTF-8 comes back base64-encoded. ${sandbox.summary}`,
     annotations: { readOnlyHint: true },
   }, ReadFileArgs, async (a) => {
     const r = await broker.files.readFile(scope, { path: a.path, ...(a.maxBytes === undefined ? {} : { maxBytes: a.maxBytes }) });
+    const mimeType = imageMimeOf(r.data);
+    if (mimeType !== undefined) {
+      assertImageFits(r.path, mimeType, r.data.length);
+      return {
+        content: [{ type: 'image', data: r.data.toString('base64'), mimeType }, { type: 'text', text: `(image ${r.path}, ${mimeType}, ${r.data.length} bytes)` }],
+        structuredContent: { path: r.path, bytes: r.data.length, encoding: 'image', mimeType },
+      };
+    }
     const d = decodeBytes(r.data);
     const body = d.encoding === 'utf8' ? d.content : `(binary file ${r.path}, ${r.data.length} bytes, base64)\n${d.content}`;
     return text(body, { path: r.path, bytes: r.data.length, encoding: d.encoding });
@@ -155,10 +188,19 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     return text(`exported ${r.kind} ${a.path} (${r.bytes} bytes) to host path ${r.hostPath}`, { hostPath: r.hostPath, bytes: r.bytes, kind: r.kind });
   });
 
+  // The same list as process {action: "list"}, for clients that show resources rather than call tools.
+  mcp.registerResource('jobs', JOBS_RESOURCE, {
+    title: 'Background jobs of this session',
+    description: 'This session\'s background jobs (terminal with background: true), oldest first, as JSON: jobId, command, status, exitCode, startedMs.',
+    mimeType: 'application/json',
+  }, async (uri) => ({
+    contents: [{ uri: uri.href, mimeType: 'application/json', text: JSON.stringify(await broker.jobs.list(scope)) }],
+  }));
+
   // The SDK's own tools/call handler (1.32) turns argument validation errors into isError results
   // (SEP-1303). berth's contract is that bad arguments are protocol errors and only what happened
   // while running the call is a result, so calls are dispatched here with the same schemas.
-  mcp.server.setRequestHandler(CallToolRequestSchema, async (request) => {
+  mcp.server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const { name } = request.params;
     const tool = tools.get(name);
     if (tool === undefined) {
@@ -170,9 +212,10 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
       throw new McpError(ErrorCode.InvalidParams, `invalid arguments for ${name}: ${issues.join('; ')}`);
     }
     try {
-      return await tool.run(parsed.data as never);
+      return await tool.run(parsed.data as never, { progressToken: request.params._meta?.progressToken, sendNotification: extra.sendNotification });
     } catch (err) {
       const kind = isBerthError(err) ? MCP_ERROR_KIND[err.code] : 'internal_error';
+      if (isBerthError(err) && isRefusal(err.code)) info.onRefused?.(err.code);
       if (kind === 'result' && isBerthError(err)) return refusal(err);
       const message = err instanceof Error ? err.message : String(err);
       if (kind === 'invalid_params') throw new McpError(ErrorCode.InvalidParams, `invalid arguments for ${name}: ${message}`);

@@ -1,0 +1,68 @@
+import type { AuditRecord } from './audit.js';
+
+/** What one finished call looked like: never its command text, session or user. */
+export interface CallObservation {
+  kind: Exclude<AuditRecord['kind'], 'close'>;
+  tenant: string;
+  backend: string;
+  durationMs: number;
+  /** The call had to bring its sandbox up in this process (create it, or start a known one). */
+  cold: boolean;
+  /** A command that ran out of its time (exit code 124). */
+  timedOut: boolean;
+  /** The error code when the call failed instead of returning a result. */
+  errorCode: string | undefined;
+}
+
+/** A sandbox a reaper removed (or, idle and persistent, stopped). */
+export interface ReapObservation {
+  reason: 'idle' | 'orphan';
+  tenant: string | undefined;
+  backend: string | undefined;
+}
+
+/**
+ * What the broker tells whoever watches it (the server's metrics). The one place calls, refusals
+ * and reaper removals are reported; an observer must not throw and must not block.
+ *
+ * @example
+ * const stop = broker.observe({ callEnded: (o) => count(o.backend), refused: () => {}, reaped: () => {} });
+ */
+export interface BrokerObserver {
+  callEnded(o: CallObservation): void;
+  /** A call refused by policy, credentials or a limit, by its error code. */
+  refused(o: { code: string; tenant: string | undefined }): void;
+  reaped(o: ReapObservation): void;
+}
+
+/** The observers of one broker: each event goes to every observer; one that throws is skipped. */
+export class Observers implements BrokerObserver {
+  private readonly list = new Set<BrokerObserver>();
+
+  add(o: BrokerObserver): () => void {
+    this.list.add(o);
+    return () => this.list.delete(o);
+  }
+
+  callEnded(o: CallObservation): void {
+    this.each((x) => x.callEnded(o));
+  }
+
+  refused(o: { code: string; tenant: string | undefined }): void {
+    this.each((x) => x.refused(o));
+  }
+
+  reaped(o: ReapObservation): void {
+    this.each((x) => x.reaped(o));
+  }
+
+  private each(f: (o: BrokerObserver) => void): void {
+    for (const o of this.list) {
+      try {
+        f(o);
+      } catch {
+        // An observer is bookkeeping: it never fails the call it watches.
+      }
+    }
+  }
+}

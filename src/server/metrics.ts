@@ -1,0 +1,106 @@
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Broker, BrokerObserver, CallObservation, ReapObservation } from '../broker/broker.js';
+
+/*
+ * `GET /metrics` of one `berth serve`: its own prom-client Registry (never the library's global
+ * one: one process may run many servers, as the tests do), fed by the broker's observer
+ * interface and, at scrape time, by the broker's inventory. Labels carry backends, states, kinds
+ * and error codes only: never a secret, a user, a session or command text. The tenant is a label
+ * only when the operator set `server.metrics.perTenant`.
+ */
+
+/** Exec latency buckets (seconds): a warm command is milliseconds, a cold start seconds. */
+const EXEC_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180];
+
+/** What the server itself reports at each scrape. */
+export interface ServerReadings {
+  /** Requests the server is answering right now (the scrape included). */
+  inflight: number;
+  /** Open MCP sessions. */
+  mcpSessions: number;
+}
+
+/** What the HTTP app needs of the metrics: count a refusal, answer a scrape. */
+export interface MetricsEdge {
+  refused(o: { code: string; tenant: string | undefined }): void;
+  render(): Promise<{ body: string; contentType: string }>;
+}
+
+/**
+ * The metrics of one server. Register it on the broker (`broker.observe(metrics)`) before the
+ * work it should count (`berth serve` does so before its start-up orphan pass), answer `render()`
+ * on `GET /metrics`.
+ *
+ * @example
+ * const metrics = new ServerMetrics(broker);
+ * const stop = broker.observe(metrics);
+ * const { body, contentType } = await metrics.render({ inflight: 1, mcpSessions: 0 });
+ */
+export class ServerMetrics implements BrokerObserver {
+  readonly registry = new Registry();
+  private readonly perTenant: boolean;
+  private readonly calls: Counter;
+  private readonly failures: Counter;
+  private readonly execSeconds: Histogram;
+  private readonly timeouts: Counter;
+  private readonly refusals: Counter;
+  private readonly reaps: Counter;
+  private readonly sandboxes: Gauge;
+  private readonly sessions: Gauge;
+  private readonly inflight: Gauge;
+  private readonly mcpSessions: Gauge;
+
+  constructor(private readonly broker: Broker) {
+    this.perTenant = broker.config.server.metrics.perTenant;
+    const t = this.perTenant ? ['tenant'] : [];
+    const registers = [this.registry];
+    this.calls = new Counter({ name: 'berth_calls_total', help: 'Calls that ended (exec, job, upload, read, export, media), by kind and backend', labelNames: ['kind', 'backend', ...t], registers });
+    this.failures = new Counter({ name: 'berth_call_failures_total', help: 'Calls that ended in an error instead of a result, by kind, backend and error code', labelNames: ['kind', 'backend', 'code'], registers });
+    this.execSeconds = new Histogram({
+      name: 'berth_exec_duration_seconds', help: 'Latency of exec calls by backend; cold="true" for a call that brought its sandbox up',
+      labelNames: ['backend', 'cold'], buckets: EXEC_BUCKETS, registers,
+    });
+    this.timeouts = new Counter({ name: 'berth_exec_timeouts_total', help: 'Commands killed at their timeout, by backend', labelNames: ['backend'], registers });
+    this.refusals = new Counter({ name: 'berth_refusals_total', help: 'Calls refused by policy, credentials or a limit, by error code', labelNames: ['code', ...t], registers });
+    this.reaps = new Counter({ name: 'berth_reaper_removals_total', help: 'Sandboxes the reapers removed (orphan) or removed or stopped (idle), by reason and backend', labelNames: ['reason', 'backend'], registers });
+    this.sandboxes = new Gauge({ name: 'berth_sandboxes', help: 'Recorded sandboxes by backend, state and lifecycle (persistent or ephemeral)', labelNames: ['backend', 'state', 'lifecycle', ...t], registers });
+    this.sessions = new Gauge({ name: 'berth_sessions_open', help: 'Sessions open in the state', labelNames: t, registers });
+    this.inflight = new Gauge({ name: 'berth_server_inflight_calls', help: 'HTTP and MCP requests this server is answering now, this scrape included', registers });
+    this.mcpSessions = new Gauge({ name: 'berth_mcp_sessions', help: 'Open MCP sessions on this server', registers });
+  }
+
+  callEnded(o: CallObservation): void {
+    this.calls.inc(this.withTenant({ kind: o.kind, backend: o.backend }, o.tenant));
+    if (o.errorCode !== undefined) this.failures.inc({ kind: o.kind, backend: o.backend, code: o.errorCode });
+    if (o.kind !== 'exec') return;
+    if (o.timedOut) this.timeouts.inc({ backend: o.backend });
+    this.execSeconds.observe({ backend: o.backend, cold: String(o.cold) }, o.durationMs / 1000);
+  }
+
+  refused(o: { code: string; tenant: string | undefined }): void {
+    this.refusals.inc(this.withTenant({ code: o.code }, o.tenant ?? ''));
+  }
+
+  reaped(o: ReapObservation): void {
+    this.reaps.inc({ reason: o.reason, backend: o.backend ?? 'unknown' });
+  }
+
+  /** The exposition text: counters as they stand, gauges read now (the engines are asked for sandbox states). */
+  async render(now: ServerReadings): Promise<{ body: string; contentType: string }> {
+    const inv = await this.broker.inventory();
+    this.sandboxes.reset();
+    for (const s of inv.sandboxes) {
+      this.sandboxes.inc(this.withTenant({ backend: s.backend, state: s.state, lifecycle: s.persistent ? 'persistent' : 'ephemeral' }, s.tenant));
+    }
+    this.sessions.reset();
+    if (!this.perTenant) this.sessions.set(inv.sessions.filter((s) => s.open).length);
+    else for (const s of inv.sessions) if (s.open) this.sessions.inc({ tenant: s.tenant });
+    this.inflight.set(now.inflight);
+    this.mcpSessions.set(now.mcpSessions);
+    return { body: await this.registry.metrics(), contentType: this.registry.contentType };
+  }
+
+  private withTenant<L extends Record<string, string>>(labels: L, tenant: string): L {
+    return this.perTenant ? { ...labels, tenant } : labels;
+  }
+}
