@@ -192,7 +192,7 @@ export interface Backend extends AsyncDisposable {
   /** This installation's sandboxes as the engine sees them. */
   listManaged(): Promise<ManagedSandbox[]>;
   /** Removes engine objects of this installation that no sandbox uses any more (networks); their names. */
-  reapIdleNetworks?(): Promise<string[]>;
+  reapIdleNetworks?(opts?: { timeoutMs?: number }): Promise<string[]>;
   /**
    * Measures the sandbox's disk use against its bound: over it, the error its calls get
    * (`disk_limit_exceeded`; the caller stops it, and `ensure` does not start it again while it is

@@ -16,7 +16,7 @@ import { storeLease } from './store-lease.js';
 
 /** Time one disk-check pass may take (a measurement costs the engine a walk of the writable layer). */
 const DISK_CHECK_BUDGET_MS = 10_000;
-/** How long closing waits for the pass that removes networks no sandbox uses. */
+/** Bound of each engine request of the close pass that removes networks no sandbox uses. */
 const CLOSE_NETWORK_PASS_MS = 5_000;
 /** A container this close to its pids limit when a shell cannot start counts as out of processes. */
 const PIDS_HEADROOM = 8;
@@ -80,6 +80,8 @@ export class SandboxPool {
   /** The backend of each live sandbox: kept here, so nothing outside the pool calls it. */
   private readonly backendOf = new WeakMap<LiveSandbox, Backend>();
   private readonly locks = new KeyedLock();
+  /** Backends on which this process removed a sandbox: the close pass looks for what it left idle there. */
+  private readonly removedOn = new Set<string>();
   /** Backend, profile and image combinations whose check passed. */
   private readonly checkedKeys = new Set<string>();
   /** This process (`pid:starttime`), on the creation claims it makes. */
@@ -192,6 +194,7 @@ export class SandboxPool {
       if (rec.ref !== '') {
         const backend = await this.backends.get(rec.backend);
         await backend.remove(rec.ref, rec.hostDir ?? undefined);
+        this.removedOn.add(rec.backend);
       }
       this.opts.store.deleteSandbox(rec.digest);
     });
@@ -298,6 +301,7 @@ export class SandboxPool {
   /** Removes a sandbox the engine has and the store does not want (an orphan); its record is the caller's. */
   async removeManaged(engine: string, ref: string): Promise<void> {
     await (await this.backends.get(engine)).remove(ref, undefined);
+    this.removedOn.add(engine);
   }
 
   /** Removes the engine's objects of this installation that no sandbox uses any more (networks). */
@@ -346,19 +350,19 @@ export class SandboxPool {
 
   /**
    * Closes every shell, forgets every sandbox (they stay as they are), removes the engine objects
-   * this installation no longer uses (a tenant network whose last sandbox this process removed:
-   * otherwise it outlives an installation whose home is deleted, as a container would) and
-   * releases the engines. The network pass is bounded: an engine that stopped answering does not
-   * hold the shutdown.
+   * no sandbox uses any more on the backends where this process removed a sandbox (a tenant
+   * network whose last sandbox went: otherwise it outlives an installation whose home is deleted,
+   * as a container would) and releases the engines. Each request of that pass is bounded by
+   * CLOSE_NETWORK_PASS_MS: an engine that stopped answering neither holds the shutdown nor keeps
+   * the process alive.
    */
   async close(): Promise<void> {
     for (const live of this.live.values()) await live.shells.close();
     this.live.clear();
-    const backends = await this.backends.created();
-    const reaping = Promise.all(backends.map((b) => b.reapIdleNetworks?.().catch((e: unknown) => this.log('berth:reaper', `networks at close: ${String(e)}`))));
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([reaping, new Promise((r) => (timer = setTimeout(r, CLOSE_NETWORK_PASS_MS)))]);
-    clearTimeout(timer);
+    for (const name of this.removedOn) {
+      const backend = await this.backends.get(name).catch(() => undefined);
+      await backend?.reapIdleNetworks?.({ timeoutMs: CLOSE_NETWORK_PASS_MS }).catch((e: unknown) => this.log('berth:reaper', `networks at close: ${String(e)}`));
+    }
     await this.backends.closeAll();
   }
 
@@ -400,6 +404,7 @@ export class SandboxPool {
       try {
         const old = await this.backends.get(rec.backend);
         await old.remove(rec.ref, rec.hostDir ?? undefined);
+        this.removedOn.add(rec.backend);
       } catch (e) {
         this.log('berth:broker', `remove ${rec.key} on ${rec.backend}: ${String(e)}`);
       }

@@ -199,8 +199,8 @@ export class DockerBackend implements Backend {
   }
 
   /** Removes this installation's networks that no container uses (the orphan reaper calls it). */
-  reapIdleNetworks(): Promise<string[]> {
-    return this.networks.reapIdle();
+  reapIdleNetworks(opts: { timeoutMs?: number } = {}): Promise<string[]> {
+    return this.networks.reapIdle(opts.timeoutMs);
   }
 
   async close(): Promise<void> {

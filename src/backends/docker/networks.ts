@@ -84,8 +84,8 @@ export class SandboxNetworks {
   }
 
   /** One engine request with the deadline every engine call has (engine.ts `bounded`). */
-  private req<T>(doing: string, run: (abortSignal: AbortSignal) => Promise<T>): Promise<T> {
-    return bounded(this.o.docker, ENGINE_REQUEST_TIMEOUT_MS, doing, run);
+  private req<T>(doing: string, run: (abortSignal: AbortSignal) => Promise<T>, timeoutMs = ENGINE_REQUEST_TIMEOUT_MS): Promise<T> {
+    return bounded(this.o.docker, timeoutMs, doing, run);
   }
 
   /**
@@ -137,15 +137,16 @@ export class SandboxNetworks {
 
   /**
    * Removes this installation's networks that no container (running or not) is attached to and
-   * no create of this process is about to use. Returns their names.
+   * no create of this process is about to use. Returns their names. `timeoutMs` bounds each
+   * request (a closing process asks with a short one).
    */
-  async reapIdle(): Promise<string[]> {
+  async reapIdle(timeoutMs = ENGINE_REQUEST_TIMEOUT_MS): Promise<string[]> {
     let networks: Dockerode.NetworkInspectInfo[];
     let containers: Dockerode.ContainerInfo[];
     try {
       [networks, containers] = await Promise.all([
-        this.req('list networks', (abortSignal) => this.o.docker.listNetworks({ filters: { label: [`${LABEL.managed}=true`, `${LABEL.installation}=${this.o.installation}`] }, abortSignal })),
-        this.req('list containers', (abortSignal) => this.o.docker.listContainers({ all: true, filters: { label: [`${LABEL.installation}=${this.o.installation}`] }, abortSignal })),
+        this.req('list networks', (abortSignal) => this.o.docker.listNetworks({ filters: { label: [`${LABEL.managed}=true`, `${LABEL.installation}=${this.o.installation}`] }, abortSignal }), timeoutMs),
+        this.req('list containers', (abortSignal) => this.o.docker.listContainers({ all: true, filters: { label: [`${LABEL.installation}=${this.o.installation}`] }, abortSignal }), timeoutMs),
       ]);
     } catch (err) {
       throw fromDockerError(this.o.docker, err, 'list networks');
@@ -155,7 +156,7 @@ export class SandboxNetworks {
     for (const n of networks) {
       if (n.Labels?.[LABEL.installation] !== this.o.installation || used.has(n.Name) || this.pending.has(n.Name)) continue;
       try {
-        await this.req(`remove network ${n.Name}`, (abortSignal) => this.o.docker.getNetwork(n.Id).remove({ abortSignal }));
+        await this.req(`remove network ${n.Name}`, (abortSignal) => this.o.docker.getNetwork(n.Id).remove({ abortSignal }), timeoutMs);
         removed.push(n.Name);
         this.o.log(`removed idle network ${n.Name}`);
       } catch (err) {
