@@ -54,6 +54,10 @@ export interface AuditEntry {
   durationMs: number | null;
 }
 
+/** An audit row as an `AuditEntry`. */
+const AUDIT_COLUMNS = `time_ms AS timeMs, tenant, profile, user, session, sandbox_key AS sandboxKey, kind,
+  command, exit_code AS exitCode, duration_ms AS durationMs`;
+
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, taken_ms INTEGER NOT NULL);
@@ -465,17 +469,14 @@ export class StateStore {
     if (filter.profiles !== undefined) where.push('profile IN (SELECT value FROM json_each(@profiles))');
     if (filter.user !== undefined) where.push('user = @user');
     if (filter.session !== undefined) where.push('session = @session');
-    const rows = this.q(`SELECT time_ms AS timeMs, tenant, profile, user, session, sandbox_key AS sandboxKey, kind,
-      command, exit_code AS exitCode, duration_ms AS durationMs FROM audit WHERE ${where.join(' AND ')}
-      ORDER BY id DESC LIMIT @limit`).all({ ...filter, profiles: JSON.stringify(filter.profiles ?? []), limit: filter.limit ?? 100 });
+    const rows = this.q(`SELECT ${AUDIT_COLUMNS} FROM audit WHERE ${where.join(' AND ')} ORDER BY id DESC LIMIT @limit`).all({ ...filter, profiles: JSON.stringify(filter.profiles ?? []), limit: filter.limit ?? 100 });
     return rows as AuditEntry[];
   }
 
   /** The latest entries of every tenant, newest first: the operator's view (`berth top`), never a tenant's. */
   recentAudit(limit: number): AuditEntry[] {
     this.flushAudit();
-    return this.q(`SELECT time_ms AS timeMs, tenant, profile, user, session, sandbox_key AS sandboxKey, kind,
-      command, exit_code AS exitCode, duration_ms AS durationMs FROM audit ORDER BY id DESC LIMIT ?`).all(limit) as AuditEntry[];
+    return this.q(`SELECT ${AUDIT_COLUMNS} FROM audit ORDER BY id DESC LIMIT ?`).all(limit) as AuditEntry[];
   }
 
   // --- background jobs (issue 5) ---------------------------------------------------------
