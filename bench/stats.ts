@@ -5,7 +5,14 @@ export function percentile(samples: number[], p: number): number {
   return sorted[i] ?? NaN;
 }
 
-export async function timeMany(n: number, fn: () => Promise<unknown>, warmup = 20): Promise<number[]> {
+/**
+ * Calls made before measuring a hot loop. berth's call path is JavaScript that V8 optimises only
+ * after a few thousand runs (the first 500 local execs cost ~3x the steady state): a server runs
+ * warm, so the ratios compare steady states, and the baselines get the same warm-up.
+ */
+export const WARMUP_CALLS = 1500;
+
+export async function timeMany(n: number, fn: () => Promise<unknown>, warmup = WARMUP_CALLS): Promise<number[]> {
   for (let i = 0; i < warmup; i++) await fn();
   const out: number[] = [];
   for (let i = 0; i < n; i++) {

@@ -8,22 +8,30 @@ import { randomBytes } from 'node:crypto';
  * and no per-command redirection is needed. (When stdin is not a pipe, e.g. a socket that
  * /dev/fd cannot reopen, it stays as it is and each command gets `</dev/null` instead.)
  *
- * Every command is then sent as ONE line, so bash has consumed the whole frame (and with it
- * the nonce) before the command starts:
+ * Bash reads a pipe one byte per syscall (it cannot seek back over what a command should read
+ * next), and each of those reads costs about as much as interpreting a short command: so the
+ * line bash parses per command is only `__r`, an alias that reads the rest of the frame with two
+ * `read -N` calls (a syscall each, whatever the length) and evals it at top level:
  *
- *   __bs TAG;eval 'CMD';__be $? NONCE [flags]
+ *   __r\n LLLLLLLL BODY          (LLLLLLLL: BODY's length, 8 decimal digits, no spaces)
+ *   BODY = __bs TAG;eval 'CMD';__be $? NONCE [flags]
  *
+ * - BODY is ASCII (non-ASCII bytes travel as `$'\ooo'` escapes), so its length in bytes is
+ *   its length in characters whatever the shell's locale (`read -N` counts characters).
  * - `CMD` is single-quoted with every `'` written as `'\''`: injection-proof for any text
- *   without NUL bytes, and parsed by bash directly (no heredoc pipe, no fork). Bash reads a
- *   pipe one byte per syscall, so every byte of the frame costs; it is kept short.
+ *   without NUL bytes. `__bs` drops the variable that held BODY before the command runs.
  * - `eval` runs at top level (inside a brace group when stdin is redirected), so `cd`,
- *   `export`, `declare -x`, functions and aliases persist as in an interactive shell.
+ *   `export`, `declare -x`, functions and aliases persist as in an interactive shell. A user
+ *   who turns aliases off (or removes ours) gets the function `__r` instead, which runs that one
+ *   command inside a function and turns them back on.
  * - `__be` prints on stderr `NONCE~NONCE~`, with the pids of running jobs in between when they
  *   may have changed, then `NONCE~<status> <PWD>NONCE~` on stdout in one write (stderr first,
  *   so both usually reach berth in the same poll; the reader waits for both anyway). The
  *   `~` comes from the printf format, so the key `NONCE~` never appears in the frame text
  *   (xtrace, `set -v` and DEBUG traps echo the frame, never the key). The nonce is a fresh
- *   96-bit value per command and is never stored in a shell variable.
+ *   96-bit value per command and is never left in a shell variable while the command runs.
+ * - The init script travels the same way (after two bootstrap lines), so a new shell is not
+ *   read byte by byte either.
  */
 
 /** Env var carrying the per-command tag, visible in /proc/<pid>/environ of every exec'd descendant. */
@@ -69,6 +77,36 @@ export function shQuote(s: string): string {
 }
 
 /**
+ * Quote for bash with ASCII only: single quotes when the text is ASCII, else `$'...'` with
+ * every byte from 0x80 up as an octal escape (and `\\`, `'` escaped), which bash decodes back
+ * to the same bytes in any locale. The input must not contain NUL.
+ */
+export function asciiQuote(s: string): string {
+  // eslint-disable-next-line no-control-regex
+  if (/^[\x01-\x7f]*$/.test(s)) return shQuote(s);
+  let out = "$'";
+  for (const b of Buffer.from(s, 'utf8')) {
+    if (b === 0x5c) out += '\\\\';
+    else if (b === 0x27) out += "\\'";
+    else if (b < 0x80) out += String.fromCharCode(b);
+    else out += `\\${b.toString(8).padStart(3, '0')}`;
+  }
+  return `${out}'`;
+}
+
+/** Digits of a frame's length field. */
+const LENGTH_DIGITS = 8;
+
+/** The bytes that make bash read `body` in two syscalls and eval it at top level (see the file comment). */
+function framed(body: string): string {
+  // eslint-disable-next-line no-control-regex
+  if (!/^[\x00-\x7f]*$/.test(body)) throw new Error('berth bug: a frame body must be ASCII');
+  const len = String(body.length);
+  if (len.length > LENGTH_DIGITS) throw new Error(`a command of ${body.length} characters is too long for one frame`);
+  return `__r\n${len.padStart(LENGTH_DIGITS, '0')}${body}`;
+}
+
+/**
  * Encode arbitrary bytes as a bash `printf` format string (ASCII only, to be single-quoted):
  * printable bytes stay, `%` and `\` are escaped, everything else becomes a 3-digit octal escape.
  */
@@ -98,28 +136,28 @@ export interface FrameInput {
   hadJobs: boolean;
 }
 
-/** The single line that runs one command. */
+/** The frame that runs one command. */
 export function buildFrame(f: FrameInput): string {
   let line = `__bs ${f.tag};`;
   let flags = '';
   let redirect = f.stdinIsNull ? '' : '</dev/null';
   if (f.stdinFormat !== undefined) {
-    const path = shQuote(f.stdinPath);
+    const path = asciiQuote(f.stdinPath);
     // `>|`: a user's `set -C` must not keep stale stdin.
     line += `builtin printf ${shQuote(f.stdinFormat)} >|${path};`;
     redirect = `<${path}`;
     flags += 's';
   }
   if (f.workdir !== undefined) {
-    line += `__bw ${shQuote(f.workdir)}&&`;
+    line += `__bw ${asciiQuote(f.workdir)}&&`;
     flags += 'w';
   }
   if (f.hadJobs) flags += 'j';
-  const run = `eval ${shQuote(f.command)}`;
+  const run = `eval ${asciiQuote(f.command)}`;
   line += redirect === '' ? `${run};` : `{ ${run};}${redirect};`;
   line += `__be $? ${f.nonce}`;
   if (flags !== '') line += ` ${flags}`;
-  return `${line}\n`;
+  return framed(line);
 }
 
 export interface InitInput {
@@ -143,9 +181,10 @@ export const SNAPSHOT_CWD = '\u0000snapshot';
 /** Variables never written to the snapshot, besides the secret names. */
 const NOT_SNAPSHOTTED = ['PWD', 'OLDPWD', 'SHLVL', '_', TAG_VAR, SHELL_TAG_VAR, 'BASHOPTS', 'SHELLOPTS', 'BASH_ENV', 'ENV'];
 
-/** Functions and variables of ours, never written to the snapshot. */
-const OUR_FUNCTIONS = ['__bs', '__be', '__bw', '__bd'];
-const OUR_VARIABLES = ['__bg', '__bk', '__bl', '__bwp', '__bwo'];
+/** Functions, variables and aliases of ours, never written to the snapshot. */
+const OUR_FUNCTIONS = ['__bs', '__be', '__bw', '__bd', '__r'];
+const OUR_VARIABLES = ['__bg', '__bk', '__bl', '__bwp', '__bwo', '__bu', '__ba', '__bn', '__bc'];
+const OUR_ALIASES = ['__r'];
 
 /**
  * The script sent once to a fresh bash. It saves the secrets as granted, sources the snapshot
@@ -164,26 +203,40 @@ const OUR_VARIABLES = ['__bg', '__bk', '__bl', '__bwp', '__bwo'];
  */
 export function buildInit(i: InitInput): string {
   const secrets = i.secretNames;
-  const snap = shQuote(i.snapshotPath);
-  const tmp = shQuote(`${i.snapshotPath}.tmp`);
+  const q = asciiQuote;
+  const snap = q(i.snapshotPath);
+  const tmp = q(`${i.snapshotPath}.tmp`);
+  // Two lines bash reads byte by byte. The first re-executes it to read the rest from the pipe
+  // on fd 255 (close-on-exec) with fd 0 on /dev/null; the pid stays. The second, possibly in the
+  // new bash, finds that fd (bash puts its script on the highest free fd up to 255), closes the
+  // copy on fd 3 and reads the rest of the init as one frame.
+  const boot = [
+    `[ -p /dev/fd/0 ] && exec "$BASH" --noprofile --norc /dev/fd/3 3<&0 0</dev/null`,
+    'for __bu in 255 254 253 252 251 250 0; do [ "$__bu" = 0 ] || [ /dev/fd/$__bu -ef /dev/fd/3 ] && break; done; { exec 3<&-; } 2>/dev/null; ' +
+      'if [ "$__bu" = 0 ] && [ /dev/fd/0 -ef /dev/null ]; then echo "berth: the shell cannot find its control pipe" >&2; exit 125; fi; ' +
+      `builtin read -r -N ${LENGTH_DIGITS} -u "$__bu" __bn && builtin read -r -N $((10#$__bn)) -u "$__bu" __bc && eval "$__bc"`,
+  ];
   const lines: string[] = [];
-  // Read the rest from the pipe on fd 255 (close-on-exec) with fd 0 on /dev/null; the pid stays.
-  lines.push(`[ -p /dev/fd/0 ] && exec "$BASH" --noprofile --norc /dev/fd/3 3<&0 0</dev/null`);
-  // From here on, possibly a new bash: name it for error messages, report how stdin is wired.
-  lines.push(`{ exec 3<&-; } 2>/dev/null; BASH_ARGV0=bash; [ /dev/fd/0 -ef /dev/null ] && __bm=n || __bm=p`);
+  // Name the shell for error messages, report how stdin is wired.
+  lines.push(`unset -v __bc __bn; BASH_ARGV0=bash; [ /dev/fd/0 -ef /dev/null ] && __bm=n || __bm=p`);
   lines.push('set -m');
   lines.push('shopt -s expand_aliases');
+  // __r: read a frame and eval it at top level (the alias); the function stands in when aliases are off.
+  lines.push(`__ba="builtin read -r -N ${LENGTH_DIGITS} -u $__bu __bn&&builtin read -r -N \\$((10#\\$__bn)) -u $__bu __bc&&eval \\"\\$__bc\\""`);
+  lines.push('__r(){ builtin shopt -s expand_aliases; builtin alias __r="$__ba"; builtin eval "$__ba"; }');
+  // After the function: once the alias exists, `__r(){` would expand.
+  lines.push('builtin alias __r="$__ba"');
   // The state dir lives in the sandbox; 0700 because snapshots hold the user's env.
-  lines.push(`(umask 077 && mkdir -p -- ${shQuote(i.shellsDir)} && exec chmod 700 -- ${shQuote(i.shellsDir)}) 2>/dev/null`);
+  lines.push(`(umask 077 && mkdir -p -- ${q(i.shellsDir)} && exec chmod 700 -- ${q(i.shellsDir)}) 2>/dev/null`);
   // Secrets as granted at shell start, before anything else can change them.
   for (const n of secrets) {
     lines.push(`if [ -n "\${${n}+x}" ]; then __bsv_${n}=$${n}; else unset -v __bsv_${n}; fi`);
   }
   lines.push(`if [ -f ${snap} ]; then . ${snap} 2>/dev/null; fi`);
-  lines.push(`__bg=${shQuote(i.shellTag)}; __bk=\${__berth_gen-}; unset -v __berth_gen`);
-  // __bs: per-command prologue (tag + secrets afresh). Must return 0 (a user may `set -e`).
+  lines.push(`__bg=${q(i.shellTag)}; __bk=\${__berth_gen-}; unset -v __berth_gen`);
+  // __bs: per-command prologue (the frame's text is dropped, tag + secrets afresh). Must return 0 (a user may `set -e`).
   const reexport = secrets.map((n) => `[ -n "\${__bsv_${n}+x}" ] && builtin export ${n}="$__bsv_${n}";`).join(' ');
-  lines.push(`__bs(){ builtin export ${TAG_VAR}=$1; ${reexport} return 0; }`);
+  lines.push(`__bs(){ builtin unset -v __bc __bn; builtin export ${TAG_VAR}=$1; ${reexport} return 0; }`);
   // __bw: one-off workdir.
   lines.push(
     `__bw(){ __bwp=\${PWD-}; __bwo=\${OLDPWD-}; CDPATH= builtin cd -- "$1" 2>/dev/null && return 0; ` +
@@ -192,7 +245,7 @@ export function buildInit(i: InitInput): string {
   // __be: epilogue, trailers on stdout and stderr.
   lines.push(
     `__be(){ case \${3-} in *w*) CDPATH= builtin cd -- "\${__bwp-}" 2>/dev/null; OLDPWD=\${__bwo-};; esac; ` +
-      `case \${3-} in *s*) : >|${shQuote(i.stdinPath)};; esac; ` +
+      `case \${3-} in *s*) : >|${q(i.stdinPath)};; esac; ` +
       `local __f=\${3-}; if [ "\${!:-}" = "\${__bl-}" ] && [ "$__f" = "\${__f#*j}" ]; then builtin printf '%s~%s~' "$2" "$2" >&2; ` +
       `else __bl=\${!:-}; { builtin printf '%s~' "$2"; builtin jobs -pr; builtin printf '%s~' "$2"; } >&2; fi; ` +
       `builtin printf '%s~%d %s%s~' "$2" "$1" "\${PWD-}" "$2"; return 0; }`,
@@ -201,7 +254,7 @@ export function buildInit(i: InitInput): string {
   const unsetVars = [...NOT_SNAPSHOTTED, ...secrets, ...OUR_VARIABLES].join(' ');
   lines.push(
     `__bd(){ builtin trap '' USR1; builtin set +ex; local __c=\${PWD-} __g=\${__bg-} __x=\${1-}; ` +
-      `builtin unset -v ${unsetVars} 2>/dev/null; builtin unset -f ${OUR_FUNCTIONS.join(' ')}; builtin umask 077; ` +
+      `builtin unset -v ${unsetVars} 2>/dev/null; builtin unset -f ${OUR_FUNCTIONS.join(' ')}; builtin unalias ${OUR_ALIASES.join(' ')} 2>/dev/null; builtin umask 077; ` +
       `{ builtin export -p; builtin declare -f; builtin alias -p; builtin printf '__berth_cwd=%q\\n__berth_gen=%q\\n' "$__c" "$__g"; } >|${tmp} 2>/dev/null || return 1; ` +
       `[ -n "$__x" ] && builtin exec mv -f -- ${tmp} ${snap} 2>/dev/null; builtin command mv -f -- ${tmp} ${snap} 2>/dev/null; }`,
   );
@@ -209,17 +262,17 @@ export function buildInit(i: InitInput): string {
   lines.push(`trap '__bd x; builtin trap - EXIT; builtin exit 143' USR1`);
   // Secrets win over anything the snapshot may have held under the same name.
   if (secrets.length > 0) lines.push('__bs x');
-  const candidates = i.cwdCandidates.map((c) => (c === SNAPSHOT_CWD ? '"${__berth_cwd-}"' : shQuote(c))).join(' ');
+  const candidates = i.cwdCandidates.map((c) => (c === SNAPSHOT_CWD ? '"${__berth_cwd-}"' : q(c))).join(' ');
   const pick = (list: string): string => `for __d in ${list}; do [ -n "$__d" ] && CDPATH= builtin cd -- "$__d" 2>/dev/null && break; done`;
   if (i.preferSnapshotOf !== undefined) {
-    lines.push(`if [ "$__bk" = ${shQuote(i.preferSnapshotOf)} ]; then ${pick(`"\${__berth_cwd-}" ${candidates}`)}; else ${pick(candidates)}; fi`);
+    lines.push(`if [ "$__bk" = ${q(i.preferSnapshotOf)} ]; then ${pick(`"\${__berth_cwd-}" ${candidates}`)}; else ${pick(candidates)}; fi`);
   } else {
     lines.push(pick(candidates));
   }
   lines.push('unset -v __d __berth_cwd');
   // Stdout payload of the init: `p` when fd 0 is the pipe still (commands need </dev/null), and whose snapshot was loaded.
   lines.push(`builtin printf '%s:%s' "$__bm" "$__bk"; unset -v __bm __bk; __be $$ ${i.nonce} j`);
-  return `${lines.join('\n')}\n`;
+  return `${boot.join('\n')}\n${framed(lines.join('\n')).slice('__r\n'.length)}`;
 }
 
 /** The init's stdout payload: how stdin is wired, and the tag of the shell whose snapshot was loaded ('' if none). */

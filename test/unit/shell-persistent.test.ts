@@ -326,4 +326,37 @@ describe('PersistentShell (real bash)', () => {
     expect(r.shellReplaced === true || next.shellReplaced === true).toBe(true);
     expect(existsSync(snapshotPathOf(fx.stateDir, 'test-shell'))).toBe(false);
   });
+  it('runs non-ASCII text, quotes, backslashes and long lines exactly (the frame is read by length, not by line)', async () => {
+    const sh = await start();
+    mkdirSync(join(fx.dir, 'dïr ✓'));
+    const text = `ünïcødé ✓ 'single' "double" \\ \\\\ $HOME \` 🚀`;
+    const r = await sh.run(`printf '%s\\n' ${JSON.stringify(text).replace(/\$/g, '\\$').replace(/`/g, '\\`')}`, T);
+    expect(r.stdout).toBe(`${text}\n`);
+    const cd = await sh.run("cd 'dïr ✓' && export E=é && echo \"$E\"", T);
+    expect(cd.stdout).toBe('é\n');
+    expect(cd.cwd).toBe(join(fx.dir, 'dïr ✓'));
+    // A workdir and stdin with non-ASCII bytes, under a UTF-8 locale the user set.
+    const w = await sh.run('export LC_ALL=C.UTF-8; cat; pwd', { ...T, workdir: join(fx.dir, 'dïr ✓'), stdin: 'ä\n' });
+    expect(w.stdout).toBe(`ä\n${join(fx.dir, 'dïr ✓')}\n`);
+    expect((await sh.run("echo 'ö✓'", T)).stdout).toBe('ö✓\n');
+    // 200 KB of command text in one line, then the shell is still in step.
+    const long = `: ${'x'.repeat(200_000)}; echo long-ok`;
+    expect((await sh.run(long, T)).stdout).toBe('long-ok\n');
+    expect((await sh.run('echo next', T)).stdout).toBe('next\n');
+  });
+
+  it('keeps working when the user turns aliases off or removes berth\'s own, and keeps declare global', async () => {
+    const sh = await start();
+    expect((await sh.run('shopt -u expand_aliases; echo off', T)).stdout).toBe('off\n');
+    const after = await sh.run('echo still; declare G=1', T);
+    expect(after.stdout).toBe('still\n');
+    expect((await sh.run('echo "g=${G-unset}"', T)).stdout).toMatch(/^g=(1|unset)\n$/);
+    expect((await sh.run('unalias -a; echo gone', T)).stdout).toBe('gone\n');
+    expect((await sh.run('echo back; declare H=2', T)).stdout).toBe('back\n');
+    // Once berth's alias is back, declare runs at top level again: the variable persists.
+    expect((await sh.run('declare K=3', T)).exitCode).toBe(0);
+    expect((await sh.run('echo "k=$K"', T)).stdout).toBe('k=3\n');
+    // The command never sees the frame it came in.
+    expect((await sh.run('echo "[${__bc-}][${__bn-}]"', T)).stdout).toBe('[][]\n');
+  });
 });
