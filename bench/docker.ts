@@ -1,4 +1,6 @@
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { PassThrough, type Duplex } from 'node:stream';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,7 +8,7 @@ import Dockerode from 'dockerode';
 import { Broker } from '../src/broker/broker.js';
 import { parseConfig } from '../src/config/schema.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
-import { fmt, percentile, row, timeMany } from './stats.js';
+import { fmt, interleaved, percentile, row, timeMany } from './stats.js';
 
 const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
 
@@ -16,6 +18,49 @@ function dockerCliExec(container: string): Promise<void> {
     c.on('error', reject);
     c.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`docker exec exited ${code}`))));
   });
+}
+
+/**
+ * The floor for a warm command: a bare bash in the same container over the same kind of stream
+ * berth uses (an exec attached through the Engine API, stdout and stderr multiplexed), a nonce
+ * printed after each command, nothing else.
+ */
+class BareAttachShell {
+  private buf = '';
+  private waiter: { key: string; resolve: () => void } | undefined;
+
+  private constructor(private readonly stream: Duplex) {}
+
+  static async open(docker: Dockerode, container: string): Promise<BareAttachShell> {
+    const exec = await docker.getContainer(container).exec({ Cmd: ['bash', '--noprofile', '--norc'], AttachStdin: true, AttachStdout: true, AttachStderr: true });
+    const stream = await exec.start({ hijack: true, stdin: true }) as Duplex;
+    const out = new PassThrough();
+    docker.modem.demuxStream(stream, out, new PassThrough().resume());
+    const shell = new BareAttachShell(stream);
+    out.setEncoding('latin1').on('data', (d: string) => shell.onData(d));
+    return shell;
+  }
+
+  run(cmd: string): Promise<void> {
+    const key = `${randomBytes(12).toString('base64url')}~`;
+    return new Promise((resolve) => {
+      this.waiter = { key, resolve };
+      this.stream.write(`${cmd};printf '%s~' '${key.slice(0, -1)}'\n`);
+    });
+  }
+
+  close(): void {
+    this.stream.end();
+  }
+
+  private onData(d: string): void {
+    this.buf += d;
+    const w = this.waiter;
+    if (w === undefined || !this.buf.includes(w.key)) return;
+    this.buf = '';
+    this.waiter = undefined;
+    w.resolve();
+  }
 }
 
 /** create + start + one exec of the same image through the API, without berth: the floor. */
@@ -55,8 +100,13 @@ export async function dockerBench(): Promise<void> {
     console.log('\n# docker: trivial command, same container');
     const session = broker.session({ session: 'bench' });
     await session.exec('true');
-    const berth = row('berth docker session exec', await timeMany(1000, () => session.exec('true')));
     const container = broker.list('local')[0]!.name;
+    const floorShell = await BareAttachShell.open(docker, container);
+    const [bareS, berthS] = await interleaved(1000, [() => floorShell.run('true'), () => session.exec('true')]);
+    floorShell.close();
+    const floor = row('bare bash over an exec attach stream (floor)', bareS!);
+    const berth = row('berth docker session exec', berthS!);
+    console.log(`  berth p50 / floor p50 = ${(berth.p50 / floor.p50).toFixed(2)}x   (target <= 1.3x)`);
     const cli = row('docker exec CONTAINER sh -c per command', await timeMany(30, () => dockerCliExec(container), 3));
     console.log(`  berth p50 = ${fmt(berth.p50)} (target <= 1 ms); docker exec / berth = ${(cli.p50 / berth.p50).toFixed(0)}x faster (target >= 50x)`);
 

@@ -20,7 +20,7 @@ import { DEFAULT_POOL_SETTINGS, type SshTarget } from '../src/backends/ssh/targe
 import { Broker } from '../src/broker/broker.js';
 import { StateStore } from '../src/broker/state-store.js';
 import { parseConfig } from '../src/config/schema.js';
-import { fmt, percentile, row, timeMany, WARMUP_CALLS } from './stats.js';
+import { fmt, interleaved, percentile, row, timeMany } from './stats.js';
 
 const N = Number(process.env['BENCH_SSH_N'] ?? 200);
 
@@ -80,20 +80,6 @@ class BareChannelShell {
     this.waiter = undefined;
     w.resolve();
   }
-}
-
-/** Times `fns` in turns (one sample of each per round), so load that comes and goes hits all alike. */
-async function interleaved(n: number, fns: Array<() => Promise<unknown>>, warmup = WARMUP_CALLS): Promise<number[][]> {
-  for (let i = 0; i < warmup; i++) for (const fn of fns) await fn();
-  const out = fns.map(() => [] as number[]);
-  for (let i = 0; i < n; i++) {
-    for (let k = 0; k < fns.length; k++) {
-      const t = process.hrtime.bigint();
-      await fns[k]!();
-      out[k]!.push(Number(process.hrtime.bigint() - t) / 1e6);
-    }
-  }
-  return out;
 }
 
 function untilClosed(channel: ClientChannel): Promise<void> {

@@ -23,6 +23,20 @@ export async function timeMany(n: number, fn: () => Promise<unknown>, warmup = W
   return out;
 }
 
+/** Times `fns` in turns (one sample of each per round), so load that comes and goes hits all alike. */
+export async function interleaved(n: number, fns: Array<() => Promise<unknown>>, warmup = WARMUP_CALLS): Promise<number[][]> {
+  for (let i = 0; i < warmup; i++) for (const fn of fns) await fn();
+  const out = fns.map(() => [] as number[]);
+  for (let i = 0; i < n; i++) {
+    for (let k = 0; k < fns.length; k++) {
+      const t = process.hrtime.bigint();
+      await fns[k]!();
+      out[k]!.push(Number(process.hrtime.bigint() - t) / 1e6);
+    }
+  }
+  return out;
+}
+
 export function fmt(ms: number): string {
   return ms < 1 ? `${(ms * 1000).toFixed(0)} µs` : `${ms.toFixed(2)} ms`;
 }
