@@ -9,6 +9,7 @@ import { DASHBOARD_HTML, dashboardHeaders } from './dashboard.js';
 import { downloadRoute, exportIdOf, sendExport } from './export-download.js';
 import { toHttpError } from './http-error.js';
 import type { MetricsEdge } from './metrics.js';
+import type { OverviewStreams } from './overview-stream.js';
 import { declaredLength } from './request.js';
 import { remoteBinding, remoteSandbox } from './remote-view.js';
 import type { RouteInput } from './route-spec.js';
@@ -29,6 +30,8 @@ export interface HandlerDeps {
   openApi: () => Record<string, unknown>;
   answer: Answers;
   metrics: MetricsEdge;
+  /** `GET /v1/overview/stream`: the open dashboard streams. */
+  overview: OverviewStreams;
 }
 
 /** What a command result looks like over HTTP: the library's, without the host path of spilled output. */
@@ -124,6 +127,10 @@ export function apiHandlers(deps: HandlerDeps): Handlers {
       // Only the token's profiles; a shared:* sandbox belongs to no profile and stays visible.
       const list = await broker.listWithState(tenant);
       return json(c, list.filter((s) => s.profile === null || profiles.includes(s.profile)).map(remoteSandbox));
+    },
+    overviewStream: async (c) => {
+      await deps.overview.serve(c.env.outgoing, c.get('caller'));
+      return RESPONSE_ALREADY_SENT;
     },
     audit: async (c, { query }) => {
       const { tenant, profiles } = c.get('caller');
