@@ -49,6 +49,11 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     mcp: (c) => deps.mcp(c.env.incoming, c.env.outgoing),
     metrics: deps.metrics,
     overview: deps.overview,
+    stillGrants: (authorization, caller) => {
+      const grant = deps.tokens.grantOf(authorization);
+      return grant !== undefined && grant.metrics !== true && grant.tenant === caller.tenant &&
+        grant.profiles.length === caller.profiles.length && grant.profiles.every((p) => caller.profiles.includes(p));
+    },
     openApi: () => (doc ??= openApiDocument()),
   });
 

@@ -304,7 +304,9 @@ function onEvent(block) {
     renderCharts();
     $('updated').textContent = 'updated ' + new Date(view.timeMs).toLocaleTimeString();
   } else if (name === 'error') {
-    $('status').textContent = 'Update failed: ' + JSON.parse(data).error.message;
+    const err = JSON.parse(data).error;
+    if (err.code === 'unauthorized') logout('The token was revoked; enter a valid one.');
+    else $('status').textContent = 'Update failed: ' + err.message;
   }
 }
 

@@ -4,7 +4,7 @@ import { normalizeScope } from '../scope/normalize.js';
 import type { CallScope } from '../scope/call-scope.js';
 import type { Answers } from './answer.js';
 import type { ApiContext } from './api-env.js';
-import { assertNotOnHost, assertProfileAllowed } from './caller.js';
+import { assertNotOnHost, assertProfileAllowed, type Caller } from './caller.js';
 import { DASHBOARD_HTML, dashboardHeaders } from './dashboard.js';
 import { downloadRoute, exportIdOf, sendExport } from './export-download.js';
 import { toHttpError } from './http-error.js';
@@ -32,6 +32,8 @@ export interface HandlerDeps {
   metrics: MetricsEdge;
   /** `GET /v1/overview/stream`: the open dashboard streams. */
   overview: OverviewStreams;
+  /** Whether a request's `Authorization` still grants `caller` what it did (a long stream asks again before each update). */
+  stillGrants: (authorization: string | undefined, caller: Caller) => boolean;
 }
 
 /** What a command result looks like over HTTP: the library's, without the host path of spilled output. */
@@ -129,7 +131,9 @@ export function apiHandlers(deps: HandlerDeps): Handlers {
       return json(c, list.filter((s) => s.profile === null || profiles.includes(s.profile)).map(remoteSandbox));
     },
     overviewStream: async (c) => {
-      await deps.overview.serve(c.env.outgoing, c.get('caller'));
+      const authorization = c.env.incoming.headers.authorization;
+      const caller = c.get('caller');
+      await deps.overview.serve(c.env.outgoing, caller, () => deps.stillGrants(authorization, caller));
       return RESPONSE_ALREADY_SENT;
     },
     audit: async (c, { query }) => {

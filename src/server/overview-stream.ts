@@ -21,10 +21,13 @@ export const OVERVIEW_INTERVAL_MS = 5_000;
 export const SOON_MS = 250;
 /** Streams one tenant may hold open at once (each reads the engines every interval). */
 export const MAX_STREAMS_PER_TENANT = 8;
+/** At least this long from one update's start to the next: a busy tenant's calls do not turn into engine reads each. */
+export const MIN_GAP_MS = 1_000;
 
 export interface OverviewStreamOptions {
   intervalMs?: number;
   soonMs?: number;
+  minGapMs?: number;
   /** Samples the open sessions into the history (throttled by its owner). */
   sampleSessions?: () => void;
 }
@@ -38,10 +41,12 @@ export class OverviewStreams {
   private readonly watchers = new Set<Watcher>();
   private readonly intervalMs: number;
   private readonly soonMs: number;
+  private readonly minGapMs: number;
 
   constructor(private readonly broker: Broker, private readonly history: CallHistory, private readonly opts: OverviewStreamOptions = {}) {
     this.intervalMs = opts.intervalMs ?? OVERVIEW_INTERVAL_MS;
     this.soonMs = opts.soonMs ?? SOON_MS;
+    this.minGapMs = opts.minGapMs ?? MIN_GAP_MS;
   }
 
   /** Streams open now. */
@@ -66,10 +71,12 @@ export class OverviewStreams {
   /**
    * Answers one stream until the client goes away or `closeAll`: an `overview` event at once,
    * then one per update (an `error` event when one could not be built; the next may succeed).
+   * `stillAllowed` is asked before each update: a token revoked (or changed) since the stream
+   * opened ends it with an `error` event (`unauthorized`), as its next request would be refused.
    *
    * @throws HttpError too_many_calls when the tenant already holds MAX_STREAMS_PER_TENANT.
    */
-  async serve(res: ServerResponse, caller: Caller): Promise<void> {
+  async serve(res: ServerResponse, caller: Caller, stillAllowed: () => boolean): Promise<void> {
     const mine = [...this.watchers].filter((w) => w.caller.tenant === caller.tenant).length;
     if (mine >= MAX_STREAMS_PER_TENANT) {
       throw new HttpError('too_many_calls', `this tenant already has ${MAX_STREAMS_PER_TENANT} overview streams open; close a dashboard tab and retry`, { 'retry-after': '5' });
@@ -77,7 +84,7 @@ export class OverviewStreams {
     res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', 'x-accel-buffering': 'no' });
     res.flushHeaders();
     const closed = new Promise<void>((resolve) => (res.closed ? resolve() : res.once('close', () => resolve())));
-    const w: Watcher = new Watcher(caller, new SseStream(res), this.intervalMs, (): Promise<void> => this.update(w));
+    const w: Watcher = new Watcher(caller, new SseStream(res), { intervalMs: this.intervalMs, minGapMs: this.minGapMs }, (): Promise<void> => this.update(w, stillAllowed));
     this.watchers.add(w);
     void closed.then(() => {
       w.stop();
@@ -95,7 +102,13 @@ export class OverviewStreams {
     }
   }
 
-  private async update(w: Watcher): Promise<void> {
+  private async update(w: Watcher, stillAllowed: () => boolean): Promise<void> {
+    if (!stillAllowed()) {
+      w.stop();
+      w.events.send('error', { error: { code: 'unauthorized', message: 'the token was revoked or changed; log in again' } });
+      await w.events.end();
+      return;
+    }
     this.opts.sampleSessions?.();
     try {
       const view = await overviewView(this.broker, this.history, w.caller, w.previous);
@@ -112,20 +125,25 @@ class Watcher {
   readonly previous = new Map<string, SandboxUsage>();
   private timer: NodeJS.Timeout | undefined;
   private dueMs = Number.POSITIVE_INFINITY;
+  private lastStartMs = Number.NEGATIVE_INFINITY;
   private running = false;
   private again = false;
   private stopped = false;
 
-  constructor(readonly caller: Caller, readonly events: SseStream, private readonly intervalMs: number, private readonly build: () => Promise<void>) {}
+  constructor(
+    readonly caller: Caller, readonly events: SseStream, private readonly pace: { intervalMs: number; minGapMs: number },
+    private readonly build: () => Promise<void>,
+  ) {}
 
   get timerPending(): boolean {
     return this.timer !== undefined;
   }
 
-  /** The next update in `delayMs`, unless one is due sooner; replaces the pending timer. */
+  /** The next update in `delayMs` (no sooner than `minGapMs` after the last one began), unless one is due sooner; replaces the pending timer. */
   schedule(delayMs: number): void {
     if (this.stopped) return;
-    const due = Date.now() + delayMs;
+    const now = Date.now();
+    const due = Math.max(now + delayMs, this.lastStartMs + this.pace.minGapMs);
     if (this.timer !== undefined && due >= this.dueMs) return;
     clearTimeout(this.timer);
     this.dueMs = due;
@@ -133,7 +151,7 @@ class Watcher {
       this.timer = undefined;
       this.dueMs = Number.POSITIVE_INFINITY;
       void this.tick();
-    }, delayMs);
+    }, due - now);
   }
 
   stop(): void {
@@ -148,12 +166,13 @@ class Watcher {
       return;
     }
     this.running = true;
+    this.lastStartMs = Date.now();
     try {
       // The client has not taken the previous update yet: skip this one, not queue it.
       if (!this.events.gone && !this.events.congested) await this.build();
     } finally {
       this.running = false;
-      const next = this.again ? 0 : this.intervalMs;
+      const next = this.again ? 0 : this.pace.intervalMs;
       this.again = false;
       this.schedule(next);
     }

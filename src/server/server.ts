@@ -23,8 +23,8 @@ export interface ServerOptions {
    * before its start-up orphan pass, so that pass is counted). Default: the server makes its own.
    */
   metrics?: ServerMetrics;
-  /** The dashboard's overview streams: how often they update when nothing happens (default 5 s), how soon after a call. */
-  overview?: { intervalMs?: number; soonMs?: number };
+  /** The dashboard's overview streams: how often they update when nothing happens (default 5 s), how soon after a call, and at most how often. */
+  overview?: { intervalMs?: number; soonMs?: number; minGapMs?: number };
 }
 
 const DEFAULT_PORT = 7878;

@@ -148,6 +148,23 @@ describeDocker('GET /v1/overview/stream (docker)', () => {
     expect(server.overviewStreams).toEqual({ open: 0, timers: 0 });
   }, 60_000);
 
+  it('a token revoked while its stream is open ends the stream at the next update, with an unauthorized event', async () => {
+    const { server, tokens } = await start(reg.track());
+    const watched = tokens.create('acme');
+    const other = new ApiClient(server.url, tokens.create('acme').token);
+    const s = await open(server, watched.token);
+    const events = new SseReader(s.res);
+    await events.next((e) => e.event === 'overview', 10_000);
+    expect(tokens.revoke(watched.entry.id)).toBe(true);
+    // A call of the tenant is what brings the next update (the interval is an hour).
+    expect((await other.post('/v1/exec', { session: 'x', command: 'true' })).status).toBe(200);
+    const ended = await events.next((e) => e.event === 'error', 20_000);
+    expect(ended.data).toMatchObject({ error: { code: 'unauthorized' } });
+    await events.done;
+    expect(events.events.filter((e) => e.event === 'overview')).toHaveLength(1);
+    expect(await waitFor(() => server.overviewStreams.open === 0, 10_000)).toBe(true);
+  }, 60_000);
+
   it(`a tenant may hold ${MAX_STREAMS_PER_TENANT} streams; one more is 429, another tenant is not affected`, async () => {
     const { server, tokens } = await start(reg.track());
     const token = tokens.create('acme').token;
