@@ -4,6 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   assertNoneLeft, describeDocker, dockerConfigYaml, ensureImage, installs, waitFor,
 } from '../helpers/docker-e2e.js';
+import { runBerth } from '../helpers/cli.js';
 import { countColour, decodePng } from '../helpers/png.js';
 import { createToken, qs, ServeProcess, stopAll } from '../helpers/serve.js';
 
@@ -113,6 +114,9 @@ describeBrowser('berth serve: dashboard in headless Chromium', () => {
     const server = await ServeProcess.start(t);
     const api = server.client(token);
     expect((await api.post('/v1/exec', { session: 'chat-1', command: 'echo first' })).status).toBe(200);
+    // A sandbox of the tenant made by the CLI (another process): running, not active in the server.
+    const cli = await runBerth(['exec', '--tenant', 'dash', '--session', 'cli-1', '--', 'true'], { env: t.env, cwd: t.dir });
+    expect(cli.code, cli.stderr).toBe(0);
 
     const page = await browser.newPage({ deviceScaleFactor: 2, viewport: { width: 1280, height: 900 } });
     const urls: string[] = [];
@@ -131,7 +135,8 @@ describeBrowser('berth serve: dashboard in headless Chromium', () => {
       expect((await api.post('/v1/exec', { profile: 'bot', session: 'chat-3', command: 'echo third' })).status).toBe(200);
       // A call with a user lands in the user's sandbox (rule auto:3).
       await page.locator('#sandboxes tr[data-key="user:tg:42"]').waitFor({ timeout: 15_000 });
-      await page.locator('#sandboxes tr[data-key="session:chat-3"]').waitFor({ timeout: 15_000 });
+      // Active once their calls ended (a sandbox being created has a record and no container yet: missing).
+      for (const key of ['user:tg:42', 'session:chat-3']) await page.locator(`#sandboxes tr[data-key="${key}"] td.state-active`).waitFor({ timeout: 15_000 });
       expect(await page.evaluate(() => (globalThis as { stillThisPage?: number }).stillThisPage)).toBe(42);
       expect(navigations).toBe(0);
       // Resource use from the engine: memory and disk of a running container.
@@ -148,7 +153,12 @@ describeBrowser('berth serve: dashboard in headless Chromium', () => {
       expect(await keys()).toEqual(['user:tg:42']);
       expect(await page.locator('#audit td.cmd').allTextContents()).toEqual(['echo second']);
       await page.selectOption('#filter-user', '');
-      expect((await keys())?.sort()).toEqual(['session:chat-1', 'session:chat-3', 'user:tg:42']);
+      await page.selectOption('#filter-state', 'running');
+      expect(await keys()).toEqual(['session:cli-1']);
+      await page.selectOption('#filter-state', 'active');
+      expect((await keys()).sort()).toEqual(['session:chat-1', 'session:chat-3', 'user:tg:42']);
+      await page.selectOption('#filter-state', '');
+      expect(await keys()).toHaveLength(4);
 
       // A session's calls on click.
       await page.locator('#sandboxes button.session[data-session="chat-1"]').click();
