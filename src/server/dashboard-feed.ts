@@ -25,7 +25,7 @@ export class DashboardFeed {
   private lastSampleMs = Number.NEGATIVE_INFINITY;
 
   constructor(private readonly broker: Broker, private readonly log: (message: string) => void, opts: OverviewStreamOptions = {}) {
-    this.streams = new OverviewStreams(broker, this.history, { ...opts, sampleSessions: () => this.sample(false) });
+    this.streams = new OverviewStreams(broker, this.history, { log, ...opts, sampleSessions: () => this.sample(false) });
   }
 
   start(): void {

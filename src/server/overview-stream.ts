@@ -30,6 +30,8 @@ export interface OverviewStreamOptions {
   minGapMs?: number;
   /** Samples the open sessions into the history (throttled by its owner). */
   sampleSessions?: () => void;
+  /** Where an update that failed unexpectedly is logged (the client gets a generic message). */
+  log?: (message: string) => void;
 }
 
 /**
@@ -115,6 +117,7 @@ export class OverviewStreams {
       w.events.send('overview', view);
     } catch (err) {
       const e = toHttpError(err);
+      if (e.code === 'internal') this.opts.log?.(`overview update for tenant ${w.caller.tenant}: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
       w.events.send('error', { error: { code: e.code, message: e.message } });
     }
   }
