@@ -161,6 +161,8 @@ export interface SandboxUsage {
   memoryLimitBytes: number | undefined;
   processes: number | undefined;
   processLimit: number | undefined;
+  /** Bytes it writes on the host's disk, where the backend measures that (docker: the writable layer); absent elsewhere. */
+  diskBytes?: number;
 }
 
 /** What a backend found labelled as berth's, for reapers. */

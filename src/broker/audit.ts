@@ -58,7 +58,7 @@ export class AuditRecorder {
       command: redactText(r.command, redactValues), exitCode: r.exitCode, durationMs,
     });
     this.opts.observer.callEnded({
-      kind: r.kind, tenant: scope.tenant, backend: binding.backend, durationMs,
+      kind: r.kind, tenant: scope.tenant, profile: scope.profile, backend: binding.backend, durationMs,
       cold: r.outcome?.cold ?? false, timedOut: r.outcome?.timedOut ?? false, errorCode: r.outcome?.errorCode,
     });
   }

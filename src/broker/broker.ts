@@ -207,16 +207,34 @@ export class Broker implements AsyncDisposable {
   /**
    * Every tenant's sandboxes with their state and what they use now, and the latest calls of
    * every tenant: the operator's view on this host (`berth top`). It crosses tenants, so no
-   * tenant's token ever reaches it.
+   * tenant's token ever reaches it. With `tenant`, that tenant's sandboxes only and no calls
+   * (the dashboard's stream, which reads the calls through the audit's profile filter).
    */
-  async overview(opts: { recentCalls: number }): Promise<Overview> {
-    const records = this.parts.store.listSandboxes();
+  async overview(opts: { recentCalls: number; tenant?: string }): Promise<Overview> {
+    const records = this.parts.store.listSandboxes(opts.tenant);
     const [stateOf, usage] = await Promise.all([this.parts.pool.stateReader(records), this.parts.pool.usage(records)]);
     const infos = this.infoOf(records);
     return {
       sandboxes: records.map((r, i) => ({ ...(infos[i] as SandboxInfo), state: stateOf(r), usage: usage.get(r.digest) })),
-      recentCalls: this.parts.store.recentAudit(opts.recentCalls),
+      recentCalls: opts.tenant === undefined ? this.parts.store.recentAudit(opts.recentCalls) : [],
     };
+  }
+
+  /**
+   * How many sessions are open now, by tenant and profile (the dashboard's chart). From the
+   * state alone: no engine is asked.
+   */
+  openSessionCounts(): Array<{ tenant: string; profile: string; open: number }> {
+    const { store, sessions } = this.parts;
+    const counts = new Map<string, { tenant: string; profile: string; open: number }>();
+    for (const s of store.listSessions()) {
+      if (!sessions.isLive(s, s)) continue;
+      const key = JSON.stringify([s.tenant, s.profile]);
+      const c = counts.get(key) ?? { tenant: s.tenant, profile: s.profile, open: 0 };
+      c.open++;
+      counts.set(key, c);
+    }
+    return [...counts.values()];
   }
 
   private infoOf(records: readonly SandboxRecord[]): SandboxInfo[] {

@@ -1,6 +1,6 @@
 import type { CallScopeInput } from '../scope/call-scope.js';
 import type { CallResolver } from './call-resolver.js';
-import type { JobReadResult, JobRunner, JobSummary } from './jobs.js';
+import type { JobReadResult, JobRunner, JobSummary, TenantJob } from './jobs.js';
 
 /**
  * Background jobs of a call's session (`broker.jobs`; bound to a scope as `session.jobs`): a job
@@ -35,5 +35,14 @@ export class BrokerJobs {
   list(scope: CallScopeInput): Promise<JobSummary[]> {
     this.opts.assertOpen();
     return this.opts.runner.list(this.opts.resolver.normalize(scope));
+  }
+
+  /**
+   * A tenant's latest jobs (of `profiles` only), newest first, with the scope of each: the
+   * dashboard's view across the tenant's sessions. The caller decides whose tenant this is.
+   */
+  ofTenant(tenant: string, profiles: readonly string[], limit = 50): Promise<TenantJob[]> {
+    this.opts.assertOpen();
+    return this.opts.runner.ofTenant(tenant, profiles, limit);
   }
 }

@@ -48,6 +48,20 @@ export interface JobSummary {
   startedMs: number;
 }
 
+/** The scope fields that name a job's session over the API (its tenant is the caller's). */
+export interface JobScope {
+  profile: string;
+  session?: string;
+  task?: string;
+  user?: string;
+}
+
+/** A job as the dashboard lists it: its summary, its sandbox and the scope that reads or kills it. */
+export interface TenantJob extends JobSummary {
+  sandboxKey: string;
+  scope: JobScope;
+}
+
 /** What the job runner needs from the broker; the broker owns sandboxes and shells. */
 export interface JobHost {
   store: StateStore;
@@ -262,6 +276,29 @@ export class JobRunner {
         exitCode = r.exitCode;
       }
       out.push({ jobId: job.id, command: job.command, status, exitCode, startedMs: job.startedMs });
+    }
+    return out;
+  }
+
+  /**
+   * A tenant's latest jobs of `profiles`, newest first, each with the scope that reads or kills
+   * it (the dashboard's view, across the tenant's sessions). Running ones are checked with their
+   * sandbox; one that cannot be checked shows as last recorded.
+   */
+  async ofTenant(tenant: string, profiles: readonly string[], limit: number): Promise<TenantJob[]> {
+    const out: TenantJob[] = [];
+    for (const job of this.host.store.listTenantJobs(tenant, profiles, limit)) {
+      const scope = apiScopeOf(job);
+      let status: string = job.status;
+      let exitCode = job.exitCode;
+      if (job.status === 'running' && scope !== undefined) {
+        const r = await this.read({ ...scope, tenant }, job.id, { offset: 0, maxBytes: 0 }).catch(() => undefined);
+        if (r !== undefined) ({ status, exitCode } = r);
+      }
+      out.push({
+        jobId: job.id, command: job.command, status, exitCode, startedMs: job.startedMs, sandboxKey: job.sandboxKey,
+        scope: scope ?? { profile: job.profile },
+      });
     }
     return out;
   }
@@ -485,4 +522,19 @@ export function heldBack(bytes: Buffer, secrets: readonly string[]): number {
     }
   }
   return hold;
+}
+
+/** The API scope of a job from its stored scope; undefined when that record is unreadable. */
+function apiScopeOf(job: JobRecord): JobScope | undefined {
+  try {
+    const stored = JSON.parse(job.scope) as Partial<Record<keyof JobScope, unknown>>;
+    const scope: JobScope = { profile: job.profile };
+    for (const k of ['session', 'task', 'user'] as const) {
+      const v = stored[k];
+      if (typeof v === 'string') scope[k] = v;
+    }
+    return scope;
+  } catch {
+    return undefined;
+  }
 }

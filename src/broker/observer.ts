@@ -4,6 +4,8 @@ import type { AuditRecord } from './audit.js';
 export interface CallObservation {
   kind: Exclude<AuditRecord['kind'], 'close'>;
   tenant: string;
+  /** The profile of the call (a label of no metric; the dashboard keeps a token to its profiles). */
+  profile: string;
   backend: string;
   durationMs: number;
   /** The call had to bring its sandbox up in this process (create it, or start a known one). */

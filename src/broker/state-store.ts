@@ -503,6 +503,13 @@ export class StateStore {
     return rows.map(toJob);
   }
 
+  /** A tenant's latest jobs of the given profiles, newest first (the dashboard's view). */
+  listTenantJobs(tenant: string, profiles: readonly string[], limit: number): JobRecord[] {
+    const rows = this.q(`SELECT * FROM jobs WHERE tenant = ? AND profile IN (SELECT value FROM json_each(?))
+      ORDER BY started_ms DESC, id DESC LIMIT ?`).all(tenant, JSON.stringify(profiles), limit) as JobRow[];
+    return rows.map(toJob);
+  }
+
   /** Jobs last known to be running in a sandbox (any tenant: the idle reaper asks per sandbox). */
   runningJobsIn(digest: string): JobRecord[] {
     return (this.q("SELECT * FROM jobs WHERE digest = ? AND status = 'running'").all(digest) as JobRow[]).map(toJob);

@@ -1,3 +1,5 @@
+import { terminalText } from './terminal-text.js';
+
 /*
  * Progress of long CLI work (`berth image build`) on a terminal: one status line rewritten in
  * place with the current step, its number, the bytes fetched so far and the latest detail; a
@@ -51,7 +53,7 @@ export function progressRenderer(target: ProgressTarget): ProgressRenderer {
     if (bytes > 0) parts.push(`${formatBytes(bytes)} fetched`);
     if (detail !== undefined) parts.push(detail);
     // A tool's line could carry escapes of its own: nothing but the status line's own may move the cursor.
-    const text = [...parts.join(' · ')].map((ch) => (ch < ' ' || ch === '\x7f' ? ' ' : ch)).join('');
+    const text = terminalText(parts.join(' · '));
     target.write(`${CLEAR_LINE}${text.length > width ? `${text.slice(0, width - 1)}…` : text}`);
     open = true;
   };

@@ -12,6 +12,7 @@ import { pathOf } from './request.js';
 import { honoPath, readInput, type RouteSpec } from './route-spec.js';
 import { openApiDocument, ROUTES, type RouteId } from './routes.js';
 import type { MetricsEdge } from './metrics.js';
+import type { OverviewStreams } from './overview-stream.js';
 import { isRefusal } from './refusals.js';
 import { TenantLimiter } from './tenant-limits.js';
 import type { TokenStore } from './tokens.js';
@@ -25,6 +26,8 @@ export interface AppDeps {
   callers: WeakMap<IncomingMessage, Caller>;
   /** `GET /metrics`, and told of every refusal answered. */
   metrics: MetricsEdge;
+  /** `GET /v1/overview/stream`: the dashboard's open streams. */
+  overview: OverviewStreams;
   /** The server is shutting down: new requests get 503 and every answer closes its connection. */
   draining: () => boolean;
   log: (namespace: string, message: string) => void;
@@ -45,6 +48,12 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     broker: deps.broker, limiter, answer,
     mcp: (c) => deps.mcp(c.env.incoming, c.env.outgoing),
     metrics: deps.metrics,
+    overview: deps.overview,
+    stillGrants: (authorization, caller) => {
+      const grant = deps.tokens.grantOf(authorization);
+      return grant !== undefined && grant.metrics !== true && grant.tenant === caller.tenant &&
+        grant.profiles.length === caller.profiles.length && grant.profiles.every((p) => caller.profiles.includes(p));
+    },
     openApi: () => (doc ??= openApiDocument()),
   });
 
@@ -100,10 +109,11 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
    * A call holds one of its tenant's `limits.concurrentCalls` slots until its handler settled and
    * its response closed: a client that hangs up does not free the slot of work still running for
    * it, and an MCP answer sent after the handler returned is covered. An MCP client's GET /mcp is
-   * its standing notification stream for the whole MCP session, not a call.
+   * its standing notification stream for the whole MCP session, not a call; so is a dashboard's
+   * overview stream (bounded per tenant by its own limit).
    */
   const limited = (spec: RouteSpec): MiddlewareHandler<ApiEnv> => async (c, next) => {
-    if (spec === ROUTES.mcp && c.req.method === 'GET') return next();
+    if ((spec === ROUTES.mcp && c.req.method === 'GET') || spec === ROUTES.overviewStream) return next();
     const release = limiter.enterCall(c.get('caller').tenant);
     const res = c.env.outgoing;
     const closed = new Promise<void>((resolve) => (res.closed ? resolve() : res.once('close', () => resolve())));

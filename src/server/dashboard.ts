@@ -7,13 +7,18 @@ import { createHash } from 'node:crypto';
  * a cookie: no request is ever authenticated ambiently, so there is no CSRF surface, and the
  * token never appears in a URL or a server log. All values are inserted with textContent (audit
  * entries are commands someone typed), and a strict CSP allows only this page's own script.
+ * Updates are pushed: the page reads GET /v1/overview/stream with fetch() and the token in the
+ * Authorization header (EventSource could only carry it in the URL); the charts are inline SVG
+ * built element by element.
  */
 
 const SCRIPT = `
 'use strict';
 const $ = (id) => document.getElementById(id);
 const KEY = 'berthToken';
-let timer;
+const SVG = 'http://www.w3.org/2000/svg';
+let stream;
+let view;
 
 function token() { return sessionStorage.getItem(KEY); }
 
@@ -33,6 +38,15 @@ function cell(tr, text, cls) {
   return td;
 }
 
+function button(text, cls, onClick) {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.className = cls;
+  b.textContent = text;
+  b.addEventListener('click', () => onClick(b));
+  return b;
+}
+
 function ago(ms) {
   const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
   if (s < 60) return s + ' s';
@@ -41,7 +55,14 @@ function ago(ms) {
   return Math.floor(s / 86400) + ' d';
 }
 
-/** The call scope that closes a session ref as the broker records it. */
+function bytes(n) {
+  if (n === null || n === undefined) return '-';
+  if (n < 1024 * 1024) return (n / 1024).toFixed(0) + ' KiB';
+  if (n < 1024 * 1024 * 1024) return (n / 1048576).toFixed(1) + ' MiB';
+  return (n / 1073741824).toFixed(2) + ' GiB';
+}
+
+/** The call scope of a session ref as the broker records it. */
 function scopeOfRef(ref, profile) {
   const scope = {};
   if (profile) scope.profile = profile;
@@ -51,20 +72,103 @@ function scopeOfRef(ref, profile) {
   return scope;
 }
 
-async function closeSession(ref, profile, button) {
-  button.disabled = true;
+function query(fields) {
+  const q = new URLSearchParams();
+  for (const k of Object.keys(fields)) if (fields[k] !== undefined) q.set(k, fields[k]);
+  const s = q.toString();
+  return s ? '?' + s : '';
+}
+
+async function closeSession(ref, profile, b) {
+  b.disabled = true;
   try {
     await api('/v1/sessions/close', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(scopeOfRef(ref, profile)) });
     $('status').textContent = 'Closed session ' + ref + '.';
   } catch (e) {
     $('status').textContent = 'Close failed: ' + e.message;
   }
-  await refresh();
+  watch();
 }
 
-function renderSandboxes(list) {
+async function killJob(job, b) {
+  b.disabled = true;
+  try {
+    const r = await api('/v1/jobs/' + encodeURIComponent(job.jobId) + query(job.scope), { method: 'DELETE' });
+    $('status').textContent = r.killed ? 'Killed job ' + job.jobId + '.' : 'Job ' + job.jobId + ' had already ended.';
+  } catch (e) {
+    $('status').textContent = 'Kill failed: ' + e.message;
+  }
+  watch();
+}
+
+/** A session's latest calls, from the audit (a user's session by its user). */
+async function showCalls(ref, profile) {
+  const title = $('session-calls-title');
+  const body = $('session-calls').querySelector('tbody');
+  $('session-panel').hidden = false;
+  body.replaceChildren();
+  if (ref.startsWith('@task:') || ref === '@default') {
+    title.textContent = 'Calls of ' + ref + ': the audit keeps no session id for these; see Recent calls.';
+    return;
+  }
+  const filter = ref.startsWith('@user:') ? { user: ref.slice(6) } : { session: ref };
+  title.textContent = 'Calls of session ' + ref + (profile ? ' (profile ' + profile + ')' : '');
+  try {
+    const entries = await api('/v1/audit' + query({ ...filter, limit: '20' }));
+    for (const e of entries.filter((x) => profile === null || x.profile === profile)) body.appendChild(auditRow(e));
+    if (body.children.length === 0) title.textContent += ': none';
+  } catch (e) {
+    if (e.message !== 'unauthorized') title.textContent += ': ' + e.message;
+  }
+}
+
+function usersOf(s) {
+  const users = new Set();
+  if (s.sandboxKey.startsWith('user:')) users.add(s.sandboxKey.slice(5));
+  for (const sess of s.sessions) if (sess.session.startsWith('@user:')) users.add(sess.session.slice(6));
+  for (const c of view.calls) if (c.user !== null && c.sandboxKey === s.sandboxKey && c.profile === s.profile) users.add(c.user);
+  return users;
+}
+
+function filters() {
+  return { profile: $('filter-profile').value, user: $('filter-user').value, state: $('filter-state').value };
+}
+
+function fillSelect(select, values) {
+  const keep = select.value;
+  select.replaceChildren();
+  const all = document.createElement('option');
+  all.value = '';
+  all.textContent = 'all';
+  select.appendChild(all);
+  for (const v of [...values].sort()) {
+    const o = document.createElement('option');
+    o.value = v;
+    o.textContent = v;
+    select.appendChild(o);
+  }
+  select.value = values.has(keep) ? keep : '';
+}
+
+function fillFilters() {
+  const profiles = new Set(view.sandboxes.map((s) => s.profile === null ? '(shared)' : s.profile));
+  for (const j of view.jobs) profiles.add(j.scope.profile);
+  const users = new Set();
+  for (const s of view.sandboxes) for (const u of usersOf(s)) users.add(u);
+  for (const c of view.calls) if (c.user !== null) users.add(c.user);
+  for (const j of view.jobs) if (j.scope.user) users.add(j.scope.user);
+  const states = new Set(view.sandboxes.map((s) => s.state));
+  fillSelect($('filter-profile'), profiles);
+  fillSelect($('filter-user'), users);
+  fillSelect($('filter-state'), states);
+}
+
+function renderSandboxes() {
+  const f = filters();
   const body = $('sandboxes').querySelector('tbody');
   body.replaceChildren();
+  const list = view.sandboxes.filter((s) =>
+    (!f.profile || (s.profile === null ? '(shared)' : s.profile) === f.profile) && (!f.state || s.state === f.state) && (!f.user || usersOf(s).has(f.user)));
   $('no-sandboxes').hidden = list.length > 0;
   for (const s of list) {
     const tr = document.createElement('tr');
@@ -75,69 +179,191 @@ function renderSandboxes(list) {
     cell(tr, s.backend);
     cell(tr, s.persistent ? 'persistent' : 'ephemeral');
     cell(tr, s.state, 'state state-' + s.state);
+    const u = s.usage;
+    cell(tr, u === null || u.cpuPercent === null ? '-' : u.cpuPercent.toFixed(1) + ' %', 'num cpu');
+    cell(tr, u === null ? '-' : bytes(u.memoryBytes) + (u.memoryLimitBytes === null ? '' : ' / ' + bytes(u.memoryLimitBytes)), 'num mem');
+    cell(tr, u === null ? '-' : bytes(u.diskBytes), 'num disk');
     cell(tr, ago(s.createdMs));
     cell(tr, ago(s.lastUsedMs));
     const td = cell(tr, '');
     for (const sess of s.sessions) {
-      const span = document.createElement('span');
-      span.className = 'session' + (sess.open ? ' open' : '');
-      span.textContent = sess.session + (sess.open ? '' : ' (closed)');
-      td.appendChild(span);
+      const b = button(sess.session + (sess.open ? '' : ' (closed)'), 'session' + (sess.open ? ' open' : ''), () => showCalls(sess.session, s.profile));
+      b.dataset.session = sess.session;
+      td.appendChild(b);
       if (sess.open) {
-        const b = document.createElement('button');
-        b.type = 'button';
-        b.className = 'close-session';
-        b.dataset.session = sess.session;
-        b.textContent = 'close';
-        b.addEventListener('click', () => closeSession(sess.session, s.profile, b));
-        td.appendChild(b);
+        const c = button('close', 'close-session', (x) => closeSession(sess.session, s.profile, x));
+        c.dataset.session = sess.session;
+        td.appendChild(c);
       }
     }
     body.appendChild(tr);
   }
 }
 
-function renderAudit(entries) {
-  const body = $('audit').querySelector('tbody');
+function renderJobs() {
+  const f = filters();
+  const body = $('jobs').querySelector('tbody');
   body.replaceChildren();
-  for (const e of entries) {
+  const list = view.jobs.filter((j) => (!f.profile || j.scope.profile === f.profile) && (!f.user || j.scope.user === f.user));
+  $('no-jobs').hidden = list.length > 0;
+  for (const j of list) {
     const tr = document.createElement('tr');
-    cell(tr, new Date(e.timeMs).toLocaleTimeString());
-    cell(tr, e.kind);
-    cell(tr, e.session === null ? '' : e.session);
-    cell(tr, e.user === null ? '' : e.user);
-    cell(tr, e.sandboxKey === null ? '' : e.sandboxKey);
-    cell(tr, e.command === null ? '' : e.command, 'cmd');
-    cell(tr, e.exitCode === null ? '' : String(e.exitCode));
-    cell(tr, e.durationMs === null ? '' : e.durationMs + ' ms');
+    tr.dataset.job = j.jobId;
+    cell(tr, j.jobId, 'key');
+    cell(tr, j.scope.profile);
+    cell(tr, j.scope.session || (j.scope.task ? '@task:' + j.scope.task : ''));
+    cell(tr, j.scope.user || '');
+    cell(tr, j.command, 'cmd');
+    cell(tr, j.status + (j.exitCode === null ? '' : ' (' + j.exitCode + ')'), 'state job-' + j.status);
+    cell(tr, ago(j.startedMs));
+    const td = cell(tr, '');
+    if (j.status === 'running') td.appendChild(button('kill', 'kill-job', (b) => killJob(j, b)));
     body.appendChild(tr);
   }
 }
 
-async function refresh() {
-  if (!token()) return;
-  try {
-    const [who, sandboxes, audit] = await Promise.all([api('/v1/whoami'), api('/v1/sandboxes'), api('/v1/audit?limit=50')]);
-    $('tenant').textContent = who.tenant;
-    renderSandboxes(sandboxes);
-    renderAudit(audit);
-    $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
-  } catch (e) {
-    if (e.message !== 'unauthorized') $('status').textContent = 'Refresh failed: ' + e.message;
+function auditRow(e) {
+  const tr = document.createElement('tr');
+  cell(tr, new Date(e.timeMs).toLocaleTimeString());
+  cell(tr, e.kind);
+  cell(tr, e.session === null ? '' : e.session);
+  cell(tr, e.user === null ? '' : e.user);
+  cell(tr, e.sandboxKey === null ? '' : e.sandboxKey);
+  cell(tr, e.command === null ? '' : e.command, 'cmd');
+  cell(tr, e.exitCode === null ? '' : String(e.exitCode));
+  cell(tr, e.durationMs === null ? '' : e.durationMs + ' ms');
+  return tr;
+}
+
+function renderAudit() {
+  const f = filters();
+  const body = $('audit').querySelector('tbody');
+  body.replaceChildren();
+  for (const e of view.calls) {
+    if (f.profile && e.profile !== f.profile) continue;
+    if (f.user && e.user !== f.user) continue;
+    body.appendChild(auditRow(e));
   }
+}
+
+function svg(name, attrs) {
+  const el = document.createElementNS(SVG, name);
+  for (const k of Object.keys(attrs)) el.setAttribute(k, String(attrs[k]));
+  return el;
+}
+
+/** A line over the last hour (one point a minute; a minute without data leaves a gap). */
+function drawChart(el, values, unit) {
+  const W = 360, H = 100, P = 6;
+  el.replaceChildren();
+  el.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
+  el.appendChild(svg('rect', { x: 0, y: 0, width: W, height: H, class: 'chart-bg' }));
+  const known = values.filter((v) => v !== null);
+  const max = Math.max(1, ...known);
+  const x = (i) => P + (i * (W - 2 * P)) / Math.max(1, values.length - 1);
+  const y = (v) => H - P - (v / max) * (H - 2 * P - 12);
+  let d = '';
+  let pen = false;
+  values.forEach((v, i) => {
+    if (v === null) { pen = false; return; }
+    d += (pen ? 'L' : 'M') + x(i).toFixed(1) + ' ' + y(v).toFixed(1) + ' ';
+    pen = true;
+    el.appendChild(svg('circle', { cx: x(i).toFixed(1), cy: y(v).toFixed(1), r: 2.5, class: 'dot' }));
+  });
+  if (d) el.appendChild(svg('path', { d: d.trim(), class: 'line' }));
+  el.dataset.points = String(known.length);
+  const label = svg('text', { x: P, y: 12, class: 'chart-label' });
+  label.textContent = known.length === 0 ? 'no data yet' : 'max ' + (Math.round(max * 10) / 10) + ' ' + unit;
+  el.appendChild(label);
+}
+
+function renderCharts() {
+  drawChart($('chart-latency'), view.history.map((p) => p.p50Ms), 'ms');
+  drawChart($('chart-sessions'), view.history.map((p) => p.sessions), 'sessions');
+}
+
+function render() {
+  if (!view) return;
+  fillFilters();
+  renderSandboxes();
+  renderJobs();
+  renderAudit();
+}
+
+function onEvent(block) {
+  let name = 'message';
+  let data = '';
+  for (const line of block.split('\\n')) {
+    if (line.startsWith('event: ')) name = line.slice(7);
+    else if (line.startsWith('data: ')) data += line.slice(6);
+  }
+  if (name === 'overview') {
+    view = JSON.parse(data);
+    $('tenant').textContent = view.tenant;
+    render();
+    renderCharts();
+    $('updated').textContent = 'updated ' + new Date(view.timeMs).toLocaleTimeString();
+  } else if (name === 'error') {
+    const err = JSON.parse(data).error;
+    if (err.code === 'unauthorized') logout('The token was revoked; enter a valid one.');
+    else $('status').textContent = 'Update failed: ' + err.message;
+  }
+}
+
+/**
+ * Reads the overview stream with fetch (EventSource cannot send the Authorization header, and
+ * the token must never be in a URL) and reconnects with a growing pause when it drops.
+ */
+function watch() {
+  if (stream) stream.abort();
+  const ac = new AbortController();
+  stream = ac;
+  void (async () => {
+    let pause = 1000;
+    while (!ac.signal.aborted && token()) {
+      try {
+        const res = await fetch('/v1/overview/stream', { headers: { authorization: 'Bearer ' + token(), accept: 'text/event-stream' }, signal: ac.signal, cache: 'no-store' });
+        if (res.status === 401) { logout('The token was refused; enter a valid one.'); return; }
+        if (!res.ok) {
+          const body = await res.json().catch(() => ({}));
+          throw new Error((body.error && body.error.message) || res.statusText);
+        }
+        $('live').textContent = 'live';
+        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = '';
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          for (let i = buf.indexOf('\\n\\n'); i >= 0; i = buf.indexOf('\\n\\n')) {
+            onEvent(buf.slice(0, i));
+            buf = buf.slice(i + 2);
+          }
+          pause = 1000;
+        }
+      } catch (e) {
+        if (ac.signal.aborted) return;
+        $('status').textContent = 'Live updates: ' + e.message;
+      }
+      $('live').textContent = 'reconnecting';
+      await new Promise((r) => setTimeout(r, pause));
+      pause = Math.min(pause * 2, 30000);
+    }
+  })();
 }
 
 function show() {
   const on = !!token();
   $('login').hidden = on;
   $('main').hidden = !on;
-  clearInterval(timer);
-  if (on) { refresh(); timer = setInterval(refresh, 5000); }
+  if (on) watch();
+  else if (stream) { stream.abort(); stream = undefined; }
 }
 
 function logout(message) {
   sessionStorage.removeItem(KEY);
   $('login-error').textContent = message || '';
+  view = undefined;
   show();
 }
 
@@ -151,7 +377,9 @@ $('login-form').addEventListener('submit', (ev) => {
   show();
 });
 $('logout').addEventListener('click', () => logout(''));
-$('refresh').addEventListener('click', () => refresh());
+$('refresh').addEventListener('click', () => watch());
+for (const id of ['filter-profile', 'filter-user', 'filter-state']) $(id).addEventListener('change', () => render());
+$('session-close').addEventListener('click', () => { $('session-panel').hidden = true; });
 show();
 `;
 
@@ -172,6 +400,12 @@ export const DASHBOARD_HTML = `<!doctype html>
   button { margin-right: .6rem; } .state-active, .state-running { color: #11762b; } .state-missing { color: #b42318; }
   #status, #updated { color: #59636e; margin-left: .5rem; } #login-error { color: #b42318; }
   input[type=password] { width: 28rem; max-width: 100%; }
+  .num { text-align: right; white-space: nowrap; } button.session { font-family: ui-monospace, monospace; margin: 0 .2rem .2rem 0; background: none; border: 1px solid #c9d1d9; border-radius: 3px; cursor: pointer; }
+  .job-running { color: #11762b; } .job-killed, .job-unknown { color: #b42318; } #live { color: #11762b; margin-left: .5rem; }
+  .filters label { margin-right: 1rem; } .charts { display: flex; gap: 1.5rem; flex-wrap: wrap; } figure { margin: 0; } figcaption { color: #59636e; }
+  svg.chart { width: 360px; height: 100px; } .chart-bg { fill: #f5f6f8; } .line { fill: none; stroke: #2563eb; stroke-width: 2; } .dot { fill: #2563eb; }
+  #chart-sessions .line { stroke: #c2410c; } #chart-sessions .dot { fill: #c2410c; } .chart-label { font: 10px system-ui, sans-serif; fill: #59636e; }
+  #session-panel { border: 1px solid #e3e6ea; padding: .5rem; margin-top: 1rem; }
 </style>
 </head>
 <body>
@@ -187,11 +421,28 @@ export const DASHBOARD_HTML = `<!doctype html>
 </section>
 <section id="main" hidden>
   <div>Tenant <strong id="tenant"></strong>
-    <button id="refresh" type="button">Refresh</button><button id="logout" type="button">Log out</button>
-    <span id="updated"></span><span id="status" role="status"></span></div>
+    <button id="refresh" type="button">Reconnect</button><button id="logout" type="button">Log out</button>
+    <span id="live"></span><span id="updated"></span><span id="status" role="status"></span></div>
+  <h2>Last hour</h2>
+  <div class="charts">
+    <figure><svg id="chart-latency" class="chart" role="img" aria-label="exec latency, median per minute"></svg><figcaption>exec latency, median per minute</figcaption></figure>
+    <figure><svg id="chart-sessions" class="chart" role="img" aria-label="open sessions per minute"></svg><figcaption>open sessions</figcaption></figure>
+  </div>
   <h2>Sandboxes</h2>
-  <table id="sandboxes"><thead><tr><th>Key</th><th>Profile</th><th>Scope rule</th><th>Backend</th><th>Lifecycle</th><th>State</th><th>Age</th><th>Idle</th><th>Sessions</th></tr></thead><tbody></tbody></table>
+  <div class="filters">
+    <label>Profile <select id="filter-profile"></select></label>
+    <label>User <select id="filter-user"></select></label>
+    <label>State <select id="filter-state"></select></label>
+  </div>
+  <table id="sandboxes"><thead><tr><th>Key</th><th>Profile</th><th>Scope rule</th><th>Backend</th><th>Lifecycle</th><th>State</th><th>CPU</th><th>Memory</th><th>Disk</th><th>Age</th><th>Idle</th><th>Sessions</th></tr></thead><tbody></tbody></table>
   <p id="no-sandboxes" hidden>No sandboxes.</p>
+  <div id="session-panel" hidden>
+    <strong id="session-calls-title"></strong> <button id="session-close" type="button">hide</button>
+    <table id="session-calls"><thead><tr><th>Time</th><th>Kind</th><th>Session</th><th>User</th><th>Sandbox</th><th>Command</th><th>Exit</th><th>Duration</th></tr></thead><tbody></tbody></table>
+  </div>
+  <h2>Background jobs</h2>
+  <table id="jobs"><thead><tr><th>Job</th><th>Profile</th><th>Session</th><th>User</th><th>Command</th><th>State</th><th>Started</th><th></th></tr></thead><tbody></tbody></table>
+  <p id="no-jobs" hidden>No jobs.</p>
   <h2>Recent calls</h2>
   <table id="audit"><thead><tr><th>Time</th><th>Kind</th><th>Session</th><th>User</th><th>Sandbox</th><th>Command</th><th>Exit</th><th>Duration</th></tr></thead><tbody></tbody></table>
 </section>

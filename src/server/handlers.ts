@@ -4,11 +4,12 @@ import { normalizeScope } from '../scope/normalize.js';
 import type { CallScope } from '../scope/call-scope.js';
 import type { Answers } from './answer.js';
 import type { ApiContext } from './api-env.js';
-import { assertNotOnHost, assertProfileAllowed } from './caller.js';
+import { assertNotOnHost, assertProfileAllowed, type Caller } from './caller.js';
 import { DASHBOARD_HTML, dashboardHeaders } from './dashboard.js';
 import { downloadRoute, exportIdOf, sendExport } from './export-download.js';
 import { toHttpError } from './http-error.js';
 import type { MetricsEdge } from './metrics.js';
+import type { OverviewStreams } from './overview-stream.js';
 import { declaredLength } from './request.js';
 import { remoteBinding, remoteSandbox } from './remote-view.js';
 import type { RouteInput } from './route-spec.js';
@@ -29,6 +30,10 @@ export interface HandlerDeps {
   openApi: () => Record<string, unknown>;
   answer: Answers;
   metrics: MetricsEdge;
+  /** `GET /v1/overview/stream`: the open dashboard streams. */
+  overview: OverviewStreams;
+  /** Whether a request's `Authorization` still grants `caller` what it did (a long stream asks again before each update). */
+  stillGrants: (authorization: string | undefined, caller: Caller) => boolean;
 }
 
 /** What a command result looks like over HTTP: the library's, without the host path of spilled output. */
@@ -124,6 +129,12 @@ export function apiHandlers(deps: HandlerDeps): Handlers {
       // Only the token's profiles; a shared:* sandbox belongs to no profile and stays visible.
       const list = await broker.listWithState(tenant);
       return json(c, list.filter((s) => s.profile === null || profiles.includes(s.profile)).map(remoteSandbox));
+    },
+    overviewStream: async (c) => {
+      const authorization = c.env.incoming.headers.authorization;
+      const caller = c.get('caller');
+      await deps.overview.serve(c.env.outgoing, caller, () => deps.stillGrants(authorization, caller));
+      return RESPONSE_ALREADY_SENT;
     },
     audit: async (c, { query }) => {
       const { tenant, profiles } = c.get('caller');

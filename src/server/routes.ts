@@ -90,6 +90,21 @@ export const ROUTES = {
       responses: { 200: json('sandboxes', Sandbox.array()), ...errors },
     },
   }),
+  overviewStream: routeSpec({
+    method: 'get', path: '/v1/overview/stream', query: EmptyQuery,
+    doc: {
+      summary: 'The dashboard\'s live view over SSE: the tenant\'s sandboxes of the token\'s profiles with their resource use, its jobs, latest calls and last hour',
+      responses: {
+        200: {
+          description: 'Server-sent events: one `overview` event at once (data: the view), then one every few seconds and soon after each call of ' +
+            'the tenant ends; an `error` event when one update could not be built (the next may succeed). A client that reads slower than ' +
+            'updates come skips updates. The stream holds no concurrentCalls slot; a tenant may hold a few open at once (then 429).',
+          content: { 'text/event-stream': { schema: { type: 'string' } } },
+        },
+        ...errors,
+      },
+    },
+  }),
   audit: routeSpec({
     method: 'get', path: '/v1/audit', query: AuditQuery,
     doc: { summary: 'The tenant\'s audit log for the token\'s profiles, newest first', responses: { 200: json('entries', AuditEntry.array()), ...errors } },

@@ -2,7 +2,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { getRequestListener, RequestError } from '@hono/node-server';
 import type { Broker } from '../broker/broker.js';
-import { createApp } from './app.js';
+import { createApp, routingPath } from './app.js';
+import { DashboardFeed } from './dashboard-feed.js';
 import { assertHostExposureAllowed, type Caller } from './caller.js';
 import { errorBody, HttpError } from './http-error.js';
 import { createMcpHttpHandler, type McpHttpHandler } from './mcp/http.js';
@@ -22,6 +23,8 @@ export interface ServerOptions {
    * before its start-up orphan pass, so that pass is counted). Default: the server makes its own.
    */
   metrics?: ServerMetrics;
+  /** The dashboard's overview streams: how often they update when nothing happens (default 5 s), how soon after a call, and at most how often. */
+  overview?: { intervalMs?: number; soonMs?: number; minGapMs?: number };
 }
 
 const DEFAULT_PORT = 7878;
@@ -45,6 +48,7 @@ export class BerthServer {
   private readonly callers = new WeakMap<IncomingMessage, Caller>();
   private readonly log: (namespace: string, message: string) => void;
   private readonly stopObserving: () => void;
+  private readonly dashboard: DashboardFeed;
   private inflight = 0;
   private draining = false;
   private closing: Promise<void> | undefined;
@@ -61,8 +65,10 @@ export class BerthServer {
       refused: (o: { code: string; tenant: string | undefined }) => metrics.refused(o),
       render: () => metrics.render({ inflight: this.inflight, mcpSessions: this.mcp.sessionCount }),
     };
+    this.dashboard = new DashboardFeed(opts.broker, (m) => this.log('berth:server', m), opts.overview);
     const app = createApp({
-      broker: opts.broker, tokens: opts.tokens, mcp: this.mcp, callers: this.callers, metrics: edge, draining: () => this.draining, log: this.log,
+      broker: opts.broker, tokens: opts.tokens, mcp: this.mcp, callers: this.callers, metrics: edge, overview: this.dashboard.streams,
+      draining: () => this.draining, log: this.log,
     });
     // Bodies are read (or drained) by the app itself, from the Node request: the adapter must not
     // cut them short. The global Request and Response stay Node's own: berth may run inside an
@@ -96,6 +102,7 @@ export class BerthServer {
   static async start(opts: ServerOptions): Promise<BerthServer> {
     assertHostExposureAllowed(opts.broker.config, opts.tokens.list());
     const server = new BerthServer(opts);
+    server.dashboard.start();
     await new Promise<void>((resolve, reject) => {
       server.http.once('error', reject);
       server.http.listen(opts.port ?? DEFAULT_PORT, opts.host ?? '127.0.0.1', () => {
@@ -128,6 +135,7 @@ export class BerthServer {
 
   private async doClose(graceMs: number): Promise<void> {
     this.draining = true;
+    this.dashboard.close();
     const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
     this.http.closeIdleConnections();
     if (this.inflight > 0) {
@@ -147,15 +155,22 @@ export class BerthServer {
   /**
    * Counts a request in flight until its response closed. An MCP client's GET /mcp is a
    * notification stream that stays open for the whole MCP session: it is no call to wait for at
-   * shutdown (mcp.close() ends it), so it is not counted.
+   * shutdown (mcp.close() ends it), so it is not counted; nor is a dashboard's overview stream
+   * (the dashboard feed ends those first).
    */
   private track(req: IncomingMessage, res: ServerResponse): void {
-    if (req.method === 'GET' && (req.url ?? '').split('?')[0] === '/mcp') return;
+    const path = routingPath(req.url ?? '');
+    if (req.method === 'GET' && (path === '/mcp' || path === '/v1/overview/stream')) return;
     this.inflight++;
     res.once('close', () => {
       this.inflight--;
       if (this.inflight === 0) this.idle?.();
     });
+  }
+
+  /** Overview streams open now and their pending timers (at most one each): both 0 once every client went away. */
+  get overviewStreams(): { open: number; timers: number } {
+    return { open: this.dashboard.streams.open, timers: this.dashboard.streams.timers };
   }
 
   /** What the adapter could not hand to the app: a request target or Host it cannot parse (400), or a bug (500). */

@@ -25,6 +25,11 @@ export class SseStream {
     return this.res.destroyed || this.res.writableEnded;
   }
 
+  /** Something written is still on its way: queued here, being written, or in a socket buffer that is full. */
+  get congested(): boolean {
+    return this.queue.length > 0 || this.pumping !== undefined || this.res.writableNeedDrain;
+  }
+
   /** An output chunk: dropped (and counted) while the queue is over its bound. */
   chunk(event: 'stdout' | 'stderr', text: string): void {
     if (this.gone) return;

@@ -1,15 +1,19 @@
-import { existsSync } from 'node:fs';
-import { chromium, type Browser } from 'playwright-core';
+import { existsSync, writeFileSync } from 'node:fs';
+import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   assertNoneLeft, describeDocker, dockerConfigYaml, ensureImage, installs, waitFor,
 } from '../helpers/docker-e2e.js';
-import { createToken, ServeProcess, stopAll } from '../helpers/serve.js';
+import { runBerth } from '../helpers/cli.js';
+import { countColour, decodePng } from '../helpers/png.js';
+import { createToken, qs, ServeProcess, stopAll } from '../helpers/serve.js';
 
 /*
  * The dashboard in a real headless Chromium (Debian's, driven by playwright-core): log in with a
- * token, see a sandbox created through the API, close its session with the button, see it gone.
- * Skips visibly without /usr/bin/chromium, unless BERTH_REQUIRE_BROWSER=1 (CI), which fails.
+ * token, see a sandbox created through the API, close its session with the button, see it gone;
+ * then the live view: rows pushed without a reload, filters, a session's calls, a job killed
+ * from the page, and charts that draw pixels. BERTH_DASHBOARD_SCREENSHOT=path writes the
+ * README's screenshot. Skips visibly without /usr/bin/chromium, unless BERTH_REQUIRE_BROWSER=1 (CI), which fails.
  */
 
 const CHROMIUM = process.env['BERTH_CHROMIUM'] ?? '/usr/bin/chromium';
@@ -102,4 +106,99 @@ describeBrowser('berth serve: dashboard in headless Chromium', () => {
     expect(await waitFor(async () => (await t.containers()).every((c) => c.labels['berth.tenant'] !== 'dash'), 10_000)).toBe(true);
     expect((await server.stop()).code).toBe(0);
   }, 120_000);
+
+  it('live: a new session shows up without a reload, filters hide rows, a click shows its calls, kill stops a job, the charts draw', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml({ persistent: false, profiles: { bot: {} } }));
+    const token = await createToken(t, 'dash', ['default', 'bot']);
+    const server = await ServeProcess.start(t);
+    const api = server.client(token);
+    expect((await api.post('/v1/exec', { session: 'chat-1', command: 'echo first' })).status).toBe(200);
+    // A sandbox of the tenant made by the CLI (another process): running, not active in the server.
+    const cli = await runBerth(['exec', '--tenant', 'dash', '--session', 'cli-1', '--', 'true'], { env: t.env, cwd: t.dir });
+    expect(cli.code, cli.stderr).toBe(0);
+
+    const page = await browser.newPage({ deviceScaleFactor: 2, viewport: { width: 1280, height: 900 } });
+    const urls: string[] = [];
+    page.on('request', (r) => urls.push(r.url()));
+    let navigations = 0;
+    let jobId = '';
+    try {
+      await page.goto(server.url);
+      await login(page, token);
+      await page.locator('#sandboxes tr[data-key="session:chat-1"]').waitFor({ timeout: 15_000 });
+      page.on('framenavigated', () => navigations++);
+      await page.evaluate(() => Object.assign(globalThis, { stillThisPage: 42 }));
+
+      // Pushed: a new session's sandbox appears with no reload and no click.
+      expect((await api.post('/v1/exec', { session: 'chat-2', user: 'tg:42', command: 'echo second' })).status).toBe(200);
+      expect((await api.post('/v1/exec', { profile: 'bot', session: 'chat-3', command: 'echo third' })).status).toBe(200);
+      // A call with a user lands in the user's sandbox (rule auto:3).
+      await page.locator('#sandboxes tr[data-key="user:tg:42"]').waitFor({ timeout: 15_000 });
+      // Active once their calls ended (a sandbox being created has a record and no container yet: missing).
+      for (const key of ['user:tg:42', 'session:chat-3']) await page.locator(`#sandboxes tr[data-key="${key}"] td.state-active`).waitFor({ timeout: 15_000 });
+      expect(await page.evaluate(() => (globalThis as { stillThisPage?: number }).stillThisPage)).toBe(42);
+      expect(navigations).toBe(0);
+      // Resource use from the engine: memory and disk of a running container.
+      const chat1 = await page.locator('#sandboxes tr[data-key="session:chat-1"]').locator('td').allTextContents();
+      expect(chat1[7]).toMatch(/[0-9.]+ (KiB|MiB)/);
+      expect(chat1[8]).toMatch(/[0-9.]+ (KiB|MiB)/);
+
+      // Filters hide rows (client side): by profile, then by user.
+      const keys = () => page.locator('#sandboxes tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-key')));
+      await page.selectOption('#filter-profile', 'bot');
+      expect(await keys()).toEqual(['session:chat-3']);
+      await page.selectOption('#filter-profile', '');
+      await page.selectOption('#filter-user', 'tg:42');
+      expect(await keys()).toEqual(['user:tg:42']);
+      expect(await page.locator('#audit td.cmd').allTextContents()).toEqual(['echo second']);
+      await page.selectOption('#filter-user', '');
+      await page.selectOption('#filter-state', 'running');
+      expect(await keys()).toEqual(['session:cli-1']);
+      await page.selectOption('#filter-state', 'active');
+      expect((await keys()).sort()).toEqual(['session:chat-1', 'session:chat-3', 'user:tg:42']);
+      await page.selectOption('#filter-state', '');
+      expect(await keys()).toHaveLength(4);
+
+      // A session's calls on click.
+      await page.locator('#sandboxes button.session[data-session="chat-1"]').click();
+      await page.locator('#session-calls td.cmd', { hasText: 'echo first' }).waitFor({ timeout: 10_000 });
+      expect(await page.locator('#session-calls td.cmd').allTextContents()).toEqual(['echo first']);
+
+      // The charts draw: pixels of the line colour in a screenshot of the latency chart.
+      await page.waitForSelector('#chart-latency:not([data-points="0"])', { timeout: 10_000 });
+      const chart = decodePng(await page.locator('#chart-latency').screenshot());
+      expect(chart.width).toBeGreaterThan(300);
+      expect(countColour(chart, [0x25, 0x63, 0xeb])).toBeGreaterThan(30);
+
+      // A background job with its state and a kill button.
+      const job = await api.post('/v1/jobs', { session: 'chat-1', command: 'sleep 300' });
+      expect(job.status).toBe(201);
+      jobId = job.body.jobId as string;
+      const jobRow = page.locator(`#jobs tr[data-job="${jobId}"]`);
+      await jobRow.locator('td.job-running').waitFor({ timeout: 15_000 });
+      const shot = process.env['BERTH_DASHBOARD_SCREENSHOT'];
+      if (shot !== undefined) {
+        await page.locator('#session-close').click();
+        writeFileSync(shot, await page.screenshot({ fullPage: true, scale: 'css' }));
+      }
+      await jobRow.locator('button.kill-job').click();
+      await page.waitForSelector(`#status:has-text("Killed job ${jobId}")`, { timeout: 15_000 });
+      await jobRow.locator('td.job-killed').waitFor({ timeout: 15_000 });
+    } finally {
+      await page.close();
+    }
+    // Killed for real, as the API reads it (not only as the page shows it).
+    const read = await api.get(`/v1/jobs/${jobId}${qs({ session: 'chat-1', maxBytes: 0 })}`);
+    expect([read.status, read.body.status]).toEqual([200, 'killed']);
+    expect((await api.get(`/v1/jobs${qs({ session: 'chat-1' })}`)).body).toMatchObject([{ jobId, status: 'killed' }]);
+    // The token travelled in headers only, never in a URL.
+    expect(urls.every((u) => !u.includes(token))).toBe(true);
+    expect((await server.stop()).code).toBe(0);
+  }, 180_000);
 });
+
+async function login(page: Page, token: string): Promise<void> {
+  await page.fill('#token', token);
+  await page.click('#login-button');
+}

@@ -55,9 +55,14 @@ describe('progress renderer', () => {
   it('fits the terminal width and neutralises control characters a tool wrote', () => {
     const raw = render(['importing x', 'import: \x1b[31mred\x07 bell and a very long tail that does not fit'], 30);
     for (const shown of screen(raw)) expect(shown.length).toBeLessThanOrEqual(29);
-    expect(screen(raw)[0]).toBe('[1] importing x · import:  […');
+    expect(screen(raw)[0]).toBe('[1] importing x · import: ?[…');
     const withoutClears = raw.split('\r\x1b[2K').join('');
     expect(withoutClears.includes('\x1b') || withoutClears.includes('\x07')).toBe(false);
+  });
+
+  it('neutralises what terminalText does (as berth top and berth audit): C1 controls (a one-byte CSI) and bidi overrides too', () => {
+    const raw = render(['step', 'import: \x9b2J cleared \u202eesrever\u202c and DEL\x7f'], 200);
+    expect(screen(raw)[0]).toBe('[1] step · import: ?2J cleared ?esrever? and DEL?');
   });
 
   it('formats bytes in SI units', () => {

@@ -38,7 +38,7 @@ import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPl
 import { diskBreachOf } from './disk-usage.js';
 import { localLease, SandboxNetworks } from './networks.js';
 import { assertRunsAs, runAsFor } from './run-as.js';
-import { containerUsage } from './usage.js';
+import { containerUsageWithDisk } from './usage.js';
 import { Logger } from '../../logging/logger.js';
 
 const STOP_TIMEOUT_SECONDS = 3;
@@ -179,7 +179,7 @@ export class DockerBackend implements Backend {
     return diskBreachOf(this.docker, sandbox.spec, sandbox.ref, sandbox.hostDir);
   }
 
-  /** Each container's one-shot stats, a few at a time (the engine reads every container's cgroups). */
+  /** Each container's one-shot stats and writable layer size, a few at a time (the engine reads every container's cgroups). */
   async usage(refs: readonly string[]): Promise<Map<string, SandboxUsage>> {
     const out = new Map<string, SandboxUsage>();
     const queue = [...refs];
@@ -187,7 +187,7 @@ export class DockerBackend implements Backend {
       for (let ref = queue.shift(); ref !== undefined; ref = queue.shift()) {
         try {
           assertContainerRef(ref);
-          const u = await containerUsage(this.docker, ref);
+          const u = await containerUsageWithDisk(this.docker, ref);
           if (u !== undefined) out.set(ref, u);
         } catch (err) {
           this.log(`no usage of ${short(ref)}: ${(err as Error).message}`);

@@ -1,5 +1,6 @@
 import type Dockerode from 'dockerode';
 import type { SandboxUsage } from '../backend.js';
+import { measureDisk } from './disk-usage.js';
 import { withTimeout } from './engine.js';
 
 /** Bound of one stats request (the engine reads the container's cgroups; seconds under load). */
@@ -23,6 +24,16 @@ export async function containerUsage(docker: Dockerode, ref: string): Promise<Sa
   const opts = { stream: false, 'one-shot': true } as { stream: false };
   const stats = (await withTimeout(docker.getContainer(ref).stats(opts), STATS_TIMEOUT_MS, () => new Error('stats timed out'))) as EngineStats;
   return usageOf(stats, Date.now());
+}
+
+/**
+ * `containerUsage` plus the size of the container's writable layer as the engine counts it
+ * (`SizeRw`, what docker.diskMb bounds besides berth's own dirs): the dashboard's disk column.
+ * A layer the engine cannot size leaves `diskBytes` out; the rest still counts.
+ */
+export async function containerUsageWithDisk(docker: Dockerode, ref: string): Promise<SandboxUsage | undefined> {
+  const [usage, disk] = await Promise.all([containerUsage(docker, ref), measureDisk(docker, ref, []).catch(() => undefined)]);
+  return usage === undefined || disk === undefined ? usage : { ...usage, diskBytes: disk.layerBytes };
 }
 
 /** The engine's stats answer as berth's usage. Pure. */

@@ -1,0 +1,76 @@
+import type { SandboxUsage } from '../backends/backend.js';
+import type { Broker } from '../broker/broker.js';
+import type { TenantJob } from '../broker/jobs.js';
+import type { AuditEntry } from '../broker/state-store.js';
+import { cpuPercent } from '../cli/top/render.js';
+import type { Caller } from './caller.js';
+import type { CallHistory, HistoryPoint } from './call-history.js';
+import { remoteSandbox, type RemoteSandbox } from './remote-view.js';
+import type { SandboxInfo } from '../broker/broker.js';
+import type { SandboxState } from '../broker/sandbox-pool.js';
+
+/** Calls and jobs one update carries (the newest). */
+export const RECENT_CALLS = 50;
+export const RECENT_JOBS = 50;
+
+/** What a sandbox uses now, as the dashboard shows it; a field the backend cannot measure is null. */
+export interface UsageView {
+  /** Percent of one core since the previous update of this stream (null on the first). */
+  cpuPercent: number | null;
+  memoryBytes: number;
+  memoryLimitBytes: number | null;
+  diskBytes: number | null;
+  processes: number | null;
+}
+
+/** One update of `GET /v1/overview/stream`: the caller's tenant, of the token's profiles only. */
+export interface OverviewView {
+  tenant: string;
+  timeMs: number;
+  sandboxes: Array<RemoteSandbox<SandboxInfo & { state: SandboxState }> & { usage: UsageView | null }>;
+  jobs: TenantJob[];
+  calls: AuditEntry[];
+  history: HistoryPoint[];
+}
+
+/**
+ * Builds the caller's view: its tenant's sandboxes of its profiles (and shared ones, which belong
+ * to no profile, as `/v1/sandboxes` lists them) with what each uses, its jobs and calls of those
+ * profiles, and the last hour of its profiles. `previous` holds each sandbox's last sample (for
+ * the CPU rate) and is updated.
+ */
+export async function overviewView(
+  broker: Broker, history: CallHistory, caller: Caller, previous: Map<string, SandboxUsage>,
+): Promise<OverviewView> {
+  const { tenant, profiles } = caller;
+  const [overview, jobs] = await Promise.all([
+    broker.overview({ recentCalls: 0, tenant }),
+    broker.jobs.ofTenant(tenant, profiles, RECENT_JOBS),
+  ]);
+  const seen = new Set<string>();
+  const sandboxes = overview.sandboxes
+    .filter((s) => s.tenant === tenant && (s.profile === null || profiles.includes(s.profile)))
+    .map(({ usage, tenant: _t, ...s }) => {
+      const id = JSON.stringify([s.profile, s.sandboxKey]);
+      seen.add(id);
+      const prev = previous.get(id);
+      if (usage !== undefined) previous.set(id, usage);
+      return { ...remoteSandbox({ ...s, tenant }), usage: usage === undefined ? null : usageView(prev, usage) };
+    });
+  for (const id of previous.keys()) if (!seen.has(id)) previous.delete(id);
+  return {
+    tenant, timeMs: Date.now(), sandboxes, jobs,
+    calls: broker.audit({ tenant, profiles, limit: RECENT_CALLS }),
+    history: history.lastHour(tenant, profiles),
+  };
+}
+
+function usageView(prev: SandboxUsage | undefined, u: SandboxUsage): UsageView {
+  return {
+    cpuPercent: cpuPercent(prev, u) ?? null,
+    memoryBytes: u.memoryBytes,
+    memoryLimitBytes: u.memoryLimitBytes ?? null,
+    diskBytes: u.diskBytes ?? null,
+    processes: u.processes ?? null,
+  };
+}
