@@ -11,11 +11,12 @@ import { httpBench } from './http.js';
 import { kubernetesBench } from './kubernetes.js';
 import { mcpBench } from './mcp.js';
 import { startupBench } from './startup.js';
+import { scaleBench } from './scale.js';
 import { sshBench } from './ssh.js';
 import { uploadRssBench } from './upload-rss.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
-/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, bwrap, ssh, kubernetes, http, mcp, upload) runs only those parts. */
+/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, bwrap, ssh, kubernetes, http, mcp, upload, scale) runs only those parts; scale (1,000 and 2,000 docker sessions, several minutes) runs only when named. */
 const ONLY = new Set((process.env['BENCH_ONLY'] ?? '').split(',').map((s) => s.trim()).filter((s) => s !== ''));
 const wanted = (part: string): boolean => ONLY.size === 0 || ONLY.has(part);
 
@@ -49,3 +50,4 @@ if (wanted('kubernetes')) await kubernetesBench(Math.min(N, 1000));
 if (wanted('http')) await httpBench();
 if (wanted('mcp')) await mcpBench(N);
 if (wanted('upload')) await uploadRssBench();
+if (ONLY.has('scale')) await scaleBench();

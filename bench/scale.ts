@@ -1,0 +1,96 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Dockerode from 'dockerode';
+import { Broker } from '../src/broker/broker.js';
+import { defaultDocker } from '../src/backends/docker/engine.js';
+import { parseConfig } from '../src/config/schema.js';
+import { fmt, percentile } from './stats.js';
+
+const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
+/** `BENCH_SESSIONS=1000,2000`: the session counts to hold (each run adds sessions to the previous one's). */
+const COUNTS = (process.env['BENCH_SESSIONS'] ?? '1000,2000').split(',').map(Number).filter((n) => n > 0).sort((a, b) => a - b);
+/** New sessions started at once while filling up. */
+const FILL_CONCURRENCY = 8;
+const ALL_AT_ONCE_ROUNDS = 3;
+
+/** Times `fn` (ms). */
+async function timed(fn: () => Promise<unknown>): Promise<number> {
+  const t = process.hrtime.bigint();
+  await fn();
+  return Number(process.hrtime.bigint() - t) / 1e6;
+}
+
+async function engineMemoryPerSandbox(docker: Dockerode, names: string[]): Promise<number> {
+  const usages: number[] = [];
+  for (const name of names) {
+    const st = await docker.getContainer(name).stats({ stream: false }) as { memory_stats?: { usage?: number; stats?: { cache?: number; inactive_file?: number } } };
+    const m = st.memory_stats;
+    if (m?.usage !== undefined) usages.push(m.usage - (m.stats?.inactive_file ?? m.stats?.cache ?? 0));
+  }
+  return percentile(usages, 50);
+}
+
+/**
+ * Many concurrent idle docker sessions in one berth process (issue 12): the time to create them,
+ * berth's heap per session, the engine's memory per sandbox, and the time for all of them to
+ * answer one command at once. One tenant, network on: past 1,000 sandboxes (a Linux bridge holds
+ * 1,024 ports) they spread over the tenant's shard networks.
+ */
+export async function scaleBench(): Promise<void> {
+  const docker = defaultDocker();
+  try {
+    await docker.ping();
+    await docker.getImage(IMAGE).inspect();
+  } catch (err) {
+    console.log(`\n# scale: SKIPPED (${(err as Error).message}); start dockerd and run "berth image build --variant minimal"`);
+    return;
+  }
+  const home = mkdtempSync(join(tmpdir(), 'berth-bench-scale-'));
+  const broker = await Broker.open({
+    config: parseConfig({ backend: 'docker', persistent: false, docker: { image: IMAGE }, limits: { concurrentCalls: 100_000 } }),
+    berthHome: home, env: { PATH: process.env['PATH'] }, reap: false,
+  });
+  const gc = (globalThis as { gc?: () => void }).gc;
+  const ids: string[] = [];
+  try {
+    await broker.exec({ session: 'scale-warm' }, 'true');
+    gc?.();
+    const heap0 = process.memoryUsage().heapUsed;
+    for (const count of COUNTS) {
+      console.log(`\n# scale: ${count} concurrent idle docker sessions in one berth process (one tenant, network on)`);
+      const fresh = Array.from({ length: count - ids.length }, (_, i) => `scale-${ids.length + i}`);
+      const fillMs = await timed(async () => {
+        for (let i = 0; i < fresh.length; i += FILL_CONCURRENCY) {
+          await Promise.all(fresh.slice(i, i + FILL_CONCURRENCY).map((id) => broker.exec({ session: id }, 'true')));
+        }
+      });
+      ids.push(...fresh);
+      gc?.();
+      const heapPer = (process.memoryUsage().heapUsed - heap0) / ids.length;
+      const mine = broker.list('local').filter((s) => s.sandboxKey.startsWith('session:scale-'));
+      const networks = (await docker.listNetworks({ filters: { label: ['berth.managed=true'] } })).filter((n) => n.Name.startsWith('berth-net-'));
+      console.log(`  created ${fresh.length} more in ${(fillMs / 1000).toFixed(1)} s (${fmt(fillMs / fresh.length)} each, ${FILL_CONCURRENCY} at a time); ${mine.length} open, on ${networks.length} network shard(s)`);
+      console.log(`  engine memory per idle sandbox (median of 20): ${((await engineMemoryPerSandbox(docker, mine.slice(0, 20).map((s) => s.name))) / 1024 / 1024).toFixed(2)} MiB`);
+      console.log(`  berth heap per open session: ${(heapPer / 1024).toFixed(0)} KiB after GC${gc ? '' : ' (run with --expose-gc)'}; rss ${(process.memoryUsage().rss / 1024 / 1024).toFixed(0)} MiB`);
+      const rounds: number[] = [];
+      for (let r = 0; r < ALL_AT_ONCE_ROUNDS; r++) {
+        let wrong = 0;
+        rounds.push(await timed(async () => {
+          const results = await Promise.all(ids.map((id) => broker.exec({ session: id }, `echo ${id}`)));
+          wrong = results.filter((res, i) => res.stdout !== `${ids[i]}\n`).length;
+        }));
+        if (wrong > 0) console.log(`  !! ${wrong} of ${ids.length} answers were wrong`);
+      }
+      const all = percentile(rounds, 50);
+      console.log(`  all ${ids.length} answer one command at once: ${fmt(all)} (median of ${ALL_AT_ONCE_ROUNDS}; ${rounds.map(fmt).join(', ')})   (target < 500 ms: ${all < 500 ? 'met' : 'missed'})`);
+    }
+  } finally {
+    const t = Date.now();
+    for (let i = 0; i < ids.length; i += 16) await Promise.all(ids.slice(i, i + 16).map((id) => broker.closeSession({ session: id }).catch(() => undefined)));
+    await broker.closeSession({ session: 'scale-warm' }).catch(() => undefined);
+    await broker.close();
+    rmSync(home, { recursive: true, force: true });
+    console.log(`  removed ${ids.length} sandboxes in ${((Date.now() - t) / 1000).toFixed(1)} s`);
+  }
+}
