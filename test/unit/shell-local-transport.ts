@@ -2,8 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ExecOnceOptions, ExecOnceResult, SandboxSpec, ShellTransport } from '../../src/backends/backend.js';
-import { LocalSandboxHandle } from '../../src/backends/local/local-sandbox.js';
-import { ProcessSandbox } from '../../src/backends/plumbing/process-sandbox.js';
+import { LocalSandbox, LocalSandboxHandle } from '../../src/backends/local/local-sandbox.js';
 import { parseConfig } from '../../src/config/schema.js';
 import type { ShellOptions } from '../../src/shell/types.js';
 
@@ -21,8 +20,8 @@ const SPEC: SandboxSpec = {
 };
 
 /** The local backend's sandbox over `dir`: on a host backend the host is the sandbox. */
-export function localSandboxAt(dir: string): ProcessSandbox {
-  return new ProcessSandbox(new LocalSandboxHandle(SPEC, dir));
+export function localSandboxAt(dir: string): LocalSandbox {
+  return new LocalSandbox(new LocalSandboxHandle(SPEC, dir));
 }
 
 /** A persistent bash in `cwd` through the local backend's production spawn. */

@@ -1,4 +1,5 @@
 import { readFileSync, readdirSync, statSync, mkdirSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { spillCapBytes } from '../../src/shell/output-capture.js';
@@ -358,5 +359,14 @@ describe('PersistentShell (real bash)', () => {
     expect((await sh.run('echo "k=$K"', T)).stdout).toBe('k=3\n');
     // The command never sees the frame it came in.
     expect((await sh.run('echo "[${__bc-}][${__bn-}]"', T)).stdout).toBe('[][]\n');
+  });
+  it('on the local backend the shell reads a real pipe (a FIFO, unlinked), so commands get /dev/null without a redirect', async () => {
+    const sh = await start();
+    const r = await sh.run('readlink /proc/$$/fd/0; [ -p /proc/$$/fd/255 ] && readlink /proc/$$/fd/255; readlink /proc/self/fd/0', T);
+    const [shellIn, control, commandIn] = r.stdout.trim().split('\n');
+    expect(shellIn).toBe('/dev/null');
+    expect(control).toMatch(/berth-stdin-[^/]+\/stdin \(deleted\)$/);
+    expect(commandIn).toBe('/dev/null');
+    expect(readdirSync(tmpdir()).filter((n) => n.startsWith('berth-stdin-'))).toEqual([]);
   });
 });

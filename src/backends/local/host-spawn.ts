@@ -1,7 +1,9 @@
 import { spawn } from 'node:child_process';
+import { closeSync } from 'node:fs';
 import { constants } from 'node:os';
 import type { SpawnedProcess } from '../backend.js';
 import { fromSpawnError } from '../plumbing/spawn-errors.js';
+import { openFifoStdin, type FifoStdin } from './fifo-stdin.js';
 
 /**
  * Starts a process on this host with piped stdio, in its own process group, so `kill()` ends it
@@ -9,16 +11,37 @@ import { fromSpawnError } from '../plumbing/spawn-errors.js';
  * program or working dir that is not there rejects through `fromSpawnError`. `env` is the whole
  * environment (nothing of berth's own is inherited).
  */
-export function spawnOnHost(
+export async function spawnOnHost(
   argv: readonly string[],
-  opts: { cwd: string; env: Readonly<Record<string, string>>; stdin: boolean; where: string },
+  opts: { cwd: string; env: Readonly<Record<string, string>>; stdin: boolean | 'fifo'; where: string },
 ): Promise<SpawnedProcess> {
   const [file, ...args] = argv;
-  if (file === undefined) return Promise.reject(fromSpawnError(new Error('no program given'), '', opts.where));
+  if (file === undefined) throw fromSpawnError(new Error('no program given'), '', opts.where);
+  const fifo = opts.stdin === 'fifo' ? await openFifoStdin() : undefined;
+  try {
+    return await startOnHost(file, args, opts, fifo);
+  } catch (err) {
+    fifo?.writer.destroy();
+    throw err;
+  } finally {
+    // The child holds its own copy of its end (or never started): berth's goes.
+    if (fifo !== undefined) closeSync(fifo.childFd);
+  }
+}
+
+function startOnHost(
+  file: string,
+  args: string[],
+  opts: { cwd: string; env: Readonly<Record<string, string>>; stdin: boolean | 'fifo'; where: string },
+  fifo: FifoStdin | undefined,
+): Promise<SpawnedProcess> {
   return new Promise((resolve, reject) => {
     const child = spawn(file, args, {
-      cwd: opts.cwd, env: { ...opts.env }, stdio: [opts.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'], detached: true,
+      cwd: opts.cwd, env: { ...opts.env }, stdio: [fifo?.childFd ?? (opts.stdin === true ? 'pipe' : 'ignore'), 'pipe', 'pipe'], detached: true,
     });
+    const stdin = fifo?.writer ?? child.stdin;
+    // As Node does with a piped stdin: berth's end goes with the process.
+    if (fifo !== undefined) child.once('exit', () => fifo.writer.destroy());
     const exited = new Promise<number | null>((res) => {
       child.once('exit', (code, signal) => res(code ?? (signal === null ? null : 128 + (constants.signals[signal] ?? 9))));
       child.once('error', () => res(null));
@@ -27,10 +50,10 @@ export function spawnOnHost(
     child.once('spawn', () => {
       // After the start, errors (a kill racing the exit) are reported through `exited`.
       child.on('error', () => undefined);
-      child.stdin?.on('error', () => undefined);
+      stdin?.on('error', () => undefined);
       let killing: Promise<void> | undefined;
       resolve({
-        stdin: child.stdin,
+        stdin,
         stdout: child.stdout!,
         stderr: child.stderr!,
         exited,

@@ -3,9 +3,8 @@ import { join } from 'node:path';
 import type { ProfileSettings } from '../../config/types.js';
 import { Logger } from '../../logging/logger.js';
 import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
-import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { removeUnder } from '../plumbing/remove-under.js';
-import { LocalSandboxHandle } from './local-sandbox.js';
+import { LocalSandbox, LocalSandboxHandle } from './local-sandbox.js';
 import { localSandboxesRoot } from './paths.js';
 
 /**
@@ -32,7 +31,7 @@ export class LocalBackend implements Backend {
   async ensure(spec: SandboxSpec, _knownRef: string | undefined): Promise<Sandbox> {
     const dir = join(this.root, spec.dirName);
     mkdirSync(join(dir, '.berth'), { recursive: true, mode: 0o700 });
-    return new ProcessSandbox(new LocalSandboxHandle(spec, dir));
+    return new LocalSandbox(new LocalSandboxHandle(spec, dir));
   }
 
   /** Deletes the sandbox dir, only ever under this installation's local sandbox root. */

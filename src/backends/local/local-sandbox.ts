@@ -1,5 +1,7 @@
 import { join } from 'node:path';
-import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SandboxHandle, SandboxSpec, ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
+import { openShellVia } from '../plumbing/open-shell.js';
+import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { spawnOnHost } from './host-spawn.js';
 
 /** One local sandbox: a host dir, and processes started on the host in it. */
@@ -35,6 +37,11 @@ export class LocalSandboxHandle implements SandboxHandle {
     return spawnOnHost(argv, { cwd: opts.cwd ?? this.defaultCwd, env: { ...this.baseEnv(), ...opts.env }, stdin: opts.stdin, where: `sandbox ${this.name}` });
   }
 
+  /** As `spawn`, with stdin on a FIFO (a real pipe, which a persistent shell re-executes onto; see fifo-stdin.ts). */
+  spawnWithPipe(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {
+    return spawnOnHost(argv, { cwd: opts.cwd ?? this.defaultCwd, env: { ...this.baseEnv(), ...opts.env }, stdin: opts.stdin ? 'fifo' : false, where: `sandbox ${this.name}` });
+  }
+
   /** Every path of a local sandbox is a host path: the file is its own host path. */
   hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } {
     return { hostPath: sandboxPath, hostRoot: sandboxPath };
@@ -48,5 +55,16 @@ export class LocalSandboxHandle implements SandboxHandle {
       TERM: 'dumb',
       SHELL: '/bin/bash',
     };
+  }
+}
+
+/** A local sandbox: the shared plumbing, with its shells on a real pipe. */
+export class LocalSandbox extends ProcessSandbox {
+  constructor(private readonly local: LocalSandboxHandle) {
+    super(local);
+  }
+
+  override openShell(opts: { env: Readonly<Record<string, string>>; cwd: string }): Promise<ShellTransport> {
+    return openShellVia((argv, o) => this.local.spawnWithPipe(argv, o), opts);
   }
 }
