@@ -27,17 +27,21 @@ function dockerCliExec(container: string): Promise<void> {
  */
 class BareAttachShell {
   private buf = '';
+  private errBuf = '';
   private waiter: { key: string; resolve: () => void } | undefined;
 
-  private constructor(private readonly stream: Duplex) {}
+  /** `bothStreams`: the marker goes to stderr and then stdout, and both are awaited (as berth keeps the streams apart). */
+  private constructor(private readonly stream: Duplex, private readonly bothStreams: boolean) {}
 
-  static async open(docker: Dockerode, container: string): Promise<BareAttachShell> {
+  static async open(docker: Dockerode, container: string, bothStreams = false): Promise<BareAttachShell> {
     const exec = await docker.getContainer(container).exec({ Cmd: ['bash', '--noprofile', '--norc'], AttachStdin: true, AttachStdout: true, AttachStderr: true });
     const stream = await exec.start({ hijack: true, stdin: true }) as Duplex;
     const out = new PassThrough();
-    docker.modem.demuxStream(stream, out, new PassThrough().resume());
-    const shell = new BareAttachShell(stream);
-    out.setEncoding('latin1').on('data', (d: string) => shell.onData(d));
+    const err = new PassThrough();
+    docker.modem.demuxStream(stream, out, err);
+    const shell = new BareAttachShell(stream, bothStreams);
+    out.setEncoding('latin1').on('data', (d: string) => shell.onData(d, false));
+    err.setEncoding('latin1').on('data', (d: string) => shell.onData(d, true));
     return shell;
   }
 
@@ -45,7 +49,8 @@ class BareAttachShell {
     const key = `${randomBytes(12).toString('base64url')}~`;
     return new Promise((resolve) => {
       this.waiter = { key, resolve };
-      this.stream.write(`${cmd};printf '%s~' '${key.slice(0, -1)}'\n`);
+      const nonce = key.slice(0, -1);
+      this.stream.write(this.bothStreams ? `${cmd};printf '%s~' '${nonce}' >&2;printf '%s~' '${nonce}'\n` : `${cmd};printf '%s~' '${nonce}'\n`);
     });
   }
 
@@ -53,11 +58,13 @@ class BareAttachShell {
     this.stream.end();
   }
 
-  private onData(d: string): void {
-    this.buf += d;
+  private onData(d: string, fromStderr: boolean): void {
+    if (fromStderr) this.errBuf += d;
+    else this.buf += d;
     const w = this.waiter;
-    if (w === undefined || !this.buf.includes(w.key)) return;
+    if (w === undefined || !this.buf.includes(w.key) || (this.bothStreams && !this.errBuf.includes(w.key))) return;
     this.buf = '';
+    this.errBuf = '';
     this.waiter = undefined;
     w.resolve();
   }
@@ -102,11 +109,14 @@ export async function dockerBench(): Promise<void> {
     await session.exec('true');
     const container = broker.list('local')[0]!.name;
     const floorShell = await BareAttachShell.open(docker, container);
-    const [bareS, berthS] = await interleaved(1000, [() => floorShell.run('true'), () => session.exec('true')]);
+    const floor2Shell = await BareAttachShell.open(docker, container, true);
+    const [bareS, bare2S, berthS] = await interleaved(1000, [() => floorShell.run('true'), () => floor2Shell.run('true'), () => session.exec('true')]);
     floorShell.close();
+    floor2Shell.close();
     const floor = row('bare bash over an exec attach stream (floor)', bareS!);
+    const floor2 = row('bare, marker on stderr then stdout', bare2S!);
     const berth = row('berth docker session exec', berthS!);
-    console.log(`  berth p50 / floor p50 = ${(berth.p50 / floor.p50).toFixed(2)}x   (target <= 1.3x)`);
+    console.log(`  berth p50 / floor p50 = ${(berth.p50 / floor.p50).toFixed(2)}x   (target <= 1.3x); against the floor with both markers: ${(berth.p50 / floor2.p50).toFixed(2)}x`);
     const cli = row('docker exec CONTAINER sh -c per command', await timeMany(30, () => dockerCliExec(container), 3));
     console.log(`  berth p50 = ${fmt(berth.p50)} (target <= 1 ms); docker exec / berth = ${(cli.p50 / berth.p50).toFixed(0)}x faster (target >= 50x)`);
 

@@ -7,7 +7,12 @@ import { createEphemeralPod, deletePod, waitForPodGone, waitForRunning } from '.
 import { PersistentShell } from '../src/shell/persistent-shell.js';
 import { Broker } from '../src/broker/broker.js';
 import { parseConfig } from '../src/config/schema.js';
-import { BerthOnStandin } from '../test/k8s-standin/berth-on-standin.js';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { KubeConfig } from '@kubernetes/client-node';
+import { kubeClient, type KubeClient } from '../src/backends/kubernetes/kube-client.js';
 import { sandboxInput } from '../test/k8s-standin/fixtures.js';
 import { fmt, row, timeMany } from './stats.js';
 
@@ -19,26 +24,72 @@ import { fmt, row, timeMany } from './stats.js';
 
 const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
 
-/** `echo x` round trips on a bare bash over one exec WebSocket: a line in, a line out, no berth protocol. */
-async function bareShellOverWebSocket(target: ExecTarget, n: number): Promise<number[]> {
+/**
+ * Round trips on a bare bash over one exec WebSocket, no berth protocol: `true`, then a marker on
+ * stdout (the floor), or on stderr and then stdout with both awaited (`bothStreams`: what keeping
+ * the two streams apart costs on this transport).
+ */
+async function bareShellOverWebSocket(target: ExecTarget, n: number, bothStreams = false): Promise<number[]> {
   const p = await spawnInPod(target, ['bash', '--noprofile', '--norc'], { env: {}, stdin: 'pipe' });
-  let buf = '';
-  let waiter: (() => void) | undefined;
+  let out = '';
+  let err = '';
+  let waiter: { key: string; resolve: () => void } | undefined;
+  const check = (): void => {
+    if (waiter === undefined || !out.includes(waiter.key) || (bothStreams && !err.includes(waiter.key))) return;
+    const w = waiter;
+    waiter = undefined;
+    w.resolve();
+  };
   p.stdout.on('data', (c: Buffer) => {
-    buf += c.toString();
-    if (buf.includes('x\n')) waiter?.();
+    out += c.toString();
+    check();
+  });
+  p.stderr.on('data', (c: Buffer) => {
+    err += c.toString();
+    check();
   });
   const samples = await timeMany(n, () => new Promise<void>((resolve) => {
-    buf = '';
-    waiter = resolve;
-    p.stdin.write('echo x\n');
+    out = '';
+    err = '';
+    const nonce = randomBytes(12).toString('base64url');
+    waiter = { key: `${nonce}~`, resolve };
+    p.stdin.write(bothStreams ? `true;printf '%s~' ${nonce} >&2;printf '%s~' ${nonce}\n` : `true;printf '%s~' ${nonce}\n`);
   }));
   await p.kill();
   return samples;
 }
 
+/** The stand-in API server in its own process (bench/k8s-standin-process.ts), and a client of it. */
+interface StandinProcess {
+  client: KubeClient;
+  kubeconfig: string;
+  stop(): Promise<void>;
+}
+
+async function startStandinProcess(): Promise<StandinProcess> {
+  const dir = mkdtempSync(join(tmpdir(), 'berth-bench-k8s-'));
+  const kubeconfig = join(dir, 'kubeconfig');
+  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'k8s-standin-process.ts'), kubeconfig], { stdio: ['pipe', 'pipe', 'inherit'] });
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.once('data', () => resolve());
+    child.once('exit', (code) => reject(new Error(`the stand-in process exited (${String(code)}) before it was ready`)));
+  });
+  const kc = new KubeConfig();
+  kc.loadFromFile(kubeconfig);
+  return {
+    client: kubeClient(kc, 'berth'),
+    kubeconfig,
+    stop: async () => {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.stdin!.end();
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
 /** The stand-in's own pod start: create the Pod, wait for Running, one exec; no berth. Removal (waited out) is not timed. */
-async function podToFirstCommand(cluster: BerthOnStandin, rounds: number): Promise<number[]> {
+async function podToFirstCommand(cluster: StandinProcess, rounds: number): Promise<number[]> {
   const samples: number[] = [];
   for (let i = 0; i < rounds; i++) {
     const input = sandboxInput('bench-k8s', { k: { image: IMAGE } });
@@ -76,21 +127,24 @@ export async function kubernetesBench(n: number): Promise<void> {
     console.log(`\n# kubernetes (stand-in): SKIPPED (${(err as Error).message}); the stand-in runs pods as docker containers: start dockerd and run "berth image build --variant minimal"`);
     return;
   }
-  const cluster = await BerthOnStandin.start();
+  const cluster = await startStandinProcess();
+  const home = mkdtempSync(join(tmpdir(), 'berth-bench-k8s-home-'));
   const broker = await Broker.open({
-    config: parseConfig({ backend: 'kubernetes', persistent: false, kubernetes: cluster.section({ image: IMAGE }) }),
-    berthHome: cluster.newHome(), env: { PATH: process.env['PATH'] },
+    config: parseConfig({ backend: 'kubernetes', persistent: false, kubernetes: { kubeconfig: cluster.kubeconfig, image: IMAGE, podStartTimeoutSeconds: 60 } }),
+    berthHome: home, env: { PATH: process.env['PATH'] },
   });
   try {
-    console.log('\n# kubernetes via the stand-in API server: trivial command, same pod (a lower bound for a cluster)');
+    console.log('\n# kubernetes via the stand-in API server (its own process): trivial command, same pod (a lower bound for a cluster)');
     const session = broker.session({ session: 'bench' });
     await session.exec('true');
     const berth = row('berth kubernetes session exec (exec WS)', await timeMany(n, () => session.exec('true')));
     const pod = broker.list('local')[0]!.name;
     const target = { client: cluster.client, pod, container: CONTAINER_NAME };
     const protocol = row('berth shell protocol alone, own exec WS', await shellProtocolOverWebSocket(target, n));
-    const bare = row('bare bash line round trip, own exec WS', await bareShellOverWebSocket(target, n));
-    console.log(`  berth p50 / bare shell on the exec WS p50 = ${(berth.p50 / bare.p50).toFixed(2)}x   (target <= 1.3x); the shell protocol alone: ${(protocol.p50 / bare.p50).toFixed(2)}x`);
+    const bare = row('bare bash, marker on stdout, own exec WS', await bareShellOverWebSocket(target, n));
+    const bare2 = row('bare, marker on stderr then stdout', await bareShellOverWebSocket(target, n, true));
+    console.log(`  berth p50 / bare shell on the exec WS p50 = ${(berth.p50 / bare.p50).toFixed(2)}x   (target <= 1.3x); the shell protocol alone: ${(protocol.p50 / bare.p50).toFixed(2)}x; ` +
+      `against the floor with both markers: ${(berth.p50 / bare2.p50).toFixed(2)}x`);
 
     console.log('\n# kubernetes via the stand-in: new sandbox to first command');
     const rounds = 10;
@@ -108,5 +162,6 @@ export async function kubernetesBench(n: number): Promise<void> {
   } finally {
     await broker.close();
     await cluster.stop();
+    rmSync(home, { recursive: true, force: true });
   }
 }
