@@ -12,7 +12,7 @@ import { seccompProgram } from '../src/backends/bwrap/seccomp.js';
 import { Broker } from '../src/broker/broker.js';
 import { parseConfig } from '../src/config/schema.js';
 import { RawShell } from './raw-shell.js';
-import { fmt, percentile, row, timeMany } from './stats.js';
+import { fmt, percentile, row, verdict, timeMany } from './stats.js';
 
 /*
  * The bwrap backend (issue 11): a new sandbox to its first command and one command through its
@@ -105,13 +105,14 @@ async function berthRows(sandboxRoot: string): Promise<void> {
       if (res.exitCode !== 0) throw new Error(`berth exec in a new bwrap sandbox exited ${res.exitCode}: ${res.output}`);
       await broker.removeSandboxOf(scope);
     }
-    row('berth: new sandbox to first command (broker.exec, new session)', cold);
+    const coldRow = row('berth: new sandbox to first command (broker.exec, new session)', cold);
+    console.log(`  berth new sandbox to first command p50 ${fmt(coldRow.p50)} ${verdict('< 50 ms', coldRow.p50 < 50)}`);
     const raw = new RawShell();
     const rawRow = row('bare persistent bash on the host', await timeMany(N_EXEC, () => raw.run('true')));
     raw.close();
     const session = broker.session({ session: 'bench' });
     const berthRow = row('berth library exec (bwrap backend)', await timeMany(N_EXEC, () => session.exec('true')));
-    console.log(`  berth p50 / bare bash p50 = ${(berthRow.p50 / rawRow.p50).toFixed(2)}x   (target <= 1.5x)`);
+    console.log(`  berth p50 / bare bash p50 = ${(berthRow.p50 / rawRow.p50).toFixed(2)}x   ${verdict('<= 1.5x', berthRow.p50 / rawRow.p50 <= 1.5)}`);
   } finally {
     await broker.close();
     rmSync(home, { recursive: true, force: true });
@@ -193,7 +194,7 @@ export async function bwrapBench(): Promise<void> {
       floor.push(performance.now() - t0);
     }
     row('floor: bwrap with the same namespaces, /bin/true', floor);
-    console.log(`    of which: place + bwrap up ${fmt(percentile(parts.start, 50))}, bash spawned ${fmt(percentile(parts.spawn, 50))}, first command ${fmt(percentile(parts.first, 50))} (p50 each)   (target < 50 ms)`);
+    console.log(`    of which: place + bwrap up ${fmt(percentile(parts.start, 50))}, bash spawned ${fmt(percentile(parts.spawn, 50))}, first command ${fmt(percentile(parts.first, 50))} (p50 each)`);
 
     const raw = new RawShell();
     const rawRow = row('bare persistent bash on the host', await timeMany(200, () => raw.run('true')));
@@ -201,7 +202,7 @@ export async function bwrapBench(): Promise<void> {
     const warm = await start(host, r.root, 'warm');
     const inRow = row('persistent bash in a bwrap sandbox', await timeMany(200, () => warm.shell.run('true')));
     await warm.remove();
-    console.log(`  sandbox p50 / host p50 = ${(inRow.p50 / rawRow.p50).toFixed(2)}x   (target <= 1.5x)`);
+    console.log(`  sandbox p50 / host p50 = ${(inRow.p50 / rawRow.p50).toFixed(2)}x   ${verdict('<= 1.5x', inRow.p50 / rawRow.p50 <= 1.5)}`);
 
     const COUNT = Number(process.env['BENCH_BWRAP_IDLE'] ?? 200);
     const idle: Awaited<ReturnType<typeof start>>[] = [];

@@ -8,7 +8,7 @@ import Dockerode from 'dockerode';
 import { Broker } from '../src/broker/broker.js';
 import { parseConfig } from '../src/config/schema.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
-import { fmt, interleaved, percentile, row, timeMany } from './stats.js';
+import { fmt, interleaved, percentile, row, verdict, timeMany } from './stats.js';
 
 const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
 
@@ -116,9 +116,9 @@ export async function dockerBench(): Promise<void> {
     const floor = row('bare bash over an exec attach stream (floor)', bareS!);
     const floor2 = row('bare, marker on stderr then stdout', bare2S!);
     const berth = row('berth docker session exec', berthS!);
-    console.log(`  berth p50 / floor p50 = ${(berth.p50 / floor.p50).toFixed(2)}x   (target <= 1.3x); against the floor with both markers: ${(berth.p50 / floor2.p50).toFixed(2)}x`);
+    console.log(`  berth p50 / floor p50 = ${(berth.p50 / floor.p50).toFixed(2)}x   ${verdict('<= 1.3x', berth.p50 / floor.p50 <= 1.3)}; against the floor with both markers: ${(berth.p50 / floor2.p50).toFixed(2)}x`);
     const cli = row('docker exec CONTAINER sh -c per command', await timeMany(30, () => dockerCliExec(container), 3));
-    console.log(`  berth p50 = ${fmt(berth.p50)} (target <= 1 ms); docker exec / berth = ${(cli.p50 / berth.p50).toFixed(0)}x faster (target >= 50x)`);
+    console.log(`  berth p50 = ${fmt(berth.p50)} ${verdict('<= 1 ms', berth.p50 <= 1)}; docker exec / berth = ${(cli.p50 / berth.p50).toFixed(0)}x faster ${verdict('>= 50x', cli.p50 / berth.p50 >= 50)}`);
 
     console.log('\n# docker: new ephemeral session, create to first command result (median of 5)');
     const bare: number[] = [];
@@ -132,7 +132,7 @@ export async function dockerBench(): Promise<void> {
     }
     const b50 = percentile(bare, 50);
     const o50 = percentile(ours, 50);
-    console.log(`  bare API create+start+exec ${fmt(b50)}   berth session first command ${fmt(o50)}   ratio ${(o50 / b50).toFixed(2)}x (target <= 1.2x)`);
+    console.log(`  bare API create+start+exec ${fmt(b50)}   berth session first command ${fmt(o50)}   ratio ${(o50 / b50).toFixed(2)}x ${verdict('<= 1.2x', o50 / b50 <= 1.2)}`);
 
     console.log('\n# docker: 100 idle sessions');
     const gc = (globalThis as { gc?: () => void }).gc;

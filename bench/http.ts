@@ -7,7 +7,7 @@ import { parseConfig } from '../src/config/schema.js';
 import { BerthServer } from '../src/server/server.js';
 import { TokenStore } from '../src/server/tokens.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
-import { fmt, row, timeMany } from './stats.js';
+import { fmt, row, verdict, timeMany } from './stats.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
 const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
@@ -72,7 +72,7 @@ async function compare(label: string, broker: Broker, n: number): Promise<void> 
       });
       await res.json();
     }));
-    console.log(`  HTTP adds ${fmt(http.p50 - lib.p50)} at p50, ${fmt(http.p95 - lib.p95)} at p95 (target <= 1 ms at p50); fetch() adds ${fmt(viaFetch.p50 - lib.p50)} at p50`);
+    console.log(`  HTTP adds ${fmt(http.p50 - lib.p50)} at p50, ${fmt(http.p95 - lib.p95)} at p95 ${verdict('<= 250 µs at p50', http.p50 - lib.p50 <= 0.25)}; fetch() adds ${fmt(viaFetch.p50 - lib.p50)} at p50`);
   } finally {
     agent.destroy();
     await bench.close();

@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
 import { kubeClient, type KubeClient } from '../src/backends/kubernetes/kube-client.js';
 import { sandboxInput } from '../test/k8s-standin/fixtures.js';
-import { fmt, row, timeMany } from './stats.js';
+import { fmt, row, verdict, timeMany } from './stats.js';
 
 /*
  * The kubernetes backend through the stand-in API server (test/k8s-standin/): the real client
@@ -143,7 +143,7 @@ export async function kubernetesBench(n: number): Promise<void> {
     const protocol = row('berth shell protocol alone, own exec WS', await shellProtocolOverWebSocket(target, n));
     const bare = row('bare bash, marker on stdout, own exec WS', await bareShellOverWebSocket(target, n));
     const bare2 = row('bare, marker on stderr then stdout', await bareShellOverWebSocket(target, n, true));
-    console.log(`  berth p50 / bare shell on the exec WS p50 = ${(berth.p50 / bare.p50).toFixed(2)}x   (target <= 1.3x); the shell protocol alone: ${(protocol.p50 / bare.p50).toFixed(2)}x; ` +
+    console.log(`  berth p50 / bare shell on the exec WS p50 = ${(berth.p50 / bare.p50).toFixed(2)}x   ${verdict('<= 1.3x', berth.p50 / bare.p50 <= 1.3)}; the shell protocol alone: ${(protocol.p50 / bare.p50).toFixed(2)}x; ` +
       `against the floor with both markers: ${(berth.p50 / bare2.p50).toFixed(2)}x`);
 
     console.log('\n# kubernetes via the stand-in: new sandbox to first command');

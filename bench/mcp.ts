@@ -10,7 +10,7 @@ import { defaultDocker } from '../src/backends/docker/engine.js';
 import { parseConfig } from '../src/config/schema.js';
 import type { BerthConfig } from '../src/config/types.js';
 import { createMcpHttpHandler } from '../src/server/mcp/http.js';
-import { fmt, row, timeMany } from './stats.js';
+import { fmt, row, timeMany, verdict } from './stats.js';
 
 const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
 
@@ -38,7 +38,7 @@ async function mcpVsLibrary(label: string, config: BerthConfig, n: number): Prom
       const r = await client.callTool({ name: 'terminal', arguments: { command: 'true' } });
       if (r.isError) throw new Error(`terminal failed: ${JSON.stringify(r.content)}`);
     }));
-    console.log(`  MCP adds ${fmt(mcp.p50 - lib.p50)} at p50, ${fmt(mcp.p95 - lib.p95)} at p95 (${(mcp.p50 / lib.p50).toFixed(1)}x the library call)`);
+    console.log(`  MCP adds ${fmt(mcp.p50 - lib.p50)} at p50, ${fmt(mcp.p95 - lib.p95)} at p95 (${(mcp.p50 / lib.p50).toFixed(1)}x the library call) ${verdict('<= 400 µs at p50', mcp.p50 - lib.p50 <= 0.4)}`);
   } finally {
     await transport.terminateSession().catch(() => undefined);
     await client.close().catch(() => undefined);

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Broker } from '../src/broker/broker.js';
 import { parseConfig } from '../src/config/schema.js';
 import { RawShell, spawnPerCommand } from './raw-shell.js';
-import { row, timeMany } from './stats.js';
+import { row, verdict, timeMany } from './stats.js';
 import { bwrapBench } from './bwrap.js';
 import { dockerBench } from './docker.js';
 import { httpBench } from './http.js';
@@ -34,8 +34,8 @@ async function localBench(): Promise<void> {
     await broker.close();
 
     const spawnRow = row('spawn bash -c per command', await timeMany(Math.min(N, 300), () => spawnPerCommand('true'), 20));
-    console.log(`  berth p50 / raw p50 = ${(berthRow.p50 / rawRow.p50).toFixed(2)}x   (target <= 1.5x)`);
-    console.log(`  spawn p50 / berth p50 = ${(spawnRow.p50 / berthRow.p50).toFixed(1)}x faster   (target >= 3x)`);
+    console.log(`  berth p50 / raw p50 = ${(berthRow.p50 / rawRow.p50).toFixed(2)}x   ${verdict('<= 1.5x', berthRow.p50 / rawRow.p50 <= 1.5)}`);
+    console.log(`  spawn p50 / berth p50 = ${(spawnRow.p50 / berthRow.p50).toFixed(1)}x faster   ${verdict('>= 3x', spawnRow.p50 / berthRow.p50 >= 3)}`);
   } finally {
     rmSync(home, { recursive: true, force: true });
   }

@@ -5,7 +5,7 @@ import Dockerode from 'dockerode';
 import { Broker } from '../src/broker/broker.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
 import { parseConfig } from '../src/config/schema.js';
-import { fmt, percentile } from './stats.js';
+import { fmt, percentile, verdict } from './stats.js';
 
 const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
 /** `BENCH_SESSIONS=1000,2000`: the session counts to hold (each run adds sessions to the previous one's). */
@@ -83,7 +83,7 @@ export async function scaleBench(): Promise<void> {
         if (wrong > 0) console.log(`  !! ${wrong} of ${ids.length} answers were wrong`);
       }
       const all = percentile(rounds, 50);
-      console.log(`  all ${ids.length} answer one command at once: ${fmt(all)} (median of ${ALL_AT_ONCE_ROUNDS}; ${rounds.map(fmt).join(', ')})   (target < 500 ms: ${all < 500 ? 'met' : 'missed'})`);
+      console.log(`  all ${ids.length} answer one command at once: ${fmt(all)} (median of ${ALL_AT_ONCE_ROUNDS}; ${rounds.map(fmt).join(', ')})   ${verdict('< 500 ms', all < 500)}`);
     }
   } finally {
     const t = Date.now();

@@ -20,7 +20,7 @@ import { DEFAULT_POOL_SETTINGS, type SshTarget } from '../src/backends/ssh/targe
 import { Broker } from '../src/broker/broker.js';
 import { StateStore } from '../src/broker/state-store.js';
 import { parseConfig } from '../src/config/schema.js';
-import { fmt, interleaved, percentile, row, timeMany } from './stats.js';
+import { fmt, interleaved, percentile, row, timeMany, verdict } from './stats.js';
 
 const N = Number(process.env['BENCH_SSH_N'] ?? 200);
 
@@ -154,8 +154,8 @@ export async function sshBench(): Promise<void> {
 
     const controlPath = join(controlDir, 'cm-%C');
     const ref = row('ssh -o ControlMaster host true (reference)', await timeMany(Math.min(N, 40), () => sshControlMaster(target, controlPath), 3));
-    console.log(`  berth p50 / floor p50 = ${(berth.p50 / floor.p50).toFixed(2)}x   (target <= 1.5x)`);
-    console.log(`  reference p50 / berth p50 = ${(ref.p50 / berth.p50).toFixed(1)}x faster   (target >= 20x)`);
+    console.log(`  berth p50 / floor p50 = ${(berth.p50 / floor.p50).toFixed(2)}x   ${verdict('<= 1.5x', berth.p50 / floor.p50 <= 1.5)}`);
+    console.log(`  reference p50 / berth p50 = ${(ref.p50 / berth.p50).toFixed(1)}x faster   ${verdict(">= 20x", ref.p50 / berth.p50 >= 20)}`);
 
     console.log('\n# ssh: opening things');
     row('channel: exec true on a warm connection', await timeMany(40, async () => untilClosed((await pool.exec(target, 'true')).channel), 5));

@@ -37,6 +37,11 @@ export async function interleaved(n: number, fns: Array<() => Promise<unknown>>,
   return out;
 }
 
+/** `(target <= 1.5x: met)`: a figure's target and whether this run met it. */
+export function verdict(text: string, met: boolean): string {
+  return `(target ${text}: ${met ? 'met' : 'missed'})`;
+}
+
 export function fmt(ms: number): string {
   return ms < 1 ? `${(ms * 1000).toFixed(0)} µs` : `${ms.toFixed(2)} ms`;
 }
