@@ -51,6 +51,10 @@ describe('token store (SQLite state)', () => {
       expect(server.grantOf(`Bearer ${b.token}`)?.tenant).toBe('b');
       expect(cli.revoke(a.entry.id)).toBe(false);
       expect(server.list().map((e) => e.id)).toEqual([b.entry.id]);
+      // Looked up many times (kept in memory), then revoked through the store that looked it up.
+      for (let i = 0; i < 3; i++) expect(server.grantOf(`Bearer ${b.token}`)?.tenant).toBe('b');
+      expect(server.revoke(b.entry.id)).toBe(true);
+      expect(server.grantOf(`Bearer ${b.token}`)).toBeUndefined();
     } finally {
       server.close();
       cli.close();
