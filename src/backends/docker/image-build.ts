@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { chmod, mkdir, mkdtemp, readdir, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import type { Readable } from 'node:stream';
+import { Transform } from 'node:stream';
 import type Dockerode from 'dockerode';
 import { BerthError, UnsupportedError } from '../../errors.js';
 import { hostMirror } from './apt-sources.js';
@@ -173,7 +173,8 @@ async function importRootfs(
   const tarDone = waitFor(tar, 'tar');
   let response: NodeJS.ReadableStream;
   try {
-    response = await docker.importImage(tar.stdout as Readable, {
+    const sent = tar.stdout.pipe(byteCounter((total) => onProgress(`import: ${(total / 1e6).toFixed(1)} MB sent`)));
+    response = await docker.importImage(sent, {
       repo,
       tag,
       message: `berth image build --variant ${variant}`,
@@ -203,6 +204,30 @@ async function importRootfs(
   const id = await inspectImage(docker, image);
   if (!id) throw new BerthError('docker_error', `docker engine imported ${image} but does not list it`);
   return id;
+}
+
+/**
+ * Passes bytes through unchanged and tells `report` the running total each time another
+ * `everyBytes` went by, and once more at the end (so a terminal shows the import's bytes as
+ * apt's downloads show theirs).
+ */
+export function byteCounter(report: (total: number) => void, everyBytes = 4 * 1024 * 1024): Transform {
+  let total = 0;
+  let reported = 0;
+  return new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      total += chunk.length;
+      if (total - reported >= everyBytes) {
+        reported = total;
+        report(total);
+      }
+      done(null, chunk);
+    },
+    flush(done) {
+      if (total !== reported) report(total);
+      done();
+    },
+  });
 }
 
 /** `host:5000/name:tag` → `{ repo: 'host:5000/name', tag: 'tag' }`; no tag means `latest`. */
