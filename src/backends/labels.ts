@@ -11,4 +11,8 @@ export const LABEL = {
   profile: 'berth.profile',
   scope: 'berth.scope',
   lifecycle: 'berth.lifecycle',
+  /** A warm-pool sandbox: its pool's shape digest (no identity, key or tenant label: it has none yet). */
+  pool: 'berth.pool',
+  /** The broker that made a warm-pool sandbox (`pid:starttime:nonce`). */
+  poolOwner: 'berth.pool-owner',
 } as const;

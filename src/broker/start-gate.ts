@@ -14,6 +14,8 @@ import { availableParallelism } from 'node:os';
 export class StartGate {
   private running = 0;
   private readonly waiting: Array<() => void> = [];
+  /** Background starts (warm-pool fills): served only when no foreground start waits. */
+  private readonly waitingLow: Array<() => void> = [];
 
   constructor(readonly width: number) {
     if (!Number.isInteger(width) || width < 1) throw new RangeError(`a start gate needs a width of at least 1, got ${width}`);
@@ -28,10 +30,25 @@ export class StartGate {
   async run<T>(fn: () => Promise<T>): Promise<T> {
     if (this.running < this.width) this.running += 1;
     else await new Promise<void>((resolve) => this.waiting.push(resolve));
+    return this.holding(fn);
+  }
+
+  /**
+   * Runs `fn` like `run`, but behind every foreground start: it takes a free slot only while no
+   * `run` waits, and a slot that frees goes to a waiting `run` first. A warm-pool fill never
+   * delays a session's own start by more than the fills already running.
+   */
+  async runBackground<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.running < this.width && this.waiting.length === 0) this.running += 1;
+    else await new Promise<void>((resolve) => this.waitingLow.push(resolve));
+    return this.holding(fn);
+  }
+
+  private async holding<T>(fn: () => Promise<T>): Promise<T> {
     try {
       return await fn();
     } finally {
-      const next = this.waiting.shift();
+      const next = this.waiting.shift() ?? this.waitingLow.shift();
       // The slot is handed over, not freed: a start arriving meanwhile cannot jump the queue.
       if (next !== undefined) next();
       else this.running -= 1;
@@ -40,6 +57,6 @@ export class StartGate {
 
   /** Starts waiting for a slot (diagnostics, tests). */
   get queued(): number {
-    return this.waiting.length;
+    return this.waiting.length + this.waitingLow.length;
   }
 }

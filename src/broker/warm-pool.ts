@@ -1,0 +1,238 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { Backend, PoolShape, Sandbox, ShellTransport } from '../backends/backend.js';
+import type { BerthConfig, ProfileSettings } from '../config/types.js';
+import { ConfigError } from '../errors.js';
+import type { Logger } from '../logging/logger.js';
+import { Warden } from '../shell/warden.js';
+import { ownerToken } from './process-owner.js';
+import type { StartGate } from './start-gate.js';
+
+/** One prepared sandbox: started, with its warden running and a bash attached, owned by nobody. */
+interface Entry {
+  sandbox: Sandbox;
+  warden: Warden;
+  /** A bash opened with the sandbox's base environment only; its first claimant's env goes on its stdin. */
+  shell: ShellTransport | undefined;
+}
+
+/** What a claim gives: the sandbox, now the identity's, with what was started in it ahead. */
+export interface WarmClaim {
+  sandbox: Sandbox;
+  warden: Warden;
+  shell: ShellTransport | undefined;
+  /** Call once the store records the sandbox under its identity (until then the reapers leave it to this pool). */
+  recorded(): void;
+}
+
+/** The backend, settings and size of one pool, and what it holds now. */
+interface Pool {
+  shape: PoolShape;
+  backend: Backend;
+  size: number;
+  ready: Entry[];
+  filling: number;
+}
+
+/** What `berth ls` and the metrics show of one pool. */
+export interface WarmPoolView {
+  backend: string;
+  shape: string;
+  tenant: string | undefined;
+  /** The broker's pool label (`pid:starttime:nonce`). */
+  owner: string;
+  size: number;
+  ready: number;
+  refs: string[];
+}
+
+export interface WarmPoolOptions {
+  config: BerthConfig;
+  /** The backend of a name (the sandbox pool's registry: one instance per broker). */
+  backend(name: string): Promise<Backend>;
+  /** Fills run through it behind every foreground start (`runBackground`). */
+  gate: StartGate;
+  /** Whether this broker keeps pools (a long-lived one); otherwise every call takes the usual path. */
+  fill: boolean;
+  /** What the backend's processes of a sandbox may all be ended by the warden (containers). */
+  mayKillAll(backend: string): boolean;
+  /** Told of each claim: served from a pool (hit) or not (miss: empty, or the claim failed). */
+  claimed(o: { backend: string; hit: boolean }): void;
+  log: Logger;
+}
+
+/**
+ * The warm pools of one broker: per pool shape (and tenant, where the shape's network is the
+ * tenant's), `warmPool.size` sandboxes created, started and with a bash attached before anyone
+ * asks. A claim takes one out for good (it is never pooled again: removed with its session like
+ * any ephemeral sandbox) and starts a refill in the background. Only the process that made a pool
+ * sandbox claims it; its label names this broker, so reapers remove it once the broker is gone.
+ */
+export class WarmPool {
+  /** This broker's pool label (`pid:starttime:nonce`): two brokers in one process keep their own pools. */
+  readonly owner = `${ownerToken()}:${randomBytes(4).toString('hex')}`;
+  private readonly pools = new Map<string, Pool>();
+  /** Refs taken out of a pool whose store record is not written yet. */
+  private readonly claiming = new Set<string>();
+  private readonly fills = new Set<Promise<void>>();
+  private closed = false;
+
+  constructor(private readonly opts: WarmPoolOptions) {}
+
+  /**
+   * Start-up of a long-lived broker: every profile asking for a pool has a backend that can keep
+   * one and settings it can pool (else a `ConfigError` naming the profile, backend and fix); the
+   * pools whose sandboxes belong to no tenant start filling now, the per-tenant ones at a
+   * tenant's first call.
+   */
+  async start(): Promise<void> {
+    if (!this.opts.fill) return;
+    for (const [profile, settings] of this.profiles()) {
+      const backend = await this.opts.backend(settings.backend);
+      const shape = this.shapeOf(profile, settings, backend);
+      if (!shape.perTenant) this.poolFor(backend, settings, shape.digest, undefined);
+    }
+  }
+
+  /**
+   * A started sandbox for a new ephemeral sandbox without a host mount of `settings` (the call's,
+   * its profile's pool size), claimed for `spec`'s identity; undefined when the call does not
+   * come from a pool, the pool is empty or the claim failed (the caller creates one the usual way
+   * on the same backend). Runs under the identity's lock.
+   */
+  async claim(
+    backend: Backend, settings: ProfileSettings, spec: Parameters<NonNullable<Backend['warm']>['claim']>[1],
+  ): Promise<WarmClaim | undefined> {
+    if (!this.opts.fill || this.closed || settings.warmPool.size === 0 || !spec.ephemeral || spec.mount !== null || backend.warm === undefined) return undefined;
+    const shaped = backend.warm.shapeOf(settings);
+    if ('unpoolable' in shaped) return undefined;
+    const pool = this.poolFor(backend, settings, shaped.digest, shaped.perTenant ? spec.identity.tenant : undefined);
+    const entry = pool.ready.shift();
+    this.refill(pool);
+    if (entry === undefined) {
+      this.opts.claimed({ backend: backend.name, hit: false });
+      return undefined;
+    }
+    const ref = entry.sandbox.ref;
+    this.claiming.add(ref);
+    try {
+      const sandbox = await backend.warm.claim(entry.sandbox, spec);
+      this.opts.claimed({ backend: backend.name, hit: true });
+      return { sandbox, warden: entry.warden, shell: entry.shell, recorded: () => this.claiming.delete(ref) };
+    } catch (err) {
+      this.claiming.delete(ref);
+      this.opts.log.with({ ref }).debug(`warm-pool claim failed, creating one instead: ${String(err)}`);
+      await this.discard(pool.backend, entry);
+      this.opts.claimed({ backend: backend.name, hit: false });
+      return undefined;
+    }
+  }
+
+  /**
+   * Whether an unclaimed pool sandbox labelled with this broker is one it still keeps (the
+   * reapers ask): ready, being claimed, or possibly the one a fill of its pool is making now. A
+   * shape this broker has no pool of (a stale one) is not kept.
+   */
+  keeps(ref: string, shape: string): boolean {
+    if (this.claiming.has(ref)) return true;
+    const pool = this.pools.get(shape);
+    return pool !== undefined && (pool.filling > 0 || pool.ready.some((e) => e.sandbox.ref === ref));
+  }
+
+  /** The pools and what they hold now. */
+  view(): WarmPoolView[] {
+    return [...this.pools.values()].map((p) => ({
+      backend: p.backend.name, shape: p.shape.digest, tenant: p.shape.tenant, owner: this.owner, size: p.size, ready: p.ready.length, refs: p.ready.map((e) => e.sandbox.ref),
+    }));
+  }
+
+  /** Waits for the fills under way (tests, the bench). */
+  async settled(): Promise<void> {
+    while (this.fills.size > 0) await Promise.all([...this.fills]);
+  }
+
+  /** Stops filling and removes every unclaimed sandbox (those being made too, once made). */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.settled();
+    for (const pool of this.pools.values()) {
+      const entries = pool.ready.splice(0);
+      for (const e of entries) await this.discard(pool.backend, e);
+    }
+  }
+
+  private *profiles(): Iterable<[string, ProfileSettings]> {
+    const { config } = this.opts;
+    if (config.base.warmPool.size > 0) yield ['(top level)', config.base];
+    for (const [name, s] of Object.entries(config.profiles)) if (s.warmPool.size > 0) yield [name, s];
+  }
+
+  private shapeOf(profile: string, settings: ProfileSettings, backend: Backend): { digest: string; perTenant: boolean } {
+    if (backend.warm === undefined) {
+      throw new ConfigError(`config key "warmPool" (profile ${profile}): backend "${backend.name}" cannot keep a warm pool; set warmPool.size: 0 for that profile, or use a backend that has one (docker)`);
+    }
+    const shaped = backend.warm.shapeOf(settings);
+    if ('unpoolable' in shaped) throw new ConfigError(`config key "warmPool" (profile ${profile}): ${shaped.unpoolable}`);
+    return shaped;
+  }
+
+  private poolFor(backend: Backend, settings: ProfileSettings, shape: string, tenant: string | undefined): Pool {
+    const digest = tenant === undefined ? shape : createHash('sha256').update(`${shape}\0${tenant}`).digest('hex');
+    let pool = this.pools.get(digest);
+    if (pool === undefined) {
+      pool = { shape: { digest, settings, tenant, owner: this.owner }, backend, size: 0, ready: [], filling: 0 };
+      this.pools.set(digest, pool);
+    }
+    // Profiles of one shape share its pool, at the largest size any of them asks.
+    pool.size = Math.max(pool.size, settings.warmPool.size);
+    this.refill(pool);
+    return pool;
+  }
+
+  private refill(pool: Pool): void {
+    while (!this.closed && pool.ready.length + pool.filling < pool.size) {
+      pool.filling += 1;
+      const p = this.opts.gate.runBackground(() => this.prepare(pool))
+        .then((entry) => {
+          if (entry !== undefined) pool.ready.push(entry);
+        })
+        .finally(() => {
+          pool.filling -= 1;
+          this.fills.delete(p);
+        });
+      this.fills.add(p);
+    }
+  }
+
+  /** One sandbox of the pool, its warden started and a bash attached; undefined when that failed (logged). */
+  private async prepare(pool: Pool): Promise<Entry | undefined> {
+    if (this.closed) return undefined;
+    const { backend } = pool;
+    let sandbox: Sandbox;
+    try {
+      sandbox = await backend.warm!.prepare(pool.shape);
+    } catch (err) {
+      this.opts.log.debug(`warm pool ${pool.shape.digest.slice(0, 12)}: could not prepare a sandbox: ${String(err)}`);
+      return undefined;
+    }
+    const warden = new Warden({
+      open: () => sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }),
+      mayKillAll: this.opts.mayKillAll(backend.name),
+      log: this.opts.log.with({ ref: sandbox.ref }),
+    });
+    await warden.start();
+    const shell = await sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }).catch(() => undefined);
+    const entry: Entry = { sandbox, warden, shell };
+    // Closed while it was made: it goes at once (close waits for this fill).
+    if (this.closed) {
+      await this.discard(backend, entry);
+      return undefined;
+    }
+    return entry;
+  }
+
+  private async discard(backend: Backend, e: Entry): Promise<void> {
+    await e.warden.close();
+    await e.shell?.kill();
+    await backend.remove(e.sandbox.ref, e.sandbox.hostDir).catch((err: unknown) => this.opts.log.debug(`remove pool sandbox ${e.sandbox.ref}: ${String(err)}`));
+  }
+}
