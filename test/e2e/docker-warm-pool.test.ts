@@ -4,7 +4,7 @@ import { DockerBackend } from '../../src/backends/docker/docker-backend.js';
 import { dockerShapeOf } from '../../src/backends/docker/pool-shape.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { ConfigError } from '../../src/errors.js';
-import { describeDocker, docker, dockerConfig, dockerSuiteHooks, installs, type TestInstall } from '../helpers/docker-e2e.js';
+import { describeDocker, docker, dockerConfig, dockerSuiteHooks, installs, waitFor, type TestInstall } from '../helpers/docker-e2e.js';
 
 /*
  * Warm pools against the real engine: a new ephemeral session gets a container created, started
@@ -21,6 +21,14 @@ async function poolContainers(t: TestInstall): Promise<{ id: string; name: strin
   return (await t.containers())
     .filter((c) => c.labels['berth.pool'] !== undefined)
     .map((c) => ({ id: c.id, name: c.name, shape: c.labels['berth.pool']!, owner: c.labels['berth.pool-owner']! }));
+}
+
+/** The id of the container named `name` (a claim's rename lands while the first command runs). */
+async function idByName(t: TestInstall, name: string): Promise<string> {
+  let id: string | undefined;
+  await waitFor(async () => (id = (await t.containers()).find((c) => c.name === name)?.id) !== undefined, 10_000, 50);
+  if (id === undefined) throw new Error(`no container named ${name}`);
+  return id;
 }
 
 function readyRefs(b: { warmPools(): { refs: string[] }[] }): string[] {
@@ -49,9 +57,8 @@ describeDocker('warm pool (docker)', () => {
     const recA = b.list('local').find((s) => s.sandboxKey === 'session:a')!;
     const recC = b.list('local').find((s) => s.sandboxKey === 'session:c')!;
     // Both came from the pool, each its own container, renamed to its identity.
-    const byName = new Map((await t.containers()).map((x) => [x.name, x.id]));
-    const idA = byName.get(recA.name)!;
-    const idC = byName.get(recC.name)!;
+    const idA = await idByName(t, recA.name);
+    const idC = await idByName(t, recC.name);
     expect(pooled).toContain(idA);
     expect(pooled).toContain(idC);
     expect(idA).not.toBe(idC);
@@ -68,7 +75,7 @@ describeDocker('warm pool (docker)', () => {
     expect((await t.containers()).some((x) => x.id === idA)).toBe(false);
     const next = await b.exec({ session: 'a2' }, 'ls -A /workspace; echo done');
     expect(next.stdout).toBe('done\n');
-    const idA2 = new Map((await t.containers()).map((x) => [x.name, x.id])).get(b.list('local').find((s) => s.sandboxKey === 'session:a2')!.name);
+    const idA2 = await idByName(t, b.list('local').find((s) => s.sandboxKey === 'session:a2')!.name);
     expect(idA2).not.toBe(idA);
     expect(readyRefs(b)).not.toContain(idA);
   }, 120_000);
@@ -91,8 +98,7 @@ describeDocker('warm pool (docker)', () => {
     expect(a.stdout).toBe(`len=${secret.length}\n1\nclean\n`);
     const bB = await b.exec({ session: 'b', user: 'telegram:222' }, `echo "[\${GH_TOKEN-unset}]"; cat /proc/[0-9]*/environ 2>/dev/null | tr "\\0" "\\n" | grep -c -F -e ${secret} || true`);
     expect(bB.stdout).toBe('[unset]\n0\n');
-    const ids = new Map((await t.containers()).map((x) => [x.name, x.id]));
-    for (const key of ['user:telegram:111', 'user:telegram:222']) expect(pooled).toContain(ids.get(b.list('local').find((s) => s.sandboxKey === key)!.name));
+    for (const key of ['user:telegram:111', 'user:telegram:222']) expect(pooled).toContain(await idByName(t, b.list('local').find((s) => s.sandboxKey === key)!.name));
   }, 120_000);
 
   it('broker close removes its unclaimed pool containers and leaves no container', async () => {
@@ -145,12 +151,54 @@ describeDocker('warm pool (docker)', () => {
     const t = reg.track();
     const b = await t.open(dockerConfig(POOLED), { warmPool: true });
     await b.warmPoolsSettled();
+    const pooled = readyRefs(b);
     await b.exec({ session: 'kept' }, 'true');
-    const name = b.list('local').find((s) => s.sandboxKey === 'session:kept')!.name;
+    const id = await idByName(t, b.list('local').find((s) => s.sandboxKey === 'session:kept')!.name);
+    expect(pooled).toContain(id);
     await b.reapers.reapOrphans();
-    expect((await t.containers()).some((c) => c.name === name)).toBe(true);
+    expect((await t.containers()).some((c) => c.id === id)).toBe(true);
     const again = await b.exec({ session: 'kept' }, 'echo still');
     expect(again.stdout).toBe('still\n');
+    await b.closeSession({ session: 'kept' });
+    await b.reapers.reapOrphans();
+    expect((await t.containers()).some((c) => c.id === id)).toBe(false);
+  }, 120_000);
+
+  it('another broker adopts a claimed pool container by its recorded ref; a pool container nobody recorded is never adopted', async () => {
+    const t = reg.track();
+    const config = dockerConfig(POOLED);
+    // A CLI-like broker: its session stays open after it closes.
+    const b = await t.open(config, { warmPool: true, holdSessions: false });
+    await b.warmPoolsSettled();
+    const pooled = readyRefs(b);
+    await b.exec({ session: 'cli' }, 'echo kept > /workspace/f');
+    const id = await idByName(t, b.list('local').find((s) => s.sandboxKey === 'session:cli')!.name);
+    expect(pooled).toContain(id);
+    await b.close();
+    // Its unclaimed pool containers went with it; the claimed one stayed.
+    expect((await t.containers()).map((c) => c.id)).toEqual([id]);
+    const b2 = await t.open(config, { holdSessions: false });
+    const r = await b2.exec({ session: 'cli' }, 'cat /workspace/f');
+    expect(r.stdout).toBe('kept\n');
+    expect((await t.containers()).map((c) => c.id)).toEqual([id]);
+    await b2.closeSession({ session: 'cli' });
+    expect(await t.containers()).toEqual([]);
+
+    // A store record naming an unclaimed pool container (not renamed to that identity) is refused.
+    const backend = new DockerBackend({ installation: t.installation, berthHome: t.home });
+    try {
+      const settings = config.base;
+      const shape = dockerShapeOf(settings) as { digest: string };
+      const loose = await backend.warm.prepare({ digest: shape.digest, settings, tenant: undefined, owner: '1:0:x' });
+      const spec = {
+        identity: { installation: t.installation, tenant: 'local', profile: undefined, key: 'session:thief' },
+        digest: 'ab'.repeat(32), dirName: 'thief', ephemeral: true, mount: null, rule: 'test', settings,
+      };
+      await expect(backend.ensure(spec, loose.ref)).rejects.toThrow(/does not belong to sandbox "session:thief"/);
+      await backend.remove(loose.ref, undefined);
+    } finally {
+      await backend.close();
+    }
   }, 120_000);
 
   it('falls back to a normal create when the pool is empty', async () => {
@@ -185,12 +233,12 @@ describeDocker('warm pool (docker)', () => {
     const r = await b.exec({ tenant: 'acme', session: 's2' }, 'echo two');
     expect(r.stdout).toBe('two\n');
     const rec = b.list('acme').find((s) => s.sandboxKey === 'session:s2')!;
-    const info = await docker.getContainer(rec.name).inspect();
+    const info = await docker.getContainer(await idByName(t, rec.name)).inspect();
     expect(info.Id).toBe(pooled);
     expect(Object.keys(info.NetworkSettings.Networks)).toEqual(net);
     // Another tenant never gets acme's pooled container.
     await b.exec({ tenant: 'zeta', session: 's1' }, 'true');
-    const zeta = await docker.getContainer(b.list('zeta').find((s) => s.sandboxKey === 'session:s1')!.name).inspect();
+    const zeta = await docker.getContainer(await idByName(t, b.list('zeta').find((s) => s.sandboxKey === 'session:s1')!.name)).inspect();
     expect(Object.keys(zeta.NetworkSettings.Networks)).not.toEqual(net);
   }, 120_000);
 });

@@ -298,11 +298,11 @@ export class DockerBackend implements Backend {
     if (!spec.ephemeral || spec.mount !== null) throw new BerthError('internal', `sandbox "${spec.identity.key}" is not ephemeral without a mount; it cannot come from a warm pool`);
     this.prepared.delete(prepared);
     const name = ephemeralName(spec.digest, randomBytes(4).toString('hex'));
-    try {
-      await this.request(`rename container ${short(info.Id)}`, (abortSignal) => this.docker.getContainer(info.Id).rename({ name, abortSignal }));
-    } catch (err) {
-      throw fromDockerError(this.docker, err, `rename pool container ${short(info.Id)} for "${spec.identity.key}"`);
-    }
+    // Not waited for: the store's record (by id) is what makes it the identity's, and the name is
+    // for people (docker ps) and for a later adoption, which refuses it until the rename landed.
+    // The session's first command runs meanwhile instead of after an engine round trip.
+    void this.request(`rename container ${short(info.Id)}`, (abortSignal) => this.docker.getContainer(info.Id).rename({ name, abortSignal }))
+      .catch((err: unknown) => this.about(spec, info.Id).debug(`could not rename the pool container to ${name}: ${String(err)}`));
     this.about(spec, info.Id).debug(`claimed from the warm pool as ${name}`);
     return this.sandbox(spec, { ...info, Name: `/${name}` }, undefined, false);
   }
