@@ -13,6 +13,8 @@ interface Entry {
   warden: Warden;
   /** A bash opened with the sandbox's base environment only; its first claimant's env goes on its stdin. */
   shell: ShellTransport | undefined;
+  /** Set when that bash ended: the sandbox stopped or was removed behind berth's back. */
+  ended: boolean;
 }
 
 /** What a claim gives: the sandbox, now the identity's, with what was started in it ahead. */
@@ -73,7 +75,8 @@ export class WarmPool {
   private readonly pools = new Map<string, Pool>();
   /** Refs taken out of a pool whose store record is not written yet. */
   private readonly claiming = new Set<string>();
-  private readonly fills = new Set<Promise<void>>();
+  /** Fills and removals under way (close waits for them). */
+  private readonly pending = new Set<Promise<void>>();
   private closed = false;
 
   constructor(private readonly opts: WarmPoolOptions) {}
@@ -106,7 +109,7 @@ export class WarmPool {
     const shaped = backend.warm.shapeOf(settings);
     if ('unpoolable' in shaped) return undefined;
     const pool = this.poolFor(backend, settings, shaped.digest, shaped.perTenant ? spec.identity.tenant : undefined);
-    const entry = pool.ready.shift();
+    const entry = this.takeLive(pool);
     this.refill(pool);
     if (entry === undefined) {
       this.opts.claimed({ backend: backend.name, hit: false });
@@ -147,7 +150,7 @@ export class WarmPool {
 
   /** Waits for the fills under way (tests, the bench). */
   async settled(): Promise<void> {
-    while (this.fills.size > 0) await Promise.all([...this.fills]);
+    while (this.pending.size > 0) await Promise.all([...this.pending]);
   }
 
   /** Stops filling and removes every unclaimed sandbox (those being made too, once made). */
@@ -158,6 +161,15 @@ export class WarmPool {
       const entries = pool.ready.splice(0);
       for (const e of entries) await this.discard(pool.backend, e);
     }
+  }
+
+  /** The next ready entry whose bash still runs; the others (their sandbox went) are removed in the background. */
+  private takeLive(pool: Pool): Entry | undefined {
+    for (let e = pool.ready.shift(); e !== undefined; e = pool.ready.shift()) {
+      if (!e.ended) return e;
+      this.track(this.discard(pool.backend, e));
+    }
+    return undefined;
   }
 
   private *profiles(): Iterable<[string, ProfileSettings]> {
@@ -191,16 +203,19 @@ export class WarmPool {
   private refill(pool: Pool): void {
     while (!this.closed && pool.ready.length + pool.filling < pool.size) {
       pool.filling += 1;
-      const p = this.opts.gate.runBackground(() => this.prepare(pool))
+      this.track(this.opts.gate.runBackground(() => this.prepare(pool))
         .then((entry) => {
           if (entry !== undefined) pool.ready.push(entry);
         })
         .finally(() => {
           pool.filling -= 1;
-          this.fills.delete(p);
-        });
-      this.fills.add(p);
+        }));
     }
+  }
+
+  private track(p: Promise<void>): void {
+    const tracked = p.catch((err: unknown) => this.opts.log.debug(`warm pool: ${String(err)}`)).finally(() => this.pending.delete(tracked));
+    this.pending.add(tracked);
   }
 
   /** One sandbox of the pool, its warden started and a bash attached; undefined when that failed (logged). */
@@ -221,7 +236,9 @@ export class WarmPool {
     });
     await warden.start();
     const shell = await sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }).catch(() => undefined);
-    const entry: Entry = { sandbox, warden, shell };
+    const entry: Entry = { sandbox, warden, shell, ended: false };
+    // A bash's end is the free sign that its sandbox stopped or was removed: a claim skips it.
+    void shell?.exited.then(() => (entry.ended = true), () => (entry.ended = true));
     // Closed while it was made: it goes at once (close waits for this fill).
     if (this.closed) {
       await this.discard(backend, entry);
