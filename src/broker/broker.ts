@@ -19,7 +19,7 @@ import { Observers, type BrokerObserver } from './observer.js';
 import { ownerToken } from './process-owner.js';
 import { Reapers, type BrokerReapers } from './reapers.js';
 import type { Binding } from './resolve-call.js';
-import { SandboxPool, type SandboxState } from './sandbox-pool.js';
+import { SandboxPool, type PooledSandbox, type SandboxState } from './sandbox-pool.js';
 import { SessionHandle } from './session-handle.js';
 import { SessionRegistry, type CloseResult } from './sessions.js';
 import { ShellPool } from './shell-pool.js';
@@ -33,6 +33,7 @@ export type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview,
 export type { BrokerObserver, CallObservation, ReapObservation } from './observer.js';
 export type { CloseResult } from './sessions.js';
 export type { WarmPoolView } from './warm-pool.js';
+export type { PooledSandbox } from './sandbox-pool.js';
 export { SessionHandle } from './session-handle.js';
 
 const DOCKER_SOCKETS = ['/var/run/docker.sock', '/run/docker.sock'];
@@ -202,6 +203,14 @@ export class Broker implements AsyncDisposable {
   /** This broker's warm pools and what each holds now (empty unless opened with `warmPool: true`). */
   warmPools(): WarmPoolView[] {
     return this.parts.pool.warmPools();
+  }
+
+  /**
+   * The unclaimed warm-pool sandboxes of this installation (every broker's) as the engines list
+   * them, with their memory use (`berth ls`). Asks the engines of the config and the store.
+   */
+  pooledSandboxes(): Promise<PooledSandbox[]> {
+    return this.parts.pool.pooled();
   }
 
   /** Resolves once the warm-pool fills under way have ended (tests, the bench). */

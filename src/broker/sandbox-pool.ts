@@ -76,6 +76,19 @@ export interface SandboxPoolOptions {
 
 export type SandboxState = 'active' | 'running' | 'stopped' | 'missing' | 'unknown';
 
+/** One unclaimed warm-pool sandbox as its engine lists it. */
+export interface PooledSandbox {
+  backend: string;
+  ref: string;
+  name: string;
+  /** Its pool's shape digest. */
+  shape: string;
+  /** The broker that made it (`pid:starttime:nonce`). */
+  owner: string;
+  running: boolean;
+  memoryBytes: number | undefined;
+}
+
 /**
  * The sandboxes of one broker: get-or-create under the identity's lock and the cross-process
  * claim, reattach, recreate, stop, remove, measure. The only part of the broker that calls a
@@ -332,6 +345,24 @@ export class SandboxPool {
   async listManaged(engine: string): Promise<ManagedSandbox[]> {
     if (!this.opts.config.backends.traits(engine).listsByLabel) return [];
     return (await this.backends.get(engine)).listManaged();
+  }
+
+  /**
+   * The unclaimed warm-pool sandboxes the engines hold for this installation (of every broker),
+   * with the memory each uses now where its engine can tell (`berth ls`).
+   */
+  async pooled(): Promise<PooledSandbox[]> {
+    const out: PooledSandbox[] = [];
+    const claimed = new Set(this.opts.store.listSandboxes().map((r) => `${r.backend}\0${r.ref}`));
+    for (const engine of await this.engines()) {
+      const found = (await this.listManaged(engine)).filter((m) => m.pool !== undefined && !claimed.has(`${engine}\0${m.ref}`));
+      if (found.length === 0) continue;
+      const usage = await (await this.backends.get(engine)).usage?.(found.map((m) => m.ref)).catch(() => undefined);
+      for (const m of found) {
+        out.push({ backend: engine, ref: m.ref, name: m.name, shape: m.pool!.shape, owner: m.pool!.owner, running: m.running, memoryBytes: usage?.get(m.ref)?.memoryBytes });
+      }
+    }
+    return out;
   }
 
   /** Removes a sandbox the engine has and the store does not want (an orphan); its record is the caller's. */

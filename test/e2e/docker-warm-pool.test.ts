@@ -4,7 +4,10 @@ import { DockerBackend } from '../../src/backends/docker/docker-backend.js';
 import { dockerShapeOf } from '../../src/backends/docker/pool-shape.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { ConfigError } from '../../src/errors.js';
-import { describeDocker, docker, dockerConfig, dockerSuiteHooks, installs, waitFor, type TestInstall } from '../helpers/docker-e2e.js';
+import { ServerMetrics } from '../../src/server/metrics.js';
+import { runBerth } from '../helpers/cli.js';
+import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
+import { describeDocker, docker, dockerConfig, dockerConfigYaml, dockerSuiteHooks, installs, waitFor, type TestInstall } from '../helpers/docker-e2e.js';
 
 /*
  * Warm pools against the real engine: a new ephemeral session gets a container created, started
@@ -109,6 +112,37 @@ describeDocker('warm pool (docker)', () => {
     await b.exec({ session: 'x' }, 'true');
     await b.close();
     expect(await t.containers()).toEqual([]);
+  }, 120_000);
+
+  it('berth ls counts the unclaimed pool containers and their memory; a one-shot berth exec creates none', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml(POOLED));
+    const b = await t.open(dockerConfig(POOLED), { warmPool: true });
+    await b.warmPoolsSettled();
+    const ls = await runBerth(['ls'], { env: t.env, cwd: t.dir });
+    expect(ls.stderr).toBe('');
+    expect(ls.stdout).toMatch(/^pool: 2 unclaimed sandboxes \(docker\), \d+\.\d MiB$/m);
+    await b.close();
+    const exec = await runBerth(['exec', '--session', 'one', '--', 'echo hi'], { env: t.env, cwd: t.dir });
+    expect(exec.stdout).toBe('hi\n');
+    const after = await runBerth(['ls'], { env: t.env, cwd: t.dir });
+    expect(after.stdout).toMatch(/^pool: 0 unclaimed sandboxes$/m);
+    expect(await poolContainers(t)).toEqual([]);
+  }, 120_000);
+
+  it('the metrics count claims (hit and miss) and the pool size and ready sandboxes', async () => {
+    const t = reg.track();
+    const b = await t.open(dockerConfig({ ...POOLED, warmPool: { size: 1 } }), { warmPool: true });
+    const metrics = new ServerMetrics(b);
+    b.observe(metrics);
+    await b.warmPoolsSettled();
+    await Promise.all([b.exec({ session: 'h' }, 'true'), b.exec({ session: 'm' }, 'true')]);
+    await b.warmPoolsSettled();
+    const families = parsePrometheusText((await metrics.render({ inflight: 0, mcpSessions: 0 })).body);
+    expect(sampleValue(families, 'berth_warm_pool_claims_total', { backend: 'docker', result: 'hit' })).toBe(1);
+    expect(sampleValue(families, 'berth_warm_pool_claims_total', { backend: 'docker', result: 'miss' })).toBe(1);
+    expect(sampleValue(families, 'berth_warm_pool_ready', { backend: 'docker', of: 'size' })).toBe(1);
+    expect(sampleValue(families, 'berth_warm_pool_ready', { backend: 'docker', of: 'ready' })).toBe(1);
   }, 120_000);
 
   it('a one-shot broker (no warmPool option) never creates pool containers', async () => {
