@@ -228,6 +228,29 @@ describe('StartGate.runBackground', () => {
     expect(order).toEqual(['foreground', 'background']);
   });
 
+  it('never takes the last slot: a foreground start runs at once while background starts fill the rest', async () => {
+    const gate = new StartGate(3);
+    const releases: Array<() => void> = [];
+    const started: string[] = [];
+    const bgs = [1, 2, 3, 4].map((i) => gate.runBackground(() => new Promise<void>((r) => {
+      started.push(`bg${i}`);
+      releases.push(r);
+    })));
+    await new Promise((r) => setImmediate(r));
+    expect(started).toEqual(['bg1', 'bg2']);
+    await gate.run(async () => void started.push('fg'));
+    expect(started).toEqual(['bg1', 'bg2', 'fg']);
+    releases.shift()!();
+    await new Promise((r) => setImmediate(r));
+    expect(started).toEqual(['bg1', 'bg2', 'fg', 'bg3']);
+    while (releases.length > 0 || started.length < 5) {
+      releases.shift()?.();
+      await new Promise((r) => setImmediate(r));
+    }
+    await Promise.all(bgs);
+    expect(started).toEqual(['bg1', 'bg2', 'fg', 'bg3', 'bg4']);
+  });
+
   it('takes a free slot only while no foreground start waits', async () => {
     const gate = new StartGate(2);
     const ran: string[] = [];
