@@ -124,9 +124,13 @@ export class SandboxPool {
     });
   }
 
-  /** A long-lived broker's start: checks the warm pools the config asks for and starts filling them. */
-  startWarmPools(): Promise<void> {
-    return this.warm.start();
+  /**
+   * A long-lived broker's start: checks the warm pools the config asks for and starts filling
+   * them, and starts the first orphan pass on their engines (not waited for), so the pool
+   * sandboxes of a broker that died or of a shape no longer configured go now, not at the first call.
+   */
+  async startWarmPools(): Promise<void> {
+    for (const engine of await this.warm.start()) void this.opts.hooks.checked(engine);
   }
 
   /** The warm pools of this broker and what they hold. */

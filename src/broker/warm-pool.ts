@@ -85,15 +85,18 @@ export class WarmPool {
    * Start-up of a long-lived broker: every profile asking for a pool has a backend that can keep
    * one and settings it can pool (else a `ConfigError` naming the profile, backend and fix); the
    * pools whose sandboxes belong to no tenant start filling now, the per-tenant ones at a
-   * tenant's first call.
+   * tenant's first call. Returns the backends that keep pools.
    */
-  async start(): Promise<void> {
-    if (!this.opts.fill) return;
+  async start(): Promise<string[]> {
+    if (!this.opts.fill) return [];
+    const engines = new Set<string>();
     for (const [profile, settings] of this.profiles()) {
       const backend = await this.opts.backend(settings.backend);
       const shape = this.shapeOf(profile, settings, backend);
+      engines.add(backend.name);
       if (!shape.perTenant) this.poolFor(backend, settings, shape.digest, undefined);
     }
+    return [...engines];
   }
 
   /**

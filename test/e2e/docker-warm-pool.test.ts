@@ -165,13 +165,15 @@ describeDocker('warm pool (docker)', () => {
       const dead = await backend.warm.prepare({ digest: shapeOld.digest, settings: oldSettings, tenant: undefined, owner: '1:0:dead' });
       const b = await t.open(config, { warmPool: true });
       await b.warmPoolsSettled();
+      // Its start-up orphan pass removes the dead broker's pool, with no call made.
+      expect(await waitFor(async () => !(await poolContainers(t)).some((c) => c.id === dead.ref), 20_000)).toBe(true);
       // A container labelled with this broker but of a shape it does not keep (its config changed).
       const stale = await backend.warm.prepare({ digest: shapeOld.digest, settings: oldSettings, tenant: undefined, owner: readOwner(b) });
       const removed = await b.reapers.reapOrphans();
       const left = await poolContainers(t);
       expect(left.map((c) => c.id)).not.toContain(dead.ref);
       expect(left.map((c) => c.id)).not.toContain(stale.ref);
-      expect(removed).toEqual(expect.arrayContaining([dead.name, stale.name]));
+      expect(removed).toEqual([stale.name]);
       // The live pool is untouched, of the current shape.
       expect(left).toHaveLength(2);
       const shapeNow = (dockerShapeOf(config.base) as { digest: string }).digest;
