@@ -183,7 +183,7 @@ export class WarmPool {
 
   private shapeOf(profile: string, settings: ProfileSettings, backend: Backend): { digest: string; perTenant: boolean } {
     if (backend.warm === undefined) {
-      throw new ConfigError(`config key "warmPool" (profile ${profile}): backend "${backend.name}" cannot keep a warm pool; set warmPool.size: 0 for that profile, or use a backend that has one (docker)`);
+      throw new ConfigError(`config key "warmPool" (profile ${profile}): backend "${backend.name}" cannot keep a warm pool; set warmPool.size: 0 for that profile, or use a backend that has one (docker, bwrap)`);
     }
     const shaped = backend.warm.shapeOf(settings);
     if ('unpoolable' in shaped) throw new ConfigError(`config key "warmPool" (profile ${profile}): ${shaped.unpoolable}`);
