@@ -1,4 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
+
+/**
+ * Per-tenant pools of one shape a broker keeps at most: each holds `warmPool.size` started
+ * sandboxes, so a stream of new tenants must not grow them without end.
+ */
+const MAX_TENANT_POOLS = 16;
 import type { Backend, PoolShape, Sandbox, ShellTransport } from '../backends/backend.js';
 import type { BerthConfig, ProfileSettings } from '../config/types.js';
 import { ConfigError } from '../errors.js';
@@ -33,6 +39,10 @@ interface Pool {
   size: number;
   ready: Entry[];
   filling: number;
+  /** The configured shape it is of (for a per-tenant pool, without the tenant). */
+  base: string;
+  /** Its last claim (or creation): the per-tenant pool least recently used goes first past the bound. */
+  usedMs: number;
 }
 
 /** What `berth ls` and the metrics show of one pool. */
@@ -73,6 +83,12 @@ export class WarmPool {
   /** This broker's pool label (`pid:starttime:nonce`): two brokers in one process keep their own pools. */
   readonly owner = `${ownerToken()}:${randomBytes(4).toString('hex')}`;
   private readonly pools = new Map<string, Pool>();
+  /**
+   * The shapes of the profiles that ask for a pool (set at `start`). Only these are pooled: a
+   * call of another shape (a task's own image, say) never makes a pool, so no caller can make
+   * berth keep sandboxes of its choosing.
+   */
+  private readonly configured = new Set<string>();
   /** Refs taken out of a pool whose store record is not written yet. */
   private readonly claiming = new Set<string>();
   /** Fills and removals under way (close waits for them). */
@@ -93,6 +109,7 @@ export class WarmPool {
     for (const [profile, settings] of this.profiles()) {
       const backend = await this.opts.backend(settings.backend);
       const shape = this.shapeOf(profile, settings, backend);
+      this.configured.add(`${backend.name}\0${shape.digest}`);
       engines.add(backend.name);
       if (!shape.perTenant) this.poolFor(backend, settings, shape.digest, undefined);
     }
@@ -110,7 +127,7 @@ export class WarmPool {
   ): Promise<WarmClaim | undefined> {
     if (!this.opts.fill || this.closed || settings.warmPool.size === 0 || !spec.ephemeral || spec.mount !== null || backend.warm === undefined) return undefined;
     const shaped = backend.warm.shapeOf(settings);
-    if ('unpoolable' in shaped) return undefined;
+    if ('unpoolable' in shaped || !this.configured.has(`${backend.name}\0${shaped.digest}`)) return undefined;
     const pool = this.poolFor(backend, settings, shaped.digest, shaped.perTenant ? spec.identity.tenant : undefined);
     const entry = this.takeLive(pool);
     this.refill(pool);
@@ -194,13 +211,24 @@ export class WarmPool {
     const digest = tenant === undefined ? shape : createHash('sha256').update(`${shape}\0${tenant}`).digest('hex');
     let pool = this.pools.get(digest);
     if (pool === undefined) {
-      pool = { shape: { digest, settings, tenant, owner: this.owner }, backend, size: 0, ready: [], filling: 0 };
+      if (tenant !== undefined) this.boundTenantPools(shape);
+      pool = { shape: { digest, settings, tenant, owner: this.owner }, backend, size: 0, ready: [], filling: 0, base: shape, usedMs: Date.now() };
       this.pools.set(digest, pool);
     }
+    pool.usedMs = Date.now();
     // Profiles of one shape share its pool, at the largest size any of them asks.
     pool.size = Math.max(pool.size, settings.warmPool.size);
     this.refill(pool);
     return pool;
+  }
+
+  /** Before a new per-tenant pool of `shape`: past MAX_TENANT_POOLS, the least recently used one is dropped. */
+  private boundTenantPools(shape: string): void {
+    const ofShape = [...this.pools.values()].filter((p) => p.base === shape && p.shape.tenant !== undefined);
+    if (ofShape.length < MAX_TENANT_POOLS) return;
+    const oldest = ofShape.reduce((a, b) => (b.usedMs < a.usedMs ? b : a));
+    this.pools.delete(oldest.shape.digest);
+    for (const e of oldest.ready.splice(0)) this.track(this.discard(oldest.backend, e));
   }
 
   private refill(pool: Pool): void {
@@ -208,7 +236,10 @@ export class WarmPool {
       pool.filling += 1;
       this.track(this.opts.gate.runBackground(() => this.prepare(pool))
         .then((entry) => {
-          if (entry !== undefined) pool.ready.push(entry);
+          if (entry === undefined) return;
+          // A pool dropped meanwhile (past the tenant bound) keeps nothing.
+          if (this.pools.get(pool.shape.digest) === pool) pool.ready.push(entry);
+          else this.track(this.discard(pool.backend, entry));
         })
         .finally(() => {
           pool.filling -= 1;

@@ -124,9 +124,10 @@ describe('WarmPool', () => {
     await warm.close();
   });
 
-  it('an empty pool is a miss, and starts filling', async () => {
+  it('an empty pool (its fill still under way) is a miss, and fills', async () => {
     const b = new PoolBackend();
     const { warm, claims } = pool(b);
+    await warm.start();
     expect(await warm.claim(b as unknown as Backend, config.base, spec('a'))).toBeUndefined();
     expect(claims).toEqual([false]);
     await warm.settled();
@@ -155,6 +156,11 @@ describe('WarmPool', () => {
     await warm.settled();
     expect(await warm.claim(b as unknown as Backend, config.base, spec('m', 'local', { mount: '/srv/x' }))).toBeUndefined();
     expect(await warm.claim(b as unknown as Backend, config.base, spec('p', 'local', { ephemeral: false }))).toBeUndefined();
+    // A shape no profile asks a pool for (a task's own image): no claim, and no pool made for it.
+    const other = { ...config.base, docker: { ...config.base.docker, image: 'task-image:1' } };
+    expect(await warm.claim(b as unknown as Backend, other, spec('o'))).toBeUndefined();
+    await warm.settled();
+    expect(warm.view()).toHaveLength(1);
     expect(b.claimed).toEqual([]);
     await warm.close();
     const off = new PoolBackend();
@@ -178,6 +184,26 @@ describe('WarmPool', () => {
     expect(await warm.claim(b as unknown as Backend, cfg.base, spec('z', 'zeta'))).toBeUndefined();
     const acme = await warm.claim(b as unknown as Backend, cfg.base, spec('b', 'acme'));
     expect(acme?.sandbox.ref).toBe('ref1');
+    await warm.close();
+  });
+
+  it('keeps at most 16 per-tenant pools of a shape: a new tenant drops the least recently used one', async () => {
+    const cfg = parseConfig({ backend: 'docker', persistent: false, warmPool: { size: 1 } });
+    const b = new PoolBackend();
+    const { warm } = pool(b, { cfg });
+    await warm.start();
+    for (let i = 0; i < 16; i++) {
+      await warm.claim(b as unknown as Backend, cfg.base, spec(`s${i}`, `t${i}`));
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    await warm.settled();
+    expect(warm.view()).toHaveLength(16);
+    const t0 = warm.view().find((p) => p.tenant === 't0')!.refs[0]!;
+    await warm.claim(b as unknown as Backend, cfg.base, spec('new', 'tnew'));
+    await warm.settled();
+    expect(warm.view()).toHaveLength(16);
+    expect(warm.view().map((p) => p.tenant)).not.toContain('t0');
+    expect(b.removed).toContain(t0);
     await warm.close();
   });
 
