@@ -104,6 +104,23 @@ describeDocker('warm pool (docker)', () => {
     for (const key of ['user:telegram:111', 'user:telegram:222']) expect(pooled).toContain(await idByName(t, b.list('local').find((s) => s.sandboxKey === key)!.name));
   }, 120_000);
 
+  it('a pooled session keeps its state across a replaced shell: snapshot restored, its env grant still there', async () => {
+    const t = reg.track();
+    const secret = `tok-${randomBytes(6).toString('hex')}`;
+    const b = await t.open(dockerConfig({ ...POOLED, env: { forward: ['GH_TOKEN'] } }), {
+      warmPool: true, env: { PATH: process.env['PATH'], BERTH_USER_TELEGRAM_7_GH_TOKEN: secret },
+    });
+    await b.warmPoolsSettled();
+    const pooled = readyRefs(b);
+    const scope = { session: 's', user: 'telegram:7' };
+    await b.exec(scope, 'export KEEP=kept; cd /tmp; f() { echo fn-ok; }');
+    expect(pooled).toContain(await idByName(t, b.list('local').find((s) => s.sandboxKey === 'user:telegram:7')!.name));
+    const slow = await b.exec(scope, 'sleep 30', { timeoutSeconds: 1 });
+    expect(slow.timedOut).toBe(true);
+    const after = await b.exec(scope, 'echo "$KEEP ${#GH_TOKEN}"; pwd; f');
+    expect(after.stdout).toBe(`kept ${secret.length}\n/tmp\nfn-ok\n`);
+  }, 120_000);
+
   it('broker close removes its unclaimed pool containers and leaves no container', async () => {
     const t = reg.track();
     const b = await t.open(dockerConfig(POOLED), { warmPool: true });
