@@ -5,7 +5,7 @@ import { createHash, randomBytes } from 'node:crypto';
  * sandboxes, so a stream of new tenants must not grow them without end.
  */
 const MAX_TENANT_POOLS = 16;
-import type { Backend, PoolShape, Sandbox, ShellTransport } from '../backends/backend.js';
+import type { Backend, PoolShape, Sandbox, SandboxSpec, ShellTransport } from '../backends/backend.js';
 import type { BerthConfig, ProfileSettings } from '../config/types.js';
 import { ConfigError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
@@ -123,7 +123,7 @@ export class WarmPool {
    * on the same backend). Runs under the identity's lock.
    */
   async claim(
-    backend: Backend, settings: ProfileSettings, spec: Parameters<NonNullable<Backend['warm']>['claim']>[1],
+    backend: Backend, settings: ProfileSettings, spec: SandboxSpec,
   ): Promise<WarmClaim | undefined> {
     if (!this.opts.fill || this.closed || settings.warmPool.size === 0 || !spec.ephemeral || spec.mount !== null || backend.warm === undefined) return undefined;
     const shaped = backend.warm.shapeOf(settings);
@@ -194,16 +194,17 @@ export class WarmPool {
 
   private *profiles(): Iterable<[string, ProfileSettings]> {
     const { config } = this.opts;
-    if (config.base.warmPool.size > 0) yield ['(top level)', config.base];
-    for (const [name, s] of Object.entries(config.profiles)) if (s.warmPool.size > 0) yield [name, s];
+    if (config.base.warmPool.size > 0) yield ['warmPool', config.base];
+    for (const [name, s] of Object.entries(config.profiles)) if (s.warmPool.size > 0) yield [`profiles.${name}.warmPool`, s];
   }
 
-  private shapeOf(profile: string, settings: ProfileSettings, backend: Backend): { digest: string; perTenant: boolean } {
+  /** `key`: where the config asks for the pool (`warmPool`, `profiles.bot.warmPool`), for the messages. */
+  private shapeOf(key: string, settings: ProfileSettings, backend: Backend): { digest: string; perTenant: boolean } {
     if (backend.warm === undefined) {
-      throw new ConfigError(`config key "warmPool" (profile ${profile}): backend "${backend.name}" cannot keep a warm pool; set warmPool.size: 0 for that profile, or use a backend that has one (docker, bwrap)`);
+      throw new ConfigError(`config key "${key}": backend "${backend.name}" cannot keep a warm pool; set warmPool.size: 0 for that profile, or use a backend that has one (docker, bwrap)`);
     }
     const shaped = backend.warm.shapeOf(settings);
-    if ('unpoolable' in shaped) throw new ConfigError(`config key "warmPool" (profile ${profile}): ${shaped.unpoolable}`);
+    if ('unpoolable' in shaped) throw new ConfigError(`config key "${key}": ${shaped.unpoolable}`);
     return shaped;
   }
 
