@@ -6,6 +6,7 @@ import { parseConfig } from '../../src/config/schema.js';
 import { ConfigError } from '../../src/errors.js';
 import { ServerMetrics } from '../../src/server/metrics.js';
 import { runBerth } from '../helpers/cli.js';
+import { createToken, ServeProcess, stopAll } from '../helpers/serve.js';
 import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
 import { describeDocker, docker, dockerConfig, dockerConfigYaml, dockerSuiteHooks, installs, waitFor, type TestInstall } from '../helpers/docker-e2e.js';
 
@@ -16,7 +17,7 @@ import { describeDocker, docker, dockerConfig, dockerConfigYaml, dockerSuiteHook
  */
 
 const reg = installs('berth-warm-');
-dockerSuiteHooks(reg);
+dockerSuiteHooks(reg, stopAll);
 
 const POOLED = { persistent: false, warmPool: { size: 2 }, docker: { network: 'none' } };
 
@@ -160,6 +161,32 @@ describeDocker('warm pool (docker)', () => {
     expect(sampleValue(families, 'berth_warm_pool_claims_total', { backend: 'docker', result: 'miss' })).toBe(1);
     expect(sampleValue(families, 'berth_warm_pool_ready', { backend: 'docker', of: 'size' })).toBe(1);
     expect(sampleValue(families, 'berth_warm_pool_ready', { backend: 'docker', of: 'ready' })).toBe(1);
+  }, 120_000);
+
+  it('berth serve fills its pools, a new session over HTTP claims one, and stopping it leaves no pool container', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml(POOLED));
+    const token = await createToken(t, 'acme');
+    const server = await ServeProcess.start(t);
+    // Ready: two pool containers, each with its warden and its bash attached (two execs).
+    const ready = async (): Promise<boolean> => {
+      const pool = await poolContainers(t);
+      if (pool.length !== 2) return false;
+      const execs = await Promise.all(pool.map(async (c) => (await docker.getContainer(c.id).inspect()).ExecIDs?.length ?? 0));
+      return execs.every((n) => n >= 2);
+    };
+    expect(await waitFor(ready, 60_000)).toBe(true);
+    // The server takes them into its pool a moment after their execs run.
+    await new Promise((r) => setTimeout(r, 500));
+    const before = (await poolContainers(t)).map((c) => c.id);
+    const res = await server.client(token).post('/v1/exec', { session: 'h1', command: 'echo via-http' });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect((res.body as { stdout: string }).stdout).toBe('via-http\n');
+    // The session's container is one of the pool's, renamed to its identity.
+    const claimed = async (): Promise<string[]> => (await t.containers()).filter((c) => before.includes(c.id) && !c.name.startsWith('berth-pool-')).map((c) => c.id);
+    expect(await waitFor(async () => (await claimed()).length === 1, 10_000, 50)).toBe(true);
+    await server.stop();
+    expect(await poolContainers(t)).toEqual([]);
   }, 120_000);
 
   it('a one-shot broker (no warmPool option) never creates pool containers', async () => {
