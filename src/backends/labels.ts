@@ -11,8 +11,15 @@ export const LABEL = {
   profile: 'berth.profile',
   scope: 'berth.scope',
   lifecycle: 'berth.lifecycle',
-  /** A warm-pool sandbox: its pool's shape digest (no identity, key or tenant label: it has none yet). */
-  pool: 'berth.pool',
-  /** The broker that made a warm-pool sandbox (`pid:starttime:nonce`). */
-  poolOwner: 'berth.pool-owner',
+} as const;
+
+/**
+ * The labels of a warm-pool sandbox not claimed yet, in place of the identity's (it has none):
+ * on the engines that keep pools by label (docker). Once set, a label never changes.
+ */
+export const POOL_LABEL = {
+  /** Its pool's shape digest. */
+  shape: 'berth.pool',
+  /** The broker that made it (`pid:starttime:nonce`). */
+  owner: 'berth.pool-owner',
 } as const;

@@ -39,6 +39,7 @@ import { diskBreachOf } from './disk-usage.js';
 import { localLease, SandboxNetworks } from './networks.js';
 import { assertRunsAs, runAsFor } from './run-as.js';
 import { containerUsage } from './usage.js';
+import { POOL_LABEL } from '../labels.js';
 import { dockerShapeOf, poolLabels, poolName, poolSpec } from './pool-shape.js';
 import { Logger } from '../../logging/logger.js';
 
@@ -172,14 +173,14 @@ export class DockerBackend implements Backend {
     }
     return list
       .filter((c) => c.Labels[LABEL.installation] === this.installation)
-      .map((c) => ({ c, shape: c.Labels[LABEL.pool] }))
+      .map((c) => ({ c, shape: c.Labels[POOL_LABEL.shape] }))
       .map(({ c, shape }) => ({
         ref: c.Id,
         name: (c.Names[0] ?? '').replace(/^\//, ''),
         digest: c.Labels[LABEL.identity] ?? '',
         ephemeral: c.Labels[LABEL.lifecycle] === 'ephemeral',
         running: c.State === 'running',
-        ...(shape === undefined ? {} : { pool: { shape, owner: c.Labels[LABEL.poolOwner] ?? '' } }),
+        ...(shape === undefined ? {} : { pool: { shape, owner: c.Labels[POOL_LABEL.owner] ?? '' } }),
       }));
   }
 
@@ -558,7 +559,7 @@ export function short(ref: string): string {
  */
 function isClaimedPoolContainer(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, knownRef: string | undefined): boolean {
   const labels = info.Config.Labels ?? {};
-  return labels[LABEL.pool] !== undefined && labels[LABEL.identity] === undefined && knownRef !== undefined &&
+  return labels[POOL_LABEL.shape] !== undefined && labels[LABEL.identity] === undefined && knownRef !== undefined &&
     sameRef(knownRef, info.Id) && info.Name.replace(/^\//, '').startsWith(ephemeralName(spec.digest, ''));
 }
 

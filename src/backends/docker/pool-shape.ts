@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { ProfileSettings } from '../../config/types.js';
 import type { PoolShape, SandboxSpec } from '../backend.js';
-import { LABEL } from '../labels.js';
+import { LABEL, POOL_LABEL } from '../labels.js';
 
 /**
  * The docker settings that fix a container at creation, as a digest: the pool shape. Volumes are
@@ -36,8 +36,8 @@ export function poolLabels(installation: string, shape: PoolShape): Record<strin
     [LABEL.managed]: 'true',
     [LABEL.installation]: installation,
     [LABEL.lifecycle]: 'ephemeral',
-    [LABEL.pool]: shape.digest,
-    [LABEL.poolOwner]: shape.owner,
+    [POOL_LABEL.shape]: shape.digest,
+    [POOL_LABEL.owner]: shape.owner,
   };
 }
 
