@@ -446,7 +446,8 @@ export class SandboxPool {
   /**
    * The creation claim, then a sandbox from the warm pool when the claim is this process's; when
    * the pool cannot serve it (empty, the claim failed), a sandbox created the usual way on the
-   * same backend. Outside the gate: a claim starts nothing.
+   * same backend. Outside the gate: a claim starts nothing (and a creation claim names its
+   * process, so on a miss its wait in the gate's queue never makes it look abandoned).
    */
   private async fromWarmPool(call: ResolvedCall, backend: Backend): Promise<{ claim: Claim; sandbox: Sandbox; warm: WarmClaim | undefined }> {
     const { store } = this.opts;
