@@ -172,6 +172,45 @@ export interface ManagedSandbox {
   digest: string;
   ephemeral: boolean;
   running: boolean;
+  /**
+   * Set on a warm-pool sandbox (see `WarmCapability`): its pool shape and the broker that made it.
+   * Its `digest` is '' (a pool sandbox carries no identity); once claimed, the store's record
+   * names it by `ref`.
+   */
+  pool?: { shape: string; owner: string };
+}
+
+/** One pool of interchangeable, unassigned sandboxes: what fixes them at creation, and whose they are. */
+export interface PoolShape {
+  /** The pool's key (`WarmCapability.shapeOf`, with the tenant folded in when `tenant` is set). */
+  digest: string;
+  settings: ProfileSettings;
+  /** The tenant whose network its sandboxes join, or undefined when they join none (any tenant may claim one). */
+  tenant: string | undefined;
+  /** The broker that fills it (`pid:starttime:nonce`): a reaper removes the unclaimed sandboxes of a dead one. */
+  owner: string;
+}
+
+/**
+ * A backend that can keep sandboxes created and started before anyone asks (a warm pool), and
+ * give one to an identity later. The broker's `WarmPool` drives it; the sandbox of a claim is used
+ * by one identity and removed with it, never pooled again.
+ */
+export interface WarmCapability {
+  /**
+   * What fixes a sandbox of these settings at creation, as a digest; `perTenant` when its
+   * network is its tenant's (the pool is then kept per tenant). A reason string when these
+   * settings cannot be pooled (the broker reports it at start-up).
+   */
+  shapeOf(settings: ProfileSettings): { digest: string; perTenant: boolean } | { unpoolable: string };
+  /** Creates and starts one unassigned sandbox of `shape`, labelled as a pool sandbox, with no identity. */
+  prepare(shape: PoolShape): Promise<Sandbox>;
+  /**
+   * Gives a prepared sandbox to `spec`'s identity (ephemeral, no host mount), under the broker's
+   * identity lock: its name becomes the identity's; nothing is read from inside it. Rejects when
+   * it is gone; the caller then creates one the usual way.
+   */
+  claim(prepared: Sandbox, spec: SandboxSpec): Promise<Sandbox>;
 }
 
 /**
@@ -206,6 +245,8 @@ export interface Backend extends AsyncDisposable {
    * the answer could not be measured. Absent where the engine cannot tell.
    */
   usage?(refs: readonly string[]): Promise<Map<string, SandboxUsage>>;
+  /** Warm pools of started, unassigned sandboxes; absent where the backend has none. */
+  readonly warm?: WarmCapability;
   /** Release engine connections. Idempotent; `[Symbol.asyncDispose]` does the same. */
   close(): Promise<void>;
 }

@@ -12,3 +12,14 @@ export const LABEL = {
   scope: 'berth.scope',
   lifecycle: 'berth.lifecycle',
 } as const;
+
+/**
+ * The labels of a warm-pool sandbox not claimed yet, in place of the identity's (it has none):
+ * on the engines that keep pools by label (docker). Once set, a label never changes.
+ */
+export const POOL_LABEL = {
+  /** Its pool's shape digest. */
+  shape: 'berth.pool',
+  /** The broker that made it (`pid:starttime:nonce`). */
+  owner: 'berth.pool-owner',
+} as const;

@@ -27,6 +27,13 @@ export interface BrokerOptions {
   /** Run the orphan reaper at first engine use and periodically (default true). */
   reap?: boolean;
   /**
+   * Keep the warm pools the config asks for (`warmPool.size`): sandboxes created and started
+   * ahead for new ephemeral sessions (default false). Only for a broker that lives long
+   * (`berth serve` passes true); a one-shot CLI command never creates pool sandboxes. A pool on a
+   * backend that cannot keep one is an error here.
+   */
+  warmPool?: boolean;
+  /**
    * Keep the full output of a command over `exec.maxOutputChars` in a private spill file and
    * report it as `fullOutputPath` (default true). The CLI passes false: it streams the whole
    * output live, and a file would outlive the call that could use it.

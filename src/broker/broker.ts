@@ -19,7 +19,7 @@ import { Observers, type BrokerObserver } from './observer.js';
 import { ownerToken } from './process-owner.js';
 import { Reapers, type BrokerReapers } from './reapers.js';
 import type { Binding } from './resolve-call.js';
-import { SandboxPool, type SandboxState } from './sandbox-pool.js';
+import { SandboxPool, type PooledSandbox, type SandboxState } from './sandbox-pool.js';
 import { SessionHandle } from './session-handle.js';
 import { SessionRegistry, type CloseResult } from './sessions.js';
 import { ShellPool } from './shell-pool.js';
@@ -27,10 +27,13 @@ import { cleanSpillDir, spillDirOf, spillMaxAgeMs } from './spill.js';
 import { StartGate } from './start-gate.js';
 import { StateStore, type SandboxRecord } from './state-store.js';
 import { TaskOverrideSchema, type TaskOverride } from './task-override.js';
+import type { WarmPoolView } from './warm-pool.js';
 
 export type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo } from './broker-types.js';
 export type { BrokerObserver, CallObservation, ReapObservation } from './observer.js';
 export type { CloseResult } from './sessions.js';
+export type { WarmPoolView } from './warm-pool.js';
+export type { PooledSandbox } from './sandbox-pool.js';
 export { SessionHandle } from './session-handle.js';
 
 const DOCKER_SOCKETS = ['/var/run/docker.sock', '/run/docker.sock'];
@@ -106,6 +109,7 @@ export class Broker implements AsyncDisposable {
     const shells = new ShellPool({ store, longLived: owner !== null, spillDir: (opts.spillOutput ?? true) ? spillDirOf(berthHome) : undefined, gate });
     const pool: SandboxPool = new SandboxPool({
       store, config, berthHome, backends: opts.backends, shutdown: shutdown.signal, log, gate,
+      warmPool: opts.warmPool === true, poolClaimed: (o) => observers.poolClaimed(o),
       hooks: {
         link: (call, live) => sessions.link(call, live),
         endJobs: (digest, sandbox) => runner.killAllIn(digest, sandbox),
@@ -136,6 +140,12 @@ export class Broker implements AsyncDisposable {
 
     cleanSpillDir(spillDirOf(berthHome), spillMaxAgeMs(config));
     audit.prune();
+    try {
+      await pool.startWarmPools();
+    } catch (err) {
+      await broker.close();
+      throw err;
+    }
     reapers.start();
     return broker;
   }
@@ -188,6 +198,24 @@ export class Broker implements AsyncDisposable {
    */
   closeSession(scope: CallScopeInput): Promise<CloseResult> {
     return this.parts.sessions.close(this.parts.resolver.normalize(scope));
+  }
+
+  /** This broker's warm pools and what each holds now (empty unless opened with `warmPool: true`). */
+  warmPools(): WarmPoolView[] {
+    return this.parts.pool.warmPools();
+  }
+
+  /**
+   * The unclaimed warm-pool sandboxes of this installation (every broker's) as the engines list
+   * them, with their memory use (`berth ls`). Asks the engines of the config and the store.
+   */
+  pooledSandboxes(): Promise<PooledSandbox[]> {
+    return this.parts.pool.pooled();
+  }
+
+  /** Resolves once the warm-pool fills under way have ended (tests, the bench). */
+  warmPoolsSettled(): Promise<void> {
+    return this.parts.pool.warmPoolsSettled();
   }
 
   /** Removes the call's sandbox (persistent ones too) after closing its shells. */

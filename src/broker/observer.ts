@@ -35,6 +35,8 @@ export interface BrokerObserver {
   /** A call refused by policy, credentials or a limit, by its error code. */
   refused(o: { code: string; tenant: string | undefined }): void;
   reaped(o: ReapObservation): void;
+  /** A new sandbox that a warm pool could serve: whether it did (hit) or was created the usual way (miss). */
+  poolClaimed?(o: { backend: string; hit: boolean }): void;
 }
 
 /** The observers of one broker: each event goes to every observer; one that throws is skipped. */
@@ -56,6 +58,10 @@ export class Observers implements BrokerObserver {
 
   reaped(o: ReapObservation): void {
     this.each((x) => x.reaped(o));
+  }
+
+  poolClaimed(o: { backend: string; hit: boolean }): void {
+    this.each((x) => x.poolClaimed?.(o));
   }
 
   private each(f: (o: BrokerObserver) => void): void {

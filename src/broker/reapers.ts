@@ -2,6 +2,7 @@ import type { Sandbox } from '../backends/backend.js';
 import type { BerthConfig } from '../config/types.js';
 import type { AuditRecorder } from './audit.js';
 import type { BrokerObserver } from './observer.js';
+import { ownerAlive } from './process-owner.js';
 import { claimAbandoned } from './sandbox-claim.js';
 import type { LiveSandbox, SandboxPool } from './sandbox-pool.js';
 import type { SessionRegistry } from './sessions.js';
@@ -128,14 +129,31 @@ export class Reapers implements BrokerReapers {
         continue;
       }
       for (const m of managed) {
-        const rec = store.getSandbox(m.digest);
+        let digest = m.digest;
+        if (m.pool !== undefined) {
+          // Asked before the store: a claim records its sandbox before the pool lets go of it.
+          if (m.pool.owner === pool.warmOwner && pool.warmKeeps(m.ref, m.pool.shape)) continue;
+          const claimed = store.listSandboxes().find((r) => r.backend === engine && r.ref === m.ref);
+          if (claimed === undefined) {
+            // Unclaimed: another live broker's pool is its own; one of a dead broker, or of a
+            // shape this broker no longer keeps, goes.
+            if (m.pool.owner !== pool.warmOwner && ownerAlive(m.pool.owner)) continue;
+            await pool.removeManaged(engine, m.ref).catch((e) => log('berth:reaper', `remove ${m.name}: ${String(e)}`));
+            removed.push(m.name);
+            this.opts.observer.reaped({ reason: 'orphan', tenant: undefined, backend: engine });
+            continue;
+          }
+          // Claimed: the identity's sandbox, known by the ref its record holds.
+          digest = claimed.digest;
+        }
+        const rec = store.getSandbox(digest);
         // A process that died while creating an ephemeral sandbox left a container and a claim with
         // no ref: both go. (A persistent one is adopted by the next call that claims it.)
         const abandoned = rec !== undefined && m.ephemeral && rec.ref === '' && claimAbandoned(rec, Date.now());
         if (rec === undefined || (rec.ref !== '' && rec.ref !== m.ref) || abandoned) {
-          if (pool.get(m.digest) !== undefined) continue;
+          if (pool.get(digest) !== undefined) continue;
           await pool.removeManaged(engine, m.ref).catch((e) => log('berth:reaper', `remove ${m.name}: ${String(e)}`));
-          if (abandoned) store.deleteSandbox(m.digest);
+          if (abandoned) store.deleteSandbox(digest);
           removed.push(m.name);
           this.opts.observer.reaped({ reason: 'orphan', tenant: rec?.tenant, backend: engine });
         }

@@ -13,6 +13,7 @@ import { SandboxShells } from './shell-pool.js';
 import type { StartGate } from './start-gate.js';
 import type { SandboxRecord, StateStore } from './state-store.js';
 import { storeLease } from './store-lease.js';
+import { WarmPool, type WarmClaim, type WarmPoolView } from './warm-pool.js';
 
 /** Time one disk-check pass may take (a measurement costs the engine a walk of the writable layer). */
 const DISK_CHECK_BUDGET_MS = 10_000;
@@ -20,6 +21,8 @@ const DISK_CHECK_BUDGET_MS = 10_000;
 const CLOSE_NETWORK_PASS_MS = 5_000;
 /** A container this close to its pids limit when a shell cannot start counts as out of processes. */
 const PIDS_HEADROOM = 8;
+
+type Claim = Awaited<ReturnType<typeof claimOrAwait>>;
 
 /** A sandbox this process holds, with what its calls, shells and reapers track about it. */
 export interface LiveSandbox {
@@ -65,9 +68,26 @@ export interface SandboxPoolOptions {
   hooks: PoolHooks;
   /** Bounds the sandboxes created or adopted at once (shared with the shell pool's starts). */
   gate: StartGate;
+  /** Keep the warm pools the config asks for (a long-lived broker); default: none. */
+  warmPool?: boolean | undefined;
+  /** Told of each call that could come from a warm pool: whether it did. */
+  poolClaimed?: ((o: { backend: string; hit: boolean }) => void) | undefined;
 }
 
 export type SandboxState = 'active' | 'running' | 'stopped' | 'missing' | 'unknown';
+
+/** One unclaimed warm-pool sandbox as its engine lists it. */
+export interface PooledSandbox {
+  backend: string;
+  ref: string;
+  name: string;
+  /** Its pool's shape digest. */
+  shape: string;
+  /** The broker that made it (`pid:starttime:nonce`). */
+  owner: string;
+  running: boolean;
+  memoryBytes: number | undefined;
+}
 
 /**
  * The sandboxes of one broker: get-or-create under the identity's lock and the cross-process
@@ -88,6 +108,7 @@ export class SandboxPool {
   private readonly processToken = ownerToken();
   private readonly log: (namespace: string, message: string) => void;
   private readonly logger: Logger;
+  private readonly warm: WarmPool;
 
   constructor(private readonly opts: SandboxPoolOptions) {
     this.log = opts.log;
@@ -96,6 +117,39 @@ export class SandboxPool {
       catalog: opts.config.backends, berthHome: opts.berthHome, installation: opts.store.installationId, injected: opts.backends,
       log: this.logger, lease: storeLease(opts.store), profiles: [opts.config.base, ...Object.values(opts.config.profiles)],
     });
+    this.warm = new WarmPool({
+      config: opts.config, backend: (name) => this.backends.get(name), gate: opts.gate, fill: opts.warmPool === true,
+      mayKillAll: (name) => opts.config.backends.traits(name).ownsProcessTable,
+      claimed: (o) => opts.poolClaimed?.(o), log: this.logger.child('berth:pool'),
+    });
+  }
+
+  /**
+   * A long-lived broker's start: checks the warm pools the config asks for and starts filling
+   * them, and starts the first orphan pass on their engines (not waited for), so the pool
+   * sandboxes of a broker that died or of a shape no longer configured go now, not at the first call.
+   */
+  async startWarmPools(): Promise<void> {
+    for (const engine of await this.warm.start()) void this.opts.hooks.checked(engine);
+  }
+
+  /** The warm pools of this broker and what they hold. */
+  warmPools(): WarmPoolView[] {
+    return this.warm.view();
+  }
+
+  /** Waits for the warm-pool fills under way (tests, the bench). */
+  warmPoolsSettled(): Promise<void> {
+    return this.warm.settled();
+  }
+
+  /** The label this broker puts on its pool sandboxes, and whether it keeps one (the reapers ask). */
+  get warmOwner(): string {
+    return this.warm.owner;
+  }
+
+  warmKeeps(ref: string, shape: string): boolean {
+    return this.warm.keeps(ref, shape);
   }
 
   get(digest: string): LiveSandbox | undefined {
@@ -130,30 +184,29 @@ export class SandboxPool {
         known = undefined;
       }
       const backend = await this.backendFor(call);
-      // The claim is made inside the gate: a claim's age tells other processes whether its maker
-      // died, so it must not age in a queue.
-      const { claim, sandbox } = await this.opts.gate.run(async () => {
-        const claim = await claimOrAwait(store, this.processToken, call, backend.name, known);
-        this.assertMountFits(call, claim.record);
-        try {
-          return { claim, sandbox: await backend.ensure(call.spec, claim.mine ? undefined : claim.record.ref) };
-        } catch (err) {
-          if (claim.mine) store.deleteSandbox(call.spec.digest);
-          throw err;
-        }
-      });
+      const { claim, sandbox, warm } = known === undefined && this.mayBeWarm(call)
+        ? await this.fromWarmPool(call, backend)
+        // The claim is made inside the gate: a claim's age tells other processes whether its maker
+        // died, so it must not age in a queue.
+        : await this.opts.gate.run(async () => {
+          const c = await claimOrAwait(store, this.processToken, call, backend.name, known);
+          this.assertMountFits(call, c.record);
+          return { claim: c, sandbox: await this.ensureClaimed(call, backend, c), warm: undefined };
+        });
       const pending = claim.record;
       const now = Date.now();
       const record: SandboxRecord = {
         ...pending, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: now,
       };
       store.putSandbox(record);
+      warm?.recorded();
       const live: LiveSandbox = {
         digest: call.spec.digest, sandbox, record, traits: call.traits, idleMs: call.settings.lifecycle.idleSeconds * 1000,
         inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, sessions: new Map(), diskCheckedMs: 0,
         shells: new SandboxShells(sandbox, {
           mayKillAll: call.traits.ownsProcessTable,
           log: this.logger.child('berth:shell').with({ key: call.binding.sandboxKey, ref: sandbox.ref }),
+          warden: warm?.warden, preattached: warm?.shell,
         }),
       };
       this.backendOf.set(live, backend);
@@ -298,6 +351,24 @@ export class SandboxPool {
     return (await this.backends.get(engine)).listManaged();
   }
 
+  /**
+   * The unclaimed warm-pool sandboxes the engines hold for this installation (of every broker),
+   * with the memory each uses now where its engine can tell (`berth ls`).
+   */
+  async pooled(): Promise<PooledSandbox[]> {
+    const out: PooledSandbox[] = [];
+    const claimed = new Set(this.opts.store.listSandboxes().map((r) => `${r.backend}\0${r.ref}`));
+    for (const engine of await this.engines()) {
+      const found = (await this.listManaged(engine)).filter((m) => m.pool !== undefined && !claimed.has(`${engine}\0${m.ref}`));
+      if (found.length === 0) continue;
+      const usage = await (await this.backends.get(engine)).usage?.(found.map((m) => m.ref)).catch(() => undefined);
+      for (const m of found) {
+        out.push({ backend: engine, ref: m.ref, name: m.name, shape: m.pool!.shape, owner: m.pool!.owner, running: m.running, memoryBytes: usage?.get(m.ref)?.memoryBytes });
+      }
+    }
+    return out;
+  }
+
   /** Removes a sandbox the engine has and the store does not want (an orphan); its record is the caller's. */
   async removeManaged(engine: string, ref: string): Promise<void> {
     await (await this.backends.get(engine)).remove(ref, undefined);
@@ -357,6 +428,7 @@ export class SandboxPool {
    * the process alive.
    */
   async close(): Promise<void> {
+    await this.warm.close().catch((e: unknown) => this.log('berth:pool', `warm pools at close: ${String(e)}`));
     for (const live of this.live.values()) await live.shells.close();
     this.live.clear();
     for (const name of this.removedOn) {
@@ -364,6 +436,44 @@ export class SandboxPool {
       await backend?.reapIdleNetworks?.({ timeoutMs: CLOSE_NETWORK_PASS_MS }).catch((e: unknown) => this.log('berth:reaper', `networks at close: ${String(e)}`));
     }
     await this.backends.closeAll();
+  }
+
+  /** A call a warm pool may serve: a new ephemeral sandbox without a host mount, of a profile with a pool. */
+  private mayBeWarm(call: ResolvedCall): boolean {
+    return this.opts.warmPool === true && call.settings.warmPool.size > 0 && call.spec.ephemeral && call.spec.mount === null;
+  }
+
+  /**
+   * The creation claim, then a sandbox from the warm pool when the claim is this process's; when
+   * the pool cannot serve it (empty, the claim failed), a sandbox created the usual way on the
+   * same backend. Outside the gate: a claim starts nothing (and a creation claim names its
+   * process, so on a miss its wait in the gate's queue never makes it look abandoned).
+   */
+  private async fromWarmPool(call: ResolvedCall, backend: Backend): Promise<{ claim: Claim; sandbox: Sandbox; warm: WarmClaim | undefined }> {
+    const { store } = this.opts;
+    const claim = await claimOrAwait(store, this.processToken, call, backend.name, undefined);
+    this.assertMountFits(call, claim.record);
+    if (claim.mine) {
+      let warm: WarmClaim | undefined;
+      try {
+        warm = await this.warm.claim(backend, call.settings, call.spec);
+      } catch (err) {
+        store.deleteSandbox(call.spec.digest);
+        throw err;
+      }
+      if (warm !== undefined) return { claim, sandbox: warm.sandbox, warm };
+    }
+    return { claim, sandbox: await this.opts.gate.run(() => this.ensureClaimed(call, backend, claim)), warm: undefined };
+  }
+
+  /** `ensure` under a creation claim; a failure drops the claim this process made. */
+  private async ensureClaimed(call: ResolvedCall, backend: Backend, claim: Claim): Promise<Sandbox> {
+    try {
+      return await backend.ensure(call.spec, claim.mine ? undefined : claim.record.ref);
+    } catch (err) {
+      if (claim.mine) this.opts.store.deleteSandbox(call.spec.digest);
+      throw err;
+    }
   }
 
   private backend(live: LiveSandbox): Backend {

@@ -1,4 +1,4 @@
-import type { Sandbox } from '../backends/backend.js';
+import type { Sandbox, ShellTransport } from '../backends/backend.js';
 import type { Logger } from '../logging/logger.js';
 import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
@@ -6,6 +6,7 @@ import { Warden } from '../shell/warden.js';
 import { startCwd, type ResolvedCall } from './resolve-call.js';
 import type { StartGate } from './start-gate.js';
 import type { StateStore } from './state-store.js';
+import { withSessionEnv } from './preattached-shell.js';
 
 /** A CLI process starts a sandbox's warden once a command has run this long. */
 const WARDEN_AFTER_MS = 300;
@@ -29,17 +30,37 @@ export class SandboxShells {
   /** Ends process trees in the sandbox without a new process there; started with the first shell. */
   readonly warden: Warden;
   readonly log: Logger;
+  /** A bash started before the sandbox had an owner (warm pool): the first shell opened takes it. */
+  private preattached: ShellTransport | undefined;
 
   /**
    * @param opts.log `berth:shell`, about this sandbox (its key and ref): its shells and warden log there.
+   * @param opts.warden its warden when one was started already (a warm-pool sandbox).
+   * @param opts.preattached a bash attached with the sandbox's base environment only (a warm-pool sandbox).
    */
-  constructor(readonly sandbox: Sandbox, opts: { mayKillAll: boolean; log: Logger }) {
+  constructor(readonly sandbox: Sandbox, opts: { mayKillAll: boolean; log: Logger; warden?: Warden | undefined; preattached?: ShellTransport | undefined }) {
     this.log = opts.log;
-    this.warden = new Warden({
+    this.preattached = opts.preattached;
+    this.warden = opts.warden ?? new Warden({
       open: () => sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }),
       mayKillAll: opts.mayKillAll,
       log: opts.log,
     });
+  }
+
+  /**
+   * Opens a shell with `env` (the granted environment and the shell's tag): the pre-attached bash
+   * when there is one, told `env` on its stdin, else a new process with `env` as its environment.
+   */
+  async openShell(env: Readonly<Record<string, string>>): Promise<ShellTransport> {
+    const pre = this.preattached;
+    this.preattached = undefined;
+    if (pre !== undefined) {
+      const t = withSessionEnv(pre, env);
+      if (t !== undefined) return t;
+      await pre.kill();
+    }
+    return this.sandbox.openShell({ env, cwd: this.sandbox.defaultCwd });
   }
 
   /** Whether a shell runs a command or holds background jobs (the idle reaper leaves such a sandbox). */
@@ -67,6 +88,8 @@ export class SandboxShells {
 
   /** Closes every shell and the warden (the sandbox is dropped from memory). */
   async close(): Promise<void> {
+    await this.preattached?.kill();
+    this.preattached = undefined;
     const shells = [...this.byShell.values()];
     this.byShell.clear();
     await Promise.all(shells.map(async (p) => {
@@ -107,7 +130,7 @@ export class ShellPool {
     // it lives for one command, and a fast one should not pay for it.
     if (this.opts.longLived) void this.opts.gate.run(() => shells.warden.start());
     const p = this.opts.gate.run(() => PersistentShell.start({
-      open: (extra) => sandbox.openShell({ env: { ...call.env, ...extra }, cwd: sandbox.defaultCwd }),
+      open: (extra) => shells.openShell({ ...call.env, ...extra }),
       execOnce: (argv, o) => sandbox.execOnce(argv, o),
       killer: shells.warden,
       stateDir: sandbox.stateDir,

@@ -36,6 +36,7 @@ export async function withBroker<T>(
     env: opts.env ?? io.env,
     holdSessions: serving,
     spillOutput: serving,
+    warmPool: serving,
     log: opts.log ?? debugLog(io),
     ...(opts.reap === undefined ? {} : { reap: opts.reap }),
   });

@@ -58,6 +58,9 @@ const execShape = {
   maxOutputChars: integer(1000, 10_000_000),
 };
 const lifecycleShape = { idleSeconds: integer(10) };
+/** Sandboxes kept started ahead for new ephemeral sessions without a mount (0: none). */
+export const WARM_POOL_MAX = 64;
+const warmPoolShape = { size: integer(0, WARM_POOL_MAX) };
 /** Uploads are held in memory as one Buffer, so the cap stays well inside what a Buffer holds. */
 export const FILES_MAX_BYTES_LIMIT = 2 ** 31 - 1;
 const filesShape = { maxBytes: integer(1, FILES_MAX_BYTES_LIMIT), mediaMode: oneOf(['copy', 'live']) };
@@ -97,6 +100,7 @@ function coreProfileShape(backendNames: readonly [string, ...string[]]) {
     workspace: section(workspaceShape),
     exec: section(execShape),
     lifecycle: section(lifecycleShape),
+    warmPool: section(warmPoolShape),
     files: section(filesShape),
     env: section(envShape),
   };
@@ -182,6 +186,7 @@ export function composeSchema(catalog: BackendCatalog): ComposedSchema {
     workspace: Object.keys(workspaceShape),
     exec: Object.keys(execShape),
     lifecycle: Object.keys(lifecycleShape),
+    warmPool: Object.keys(warmPoolShape),
     files: Object.keys(filesShape),
     env: Object.keys(envShape),
     ...Object.fromEntries(sections.map((m) => [m.name, Object.keys(m.settings!.shape)])),

@@ -76,6 +76,19 @@ function userSandboxProblems(section: Section): string[] {
   ];
 }
 
+function warmPoolProblems(section: Section): string[] {
+  const { settings } = section;
+  if (settings.warmPool.size === 0 || !involves(section, ['warmPool', 'persistent', 'scope'])) return [];
+  const at = keyOf(section, 'warmPool.size');
+  if (settings.persistent) {
+    return [`config key "${at}": a warm pool serves only ephemeral sandboxes, and persistent is true here, so it would never be used; set ${keyOf(section, 'persistent')}: false or remove warmPool`];
+  }
+  if (settings.scope === 'shared') {
+    return [`config key "${at}": scope "shared" has one sandbox that never comes from a warm pool; remove warmPool or choose another scope`];
+  }
+  return [];
+}
+
 function secretsFileProblems(section: Section): string[] {
   const written = section.written.env?.secretsFile;
   if (written === undefined || isAbsolute(written) || section.settings.env.secretsFile !== written) return [];
@@ -182,7 +195,7 @@ function moduleProblems(top: Section, profiles: readonly Section[], backends: Ba
 export function crossFieldProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
   const problems: string[] = [];
   for (const s of [top, ...profiles]) {
-    problems.push(...sharedKeyProblems(s, backends), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s));
+    problems.push(...sharedKeyProblems(s, backends), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s), ...warmPoolProblems(s));
   }
   problems.push(...backendProblems(top, profiles, backends), ...installationWideProblems(top, profiles, backends), ...moduleProblems(top, profiles, backends));
   return problems;

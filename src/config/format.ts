@@ -21,6 +21,7 @@ function settingsView(s: ProfileSettings, backends: BackendCatalog): Record<stri
     workspace: { ...s.workspace },
     exec: { ...s.exec },
     lifecycle: { ...s.lifecycle },
+    ...(s.warmPool.size > 0 ? { warmPool: { ...s.warmPool } } : {}),
     files: { ...s.files },
     env: {
       static: { ...s.env.static },

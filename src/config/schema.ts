@@ -28,6 +28,7 @@ function defaultCore(): CoreSettings {
     workspace: { mount: false, allowedRoots: [] },
     exec: { timeoutSeconds: 180, maxOutputChars: 50_000 },
     lifecycle: { idleSeconds: 3600 },
+    warmPool: { size: 0 },
     files: { maxBytes: 100 * 1024 * 1024, mediaMode: 'copy' },
     env: { static: {}, forward: [], perUserPrefix: 'BERTH_USER', redact: true },
   };
@@ -70,6 +71,7 @@ function applyOverrides(base: ProfileSettings, raw: RawProfile, source: string |
       maxOutputChars: raw.exec?.maxOutputChars ?? base.exec.maxOutputChars,
     },
     lifecycle: { idleSeconds: raw.lifecycle?.idleSeconds ?? base.lifecycle.idleSeconds },
+    warmPool: { size: raw.warmPool?.size ?? base.warmPool.size },
     files: {
       maxBytes: raw.files?.maxBytes ?? base.files.maxBytes,
       mediaMode: raw.files?.mediaMode ?? base.files.mediaMode,

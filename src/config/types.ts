@@ -38,6 +38,11 @@ export interface CoreSettings {
   exec: { timeoutSeconds: number; maxOutputChars: number };
   lifecycle: { idleSeconds: number };
   /**
+   * Sandboxes a long-lived broker keeps created and started for this profile's new ephemeral
+   * sessions without a host mount (broker/warm-pool.ts); 0 (the default): none.
+   */
+  warmPool: { size: number };
+  /**
    * File transfer (upload, export, read, media): `maxBytes` caps one transfer (an archive's entries
    * count against it too); `mediaMode: copy` hands out a copy in staging, `live` a path under a
    * bind the agent can still change (opt-in, see the README).

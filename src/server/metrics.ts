@@ -49,6 +49,8 @@ export class ServerMetrics implements BrokerObserver {
   private readonly sessions: Gauge;
   private readonly inflight: Gauge;
   private readonly mcpSessions: Gauge;
+  private readonly poolClaims: Counter;
+  private readonly poolReady: Gauge;
 
   constructor(private readonly broker: Broker) {
     this.perTenant = broker.config.server.metrics.perTenant;
@@ -67,6 +69,12 @@ export class ServerMetrics implements BrokerObserver {
     this.sessions = new Gauge({ name: 'berth_sessions_open', help: 'Sessions open in the state', labelNames: t, registers });
     this.inflight = new Gauge({ name: 'berth_server_inflight_calls', help: 'HTTP and MCP requests this server is answering now, this scrape included', registers });
     this.mcpSessions = new Gauge({ name: 'berth_mcp_sessions', help: 'Open MCP sessions on this server', registers });
+    this.poolClaims = new Counter({ name: 'berth_warm_pool_claims_total', help: 'New sandboxes a warm pool could serve, by backend and result (hit: from the pool; miss: created the usual way)', labelNames: ['backend', 'result'], registers });
+    this.poolReady = new Gauge({ name: 'berth_warm_pool_ready', help: "Sandboxes this server's warm pools hold ready, and the size they are kept at, by backend", labelNames: ['backend', 'of'], registers });
+  }
+
+  poolClaimed(o: { backend: string; hit: boolean }): void {
+    this.poolClaims.inc({ backend: o.backend, result: o.hit ? 'hit' : 'miss' });
   }
 
   callEnded(o: CallObservation): void {
@@ -95,6 +103,11 @@ export class ServerMetrics implements BrokerObserver {
     this.sessions.reset();
     if (!this.perTenant) this.sessions.set(inv.sessions.filter((s) => s.open).length);
     else for (const s of inv.sessions) if (s.open) this.sessions.inc({ tenant: s.tenant });
+    this.poolReady.reset();
+    for (const p of this.broker.warmPools()) {
+      this.poolReady.inc({ backend: p.backend, of: 'ready' }, p.ready);
+      this.poolReady.inc({ backend: p.backend, of: 'size' }, p.size);
+    }
     this.inflight.set(now.inflight);
     this.mcpSessions.set(now.mcpSessions);
     return { body: await this.registry.metrics(), contentType: this.registry.contentType };

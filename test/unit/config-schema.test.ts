@@ -585,3 +585,22 @@ describe('the ssh section', () => {
     expect(errorOf({ backend: 'local', ssh: SSH })).toContain('config key "ssh": no profile uses backend ssh');
   });
 });
+
+describe('warmPool', () => {
+  it('is off by default, and a profile may set its own size', () => {
+    const c = parseConfig({ persistent: false, profiles: { chat: { warmPool: { size: 3 } } } });
+    expect(c.base.warmPool).toEqual({ size: 0 });
+    expect(settingsFor(c, 'chat').warmPool).toEqual({ size: 3 });
+  });
+
+  it('refuses unknown keys and sizes out of range', () => {
+    expect(errorOf({ persistent: false, warmPool: { count: 2 } })).toMatch(/warmPool\.count/);
+    expect(errorOf({ persistent: false, warmPool: { size: 65 } })).toMatch(/warmPool\.size.*between 0 and 64/);
+  });
+
+  it('is an error where it would never be used: a persistent or shared profile', () => {
+    expect(errorOf({ warmPool: { size: 2 } })).toMatch(/"warmPool\.size": a warm pool serves only ephemeral sandboxes, and persistent is true here/);
+    expect(errorOf({ persistent: false, profiles: { s: { scope: 'shared', sharedKey: 'k', warmPool: { size: 1 } } } }))
+      .toMatch(/"profiles\.s\.warmPool\.size": scope "shared" has one sandbox that never comes from a warm pool/);
+  });
+});

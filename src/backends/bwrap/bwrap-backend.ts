@@ -1,15 +1,15 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdirSync, readdirSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import type { ProfileSettings } from '../../config/types.js';
-import { BackendUnavailableError, isBerthError, PolicyRefusedError } from '../../errors.js';
+import { BackendUnavailableError, isBerthError, PolicyRefusedError, SandboxNotFoundError } from '../../errors.js';
 import { Logger } from '../../logging/logger.js';
-import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
+import type { Backend, ManagedSandbox, PoolShape, Sandbox, SandboxSpec, WarmCapability } from '../backend.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { knownRootsFile, readKnownRoots, rememberRoot } from './known-roots.js';
-import { placeSandbox, removeSandbox } from './placement.js';
+import { placeSandbox, removeSandbox, type SandboxPlacement } from './placement.js';
 import { probeBwrap, type BwrapHost } from './probe.js';
-import { addHolder, dropHolder, isRealDir, killHolders, liveHolders, readMeta, writeMeta } from './records.js';
+import { addHolder, claimMeta, dropHolder, isRealDir, killHolders, liveHolders, readMeta, writeMeta, type SandboxMeta } from './records.js';
 import { startSandbox, type BwrapSandbox } from './sandbox.js';
 import { prepareRoot, rootLayout, sandboxDirs } from './sandbox-dirs.js';
 import { BwrapSandboxHandle } from './sandbox-handle.js';
@@ -24,6 +24,7 @@ const STEM_CHARS = 60;
 interface Running {
   sb: BwrapSandbox;
   handle: BwrapSandboxHandle;
+  placement: SandboxPlacement;
 }
 
 /**
@@ -45,6 +46,19 @@ export class BwrapBackend implements Backend {
   private readonly preparedRoots = new Set<string>();
   private readonly warned = new Set<string>();
   private readonly log: Logger;
+  /** Warm-pool sandboxes this process made and nobody claimed yet, by the sandbox it handed out. */
+  private readonly prepared = new WeakMap<Sandbox, Running>();
+
+  /**
+   * Warm pools: a sandbox started (dirs, uid, namespaces) before a session asks; a claim relabels
+   * its dir with the identity (its meta.json replaced at once), so it is then an ordinary
+   * ephemeral sandbox of that identity.
+   */
+  readonly warm: WarmCapability = {
+    shapeOf: (settings) => ({ digest: createHash('sha256').update(JSON.stringify({ bwrap: settings.bwrap })).digest('hex'), perTenant: false }),
+    prepare: (shape) => this.preparePooled(shape),
+    claim: async (prepared, spec) => this.claimPooled(prepared, spec),
+  };
 
   constructor(private readonly opts: { berthHome: string; installation: string; log?: Logger }) {
     this.log = opts.log ?? Logger.silent();
@@ -86,7 +100,43 @@ export class BwrapBackend implements Backend {
     return new ProcessSandbox((await pending).handle);
   }
 
-  private async start(spec: SandboxSpec, host: BwrapHost, s: BwrapSettings, root: string, name: string, recreated: boolean): Promise<Running> {
+  private async preparePooled(shape: PoolShape): Promise<Sandbox> {
+    const s = shape.settings.bwrap;
+    const host = await this.hostFor(s);
+    const root = this.rootOf(s);
+    const spec: SandboxSpec = {
+      identity: { installation: this.opts.installation, tenant: '', profile: undefined, key: `pool:${shape.digest.slice(0, 12)}` },
+      digest: shape.digest, dirName: 'pool', ephemeral: true, mount: null, rule: 'pool', settings: shape.settings,
+    };
+    const name = `pool-${shape.digest.slice(0, 12)}-${randomBytes(6).toString('hex')}`;
+    const running = await this.start(spec, host, s, root, name, false, {
+      installation: this.opts.installation, digest: '', ephemeral: true, name: 'pool', pool: { shape: shape.digest, owner: shape.owner },
+    });
+    const sandbox = new ProcessSandbox(running.handle);
+    this.prepared.set(sandbox, running);
+    return sandbox;
+  }
+
+  /** Nothing inside the sandbox is asked: the broker names the identity, berth's own dir records it. */
+  private claimPooled(prepared: Sandbox, spec: SandboxSpec): Sandbox {
+    const running = this.prepared.get(prepared);
+    if (running === undefined) throw new PolicyRefusedError('a warm-pool claim was given a sandbox this bwrap backend did not prepare');
+    this.prepared.delete(prepared);
+    if (!spec.ephemeral || spec.mount !== null) throw new PolicyRefusedError(`sandbox "${spec.identity.key}" is not ephemeral without a mount; it cannot come from a warm pool`);
+    if (running.sb.gone) throw new SandboxNotFoundError(`the warm-pool sandbox ${prepared.ref} is gone`);
+    const dir = running.placement.dirs.root;
+    claimMeta(dir, { installation: this.opts.installation, digest: spec.digest, ephemeral: true, name: spec.dirName });
+    const handle = new BwrapSandboxHandle(spec, running.sb, running.placement, false, spec.settings.bwrap.maxProcesses);
+    const claimed: Running = { ...running, handle };
+    this.running.set(dir, claimed);
+    this.log.with({ key: spec.identity.key, ref: dir }).debug('claimed from the warm pool');
+    return new ProcessSandbox(handle);
+  }
+
+  private async start(
+    spec: SandboxSpec, host: BwrapHost, s: BwrapSettings, root: string, name: string, recreated: boolean,
+    meta: SandboxMeta = { installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral, name: spec.dirName },
+  ): Promise<Running> {
     // Labelled before anything else is made in it: a berth that dies half way leaves a dir the reapers find.
     const planned = sandboxDirs(root, name);
     const fresh = !isRealDir(planned.root);
@@ -94,7 +144,7 @@ export class BwrapBackend implements Backend {
     let sb: BwrapSandbox | undefined;
     let placement;
     try {
-      writeMeta(planned.root, { installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral, name: spec.dirName });
+      writeMeta(planned.root, meta);
       placement = placeSandbox({ root, name, range: s.uids, attached: spec.mount ?? undefined });
       sb = await startSandbox({
         ...host,
@@ -117,11 +167,11 @@ export class BwrapBackend implements Backend {
     const dir = placement.dirs.root;
     const hostPid = sb.hostPid;
     const handle = new BwrapSandboxHandle(spec, sb, placement, recreated, s.maxProcesses);
-    const running = { sb, handle };
+    const running = { sb, handle, placement };
     this.running.set(dir, running);
     void sb.exited.then(() => {
       dropHolder(dir, hostPid);
-      if (this.running.get(dir) === running) this.running.delete(dir);
+      if (this.running.get(dir)?.sb === sb) this.running.delete(dir);
     });
     this.log.with({ key: spec.identity.key, ref: dir }).debug(`started (host pid ${hostPid}, uid ${placement.user?.uid ?? 'berth'})`);
     return running;
@@ -161,7 +211,9 @@ export class BwrapBackend implements Backend {
         const dir = resolve(sandboxes, name);
         const meta = readMeta(dir);
         if (meta === undefined || meta.installation !== this.opts.installation) continue;
-        out.push({ ref: dir, name, digest: meta.digest, ephemeral: meta.ephemeral, running: liveHolders(dir).length > 0 });
+        out.push({
+          ref: dir, name, digest: meta.digest, ephemeral: meta.ephemeral, running: liveHolders(dir).length > 0, ...(meta.pool === undefined ? {} : { pool: meta.pool }),
+        });
       }
     }
     return out;

@@ -1,4 +1,4 @@
-import { closeSync, constants, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, constants, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
 /*
@@ -18,9 +18,11 @@ export interface SandboxMeta {
   ephemeral: boolean;
   /** The identity's readable dir name (scope/naming.ts), for people. */
   name: string;
+  /** A warm-pool sandbox not claimed yet: its pool's shape and the broker that made it (its digest is ''). */
+  pool?: { shape: string; owner: string } | undefined;
 }
 
-/** Writes `meta.json` (once: a sandbox's labels never change). */
+/** Writes `meta.json` (once: a sandbox's labels never change, but at a warm-pool claim: `claimMeta`). */
 export function writeMeta(dir: string, meta: SandboxMeta): void {
   let fd: number;
   try {
@@ -36,6 +38,22 @@ export function writeMeta(dir: string, meta: SandboxMeta): void {
   }
 }
 
+/**
+ * Gives a warm-pool sandbox its identity: `meta.json` replaced at once (a new file renamed over
+ * it), so a reaper reads either the pool's labels or the identity's, never a half-written file.
+ */
+export function claimMeta(dir: string, meta: SandboxMeta): void {
+  const tmp = join(dir, `.meta-${process.pid}.json`);
+  rmSync(tmp, { force: true });
+  const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+  try {
+    writeSync(fd, JSON.stringify(meta));
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, join(dir, 'meta.json'));
+}
+
 /** The labels of the sandbox at `dir`, or undefined when it has none (not berth's, or half made). */
 export function readMeta(dir: string): SandboxMeta | undefined {
   try {
@@ -48,7 +66,8 @@ export function readMeta(dir: string): SandboxMeta | undefined {
     }
     const m = JSON.parse(text) as Partial<SandboxMeta>;
     if (typeof m.installation !== 'string' || typeof m.digest !== 'string' || typeof m.ephemeral !== 'boolean' || typeof m.name !== 'string') return undefined;
-    return { installation: m.installation, digest: m.digest, ephemeral: m.ephemeral, name: m.name };
+    const pool = m.pool !== undefined && typeof m.pool.shape === 'string' && typeof m.pool.owner === 'string' ? { shape: m.pool.shape, owner: m.pool.owner } : undefined;
+    return { installation: m.installation, digest: m.digest, ephemeral: m.ephemeral, name: m.name, ...(pool === undefined ? {} : { pool }) };
   } catch {
     return undefined;
   }

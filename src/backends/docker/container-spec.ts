@@ -131,6 +131,8 @@ export interface CreatePlanInput {
   runAs: { uid: number; gid: number } | undefined;
   /** `none`, or the id of the berth network the sandbox joins (see network-shards.ts). */
   networkMode: string;
+  /** Labels instead of the identity's (a warm-pool container has no identity yet). */
+  labels?: Record<string, string> | undefined;
 }
 
 /**
@@ -160,7 +162,7 @@ export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreate
     // The sandbox's main process only keeps the container alive; commands run through exec.
     Cmd: ['sleep', 'infinity'],
     Entrypoint: [],
-    Labels: labelsFor(spec),
+    Labels: input.labels ?? labelsFor(spec),
     Env: [`HOME=${HOME}`],
     WorkingDir: WORKSPACE,
     User: runAs ? `${runAs.uid}:${runAs.gid}` : undefined,

@@ -5,7 +5,7 @@ import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { ProfileSettings } from '../../config/types.js';
 import { BackendUnavailableError, BerthError, ConfigError, PolicyRefusedError } from '../../errors.js';
-import type { Backend, Lease, ManagedSandbox, Sandbox, SandboxSpec, SandboxUsage } from '../backend.js';
+import type { Backend, Lease, ManagedSandbox, PoolShape, Sandbox, SandboxSpec, SandboxUsage, WarmCapability } from '../backend.js';
 import {
   LABEL,
   WORKSPACE,
@@ -39,6 +39,8 @@ import { diskBreachOf } from './disk-usage.js';
 import { localLease, SandboxNetworks } from './networks.js';
 import { assertRunsAs, runAsFor } from './run-as.js';
 import { containerUsageWithDisk } from './usage.js';
+import { POOL_LABEL } from '../labels.js';
+import { dockerShapeOf, poolLabels, poolName, poolSpec } from './pool-shape.js';
 import { Logger } from '../../logging/logger.js';
 
 const STOP_TIMEOUT_SECONDS = 3;
@@ -91,7 +93,16 @@ export class DockerBackend implements Backend {
   private readonly warned = new Set<string>();
   private readonly sockets = new Set<Duplex>();
   private readonly networks: SandboxNetworks;
+  /** The engine's view of each prepared (unclaimed) pool container, for its claim. */
+  private readonly prepared = new WeakMap<Sandbox, Dockerode.ContainerInspectInfo>();
   private closed = false;
+
+  /** Warm pools: containers created and started before a session asks, renamed to it at claim. */
+  readonly warm: WarmCapability = {
+    shapeOf: (settings) => dockerShapeOf(settings),
+    prepare: (shape) => this.preparePooled(shape),
+    claim: (prepared, spec) => this.claimPooled(prepared, spec),
+  };
 
   constructor(opts: DockerBackendOptions) {
     this.docker = opts.docker ?? defaultDocker();
@@ -162,12 +173,14 @@ export class DockerBackend implements Backend {
     }
     return list
       .filter((c) => c.Labels[LABEL.installation] === this.installation)
-      .map((c) => ({
+      .map((c) => ({ c, shape: c.Labels[POOL_LABEL.shape] }))
+      .map(({ c, shape }) => ({
         ref: c.Id,
         name: (c.Names[0] ?? '').replace(/^\//, ''),
         digest: c.Labels[LABEL.identity] ?? '',
         ephemeral: c.Labels[LABEL.lifecycle] === 'ephemeral',
         running: c.State === 'running',
+        ...(shape === undefined ? {} : { pool: { shape, owner: c.Labels[POOL_LABEL.owner] ?? '' } }),
       }));
   }
 
@@ -258,6 +271,43 @@ export class DockerBackend implements Backend {
     return plan;
   }
 
+  private async preparePooled(shape: PoolShape): Promise<Sandbox> {
+    this.assertOpen();
+    const spec = poolSpec(this.installation, shape);
+    const caps = await this.probe();
+    const limits = this.limitsFor(spec.settings, caps, false);
+    const runAs = await runAsFor(spec, undefined, caps.userns, this.hostUser);
+    const name = poolName(shape.digest, randomBytes(4).toString('hex'));
+    const info = await this.createAndStart(spec, {
+      spec, name, image: spec.settings.docker.image, hostDir: undefined, limits, runAs, labels: poolLabels(this.installation, shape),
+    });
+    const sandbox = this.sandbox(spec, info, undefined, false);
+    this.prepared.set(sandbox, info);
+    return sandbox;
+  }
+
+  /**
+   * The identity is given by the broker (under its lock) and recorded in its store by ref; the
+   * container's labels cannot change, so only its name says whose it is now. Nothing inside the
+   * container is asked.
+   */
+  private async claimPooled(prepared: Sandbox, spec: SandboxSpec): Promise<Sandbox> {
+    this.assertOpen();
+    this.assertOwn(spec);
+    const info = this.prepared.get(prepared);
+    if (info === undefined) throw new BerthError('internal', 'a warm-pool claim was given a sandbox this docker backend did not prepare');
+    if (!spec.ephemeral || spec.mount !== null) throw new BerthError('internal', `sandbox "${spec.identity.key}" is not ephemeral without a mount; it cannot come from a warm pool`);
+    this.prepared.delete(prepared);
+    const name = ephemeralName(spec.digest, randomBytes(4).toString('hex'));
+    // Not waited for: the store's record (by id) is what makes it the identity's, and the name is
+    // for people (docker ps) and for a later adoption, which refuses it until the rename landed.
+    // The session's first command runs meanwhile instead of after an engine round trip.
+    void this.request(`rename container ${short(info.Id)}`, (abortSignal) => this.docker.getContainer(info.Id).rename({ name, abortSignal }))
+      .catch((err: unknown) => this.about(spec, info.Id).debug(`could not rename the pool container to ${name}: ${String(err)}`));
+    this.about(spec, info.Id).debug(`claimed from the warm pool as ${name}`);
+    return this.sandbox(spec, { ...info, Name: `/${name}` }, undefined, false);
+  }
+
   private async ensurePersistent(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities): Promise<Sandbox> {
     const name = persistentName(spec.digest);
     const hostDir = hostDirFor(this.berthHome, spec);
@@ -290,7 +340,7 @@ export class DockerBackend implements Backend {
       const known = await this.inspect(knownRef);
       if (known) {
         // Only the exact container the store recorded, and only if it is this identity's.
-        this.verifyOwner(spec, known);
+        this.verifyOwner(spec, known, knownRef);
         if (known.Config.Labels?.[LABEL.lifecycle] !== 'ephemeral') {
           throw new PolicyRefusedError(
             `container ${short(known.Id)} recorded for "${spec.identity.key}" is not an ephemeral berth sandbox; remove it or clear its record`,
@@ -374,8 +424,9 @@ export class DockerBackend implements Backend {
     return this.startIfStopped(spec, await this.networks.place(spec, info), hostDir);
   }
 
-  private verifyOwner(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo): void {
+  private verifyOwner(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, knownRef?: string): void {
     const labels = info.Config.Labels ?? {};
+    if (labels[LABEL.installation] === this.installation && isClaimedPoolContainer(spec, info, knownRef)) return;
     if (labels[LABEL.installation] !== this.installation || labels[LABEL.identity] !== spec.digest) {
       throw new PolicyRefusedError(
         `container ${info.Name.replace(/^\//, '')} (${short(info.Id)}) does not belong to sandbox "${spec.identity.key}" of this installation ` +
@@ -499,6 +550,17 @@ function assertContainerRef(ref: string): void {
 
 export function short(ref: string): string {
   return /^[0-9a-f]{64}$/.test(ref) ? ref.slice(0, 12) : ref;
+}
+
+/**
+ * A pool container claimed for `spec`: it has no identity label (labels are fixed at create), so
+ * it is this identity's only as the exact container the store recorded for it (written under the
+ * identity's lock at claim), renamed to the identity's name.
+ */
+function isClaimedPoolContainer(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, knownRef: string | undefined): boolean {
+  const labels = info.Config.Labels ?? {};
+  return labels[POOL_LABEL.shape] !== undefined && labels[LABEL.identity] === undefined && knownRef !== undefined &&
+    sameRef(knownRef, info.Id) && info.Name.replace(/^\//, '').startsWith(ephemeralName(spec.digest, ''));
 }
 
 function sameRef(known: string, id: string): boolean {

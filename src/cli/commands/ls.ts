@@ -1,10 +1,13 @@
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
 import type { CliIo } from '../io.js';
+import type { Broker } from '../../broker/broker.js';
 import { withBroker } from '../with-broker.js';
 
 export const LS_HELP = `usage: berth ls [--tenant T] [--json]
 
-Lists the sandboxes of a tenant (default: local) as berth's state records them.`;
+Lists the sandboxes of a tenant (default: local) as berth's state records them. When the config
+keeps warm pools (warmPool.size), a last line counts the unclaimed pool sandboxes the engines hold
+and the memory they use (not in --json).`;
 
 export async function lsCommand(argv: string[], io: CliIo): Promise<number> {
   const { values } = parseFlags('ls', argv, { ...COMMON_OPTIONS, tenant: { type: 'string' }, json: { type: 'boolean' } });
@@ -12,7 +15,7 @@ export async function lsCommand(argv: string[], io: CliIo): Promise<number> {
     io.out(`${LS_HELP}\n`);
     return 0;
   }
-  return withBroker(io, values.config, (broker) => {
+  return withBroker(io, values.config, async (broker) => {
     const list = broker.list(values.tenant ?? 'local');
     if (values.json) {
       io.out(`${JSON.stringify(list)}\n`);
@@ -20,13 +23,33 @@ export async function lsCommand(argv: string[], io: CliIo): Promise<number> {
     }
     if (list.length === 0) {
       io.out('no sandboxes\n');
-      return 0;
+    } else {
+      io.out(`${'KEY'.padEnd(32)} ${'BACKEND'.padEnd(7)} ${'LIFECYCLE'.padEnd(10)} ${'RULE'.padEnd(10)} SESSIONS\n`);
+      for (const s of list) {
+        const sessions = s.sessions.filter((x) => x.open).map((x) => x.session).join(',') || '-';
+        io.out(`${s.sandboxKey.padEnd(32)} ${s.backend.padEnd(7)} ${(s.persistent ? 'persistent' : 'ephemeral').padEnd(10)} ${s.rule.padEnd(10)} ${sessions}\n`);
+      }
     }
-    io.out(`${'KEY'.padEnd(32)} ${'BACKEND'.padEnd(7)} ${'LIFECYCLE'.padEnd(10)} ${'RULE'.padEnd(10)} SESSIONS\n`);
-    for (const s of list) {
-      const sessions = s.sessions.filter((x) => x.open).map((x) => x.session).join(',') || '-';
-      io.out(`${s.sandboxKey.padEnd(32)} ${s.backend.padEnd(7)} ${(s.persistent ? 'persistent' : 'ephemeral').padEnd(10)} ${s.rule.padEnd(10)} ${sessions}\n`);
-    }
+    if (keepsPools(broker)) io.out(`${await poolLine(broker)}\n`);
     return 0;
   });
+}
+
+function keepsPools(broker: Broker): boolean {
+  return [broker.config.base, ...Object.values(broker.config.profiles)].some((s) => s.warmPool.size > 0);
+}
+
+/** `pool: 3 unclaimed sandboxes (docker), 12.4 MiB`: what the warm pools hold, across tenants (they carry none). */
+async function poolLine(broker: Broker): Promise<string> {
+  let pooled;
+  try {
+    pooled = await broker.pooledSandboxes();
+  } catch (err) {
+    return `pool: unknown (${(err as Error).message})`;
+  }
+  const engines = [...new Set(pooled.map((p) => p.backend))].join(', ');
+  const measured = pooled.filter((p) => p.memoryBytes !== undefined);
+  const mib = measured.reduce((n, p) => n + (p.memoryBytes ?? 0), 0) / 1024 / 1024;
+  const memory = measured.length === 0 ? '' : `, ${mib.toFixed(1)} MiB${measured.length < pooled.length ? ` (${measured.length} measured)` : ''}`;
+  return `pool: ${pooled.length} unclaimed sandbox${pooled.length === 1 ? '' : 'es'}${engines === '' ? '' : ` (${engines})`}${memory}`;
 }
