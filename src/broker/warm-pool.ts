@@ -5,6 +5,8 @@ import { createHash, randomBytes } from 'node:crypto';
  * sandboxes, so a stream of new tenants must not grow them without end.
  */
 const MAX_TENANT_POOLS = 16;
+import { shellsDirOf } from '../shell/persistent-shell.js';
+import { shellsDirCommand } from '../shell/protocol.js';
 import type { Backend, PoolShape, Sandbox, SandboxSpec, ShellTransport } from '../backends/backend.js';
 import type { BerthConfig, ProfileSettings } from '../config/types.js';
 import { ConfigError } from '../errors.js';
@@ -271,6 +273,9 @@ export class WarmPool {
     });
     await warden.start();
     const shell = await sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }).catch(() => undefined);
+    // The shells' state dir is made now, by the bash that will be the session's (as its user):
+    // the init finds it and forks nothing for it at claim time.
+    shell?.stdin.write(`${shellsDirCommand(shellsDirOf(sandbox.stateDir))}\n`);
     const entry: Entry = { sandbox, warden, shell, ended: false };
     // A bash's end is the free sign that its sandbox stopped or was removed: a claim skips it.
     void shell?.exited.then(() => (entry.ended = true), () => (entry.ended = true));

@@ -82,7 +82,7 @@ export class PersistentShell implements AsyncDisposable {
   ) {
     this.cwd = opts.defaultCwd;
     this.redactor = new ByteRedactor(opts.redactValues ?? []);
-    this.shellsDir = joinPosix(opts.stateDir, 'shells');
+    this.shellsDir = shellsDirOf(opts.stateDir);
     this.snapshotPath = joinPosix(this.shellsDir, `${opts.shellId}.sh`);
     this.stdinPath = joinPosix(this.shellsDir, `${opts.shellId}.stdin`);
     this.fallbackKiller = new OnceKiller(opts.execOnce, false, timings.killTimeoutMs);
@@ -532,6 +532,11 @@ function timeout<T>(ms: number, value: T): { promise: Promise<T>; cancel(): void
 /** In-sandbox paths are POSIX whatever the host is. */
 function joinPosix(a: string, b: string): string {
   return a.endsWith('/') ? `${a}${b}` : `${a}/${b}`;
+}
+
+/** The dir of the shells' snapshots inside the sandbox. */
+export function shellsDirOf(stateDir: string): string {
+  return joinPosix(stateDir, 'shells');
 }
 
 /** Where the snapshot of `shellId` lives inside the sandbox. */

@@ -226,8 +226,7 @@ export function buildInit(i: InitInput): string {
   lines.push('__r(){ builtin shopt -s expand_aliases; builtin alias __r="$__ba"; builtin eval "$__ba"; }');
   // After the function: once the alias exists, `__r(){` would expand.
   lines.push('builtin alias __r="$__ba"');
-  // The state dir lives in the sandbox; 0700 because snapshots hold the user's env.
-  lines.push(`(umask 077 && mkdir -p -- ${q(i.shellsDir)} && exec chmod 700 -- ${q(i.shellsDir)}) 2>/dev/null`);
+  lines.push(shellsDirCommand(i.shellsDir));
   // Secrets as granted at shell start, before anything else can change them.
   for (const n of secrets) {
     lines.push(`if [ -n "\${${n}+x}" ]; then __bsv_${n}=$${n}; else unset -v __bsv_${n}; fi`);
@@ -273,6 +272,17 @@ export function buildInit(i: InitInput): string {
   // Stdout payload of the init: `p` when fd 0 is the pipe still (commands need </dev/null), and whose snapshot was loaded.
   lines.push(`builtin printf '%s:%s' "$__bm" "$__bk"; unset -v __bm __bk; __be $$ ${i.nonce} j`);
   return `${boot.join('\n')}\n${framed(lines.join('\n')).slice('__r\n'.length)}`;
+}
+
+/**
+ * The command that makes the shells' state dir: 0700, as snapshots hold the user's env. A fork
+ * and two execs cost milliseconds in a container, so a dir this user already owns (made by an
+ * earlier shell, or ahead of time in a warm-pool sandbox) is left as it is. Run by the shell
+ * itself, as the user its snapshots belong to.
+ */
+export function shellsDirCommand(shellsDir: string): string {
+  const d = asciiQuote(shellsDir);
+  return `{ [ -d ${d} ] && [ -O ${d} ] && ! [ -L ${d} ]; } || (umask 077 && mkdir -p -- ${d} && exec chmod 700 -- ${d}) 2>/dev/null`;
 }
 
 /** The init's stdout payload: how stdin is wired, and the tag of the shell whose snapshot was loaded ('' if none). */

@@ -57,7 +57,7 @@ class PoolBackend {
   private sandbox(ref: string): Sandbox {
     const shells = this.shells;
     return {
-      ref, defaultCwd: '/w', hostDir: undefined,
+      ref, defaultCwd: '/w', stateDir: '/w/.berth', hostDir: undefined,
       openShell: async (o: { env: Record<string, string> }) => {
         // The warden opens first (it fails here: no bash behind it), then the pre-attached bash.
         if (!shells.has(`${ref}:warden`)) {
@@ -101,6 +101,8 @@ describe('WarmPool', () => {
     const [x, y] = await Promise.all([warm.claim(b as unknown as Backend, config.base, spec('a')), warm.claim(b as unknown as Backend, config.base, spec('b'))]);
     expect([x?.sandbox.ref, y?.sandbox.ref].sort()).toEqual(['ref1', 'ref2']);
     expect(x?.shell).toBe(b.shells.get(x!.sandbox.ref));
+    // The pre-attached bash was told to make the shells' state dir ahead (the init then forks nothing for it).
+    expect(String((b.shells.get(x!.sandbox.ref)!.stdin as PassThrough).read())).toContain("mkdir -p -- '/w/.berth/shells'");
     expect(claims).toEqual([true, true]);
     await warm.settled();
     expect(warm.view()[0]!.refs).toEqual(['ref3', 'ref4']);
