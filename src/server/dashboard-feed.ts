@@ -54,7 +54,10 @@ export class DashboardFeed {
 
   private sample(always: boolean): void {
     const now = Date.now();
-    if (!always && now - this.lastSampleMs < SESSION_SAMPLE_MS) return;
+    // At most one sample per SESSION_SAMPLE_MS, but the first update of a new minute always samples:
+    // else that minute could show its calls with no session count.
+    const sameMinute = Math.floor(now / MINUTE_MS) === Math.floor(this.lastSampleMs / MINUTE_MS);
+    if (!always && sameMinute && now - this.lastSampleMs < SESSION_SAMPLE_MS) return;
     this.lastSampleMs = now;
     try {
       this.history.sessionsOpen(this.broker.openSessionCounts(), now);

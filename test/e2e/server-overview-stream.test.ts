@@ -103,8 +103,9 @@ describeDocker('GET /v1/overview/stream (docker)', () => {
     expect(seen.calls.map((c) => c.command)).toContain('echo acme-marker');
     // One exec call of acme's default profile, in this minute.
     expect(seen.history.reduce((n, p) => n + p.execCalls, 0)).toBe(1);
-    expect(seen.history.at(-1)?.p50Ms).toBeTypeOf('number');
-    expect(seen.history.at(-1)?.sessions).toBeGreaterThanOrEqual(1);
+    expect(seen.history.slice(-2).some((p) => typeof p.p50Ms === 'number')).toBe(true);
+    // The open session is counted (in the last minute, or the one before when the update crossed a minute).
+    expect(Math.max(...seen.history.slice(-2).map((p) => p.sessions ?? 0))).toBeGreaterThanOrEqual(1);
 
     // Beta's stream: its own only.
     const bSeen = overview(await bEvents.next((e) => (overview(e)?.jobs.length ?? 0) > 0, 20_000)) as OverviewView;
