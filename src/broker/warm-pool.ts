@@ -15,6 +15,12 @@ import { Warden } from '../shell/warden.js';
 import { ownerToken } from './process-owner.js';
 import type { StartGate } from './start-gate.js';
 
+/**
+ * A refill after a claim waits this long: making a sandbox takes the CPU (bwrap's namespaces, the
+ * engine's create) that the claimed session's first shell start needs on a small machine.
+ */
+const REFILL_AFTER_CLAIM_MS = 300;
+
 /** One prepared sandbox: started, with its warden running and a bash attached, owned by nobody. */
 interface Entry {
   sandbox: Sandbox;
@@ -132,7 +138,7 @@ export class WarmPool {
     if ('unpoolable' in shaped || !this.configured.has(`${backend.name}\0${shaped.digest}`)) return undefined;
     const pool = this.poolFor(backend, settings, shaped.digest, shaped.perTenant ? spec.identity.tenant : undefined);
     const entry = this.takeLive(pool);
-    this.refill(pool);
+    this.refill(pool, REFILL_AFTER_CLAIM_MS);
     if (entry === undefined) {
       this.opts.claimed({ backend: backend.name, hit: false });
       return undefined;
@@ -234,10 +240,12 @@ export class WarmPool {
     for (const e of oldest.ready.splice(0)) this.track(this.discard(oldest.backend, e));
   }
 
-  private refill(pool: Pool): void {
+  /** `delayMs`: wait that long first (after a claim, so the refill does not compete with the claimed session's start for the CPU). */
+  private refill(pool: Pool, delayMs = 0): void {
     while (!this.closed && pool.ready.length + pool.filling < pool.size) {
       pool.filling += 1;
-      this.track(this.opts.gate.runBackground(() => this.prepare(pool))
+      const waited = delayMs === 0 ? Promise.resolve() : new Promise<void>((resolve) => setTimeout(resolve, delayMs));
+      this.track(waited.then(() => this.opts.gate.runBackground(() => this.prepare(pool)))
         .then((entry) => {
           if (entry === undefined) return;
           // A pool dropped meanwhile (past the tenant bound) keeps nothing.

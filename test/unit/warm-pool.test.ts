@@ -1,5 +1,5 @@
 import { PassThrough } from 'node:stream';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { Backend, PoolShape, Sandbox, SandboxSpec, ShellTransport } from '../../src/backends/backend.js';
 import { WarmPool } from '../../src/broker/warm-pool.js';
 import { StartGate } from '../../src/broker/start-gate.js';
@@ -215,10 +215,22 @@ describe('WarmPool', () => {
     await warm.start();
     await warm.settled();
     const got = await warm.claim(b as unknown as Backend, config.base, spec('a'));
-    // The refill is under way now.
+    // The refill waits a little after a claim (the claimed session's start needs the CPU), then makes ref3.
+    await vi.waitFor(() => expect(b.made).toHaveLength(3), { timeout: 5_000 });
     await warm.close();
     expect(b.removed.sort()).toEqual(['ref2', 'ref3']);
     expect(b.removed).not.toContain(got!.sandbox.ref);
+  });
+
+  it('a close before the refill after a claim began makes nothing more', async () => {
+    const b = new PoolBackend();
+    const { warm } = pool(b);
+    await warm.start();
+    await warm.settled();
+    await warm.claim(b as unknown as Backend, config.base, spec('a'));
+    await warm.close();
+    expect(b.made).toHaveLength(2);
+    expect(b.removed).toEqual(['ref2']);
   });
 
   it('tells the reapers which of its own unclaimed sandboxes it keeps: not one of a shape it has no pool of', async () => {
