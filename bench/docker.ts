@@ -70,6 +70,17 @@ class BareAttachShell {
   }
 }
 
+/** The median memory the engine counts for these containers (cgroup usage minus page cache), in bytes. */
+export async function engineMemoryPerSandbox(docker: Dockerode, names: string[]): Promise<number> {
+  const usages: number[] = [];
+  for (const name of names) {
+    const st = await docker.getContainer(name).stats({ stream: false }) as { memory_stats?: { usage?: number; stats?: { cache?: number; inactive_file?: number } } };
+    const m = st.memory_stats;
+    if (m?.usage !== undefined) usages.push(m.usage - (m.stats?.inactive_file ?? m.stats?.cache ?? 0));
+  }
+  return percentile(usages, 50);
+}
+
 /** create + start + one exec of the same image through the API, without berth: the floor. */
 async function bareCreateStartExec(docker: Dockerode): Promise<number> {
   const t = process.hrtime.bigint();
@@ -192,14 +203,9 @@ export async function dockerBench(): Promise<void> {
     const after = process.memoryUsage();
     const heapPer = (after.heapUsed - before.heapUsed) / 100;
     const mine = broker.list('local').filter((s) => s.sandboxKey.startsWith('session:idle-'));
-    const usages: number[] = [];
-    for (const s of mine.slice(0, 20)) {
-      const st = await docker.getContainer(s.name).stats({ stream: false }) as { memory_stats?: { usage?: number; stats?: { cache?: number; inactive_file?: number } } };
-      const m = st.memory_stats;
-      if (m?.usage !== undefined) usages.push(m.usage - (m.stats?.inactive_file ?? m.stats?.cache ?? 0));
-    }
+    const memoryEach = await engineMemoryPerSandbox(docker, mine.slice(0, 20).map((s) => s.name));
     console.log(`  created ${mine.length} sandboxes in ${(totalMs / 1000).toFixed(1)} s (${(totalMs / 100).toFixed(0)} ms each, 4 at a time)`);
-    console.log(`  engine memory per idle sandbox (median of 20, cgroup usage minus page cache): ${(percentile(usages, 50) / 1024 / 1024).toFixed(2)} MiB`);
+    console.log(`  engine memory per idle sandbox (median of 20, cgroup usage minus page cache): ${(memoryEach / 1024 / 1024).toFixed(2)} MiB`);
     // Heap after a forced GC; an RSS delta over 100 sessions is below the allocator's noise.
     console.log(`  berth process per open session: heap ${(heapPer / 1024).toFixed(0)} KiB after GC${gc ? '' : ' (run with --expose-gc for a stable figure)'}`);
     for (const id of ids) await broker.closeSession({ session: id });

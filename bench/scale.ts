@@ -1,10 +1,10 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Dockerode from 'dockerode';
 import { Broker } from '../src/broker/broker.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
 import { parseConfig } from '../src/config/schema.js';
+import { engineMemoryPerSandbox } from './docker.js';
 import { fmt, percentile, verdict } from './stats.js';
 
 const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
@@ -19,16 +19,6 @@ async function timed(fn: () => Promise<unknown>): Promise<number> {
   const t = process.hrtime.bigint();
   await fn();
   return Number(process.hrtime.bigint() - t) / 1e6;
-}
-
-async function engineMemoryPerSandbox(docker: Dockerode, names: string[]): Promise<number> {
-  const usages: number[] = [];
-  for (const name of names) {
-    const st = await docker.getContainer(name).stats({ stream: false }) as { memory_stats?: { usage?: number; stats?: { cache?: number; inactive_file?: number } } };
-    const m = st.memory_stats;
-    if (m?.usage !== undefined) usages.push(m.usage - (m.stats?.inactive_file ?? m.stats?.cache ?? 0));
-  }
-  return percentile(usages, 50);
 }
 
 /**
