@@ -1,9 +1,8 @@
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, closeSync, constants, fstatSync, openSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, constants, rmSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { join } from 'node:path';
-import { BerthError } from '../../errors.js';
+import { makeFifos, openFifo } from '../plumbing/fifo-files.js';
 
 /* The FIFOs of one spawned process (its stdio, and its wrapper's status), made on the host in the sandbox's run dir. */
 
@@ -25,7 +24,6 @@ export interface HostEnds {
   status: Socket;
 }
 
-const MKFIFO_TIMEOUT_MS = 10_000;
 /** FIFO sets made per mkfifo run: starting a process costs tens of ms on a busy host, so not one per spawn. */
 const BATCH = 8;
 
@@ -78,13 +76,8 @@ export class FifoPool {
       sets.push({ id, stdin: at(0), stdout: at(1), stderr: at(2), status: at(3) });
     }
     const paths = sets.flatMap((s) => [s.stdin, s.stdout, s.stderr, s.status]);
-    // Node has no mkfifo(3): one short helper per batch, on the host, outside the sandbox.
-    await new Promise<void>((resolve, reject) => {
-      execFile('mkfifo', ['-m', '0000', '--', ...paths], { timeout: MKFIFO_TIMEOUT_MS }, (err, _out, stderr) => {
-        if (err) reject(new BerthError('spawn_failed', `could not make FIFOs for sandbox processes in ${this.dir}: ${stderr.trim() || err.message}`));
-        else resolve();
-      });
-    });
+    // One short helper per batch, on the host, outside the sandbox.
+    await makeFifos(paths, '0000', `for sandbox processes in ${this.dir}`);
     if (this.owner !== undefined) for (const p of paths) chownSync(p, this.owner.uid, this.owner.gid);
     this.ready.push(...sets);
   }
@@ -105,12 +98,7 @@ export interface HostFds {
 
 export function openHostEnds(set: FifoSet, withStdin: boolean): HostFds {
   const opened: number[] = [];
-  const open = (path: string, flags: number): number => {
-    const fd = openSync(path, flags | constants.O_NONBLOCK | constants.O_NOFOLLOW);
-    opened.push(fd);
-    if (!fstatSync(fd).isFIFO()) throw new BerthError('spawn_failed', `${path} is not the FIFO berth made`);
-    return fd;
-  };
+  const open = (path: string, flags: number): number => openFifo(path, flags | constants.O_NONBLOCK, opened);
   try {
     return {
       stdout: open(set.stdout, constants.O_RDONLY),

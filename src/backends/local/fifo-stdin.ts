@@ -1,11 +1,8 @@
-import { execFile } from 'node:child_process';
-import { closeSync, constants, fstatSync, mkdtempSync, openSync, rmSync } from 'node:fs';
+import { closeSync, constants, mkdtempSync, rmSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BerthError } from '../../errors.js';
-
-const MKFIFO_TIMEOUT_MS = 10_000;
+import { makeFifos, openFifo } from '../plumbing/fifo-files.js';
 
 /** A FIFO opened at both ends and already unlinked: the child's end (an fd to pass as its stdin) and berth's writer. */
 export interface FifoStdin {
@@ -28,23 +25,11 @@ export async function openFifoStdin(): Promise<FifoStdin> {
   const path = join(dir, 'stdin');
   const opened: number[] = [];
   try {
-    // Node has no mkfifo(3): one short helper per shell start.
-    await new Promise<void>((resolve, reject) => {
-      execFile('mkfifo', ['-m', '0600', '--', path], { timeout: MKFIFO_TIMEOUT_MS }, (err, _out, stderr) => {
-        if (err) reject(new BerthError('spawn_failed', `could not make the shell's stdin FIFO in ${dir}: ${stderr.trim() || err.message}; is coreutils' mkfifo on PATH?`));
-        else resolve();
-      });
-    });
-    const open = (flags: number): number => {
-      const fd = openSync(path, flags | constants.O_NOFOLLOW);
-      opened.push(fd);
-      if (!fstatSync(fd).isFIFO()) throw new BerthError('spawn_failed', `${path} is not the FIFO berth made`);
-      return fd;
-    };
+    await makeFifos([path], '0600', `for a shell's stdin in ${dir}`);
     // Read-write: Linux opens a FIFO so at once, blocking (bash's `read` does not retry EAGAIN).
     // The shell closes this fd when it re-executes onto its own read-only end.
-    const childFd = open(constants.O_RDWR);
-    const writerFd = open(constants.O_WRONLY | constants.O_NONBLOCK);
+    const childFd = openFifo(path, constants.O_RDWR, opened);
+    const writerFd = openFifo(path, constants.O_WRONLY | constants.O_NONBLOCK, opened);
     return { childFd, writer: new Socket({ fd: writerFd, readable: false, writable: true }) };
   } catch (err) {
     for (const fd of opened) closeSync(fd);
