@@ -2,9 +2,6 @@ import type { Broker } from '../broker/broker.js';
 import { CallHistory, MINUTE_MS } from './call-history.js';
 import { OverviewStreams, type OverviewStreamOptions } from './overview-stream.js';
 
-/** Open sessions are sampled at most this often (a stream's update asks; the minute timer always does). */
-export const SESSION_SAMPLE_MS = 5_000;
-
 /**
  * What feeds the live dashboard of one server: the last hour (`CallHistory`, fed by the broker's
  * calls and by samples of the open sessions, one a minute and on streams' updates) and the open
@@ -22,10 +19,9 @@ export class DashboardFeed {
   readonly streams: OverviewStreams;
   private timer: NodeJS.Timeout | undefined;
   private stopObserving: (() => void) | undefined;
-  private lastSampleMs = Number.NEGATIVE_INFINITY;
 
   constructor(private readonly broker: Broker, private readonly log: (message: string) => void, opts: OverviewStreamOptions = {}) {
-    this.streams = new OverviewStreams(broker, this.history, { log, ...opts, sampleSessions: () => this.sample(false) });
+    this.streams = new OverviewStreams(broker, this.history, { log, ...opts, sampleSessions: () => this.sample() });
   }
 
   start(): void {
@@ -39,8 +35,8 @@ export class DashboardFeed {
         if (o.tenant !== undefined) this.streams.notify(o.tenant, undefined);
       },
     });
-    this.sample(true);
-    this.timer = setInterval(() => this.sample(true), MINUTE_MS);
+    this.sample();
+    this.timer = setInterval(() => this.sample(), MINUTE_MS);
     this.timer.unref();
   }
 
@@ -52,13 +48,12 @@ export class DashboardFeed {
     this.stopObserving = undefined;
   }
 
-  private sample(always: boolean): void {
+  /**
+   * Samples the open sessions: each minute, and at every stream update (updates are at least a
+   * second apart per stream), so an update pushed by a call shows the sessions that call opened.
+   */
+  private sample(): void {
     const now = Date.now();
-    // At most one sample per SESSION_SAMPLE_MS, but the first update of a new minute always samples:
-    // else that minute could show its calls with no session count.
-    const sameMinute = Math.floor(now / MINUTE_MS) === Math.floor(this.lastSampleMs / MINUTE_MS);
-    if (!always && sameMinute && now - this.lastSampleMs < SESSION_SAMPLE_MS) return;
-    this.lastSampleMs = now;
     try {
       this.history.sessionsOpen(this.broker.openSessionCounts(), now);
     } catch (err) {

@@ -6,7 +6,7 @@ import { DashboardFeed } from '../../src/server/dashboard-feed.js';
 describe('the dashboard feed samples the open sessions', () => {
   afterEach(() => vi.useRealTimers());
 
-  it('at most every few seconds, but always at the first update of a new minute (no minute shows calls without sessions)', () => {
+  it('at every update, so an update pushed by a call shows the sessions it opened; a minute keeps the most it saw', () => {
     vi.useFakeTimers();
     const start = Math.floor(Date.UTC(2026, 11, 1, 12, 0) / MINUTE_MS) * MINUTE_MS;
     vi.setSystemTime(start + 58_000);
@@ -15,16 +15,16 @@ describe('the dashboard feed samples the open sessions', () => {
     const feed = new DashboardFeed(broker, () => undefined);
     feed.start();
     expect(feed.history.lastHour('a', ['default']).at(-1)?.sessions).toBe(2);
-    // 3 s later, in the next minute: an update samples although the last sample is that recent.
+    // 1 s later, same minute: a session opened, and the next update shows it.
     open = 3;
+    vi.setSystemTime(start + 59_000);
+    feed['sample']();
+    expect(feed.history.lastHour('a', ['default']).at(-1)?.sessions).toBe(3);
+    // The next minute starts from what it sees.
+    open = 1;
     vi.setSystemTime(start + 61_000);
-    feed['sample'](false);
-    expect(feed.history.lastHour('a', ['default']).at(-1)?.sessions).toBe(3);
-    // 1 s later, same minute: throttled.
-    open = 5;
-    vi.setSystemTime(start + 62_000);
-    feed['sample'](false);
-    expect(feed.history.lastHour('a', ['default']).at(-1)?.sessions).toBe(3);
+    feed['sample']();
+    expect(feed.history.lastHour('a', ['default']).slice(-2).map((p) => p.sessions)).toEqual([3, 1]);
     feed.close();
   });
 });
