@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { chooseShard, isTenantNetwork, networkName, SHARD_CAPACITY, shardCapacity } from '../../src/backends/docker/network-shards.js';
+import { chooseShard, COUNT_TTL_MS, isTenantNetwork, networkName, RECOUNT_MARGIN, SHARD_CAPACITY, shardCapacity, ShardCounts } from '../../src/backends/docker/network-shards.js';
 
 describe('tenant network shards (issue 8 item 4)', () => {
   const full = (shard: number) => ({ shard, members: SHARD_CAPACITY, capacity: SHARD_CAPACITY });
@@ -48,5 +48,42 @@ describe('tenant network shards (issue 8 item 4)', () => {
     expect(isTenantNetwork('inst-1', 'acme', 'bridge')).toBe(false);
     expect(isTenantNetwork('inst-1', 'acme', `${networkName('inst-1', 'acme', 0)}x`)).toBe(false);
     expect(isTenantNetwork('inst-1', 'acme', networkName('inst-1', 'acme', 0).replace(/-0$/, '-01'))).toBe(false);
+  });
+
+  describe('member counts reused between creates (issue 12: filling a tenant was quadratic)', () => {
+    const shard0 = { shard: 0, name: 'net-0', capacity: SHARD_CAPACITY };
+    const shard1 = { shard: 1, name: 'net-1', capacity: SHARD_CAPACITY };
+
+    it('asks the engine first, then chooses from its count plus the joins since, until the count is old', () => {
+      const c = new ShardCounts();
+      expect(c.choose([shard0], 0)).toBeUndefined();
+      c.counted(new Map([['net-0', 10]]), 1_000);
+      expect(c.choose([shard0], 1_000)).toBe(0);
+      c.joined('net-0');
+      expect(c.choose([shard0], 1_000 + COUNT_TTL_MS)).toBe(0);
+      expect(c.choose([shard0], 1_001 + COUNT_TTL_MS)).toBeUndefined();
+      expect(c.stale(1_001 + COUNT_TTL_MS)).toBe(true);
+    });
+
+    it('counts again before a sandbox joins a shard that is nearly full by the estimate; joins push it there', () => {
+      const c = new ShardCounts();
+      const edge = SHARD_CAPACITY - RECOUNT_MARGIN;
+      c.counted(new Map([['net-0', edge - 2]]), 0);
+      expect(c.choose([shard0], 0)).toBe(0);
+      c.joined('net-0');
+      expect(c.choose([shard0], 0)).toBe(0);
+      c.joined('net-0');
+      expect(c.choose([shard0], 0)).toBeUndefined();
+      // A full shard by the count: the next shard is chosen (and created) without asking again.
+      c.counted(new Map([['net-0', SHARD_CAPACITY]]), 0);
+      expect(c.choose([shard0, shard1], 0)).toBe(1);
+      expect(c.choose([shard0], 0)).toBe(1);
+    });
+
+    it('a small shard (a small subnet) is counted from the engine before every join', () => {
+      const c = new ShardCounts();
+      c.counted(new Map([['net-0', 0]]), 0);
+      expect(c.choose([{ shard: 0, name: 'net-0', capacity: 13 }], 0)).toBeUndefined();
+    });
   });
 });

@@ -77,3 +77,59 @@ export function chooseShard(shards: readonly ShardState[]): number {
     if (s === undefined || s.members < s.capacity) return n;
   }
 }
+
+/** How long a count of a tenant's shard members is reused (creates in between are added to it). */
+export const COUNT_TTL_MS = 60_000;
+/** A shard this close to full (by the estimate) is counted again from the engine before a sandbox joins it. */
+export const RECOUNT_MARGIN = 100;
+
+/**
+ * How many sandboxes each shard of one tenant holds: the engine's count, plus the joins of this
+ * process since. Counting lists every container of the tenant, which the engine builds in full
+ * (with every network of each), so counting on each new sandbox made filling a tenant quadratic:
+ * at 500 sandboxes the listing took longer than the create itself. So a count is reused for
+ * COUNT_TTL_MS, and taken again sooner only when the shard it points at is within
+ * RECOUNT_MARGIN of full. Joins are added and removals are not, so the estimate can only be too
+ * high: it never sends a sandbox to a full bridge, it only makes the next count come sooner.
+ *
+ * @example
+ * const counts = new ShardCounts();
+ * counts.choose(shards, now) // undefined: count first
+ * counts.counted(new Map([['berth-net-…-0', 12]]), now);
+ * counts.choose(shards, now) // 0
+ * counts.joined('berth-net-…-0');
+ */
+export class ShardCounts {
+  private members: Map<string, number> | undefined;
+  private countedAtMs = 0;
+
+  /**
+   * The shard a new sandbox joins by the estimate, or undefined when the engine must be asked
+   * first (no count yet, the count is old, or the chosen shard is nearly full).
+   */
+  choose(shards: ReadonlyArray<{ shard: number; name: string; capacity: number }>, nowMs: number): number | undefined {
+    if (this.members === undefined || nowMs - this.countedAtMs > COUNT_TTL_MS) return undefined;
+    const members = this.members;
+    const states = shards.map((s) => ({ shard: s.shard, capacity: s.capacity, members: members.get(s.name) ?? 0 }));
+    const shard = chooseShard(states);
+    const state = states.find((s) => s.shard === shard);
+    if (state !== undefined && state.members >= state.capacity - RECOUNT_MARGIN) return undefined;
+    return shard;
+  }
+
+  /** A fresh count from the engine (members by network name, creates in flight included). */
+  counted(members: ReadonlyMap<string, number>, nowMs: number): void {
+    this.members = new Map(members);
+    this.countedAtMs = nowMs;
+  }
+
+  /** A sandbox is joining `name`: it counts as a member until the next count. */
+  joined(name: string): void {
+    this.members?.set(name, (this.members.get(name) ?? 0) + 1);
+  }
+
+  /** Whether this count is too old to be used (a map of tenants drops such entries). */
+  stale(nowMs: number): boolean {
+    return nowMs - this.countedAtMs > COUNT_TTL_MS;
+  }
+}

@@ -3,7 +3,7 @@ import type { Lease, SandboxSpec } from '../backend.js';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
 import { LABEL } from './container-spec.js';
 import { bounded, ENGINE_REQUEST_TIMEOUT_MS, engineMessage, fromDockerError, statusOf } from './engine.js';
-import { chooseShard, isTenantNetwork, networkName, SHARD_LABEL, shardCapacity, type ShardState } from './network-shards.js';
+import { chooseShard, isTenantNetwork, networkName, SHARD_LABEL, shardCapacity, ShardCounts } from './network-shards.js';
 
 /** A lease that serialises the callers of this process only, per name. */
 export function localLease(): Lease {
@@ -48,6 +48,8 @@ export class SandboxNetworks {
   private readonly pending = new Map<string, number>();
   /** Network creates in flight in this process: concurrent first sandboxes of a tenant share one. */
   private readonly creating = new Map<string, Promise<NetworkRef>>();
+  /** Shard member counts per tenant, reused between creates (see ShardCounts). */
+  private readonly counts = new Map<string, ShardCounts>();
 
   constructor(
     private readonly o: { docker: Dockerode; installation: string; lease: Lease; log: (msg: string) => void },
@@ -58,12 +60,17 @@ export class SandboxNetworks {
    * container exists or its create failed: until then this process never reaps that network.
    */
   async join(tenant: string): Promise<{ network: NetworkRef; release: () => void }> {
-    const [members, shards] = await Promise.all([this.membersOf(tenant), this.shardsOf(tenant)]);
-    const states: ShardState[] = shards.map((s) => ({
-      shard: s.shard, capacity: s.capacity, members: (members.get(s.name) ?? 0) + (this.pending.get(s.name) ?? 0),
-    }));
-    const shard = chooseShard(states);
+    const shards = await this.shardsOf(tenant);
+    const counts = this.countsOf(tenant);
+    let shard = counts.choose(shards, Date.now());
+    if (shard === undefined) {
+      const members = await this.membersOf(tenant);
+      for (const [name, n] of this.pending) members.set(name, (members.get(name) ?? 0) + n);
+      counts.counted(members, Date.now());
+      shard = chooseShard(shards.map((s) => ({ shard: s.shard, capacity: s.capacity, members: members.get(s.name) ?? 0 })));
+    }
     const name = networkName(this.o.installation, tenant, shard);
+    counts.joined(name);
     this.pending.set(name, (this.pending.get(name) ?? 0) + 1);
     let released = false;
     const release = (): void => {
@@ -81,6 +88,18 @@ export class SandboxNetworks {
       release();
       throw err;
     }
+  }
+
+  /** The member counts of `tenant`'s shards (counts of other tenants that went stale are dropped here). */
+  private countsOf(tenant: string): ShardCounts {
+    let counts = this.counts.get(tenant);
+    if (counts === undefined) {
+      const now = Date.now();
+      for (const [t, c] of this.counts) if (c.stale(now)) this.counts.delete(t);
+      counts = new ShardCounts();
+      this.counts.set(tenant, counts);
+    }
+    return counts;
   }
 
   /** One engine request with the deadline every engine call has (engine.ts `bounded`). */
