@@ -1,4 +1,4 @@
-import { request } from 'node:http';
+import { Agent, request } from 'node:http';
 import { expect, it } from 'vitest';
 import { describeDocker, dockerConfigYaml, dockerSuiteHooks, installs, type TestInstall } from '../helpers/docker-e2e.js';
 import { createToken, qs, ServeProcess, stopAll, type ApiClient } from '../helpers/serve.js';
@@ -19,10 +19,10 @@ async function serve(t: TestInstall): Promise<{ server: ServeProcess; api: ApiCl
 }
 
 /** POST a JSON body, then drop the connection once `until` says so (on a chunk of the answer, or at once). */
-function postThenDisconnect(url: string, token: string, path: string, body: unknown, headers: Record<string, string>, until: 'first-event' | 'sent'): Promise<string> {
+function postThenDisconnect(url: string, token: string, path: string, body: unknown, headers: Record<string, string>, until: 'first-event' | 'sent', agent?: Agent): Promise<string> {
   return new Promise((resolve, reject) => {
     const req = request(`${url}${path}`, {
-      method: 'POST',
+      method: 'POST', ...(agent === undefined ? {} : { agent }),
       headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', ...headers },
     });
     let seen = '';
@@ -40,10 +40,24 @@ function postThenDisconnect(url: string, token: string, path: string, body: unkn
       if (until === 'sent' || seen !== '') resolve(seen);
       else reject(err);
     });
+    // A request on a kept-alive connection that already answered one: its cancel is the connection's.
+    if (agent !== undefined) req.on('socket', () => req.reusedSocket || reject(new Error('the kept-alive connection was not reused')));
     req.end(JSON.stringify(body), () => {
       // The whole body is on the wire: let the server start the command, then hang up.
       if (until === 'sent') setTimeout(() => req.destroy(), 1_500);
     });
+  });
+}
+
+/** One POST on `agent`, answered in full: its status. */
+function postOn(agent: Agent, url: string, token: string, body: unknown): Promise<number | undefined> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${url}/v1/exec`, { method: 'POST', agent, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
   });
 }
 
@@ -54,13 +68,17 @@ describeDocker('berth serve: a client that disconnects cancels its command', () 
     const t = reg.track();
     const { server, api, token } = await serve(t);
     expect((await api.post('/v1/exec', { session: 'd', command: 'export KEEP=kept' })).status).toBe(200);
-    const cases: { path: string; headers: Record<string, string>; until: 'first-event' | 'sent'; marker: string }[] = [
+    // A connection kept alive, that answered a call before the one it drops.
+    const kept = new Agent({ keepAlive: true, maxSockets: 1 });
+    const cases: { path: string; headers: Record<string, string>; until: 'first-event' | 'sent'; marker: string; agent?: Agent }[] = [
       { path: '/v1/exec', headers: { accept: 'text/event-stream' }, until: 'first-event', marker: '/tmp/m1' },
       { path: '/v1/exec/stream', headers: {}, until: 'first-event', marker: '/tmp/m2' },
       { path: '/v1/exec', headers: {}, until: 'sent', marker: '/tmp/m3' },
+      { path: '/v1/exec', headers: {}, until: 'sent', marker: '/tmp/m4', agent: kept },
     ];
     for (const c of cases) {
-      const seen = await postThenDisconnect(server.url, token, c.path, { session: 'd', command: `echo started; sleep 30; touch ${c.marker}` }, c.headers, c.until);
+      if (c.agent !== undefined) expect(await postOn(c.agent, server.url, token, { session: 'd', command: 'true' })).toBe(200);
+      const seen = await postThenDisconnect(server.url, token, c.path, { session: 'd', command: `echo started; sleep 30; touch ${c.marker}` }, c.headers, c.until, c.agent);
       if (c.until === 'first-event') expect(seen).toContain('data: "started\\n"');
       // Had the command gone on, this call would wait for the sleep and then find the marker.
       const next = await api.post('/v1/exec', { session: 'd', command: `ls ${c.marker} 2>&1; ps -o args | grep -c "^sleep 30"; echo "$KEEP"`, timeoutSeconds: 20 });
@@ -69,7 +87,8 @@ describeDocker('berth serve: a client that disconnects cancels its command', () 
     }
     const audit = (await api.get(`/v1/audit${qs({ session: 'd' })}`)).body as { command: string | null; exitCode: number | null }[];
     const cancelled = audit.filter((e) => e.command?.startsWith('echo started; sleep 30'));
-    expect(cancelled.map((e) => e.exitCode)).toEqual([130, 130, 130]);
+    expect(cancelled.map((e) => e.exitCode)).toEqual([130, 130, 130, 130]);
+    kept.destroy();
     await server.stop();
   }, 120_000);
 });
