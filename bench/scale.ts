@@ -1,10 +1,11 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Broker } from '../src/broker/broker.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
 import { parseConfig } from '../src/config/schema.js';
 import { engineMemoryPerSandbox } from './docker.js';
+import { cpuSnapshot, cpuSpent, type CpuSnapshot } from './process-cpu.js';
 import { fmt, percentile, verdict } from './stats.js';
 
 const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
@@ -13,6 +14,8 @@ const COUNTS = (process.env['BENCH_SESSIONS'] ?? '1000,2000').split(',').map(Num
 /** New sessions started at once while filling up. */
 const FILL_CONCURRENCY = 8;
 const ALL_AT_ONCE_ROUNDS = 3;
+/** Pids (processes and threads) one idle docker sandbox holds on the host, measured here: containerd-shim's ~11 threads, tini, the shell, the warden, sleep. */
+const PIDS_PER_SANDBOX = 16;
 
 /** Times `fn` (ms). */
 async function timed(fn: () => Promise<unknown>): Promise<number> {
@@ -34,6 +37,13 @@ export async function scaleBench(): Promise<void> {
     await docker.getImage(IMAGE).inspect();
   } catch (err) {
     console.log(`\n# scale: SKIPPED (${(err as Error).message}); start dockerd and run "berth image build --variant minimal"`);
+    return;
+  }
+  const pidMax = Number(readFileSync('/proc/sys/kernel/pid_max', 'utf8'));
+  const needed = COUNTS.at(-1)! * PIDS_PER_SANDBOX;
+  if (pidMax < needed) {
+    console.log(`\n# scale: SKIPPED: kernel.pid_max is ${pidMax}, and ${COUNTS.at(-1)} sandboxes take about ${needed} pids (each: the engine's shim and its ` +
+      `threads, the init, the shell and the warden); raise it first: sysctl -w kernel.pid_max=4194304`);
     return;
   }
   const home = mkdtempSync(join(tmpdir(), 'berth-bench-scale-'));
@@ -59,21 +69,26 @@ export async function scaleBench(): Promise<void> {
       gc?.();
       const heapPer = (process.memoryUsage().heapUsed - heap0) / ids.length;
       const mine = broker.list('local').filter((s) => s.sandboxKey.startsWith('session:scale-'));
-      const networks = (await docker.listNetworks({ filters: { label: ['berth.managed=true'] } })).filter((n) => n.Name.startsWith('berth-net-'));
+      const networks = await docker.listNetworks({ filters: { label: [`berth.installation=${broker.installationId}`] } });
       console.log(`  created ${fresh.length} more in ${(fillMs / 1000).toFixed(1)} s (${fmt(fillMs / fresh.length)} each, ${FILL_CONCURRENCY} at a time); ${mine.length} open, on ${networks.length} network shard(s)`);
       console.log(`  engine memory per idle sandbox (median of 20): ${((await engineMemoryPerSandbox(docker, mine.slice(0, 20).map((s) => s.name))) / 1024 / 1024).toFixed(2)} MiB`);
       console.log(`  berth heap per open session: ${(heapPer / 1024).toFixed(0)} KiB after GC${gc ? '' : ' (run with --expose-gc)'}; rss ${(process.memoryUsage().rss / 1024 / 1024).toFixed(0)} MiB`);
       const rounds: number[] = [];
+      const cpu: Array<{ before: CpuSnapshot; after: CpuSnapshot }> = [];
       for (let r = 0; r < ALL_AT_ONCE_ROUNDS; r++) {
         let wrong = 0;
+        const before = cpuSnapshot();
         rounds.push(await timed(async () => {
           const results = await Promise.all(ids.map((id) => broker.exec({ session: id }, `echo ${id}`)));
           wrong = results.filter((res, i) => res.stdout !== `${ids[i]}\n`).length;
         }));
+        cpu.push({ before, after: cpuSnapshot() });
         if (wrong > 0) console.log(`  !! ${wrong} of ${ids.length} answers were wrong`);
       }
       const all = percentile(rounds, 50);
       console.log(`  all ${ids.length} answer one command at once: ${fmt(all)} (median of ${ALL_AT_ONCE_ROUNDS}; ${rounds.map(fmt).join(', ')})   ${verdict('< 500 ms', all < 500)}`);
+      const median = cpu[rounds.indexOf(all)]!;
+      console.log(`    CPU of that round (2 cores give ${(2 * all / 1000).toFixed(2)} s in it): ${cpuSpent(median.before, median.after)}`);
     }
   } finally {
     const t = Date.now();
