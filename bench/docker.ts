@@ -8,9 +8,9 @@ import Dockerode from 'dockerode';
 import { Broker } from '../src/broker/broker.js';
 import { parseConfig } from '../src/config/schema.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
+import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
 import { fmt, interleaved, percentile, row, verdict, timeMany } from './stats.js';
 
-const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
 
 function dockerCliExec(container: string): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -146,14 +146,12 @@ async function warmPoolBench(docker: Dockerode): Promise<void> {
 }
 
 export async function dockerBench(): Promise<void> {
-  const docker = defaultDocker();
-  try {
-    await docker.ping();
-    await docker.getImage(IMAGE).inspect();
-  } catch (err) {
-    console.log(`\n# docker: SKIPPED (${(err as Error).message}); start dockerd and run "berth image build --variant minimal"`);
+  const why = await dockerUnavailable();
+  if (why !== undefined) {
+    console.log(`\n# docker: SKIPPED (${why})`);
     return;
   }
+  const docker = defaultDocker();
   await warmPoolBench(docker);
   if (process.env['BENCH_DOCKER'] === 'warm') return;
   const home = mkdtempSync(join(tmpdir(), 'berth-bench-docker-'));

@@ -7,11 +7,10 @@ import { Broker } from '../src/broker/broker.js';
 import { parseConfig } from '../src/config/schema.js';
 import { BerthServer } from '../src/server/server.js';
 import { TokenStore } from '../src/server/tokens.js';
-import { defaultDocker } from '../src/backends/docker/engine.js';
+import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
 import { fmt, row, verdict, timeMany } from './stats.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
-const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
 
 export interface BenchServer {
   url: string;
@@ -147,12 +146,9 @@ export async function httpBench(): Promise<void> {
     rmSync(home, { recursive: true, force: true });
   }
 
-  try {
-    const docker = defaultDocker();
-    await docker.ping();
-    await docker.getImage(IMAGE).inspect();
-  } catch (err) {
-    console.log(`  docker: SKIPPED (${(err as Error).message})`);
+  const why = await dockerUnavailable();
+  if (why !== undefined) {
+    console.log(`  docker: SKIPPED (${why})`);
     return;
   }
   const dhome = mkdtempSync(join(tmpdir(), 'berth-bench-http-docker-'));

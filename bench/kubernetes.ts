@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { defaultDocker } from '../src/backends/docker/engine.js';
+import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
 import { execOnceInPod } from '../src/backends/kubernetes/exec-once.js';
 import { spawnInPod, type ExecTarget } from '../src/backends/kubernetes/exec-stream.js';
 import { CONTAINER_NAME, sandboxPod, STATE_DIR, WORKSPACE } from '../src/backends/kubernetes/manifests.js';
@@ -22,7 +22,6 @@ import { fmt, row, verdict, timeMany } from './stats.js';
  * (no network to the API server, no kubelet hop, no scheduling or image pulls).
  */
 
-const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
 
 /**
  * Round trips on a bare bash over one exec WebSocket, no berth protocol: `true`, then a marker on
@@ -119,12 +118,9 @@ async function shellProtocolOverWebSocket(target: ExecTarget, n: number): Promis
 }
 
 export async function kubernetesBench(n: number): Promise<void> {
-  try {
-    const docker = defaultDocker();
-    await docker.ping();
-    await docker.getImage(IMAGE).inspect();
-  } catch (err) {
-    console.log(`\n# kubernetes (stand-in): SKIPPED (${(err as Error).message}); the stand-in runs pods as docker containers: start dockerd and run "berth image build --variant minimal"`);
+  const why = await dockerUnavailable();
+  if (why !== undefined) {
+    console.log(`\n# kubernetes (stand-in): SKIPPED (the stand-in runs pods as docker containers: ${why})`);
     return;
   }
   const cluster = await startStandinProcess();

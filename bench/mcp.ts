@@ -6,13 +6,12 @@ import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { Broker } from '../src/broker/broker.js';
-import { defaultDocker } from '../src/backends/docker/engine.js';
+import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
 import { parseConfig } from '../src/config/schema.js';
 import type { BerthConfig } from '../src/config/types.js';
 import { createMcpHttpHandler } from '../src/server/mcp/http.js';
 import { fmt, row, timeMany, verdict } from './stats.js';
 
-const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
 
 /**
  * One `tools/call terminal` of an open MCP session as a lean client sends it: a keep-alive
@@ -84,12 +83,9 @@ async function mcpVsLibrary(label: string, config: BerthConfig, n: number): Prom
 export async function mcpBench(n: number): Promise<void> {
   // The local backend serves remote callers only when the config says so.
   await mcpVsLibrary('mcp, local backend', parseConfig({ backend: 'local', persistent: false, server: { allowHostBackend: true } }), n);
-  const docker = defaultDocker();
-  try {
-    await docker.ping();
-    await docker.getImage(IMAGE).inspect();
-  } catch (err) {
-    console.log(`\n# mcp, docker backend: SKIPPED (${(err as Error).message})`);
+  const why = await dockerUnavailable();
+  if (why !== undefined) {
+    console.log(`\n# mcp, docker backend: SKIPPED (${why})`);
     return;
   }
   await mcpVsLibrary('mcp, docker backend', parseConfig({ backend: 'docker', persistent: false, docker: { image: IMAGE } }), Math.min(n, 1000));

@@ -3,12 +3,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Broker } from '../src/broker/broker.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
+import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
 import { parseConfig } from '../src/config/schema.js';
 import { engineMemoryPerSandbox } from './docker.js';
 import { cpuSnapshot, cpuSpent, type CpuSnapshot } from './process-cpu.js';
 import { fmt, percentile, verdict } from './stats.js';
 
-const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
 /** `BENCH_SESSIONS=1000,2000`: the session counts to hold (each run adds sessions to the previous one's). */
 const COUNTS = (process.env['BENCH_SESSIONS'] ?? '1000,2000').split(',').map(Number).filter((n) => n > 0).sort((a, b) => a - b);
 /** New sessions started at once while filling up. */
@@ -31,14 +31,12 @@ async function timed(fn: () => Promise<unknown>): Promise<number> {
  * 1,024 ports) they spread over the tenant's shard networks.
  */
 export async function scaleBench(): Promise<void> {
-  const docker = defaultDocker();
-  try {
-    await docker.ping();
-    await docker.getImage(IMAGE).inspect();
-  } catch (err) {
-    console.log(`\n# scale: SKIPPED (${(err as Error).message}); start dockerd and run "berth image build --variant minimal"`);
+  const why = await dockerUnavailable();
+  if (why !== undefined) {
+    console.log(`\n# scale: SKIPPED (${why})`);
     return;
   }
+  const docker = defaultDocker();
   const pidMax = Number(readFileSync('/proc/sys/kernel/pid_max', 'utf8'));
   const needed = COUNTS.at(-1)! * PIDS_PER_SANDBOX;
   if (pidMax < needed) {
@@ -92,7 +90,7 @@ export async function scaleBench(): Promise<void> {
     }
   } finally {
     const t = Date.now();
-    for (let i = 0; i < ids.length; i += 16) await Promise.all(ids.slice(i, i + 16).map((id) => broker.closeSession({ session: id }).catch(() => undefined)));
+    for (let i = 0; i < ids.length; i += 4) await Promise.all(ids.slice(i, i + 4).map((id) => broker.closeSession({ session: id }).catch(() => undefined)));
     await broker.closeSession({ session: 'scale-warm' }).catch(() => undefined);
     await broker.close();
     rmSync(home, { recursive: true, force: true });

@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { defaultDocker } from '../src/backends/docker/engine.js';
+import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
 
 /*
  * Server memory under concurrent uploads (issue 8, item 9): a real `berth serve` process (the built
@@ -13,7 +13,6 @@ import { defaultDocker } from '../src/backends/docker/engine.js';
  */
 
 const BERTH_BIN = resolve(import.meta.dirname, '..', 'bin', 'berth.js');
-const IMAGE = process.env['BERTH_TEST_IMAGE'] ?? 'berth-sandbox:minimal';
 const UPLOADS = 12;
 const UPLOAD_BYTES = 60 * 1000 * 1000;
 const TARGET_MB = 300;
@@ -59,14 +58,7 @@ function call(url: string, token: string, method: string, path: string, body?: B
 }
 
 async function dockerAvailable(): Promise<boolean> {
-  try {
-    const docker = defaultDocker();
-    await docker.ping();
-    await docker.getImage(IMAGE).inspect();
-    return true;
-  } catch {
-    return false;
-  }
+  return (await dockerUnavailable()) === undefined;
 }
 
 /** 12 concurrent 60 MB uploads of one tenant: the server's peak RSS, target under 300 MB. */

@@ -1,13 +1,9 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { chownSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, it, onTestFinished } from 'vitest';
-import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
-import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
 import { BerthError, PolicyRefusedError } from '../../src/errors.js';
-import { describeBwrap, IS_ROOT, testRange } from '../helpers/bwrap.js';
+import { bwrapInstall, describeBwrap, IS_ROOT, testRange, type BwrapInstall } from '../helpers/bwrap.js';
 
 /*
  * The bwrap backend through the library (Broker → module → backend → init loop), as an agent's
@@ -17,40 +13,7 @@ import { describeBwrap, IS_ROOT, testRange } from '../helpers/bwrap.js';
 
 const range = testRange();
 
-interface Install {
-  home: string;
-  root: string;
-  open(extra?: Record<string, unknown>): Promise<Broker>;
-}
-
-/** A fresh BERTH_HOME and sandbox root; brokers and dirs go when the test finishes. */
-function install(): Install {
-  const dir = realpathSync(mkdtempSync(join(tmpdir(), 'berth-bwrap-broker-')));
-  chmodSync(dir, 0o711);
-  const home = join(dir, 'home');
-  mkdirSync(home, { mode: 0o700 });
-  const root = join(dir, 'root');
-  const brokers: Broker[] = [];
-  onTestFinished(async () => {
-    for (const b of brokers) await b.close({ graceMs: 1_000 }).catch(() => undefined);
-    rmSync(dir, { recursive: true, force: true });
-  });
-  return {
-    home,
-    root,
-    open: async (extra = {}) => {
-      const { bwrap, ...rest } = extra as { bwrap?: Record<string, unknown> };
-      const config = parseConfig(
-        { backend: 'bwrap', persistent: false, bwrap: { root, uids: range, tmpSizeMb: 16, ...bwrap }, ...rest },
-        undefined,
-        { backends: BUILTIN_BACKENDS },
-      );
-      const broker = await Broker.open({ config, berthHome: home, env: { PATH: process.env['PATH'] } });
-      brokers.push(broker);
-      return broker;
-    },
-  };
-}
+const install = (): BwrapInstall => bwrapInstall('berth-bwrap-broker-', range);
 
 describeBwrap('bwrap backend through the broker', () => {
   it('a command cannot read /etc/shadow, berth\'s home or another sandbox\'s dir, and holds no capability', async () => {

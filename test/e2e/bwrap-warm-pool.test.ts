@@ -1,11 +1,7 @@
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { expect, it, onTestFinished } from 'vitest';
-import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
-import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
-import { describeBwrap, testRange } from '../helpers/bwrap.js';
+import { expect, it } from 'vitest';
+import { bwrapInstall, describeBwrap, testRange, type BwrapInstall } from '../helpers/bwrap.js';
 
 /*
  * Warm pools on bwrap: a new ephemeral session gets a sandbox started ahead (its own dir and uid),
@@ -14,28 +10,7 @@ import { describeBwrap, testRange } from '../helpers/bwrap.js';
 
 const range = testRange();
 
-function install(): { home: string; root: string; open(): Promise<Broker> } {
-  const dir = realpathSync(mkdtempSync(join(tmpdir(), 'berth-bwrap-warm-')));
-  chmodSync(dir, 0o711);
-  const home = join(dir, 'home');
-  mkdirSync(home, { mode: 0o700 });
-  const root = join(dir, 'root');
-  const brokers: Broker[] = [];
-  onTestFinished(async () => {
-    for (const b of brokers) await b.close({ graceMs: 1_000 }).catch(() => undefined);
-    rmSync(dir, { recursive: true, force: true });
-  });
-  return {
-    home,
-    root,
-    open: async () => {
-      const config = parseConfig({ backend: 'bwrap', persistent: false, warmPool: { size: 2 }, bwrap: { root, uids: range, tmpSizeMb: 16 } }, undefined, { backends: BUILTIN_BACKENDS });
-      const broker = await Broker.open({ config, berthHome: home, env: { PATH: process.env['PATH'] }, warmPool: true });
-      brokers.push(broker);
-      return broker;
-    },
-  };
-}
+const install = (): BwrapInstall => bwrapInstall('berth-bwrap-warm-', range);
 
 function metaOf(root: string, name: string): { digest: string; pool?: unknown } {
   return JSON.parse(readFileSync(join(root, 'sandboxes', name, 'meta.json'), 'utf8')) as { digest: string; pool?: unknown };
@@ -44,7 +19,7 @@ function metaOf(root: string, name: string): { digest: string; pool?: unknown } 
 describeBwrap('warm pool (bwrap)', () => {
   it('a new session claims a started sandbox, relabelled with its identity; never given twice; the pool refills; close removes the rest', async () => {
     const t = install();
-    const b = await t.open();
+    const b = await t.open({ warmPool: { size: 2 } }, { warmPool: true });
     await b.warmPoolsSettled();
     const pooled = b.warmPools().flatMap((p) => p.refs);
     expect(pooled).toHaveLength(2);

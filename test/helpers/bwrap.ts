@@ -1,4 +1,4 @@
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it, onTestFinished } from 'vitest';
@@ -8,6 +8,9 @@ import { startSandbox, type BwrapSandbox, type SandboxProcess, type StartSandbox
 import { prepareRoot } from '../../src/backends/bwrap/sandbox-dirs.js';
 import { seccompProgram } from '../../src/backends/bwrap/seccomp.js';
 import type { UidRange } from '../../src/backends/bwrap/uid-claims.js';
+import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
+import { Broker } from '../../src/broker/broker.js';
+import { parseConfig } from '../../src/config/schema.js';
 
 /*
  * Plumbing for the bwrap suites: a throwaway sandbox root per test, a uid range per test file
@@ -30,6 +33,45 @@ export function tempRoot(): string {
   prepareRoot(root);
   onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
   return root;
+}
+
+/** A BERTH_HOME and a sandbox root for brokers on bwrap; both go, with every broker opened, when the test finishes. */
+export interface BwrapInstall {
+  home: string;
+  root: string;
+  /**
+   * A broker with `backend: bwrap` on this root and `range`, ephemeral sandboxes, 16 MiB tmpfs;
+   * `extra` adds config (its `bwrap` keys merge into the bwrap section); `warmPool` lets it fill pools.
+   */
+  open(extra?: Record<string, unknown>, opts?: { warmPool?: boolean }): Promise<Broker>;
+}
+
+export function bwrapInstall(prefix: string, range: UidRange): BwrapInstall {
+  const dir = realpathSync(mkdtempSync(join(tmpdir(), prefix)));
+  chmodSync(dir, 0o711);
+  const home = join(dir, 'home');
+  mkdirSync(home, { mode: 0o700 });
+  const root = join(dir, 'root');
+  const brokers: Broker[] = [];
+  onTestFinished(async () => {
+    for (const b of brokers) await b.close({ graceMs: 1_000 }).catch(() => undefined);
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return {
+    home,
+    root,
+    open: async (extra = {}, opts = {}) => {
+      const { bwrap: more, ...rest } = extra as { bwrap?: Record<string, unknown> };
+      const config = parseConfig(
+        { backend: 'bwrap', persistent: false, bwrap: { root, uids: range, tmpSizeMb: 16, ...more }, ...rest },
+        undefined,
+        { backends: BUILTIN_BACKENDS },
+      );
+      const broker = await Broker.open({ config, berthHome: home, env: { PATH: process.env['PATH'] }, ...(opts.warmPool === true ? { warmPool: true } : {}) });
+      brokers.push(broker);
+      return broker;
+    },
+  };
 }
 
 async function status(): Promise<{ ok: true; host: BwrapHost } | { ok: false; reason: string }> {
