@@ -41,8 +41,9 @@ const SSE_HEADERS = {
  *
  * Why not the SDK's: its node transport converts every request to a web `Request` and every answer
  * to a `ReadableStream` (@hono/node-server, TextEncoder, AbortSignal per request), which was most
- * of what MCP added over the library call (measured on a trivial `terminal` call: see
- * docs/design.md §MCP over HTTP).
+ * of what MCP added over the library call. On a trivial `terminal` call (local backend, a lean
+ * keep-alive client, both transports interleaved in one process) MCP added ~755 µs at p50 on the
+ * SDK's transport and ~345 µs on this one.
  *
  * @example
  * ```ts
@@ -158,7 +159,7 @@ export class NodeTransport implements Transport {
     // close() may have run while the body was read.
     if (this.closed) return this.refuse(res, 404, -32001, 'Session not found');
 
-    if (messages.some(isInitializeRequest)) {
+    if (messages.some(isInitialize)) {
       if (this.sessionId !== undefined) return this.refuse(res, 400, -32600, 'Invalid Request: Server already initialized');
       if (messages.length > 1) return this.refuse(res, 400, -32600, 'Invalid Request: Only one initialization request is allowed');
       this.sessionId = this.opts.sessionId;
@@ -263,6 +264,11 @@ export class NodeTransport implements Transport {
     res.writeHead(status, { 'content-type': 'application/json', ...headers })
       .end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
   }
+}
+
+/** The SDK's check, behind a look at the method: its schema's failure path costs ~6 µs per message. */
+function isInitialize(m: JSONRPCMessage): boolean {
+  return 'method' in m && m.method === 'initialize' && isInitializeRequest(m);
 }
 
 function sseEvent(message: JSONRPCMessage): string {
