@@ -42,8 +42,8 @@ const SSE_HEADERS = {
  * Why not the SDK's: its node transport converts every request to a web `Request` and every answer
  * to a `ReadableStream` (@hono/node-server, TextEncoder, AbortSignal per request), which was most
  * of what MCP added over the library call. On a trivial `terminal` call (local backend, a lean
- * keep-alive client, both transports interleaved in one process) MCP added ~755 µs at p50 on the
- * SDK's transport and ~345 µs on this one.
+ * keep-alive client, both transports interleaved in one process, load ~5) MCP added ~540 µs at p50
+ * on the SDK's transport and ~300 µs on this one.
  *
  * @example
  * ```ts
