@@ -37,13 +37,13 @@ afterEach(async () => {
   }
 });
 
-async function rig(opts: { initialize?: boolean } = {}): Promise<Rig> {
+async function rig(opts: { initialize?: boolean; keepAliveMs?: number } = {}): Promise<Rig> {
   let release!: () => void;
   let gate = new Promise<void>((r) => (release = r));
   let settled = 0;
   let closed = 0;
   const r = { errors: [] as string[], sessionEnds: 0 } as Rig;
-  const transport = new NodeTransport({ sessionId: SID, onSessionClosed: () => void r.sessionEnds++ });
+  const transport = new NodeTransport({ sessionId: SID, onSessionClosed: () => void r.sessionEnds++, keepAliveMs: opts.keepAliveMs });
   const mcp = new McpServer({ name: 'test', version: '0' });
   mcp.registerTool('echo', { inputSchema: { text: z.string() } }, async ({ text }) => ({ content: [{ type: 'text', text }] }));
   // Sends one progress notification for the request, then waits for the test before answering.
@@ -239,6 +239,15 @@ describe('NodeTransport: streams', () => {
     expect([after.status, refusal(after).code]).toEqual([404, -32001]);
     await r.transport.close();
     expect(r.closedCount()).toBe(1);
+  });
+
+  it('a call that says nothing for a while still gets its headers and keep-alive comments, then its result', async () => {
+    const r = await rig({ keepAliveMs: 50 });
+    const s = await openStream(r.url, call(11, 'wait'), inSession());
+    expect(s.res.headers['content-type']).toBe('text/event-stream');
+    expect(await s.next()).toMatch(/^(: keepalive\n\n)+$/);
+    r.release();
+    expect(sseEvents(await s.rest())).toMatchObject([{ id: 11, result: { content: [{ text: 'done' }] } }]);
   });
 
   it('close() ends an answer in flight and the GET stream', async () => {

@@ -14,6 +14,8 @@ export interface NodeTransportOptions {
   sessionId: string;
   /** Awaited on DELETE before the 200 (berth closes the berth session there). */
   onSessionClosed?: () => Promise<void> | void;
+  /** Between keep-alive comments on open streams (default: the SDK's, 15 s). */
+  keepAliveMs?: number;
 }
 
 /** One open SSE answer: a POST's (until each of its requests is answered) or the session's GET stream. */
@@ -79,7 +81,7 @@ export class NodeTransport implements Transport {
     // timeouts from cutting a long call, and sends the headers of an answer that has none yet.
     this.keepAlive = setInterval(() => {
       for (const s of this.open) if (writable(s.res)) s.res.write(': keepalive\n\n');
-    }, DEFAULT_SSE_KEEP_ALIVE_MS).unref();
+    }, this.opts.keepAliveMs ?? DEFAULT_SSE_KEEP_ALIVE_MS).unref();
   }
 
   /**
