@@ -39,7 +39,7 @@ function leanToolCall(agent: Agent, url: string, sessionId: string, protocolVers
 
 /**
  * Exec round trip through an MCP client over streamable HTTP (loopback, the SDK's client and
- * server transports, one MCP session) against the library call on the same broker, same run.
+ * berth's server transport, one MCP session) against the library call on the same broker, same run.
  */
 async function mcpVsLibrary(label: string, config: BerthConfig, n: number): Promise<void> {
   const home = mkdtempSync(join(tmpdir(), 'berth-bench-mcp-'));

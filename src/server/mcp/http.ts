@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { Broker } from '../../broker/broker.js';
 import { isBerthError } from '../../errors.js';
@@ -10,6 +9,8 @@ import { assertProfileAllowed, hostBackendForbidden, runsOnHost, type Caller } f
 import { HTTP_STATUS, type HttpCode } from '../http-error.js';
 import { isRefusal } from '../refusals.js';
 import { describeSandbox } from './sandbox-description.js';
+import { NodeTransport } from './node-transport.js';
+import { readBody } from './read-body.js';
 import { createMcpServer } from './server.js';
 
 export interface McpHttpOptions {
@@ -43,7 +44,7 @@ interface LiveSession {
   id: string;
   tenant: string;
   scope: CallScope;
-  transport: StreamableHTTPServerTransport;
+  transport: NodeTransport;
   lastUsedMs: number;
   inflight: number;
   ended: Promise<void> | undefined;
@@ -59,6 +60,11 @@ const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
  * `server.allowHostBackend`. A session answers only to the tenant that opened it (any other
  * tenant gets the same 404 as an unknown id). DELETE, idle expiry and `close()` end the MCP
  * session and close its berth session. Callers are remote: tools hand out no host paths.
+ *
+ * Each MCP session is served by `NodeTransport`, berth's own streamable HTTP transport on plain
+ * node:http (the SDK's `McpServer` is unchanged): it answers as the SDK's node transport does, without
+ * that transport's per-request conversion to web `Request`/`ReadableStream` objects (MCP over the
+ * library call, p50, both interleaved in one process: ~540 µs on the SDK's transport, ~300 µs on berth's).
  *
  * @example
  * ```ts
@@ -191,7 +197,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       return;
     }
     // DELETE answers once the berth session is closed (its ephemeral sandbox removed).
-    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => id, onsessionclosed: () => end(s) });
+    const transport = new NodeTransport({ sessionId: id, onSessionClosed: () => end(s) });
     const s: LiveSession = { id, tenant, scope, transport, lastUsedMs: Date.now(), inflight: 1, ended: undefined };
     held.set(tenant, (held.get(tenant) ?? 0) + 1);
     const server = createMcpServer(broker, scope, { sandbox, remote: true, onRefused: (code) => refused(code, tenant) });
@@ -258,26 +264,16 @@ function sendRpcError(res: ServerResponse, status: number, code: number, message
   sendJson(res, status, { jsonrpc: '2.0', error: { code, message }, id: null });
 }
 
-function readJson(req: IncomingMessage, maxBytes: number): Promise<{ ok: true; value: unknown } | { ok: false; status: number; message: string }> {
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    // An oversized body is drained, not destroyed: destroying the request would take the response's socket with it.
-    req.on('data', (chunk: Buffer) => {
-      size += chunk.length;
-      if (size <= maxBytes) chunks.push(chunk);
-    });
-    req.on('error', () => resolve({ ok: false, status: 400, message: 'request body could not be read' }));
-    req.on('end', () => {
-      if (size > maxBytes) {
-        resolve({ ok: false, status: 413, message: `request body is over ${maxBytes} bytes` });
-        return;
-      }
-      try {
-        resolve({ ok: true, value: JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown });
-      } catch {
-        resolve({ ok: false, status: 400, message: 'request body is not valid JSON' });
-      }
-    });
-  });
+async function readJson(req: IncomingMessage, maxBytes: number): Promise<{ ok: true; value: unknown } | { ok: false; status: number; message: string }> {
+  const body = await readBody(req, maxBytes);
+  if (!body.ok) {
+    return body.reason === 'too_large'
+      ? { ok: false, status: 413, message: `request body is over ${maxBytes} bytes` }
+      : { ok: false, status: 400, message: 'request body could not be read' };
+  }
+  try {
+    return { ok: true, value: JSON.parse(body.text) as unknown };
+  } catch {
+    return { ok: false, status: 400, message: 'request body is not valid JSON' };
+  }
 }
