@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Broker } from '../src/broker/broker.js';
@@ -16,6 +16,22 @@ const FILL_CONCURRENCY = 8;
 const ALL_AT_ONCE_ROUNDS = 3;
 /** Pids (processes and threads) one idle docker sandbox holds on the host, measured here: containerd-shim's ~11 threads, tini, the shell, the warden, sleep. */
 const PIDS_PER_SANDBOX = 16;
+
+/** Open files the engine holds per running sandbox with its shell and warden attached, measured here (docker 20.10): 16 FIFOs, 5 sockets. */
+const ENGINE_FDS_PER_SANDBOX = 21;
+
+/** dockerd's soft limit on open files, or undefined when it cannot be read (not root, no such process). */
+function dockerdOpenFiles(): number | undefined {
+  try {
+    const pid = readdirSync('/proc').find((p) => /^\d+$/.test(p) && readFileSync(`/proc/${p}/comm`, 'utf8').trim() === 'dockerd');
+    if (pid === undefined) return undefined;
+    const line = readFileSync(`/proc/${pid}/limits`, 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+    const soft = Number(line?.split(/\s{2,}/)[1]);
+    return Number.isInteger(soft) ? soft : undefined;
+  } catch {
+    return undefined;
+  }
+}
 
 /** Times `fn` (ms). */
 async function timed(fn: () => Promise<unknown>): Promise<number> {
@@ -42,6 +58,14 @@ export async function scaleBench(): Promise<void> {
   if (pidMax < needed) {
     console.log(`\n# scale: SKIPPED: kernel.pid_max is ${pidMax}, and ${COUNTS.at(-1)} sandboxes take about ${needed} pids (each: the engine's shim and its ` +
       `threads, the init, the shell and the warden); raise it first: sysctl -w kernel.pid_max=4194304`);
+    return;
+  }
+  const fdLimit = dockerdOpenFiles();
+  const fdsNeeded = COUNTS.at(-1)! * ENGINE_FDS_PER_SANDBOX + 1_000;
+  if (fdLimit !== undefined && fdLimit < fdsNeeded) {
+    console.log(`\n# scale: SKIPPED: dockerd may hold ${fdLimit} open files, and ${COUNTS.at(-1)} sandboxes need about ${fdsNeeded} (each: ` +
+      `~${ENGINE_FDS_PER_SANDBOX} in the engine for its FIFOs and sockets, the shell's and the warden's execs included); start dockerd with a higher ` +
+      'limit (docker\'s service unit sets LimitNOFILE=infinity; scripts/ensure-docker.sh raises it where it may) or ask for fewer (BENCH_SESSIONS)');
     return;
   }
   const home = mkdtempSync(join(tmpdir(), 'berth-bench-scale-'));

@@ -20,7 +20,11 @@ if docker info >/dev/null 2>&1; then
 fi
 
 echo "ensure-docker: starting dockerd" >&2
-dockerd >/tmp/berth-dockerd.log 2>&1 &
+# The open-files limit docker's own service unit gives it (LimitNOFILE=infinity): the engine holds
+# ~21 fds per running sandbox with its shell and warden attached, so the shell's limit (often
+# 1,024 or 20,000) runs it out of descriptors long before 1,000 sandboxes.
+( ulimit -n "$(cat /proc/sys/fs/nr_open)" 2>/dev/null || ulimit -n 1048576 2>/dev/null || true
+  exec dockerd >/tmp/berth-dockerd.log 2>&1 ) &
 pid=$!
 for _ in $(seq 1 120); do
   if [ -S /var/run/docker.sock ] && docker info >/dev/null 2>&1; then
