@@ -213,11 +213,18 @@ export class Reapers implements BrokerReapers {
     if (this.opts.reap) await this.reapOrphans().catch((e) => log('berth:reaper', String(e)));
   }
 
-  /** In-flight commands, busy shells, background jobs and running jobs all count as activity. */
+  /**
+   * In-flight commands, busy shells, background jobs and running jobs all count as activity. A
+   * busy shell or a running job seen by a sweep is activity at that moment, so the idle time
+   * counts from its end: a job's output stays readable for `idleSeconds` after it ended, instead
+   * of going with its sandbox in the sweep that first saw it end.
+   */
   private async isIdle(live: LiveSandbox, now: number): Promise<boolean> {
     if (live.inflight > 0 || now - live.lastActivityMs < live.idleMs) return false;
-    if (await live.shells.busy()) return false;
-    if (await this.opts.jobsActiveIn(live.digest, live.sandbox).catch(() => true)) return false;
+    if ((await live.shells.busy()) || (await this.opts.jobsActiveIn(live.digest, live.sandbox).catch(() => true))) {
+      live.lastActivityMs = Math.max(live.lastActivityMs, now);
+      return false;
+    }
     return live.inflight === 0;
   }
 }

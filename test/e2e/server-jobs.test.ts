@@ -114,19 +114,20 @@ describeDocker('berth serve: background jobs on the real engine', () => {
 
   it('a running job counts as activity: the idle reaper leaves its sandbox alone until it ends', async () => {
     const t = reg.track();
-    const broker = await t.open(dockerConfig({ persistent: false, lifecycle: { idleSeconds: 10 } }));
+    const broker = await t.open(dockerConfig({ persistent: false, lifecycle: { idleSeconds: 12 } }));
     const s = { session: 'busy' };
     const { jobId } = await broker.jobs.start(s, 'sleep 16; echo finished');
-    // Idle for longer than idleSeconds, with sweeps every 2.5 s: the job keeps the sandbox.
-    await new Promise((res) => setTimeout(res, 13_000));
+    // Idle for longer than idleSeconds, with sweeps every 3 s: the job keeps the sandbox.
+    await new Promise((res) => setTimeout(res, 14_000));
     expect(broker.list('local').map((x) => x.sandboxKey)).toEqual(['session:busy']);
-    // The read that sees the end is the one checked: once the job has ended the sandbox is idle,
-    // and a sweep may remove it before a second read.
-    let last: Awaited<ReturnType<typeof broker.jobs.read>> | undefined;
-    expect(await waitFor(async () => (last = await broker.jobs.read(s, jobId)).done, 10_000, 500)).toBe(true);
-    expect(last).toMatchObject({ output: 'finished\n', exitCode: 0, status: 'exited' });
+    expect(await waitFor(async () => (await broker.jobs.read(s, jobId)).done, 10_000, 500)).toBe(true);
+    // The idle time counts from the job's end, not its start: two sweeps later its sandbox and
+    // output are still there (it used to go in the first sweep after the end, output and all).
+    await new Promise((res) => setTimeout(res, 7_000));
+    expect(broker.list('local').map((x) => x.sandboxKey)).toEqual(['session:busy']);
+    expect(await broker.jobs.read(s, jobId)).toMatchObject({ output: 'finished\n', exitCode: 0, status: 'exited' });
     // Once it ended and the sandbox stays idle, the reaper removes it.
     expect(await waitFor(() => broker.list('local').length === 0, 20_000, 500)).toBe(true);
     expect(await t.containers()).toEqual([]);
-  }, 60_000);
+  }, 90_000);
 });
