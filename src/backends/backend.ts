@@ -115,6 +115,12 @@ export interface SandboxHandle {
    */
   processCount?(): Promise<{ current: number; limit: number } | undefined>;
   /**
+   * Where the sandbox's main process is berth's warden (warden-script.ts `WARDEN_RESIDENT`, a
+   * docker container made by this berth): attaches to its stdin and output. Nothing is started
+   * and ending the transport only lets go of it. Absent where the warden is a bash opened later.
+   */
+  readonly attachWarden?: (() => Promise<ShellTransport>) | undefined;
+  /**
    * The host file behind an in-sandbox path when it lives on a host directory bound into the
    * sandbox (a persistent sandbox's dirs, an attached workspace, a volume; every path on
    * `local`), with the host root it must stay under; undefined when it does not (tmpfs, remote).

@@ -78,6 +78,10 @@ export class CommandRunner {
         if (state !== undefined) {
           log('berth:broker', `sandbox ${call.binding.sandboxKey} is ${state}; re-ensuring it once`);
           gone = state === 'gone';
+          if (state === 'stopped') {
+            restarted = pool.startedAgainNotice(call, live);
+            opts.onChunk?.('stderr', restarted);
+          }
           await pool.forget(live);
           continue;
         }

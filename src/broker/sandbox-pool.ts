@@ -272,6 +272,18 @@ export class SandboxPool {
     }
   }
 
+  /**
+   * The line for a call that found its sandbox stopped (its main process ended: a command ended
+   * it, or someone stopped it) and starts it again: what the start took with it.
+   */
+  startedAgainNotice(call: ResolvedCall, live: LiveSandbox): string {
+    const dirs = live.sandbox.volatileDirs ?? [];
+    const notice = `berth: sandbox "${call.binding.sandboxKey}" had stopped (its main process ended, or it was stopped from outside), ` +
+      `so it was started again: every process in it had ended${dirs.length > 0 ? ` and ${dirs.join(', ')} (tmpfs) were emptied` : ''}\n`;
+    this.log('berth:broker', notice.trim());
+    return notice;
+  }
+
   /** After a shell could not start in a container: its pid count when (nearly) every pid is taken. */
   async outOfProcesses(live: LiveSandbox): Promise<{ current: number; limit: number } | undefined> {
     if (!live.traits.ownsProcessTable) return undefined;

@@ -2,7 +2,7 @@ import type { Sandbox, ShellTransport } from '../backends/backend.js';
 import type { Logger } from '../logging/logger.js';
 import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
-import { Warden } from '../shell/warden.js';
+import { wardenFor, type Warden } from '../shell/warden.js';
 import { startCwd, type ResolvedCall } from './resolve-call.js';
 import type { StartGate } from './start-gate.js';
 import type { StateStore } from './state-store.js';
@@ -41,11 +41,7 @@ export class SandboxShells {
   constructor(readonly sandbox: Sandbox, opts: { mayKillAll: boolean; log: Logger; warden?: Warden | undefined; preattached?: ShellTransport | undefined }) {
     this.log = opts.log;
     this.preattached = opts.preattached;
-    this.warden = opts.warden ?? new Warden({
-      open: () => sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }),
-      mayKillAll: opts.mayKillAll,
-      log: opts.log,
-    });
+    this.warden = opts.warden ?? wardenFor(sandbox, { mayKillAll: opts.mayKillAll, log: opts.log });
   }
 
   /**

@@ -11,7 +11,7 @@ import type { Backend, PoolShape, Sandbox, SandboxSpec, ShellTransport } from '.
 import type { BerthConfig, ProfileSettings } from '../config/types.js';
 import { ConfigError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
-import { Warden } from '../shell/warden.js';
+import { wardenFor, type Warden } from '../shell/warden.js';
 import { ownerToken } from './process-owner.js';
 import type { StartGate } from './start-gate.js';
 
@@ -274,11 +274,7 @@ export class WarmPool {
       this.opts.log.debug(`warm pool ${pool.shape.digest.slice(0, 12)}: could not prepare a sandbox: ${String(err)}`);
       return undefined;
     }
-    const warden = new Warden({
-      open: () => sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }),
-      mayKillAll: this.opts.mayKillAll(backend.name),
-      log: this.opts.log.with({ ref: sandbox.ref }),
-    });
+    const warden = wardenFor(sandbox, { mayKillAll: this.opts.mayKillAll(backend.name), log: this.opts.log.with({ ref: sandbox.ref }) });
     await warden.start();
     const shell = await sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }).catch(() => undefined);
     // The shells' state dir is made now, by the bash that will be the session's (as its user):

@@ -23,6 +23,7 @@ import { SHELL_TAG_VAR, TAG_VAR } from './protocol.js';
  *   n ID                                  whether the sandbox's pids are (nearly) all taken,
  *        from its pids cgroup. Reply: ID full|ok.
  *   s ID SIGNAL PID                       send one signal.
+ *   p ID                                  its own pid (a resident warden, attached to later).
  * PGIDS: process groups of earlier background jobs (kept alive), comma-separated, or `-`.
  *
  * What belongs to a command (modes c and r), found afresh in rounds until a round finds nothing
@@ -161,6 +162,7 @@ __wop() {
        builtin printf '%s %s\\n' "$id" "$s" ;;
     n) __wfull && s=full || s=ok; builtin printf '%s %s\\n' "$id" "$s" ;;
     s) builtin kill -s "$1" "$2" 2>/dev/null && s=1 || s=0; builtin printf '%s %s\\n' "$id" "$s" ;;
+    p) builtin printf '%s %s\\n' "$id" "$__me" ;;
     *) builtin printf '%s ?\\n' "$id" ;;
   esac
 }
@@ -183,6 +185,20 @@ builtin printf 'warden %s\\n' "$$"
 while read -r -a __w; do (( \${#__w[@]} >= 2 )) && __wop "\${__w[@]}"; done
 `;
 }
+
+/**
+ * The tail that makes WARDEN_SCRIPT a container's main process (a resident warden, see
+ * warden.ts): the same loop on the container's stdin, which berth attaches to; several berth
+ * processes may attach at once, and each keeps only the replies to its own ids. SIGTERM is not
+ * ignored, so a `docker stop` ends it at once (the command's user could end it anyway, as it could
+ * end any main process). Its input does not end while the container runs (the container keeps
+ * stdin open: `StdinOnce` false), and when it ends, so does the container.
+ */
+export const WARDEN_RESIDENT = `
+trap - TERM
+__wall=1
+while read -r -a __w; do (( \${#__w[@]} >= 2 )) && __wop "\${__w[@]}"; done
+`;
 
 /** The tail that makes WARDEN_SCRIPT run the one operation in its arguments (a helper run). */
 export const WARDEN_ONCE = `

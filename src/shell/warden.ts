@@ -1,4 +1,4 @@
-import type { ExecOnceOptions, ExecOnceResult, ShellTransport } from '../backends/backend.js';
+import type { ExecOnceOptions, ExecOnceResult, Sandbox, ShellTransport } from '../backends/backend.js';
 import { BerthError, TimeoutError, UnsupportedError } from '../errors.js';
 import { Logger } from '../logging/logger.js';
 import { TokenSource } from './protocol.js';
@@ -46,8 +46,16 @@ export interface ProcessKiller {
 }
 
 export interface WardenOptions {
-  /** Opens a plain `bash --noprofile --norc` on stdin/stdout in the sandbox (the shell's seam). */
+  /**
+   * Opens a plain `bash --noprofile --norc` on stdin/stdout in the sandbox (the shell's seam), or
+   * with `resident`, attaches to the warden that already runs there.
+   */
   open: () => Promise<ShellTransport>;
+  /**
+   * The warden runs as the sandbox's main process from its start (a docker container's): `open`
+   * attaches to it, nothing is started for it, and `close` only lets go of it.
+   */
+  resident?: boolean;
   /** True for containers: `endAll` may kill every process in the sandbox. Never on a host. */
   mayKillAll: boolean;
   /** Bound on opening and on each operation (a scan under a fork bomb takes seconds). */
@@ -116,9 +124,11 @@ abstract class KillerBase implements ProcessKiller {
 }
 
 /**
- * A warden bash kept running in a sandbox from the time its first shell opens, so that a kill
- * needs no new process there. One operation at a time; each answers one line keyed by an id.
- * If it died (a command may kill it) it is reopened at the next use, which needs a free pid.
+ * A warden bash kept running in a sandbox from the time its first shell opens (or from the
+ * sandbox's start, when it is the sandbox's main process: `resident`), so that a kill needs no
+ * new process there. One operation at a time; each answers one line keyed by an id. If it died (a
+ * command may kill it) it is reopened at the next use, which needs a free pid; a resident one
+ * that died took its container with it.
  */
 export class Warden extends KillerBase implements AsyncDisposable {
   protected readonly mayKillAll: boolean;
@@ -184,7 +194,7 @@ export class Warden extends KillerBase implements AsyncDisposable {
     if (this.closed) throw new BerthError('warden_closed', 'the sandbox is closing; its warden is gone');
     const current = await this.conn?.catch(() => undefined);
     if (current !== undefined && !current.dead) return current;
-    const opening = WardenConn.open(this.opts.open, this.mayKillAll, this.timeoutMs, (m) => this.log(m));
+    const opening = WardenConn.open(this.opts, this.mayKillAll, this.timeoutMs, (m) => this.log(m));
     this.conn = opening;
     const conn = await opening;
     if (this.conn === opening) this.running = conn;
@@ -196,6 +206,19 @@ export class Warden extends KillerBase implements AsyncDisposable {
   }
 }
 
+/**
+ * The warden of `sandbox`: the one resident there when its backend starts one with the sandbox
+ * (`attachWarden`), else a bash opened in it on first use.
+ */
+export function wardenFor(sandbox: Sandbox, opts: Omit<WardenOptions, 'open' | 'resident'>): Warden {
+  const attach = sandbox.attachWarden;
+  return new Warden({
+    ...opts,
+    resident: attach !== undefined,
+    open: attach ?? (() => sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd })),
+  });
+}
+
 /** One running warden process. */
 class WardenConn {
   dead = false;
@@ -204,7 +227,7 @@ class WardenConn {
   private waiter: { id: string; resolve: (words: string[]) => void } | undefined;
   private failWaiter: (err: Error) => void = () => undefined;
 
-  private constructor(readonly transport: ShellTransport, private readonly log: (msg: string) => void) {
+  private constructor(readonly transport: ShellTransport, private readonly resident: boolean, private readonly log: (msg: string) => void) {
     transport.stdout.on('data', (chunk: Buffer | string) => this.onData(chunk.toString()));
     transport.stderr.on('data', () => undefined);
     for (const s of [transport.stdin, transport.stdout, transport.stderr]) s.on('error', (err: Error) => log(err.message));
@@ -214,15 +237,22 @@ class WardenConn {
     );
   }
 
-  static async open(open: () => Promise<ShellTransport>, mayKillAll: boolean, timeoutMs: number, log: (msg: string) => void): Promise<WardenConn> {
+  static async open(opts: WardenOptions, mayKillAll: boolean, timeoutMs: number, log: (msg: string) => void): Promise<WardenConn> {
     const started = Date.now();
-    const transport = await withDeadline(open(), timeoutMs, 'opening the warden');
-    const conn = new WardenConn(transport, log);
+    const resident = opts.resident === true;
+    const transport = await withDeadline(opts.open(), timeoutMs, resident ? 'attaching to the warden' : 'opening the warden');
+    const conn = new WardenConn(transport, resident, log);
     try {
-      conn.transport.stdin.write(`${WARDEN_SCRIPT}${wardenLoop(mayKillAll)}`);
-      const words = await conn.wait('warden', Math.max(1, timeoutMs - (Date.now() - started)));
+      const left = Math.max(1, timeoutMs - (Date.now() - started));
+      let words: string[];
+      if (resident) {
+        words = await conn.request(`p ${new TokenSource().next(9)}`, [], left);
+      } else {
+        conn.transport.stdin.write(`${WARDEN_SCRIPT}${wardenLoop(mayKillAll)}`);
+        words = await conn.wait('warden', left);
+      }
       conn.pid = Number(words[0]);
-      log(`running (pid ${conn.pid})`);
+      log(`${resident ? 'attached' : 'running'} (pid ${conn.pid})`);
       return conn;
     } catch (err) {
       await transport.kill();
@@ -230,8 +260,15 @@ class WardenConn {
     }
   }
 
-  /** Ends its input (its loop then ends); killed if it is still there a moment later. */
+  /**
+   * Ends its input (its loop then ends); killed if it is still there a moment later. A resident
+   * warden is only let go of: its transport's kill ends the attachment, never the process.
+   */
   end(): void {
+    if (this.resident) {
+      void this.transport.kill();
+      return;
+    }
     if (!this.transport.stdin.destroyed && !this.transport.stdin.writableEnded) this.transport.stdin.end();
     const timer = setTimeout(() => void this.transport.kill(), END_GRACE_MS);
     timer.unref();

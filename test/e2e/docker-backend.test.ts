@@ -362,7 +362,8 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     const capEff = /CapEff:\s*([0-9a-f]+)/.exec(status)?.[1];
     expect(capEff && BigInt(`0x${capEff}`), at(sandbox)).toBe(CAP_ADD_MASK);
     expect(status, at(sandbox)).toMatch(/NoNewPrivs:\s*1/);
-    expect((await sh(sandbox, 'tr "\\0" " " < /proc/1/cmdline')).out, at(sandbox)).toMatch(/^\/sbin\/docker-init -- sleep infinity/);
+    // PID 1 is the init; its child, the main process, is berth's warden reading from stdin.
+    expect((await sh(sandbox, 'tr "\\0" " " < /proc/1/cmdline')).out, at(sandbox)).toMatch(/^\/sbin\/docker-init -- bash --noprofile --norc -c /);
     expect((await sh(sandbox, 'grep " /tmp " /proc/mounts')).out, at(sandbox)).toMatch(/tmpfs \/tmp tmpfs rw,nosuid,nodev.*size=262144k/);
     expect((await sh(sandbox, 'stat -c %a /tmp')).out, at(sandbox)).toBe('1777\n');
     const host = (await docker.getContainer(sandbox.ref).inspect()).HostConfig;
@@ -479,7 +480,8 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     await Promise.all([shell.kill(), shell.kill()]);
     await shell.kill();
     expect(await shell.exited).not.toBe(0);
-    const ps = (await sh(sandbox, 'ps -o args')).out;
+    // Every process but the init (pid 1) and the main one (the warden, the init's child).
+    const ps = (await sh(sandbox, "ps -o pid,ppid,args | awk '$1 != 1 && $2 != 1'")).out;
     expect(ps, at(sandbox)).not.toContain('sleep 123');
     expect(ps, at(sandbox)).not.toContain('bash --noprofile');
     // Writing after kill does not throw out of the transport.

@@ -6,6 +6,7 @@ import type { SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
 import { LABEL } from '../labels.js';
 import { HOME, WORKSPACE } from './paths.js';
+import { WARDEN_RESIDENT, WARDEN_SCRIPT } from '../../shell/warden-script.js';
 
 export { HOME, STATE_DIR, WORKSPACE } from './paths.js';
 
@@ -44,6 +45,15 @@ export function persistentName(digest: string): string {
 export function ephemeralName(digest: string, random8hex: string): string {
   return `berth-${digest.slice(0, 16)}-${random8hex}`;
 }
+
+/**
+ * Set on a container whose main process is berth's warden (see `createOptions`). Containers
+ * made before it (main process `sleep infinity`) have none: their warden is an exec, as before.
+ */
+export const WARDEN_LABEL = 'berth.warden';
+
+/** The main process of a sandbox container: the warden, reading operations on its stdin. */
+export const RESIDENT_WARDEN_CMD: readonly string[] = ['bash', '--noprofile', '--norc', '-c', `${WARDEN_SCRIPT}${WARDEN_RESIDENT}`, 'berth-warden'];
 
 export function labelsFor(spec: SandboxSpec): Record<string, string> {
   return {
@@ -139,6 +149,13 @@ export interface CreatePlanInput {
  * The full `POST /containers/create` body for a sandbox. Pure.
  * Hardening: caps dropped to CAP_ADD, no-new-privileges, an init as PID 1, pids/memory/cpu
  * limits, size-limited tmpfs for /tmp, a berth network (or none) and optionally a non-root user.
+ *
+ * The main process is the sandbox's warden (warden-script.ts): started with the container, it is
+ * there before any command could take every pid, and berth reaches it by attaching to its stdin
+ * rather than by an exec. An exec costs the engine a process start and 7 open files for as long
+ * as it runs (3 FIFOs opened twice, a socket); the attach costs 3 (the stdin FIFO, a socket). The
+ * engine's open files bound how many sandboxes one dockerd holds (~21 each before this).
+ * Its output is nobody's record, so no log driver keeps it (one file fewer per container).
  */
 export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreateOptions {
   const { spec, hostDir, runAs } = input;
@@ -159,15 +176,18 @@ export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreate
   return {
     name: input.name,
     Image: input.image,
-    // The sandbox's main process only keeps the container alive; commands run through exec.
-    Cmd: ['sleep', 'infinity'],
+    // Commands run through exec; the main process keeps the container alive and ends process
+    // trees when berth asks (it runs as the sandbox's user, as the commands do).
+    Cmd: [...RESIDENT_WARDEN_CMD],
     Entrypoint: [],
-    Labels: input.labels ?? labelsFor(spec),
+    Labels: { ...(input.labels ?? labelsFor(spec)), [WARDEN_LABEL]: 'resident' },
     Env: [`HOME=${HOME}`],
     WorkingDir: WORKSPACE,
     User: runAs ? `${runAs.uid}:${runAs.gid}` : undefined,
     Tty: false,
-    OpenStdin: false,
+    // stdin stays open for the life of the container, whoever attaches or lets go.
+    OpenStdin: true,
+    StdinOnce: false,
     AttachStdin: false,
     AttachStdout: false,
     AttachStderr: false,
@@ -180,6 +200,7 @@ export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreate
       CapAdd: [...CAP_ADD],
       SecurityOpt: ['no-new-privileges:true'],
       Init: true,
+      LogConfig: { Type: 'none', Config: {} },
       ...input.limits.hostConfig,
       RestartPolicy: { Name: 'no', MaximumRetryCount: 0 },
       AutoRemove: false,

@@ -400,6 +400,7 @@ export class DockerBackend implements Backend {
         if (statusOf(err) !== 304) throw err;
       }
       const info = await this.request(`inspect container ${short(container.id)}`, (abortSignal) => container.inspect({ abortSignal }));
+      if (!info.State.Running) throw endedAtStart(image, info.State);
       this.about(spec, container.id).debug(`created ${options.name ?? ''}`);
       return info;
     } catch (err) {
@@ -571,4 +572,14 @@ function sameRef(known: string, id: string): boolean {
 function isNetworkGone(err: unknown): boolean {
   const raw = err instanceof BerthError && err.cause !== undefined ? err.cause : err;
   return statusOf(raw) === 404 && /^network .* not found/i.test(engineMessage(raw));
+}
+
+/**
+ * A sandbox whose main process (berth's warden, a bash) ended as it started: most often an image
+ * with no bash on its PATH (the init exits 127), which the shells need as well.
+ */
+function endedAtStart(image: string, state: Dockerode.ContainerInspectInfo['State']): BerthError {
+  const why = state.ExitCode === 127 ? `image "${image}" has no bash on its PATH` : `its main process (bash) exited with ${state.ExitCode}`;
+  return new BerthError('sandbox_start_failed', `the sandbox stopped as soon as it started: ${why}${state.Error ? ` (${state.Error})` : ''}; ` +
+    'berth runs bash in every sandbox: use an image that has it (berth image build makes one)');
 }

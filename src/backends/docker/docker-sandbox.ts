@@ -2,8 +2,9 @@ import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { Logger } from '../../logging/logger.js';
-import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
-import { spawnInContainer, type ContainerTarget } from './exec-process.js';
+import type { SandboxHandle, SandboxSpec, ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
+import { attachMainProcess, spawnInContainer, type ContainerTarget } from './exec-process.js';
+import { WARDEN_LABEL } from './container-spec.js';
 import { HOME, STATE_DIR, WORKSPACE } from './paths.js';
 import { containerUsage } from './usage.js';
 
@@ -29,6 +30,7 @@ export class DockerSandboxHandle implements SandboxHandle {
   readonly hostDir: string | undefined;
   readonly recreated: boolean;
   readonly volatileDirs: readonly string[];
+  readonly attachWarden: (() => Promise<ShellTransport>) | undefined;
   private readonly docker: Dockerode;
   private readonly log: Logger;
   private readonly target: ContainerTarget;
@@ -45,6 +47,10 @@ export class DockerSandboxHandle implements SandboxHandle {
     this.log = input.log.with({ key: input.spec.identity.key, ref: input.info.Id });
     this.target = { docker: input.docker, containerId: this.ref, track: input.track, log: this.log };
     this.volatileDirs = Object.keys(input.info.HostConfig?.Tmpfs ?? {}).sort();
+    // Only a container this berth made with its warden as the main process (labels are fixed at
+    // create); an older one's main process is `sleep`, and its warden an exec as before.
+    const resident = input.info.Config.Labels?.[WARDEN_LABEL] === 'resident' && input.info.Config.OpenStdin === true;
+    this.attachWarden = resident ? () => attachMainProcess(this.target) : undefined;
     this.binds = (input.info.Mounts ?? [])
       .filter((m) => m.Type === 'bind' && typeof m.Source === 'string' && typeof m.Destination === 'string')
       .map((m) => ({ source: path.resolve(m.Source), destination: path.posix.normalize(m.Destination) }))

@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { PassThrough, Writable, type Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
+import { BerthError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
-import type { SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
 import { execOnce } from '../plumbing/exec-once.js';
-import { bounded, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError, startAttached } from './engine.js';
+import { bounded, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError, noAnswerError, startAttached } from './engine.js';
 import { demultiplex, exitCodeOf, SHELL_TAG_ENV } from './exec-stream.js';
 
 /** How long to ask the engine for an exec's exit code once its stream ended. */
@@ -83,6 +84,57 @@ export async function spawnInContainer(target: ContainerTarget, argv: readonly s
     return killing;
   };
   return { stdin, stdout, stderr, exited, kill };
+}
+
+/**
+ * Attaches to the container's main process (berth's resident warden, see container-spec.ts): its
+ * stdin and its output, demultiplexed. Several attachments may be open at once (every one sees all
+ * output); `kill` only ends this one, never the process, whose stdin the engine keeps open.
+ */
+export async function attachMainProcess(target: ContainerTarget): Promise<ShellTransport> {
+  const { docker, containerId } = target;
+  const doing = `attach to the warden of container ${containerId.slice(0, 12)}`;
+  // The engine lets an attach to a stopped container wait for its next start: ask first, so a
+  // warden that ended (and took its container with it) fails the call now, as an exec would.
+  const state = await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, (abortSignal) => docker.getContainer(containerId).inspect({ abortSignal }))
+    .then((info) => info.State, (err: unknown) => { throw fromDockerError(docker, err, doing); });
+  if (!state.Running || state.Paused) {
+    throw new BerthError('docker_error', `could not ${doing}: the container is ${state.Paused ? 'paused' : 'not running'}`);
+  }
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), ENGINE_REQUEST_TIMEOUT_MS);
+  let stream: Duplex;
+  try {
+    stream = (await docker.getContainer(containerId).attach({
+      stream: true, stdin: true, stdout: true, stderr: true, hijack: true, abortSignal: controller.signal,
+    })) as Duplex;
+  } catch (err) {
+    throw fromDockerError(docker, controller.signal.aborted ? noAnswerError(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, err) : err, doing);
+  } finally {
+    clearTimeout(timer);
+  }
+  const untrack = target.track(stream);
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  demultiplex(stream, stdout, stderr);
+  stream.on('error', (err) => target.log.debug(`warden attachment failed: ${err.message}`));
+  const exited = new Promise<number | null>((resolve) => {
+    const done = (): void => {
+      untrack();
+      resolve(null);
+    };
+    stream.once('close', done);
+    stream.once('end', done);
+    stream.once('error', done);
+  });
+  const stdin = stdinOf(stream);
+  return {
+    stdin, stdout, stderr, exited,
+    kill: async () => {
+      stream.destroy();
+      stdin.destroy();
+    },
+  };
 }
 
 /** A writable onto the attach stream; ending it half-closes the stream, which the engine turns into EOF on stdin. */

@@ -29,6 +29,7 @@ export class ProcessSandbox implements Sandbox {
   get homeDir(): string { return this.handle.homeDir; }
   get fileRoots(): readonly string[] { return this.handle.fileRoots; }
   get volatileDirs(): readonly string[] | undefined { return this.handle.volatileDirs; }
+  get attachWarden(): (() => Promise<ShellTransport>) | undefined { return this.handle.attachWarden; }
 
   /** For messages: `sandbox <name>`. */
   protected get where(): string {
