@@ -14,11 +14,15 @@ const COUNTS = (process.env['BENCH_SESSIONS'] ?? '1000,2000').split(',').map(Num
 /** New sessions started at once while filling up. */
 const FILL_CONCURRENCY = 8;
 const ALL_AT_ONCE_ROUNDS = 3;
-/** Pids (processes and threads) one idle docker sandbox holds on the host, measured here: containerd-shim's ~11 threads, tini, the shell, the warden, sleep. */
+/** Pids (processes and threads) one idle docker sandbox holds on the host, measured here: containerd-shim's ~11 threads, tini, the warden, the shell. */
 const PIDS_PER_SANDBOX = 16;
 
-/** Open files the engine holds per running sandbox with its shell and warden attached, measured here (docker 20.10): 16 FIFOs, 5 sockets. */
-const ENGINE_FDS_PER_SANDBOX = 21;
+/**
+ * Open files the engine holds per running sandbox with its shell and warden attached, measured
+ * here (docker 20.10): the main process's 3 FIFOs and the shell exec's 3, each opened twice, the
+ * two attach sockets and 3 of the network (embedded DNS, netlink).
+ */
+const ENGINE_FDS_PER_SANDBOX = 17;
 
 /** dockerd's soft limit on open files, or undefined when it cannot be read (not root, no such process). */
 function dockerdOpenFiles(): number | undefined {
@@ -64,7 +68,7 @@ export async function scaleBench(): Promise<void> {
   const fdsNeeded = COUNTS.at(-1)! * ENGINE_FDS_PER_SANDBOX + 1_000;
   if (fdLimit !== undefined && fdLimit < fdsNeeded) {
     console.log(`\n# scale: SKIPPED: dockerd may hold ${fdLimit} open files, and ${COUNTS.at(-1)} sandboxes need about ${fdsNeeded} (each: ` +
-      `~${ENGINE_FDS_PER_SANDBOX} in the engine for its FIFOs and sockets, the shell's and the warden's execs included); start dockerd with a higher ` +
+      `~${ENGINE_FDS_PER_SANDBOX} in the engine for its FIFOs and sockets, the shell's exec and the warden's attachment included); start dockerd with a higher ` +
       'limit (docker\'s service unit sets LimitNOFILE=infinity; scripts/ensure-docker.sh raises it where it may) or ask for fewer (BENCH_SESSIONS)');
     return;
   }
