@@ -34,6 +34,9 @@ export interface AppDeps {
   log: (namespace: string, message: string) => void;
 }
 
+/** An authenticated route once routed, given its path parameters. */
+type Serve = (c: ApiContext, params: Record<string, string>) => Promise<Response>;
+
 /** The HTTP API: Hono's app, and the routes served without it. */
 export interface ApiApp {
   /** Every route of `ROUTES`, 404 and 405, through the Node adapter (`getRequestListener`). */
@@ -136,8 +139,8 @@ export function createApp(deps: AppDeps): ApiApp {
    * valid token, nothing touched), a call slot, the checked input, the handler. Hono's routes and
    * the direct ones run this same function.
    */
-  const authenticated = (spec: RouteSpec, handler: (c: ApiContext, input: unknown) => Promise<Response>) =>
-    async (c: ApiContext, params: Record<string, string>): Promise<Response> => {
+  const authenticated = (spec: RouteSpec, handler: (c: ApiContext, input: unknown) => Promise<Response>): Serve =>
+    async (c, params) => {
       c.set('caller', callerOf(c));
       return limited(spec, c, async () => handler(c, await readInput(spec, c.env.incoming, params)));
     };
@@ -167,7 +170,7 @@ export function createApp(deps: AppDeps): ApiApp {
     await next();
   });
 
-  const direct = new Map<string, (c: ApiContext, params: Record<string, string>) => Promise<Response>>();
+  const direct = new Map<string, Serve>();
   for (const [id, spec] of Object.entries(ROUTES) as [RouteId, RouteSpec][]) {
     const handler = handlers[id] as (c: ApiContext, input: unknown) => Promise<Response>;
     const path = honoPath(spec.path);
@@ -199,7 +202,7 @@ export function createApp(deps: AppDeps): ApiApp {
   app.onError((err, c) => errorAnswer(c, err));
 
   const NO_PARAMS: Record<string, string> = {};
-  const serveDirect = async (c: ApiContext, serve: (c: ApiContext, params: Record<string, string>) => Promise<Response>): Promise<void> => {
+  const serveDirect = async (c: ApiContext, serve: Serve): Promise<void> => {
     try {
       // The checks of the first middleware (app.use('*')) that such a request can fail.
       if (deps.draining()) throw shuttingDown();
