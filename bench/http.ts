@@ -24,7 +24,7 @@ export interface BenchServer {
  * (tenant `bench`). For the HTTP and MCP-over-HTTP figures.
  */
 export async function startBenchServer(broker: Broker): Promise<BenchServer> {
-  const tokens = TokenStore.open(broker.berthHome);
+  const tokens = TokenStore.sharing(broker);
   const { token } = tokens.create('bench');
   const server = await BerthServer.start({ broker, tokens, port: 0 });
   return {

@@ -8,7 +8,7 @@
  * import { Broker } from 'berth';
  * import { BerthServer, TokenStore } from 'berth/server';
  * const broker = await Broker.open();
- * const tokens = TokenStore.open(broker.berthHome);
+ * const tokens = TokenStore.sharing(broker); // the broker's connection to the state: the cheapest lookup per request
  * const server = await BerthServer.start({ broker, tokens, host: '127.0.0.1', port: 7878 });
  * ```
  */

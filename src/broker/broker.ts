@@ -1,3 +1,4 @@
+import type Database from 'better-sqlite3';
 import { homedir } from 'node:os';
 import { defaultBerthHome, loadConfig } from '../config/load.js';
 import { readSecretsFiles } from '../config/secrets-file.js';
@@ -81,6 +82,14 @@ export class Broker implements AsyncDisposable {
     this.files = parts.files;
     this.jobs = parts.jobs;
     this.reapers = parts.reapers;
+  }
+
+  /**
+   * @internal The broker's connection to its state (`$BERTH_HOME/state.db`), for the token store
+   * of a server in this process (`TokenStore.sharing`). Nothing else should write through it.
+   */
+  get stateConnection(): Database.Database {
+    return this.parts.store.connection;
   }
 
   /** Reads config and state once; contacts no engine until a call needs one. */

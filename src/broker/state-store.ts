@@ -222,6 +222,15 @@ export class StateStore {
     return new StateStore(db, opts);
   }
 
+  /**
+   * The connection itself, for another table of the same state read on every request of a
+   * server (the token store: `TokenStore.sharing`), so the store's own writes do not drop that
+   * reader's page cache.
+   */
+  get connection(): Database.Database {
+    return this.db;
+  }
+
   close(): void {
     if (!this.db.open) return;
     this.flushAudit();

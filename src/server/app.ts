@@ -3,6 +3,7 @@ import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono, type MiddlewareHandler } from 'hono';
 import { routePath } from 'hono/route';
 import type { Broker } from '../broker/broker.js';
+import { adapterTakesAsIs, DirectContext } from './direct-route.js';
 import { answers, JSON_HEADERS } from './answer.js';
 import type { ApiContext, ApiEnv } from './api-env.js';
 import type { Caller } from './caller.js';
@@ -33,13 +34,28 @@ export interface AppDeps {
   log: (namespace: string, message: string) => void;
 }
 
+/** An authenticated route once routed, given its path parameters. */
+type Serve = (c: ApiContext, params: Record<string, string>) => Promise<Response>;
+
+/** The HTTP API: Hono's app, and the routes served without it. */
+export interface ApiApp {
+  /** Every route of `ROUTES`, 404 and 405, through the Node adapter (`getRequestListener`). */
+  hono: Hono<ApiEnv>;
+  /**
+   * Serves a request whose method and path name an authenticated route with a fixed path (the
+   * hot ones: `POST /v1/exec` and the like) without Hono and its adapter, through the same
+   * checks, handler and error answers; false for any other request (then hand it to `hono`).
+   */
+  direct(req: IncomingMessage, res: ServerResponse): boolean;
+}
+
 /**
  * The HTTP API on Hono: every route of `ROUTES` with its handler, one error handler that answers
  * by the code's status (`HTTP_STATUS`), 404 and 405 (with `Allow`) as JSON. A route that needs a
  * token checks it before anything of the request is read; so do 404 and 405, which tell nothing
  * to a caller without one.
  */
-export function createApp(deps: AppDeps): Hono<ApiEnv> {
+export function createApp(deps: AppDeps): ApiApp {
   const app = new Hono<ApiEnv>({ getPath: (_req, opts) => routingPath(opts?.env?.incoming.url ?? '') });
   const limiter = new TenantLimiter(() => deps.broker.config.limits);
   const answer = answers(deps.draining);
@@ -90,19 +106,13 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     const e = toHttpError(err);
     if (isRefusal(e.code)) deps.metrics.refused({ code: e.code, tenant: c.get('caller')?.tenant });
     if (e.status >= 500 && !(err instanceof HttpError)) {
-      deps.log('berth:server', `${c.req.method} ${pathOf(c.env.incoming.url ?? '')}: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
+      deps.log('berth:server', `${c.env.incoming.method ?? ''} ${pathOf(c.env.incoming.url ?? '')}: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
     }
     if (c.env.outgoing.headersSent) {
       c.env.outgoing.end();
       return RESPONSE_ALREADY_SENT;
     }
     return answer.bytes(c, e.status, errorBody(e), { ...JSON_HEADERS, ...e.headers });
-  };
-
-  /** Before anything else is looked at or read: no valid token, nothing touched. */
-  const authenticate: MiddlewareHandler<ApiEnv> = async (c, next) => {
-    c.set('caller', callerOf(c));
-    await next();
   };
 
   /**
@@ -112,17 +122,28 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
    * its standing notification stream for the whole MCP session, not a call; so is a dashboard's
    * overview stream (bounded per tenant by its own limit).
    */
-  const limited = (spec: RouteSpec): MiddlewareHandler<ApiEnv> => async (c, next) => {
-    if ((spec === ROUTES.mcp && c.req.method === 'GET') || spec === ROUTES.overviewStream) return next();
+  const limited = async (spec: RouteSpec, c: ApiContext, work: () => Promise<Response>): Promise<Response> => {
+    if ((spec === ROUTES.mcp && c.env.incoming.method === 'GET') || spec === ROUTES.overviewStream) return work();
     const release = limiter.enterCall(c.get('caller').tenant);
     const res = c.env.outgoing;
     const closed = new Promise<void>((resolve) => (res.closed ? resolve() : res.once('close', () => resolve())));
     try {
-      await next();
+      return await work();
     } finally {
       void closed.then(release);
     }
   };
+
+  /**
+   * An authenticated route once routed: the token before anything else is looked at or read (no
+   * valid token, nothing touched), a call slot, the checked input, the handler. Hono's routes and
+   * the direct ones run this same function.
+   */
+  const authenticated = (spec: RouteSpec, handler: (c: ApiContext, input: unknown) => Promise<Response>): Serve =>
+    async (c, params) => {
+      c.set('caller', callerOf(c));
+      return limited(spec, c, async () => handler(c, await readInput(spec, c.env.incoming, params)));
+    };
 
   const allowed = new Map<string, string[]>();
   const methodNotAllowed = (c: ApiContext, methods: string[]): HttpError =>
@@ -131,7 +152,7 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     });
 
   app.use('*', async (c, next) => {
-    if (deps.draining()) throw new HttpError('shutting_down', 'berth is shutting down; retry on a running berth');
+    if (deps.draining()) throw shuttingDown();
     const target = c.env.incoming.url ?? '';
     if (!target.startsWith('/')) throw new HttpError('bad_request', 'the request target must be a path');
     // No route has a segment that does not decode (a path parameter is decoded before it is checked).
@@ -149,6 +170,7 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     await next();
   });
 
+  const direct = new Map<string, Serve>();
   for (const [id, spec] of Object.entries(ROUTES) as [RouteId, RouteSpec][]) {
     const handler = handlers[id] as (c: ApiContext, input: unknown) => Promise<Response>;
     const path = honoPath(spec.path);
@@ -156,11 +178,16 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     const answer: MiddlewareHandler<ApiEnv> = async (c) => handler(c, await readInput(spec, c.env.incoming, c.req.param()));
     if (spec.public === true) app.on(method, path, answer);
     else if (spec.metricsOnly === true) app.on(method, path, authenticateMetrics, answer);
-    else app.on(method, path, authenticate, limited(spec), answer);
+    else {
+      const serve = authenticated(spec, handler);
+      app.on(method, path, async (c) => serve(c, c.req.param()));
+      if (spec.method !== 'all' && spec.params === undefined) direct.set(`${method} ${path}`, serve);
+    }
     if (spec.method !== 'all') allowed.set(path, [...(allowed.get(path) ?? []), method]);
   }
   for (const [path, methods] of allowed) {
-    app.all(path, authenticate, async (c) => {
+    app.all(path, async (c) => {
+      c.set('caller', callerOf(c));
       throw methodNotAllowed(c, methods);
     });
   }
@@ -173,7 +200,35 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     return errorAnswer(c, notFound(c));
   });
   app.onError((err, c) => errorAnswer(c, err));
-  return app;
+
+  const NO_PARAMS: Record<string, string> = {};
+  const serveDirect = async (c: ApiContext, serve: Serve): Promise<void> => {
+    try {
+      // The checks of the first middleware (app.use('*')) that such a request can fail.
+      if (deps.draining()) throw shuttingDown();
+      await serve(c, NO_PARAMS);
+    } catch (err) {
+      await errorAnswer(c, err);
+    }
+  };
+  return {
+    hono: app,
+    direct: (req, res) => {
+      // A target of plain characters that names such a route also starts with `/` and decodes:
+      // the first middleware's other checks pass, and Hono would route it to this same route.
+      const serve = direct.get(`${req.method ?? ''} ${routingPath(req.url ?? '')}`);
+      if (serve === undefined || !adapterTakesAsIs(req)) return false;
+      serveDirect(new DirectContext(req, res), serve).catch((err: unknown) => {
+        deps.log('berth:server', `${req.method ?? ''} ${pathOf(req.url ?? '')}: answering an error failed: ${String(err)}`);
+        res.destroy();
+      });
+      return true;
+    },
+  };
+}
+
+function shuttingDown(): HttpError {
+  return new HttpError('shutting_down', 'berth is shutting down; retry on a running berth');
 }
 
 function notFound(c: ApiContext): HttpError {

@@ -37,7 +37,7 @@ const DEFAULT_PORT = 7878;
  * @example
  * ```ts
  * await using broker = await Broker.open();
- * const server = await BerthServer.start({ broker, tokens: TokenStore.open(broker.berthHome), port: 0 });
+ * const server = await BerthServer.start({ broker, tokens: TokenStore.sharing(broker), port: 0 });
  * console.log(server.url); // http://127.0.0.1:PORT
  * await server.close({ graceMs: 10_000 }); // then broker.close()
  * ```
@@ -73,13 +73,13 @@ export class BerthServer {
     // Bodies are read (or drained) by the app itself, from the Node request: the adapter must not
     // cut them short. The global Request and Response stay Node's own: berth may run inside an
     // application that relies on them.
-    const listener = getRequestListener(app.fetch, {
+    const listener = getRequestListener(app.hono.fetch, {
       overrideGlobalObjects: false, autoCleanupIncoming: false, hostname: 'localhost',
       errorHandler: (err) => this.adapterError(err),
     });
     this.http = createServer({ requestTimeout: 0 }, (req, res) => {
       this.track(req, res);
-      void listener(req, res);
+      if (!app.direct(req, res)) void listener(req, res);
     });
     this.http.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
       if (!socket.writable) {

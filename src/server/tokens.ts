@@ -1,9 +1,10 @@
-import { createHash, randomBytes } from 'node:crypto';
+import * as crypto from 'node:crypto';
 import { existsSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import { z } from 'zod';
 import { openStateDb } from '../broker/berth-home.js';
+import type { Broker } from '../broker/broker.js';
 import { ConfigError, UsageError } from '../errors.js';
 import { DEFAULT_PROFILE } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';
@@ -68,9 +69,10 @@ interface TokenRow {
   kind: string;
 }
 
-function sha256(token: string): string {
-  return createHash('sha256').update(token, 'utf8').digest('hex');
-}
+/** One call per lookup, not a Hash object (a few µs of every request; `crypto.hash` is Node 20.12 and later). */
+const sha256: (token: string) => string = typeof crypto.hash === 'function'
+  ? (token) => crypto.hash('sha256', token, 'hex')
+  : (token) => crypto.createHash('sha256').update(token, 'utf8').digest('hex');
 
 function toEntry(r: TokenRow): TokenEntry {
   const entry: TokenEntry = { id: r.id, sha256: r.sha256, tenant: r.tenant, profiles: JSON.parse(r.profiles) as string[], createdMs: r.created_ms };
@@ -101,7 +103,7 @@ export interface TokenStoreOptions {
 export class TokenStore {
   private readonly statements = new Map<string, Database.Statement>();
 
-  private constructor(private readonly db: Database.Database, readonly berthHome: string) {}
+  private constructor(private readonly db: Database.Database, readonly berthHome: string, private readonly ownsDb: boolean) {}
 
   /**
    * Opens the token table of `$BERTH_HOME/state.db`. A `tokens.json` left by an older berth is
@@ -113,23 +115,42 @@ export class TokenStore {
   static open(berthHome: string, opts: TokenStoreOptions = {}): TokenStore {
     const db = openStateDb(berthHome);
     try {
-      db.exec(SCHEMA);
-      addKindColumn(db);
-      const store = new TokenStore(db, berthHome);
-      store.importLegacyFile(opts.notice);
-      return store;
+      return TokenStore.over(db, berthHome, true, opts);
     } catch (err) {
       db.close();
       throw err;
     }
   }
 
+  /**
+   * The token table of the broker's installation, read through the broker's own connection to
+   * the state: for a server, which looks a token up on every request. A connection of its own
+   * would find its page cache dropped by each of the broker's writes (an audit row per call) and
+   * read the pages again, ~15-30 µs of every request (issue 12); on the broker's connection only
+   * another process's write does that. Every lookup still reads the table, so a token created or
+   * revoked by any process counts from the next request. `close()` leaves the connection to the
+   * broker; close this store before the broker.
+   *
+   * @throws ConfigError as `open`.
+   */
+  static sharing(broker: Broker, opts: TokenStoreOptions = {}): TokenStore {
+    return TokenStore.over(broker.stateConnection, broker.berthHome, false, opts);
+  }
+
+  private static over(db: Database.Database, berthHome: string, ownsDb: boolean, opts: TokenStoreOptions): TokenStore {
+    db.exec(SCHEMA);
+    addKindColumn(db);
+    const store = new TokenStore(db, berthHome, ownsDb);
+    store.importLegacyFile(opts.notice);
+    return store;
+  }
+
   /** Makes a token for `tenant` and `profiles` (default: the default profile only); the token itself is returned once and never stored. */
   create(tenant: string, profiles?: readonly string[]): { token: string; entry: TokenEntry } {
     const valid = normalizeScope({ tenant }).tenant;
-    const token = `${TOKEN_PREFIX}${randomBytes(32).toString('base64url')}`;
+    const token = `${TOKEN_PREFIX}${crypto.randomBytes(32).toString('base64url')}`;
     const entry: TokenEntry = {
-      id: `tok_${randomBytes(6).toString('hex')}`, sha256: sha256(token), tenant: valid, profiles: tokenProfiles(profiles), createdMs: Date.now(),
+      id: `tok_${crypto.randomBytes(6).toString('hex')}`, sha256: sha256(token), tenant: valid, profiles: tokenProfiles(profiles), createdMs: Date.now(),
     };
     this.q('INSERT INTO tokens (id, sha256, tenant, profiles, created_ms) VALUES (?, ?, ?, ?, ?)')
       .run(entry.id, entry.sha256, entry.tenant, JSON.stringify(entry.profiles), entry.createdMs);
@@ -141,8 +162,8 @@ export class TokenStore {
    * no tenant route accepts it. Shown once, like a tenant token.
    */
   createMetrics(): { token: string; entry: TokenEntry } {
-    const token = `${TOKEN_PREFIX}${randomBytes(32).toString('base64url')}`;
-    const entry: TokenEntry = { id: `tok_${randomBytes(6).toString('hex')}`, sha256: sha256(token), tenant: '', profiles: [], createdMs: Date.now(), metrics: true };
+    const token = `${TOKEN_PREFIX}${crypto.randomBytes(32).toString('base64url')}`;
+    const entry: TokenEntry = { id: `tok_${crypto.randomBytes(6).toString('hex')}`, sha256: sha256(token), tenant: '', profiles: [], createdMs: Date.now(), metrics: true };
     this.q("INSERT INTO tokens (id, sha256, tenant, profiles, created_ms, kind) VALUES (?, ?, '', '[]', ?, 'metrics')")
       .run(entry.id, entry.sha256, entry.createdMs);
     return { token, entry };
@@ -169,8 +190,9 @@ export class TokenStore {
     return metrics === true ? { id, tenant, profiles, metrics } : { id, tenant, profiles };
   }
 
+  /** Closes its connection; a store `sharing` the broker's leaves that open (it is the broker's). */
   close(): void {
-    if (this.db.open) this.db.close();
+    if (this.ownsDb && this.db.open) this.db.close();
   }
 
   /** Prepared once per SQL text: the lookup runs on every request. */

@@ -31,7 +31,7 @@ describe('OpenAPI document', () => {
 
   it('describes every route of the app, method by method', () => {
     // Handlers are never called here: the app's routing table is read.
-    const app = createApp({
+    const { hono: app } = createApp({
       broker: {} as Broker, tokens: {} as TokenStore, mcp: async () => undefined, callers: new WeakMap(), draining: () => false, log: () => undefined,
       metrics: {} as MetricsEdge, overview: {} as OverviewStreams,
     });

@@ -2,6 +2,8 @@ import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
+import { Broker } from '../../src/broker/broker.js';
+import { parseConfig } from '../../src/config/schema.js';
 import { UsageError } from '../../src/errors.js';
 import { TokenStore } from '../../src/server/tokens.js';
 import { tempDir } from '../helpers/temp-dir.js';
@@ -107,6 +109,36 @@ describe('metrics tokens', () => {
       expect(s.grantOf(`Bearer ${m.token}`)?.metrics).toBe(true);
     } finally {
       s.close();
+    }
+  });
+});
+
+describe('token store on the broker\'s connection (berth serve)', () => {
+  it('a store sharing the broker\'s connection sees another process\'s revoke at once, between the broker\'s writes, and leaves the connection open', async () => {
+    const home = tempDir('berth-tokens-');
+    await using broker = await Broker.open({ config: parseConfig({ backend: 'local', persistent: false }), berthHome: home, env: { PATH: process.env['PATH'] } });
+    const shared = TokenStore.sharing(broker);
+    // The CLI's `berth token create/revoke`: a connection of its own, as another process has.
+    const cli = open(home);
+    try {
+      const { token, entry } = cli.create('acme');
+      const header = `Bearer ${token}`;
+      for (let i = 0; i < 3; i++) {
+        // A call writes its audit row and session through the shared connection before the next lookup.
+        await broker.exec({ tenant: 'acme', session: 's' }, 'true');
+        expect(broker.audit({ tenant: 'acme', profiles: ['default'], limit: 10 })).toHaveLength(i + 1);
+        expect(shared.grantOf(header)?.id).toBe(entry.id);
+      }
+      expect(cli.revoke(entry.id)).toBe(true);
+      expect(shared.grantOf(header)).toBeUndefined();
+      const again = cli.create('acme');
+      expect(shared.grantOf(`Bearer ${again.token}`)?.id).toBe(again.entry.id);
+      shared.close();
+      // The connection is the broker's: it still records and reads.
+      await broker.exec({ tenant: 'acme', session: 's' }, 'true');
+      expect(broker.audit({ tenant: 'acme', profiles: ['default'], limit: 10 })).toHaveLength(4);
+    } finally {
+      cli.close();
     }
   });
 });

@@ -64,7 +64,7 @@ export async function serveCommand(argv: string[], io: CliIo): Promise<number> {
       process.once('SIGINT', () => resolve('SIGINT'));
     });
     try {
-      tokens = TokenStore.open(broker.berthHome, { notice: (m) => io.err(`berth: ${m}\n`) });
+      tokens = TokenStore.sharing(broker, { notice: (m) => io.err(`berth: ${m}\n`) });
       // Refused before anything else happens; an accepted exposure is said loudly.
       for (const line of hostExposureWarnings(assertHostExposureAllowed(broker.config, tokens.list()))) io.err(`berth: ${line}\n`);
       // Observing before the start-up pass below, so /metrics counts what it removes.
