@@ -277,9 +277,8 @@ export class SandboxPool {
    * it, or someone stopped it) and starts it again: what the start took with it.
    */
   startedAgainNotice(call: ResolvedCall, live: LiveSandbox): string {
-    const dirs = live.sandbox.volatileDirs ?? [];
     const notice = `berth: sandbox "${call.binding.sandboxKey}" had stopped (its main process ended, or it was stopped from outside), ` +
-      `so it was started again: every process in it had ended${dirs.length > 0 ? ` and ${dirs.join(', ')} (tmpfs) were emptied` : ''}\n`;
+      `so it was started again: every process in it had ended${emptiedDirs(live)}\n`;
     this.log('berth:broker', notice.trim());
     return notice;
   }
@@ -297,9 +296,8 @@ export class SandboxPool {
    * starts it again). Returns the line that says so.
    */
   async restart(call: ResolvedCall, live: LiveSandbox, full: { current: number; limit: number }): Promise<string> {
-    const dirs = live.sandbox.volatileDirs ?? [];
     const notice = `berth: no new process could start in sandbox "${call.binding.sandboxKey}" (${full.current} of ${full.limit} pids in use), ` +
-      `so it was restarted: every process in it was killed${dirs.length > 0 ? ` and ${dirs.join(', ')} (tmpfs) were emptied` : ''}\n`;
+      `so it was restarted: every process in it was killed${emptiedDirs(live)}\n`;
     this.log('berth:broker', notice.trim());
     await this.forget(live);
     await this.backend(live).stop(live.sandbox.ref);
@@ -539,4 +537,10 @@ export class SandboxPool {
     if (this.opts.store.runningJobsIn(live.digest).length > 0) return true;
     return live.shells.hasBackgroundJobs();
   }
+}
+
+/** What a restart of `live`'s sandbox empties, for its notice (' and /tmp, … (tmpfs) were emptied', or nothing). */
+function emptiedDirs(live: LiveSandbox): string {
+  const dirs = live.sandbox.volatileDirs ?? [];
+  return dirs.length > 0 ? ` and ${dirs.join(', ')} (tmpfs) were emptied` : '';
 }

@@ -174,6 +174,9 @@ __winit() {
 __winit
 `;
 
+/** One operation per line of stdin, until it ends. */
+const READ_LOOP = 'while read -r -a __w; do (( ${#__w[@]} >= 2 )) && __wop "${__w[@]}"; done';
+
 /**
  * The tail that makes WARDEN_SCRIPT a long-running warden reading operations from stdin.
  * `mayKillAll` (containers only) allows `a` and freezing a sandbox out of pids with `kill -1`.
@@ -182,7 +185,7 @@ export function wardenLoop(mayKillAll: boolean): string {
   return `
 __wall=${mayKillAll ? 1 : 0}
 builtin printf 'warden %s\\n' "$$"
-while read -r -a __w; do (( \${#__w[@]} >= 2 )) && __wop "\${__w[@]}"; done
+${READ_LOOP}
 `;
 }
 
@@ -197,7 +200,7 @@ while read -r -a __w; do (( \${#__w[@]} >= 2 )) && __wop "\${__w[@]}"; done
 export const WARDEN_RESIDENT = `
 trap - TERM
 __wall=1
-while read -r -a __w; do (( \${#__w[@]} >= 2 )) && __wop "\${__w[@]}"; done
+${READ_LOOP}
 `;
 
 /** The tail that makes WARDEN_SCRIPT run the one operation in its arguments (a helper run). */

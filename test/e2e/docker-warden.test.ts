@@ -162,7 +162,15 @@ describeDocker('docker: the warden is the sandbox\'s main process', () => {
     }
     try {
       const spec = testSpec(installation, { ephemeral: true, docker: { image: tag } });
-      const err = await backend.ensure(spec, undefined).then(() => undefined, (e: unknown) => e);
+      // The start is checked right after it: the init may fail a moment later, and then the
+      // warden's attachment (the next step of every new sandbox) reports it the same way.
+      const started = await backend.ensure(spec, undefined).catch((e: unknown) => e);
+      let err: unknown = started;
+      if (!(started instanceof Error)) {
+        await waitFor(async () => !(await docker.getContainer((started as Sandbox).ref).inspect()).State.Running, 10_000, 50);
+        err = await (started as Sandbox).attachWarden!().then(() => undefined, (e: unknown) => e);
+        await docker.getContainer((started as Sandbox).ref).remove({ force: true });
+      }
       expect(err).toBeInstanceOf(BerthError);
       expect((err as BerthError).code).toBe('sandbox_start_failed');
       expect((err as Error).message).toContain(`image "${tag}" has no bash on its PATH`);

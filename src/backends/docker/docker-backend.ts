@@ -21,6 +21,7 @@ import {
 import {
   bounded,
   defaultDocker,
+  endedAtStart,
   ENGINE_REQUEST_TIMEOUT_MS,
   engineInfo,
   engineMessage,
@@ -574,12 +575,3 @@ function isNetworkGone(err: unknown): boolean {
   return statusOf(raw) === 404 && /^network .* not found/i.test(engineMessage(raw));
 }
 
-/**
- * A sandbox whose main process (berth's warden, a bash) ended as it started: most often an image
- * with no bash on its PATH (the init exits 127), which the shells need as well.
- */
-function endedAtStart(image: string, state: Dockerode.ContainerInspectInfo['State']): BerthError {
-  const why = state.ExitCode === 127 ? `image "${image}" has no bash on its PATH` : `its main process (bash) exited with ${state.ExitCode}`;
-  return new BerthError('sandbox_start_failed', `the sandbox stopped as soon as it started: ${why}${state.Error ? ` (${state.Error})` : ''}; ` +
-    'berth runs bash in every sandbox: use an image that has it (berth image build makes one)');
-}

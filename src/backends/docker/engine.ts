@@ -158,15 +158,15 @@ export async function bounded<T>(
 }
 
 /**
- * Starts an exec with its streams attached (a hijacked socket). Only the wait for the engine to
- * hand over the socket is bounded: the socket itself then lives as long as the command does (a
- * shell for hours), so no request timeout may reach it.
+ * Opens a hijacked socket onto a process's streams (an exec's start, a container's attach). Only
+ * the wait for the engine to hand over the socket is bounded: the socket itself then lives as long
+ * as the process does (a shell for hours), so no request timeout may reach it.
  */
-export async function startAttached(docker: Dockerode, exec: Dockerode.Exec, stdin: boolean, doing: string): Promise<Duplex> {
+export async function hijacked(docker: Dockerode, doing: string, open: (abortSignal: AbortSignal) => Promise<unknown>): Promise<Duplex> {
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), ENGINE_REQUEST_TIMEOUT_MS);
   try {
-    return (await exec.start({ hijack: true, stdin, abortSignal: controller.signal })) as Duplex;
+    return (await open(controller.signal)) as Duplex;
   } catch (err) {
     if (controller.signal.aborted) throw noAnswerError(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, err);
     throw err;
@@ -192,4 +192,14 @@ export function engineInfo(docker: Dockerode): {
   info(opts: { abortSignal: AbortSignal }): Promise<Record<string, unknown>>;
 } {
   return docker as unknown as ReturnType<typeof engineInfo>;
+}
+
+/**
+ * A sandbox whose main process (berth's warden, a bash) ended as it started: most often an image
+ * with no bash on its PATH (the init exits 127), which the shells need as well.
+ */
+export function endedAtStart(image: string, state: Dockerode.ContainerInspectInfo['State']): BerthError {
+  const why = state.ExitCode === 127 ? `image "${image}" has no bash on its PATH` : `its main process (bash) exited with ${state.ExitCode}`;
+  return new BerthError('sandbox_start_failed', `the sandbox stopped as soon as it started: ${why}${state.Error ? ` (${state.Error})` : ''}; ` +
+    'berth runs bash in every sandbox: use an image that has it (berth image build makes one)');
 }

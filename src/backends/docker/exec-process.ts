@@ -5,7 +5,7 @@ import { BerthError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
 import type { ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
 import { execOnce } from '../plumbing/exec-once.js';
-import { bounded, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError, noAnswerError, startAttached } from './engine.js';
+import { bounded, endedAtStart, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError, hijacked } from './engine.js';
 import { demultiplex, exitCodeOf, SHELL_TAG_ENV } from './exec-stream.js';
 
 /** How long to ask the engine for an exec's exit code once its stream ended. */
@@ -48,24 +48,12 @@ export async function spawnInContainer(target: ContainerTarget, argv: readonly s
       Tty: false,
       abortSignal,
     }));
-    stream = await startAttached(docker, exec, opts.stdin, doing);
+    stream = await hijacked(docker, doing, (abortSignal) => exec.start({ hijack: true, stdin: opts.stdin, abortSignal }));
   } catch (err) {
     throw fromDockerError(docker, err, doing);
   }
-  const untrack = target.track(stream);
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  demultiplex(stream, stdout, stderr);
-  stream.on('error', (err) => target.log.debug(`stream of ${JSON.stringify(argv[0] ?? '')} failed: ${err.message}`));
-  const streamDone = new Promise<void>((resolve) => {
-    stream.once('close', () => resolve());
-    stream.once('end', () => resolve());
-    stream.once('error', () => resolve());
-  });
-  const exited = streamDone.then(async () => {
-    untrack();
-    return exitCodeOf(exec, EXIT_WAIT_MS);
-  });
+  const { stdout, stderr, ended } = streamsOf(target, stream, `stream of ${JSON.stringify(argv[0] ?? '')}`);
+  const exited = ended.then(() => exitCodeOf(exec, EXIT_WAIT_MS));
   const stdin = opts.stdin ? stdinOf(stream) : null;
 
   let killing: Promise<void> | undefined;
@@ -96,37 +84,24 @@ export async function attachMainProcess(target: ContainerTarget): Promise<ShellT
   const doing = `attach to the warden of container ${containerId.slice(0, 12)}`;
   // The engine lets an attach to a stopped container wait for its next start: ask first, so a
   // warden that ended (and took its container with it) fails the call now, as an exec would.
-  const state = await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, (abortSignal) => docker.getContainer(containerId).inspect({ abortSignal }))
-    .then((info) => info.State, (err: unknown) => { throw fromDockerError(docker, err, doing); });
+  const info = await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, (abortSignal) => docker.getContainer(containerId).inspect({ abortSignal }))
+    .catch((err: unknown) => { throw fromDockerError(docker, err, doing); });
+  const state = info.State;
+  // A container whose init could not start bash (127) ended as it started: say why, as the start does.
+  if (!state.Running && state.ExitCode === 127) throw endedAtStart(info.Config.Image, state);
   if (!state.Running || state.Paused) {
     throw new BerthError('docker_error', `could not ${doing}: the container is ${state.Paused ? 'paused' : 'not running'}`);
   }
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(), ENGINE_REQUEST_TIMEOUT_MS);
   let stream: Duplex;
   try {
-    stream = (await docker.getContainer(containerId).attach({
-      stream: true, stdin: true, stdout: true, stderr: true, hijack: true, abortSignal: controller.signal,
-    })) as Duplex;
+    stream = await hijacked(docker, doing, (abortSignal) => docker.getContainer(containerId).attach({
+      stream: true, stdin: true, stdout: true, stderr: true, hijack: true, abortSignal,
+    }));
   } catch (err) {
-    throw fromDockerError(docker, controller.signal.aborted ? noAnswerError(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, err) : err, doing);
-  } finally {
-    clearTimeout(timer);
+    throw fromDockerError(docker, err, doing);
   }
-  const untrack = target.track(stream);
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  demultiplex(stream, stdout, stderr);
-  stream.on('error', (err) => target.log.debug(`warden attachment failed: ${err.message}`));
-  const exited = new Promise<number | null>((resolve) => {
-    const done = (): void => {
-      untrack();
-      resolve(null);
-    };
-    stream.once('close', done);
-    stream.once('end', done);
-    stream.once('error', done);
-  });
+  const { stdout, stderr, ended } = streamsOf(target, stream, 'warden attachment');
+  const exited = ended.then(() => null);
   const stdin = stdinOf(stream);
   return {
     stdin, stdout, stderr, exited,
@@ -135,6 +110,24 @@ export async function attachMainProcess(target: ContainerTarget): Promise<ShellT
       stdin.destroy();
     },
   };
+}
+
+/**
+ * The demultiplexed output of a hijacked stream, tracked by the backend until it ends; `ended`
+ * resolves once it closed, ended or failed (the failure is logged as `what`).
+ */
+function streamsOf(target: ContainerTarget, stream: Duplex, what: string): { stdout: PassThrough; stderr: PassThrough; ended: Promise<void> } {
+  const untrack = target.track(stream);
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  demultiplex(stream, stdout, stderr);
+  stream.on('error', (err) => target.log.debug(`${what} failed: ${err.message}`));
+  const ended = new Promise<void>((resolve) => {
+    stream.once('close', () => resolve());
+    stream.once('end', () => resolve());
+    stream.once('error', () => resolve());
+  }).then(untrack);
+  return { stdout, stderr, ended };
 }
 
 /** A writable onto the attach stream; ending it half-closes the stream, which the engine turns into EOF on stdin. */
