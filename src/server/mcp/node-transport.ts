@@ -28,10 +28,14 @@ interface SseStream {
 /** HTTP status, JSON-RPC error code, message. */
 type Refusal = [number, number, string];
 
+/**
+ * The SDK's, less its `connection: keep-alive`: node:http decides that header, so a client that
+ * sent `Connection: close` (or speaks HTTP/1.0) gets its connection closed after the answer
+ * instead of held open until the keep-alive timeout.
+ */
 const SSE_HEADERS = {
   'content-type': 'text/event-stream',
   'cache-control': 'no-cache, no-transform',
-  connection: 'keep-alive',
   'x-accel-buffering': 'no',
 };
 
