@@ -181,7 +181,9 @@ export function createApp(deps: AppDeps): ApiApp {
     else {
       const serve = authenticated(spec, handler);
       app.on(method, path, async (c) => serve(c, c.req.param()));
-      if (spec.method !== 'all' && spec.params === undefined) direct.set(`${method} ${path}`, serve);
+      // `/mcp` (every method) is served directly for the methods it documents; any other goes to Hono as before.
+      const methods = spec.method === 'all' ? (spec.methods ?? []).map((m) => m.toUpperCase()) : [method];
+      if (spec.params === undefined) for (const m of methods) direct.set(`${m} ${path}`, serve);
     }
     if (spec.method !== 'all') allowed.set(path, [...(allowed.get(path) ?? []), method]);
   }

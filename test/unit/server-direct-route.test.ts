@@ -55,7 +55,9 @@ describe('routes served without Hono', () => {
     };
 
     for (const line of ['POST /v1/exec HTTP/1.1', 'POST /v1//exec/ HTTP/1.1', 'POST /v1/exec?x=1 HTTP/1.1', 'POST /v1/exec/stream HTTP/1.1',
-      'POST /v1/sessions/close HTTP/1.1', 'GET /v1/whoami HTTP/1.1', 'GET /v1/sandboxes HTTP/1.1', 'PUT /v1/files?path=a HTTP/1.1']) {
+      'POST /v1/sessions/close HTTP/1.1', 'GET /v1/whoami HTTP/1.1', 'GET /v1/sandboxes HTTP/1.1', 'PUT /v1/files?path=a HTTP/1.1',
+      // MCP's methods on /mcp: a tool call is a POST.
+      'POST /mcp HTTP/1.1', 'GET /mcp HTTP/1.1', 'DELETE /mcp HTTP/1.1']) {
       expect({ line, served: await served(line) }).toEqual({ line, served: true });
     }
     expect(await served('POST /v1/exec HTTP/1.1', 'localhost:7878')).toBe(true);
@@ -68,7 +70,7 @@ describe('routes served without Hono', () => {
       'POST /v1/nothing HTTP/1.1',
       'GET /v1/health HTTP/1.1', // public
       'GET /metrics HTTP/1.1', // a metrics token's
-      'POST /mcp HTTP/1.1', // any method, its own transport
+      'PUT /mcp HTTP/1.1', // a method MCP does not use: its own transport refuses it, through Hono
       'GET /v1/jobs/job_0123456789abcdef HTTP/1.1', // a path parameter
       'POST /v1/exec?a=%20 HTTP/1.1', // the adapter parses such a target
       'POST /v1/./exec HTTP/1.1',
