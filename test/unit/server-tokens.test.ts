@@ -63,6 +63,48 @@ describe('token store (SQLite state)', () => {
     }
   });
 
+  it('keeps a grant in memory only until another connection commits; a revoke through any store on the same connection is seen by the others', () => {
+    const home = tempDir('berth-tokens-');
+    const db = new Database(join(home, 'state.db'));
+    const first = open(home);
+    const cli = open(home);
+    try {
+      // Two stores over one connection, as a server and anything else sharing the broker's.
+      const owner = { stateConnection: db, berthHome: home } as unknown as Broker;
+      const a = TokenStore.sharing(owner);
+      const b = TokenStore.sharing(owner);
+      const one = first.create('acme');
+      const two = first.create('acme');
+      expect(a.grantOf(`Bearer ${one.token}`)?.id).toBe(one.entry.id);
+      expect(b.grantOf(`Bearer ${two.token}`)?.id).toBe(two.entry.id);
+      expect(Object.isFrozen(a.grantOf(`Bearer ${one.token}`)?.profiles)).toBe(true);
+      // Kept in memory: a row removed behind TokenStore's back on the same connection (which the
+      // top of tokens.ts rules out) is not seen, so this lookup did not read the table...
+      db.prepare('DELETE FROM tokens WHERE id = ?').run(one.entry.id);
+      expect(a.grantOf(`Bearer ${one.token}`)?.id).toBe(one.entry.id);
+      // ...until any other connection commits anything: then every lookup reads the table again.
+      cli.create('other');
+      expect(a.grantOf(`Bearer ${one.token}`)).toBeUndefined();
+      expect(a.grantOf(`Bearer ${two.token}`)?.id).toBe(two.entry.id);
+      expect(b.grantOf(`Bearer ${two.token}`)?.id).toBe(two.entry.id);
+      // A revoke through one store on the connection: the other's next lookup refuses the token.
+      expect(a.revoke(two.entry.id)).toBe(true);
+      expect(b.grantOf(`Bearer ${two.token}`)).toBeUndefined();
+      // A revoke by another connection between two lookups of the same store.
+      const three = b.create('acme');
+      expect(b.grantOf(`Bearer ${three.token}`)?.id).toBe(three.entry.id);
+      expect(cli.revoke(three.entry.id)).toBe(true);
+      expect(a.grantOf(`Bearer ${three.token}`)).toBeUndefined();
+      expect(b.grantOf(`Bearer ${three.token}`)).toBeUndefined();
+      a.close();
+      b.close();
+    } finally {
+      first.close();
+      cli.close();
+      db.close();
+    }
+  });
+
   it('refuses a tenant or profile no scope could carry; profiles are deduplicated, default when none', () => {
     const s = open();
     try {
