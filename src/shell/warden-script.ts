@@ -195,11 +195,14 @@ ${READ_LOOP}
  * processes may attach at once, and each keeps only the replies to its own ids. SIGTERM is not
  * ignored, so a `docker stop` ends it at once (the command's user could end it anyway, as it could
  * end any main process). Its input does not end while the container runs (the container keeps
- * stdin open: `StdinOnce` false), and when it ends, so does the container.
+ * stdin open: `StdinOnce` false), and when it ends, so does the container. Its first line,
+ * `warden PID`, tells whoever attached before the start that bash runs (docker-backend.ts waits
+ * for it: an image without bash ends at once instead).
  */
 export const WARDEN_RESIDENT = `
 trap - TERM
 __wall=1
+builtin printf 'warden %s\\n' "$$"
 ${READ_LOOP}
 `;
 

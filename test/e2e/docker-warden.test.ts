@@ -162,21 +162,51 @@ describeDocker('docker: the warden is the sandbox\'s main process', () => {
     }
     try {
       const spec = testSpec(installation, { ephemeral: true, docker: { image: tag } });
-      // The start is checked right after it: the init may fail a moment later, and then the
-      // warden's attachment (the next step of every new sandbox) reports it the same way.
-      const started = await backend.ensure(spec, undefined).catch((e: unknown) => e);
-      let err: unknown = started;
-      if (!(started instanceof Error)) {
-        await waitFor(async () => !(await docker.getContainer((started as Sandbox).ref).inspect()).State.Running, 10_000, 50);
-        err = await (started as Sandbox).attachWarden!().then(() => undefined, (e: unknown) => e);
-        await docker.getContainer((started as Sandbox).ref).remove({ force: true });
-      }
+      // The start waits for the warden's first line, so the failure is the start's every time
+      // (an inspect right after the start used to miss it: the init fails a moment later).
+      const err = await backend.ensure(spec, undefined).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(BerthError);
       expect((err as BerthError).code).toBe('sandbox_start_failed');
       expect((err as Error).message).toContain(`image "${tag}" has no bash on its PATH`);
       expect((err as Error).message).toContain('use an image that has it (berth image build makes one)');
-      const left = await docker.listContainers({ all: true, filters: { ancestor: [tag] } });
-      expect(left).toEqual([]);
+      expect(await docker.listContainers({ all: true, filters: { ancestor: [tag] } })).toEqual([]);
+
+      // Through a broker, as a user meets it: each call says so, the same way, and leaves nothing.
+      const t = reg.track();
+      const broker = await t.open(dockerConfig({ persistent: false, docker: { image: tag } }));
+      for (const session of ['a', 'b', 'c']) {
+        const failed = await broker.exec({ session }, 'true').catch((e: unknown) => e);
+        expect(failed).toBeInstanceOf(BerthError);
+        expect((failed as BerthError).code).toBe('sandbox_start_failed');
+        expect((failed as Error).message).toContain(`image "${tag}" has no bash on its PATH`);
+      }
+      expect(await docker.listContainers({ all: true, filters: { ancestor: [tag] } })).toEqual([]);
+    } finally {
+      await docker.getImage(tag).remove({ force: true }).catch(() => undefined);
+    }
+  });
+
+  it('a bash that ends a moment after the start (one too old for berth\'s script, say): the start says so, nothing is left', async () => {
+    // An inspect right after the start sees this one running; the start waits for the warden's first line.
+    const tag = `berth-test-slowfail:${installation.slice(0, 12)}`;
+    const maker = await docker.createContainer({
+      Image: IMAGE, Entrypoint: [], User: 'root',
+      Cmd: ['/bin/busybox', 'sh', '-c', 'rm /bin/bash && printf "#!/bin/busybox sh\\nsleep 0.5\\nexit 2\\n" > /bin/bash && chmod 755 /bin/bash'],
+    });
+    try {
+      await maker.start();
+      expect((await maker.wait()).StatusCode).toBe(0);
+      await maker.commit({ repo: tag.split(':')[0], tag: tag.split(':')[1] });
+    } finally {
+      await maker.remove({ force: true });
+    }
+    try {
+      const spec = testSpec(installation, { ephemeral: true, docker: { image: tag } });
+      const err = await backend.ensure(spec, undefined).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(BerthError);
+      expect((err as BerthError).code).toBe('sandbox_start_failed');
+      expect((err as Error).message).toContain('the sandbox stopped as soon as it started: its main process (bash) exited with 2');
+      expect(await docker.listContainers({ all: true, filters: { ancestor: [tag] } })).toEqual([]);
     } finally {
       await docker.getImage(tag).remove({ force: true }).catch(() => undefined);
     }

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { chown, mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type Dockerode from 'dockerode';
 import type { ProfileSettings } from '../../config/types.js';
 import { BackendUnavailableError, BerthError, ConfigError, PolicyRefusedError } from '../../errors.js';
@@ -17,7 +18,9 @@ import {
   persistentName,
   sandboxesRoot,
   volumesOf,
+  WARDEN_LABEL,
 } from './container-spec.js';
+import { watchWardenStart } from './exec-process.js';
 import {
   bounded,
   defaultDocker,
@@ -49,6 +52,9 @@ const STOP_TIMEOUT_SECONDS = 3;
 const ADOPT_ATTEMPTS = 20;
 /** Create rounds when a reaper (another process's) removed the network between join and start. */
 const NETWORK_ATTEMPTS = 3;
+/** After a warden's output ended at its start: inspects until the engine shows the exit (~2 s at most). */
+const ENDED_POLLS = 40;
+const ENDED_POLL_MS = 50;
 /** Stats requests in flight at once for `usage`. */
 const USAGE_PARALLEL = 4;
 
@@ -393,14 +399,26 @@ export class DockerBackend implements Backend {
       if (status === 409) throw err; // name taken: the persistent path adopts
       throw fromDockerError(this.docker, err, `create container ${options.name ?? ''} for "${spec.identity.key}"`);
     }
+    let watch: Awaited<ReturnType<typeof watchWardenStart>> | undefined;
     try {
+      // A resident warden says when its bash runs; without bash it ends a moment after the start,
+      // which the inspect below would often miss (and the first command then fail unclearly).
+      if (options.Labels?.[WARDEN_LABEL] === 'resident') watch = await watchWardenStart(this.docker, container.id, ENGINE_REQUEST_TIMEOUT_MS);
       try {
         await this.request(`start container ${short(container.id)}`, (abortSignal) => container.start({ abortSignal }));
       } catch (err) {
         // 304: a racing process of this installation adopted and started it already.
         if (statusOf(err) !== 304) throw err;
       }
-      const info = await this.request(`inspect container ${short(container.id)}`, (abortSignal) => container.inspect({ abortSignal }));
+      const ran = await watch?.started;
+      const inspect = (): Promise<Dockerode.ContainerInspectInfo> =>
+        this.request(`inspect container ${short(container.id)}`, (abortSignal) => container.inspect({ abortSignal }));
+      let info = await inspect();
+      // Its output ended: the engine records the exit a moment later.
+      for (let i = 0; ran === false && info.State.Running && i < ENDED_POLLS; i++) {
+        await sleep(ENDED_POLL_MS);
+        info = await inspect();
+      }
       if (!info.State.Running) throw endedAtStart(image, info.State);
       this.about(spec, container.id).debug(`created ${options.name ?? ''}`);
       return info;
@@ -411,6 +429,8 @@ export class DockerBackend implements Backend {
         this.about(spec, container.id).debug(`could not remove the failed container: ${String(cleanupErr)}`);
       }
       throw fromDockerError(this.docker, err, `start container ${short(container.id)} for "${spec.identity.key}"`);
+    } finally {
+      watch?.close();
     }
   }
 

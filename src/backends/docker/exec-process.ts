@@ -113,6 +113,54 @@ export async function attachMainProcess(target: ContainerTarget): Promise<ShellT
 }
 
 /**
+ * Watches a container with a resident warden through its start: attached before the start (output
+ * only), `started` is true once the warden's first line (`warden PID`) came, so its bash runs, and
+ * false when the output ended first: the main process ended as it started (no bash in the image,
+ * say). An inspect right after the start cannot tell, since the init may fail a moment later.
+ * Past `boundMs` without either, `started` is undefined: not known.
+ */
+export async function watchWardenStart(
+  docker: Dockerode,
+  containerId: string,
+  boundMs: number,
+): Promise<{ started: Promise<boolean | undefined>; close(): void }> {
+  const doing = `attach to container ${containerId.slice(0, 12)} before its start`;
+  let stream: Duplex;
+  try {
+    stream = await hijacked(docker, doing, (abortSignal) => docker.getContainer(containerId).attach({
+      stream: true, stdout: true, stderr: true, hijack: true, abortSignal,
+    }));
+  } catch (err) {
+    throw fromDockerError(docker, err, doing);
+  }
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  demultiplex(stream, stdout, stderr);
+  stderr.resume();
+  let timer: NodeJS.Timeout | undefined;
+  const started = new Promise<boolean | undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), boundMs);
+    timer.unref();
+    let seen = '';
+    stdout.on('data', (chunk: Buffer) => {
+      seen = (seen + chunk.toString('latin1')).slice(-256);
+      if (/(^|\n)warden \d+\n/.test(seen)) resolve(true);
+    });
+    stdout.once('end', () => resolve(false));
+    stream.once('close', () => resolve(false));
+    stream.once('error', () => resolve(false));
+  });
+  void started.then(() => clearTimeout(timer));
+  return {
+    started,
+    close: () => {
+      clearTimeout(timer);
+      stream.destroy();
+    },
+  };
+}
+
+/**
  * The demultiplexed output of a hijacked stream, tracked by the backend until it ends; `ended`
  * resolves once it closed, ended or failed (the failure is logged as `what`).
  */
