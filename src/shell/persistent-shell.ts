@@ -211,9 +211,9 @@ export class PersistentShell implements AsyncDisposable {
         : `cancelled after ${Date.now() - startedAt} ms (the caller went away)`;
       exitCode = outcome === 'timeout' ? 124 : 130;
       const oldJobs = this.jobs.length;
-      await this.endCommand(conn, tag, ex);
+      const stillFull = await this.endCommand(conn, tag, ex);
       this.jobs = [];
-      const r = await this.takeOver(conn, oldJobs);
+      const r = await this.takeOver(conn, oldJobs, stillFull);
       replaced = replaced || r.replaced;
       notice = `berth: ${why}; the command's processes were killed and ${r.text}`;
     } else if (outcome.kind === 'ok') {
@@ -281,17 +281,21 @@ export class PersistentShell implements AsyncDisposable {
    * before the next element of the command line: it dumps its state and exits (a line on its
    * stdin does the same if it was between commands). A shell that no longer catches SIGUSR1 is
    * killed at once; one that does not exit in time is killed. Leftovers of the command are swept
-   * again once the shell is gone. Never throws.
+   * again once the shell is gone. True when the sandbox was out of pids and still is without the
+   * command's tree (see `takeOver`). Never throws.
    */
-  private async endCommand(conn: ShellConn, tag: string, ex: Exchange): Promise<void> {
+  private async endCommand(conn: ShellConn, tag: string, ex: Exchange): Promise<boolean> {
     const k: TreeInput = { shellPid: conn.pid, shellTag: conn.tag, cmdTag: tag, protectedPgids: this.jobs };
     const report = await this.kill('timeout', (killer) => killer.timeout(k));
-    if (report !== undefined) this.log(`timeout: killed ${report.killed} process(es); the shell was ${report.shell}`);
+    if (report !== undefined) {
+      this.log(`timeout: killed ${report.killed} process(es); the shell was ${report.shell}${report.stillFull ? '; the sandbox is out of pids without them' : ''}`);
+    }
     if (report?.shell !== 'killed') conn.write(DUMP_AND_EXIT);
     await this.ensureGone(conn, this.timings.snapshotGraceMs);
     ex.abandon();
     if (this.conn === conn) this.conn = undefined;
     await this.kill('sweep', (killer) => killer.endCommand(k, true));
+    return report?.stillFull === true;
   }
 
   /** Waits `ms` for the shell to exit, else kills it (through the killer first: a transport kill may need a new process). */
@@ -331,8 +335,13 @@ export class PersistentShell implements AsyncDisposable {
    * Opens the shell that takes over from `old` (which has ended) and says what it restored. When
    * no shell can start (a sandbox out of pids: a fork bomb among the old shell's jobs), the old
    * shell's whole family is killed and then, in a container, every process in the sandbox.
+   * `outOfPids`: the timeout found the sandbox out of pids without the command's tree, so the
+   * plain new shell is not tried: under a bomb it can slip into a moment's gap and then starve
+   * like the command did. The warden's later answer alone is such a moment's look.
    */
-  private async takeOver(old: ShellConn, jobs: number): Promise<{ replaced: boolean; from: Replacement['from'] | undefined; text: string }> {
+  private async takeOver(
+    old: ShellConn, jobs: number, outOfPids = false,
+  ): Promise<{ replaced: boolean; from: Replacement['from'] | undefined; text: string }> {
     if (this.conn === old) this.conn = undefined;
     const candidates = [this.cwd, SNAPSHOT_CWD, this.opts.defaultCwd];
     const rep: Replacement = { from: 'none', cwd: '', jobs, jobsEnded: false, sandboxCleared: false };
@@ -347,7 +356,7 @@ export class PersistentShell implements AsyncDisposable {
     for (const [i, step] of steps.entries()) {
       if (this.closed || !(await step())) break;
       // No new shell can start in a sandbox out of pids: go on to the next step at once.
-      if (i < steps.length - 1 && (await full()) === true) continue;
+      if (i < steps.length - 1 && ((i === 0 && outOfPids) || (await full()) === true)) continue;
       try {
         await this.openConn(candidates, old.tag);
         const conn = this.conn as ShellConn;

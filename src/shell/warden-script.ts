@@ -12,7 +12,9 @@ import { SHELL_TAG_VAR, TAG_VAR } from './protocol.js';
  *   t ID SHELLPID SHELLTAG CMDTAG PGIDS   timeout: stop the shell, send it SIGUSR1 (its trap
  *        dumps the snapshot and exits before the next list element runs), end the command's
  *        tree, then continue the shell if it still catches SIGUSR1, else kill it.
- *        Reply: ID <killed> <cont|killed|gone>
+ *        Reply: ID <killed> <cont|killed|gone> <full|ok>: `full` when the sandbox was out of
+ *        pids and still is without the command's tree (containers only): what holds the pids
+ *        is not the command, so a new shell cannot be counted on.
  *   c ID SHELLPID SHELLTAG CMDTAG PGIDS   end the command's tree only (shell alive).
  *   r ID SHELLPID SHELLTAG CMDTAG PGIDS   the same after the shell is gone: leftovers of the
  *        shell that are not in an earlier job's group, in its process group too.
@@ -92,11 +94,14 @@ __wround() {
     G[$pg]=1
   done
 }
+# Sets __wc and __wm (pids in use, the limit) when the sandbox has a pids limit.
 __wfull() {
   local c m d
+  __wc=0 __wm=0
   for d in /sys/fs/cgroup/pids /sys/fs/cgroup; do
     { read -r c < "$d/pids.current" && read -r m < "$d/pids.max"; } 2>/dev/null || continue
     [[ $m == max ]] && return 1
+    __wc=$c __wm=$m
     (( c + 8 >= m )) && return 0
     return 1
   done
@@ -147,15 +152,17 @@ __wcatches() {
   return 1
 }
 __wop() {
-  local op=$1 id=$2 s
+  local op=$1 id=$2 s f
   shift 2
   case $op in
     t) builtin kill -STOP "$1" 2>/dev/null; builtin kill -USR1 "$1" 2>/dev/null
        __wend c "$@"
        if __wcatches "$1"; then builtin kill -CONT "$1" 2>/dev/null && s=cont || s=gone
        else builtin kill -KILL "$1" 2>/dev/null && s=killed || s=gone; fi
+       # Counted while the sandbox is still frozen, before anything can take the freed pids.
+       (( __wfrozen && __wc - __wn + 8 >= __wm )) && f=full || f=ok
        (( __wfrozen )) && builtin kill -CONT -1 2>/dev/null
-       builtin printf '%s %s %s\\n' "$id" "$__wn" "$s" ;;
+       builtin printf '%s %s %s %s\\n' "$id" "$__wn" "$s" "$f" ;;
     c|r) __wend "$op" "$@"; (( __wfrozen )) && builtin kill -CONT -1 2>/dev/null; builtin printf '%s %s\\n' "$id" "$__wn" ;;
     f) __wend f "$1" "$2" '!' -; (( __wfrozen )) && builtin kill -CONT -1 2>/dev/null; builtin printf '%s %s\\n' "$id" "$__wn" ;;
     a) if (( __wall )); then __wall_end; s=1; else s=0; fi

@@ -21,6 +21,9 @@ export interface TimeoutReport {
   /** `cont`: the shell catches SIGUSR1 and was let go on to dump and exit; `killed`: it did not
    * (the command removed berth's trap), so it was killed; `gone`: it had already ended. */
   shell: 'cont' | 'killed' | 'gone';
+  /** The sandbox was out of pids and still is without the command's tree (containers only):
+   * something else holds them, so a new shell may not start (or starts only in a moment's gap). */
+  stillFull: boolean;
 }
 
 /**
@@ -83,7 +86,7 @@ function treeArgs(k: TreeInput): string[] {
 function parseTimeout(reply: string[]): TimeoutReport {
   const killed = Number(reply[0]);
   const shell = reply[1] === 'cont' || reply[1] === 'killed' ? reply[1] : 'gone';
-  return { killed: Number.isInteger(killed) ? killed : 0, shell };
+  return { killed: Number.isInteger(killed) ? killed : 0, shell, stillFull: reply[2] === 'full' };
 }
 
 function count(reply: string[]): number {

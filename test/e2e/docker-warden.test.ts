@@ -73,6 +73,31 @@ describeDocker('docker: the warden is the sandbox\'s main process', () => {
     expect(await w.outOfPids()).toBe(false);
   });
 
+  it('a timeout says whether the sandbox is out of pids without the command\'s tree (what holds them is not the command)', async () => {
+    const sandbox = await backend.ensure(testSpec(installation, { ephemeral: true, docker: { pidsLimit: 32 } }), undefined);
+    const w = warden(sandbox);
+    await w.start();
+    // Counted by the engine: an exec would need pids of its own.
+    const pids = async (): Promise<number> =>
+      ((await docker.getContainer(sandbox.ref).stats({ stream: false })) as { pids_stats?: { current?: number } }).pids_stats?.current ?? -1;
+    // 26 sleeps, the init and the warden: 28 of 32, within berth's margin of 8 (the command holds none).
+    const hog = (env: string[]) => sandbox.execOnce(['env', ...env, 'sh', '-c', 'for i in $(seq 26); do sleep 300 & done >/dev/null 2>&1']);
+    const tree = { shellPid: 999_999, shellTag: 'c2hlbGw', protectedPgids: [] };
+
+    await hog([]);
+    expect(await pids()).toBe(28);
+    expect(await w.outOfPids()).toBe(true);
+    expect(await w.timeout({ ...tree, cmdTag: 'bm90LWl0' })).toEqual({ killed: 0, shell: 'gone', stillFull: true });
+    await w.endAll();
+    expect(await waitFor(async () => (await pids()) === 2, 5_000, 100)).toBe(true);
+
+    // The same sleeps as the command's own tree: killing it makes the room.
+    await hog(['BERTH_CMD_TAG=dGhlLWNtZA']);
+    expect(await w.outOfPids()).toBe(true);
+    expect(await w.timeout({ ...tree, cmdTag: 'dGhlLWNtZA' })).toEqual({ killed: 26, shell: 'gone', stillFull: false });
+    expect(await waitFor(async () => (await pids()) === 2, 5_000, 100)).toBe(true);
+  });
+
   it('two attachments at once (two berth processes) each get the replies to their own operations', async () => {
     const sandbox = await backend.ensure(testSpec(installation, { ephemeral: true }), undefined);
     const a = warden(sandbox);

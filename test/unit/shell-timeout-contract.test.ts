@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { PersistentShell } from '../../src/shell/persistent-shell.js';
-import { Warden, type ProcessKiller } from '../../src/shell/warden.js';
+import { Warden, type ProcessKiller, type TimeoutReport, type TreeInput } from '../../src/shell/warden.js';
 import { killAll, makeFixture, openLocalBash, pidsWithArg, type Fixture } from './shell-local-transport.js';
 
 const T = { timeoutMs: 10_000 };
@@ -143,3 +143,49 @@ for (const mode of ['warden', 'helper'] as const) {
     });
   });
 }
+
+/**
+ * A warden in a sandbox a fork bomb keeps out of pids, seen in a moment's gap: the timeout finds it
+ * out of pids without the command's tree, a look a moment later finds room.
+ */
+class GapWarden extends Warden {
+  override async timeout(k: TreeInput): Promise<TimeoutReport> {
+    return { ...(await super.timeout(k)), stillFull: true };
+  }
+
+  override async outOfPids(): Promise<boolean> {
+    return false;
+  }
+}
+
+describe('timeout in a sandbox out of pids (real bash; the pids observation stands in for a bomb)', () => {
+  let fx: Fixture;
+  let warden: Warden;
+  let shell: PersistentShell | undefined;
+  const leftovers: string[] = [];
+
+  beforeEach(async () => {
+    fx = makeFixture();
+    warden = new GapWarden({ open: () => openLocalBash({ PATH: process.env.PATH ?? '/usr/bin:/bin' }, fx.dir), mayKillAll: false });
+    await warden.start();
+  });
+  afterEach(async () => {
+    await shell?.close();
+    await warden.close();
+    for (const arg of leftovers.splice(0)) killAll(pidsWithArg(arg));
+    fx.cleanup();
+  });
+
+  it('ends the old shell\'s jobs before a new shell opens, though the sandbox looks free a moment later, and says so', async () => {
+    const job = unique(300);
+    leftovers.push(job);
+    shell = await PersistentShell.start(fx.options({ killer: warden }));
+    await shell.run(`export KEEP=kept; sleep ${job} &`, T);
+    expect(pidsWithArg(job)).toHaveLength(1);
+    const r = await shell.run('sleep 30', { timeoutMs: 500 });
+    expect(r.exitCode).toBe(124);
+    expect(r.stderr).toMatch(/a new shell took over in .* with the exported variables, functions and aliases of the old one \(unexported variables, shell options and traps are not kept\); the sandbox had no room for a new shell, so the old shell's background jobs were killed too\n$/);
+    expect(pidsWithArg(job).filter(alive)).toEqual([]);
+    expect((await shell.run('echo "$KEEP"', T)).stdout).toBe('kept\n');
+  });
+});
