@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
 import { kubeClient, type KubeClient } from '../src/backends/kubernetes/kube-client.js';
 import { sandboxInput } from '../test/k8s-standin/fixtures.js';
-import { fmt, row, verdict, timeMany } from './stats.js';
+import { fmt, interleaved, row, verdict } from './stats.js';
 
 /*
  * The kubernetes backend through the stand-in API server (test/k8s-standin/): the real client
@@ -24,11 +24,11 @@ import { fmt, row, verdict, timeMany } from './stats.js';
 
 
 /**
- * Round trips on a bare bash over one exec WebSocket, no berth protocol: `true`, then a marker on
+ * A bare bash over one exec WebSocket, no berth protocol: `run` sends `true`, then a marker on
  * stdout (the floor), or on stderr and then stdout with both awaited (`bothStreams`: what keeping
  * the two streams apart costs on this transport).
  */
-async function bareShellOverWebSocket(target: ExecTarget, n: number, bothStreams = false): Promise<number[]> {
+async function bareShellOverWebSocket(target: ExecTarget, bothStreams = false): Promise<{ run(): Promise<void>; close(): Promise<void> }> {
   const p = await spawnInPod(target, ['bash', '--noprofile', '--norc'], { env: {}, stdin: 'pipe' });
   let out = '';
   let err = '';
@@ -47,15 +47,16 @@ async function bareShellOverWebSocket(target: ExecTarget, n: number, bothStreams
     err += c.toString();
     check();
   });
-  const samples = await timeMany(n, () => new Promise<void>((resolve) => {
-    out = '';
-    err = '';
-    const nonce = randomBytes(12).toString('base64url');
-    waiter = { key: `${nonce}~`, resolve };
-    p.stdin.write(bothStreams ? `true;printf '%s~' ${nonce} >&2;printf '%s~' ${nonce}\n` : `true;printf '%s~' ${nonce}\n`);
-  }));
-  await p.kill();
-  return samples;
+  return {
+    run: () => new Promise<void>((resolve) => {
+      out = '';
+      err = '';
+      const nonce = randomBytes(12).toString('base64url');
+      waiter = { key: `${nonce}~`, resolve };
+      p.stdin.write(bothStreams ? `true;printf '%s~' ${nonce} >&2;printf '%s~' ${nonce}\n` : `true;printf '%s~' ${nonce}\n`);
+    }),
+    close: () => p.kill(),
+  };
 }
 
 /** The stand-in API server in its own process (bench/k8s-standin-process.ts), and a client of it. */
@@ -104,17 +105,12 @@ async function podToFirstCommand(cluster: StandinProcess, rounds: number): Promi
 }
 
 /** berth's persistent shell protocol alone (no broker: no policy, audit or store) over one exec WebSocket. */
-async function shellProtocolOverWebSocket(target: ExecTarget, n: number): Promise<number[]> {
-  const shell = await PersistentShell.start({
+async function shellProtocolOverWebSocket(target: ExecTarget): Promise<PersistentShell> {
+  return PersistentShell.start({
     open: (env) => spawnInPod(target, ['bash', '--noprofile', '--norc'], { env, cwd: WORKSPACE, stdin: 'pipe' }),
     execOnce: (argv, o) => execOnceInPod(target, argv, o),
     stateDir: STATE_DIR, shellId: `bench-${randomBytes(3).toString('hex')}`, defaultCwd: WORKSPACE, secretNames: [], spillDir: undefined, maxOutputChars: 100_000,
   });
-  try {
-    return await timeMany(n, () => shell.run('true', { timeoutMs: 10_000 }));
-  } finally {
-    await shell[Symbol.asyncDispose]();
-  }
 }
 
 export async function kubernetesBench(n: number): Promise<void> {
@@ -133,12 +129,22 @@ export async function kubernetesBench(n: number): Promise<void> {
     console.log('\n# kubernetes via the stand-in API server (its own process): trivial command, same pod (a lower bound for a cluster)');
     const session = broker.session({ session: 'bench' });
     await session.exec('true');
-    const berth = row('berth kubernetes session exec (exec WS)', await timeMany(n, () => session.exec('true')));
     const pod = broker.list('local')[0]!.name;
     const target = { client: cluster.client, pod, container: CONTAINER_NAME };
-    const protocol = row('berth shell protocol alone, own exec WS', await shellProtocolOverWebSocket(target, n));
-    const bare = row('bare bash, marker on stdout, own exec WS', await bareShellOverWebSocket(target, n));
-    const bare2 = row('bare, marker on stderr then stdout', await bareShellOverWebSocket(target, n, true));
+    const shell = await shellProtocolOverWebSocket(target);
+    const bareShell = await bareShellOverWebSocket(target);
+    const bare2Shell = await bareShellOverWebSocket(target, true);
+    // Interleaved, one of each in turn, so the stand-in's warm-up and the box's load fall on all four alike.
+    const [berthS, protocolS, bareS, bare2S] = await interleaved(n, [
+      () => session.exec('true'), () => shell.run('true', { timeoutMs: 10_000 }), () => bareShell.run(), () => bare2Shell.run(),
+    ]);
+    await shell[Symbol.asyncDispose]();
+    await bareShell.close();
+    await bare2Shell.close();
+    const berth = row('berth kubernetes session exec (exec WS)', berthS!);
+    const protocol = row('berth shell protocol alone, own exec WS', protocolS!);
+    const bare = row('bare bash, marker on stdout, own exec WS', bareS!);
+    const bare2 = row('bare, marker on stderr then stdout', bare2S!);
     console.log(`  berth p50 / bare shell on the exec WS p50 = ${(berth.p50 / bare.p50).toFixed(2)}x   ${verdict('<= 1.3x', berth.p50 / bare.p50 <= 1.3)}; the shell protocol alone: ${(protocol.p50 / bare.p50).toFixed(2)}x; ` +
       `against the floor with both markers: ${(berth.p50 / bare2.p50).toFixed(2)}x`);
 
