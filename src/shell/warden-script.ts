@@ -191,6 +191,9 @@ const READ_LOOP = 'while read -r -a __w; do (( ${#__w[@]} >= 2 )) && __wop "${__
 export function wardenLoop(mayKillAll: boolean): string {
   return `
 __wall=${mayKillAll ? 1 : 0}
+# A host shell's stdin is a FIFO it was given read-write: reopened read-only, so the end of berth's
+# writer ends the loop (else the warden would wait for good, holding the FIFO open itself).
+[ -p /dev/fd/0 ] && exec 0</dev/fd/0
 builtin printf 'warden %s\\n' "$$"
 ${READ_LOOP}
 `;

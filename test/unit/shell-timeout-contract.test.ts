@@ -1,7 +1,8 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { PersistentShell } from '../../src/shell/persistent-shell.js';
+import { WARDEN_SCRIPT, wardenLoop } from '../../src/shell/warden-script.js';
 import { Warden, type ProcessKiller, type TimeoutReport, type TreeInput } from '../../src/shell/warden.js';
 import { killAll, makeFixture, openLocalBash, pidsWithArg, type Fixture } from './shell-local-transport.js';
 
@@ -187,5 +188,24 @@ describe('timeout in a sandbox out of pids (real bash; the pids observation stan
     expect(r.stderr).toMatch(/a new shell took over in .* with the exported variables, functions and aliases of the old one \(unexported variables, shell options and traps are not kept\); the sandbox had no room for a new shell, so the old shell's background jobs were killed too\n$/);
     expect(pidsWithArg(job).filter(alive)).toEqual([]);
     expect((await shell.run('echo "$KEEP"', T)).stdout).toBe('kept\n');
+  });
+});
+
+describe('the warden on a host', () => {
+  let fx: Fixture;
+  beforeEach(() => {
+    fx = makeFixture();
+  });
+  afterEach(() => fx.cleanup());
+
+  it('ends by itself when its input ends (its stdin is a FIFO it was given read-write): nothing is left if berth exits at once', async () => {
+    const t = await openLocalBash({ PATH: process.env.PATH ?? '/usr/bin:/bin' }, fx.dir);
+    let out = '';
+    t.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    t.stdin.write(`${WARDEN_SCRIPT}${wardenLoop(false)}`);
+    await vi.waitFor(() => expect(out).toMatch(/^warden \d+\n$/), { timeout: 10_000 });
+    t.stdin.end();
+    // Not killed: a bash still holding its FIFO read-write would wait here for good.
+    expect(await t.exited).toBe(0);
   });
 });
