@@ -13,8 +13,8 @@ import { SHELL_TAG_VAR, TAG_VAR } from './protocol.js';
  *        dumps the snapshot and exits before the next list element runs), end the command's
  *        tree, then continue the shell if it still catches SIGUSR1, else kill it.
  *        Reply: ID <killed> <cont|killed|gone> <full|ok>: `full` when the sandbox was out of
- *        pids and still is without the command's tree (containers only): what holds the pids
- *        is not the command, so a new shell cannot be counted on.
+ *        pids and still is without the command's tree, its threads counted (containers only):
+ *        what holds the pids is not the command, so a new shell cannot be counted on.
  *   c ID SHELLPID SHELLTAG CMDTAG PGIDS   end the command's tree only (shell alive).
  *   r ID SHELLPID SHELLTAG CMDTAG PGIDS   the same after the shell is gone: leftovers of the
  *        shell that are not in an earlier job's group, in its process group too.
@@ -86,7 +86,7 @@ __wround() {
     fi
     (( hit )) || continue
     builtin kill -STOP "$p" 2>/dev/null
-    T[$p]=$pg
+    T[$p]=$pg NT[$p]=\${18}
     __new=1
     [[ -n \${G[$pg]+x} || $pg == 0 || $pg == 1 || $pg == "$__mpg" || $__prot == *" $pg "* ]] && continue
     [[ $pg == "$__spg" ]] && ! [[ $__mode == f && $__spg == "$__sp" ]] && continue
@@ -108,8 +108,8 @@ __wfull() {
   return 1
 }
 __wend() {
-  __mode=$1 __sp=$2 __st=$3 __ct=$4 __prot=" \${5//,/ } " __wn=0 __wfrozen=0
-  local -A T=() G=() CM=() SH=()
+  __mode=$1 __sp=$2 __st=$3 __ct=$4 __prot=" \${5//,/ } " __wn=0 __wt=0 __wfrozen=0
+  local -A T=() G=() CM=() SH=() K=() NT=()
   local l r p g i pass end=$((SECONDS + 6))
   __spg=0
   if { read -r l < "/proc/$__sp/stat"; } 2>/dev/null; then r=\${l##*) }; set -- $r; __spg=$3; fi
@@ -120,7 +120,11 @@ __wend() {
   for pass in 1 2; do
     T=() G=()
     for ((i = 0; i < 200 && SECONDS < end; i++)); do __new=0; __wround; (( __new )) || break; done
-    for p in "\${!T[@]}"; do builtin kill -KILL "$p" 2>/dev/null && __wn=$((__wn + 1)); done
+    # Counted once (one killed in the first pass may still be dying in the second), with its
+    # threads: a sandbox's pids limit counts each (a JVM or a compiler may hold hundreds).
+    for p in "\${!T[@]}"; do
+      builtin kill -KILL "$p" 2>/dev/null && [[ -z \${K[$p]+x} ]] && K[$p]=1 __wn=$((__wn + 1)) __wt=$((__wt + NT[$p]))
+    done
     for g in "\${!G[@]}"; do builtin kill -KILL -- "-$g" 2>/dev/null; done
     (( \${#T[@]} )) || break
   done
@@ -160,7 +164,7 @@ __wop() {
        if __wcatches "$1"; then builtin kill -CONT "$1" 2>/dev/null && s=cont || s=gone
        else builtin kill -KILL "$1" 2>/dev/null && s=killed || s=gone; fi
        # Counted while the sandbox is still frozen, before anything can take the freed pids.
-       (( __wfrozen && __wc - __wn + 8 >= __wm )) && f=full || f=ok
+       (( __wfrozen && __wc - __wt + 8 >= __wm )) && f=full || f=ok
        (( __wfrozen )) && builtin kill -CONT -1 2>/dev/null
        builtin printf '%s %s %s %s\\n' "$id" "$__wn" "$s" "$f" ;;
     c|r) __wend "$op" "$@"; (( __wfrozen )) && builtin kill -CONT -1 2>/dev/null; builtin printf '%s %s\\n' "$id" "$__wn" ;;

@@ -1,3 +1,5 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -9,6 +11,28 @@ import { BerthError } from '../../src/errors.js';
 import { wardenFor, type Warden } from '../../src/shell/warden.js';
 import { removeInstallationContainers, testInstallation, testSpec } from '../helpers/docker.js';
 import { describeDocker, docker, dockerConfig, ensureImage, IMAGE, installs, waitFor } from '../helpers/docker-e2e.js';
+
+/** A static program that starts N idle threads and waits (built here: the test image has none). */
+function threadedIdler(): Buffer {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'berth-threads-'));
+  try {
+    writeFileSync(path.join(dir, 't.c'), [
+      '#include <pthread.h>', '#include <stdlib.h>', '#include <unistd.h>',
+      'static void *idle(void *a) { (void)a; for (;;) pause(); return 0; }',
+      'int main(int c, char **v) { int n = c > 1 ? atoi(v[1]) : 1; pthread_t t;',
+      '  for (int i = 0; i < n; i++) if (pthread_create(&t, 0, idle, 0)) return 1;',
+      '  for (;;) pause(); }', '',
+    ].join('\n'));
+    try {
+      execFileSync('gcc', ['-static', '-pthread', '-O2', '-s', '-o', path.join(dir, 't'), path.join(dir, 't.c')], { stdio: 'pipe' });
+    } catch (err) {
+      throw new Error(`this test builds a small threaded program and needs gcc with a static libc (apt-get install -y gcc libc6-dev): ${String(err)}`);
+    }
+    return readFileSync(path.join(dir, 't'));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 
 /*
  * The warden is a docker sandbox's main process (container-spec.ts): berth attaches to it instead
@@ -96,6 +120,16 @@ describeDocker('docker: the warden is the sandbox\'s main process', () => {
     expect(await w.outOfPids()).toBe(true);
     expect(await w.timeout({ ...tree, cmdTag: 'dGhlLWNtZA' })).toEqual({ killed: 26, shell: 'gone', stillFull: false });
     expect(await waitFor(async () => (await pids()) === 2, 5_000, 100)).toBe(true);
+
+    // One process of the command with 25 threads (a JVM, a compiler): the limit counts threads.
+    const binary = threadedIdler();
+    const t = await sandbox.openShell({ env: {}, cwd: '/' });
+    t.stdin.end(Buffer.concat([Buffer.from('exec cat > /tmp/threads\n'), binary]));
+    expect(await t.exited).toBe(0);
+    await sandbox.execOnce(['env', 'BERTH_CMD_TAG=dGhyZWFkcw', 'sh', '-c', 'chmod +x /tmp/threads && /tmp/threads 24 >/dev/null 2>&1 &']);
+    expect(await waitFor(async () => (await pids()) === 27, 5_000, 100)).toBe(true);
+    expect(await w.outOfPids()).toBe(true);
+    expect(await w.timeout({ ...tree, cmdTag: 'dGhyZWFkcw' })).toEqual({ killed: 1, shell: 'gone', stillFull: false });
   });
 
   it('two attachments at once (two berth processes) each get the replies to their own operations', async () => {
