@@ -53,6 +53,11 @@ const ADOPT_ATTEMPTS = 20;
 /** Create rounds when a reaper (another process's) removed the network between join and start. */
 const NETWORK_ATTEMPTS = 3;
 /** After a warden's output ended at its start: inspects until the engine shows the exit (~2 s at most). */
+/**
+ * How long a start waits for the resident warden's first line (from the attach before the start);
+ * past it the inspect alone decides. Bash prints it at once; a busy engine may take seconds.
+ */
+const WARDEN_LINE_BOUND_MS = 20_000;
 const ENDED_POLLS = 40;
 const ENDED_POLL_MS = 50;
 /** Stats requests in flight at once for `usage`. */
@@ -403,14 +408,17 @@ export class DockerBackend implements Backend {
     try {
       // A resident warden says when its bash runs; without bash it ends a moment after the start,
       // which the inspect below would often miss (and the first command then fail unclearly).
-      if (options.Labels?.[WARDEN_LABEL] === 'resident') watch = await watchWardenStart(this.docker, container.id, ENGINE_REQUEST_TIMEOUT_MS);
+      if (options.Labels?.[WARDEN_LABEL] === 'resident') watch = await watchWardenStart(this.docker, container.id, WARDEN_LINE_BOUND_MS);
+      let startedHere = true;
       try {
         await this.request(`start container ${short(container.id)}`, (abortSignal) => container.start({ abortSignal }));
       } catch (err) {
-        // 304: a racing process of this installation adopted and started it already.
+        // 304: a racing process of this installation adopted and started it already (maybe
+        // before the attach, whose first line is then gone): the inspect alone decides.
         if (statusOf(err) !== 304) throw err;
+        startedHere = false;
       }
-      const ran = await watch?.started;
+      const ran = startedHere ? await watch?.started : undefined;
       const inspect = (): Promise<Dockerode.ContainerInspectInfo> =>
         this.request(`inspect container ${short(container.id)}`, (abortSignal) => container.inspect({ abortSignal }));
       let info = await inspect();
