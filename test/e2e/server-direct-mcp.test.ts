@@ -1,5 +1,4 @@
 import { mkdtempSync, rmSync } from 'node:fs';
-import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -7,6 +6,7 @@ import { Broker } from '../../src/broker/broker.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { BerthServer } from '../../src/server/server.js';
 import { TokenStore } from '../../src/server/tokens.js';
+import { rawStatus, sendRaw } from '../helpers/raw-http.js';
 
 /*
  * MCP's requests on /mcp are served without Hono and its Node adapter, like the other hot routes
@@ -15,20 +15,6 @@ import { TokenStore } from '../../src/server/tokens.js';
  * between the test and the server rewrites the Host (an upper-case Host is one the adapter
  * parses, so such a request still goes through Hono: the reference).
  */
-
-/** Writes `head` (and `body`) on a new connection; the whole answer, read until the server closes. */
-function send(port: number, head: string, body = ''): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1');
-    let out = '';
-    socket.on('data', (d: Buffer) => (out += d.toString('latin1')));
-    socket.on('end', () => resolve(out));
-    socket.on('error', reject);
-    socket.write(`${head}\r\nconnection: close\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
-  });
-}
-
-const status = (answer: string): number => Number(/^HTTP\/1\.[01] (\d{3})/.exec(answer)?.[1]);
 
 describe('MCP served without Hono', () => {
   it('answers as through Hono: no token, a metrics token, a new MCP session, a tool call, an unknown MCP session, GET and DELETE', async () => {
@@ -55,12 +41,12 @@ describe('MCP served without Hono', () => {
     const sessionOf = (answer: string): string => /\r\nmcp-session-id: ([^\r]+)/i.exec(answer)?.[1] ?? '';
     // Each MCP session is opened by its own initialize, through the path under test.
     const opened = async (host: string): Promise<string> => {
-      const answer = await send(port, `POST /mcp HTTP/1.1\r\nhost: ${host}\r\nauthorization: Bearer ${token}\r\n${mcpHeaders}`, initialize);
-      expect(status(answer), answer).toBe(200);
+      const answer = await sendRaw(port, `POST /mcp HTTP/1.1\r\nhost: ${host}\r\nauthorization: Bearer ${token}\r\n${mcpHeaders}`, initialize);
+      expect(rawStatus(answer), answer).toBe(200);
       const id = sessionOf(answer);
-      const ack = await send(port, `POST /mcp HTTP/1.1\r\nhost: ${host}\r\nauthorization: Bearer ${token}\r\n${mcpHeaders}\r\nmcp-session-id: ${id}`,
+      const ack = await sendRaw(port, `POST /mcp HTTP/1.1\r\nhost: ${host}\r\nauthorization: Bearer ${token}\r\n${mcpHeaders}\r\nmcp-session-id: ${id}`,
         JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
-      expect(status(ack), ack).toBe(202);
+      expect(rawStatus(ack), ack).toBe(202);
       return id;
     };
     const call = JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'terminal', arguments: { command: 'echo hi; pwd >/dev/null' } } });
@@ -86,10 +72,10 @@ describe('MCP served without Hono', () => {
         .replace(/"durationMs":\d+/g, '"durationMs":N').replace(/\r\n[0-9a-f]+\r\nevent: /g, '\r\nLENGTH\r\nevent: ');
     const seen = new Set<number>();
     for (const [what, method, headers, body] of cases) {
-      const direct = await send(port, `${method} /mcp HTTP/1.1\r\nhost: localhost\r\n${headers(directSession)}`, body);
-      const viaHono = await send(port, `${method} /mcp HTTP/1.1\r\nhost: LOCALHOST\r\n${headers(honoSession)}`, body);
+      const direct = await sendRaw(port, `${method} /mcp HTTP/1.1\r\nhost: localhost\r\n${headers(directSession)}`, body);
+      const viaHono = await sendRaw(port, `${method} /mcp HTTP/1.1\r\nhost: LOCALHOST\r\n${headers(honoSession)}`, body);
       expect({ what, answer: normalized(direct) }).toEqual({ what, answer: normalized(viaHono) });
-      seen.add(status(direct));
+      seen.add(rawStatus(direct));
       if (what === 'a tool call') {
         expect(direct).toContain('hi\\n');
         // An SSE answer to a request that said `Connection: close` closes its connection (it was held open for the keep-alive timeout).

@@ -1,5 +1,4 @@
 import { createServer, type Server } from 'node:http';
-import { connect } from 'node:net';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { BerthError } from '../../src/errors.js';
 import { createApp } from '../../src/server/app.js';
@@ -7,26 +6,13 @@ import type { MetricsEdge } from '../../src/server/metrics.js';
 import type { OverviewStreams } from '../../src/server/overview-stream.js';
 import { TokenStore } from '../../src/server/tokens.js';
 import { startStubServer, stubBroker } from '../helpers/stub-server.js';
+import { rawStatus, sendRaw } from '../helpers/raw-http.js';
 
 /*
  * The hot routes (an authenticated route with a fixed path, POST /v1/exec first) are served
  * without Hono and its Node adapter (issue 12). Requests are written on a raw socket, so nothing
  * between the test and the server rewrites the target or the Host.
  */
-
-/** Writes `head` (and `body`) on a new connection; the whole answer, read until the server closes. */
-function send(port: number, head: string, body = ''): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1');
-    let out = '';
-    socket.on('data', (d: Buffer) => (out += d.toString('latin1')));
-    socket.on('end', () => resolve(out));
-    socket.on('error', reject);
-    socket.write(`${head}\r\nconnection: close\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
-  });
-}
-
-const status = (answer: string): number => Number(/^HTTP\/1\.[01] (\d{3})/.exec(answer)?.[1]);
 
 describe('routes served without Hono', () => {
   it('an authenticated route with a fixed path is served directly when the adapter would take the request as it is; any other request is not', async () => {
@@ -47,10 +33,10 @@ describe('routes served without Hono', () => {
     });
     const port = (server.address() as { port: number }).port;
     const served = async (requestLine: string, host: string | undefined = 'localhost'): Promise<boolean> => {
-      const answer = await send(port, `${requestLine}${host === undefined ? '' : `\r\nhost: ${host}`}`);
+      const answer = await sendRaw(port, `${requestLine}${host === undefined ? '' : `\r\nhost: ${host}`}`);
       // Served directly, a request without a token is berth's 401.
-      if (status(answer) === 401) return true;
-      expect(status(answer)).toBe(599);
+      if (rawStatus(answer) === 401) return true;
+      expect(rawStatus(answer)).toBe(599);
       return false;
     };
 
@@ -108,11 +94,11 @@ describe('routes served without Hono', () => {
     ];
     const normalized = (answer: string): string => answer.replace(/\r\ndate: [^\r]*/i, '');
     for (const [what, headers, body] of cases) {
-      const direct = await send(port, `POST /v1/exec HTTP/1.1\r\nhost: localhost\r\n${headers}`, body);
+      const direct = await sendRaw(port, `POST /v1/exec HTTP/1.1\r\nhost: localhost\r\n${headers}`, body);
       // An upper-case Host is one the adapter parses: the request goes through Hono.
-      const viaHono = await send(port, `POST /v1/exec HTTP/1.1\r\nhost: LOCALHOST\r\n${headers}`, body);
+      const viaHono = await sendRaw(port, `POST /v1/exec HTTP/1.1\r\nhost: LOCALHOST\r\n${headers}`, body);
       expect({ what, answer: normalized(direct) }).toEqual({ what, answer: normalized(viaHono) });
-      expect(status(direct)).toBeGreaterThanOrEqual(200);
+      expect(rawStatus(direct)).toBeGreaterThanOrEqual(200);
     }
   });
 });
