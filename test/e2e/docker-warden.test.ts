@@ -67,6 +67,19 @@ describeDocker('docker: the warden is the sandbox\'s main process', () => {
     wardens.push(w);
     return w;
   };
+  /** The test image changed by `cmd` (run as root), committed to a throwaway tag; the caller removes it. */
+  const derivedImage = async (repo: string, cmd: string[]): Promise<string> => {
+    const tag = `${repo}:${installation.slice(0, 12)}`;
+    const maker = await docker.createContainer({ Image: IMAGE, Entrypoint: [], User: 'root', Cmd: cmd });
+    try {
+      await maker.start();
+      expect((await maker.wait()).StatusCode).toBe(0);
+      await maker.commit({ repo, tag: installation.slice(0, 12) });
+    } finally {
+      await maker.remove({ force: true });
+    }
+    return tag;
+  };
   const execIds = async (ref: string): Promise<string[]> => (await docker.getContainer(ref).inspect()).ExecIDs ?? [];
   /** The main process: the init's child. */
   const mainPid = async (sandbox: Sandbox): Promise<number> => {
@@ -210,15 +223,7 @@ describeDocker('docker: the warden is the sandbox\'s main process', () => {
 
   it('an image without bash: the sandbox fails to start with an error that says so, and nothing is left', async () => {
     // The test image with its bash removed, committed to a throwaway tag.
-    const tag = `berth-test-nobash:${installation.slice(0, 12)}`;
-    const maker = await docker.createContainer({ Image: IMAGE, Entrypoint: [], Cmd: ['rm', '/bin/bash', '/bin/bash-static'] });
-    try {
-      await maker.start();
-      await maker.wait();
-      await maker.commit({ repo: tag.split(':')[0], tag: tag.split(':')[1] });
-    } finally {
-      await maker.remove({ force: true });
-    }
+    const tag = await derivedImage('berth-test-nobash', ['rm', '/bin/bash', '/bin/bash-static']);
     try {
       const spec = testSpec(installation, { ephemeral: true, docker: { image: tag } });
       // The start waits for the warden's first line, so the failure is the start's every time
@@ -247,18 +252,8 @@ describeDocker('docker: the warden is the sandbox\'s main process', () => {
 
   it('a bash that ends a moment after the start (one too old for berth\'s script, say): the start says so, nothing is left', async () => {
     // An inspect right after the start sees this one running; the start waits for the warden's first line.
-    const tag = `berth-test-slowfail:${installation.slice(0, 12)}`;
-    const maker = await docker.createContainer({
-      Image: IMAGE, Entrypoint: [], User: 'root',
-      Cmd: ['/bin/busybox', 'sh', '-c', 'rm /bin/bash && printf "#!/bin/busybox sh\\nsleep 0.5\\nexit 2\\n" > /bin/bash && chmod 755 /bin/bash'],
-    });
-    try {
-      await maker.start();
-      expect((await maker.wait()).StatusCode).toBe(0);
-      await maker.commit({ repo: tag.split(':')[0], tag: tag.split(':')[1] });
-    } finally {
-      await maker.remove({ force: true });
-    }
+    const tag = await derivedImage('berth-test-slowfail',
+      ['/bin/busybox', 'sh', '-c', 'rm /bin/bash && printf "#!/bin/busybox sh\\nsleep 0.5\\nexit 2\\n" > /bin/bash && chmod 755 /bin/bash']);
     try {
       const spec = testSpec(installation, { ephemeral: true, docker: { image: tag } });
       const err = await backend.ensure(spec, undefined).catch((e: unknown) => e);
