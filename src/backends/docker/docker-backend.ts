@@ -52,12 +52,12 @@ const STOP_TIMEOUT_SECONDS = 3;
 const ADOPT_ATTEMPTS = 20;
 /** Create rounds when a reaper (another process's) removed the network between join and start. */
 const NETWORK_ATTEMPTS = 3;
-/** After a warden's output ended at its start: inspects until the engine shows the exit (~2 s at most). */
 /**
  * How long a start waits for the resident warden's first line (from the attach before the start);
  * past it the inspect alone decides. Bash prints it at once; a busy engine may take seconds.
  */
 const WARDEN_LINE_BOUND_MS = 20_000;
+/** After a warden's output ended at its start: inspects until the engine shows the exit (~2 s at most). */
 const ENDED_POLLS = 40;
 const ENDED_POLL_MS = 50;
 /** Stats requests in flight at once for `usage`. */
