@@ -82,8 +82,10 @@ export async function engineMemoryPerSandbox(docker: Dockerode, names: string[])
   return percentile(usages, 50);
 }
 
-/** create + start + one exec of the same image through the API, without berth: the floor. */
-/** Bare create + start + first exec, on the default bridge or on `network` (a user-defined bridge, like berth's tenant networks). */
+/**
+ * create + start + one exec of the same image through the API, without berth: the floor, on the
+ * default bridge or on `network` (a user-defined bridge, like berth's tenant networks).
+ */
 async function bareCreateStartExec(docker: Dockerode, network?: string): Promise<number> {
   const t = process.hrtime.bigint();
   const c = await docker.createContainer({
