@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { ShellTransport } from '../../src/backends/backend.js';
 import { PersistentShell } from '../../src/shell/persistent-shell.js';
 import { WARDEN_SCRIPT, wardenLoop } from '../../src/shell/warden-script.js';
 import { Warden, type ProcessKiller, type TimeoutReport, type TreeInput } from '../../src/shell/warden.js';
@@ -193,13 +194,19 @@ describe('timeout in a sandbox out of pids (real bash; the pids observation stan
 
 describe('the warden on a host', () => {
   let fx: Fixture;
+  let t: ShellTransport | undefined;
   beforeEach(() => {
     fx = makeFixture();
   });
-  afterEach(() => fx.cleanup());
+  afterEach(async () => {
+    // Only a failed test leaves it running: killed here, not left behind.
+    await t?.kill();
+    t = undefined;
+    fx.cleanup();
+  });
 
   it('ends by itself when its input ends (its stdin is a FIFO it was given read-write): nothing is left if berth exits at once', async () => {
-    const t = await openLocalBash({ PATH: process.env.PATH ?? '/usr/bin:/bin' }, fx.dir);
+    t = await openLocalBash({ PATH: process.env.PATH ?? '/usr/bin:/bin' }, fx.dir);
     let out = '';
     t.stdout.on('data', (b: Buffer) => (out += b.toString()));
     t.stdin.write(`${WARDEN_SCRIPT}${wardenLoop(false)}`);
