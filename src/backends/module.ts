@@ -47,6 +47,8 @@ export interface SectionHostBind {
   key: string;
   /** The entry as the operator wrote it, for messages. */
   describe: string;
+  /** Bound read-only: the sandbox cannot write there, so its owner does not matter. */
+  readOnly: boolean;
 }
 
 /** The written form of a section: zod's output of its strict object. */

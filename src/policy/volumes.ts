@@ -1,4 +1,4 @@
-import { realpathSync } from 'node:fs';
+import { realpathSync, statSync } from 'node:fs';
 import { sectionOf } from '../backends/module.js';
 import type { BerthConfig, ProfileSettings, VolumeSettings } from '../config/types.js';
 import { ConfigError } from '../errors.js';
@@ -8,7 +8,9 @@ import { credentialSurfaceReason, type CredentialSurfaceContext } from './creden
  * Host dirs an operator binds through a backend's section (`docker.volumes`) go through the same
  * credential-surface refusals as a workspace mount (design §4). Checked once at start-up, for
  * each profile on the backend whose section it is: a volume that exposes `~/.ssh`, a docker socket
- * or berth's own state is a config error, never a silent bind.
+ * or berth's own state is a config error, never a silent bind. So is a read-write one owned by
+ * root: a sandbox writing there as root could plant a set-uid-root program for any host user
+ * (design §8); the operator hands it to an unprivileged owner or binds it read-only.
  */
 export function assertVolumesAllowed(config: BerthConfig, ctx: Omit<CredentialSurfaceContext, 'realpath'>): void {
   const sections: [string | undefined, ProfileSettings][] = [[undefined, config.base],
@@ -32,7 +34,15 @@ export function assertVolumesAllowed(config: BerthConfig, ctx: Omit<CredentialSu
         continue;
       }
       const reason = credentialSurfaceReason(real, { ...ctx, realpath });
-      if (reason !== undefined) problems.push(`${key} entry "${bind.describe}": ${bind.source} ${reason}; bind a project folder instead`);
+      if (reason !== undefined) {
+        problems.push(`${key} entry "${bind.describe}": ${bind.source} ${reason}; bind a project folder instead`);
+      } else if (!bind.readOnly && statSync(real).uid === 0) {
+        problems.push(
+          `${key} entry "${bind.describe}": ${bind.source} is owned by root and bound read-write, so a sandbox would write there as root ` +
+            `and could leave a set-uid-root program any host user can run; hand it to an unprivileged owner (chown -R <uid>:<gid> ${bind.source}: ` +
+            `the sandbox then runs as that uid) or bind it read-only (${bind.source}:<target>:ro)`,
+        );
+      }
     }
   }
   if (problems.length > 0) throw new ConfigError(problems.join('; '));

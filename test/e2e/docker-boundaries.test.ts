@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, it } from 'vitest';
 import { networkName } from '../../src/backends/docker/network-shards.js';
@@ -54,13 +54,14 @@ describeDocker('trust boundaries on the real docker engine', () => {
 
   it('item 3: a volume reaches only the tenants in its audience; "*" reaches every tenant', async () => {
     const t = reg.track();
-    const own = t.mkdir('vol-acme');
+    const own = t.userDir('vol-acme');
     const everyone = t.mkdir('vol-all');
-    const ws = t.mkdir('vol-ws');
+    const ws = t.userDir('vol-ws');
     writeFileSync(join(own, 'f'), 'acme-only\n');
     writeFileSync(join(everyone, 'f'), 'for-all\n');
     writeFileSync(join(ws, 'f'), 'acme-workspace\n');
     const b = await t.open(dockerConfig({
+      persistent: true,
       docker: {
         volumes: [
           { source: own, target: '/data/acme', tenants: ['acme'] },
@@ -219,6 +220,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     const readOnly = t.mkdir('vol-ro-2000');
     chownSync(readOnly, 2000, 2000);
     const b = await t.open(dockerConfig({
+      persistent: true,
       workspace: { mount: true },
       docker: { volumes: [{ source: readOnly, target: '/ro', readOnly: true, tenants: '*' }] },
     }));
@@ -242,17 +244,43 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(await t.containers().then((l) => l.filter((c) => c.labels['berth.key'] === 'session:mixed'))).toEqual([]);
   });
 
-  it('item 7: a sandbox created as root before its workspace changed owner is refused on adoption, not reused as root', async () => {
+  it('item 7: a sandbox created as one owner before its workspace changed owner is refused on adoption, not reused as the old one', async () => {
     const t = reg.track();
-    const ws = t.mkdir('ws-later');
-    const first = await t.open(dockerConfig({ workspace: { mount: true } }), { holdSessions: false });
-    expect((await first.exec({ workspace: { path: ws, source: 'session' } }, 'id -u')).stdout).toBe('0\n');
+    const ws = t.userDir('ws-later');
+    const first = await t.open(dockerConfig({ persistent: true, workspace: { mount: true } }), { holdSessions: false });
+    expect((await first.exec({ workspace: { path: ws, source: 'session' } }, 'id -u')).stdout).toBe('1000\n');
     await first.close();
-    chownSync(ws, 1000, 1000);
-    const later = await t.open(dockerConfig({ workspace: { mount: true } }));
+    chownSync(ws, 2000, 2000);
+    const later = await t.open(dockerConfig({ persistent: true, workspace: { mount: true } }));
     const err = await later.exec({ workspace: { path: ws, source: 'session' } }, 'true').then(() => undefined, (e: unknown) => e);
     expect(err).toMatchObject({ code: 'policy_refused' });
-    expect((err as Error).message).toMatch(/runs as root but its read-write host dirs require 1000:1000.*berth rm/);
+    expect((err as Error).message).toMatch(/runs as 1000:1000 but its read-write host dirs require 2000:2000.*berth rm/);
+  });
+
+  it('a read-write host dir owned by root is never bound: the attached workspace is refused (exit 125) and nothing is created; a root-owned rw volume stops start-up', async () => {
+    const t = reg.track();
+    const ws = t.mkdir('root-ws');
+    chmodSync(ws, 0o755);
+    const b = await t.open(dockerConfig({ persistent: false, workspace: { mount: true } }));
+    const scope: CallScopeInput = { session: 'planter', workspace: { path: ws, source: 'session' } };
+    const err = await b.exec(scope, 'cp "$(command -v bash)" /workspace/x && chmod 4755 /workspace/x').then(() => undefined, (e: unknown) => e);
+    expect(err).toMatchObject({ code: 'policy_refused', exitCode: 125 });
+    expect((err as Error).message).toBe(
+      `the attached workspace ${ws} is owned by root and would be bound read-write: a sandbox writing there as root could leave a ` +
+        'set-uid-root program that any user of this host can run; hand the dir to an unprivileged owner (chown -R <uid>:<gid> DIR: the ' +
+        'sandbox then runs as that uid), or bind it read-only',
+    );
+    expect(existsSync(join(ws, 'x'))).toBe(false);
+    expect((await t.containers()).filter((c) => c.labels['berth.key'] === 'session:planter')).toEqual([]);
+
+    const vol = t.mkdir('root-vol');
+    const start = await t.open(dockerConfig({ docker: { volumes: [{ source: vol, target: '/data', tenants: '*' }] } })).then(() => undefined, (e: unknown) => e);
+    expect(start).toMatchObject({ code: 'config_invalid', exitCode: 2 });
+    expect((start as Error).message).toContain(`docker.volumes entry "${vol}:/data": ${vol} is owned by root and bound read-write`);
+    // Read-only it is fine: the sandbox keeps root and cannot write there.
+    const ro = await t.open(dockerConfig({ persistent: false, docker: { volumes: [{ source: vol, target: '/data', readOnly: true, tenants: '*' }] } }));
+    const r = await ro.exec({ session: 'ro' }, 'id -u; touch /data/x 2>/dev/null || echo read-only');
+    expect(r.stdout, r.output).toBe('0\nread-only\n');
   });
 
   it('item 8: a sandbox over docker.diskMb is stopped by the check; its next call fails clearly, another is unaffected', async () => {
@@ -293,8 +321,8 @@ describeDocker('trust boundaries on the real docker engine', () => {
 
   it('item 8: berth\'s own dirs of a persistent sandbox count, an attached workspace does not; a later CLI process gets the error', async () => {
     const t = reg.track();
-    const ws = t.mkdir('big-ws');
-    const settings = { scope: 'session', workspace: { mount: true }, docker: { diskMb: 50 } };
+    const ws = t.userDir('big-ws');
+    const settings = { scope: 'session', persistent: true, workspace: { mount: true }, docker: { diskMb: 50 } };
     t.writeConfig(dockerConfigYaml(settings));
     const b = await t.open(dockerConfig(settings));
     const attached: CallScopeInput = { session: 'attached', workspace: { path: ws, source: 'session' } };

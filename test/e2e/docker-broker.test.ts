@@ -138,7 +138,7 @@ describeDocker('broker on the real docker engine', () => {
 
   it('an attached workspace is bound at /workspace both ways; a session without one gets none', async () => {
     const t = reg.track();
-    const ws = t.mkdir('project');
+    const ws = t.userDir('project');
     writeFileSync(join(ws, 'host.txt'), 'from-host\n');
     const b = await t.open(dockerConfig({ persistent: false, workspace: { mount: true } }));
     const scope: CallScopeInput = { session: 'm', workspace: { path: ws, source: 'session' } };
@@ -152,8 +152,8 @@ describeDocker('broker on the real docker engine', () => {
 
   it('a shared sandbox asked for a different mount than it has is an error saying so', async () => {
     const t = reg.track();
-    const a = t.mkdir('a');
-    const other = t.mkdir('b');
+    const a = t.userDir('a');
+    const other = t.userDir('b');
     const b = await t.open(dockerConfig({ workspace: { mount: true } }));
     const first = await b.exec({ workspace: { path: a, source: 'session' } }, 'ls -A /workspace; true');
     expect(first.sandboxKey).toBe('default');
@@ -169,7 +169,7 @@ describeDocker('broker on the real docker engine', () => {
 
   it('bug 1: a session never inherits the mount a process-level cwd gave the default sandbox', async () => {
     const t = reg.track();
-    const dirA = t.mkdir('dirA');
+    const dirA = t.userDir('dirA');
     writeFileSync(join(dirA, 'only-in-a.txt'), 'a\n');
     const b = await t.open(dockerConfig({ persistent: false, workspace: { mount: true } }));
     const launch = { path: dirA, source: 'process' as const };
@@ -185,7 +185,7 @@ describeDocker('broker on the real docker engine', () => {
 
   it('bug 2: a host cwd recorded on local never makes a docker command cd into it; one under the mount maps to /workspace', async () => {
     const t = reg.track();
-    const proj = t.mkdir('proj');
+    const proj = t.userDir('proj');
     const session = { session: 's' };
     const attached = { session: 'w', workspace: { path: proj, source: 'session' as const } };
     {

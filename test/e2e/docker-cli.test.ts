@@ -43,7 +43,7 @@ describeDocker('berth CLI on the real docker engine', () => {
   it('--workspace DIR is visible at /workspace: host files readable inside, files written inside appear on the host', async () => {
     const t = reg.track();
     t.writeConfig(dockerConfigYaml({ persistent: false, workspace: { mount: true } }));
-    const ws = t.mkdir('project');
+    const ws = t.userDir('project');
     writeFileSync(join(ws, 'host.txt'), 'from-host\n');
     const r = await berth(t, ['exec', '--session', 'm', '--workspace', ws, '--', 'cat /workspace/host.txt && echo inside > /workspace/made.txt && pwd']);
     expect(r).toEqual({ code: 0, stdout: 'from-host\n/workspace\n', stderr: '' });
@@ -97,7 +97,7 @@ describeDocker('berth CLI on the real docker engine', () => {
   it('workspace.allowedRoots: a workspace outside the roots exits 125 naming them; one inside mounts; a missing root is a config error (exit 2)', async () => {
     const t = reg.track();
     const root = t.mkdir('roots');
-    const inside = t.mkdir('roots', 'app');
+    const inside = t.userDir('roots', 'app');
     const outside = t.mkdir('elsewhere');
     t.writeConfig(dockerConfigYaml({ persistent: false, workspace: { mount: true, allowedRoots: [root] } }));
     const out = await berth(t, ['exec', '--session', 'o', '--workspace', outside, '--', 'echo should-not-run']);
@@ -149,8 +149,8 @@ describeDocker('berth CLI on the real docker engine', () => {
   it('a shared sandbox asked for a different mount exits 125 saying the mount is fixed', async () => {
     const t = reg.track();
     t.writeConfig(dockerConfigYaml({ workspace: { mount: true } }));
-    const a = t.mkdir('a');
-    const b = t.mkdir('b');
+    const a = t.userDir('a');
+    const b = t.userDir('b');
     const first = await berth(t, ['exec', '--workspace', a, '--', 'true']);
     expect(first, first.stderr).toMatchObject({ code: 0 });
     const second = await berth(t, ['exec', '--workspace', b, '--', 'echo should-not-run']);
@@ -168,7 +168,7 @@ describeDocker('berth CLI on the real docker engine', () => {
 
   it('bug 1: berth exec --session s2 from dir A does not inherit the mount the default call gave A', async () => {
     const t = reg.track();
-    const dirA = t.mkdir('dirA');
+    const dirA = t.userDir('dirA');
     t.writeConfig(dockerConfigYaml({ persistent: false, workspace: { mount: true } }), dirA);
     writeFileSync(join(dirA, 'only-in-a.txt'), 'a\n');
     const first = await berth(t, ['exec', '--', 'ls -A /workspace'], { cwd: dirA });
@@ -184,7 +184,7 @@ describeDocker('berth CLI on the real docker engine', () => {
 
   it('bug 2: a host cwd recorded on local never fails a docker command with cd (exit 126); one under the mount maps to /workspace', async () => {
     const t = reg.track();
-    const proj = t.mkdir('proj');
+    const proj = t.userDir('proj');
     t.writeConfig('backend: local\npersistent: false\n');
     const onLocal = await berth(t, ['exec', '--session', 's', '--', 'mkdir -p sub && cd sub && pwd']);
     expect(onLocal.code, onLocal.stderr).toBe(0);

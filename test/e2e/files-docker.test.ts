@@ -79,7 +79,7 @@ describeDocker('file transfer on the real docker engine', () => {
     expect(eph.exported).toBe(true);
     expect(eph.hostPath.startsWith(join(t.home, 'staging', 'local'))).toBe(true);
     expect(readFileSync(eph.hostPath, 'utf8')).toBe('eph\n');
-    const ws = t.mkdir('project');
+    const ws = t.userDir('project');
     const scope = { session: 'mnt', workspace: { path: ws, source: 'session' as const } };
     await b.exec(scope, 'mkdir -p out && echo mounted > out/m.txt');
     expect(await b.files.mediaPath(scope, 'out/m.txt')).toEqual({ hostPath: join(ws, 'out', 'm.txt'), exported: false });
@@ -141,7 +141,7 @@ describeDocker('file transfer on the real docker engine', () => {
     // The copy stays what it was when the agent changes its own file afterwards.
     await b.exec({ session: 'p' }, 'echo changed > /workspace/c.txt');
     expect(readFileSync(p.hostPath, 'utf8')).toBe('persistent\n');
-    const ws = t.mkdir('project');
+    const ws = t.userDir('project');
     const scope = { session: 'mnt', workspace: { path: ws, source: 'session' as const } };
     await b.exec(scope, 'echo mounted > m.txt');
     const m = await b.files.mediaPath(scope, 'm.txt');

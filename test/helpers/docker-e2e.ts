@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Dockerode from 'dockerode';
@@ -48,6 +48,9 @@ export async function ensureImage(): Promise<void> {
   }
   await docker.getImage(IMAGE).inspect();
 }
+
+/** The owner of `userDir` dirs: the first user of a Debian host. */
+export const PROJECT_UID = 1000;
 
 /** Per-command timeout in test configs, so a hung command ends well inside a test's own timeout. */
 const EXEC_TIMEOUT_SECONDS = 20;
@@ -208,6 +211,17 @@ export class TestInstall {
   mkdir(...parts: string[]): string {
     const p = join(this.root, ...parts);
     mkdirSync(p, { recursive: true });
+    return p;
+  }
+
+  /**
+   * A new dir under this test's root owned by an unprivileged user (uid and gid 1000), as a project
+   * dir on a real host is: berth never binds a root-owned dir read-write, and a sandbox bound to
+   * this one runs as 1000.
+   */
+  userDir(...parts: string[]): string {
+    const p = this.mkdir(...parts);
+    if (process.getuid?.() === 0) chownSync(p, PROJECT_UID, PROJECT_UID);
     return p;
   }
 

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync } from 'node:fs';
+import { chownSync, existsSync, mkdirSync, statSync } from 'node:fs';
 
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -12,6 +12,8 @@ function fakeHome(): { home: string; state: string; project: string } {
   const home = join(root, 'home');
   mkdirSync(join(home, '.ssh'), { recursive: true });
   mkdirSync(join(home, 'project'), { recursive: true });
+  // A project an unprivileged user owns (as it would be on a real host; tests run as root here).
+  if (process.getuid?.() === 0) chownSync(join(home, 'project'), 1000, 1000);
   return { home, state: join(home, '.berth'), project: join(home, 'project') };
 }
 
@@ -36,6 +38,24 @@ describe('docker.volumes go through the credential-surface refusals at start-up'
     const check = () => assertVolumesAllowed(parseConfig({ backend: 'docker', docker: { volumes: [`${dir}:/host`] } }), ctx);
     expect(check).toThrow(ConfigError);
     expect(check).toThrow(new RegExp(`docker\\.volumes entry "${dir}:/host": ${dir} (is|contains) .*; bind a project folder instead`));
+  });
+
+  it('refuses a read-write volume owned by root at start-up (a sandbox would plant set-uid-root files there); read-only is fine', () => {
+    const h = fakeHome();
+    const rootOwned = join(h.home, 'root-owned');
+    mkdirSync(rootOwned);
+    if (statSync(rootOwned).uid !== 0) return void expect.soft(process.getuid?.(), 'needs root to make a root-owned dir').toBe(0);
+    const ctx = { homeDir: h.home, stateDir: h.state, dockerSockets: [] };
+    const check = (v: string | object) => () => assertVolumesAllowed(parseConfig({ backend: 'docker', docker: { volumes: [v] } }), ctx);
+    expect(check(`${rootOwned}:/data`)).toThrow(ConfigError);
+    expect(check(`${rootOwned}:/data`)).toThrow(
+      `docker.volumes entry "${rootOwned}:/data": ${rootOwned} is owned by root and bound read-write, so a sandbox would write there as root ` +
+        `and could leave a set-uid-root program any host user can run; hand it to an unprivileged owner (chown -R <uid>:<gid> ${rootOwned}: ` +
+        `the sandbox then runs as that uid) or bind it read-only (${rootOwned}:<target>:ro)`,
+    );
+    expect(check({ source: rootOwned, target: '/data', tenants: '*' })).toThrow(/is owned by root and bound read-write/);
+    expect(check(`${rootOwned}:/data:ro`)).not.toThrow();
+    expect(check(`${h.project}:/data`)).not.toThrow();
   });
 
   it('refuses what lies inside a system directory (/var/lib/dpkg) and allows a project under /tmp', () => {

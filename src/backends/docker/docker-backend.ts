@@ -325,13 +325,14 @@ export class DockerBackend implements Backend {
     const hostDir = hostDirFor(this.berthHome, spec);
     const runAs = await runAsFor(spec, hostDir, caps.userns, this.hostUser);
     const plan = { spec, name, image: spec.settings.docker.image, hostDir, limits, runAs };
+    const adoptedRunAs = (info: Dockerode.ContainerInspectInfo) => this.adoptedRunAs(spec, info, hostDir, runAs, caps.userns);
     // Create-or-adopt. A 409 means another process of this installation holds the name; its
     // container may not be inspectable yet (still being created) or may vanish again (its start
     // failed and it cleaned up), so look again a few times before giving up.
     for (let attempt = 1; ; attempt += 1) {
       const existing = await this.inspect(name);
       if (existing) {
-        const adopted = await this.adopt(spec, existing, hostDir, runAs);
+        const adopted = await this.adopt(spec, existing, hostDir, await adoptedRunAs(existing));
         return this.sandbox(spec, adopted, hostDir, knownRef !== undefined && !sameRef(knownRef, adopted.Id));
       }
       await this.makeHostDirs(hostDir, runAs);
@@ -359,7 +360,7 @@ export class DockerBackend implements Backend {
           );
         }
         this.verifyMount(spec, known, undefined);
-        assertRunsAs(spec, known, runAs);
+        assertRunsAs(spec, known, await this.adoptedRunAs(spec, known, undefined, runAs, caps.userns));
         const placed = await this.networks.place(spec, known);
         const running = await this.startIfStopped(spec, placed, undefined);
         return this.sandbox(spec, running, undefined, false);
@@ -452,6 +453,21 @@ export class DockerBackend implements Backend {
     this.verifyMount(spec, info, hostDir);
     assertRunsAs(spec, info, runAs);
     return this.startIfStopped(spec, await this.networks.place(spec, info), hostDir);
+  }
+
+  /**
+   * Who an existing sandbox must run as for this call. A call that asks for no mount uses the
+   * sandbox with the workspace it was created with (see `verifyMount`), so that bind's owner
+   * decides, not the absence of one in the call.
+   */
+  private async adoptedRunAs(
+    spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined, runAs: { uid: number; gid: number } | undefined, userns: boolean,
+  ): Promise<{ uid: number; gid: number } | undefined> {
+    const asked = spec.mount !== null || volumesOf(spec).some((v) => v.target === WORKSPACE);
+    const have = info.Mounts.find((m) => m.Destination === WORKSPACE && m.Type === 'bind');
+    const own = hostDir === undefined ? undefined : path.join(hostDir, 'workspace');
+    if (asked || have === undefined || path.resolve(have.Source) === own) return runAs;
+    return runAsFor({ ...spec, mount: path.resolve(have.Source) }, hostDir, userns, this.hostUser);
   }
 
   private verifyOwner(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, knownRef?: string): void {

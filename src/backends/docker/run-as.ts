@@ -31,13 +31,15 @@ export interface RunAsInput {
  *
  * Root in a container without user-namespace remapping is root on the host for every file it
  * writes into a host bind: a `chmod 4755` copy of a shell it leaves there gives euid 0 to any
- * host user who runs it. So when a read-write bind belongs to a non-root host user, the sandbox
- * runs as that user: whatever it plants there carries at most that owner's privilege.
- *
- * Root-owned binds keep root inside. That adds no privilege: files root writes into a dir root
- * owns carry root's privilege, which the dir's owner already has; berth's own dirs (when berth
- * runs as root) are 0700 under a 0700 `BERTH_HOME`, so no other host user reaches what is planted
- * there, and an operator's root-owned volume is the operator's explicit choice.
+ * host user who runs it. So a sandbox never writes to a host dir as uid 0:
+ * - a read-write bind of a non-root owner: the sandbox runs as that owner, so whatever it plants
+ *   there carries at most that owner's privilege;
+ * - a read-write bind owned by root (an attached workspace or a volume): refused, naming the fix
+ *   (hand the dir to an unprivileged owner, or bind it read-only). A sweep of set-id bits after
+ *   the fact would race the host user who runs the file first;
+ * - berth's own dirs when berth runs as root stay root's: they live under `$BERTH_HOME/sandboxes`,
+ *   which berth keeps 0700 (broker/berth-home.ts), so no other host user can reach, let alone
+ *   run, anything planted there; it is the same as the container's own writable layer.
  * With userns remapping container root is an unprivileged host uid, so no switch is needed.
  *
  * @example
@@ -46,7 +48,9 @@ export interface RunAsInput {
  */
 export function chooseRunAs(input: RunAsInput): { uid: number; gid: number } | undefined {
   if (input.userns) return input.hostUser;
-  const owners: RwBind[] = input.binds.filter((b) => b.uid !== 0);
+  const rootOwned = input.binds.find((b) => b.uid === 0);
+  if (rootOwned !== undefined) throw rootOwnedBindRefusal(rootOwned.what);
+  const owners: RwBind[] = [...input.binds];
   if (input.ownDirs !== undefined && input.ownDirs.uid !== 0) owners.push(input.ownDirs);
   if (input.hostUser !== undefined && input.hostUser.uid !== 0) {
     owners.push({ what: 'docker.runAsHostUser (the user berth runs as)', ...input.hostUser });
@@ -62,6 +66,18 @@ export function chooseRunAs(input: RunAsInput): { uid: number; gid: number } | u
     );
   }
   return { uid: first.uid, gid: first.gid };
+}
+
+/**
+ * Why a read-write host dir owned by root is never bound: the sandbox would write there as root.
+ * `what` names the dir as `RwBind.what` does.
+ */
+export function rootOwnedBindRefusal(what: string): PolicyRefusedError {
+  return new PolicyRefusedError(
+    `${what} is owned by root and would be bound read-write: a sandbox writing there as root could leave a set-uid-root ` +
+      'program that any user of this host can run; hand the dir to an unprivileged owner (chown -R <uid>:<gid> DIR: the sandbox ' +
+      'then runs as that uid), or bind it read-only',
+  );
 }
 
 /** The `User` string of a container create for `runAs` ('' is the image's own user, root here). */
@@ -95,9 +111,9 @@ export async function runAsFor(
   const binds: RwBind[] = [];
   for (const b of hostBindsOf(spec, hostDir)) {
     if (b.readOnly || b.kind === 'own') continue;
-    // A missing source is created by the engine, as root: it constrains nothing.
+    // The engine would create a missing source as root: that is a root-owned bind too.
     const st = await stat(b.source).catch(() => undefined);
-    if (st !== undefined) binds.push({ what: describeBind(b), uid: st.uid, gid: st.gid });
+    binds.push({ what: describeBind(b), uid: st?.uid ?? 0, gid: st?.gid ?? 0 });
   }
   const ownDirs = hostDir !== undefined && berthUser !== undefined && berthUser.uid !== 0
     ? { what: `berth's own sandbox dir ${hostDir}`, ...berthUser } : undefined;

@@ -149,5 +149,5 @@ export const dockerSettings: SettingsSection<DockerSettings, typeof dockerShape>
     volumes: d.volumes === undefined ? base.volumes.map((v) => ({ ...v })) : d.volumes.map(volumeSettings),
     diskMb: d.diskMb ?? base.diskMb,
   }),
-  hostBinds: (s) => s.volumes.map((v) => ({ source: v.source, key: 'volumes', describe: describeVolume(v) })),
+  hostBinds: (s) => s.volumes.map((v) => ({ source: v.source, key: 'volumes', describe: describeVolume(v), readOnly: v.readOnly })),
 };
