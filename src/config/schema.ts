@@ -22,7 +22,9 @@ function defaultCore(): CoreSettings {
   return {
     backend: DEFAULT_BACKEND,
     scope: 'auto',
-    persistent: true,
+    // Each conversation its own sandbox unless the operator opts into sharing (scope: profile,
+    // or persistent: true, which shares one sandbox across sessions in scope auto: design §3).
+    persistent: false,
     sharedKey: undefined,
     userSandbox: true,
     workspace: { mount: false, allowedRoots: [] },

@@ -135,8 +135,8 @@ describe('config rules read traits, not names', () => {
   });
 
   it('sharedKey in scope auto applies to any persistent backend that keys like a container', () => {
-    expect(parseConfig({ backend: 'boxes', sharedKey: 'team' }, undefined, { backends: catalog }).base.sharedKey).toBe('team');
-    expect(errorOf({ backend: 'example', sharedKey: 'team' })).toContain(
+    expect(parseConfig({ backend: 'boxes', persistent: true, sharedKey: 'team' }, undefined, { backends: catalog }).base.sharedKey).toBe('team');
+    expect(errorOf({ backend: 'example', persistent: true, sharedKey: 'team' })).toContain(
       'only applies to a persistent container backend (docker, bwrap, kubernetes or boxes with persistent: true), and here backend "example" is not a container backend',
     );
   });
@@ -165,7 +165,7 @@ describe('explain and the tool words come from the module', () => {
   });
 
   it('keys like a container when its traits say so (design §3 row 7), whatever its name', async () => {
-    await using broker = await Broker.open({ config: parseConfig({ backend: 'boxes' }, undefined, { backends: catalog }), berthHome: home(), env: {} });
+    await using broker = await Broker.open({ config: parseConfig({ backend: 'boxes', persistent: true }, undefined, { backends: catalog }), berthHome: home(), env: {} });
     expect(broker.explain({ session: 's1' })).toMatchObject({ sandboxKey: 'default', rule: 'auto:7', isolation: 'namespace' });
   });
 

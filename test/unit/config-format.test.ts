@@ -8,7 +8,7 @@ describe('formatEffectiveConfig', () => {
     const text = formatEffectiveConfig(parseConfig({}));
     expect(text.split('\n')[0]).toBe('# effective berth config: built-in defaults (no config file found)');
     const doc = parse(text) as Record<string, unknown>;
-    expect(doc).toMatchObject({ multiProfile: false, backend: 'docker', scope: 'auto', persistent: true });
+    expect(doc).toMatchObject({ multiProfile: false, backend: 'docker', scope: 'auto', persistent: false });
     expect(doc['profiles']).toBeUndefined();
     expect(doc).not.toHaveProperty('sharedKey');
   });
@@ -19,6 +19,7 @@ describe('formatEffectiveConfig', () => {
 
   it('shows every profile fully merged, in name order', () => {
     const config = parseConfig({
+      persistent: true,
       sharedKey: 'team',
       env: { static: { MODE: 'prod' }, forward: ['GH_TOKEN'] },
       profiles: { zed: { scope: 'session', sharedKey: '' }, alpha: { exec: { timeoutSeconds: 5 } } },

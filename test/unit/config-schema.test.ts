@@ -30,7 +30,7 @@ describe('defaults', () => {
   it.each([
     ['backend', base.backend, 'docker'],
     ['scope', base.scope, 'auto'],
-    ['persistent', base.persistent, true],
+    ['persistent', base.persistent, false],
     ['sharedKey', base.sharedKey, undefined],
     ['userSandbox', base.userSandbox, true],
     ['multiProfile', multiProfile, false],
@@ -117,7 +117,7 @@ describe('accepted values', () => {
   });
 
   it('accepts a sharedKey in auto with docker and persistent: true', () => {
-    expect(parseConfig({ sharedKey: 'team' }).base.sharedKey).toBe('team');
+    expect(parseConfig({ persistent: true, sharedKey: 'team' }).base.sharedKey).toBe('team');
     expect(parseConfig({ scope: 'shared', sharedKey: 'team', backend: 'local' }).base.sharedKey).toBe('team');
   });
 
@@ -275,7 +275,7 @@ describe('profiles', () => {
   });
 
   it('lets a profile unset an inherited sharedKey with ""', () => {
-    const c = parseConfig({ sharedKey: 'team', profiles: { bot: { sharedKey: '', backend: 'local' } } });
+    const c = parseConfig({ persistent: true, sharedKey: 'team', profiles: { bot: { sharedKey: '', backend: 'local' } } });
     expect(c.base.sharedKey).toBe('team');
     expect(c.profiles['bot']!.sharedKey).toBeUndefined();
   });
@@ -338,7 +338,7 @@ describe('cross-field rules', () => {
       );
     });
     it('is satisfied by an inherited key', () => {
-      expect(settingsFor(parseConfig({ sharedKey: 'k', profiles: { bot: { scope: 'shared', backend: 'ssh', ssh: SSH } } }), 'bot').sharedKey).toBe('k');
+      expect(settingsFor(parseConfig({ persistent: true, sharedKey: 'k', profiles: { bot: { scope: 'shared', backend: 'ssh', ssh: SSH } } }), 'bot').sharedKey).toBe('k');
     });
     it('reports a top-level problem once, not again for every profile', () => {
       const message = errorOf({ scope: 'shared', profiles: { a: {}, b: { exec: { timeoutSeconds: 5 } } } });
@@ -363,7 +363,7 @@ describe('cross-field rules', () => {
       expect(errorOf({ profiles: { bot: { backend: 'local', sharedKey: 'k' } } })).toContain('config key "profiles.bot.sharedKey": in scope "auto"');
     });
     it('errors for a top-level key inherited by a non-container profile, and says how to unset it', () => {
-      const message = errorOf({ sharedKey: 'k', profiles: { bot: { backend: 'ssh', ssh: SSH } } });
+      const message = errorOf({ persistent: true, sharedKey: 'k', profiles: { bot: { backend: 'ssh', ssh: SSH } } });
       expect(message).toContain('config key "profiles.bot.sharedKey": in scope "auto" sharedKey (set at the top level)');
       expect(message).toContain('set profiles.bot.sharedKey: "" to unset it for this profile');
       expect(problemCount(message)).toBe(1); // the top level itself is fine
@@ -599,7 +599,7 @@ describe('warmPool', () => {
   });
 
   it('is an error where it would never be used: a persistent or shared profile', () => {
-    expect(errorOf({ warmPool: { size: 2 } })).toMatch(/"warmPool\.size": a warm pool serves only ephemeral sandboxes, and persistent is true here/);
+    expect(errorOf({ persistent: true, warmPool: { size: 2 } })).toMatch(/"warmPool\.size": a warm pool serves only ephemeral sandboxes, and persistent is true here/);
     expect(errorOf({ persistent: false, profiles: { s: { scope: 'shared', sharedKey: 'k', warmPool: { size: 1 } } } }))
       .toMatch(/"profiles\.s\.warmPool\.size": scope "shared" has one sandbox that never comes from a warm pool/);
   });

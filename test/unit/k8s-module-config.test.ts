@@ -30,7 +30,7 @@ describe('the kubernetes module in the config', () => {
 
   it('a warm pool with mode pods is a start-up error naming the fix', () => {
     expect(errorOf({ backend: 'kubernetes', kubernetes: { warmPool: 'py' } })).toContain('set kubernetes.mode: agent-sandbox or remove warmPool');
-    expect(errorOf({ backend: 'kubernetes', profiles: { bot: { kubernetes: { mode: 'agent-sandbox', warmPool: 'py' } } } }))
+    expect(errorOf({ backend: 'kubernetes', persistent: true, profiles: { bot: { kubernetes: { mode: 'agent-sandbox', warmPool: 'py' } } } }))
       .toContain('config key "profiles.bot.kubernetes.warmPool": a warm pool hands out interchangeable sandboxes');
   });
 
