@@ -151,9 +151,14 @@ export class ShellPool {
     return this.opts.longLived ? undefined : setTimeout(() => void shells.warden.start(), WARDEN_AFTER_MS);
   }
 
-  /** After a command: the record follows only what the shell reports after a completed command. */
+  /**
+   * After a command: the record follows the cwd the result reports, which is the shell's own
+   * report after a completed command, or, after a timeout or a cancel, the cwd the new shell took
+   * over in (the one its notice names, with the state it restored): a later process then starts
+   * where this one's next command would run.
+   */
   recordCwd(call: ResolvedCall, ls: LiveShell, r: ExecResult): void {
-    if (r.cwd === '' || r.timedOut || r.cwd === ls.recordedCwd) return;
+    if (r.cwd === '' || r.cwd === ls.recordedCwd) return;
     this.opts.store.putCwd(call.shell.digest, {
       tenant: call.scope.tenant, profile: call.scope.profile, session: call.scope.session ?? null, cwd: r.cwd, backend: call.settings.backend,
     }, Date.now());

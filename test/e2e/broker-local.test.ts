@@ -37,6 +37,23 @@ describe('Broker on the local backend', () => {
     expect(explicit.sandboxKey).toBe('session:explicit');
   });
 
+  it('after a timeout, the notice, explain, the next call and a later process all name the cwd the new shell took over in', async () => {
+    const h = home();
+    const first = await open(h, { persistent: false }, {}, false);
+    expect((await first.exec({ session: 't' }, 'mkdir -p a b && cd a')).exitCode).toBe(0);
+    const r = await first.exec({ session: 't' }, 'cd ../b && export MOVED=yes && sleep 30', { timeoutSeconds: 1 });
+    expect(r).toMatchObject({ exitCode: 124, timedOut: true });
+    expect(r.cwd).toMatch(/\/b$/);
+    expect(r.stderr).toContain(`a new shell took over in ${r.cwd} with the exported variables`);
+    expect(first.explain({ session: 't' }).cwd).toBe(r.cwd);
+    const same = await first.exec({ session: 't' }, 'pwd; echo "[$MOVED]"');
+    expect(same.stdout).toBe(`${r.cwd}\n[yes]\n`);
+    await first.close();
+    await using later = await open(h, { persistent: false }, {}, false);
+    expect(later.explain({ session: 't' }).cwd).toBe(r.cwd);
+    expect((await later.exec({ session: 't' }, 'pwd; echo "[$MOVED]"')).stdout).toBe(`${r.cwd}\n[yes]\n`);
+  });
+
   it('records cwd only from what the shell reports, never from workdir, and keeps it across a restart', async () => {
     const h = home();
     {

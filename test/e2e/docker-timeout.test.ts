@@ -120,6 +120,20 @@ describeDocker('timeouts and fork bombs on the real docker engine', () => {
     });
   });
 
+  it('CLI: after a timeout the notice, the recorded cwd and the next process agree on where the new shell is', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml({ persistent: false }));
+    const berth = (...args: string[]) => runBerth(['exec', '--session', 'agree', ...args], { env: t.env, cwd: t.dir, timeoutMs: 90_000 });
+    expect(await berth('--', 'mkdir -p /workspace/before && cd /workspace/before')).toMatchObject({ code: 0 });
+    const r = await berth('--timeout', '1', '--', 'cd /tmp && export MOVED=yes && sleep 30');
+    expect(r.code).toBe(124);
+    expect(r.stderr).toContain("the command's processes were killed and a new shell took over in /tmp with the exported variables");
+    const next = await berth('--json', '--', 'pwd; echo "[$MOVED]"');
+    expect(JSON.parse(next.stdout)).toMatchObject({ exitCode: 0, stdout: '/tmp\n[yes]\n', cwd: '/tmp' });
+    const explained = JSON.parse((await runBerth(['explain', '--json', '--session', 'agree'], { env: t.env, cwd: t.dir })).stdout) as { cwd: string };
+    expect(explained.cwd).toBe('/tmp');
+  });
+
   it('a bomb that killed the warden first: still ended, and the notice says how', async () => {
     const t = reg.track();
     const b = await openWithState(t);
