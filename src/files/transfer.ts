@@ -299,7 +299,6 @@ export async function readSandboxFile(ctx: TransferContext, a: { path: string; m
   }
   if (!found) throw new BerthError('transfer_failed', `the sandbox's archive of ${JSON.stringify(r.real)} held no file`);
   // Read content goes back to the caller (and onward to a model), like command output: redacted.
-  // `exportToStaging` stays byte-exact: its copy is for the operator's host, not the caller.
   const redactor = new ByteRedactor(ctx.redactValues ?? []);
   return { path: r.real, data: Buffer.concat([redactor.push(Buffer.concat(parts)), redactor.flush()]) };
 }
@@ -317,6 +316,10 @@ function asTransferError(err: unknown, path: string, sandbox: string): unknown {
  *
  * Every archive entry costs 512 bytes (its tar header) besides its content, against the cap and
  * against the tenant's staging bound (`limits.stagingBytes`): many empty files are not free.
+ *
+ * The copy goes to a caller as a read does (a download route, a gateway's attachment, `berth cp`),
+ * so granted secret values in its files are redacted the same way: no route hands back what
+ * another one hides. The cap counts the sandbox's bytes; `bytes` is what was written.
  */
 export async function exportToStaging(ctx: TransferContext, a: { path: string; maxBytes?: number }): Promise<{ hostPath: string; bytes: number; kind: 'file' | 'dir' }> {
   const cap = capOf(ctx, a.maxBytes);
@@ -389,13 +392,18 @@ export async function exportToStaging(ctx: TransferContext, a: { path: string; m
       await rm(hostPath, { force: true });
       const fh = await open(hostPath, 'wx', (h.mode & 0o100) !== 0 ? 0o700 : 0o600);
       open_ = fh;
+      const redactor = new ByteRedactor(ctx.redactValues ?? []);
+      const put = async (b: Buffer): Promise<void> => {
+        bytes += b.length;
+        if (b.length > 0) await fh.write(b);
+      };
       return {
         write: async (c: Buffer) => {
           charge(c.length);
-          bytes += c.length;
-          await fh.write(c);
+          await put(redactor.push(c));
         },
         end: async () => {
+          await put(redactor.flush());
           open_ = undefined;
           await fh.close();
           written.add(name);

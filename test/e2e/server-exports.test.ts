@@ -29,17 +29,21 @@ interface Rig {
 
 const reg = installs('berth-exports-');
 
+/** A granted secret the rig's sandboxes hold (`env.forward`), to check what comes back redacted. */
+const SECRET = 'ghp_export-secret-0123456789';
+
 async function rig(kind: 'docker' | 'local'): Promise<Rig> {
   let t: { home: string; dir: string; env: NodeJS.ProcessEnv };
   if (kind === 'docker') {
     const d = reg.track();
-    d.writeConfig(dockerConfigYaml({ persistent: false }));
+    d.writeConfig(dockerConfigYaml({ persistent: false, env: { forward: ['GITHUB_TOKEN'] } }));
     t = d;
   } else {
-    const l = tempInstall('backend: local\npersistent: false\nserver:\n  allowHostBackend: true\n');
+    const l = tempInstall('backend: local\npersistent: false\nenv:\n  forward: [GITHUB_TOKEN]\nserver:\n  allowHostBackend: true\n');
     cleanups.push(() => l[Symbol.dispose]());
     t = l;
   }
+  t = { ...t, env: { ...t.env, GITHUB_TOKEN: SECRET } };
   const acmeToken = await createToken(t, 'acme', ['default', 'bot']);
   const betaToken = await createToken(t, 'beta');
   const server = await ServeProcess.start(t);
@@ -94,6 +98,33 @@ function suite(kind: 'docker' | 'local'): void {
     expect(tar.status).toBe(200);
     expect(tar.type).toBe('application/x-tar');
     expect(await untar(tar.data)).toEqual({ 'out/': '<dir>', 'out/a.txt': 'héllo\n', 'out/sub/': '<dir>', 'out/sub/b.txt': 'x'.repeat(3000) });
+  });
+
+  it(`${kind}: a granted secret in a file comes back redacted by every route: read, export and its download (file and folder), MCP read_file and export_file`, async () => {
+    const r = await rig(kind);
+    const scope = { session: 's1' };
+    const made = await r.acme.post('/v1/exec', { ...scope, command: 'mkdir -p out && printf "token=%s\\n" "$GITHUB_TOKEN" > out/t.txt && echo ok' });
+    expect(made.body, JSON.stringify(made.body)).toMatchObject({ stdout: 'ok\n' });
+    const want = 'token=[REDACTED]\n';
+    const read = await download(r.acme, `/v1/files${qs({ ...scope, path: 'out/t.txt' })}`);
+    expect(read.data.toString()).toBe(want);
+    const file = await r.acme.post('/v1/files/export', { ...scope, path: 'out/t.txt' });
+    expect(file.body).toMatchObject({ kind: 'file', bytes: Buffer.byteLength(want) });
+    expect((await download(r.acme, file.body.download)).data.toString()).toBe(want);
+    const dir = await r.acme.post('/v1/files/export', { ...scope, path: 'out' });
+    expect(await untar((await download(r.acme, dir.body.download)).data)).toEqual({ 'out/': '<dir>', 'out/t.txt': want });
+
+    const c = await httpConn(new URL('/mcp', r.server.url), { token: r.acme.token! });
+    try {
+      await call(c, 'terminal', { command: 'printf "token=%s\\n" "$GITHUB_TOKEN" > m.txt' });
+      const mcpRead = await call(c, 'read_file', { path: 'm.txt' });
+      expect(mcpRead.text).toContain(want.trim());
+      expect(mcpRead.text).not.toContain(SECRET);
+      const ex = await call(c, 'export_file', { path: 'm.txt' });
+      expect((await download(r.acme, ex.structured['download'] as string)).data.toString()).toBe(want);
+    } finally {
+      await c.close();
+    }
   });
 
   it(`${kind}: an export id answers only its own tenant, profile, session and user; anything not an id is refused`, async () => {
@@ -164,7 +195,7 @@ describeDocker('berth serve: exports and mounts for remote callers (docker)', ()
   it('mounts are a boolean over HTTP (/v1/explain, /v1/sandboxes); the CLI and library keep the real path', async () => {
     const t = reg.track();
     t.writeConfig(dockerConfigYaml({ persistent: false, workspace: { mount: true } }));
-    const ws = t.mkdir('project');
+    const ws = t.userDir('project');
     const cli = await runBerth(['exec', '--workspace', ws, '--', 'echo hi > /workspace/f'], { env: t.env, cwd: t.dir });
     expect(cli.code, cli.stderr).toBe(0);
     const cliExplain = await runBerth(['explain', '--workspace', ws, '--json'], { env: t.env, cwd: t.dir });
