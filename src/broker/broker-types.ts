@@ -1,5 +1,5 @@
 import type { Backend, SandboxUsage } from '../backends/backend.js';
-import type { BackendName, BerthConfig } from '../config/types.js';
+import type { BerthConfig } from '../config/types.js';
 import type { ExecResult } from '../shell/types.js';
 import type { SandboxState } from './sandbox-pool.js';
 import type { StartGate } from './start-gate.js';
@@ -16,8 +16,8 @@ export interface BrokerOptions {
   berthHome?: string;
   /** The environment read once at start-up (forwarded grants, BERTH_SESSION). Default: process.env. */
   env?: NodeJS.ProcessEnv;
-  /** Injected backends (tests). */
-  backends?: Partial<Record<BackendName, Backend>>;
+  /** Injected backends (tests), by module name: the config's catalog may hold a test's module too. */
+  backends?: Readonly<Record<string, Backend>>;
   /**
    * Whether this process holds the sessions it opens (default true: a library or server owns its
    * sessions; if it dies they are reaped). The CLI passes false: its sessions stay open across

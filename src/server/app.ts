@@ -3,6 +3,7 @@ import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono, type MiddlewareHandler } from 'hono';
 import { routePath } from 'hono/route';
 import type { Broker } from '../broker/broker.js';
+import { isBerthError } from '../errors.js';
 import { adapterTakesAsIs, DirectContext } from './direct-route.js';
 import { answers, JSON_HEADERS } from './answer.js';
 import type { ApiContext, ApiEnv } from './api-env.js';
@@ -106,7 +107,10 @@ export function createApp(deps: AppDeps): ApiApp {
     const e = toHttpError(err);
     if (isRefusal(e.code)) deps.metrics.refused({ code: e.code, tenant: c.get('caller')?.tenant });
     if (e.status >= 500 && !(err instanceof HttpError)) {
-      deps.log('berth:server', `${c.env.incoming.method ?? ''} ${pathOf(c.env.incoming.url ?? '')}: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
+      // One line for what a sandbox or an engine did (a tenant can repeat it at will); a stack
+      // only for berth's own faults, which are rare and need it.
+      const what = isBerthError(err) && err.code !== 'internal' ? `${err.code}: ${err.message}` : err instanceof Error ? err.stack ?? err.message : String(err);
+      deps.log('berth:server', `${c.env.incoming.method ?? ''} ${pathOf(c.env.incoming.url ?? '')}: ${what}`);
     }
     if (c.env.outgoing.headersSent) {
       c.env.outgoing.end();
