@@ -23,6 +23,7 @@ export type ErrorCode =
   | 'job_not_found'
   // Over a bound.
   | 'too_large'
+  | 'tenant_limit'
   | 'disk_limit_exceeded'
   // The backend cannot do this at all.
   | 'unsupported'

@@ -111,6 +111,12 @@ export interface BackendContext {
   profiles?: readonly PlaceSettings[];
 }
 
+/** What one sandbox may take of the host at most, in MiB; a quantity its backend does not bound is absent. */
+export interface SandboxReservation {
+  memoryMb?: number | undefined;
+  diskMb?: number | undefined;
+}
+
 /** What the tools tell the agent about a sandbox of this backend. */
 export interface SandboxWords {
   /** Where commands run and how isolated they are, in one or two sentences. */
@@ -147,6 +153,12 @@ export interface BackendModule<N extends string = string, S = unknown> {
   isolationNoteFor?(settings: S): string | undefined;
   /** Where its sandboxes run when that is another machine (`root@build1:22`), for `explain` (`host`). */
   host?(settings: S): string;
+  /**
+   * The most memory and disk one sandbox of these settings may take (its limits, or the backend's
+   * defaults for them), counted against its tenant's `limits.memoryMb` and `limits.diskMb`.
+   * Absent: its sandboxes have no such bound, and only `limits.sandboxes` counts them.
+   */
+  reservation?(settings: S): SandboxReservation;
   readonly words: SandboxWords;
   /**
    * The starting dir inside a sandbox when nothing else applies; known without contacting
@@ -163,6 +175,11 @@ export function defineBackend<const N extends string, S = undefined, Shape exten
   module: Omit<BackendModule<N, S>, 'settings'> & { readonly settings?: SettingsSection<S, Shape> },
 ): BackendModule<N, S> {
   return module as BackendModule<N, S>;
+}
+
+/** What one sandbox of `settings` reserves on its module (nothing for a module without bounds). */
+export function reservationOf(module: BackendModule, settings: object): SandboxReservation {
+  return module.reservation?.(sectionOf(module, settings)) ?? {};
 }
 
 /** The `note` explain gives for `module` with these settings (each module's section under its name). */

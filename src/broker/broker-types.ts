@@ -1,5 +1,6 @@
 import type { Backend, SandboxUsage } from '../backends/backend.js';
 import type { BerthConfig } from '../config/types.js';
+import type { TenantQuota, TenantUsage } from './state-store.js';
 import type { ExecResult } from '../shell/types.js';
 import type { SandboxState } from './sandbox-pool.js';
 import type { StartGate } from './start-gate.js';
@@ -72,6 +73,8 @@ export interface BrokerExecResult extends ExecResult {
 /** The operator's view of this installation (`Broker.overview`). */
 export interface Overview {
   sandboxes: Array<SandboxInfo & { state: SandboxState; usage: SandboxUsage | undefined }>;
+  /** Each tenant that holds sandboxes: what they add up to against the tenant's limits. */
+  tenants: Array<{ tenant: string; usage: TenantUsage; quota: TenantQuota }>;
   /** The latest audit entries of every tenant, newest first. */
   recentCalls: AuditEntry[];
 }

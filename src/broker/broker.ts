@@ -251,8 +251,10 @@ export class Broker implements AsyncDisposable {
     const records = this.parts.store.listSandboxes(opts.tenant);
     const [stateOf, usage] = await Promise.all([this.parts.pool.stateReader(records), this.parts.pool.usage(records)]);
     const infos = this.infoOf(records);
+    const quota = this.parts.pool.tenantQuota;
     return {
       sandboxes: records.map((r, i) => ({ ...(infos[i] as SandboxInfo), state: stateOf(r), usage: usage.get(r.digest) })),
+      tenants: [...this.parts.store.tenantUsage(opts.tenant)].map(([tenant, used]) => ({ tenant, usage: used, quota })),
       recentCalls: opts.tenant === undefined ? this.parts.store.recentAudit(opts.recentCalls) : [],
     };
   }

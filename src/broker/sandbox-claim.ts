@@ -1,7 +1,8 @@
-import { TimeoutError } from '../errors.js';
+import type { SandboxReservation } from '../backends/module.js';
+import { BerthError, TimeoutError } from '../errors.js';
 import { ownerAlive } from './process-owner.js';
 import type { ResolvedCall } from './resolve-call.js';
-import type { SandboxRecord, StateStore } from './state-store.js';
+import type { SandboxRecord, StateStore, TenantQuota, TenantUsage } from './state-store.js';
 
 /** How long a process waits for another one creating the same sandbox, and when its claim is stale. */
 const CLAIM_WAIT_MS = 90_000;
@@ -11,10 +12,12 @@ const CLAIM_STALE_MS = 60_000;
  * Get-or-create across processes: the record is the claim. The process that inserts it creates
  * the sandbox; another one waits until the claimant records its ref (or gave up, or crashed).
  * The intent is recorded before any container exists, so no orphan reaper mistakes it for one.
- * `processToken` names this process on the claims it makes.
+ * `processToken` names this process on the claims it makes. A new sandbox counts against its
+ * tenant's `quota` with what it `reserves`; past the quota nothing is created (`tenant_limit`).
  */
 export async function claimOrAwait(
   store: StateStore, processToken: string, call: ResolvedCall, backend: string, known: SandboxRecord | undefined,
+  limits?: { quota: TenantQuota; reserves: SandboxReservation },
 ): Promise<{ record: SandboxRecord; mine: boolean }> {
   const deadline = Date.now() + CLAIM_WAIT_MS;
   let rec = known;
@@ -25,8 +28,13 @@ export async function claimOrAwait(
         digest: call.spec.digest, backend, tenant: call.scope.tenant, profile: call.spec.identity.profile ?? null,
         key: call.binding.sandboxKey, rule: call.spec.rule, ephemeral: call.spec.ephemeral, ref: '', name: call.spec.dirName,
         hostDir: null, mount: call.spec.mount, createdMs: now, lastUsedMs: now, claimOwner: processToken,
+        memoryMb: limits?.reserves.memoryMb ?? null, diskMb: limits?.reserves.diskMb ?? null,
       };
-      if (store.claimSandbox(fresh)) return { record: fresh, mine: true };
+      const claimed = store.claimSandbox(fresh, limits?.quota);
+      if (claimed === 'claimed') return { record: fresh, mine: true };
+      if (claimed === 'over' && limits !== undefined) {
+        throw overQuota(call, limits.quota, limits.reserves, store.tenantUsage(call.scope.tenant).get(call.scope.tenant));
+      }
     } else if (rec.ref !== '') {
       return { record: rec, mine: false };
     } else if (claimAbandoned(rec, now) && store.takeOverClaim(rec.digest, rec.createdMs, now, processToken)) {
@@ -38,6 +46,23 @@ export async function claimOrAwait(
     }
     rec = store.getSandbox(call.spec.digest);
   }
+}
+
+/** The refusal of a sandbox past its tenant's quota: which limit, where the tenant stands, and the fixes. */
+function overQuota(call: ResolvedCall, quota: TenantQuota, reserves: SandboxReservation, used: TenantUsage = { sandboxes: 0, memoryMb: 0, diskMb: 0 }): BerthError {
+  const tenant = call.scope.tenant;
+  const free = 'close a session (its ephemeral sandbox goes) or remove a sandbox (berth rm)';
+  let what: string;
+  if (used.sandboxes >= quota.sandboxes) {
+    what = `tenant "${tenant}" holds ${used.sandboxes} sandboxes, its limit (limits.sandboxes = ${quota.sandboxes}); ${free}, or raise limits.sandboxes`;
+  } else if (used.memoryMb + (reserves.memoryMb ?? 0) > quota.memoryMb) {
+    what = `tenant "${tenant}" has sandboxes with ${used.memoryMb} MiB of memory limits and this one would add ${reserves.memoryMb ?? 0} MiB, ` +
+      `past its limit (limits.memoryMb = ${quota.memoryMb}); ${free}, lower the sandboxes' memoryMb, or raise limits.memoryMb`;
+  } else {
+    what = `tenant "${tenant}" has sandboxes with ${used.diskMb} MiB of disk bounds and this one would add ${reserves.diskMb ?? 0} MiB, ` +
+      `past its limit (limits.diskMb = ${quota.diskMb}); ${free}, lower the sandboxes' diskMb, or raise limits.diskMb`;
+  }
+  return new BerthError('tenant_limit', `sandbox "${call.binding.sandboxKey}" was not created: ${what}`);
 }
 
 /**

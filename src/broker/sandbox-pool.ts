@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import type { Backend, ManagedSandbox, Sandbox, SandboxUsage } from '../backends/backend.js';
-import { sectionOf, type BackendTraits } from '../backends/module.js';
+import { reservationOf, sectionOf, type BackendTraits } from '../backends/module.js';
 import type { BerthConfig } from '../config/types.js';
 import { Logger } from '../logging/logger.js';
 import { PolicyRefusedError, type BerthError } from '../errors.js';
@@ -11,7 +11,8 @@ import type { ResolvedCall } from './resolve-call.js';
 import { claimOrAwait } from './sandbox-claim.js';
 import { SandboxShells } from './shell-pool.js';
 import type { StartGate } from './start-gate.js';
-import type { SandboxRecord, StateStore } from './state-store.js';
+import type { SandboxRecord, StateStore, TenantQuota } from './state-store.js';
+import { tenantQuota } from './tenant-quota.js';
 import { storeLease } from './store-lease.js';
 import { WarmPool, type WarmClaim, type WarmPoolView } from './warm-pool.js';
 
@@ -109,8 +110,11 @@ export class SandboxPool {
   private readonly log: (namespace: string, message: string) => void;
   private readonly logger: Logger;
   private readonly warm: WarmPool;
+  /** What one tenant's sandboxes may add up to (limits.sandboxes, memoryMb, diskMb). */
+  private readonly quota: TenantQuota;
 
   constructor(private readonly opts: SandboxPoolOptions) {
+    this.quota = tenantQuota(opts.config.limits, opts.berthHome);
     this.log = opts.log;
     this.logger = new Logger(opts.log);
     this.backends = new BackendRegistry({
@@ -189,7 +193,7 @@ export class SandboxPool {
         // The claim is made inside the gate: a claim's age tells other processes whether its maker
         // died, so it must not age in a queue.
         : await this.opts.gate.run(async () => {
-          const c = await claimOrAwait(store, this.processToken, call, backend.name, known);
+          const c = await claimOrAwait(store, this.processToken, call, backend.name, known, this.limitsOf(call));
           this.assertMountFits(call, c.record);
           return { claim: c, sandbox: await this.ensureClaimed(call, backend, c), warm: undefined };
         });
@@ -214,6 +218,16 @@ export class SandboxPool {
       this.opts.hooks.link(call, live);
       return live;
     });
+  }
+
+  /** A new sandbox of `call` counts against its tenant's quota with what its backend lets it take. */
+  private limitsOf(call: ResolvedCall): { quota: TenantQuota; reserves: ReturnType<typeof reservationOf> } {
+    return { quota: this.quota, reserves: reservationOf(this.opts.config.backends.module(call.settings.backend), call.settings) };
+  }
+
+  /** The tenants' quota (berth top's per-tenant line). */
+  get tenantQuota(): TenantQuota {
+    return this.quota;
   }
 
   /** A job's sandbox if it still exists (live, or recorded and reattached); never creates one. */
@@ -461,7 +475,7 @@ export class SandboxPool {
    */
   private async fromWarmPool(call: ResolvedCall, backend: Backend): Promise<{ claim: Claim; sandbox: Sandbox; warm: WarmClaim | undefined }> {
     const { store } = this.opts;
-    const claim = await claimOrAwait(store, this.processToken, call, backend.name, undefined);
+    const claim = await claimOrAwait(store, this.processToken, call, backend.name, undefined, this.limitsOf(call));
     this.assertMountFits(call, claim.record);
     if (claim.mine) {
       let warm: WarmClaim | undefined;

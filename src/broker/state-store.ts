@@ -23,6 +23,23 @@ export interface SandboxRecord {
    * so a claim whose process died is abandoned at once instead of after a timeout.
    */
   claimOwner?: string | null;
+  /** What it may take of the host (its backend's `reservation`), counted against its tenant's limits; null: unbounded or not known. */
+  memoryMb?: number | null;
+  diskMb?: number | null;
+}
+
+/** A tenant's bounds on the sandboxes it holds (`limits.sandboxes`, `limits.memoryMb`, `limits.diskMb`). */
+export interface TenantQuota {
+  sandboxes: number;
+  memoryMb: number;
+  diskMb: number;
+}
+
+/** What a tenant's sandboxes add up to now, in the quota's terms. */
+export interface TenantUsage {
+  sandboxes: number;
+  memoryMb: number;
+  diskMb: number;
 }
 
 export interface SessionRecord {
@@ -97,7 +114,7 @@ CREATE INDEX IF NOT EXISTS jobs_digest ON jobs (digest, status);
 interface SandboxRow {
   digest: string; backend: string; tenant: string; profile: string | null; key: string; rule: string;
   ephemeral: number; ref: string; name: string; host_dir: string | null; mount: string | null;
-  created_ms: number; last_used_ms: number; claim_owner?: string | null;
+  created_ms: number; last_used_ms: number; claim_owner?: string | null; memory_mb?: number | null; disk_mb?: number | null;
 }
 
 /** A background job (issue 5): its output lives in the sandbox under `dir`; this is its index entry. */
@@ -150,12 +167,19 @@ function migrateJobs(db: Database.Database): void {
   }).immediate();
 }
 
-/** Stores made before claims carried their process get the column (null: judged by age, as before). */
-function migrateClaimOwner(db: Database.Database): void {
-  const has = () => (db.prepare('PRAGMA table_info(sandboxes)').all() as Array<{ name: string }>).some((c) => c.name === 'claim_owner');
-  if (has()) return;
+/**
+ * Columns added to `sandboxes` after its first version, for stores made before them: the claim's
+ * process (null: a claim judged by age) and what a sandbox reserves (null: not counted).
+ */
+function migrateSandboxColumns(db: Database.Database): void {
+  const added = [['claim_owner', 'TEXT'], ['memory_mb', 'INTEGER'], ['disk_mb', 'INTEGER']] as const;
+  const missing = () => {
+    const have = new Set((db.prepare('PRAGMA table_info(sandboxes)').all() as Array<{ name: string }>).map((c) => c.name));
+    return added.filter(([name]) => !have.has(name));
+  };
+  if (missing().length === 0) return;
   db.transaction(() => {
-    if (!has()) db.exec('ALTER TABLE sandboxes ADD COLUMN claim_owner TEXT');
+    for (const [name, type] of missing()) db.exec(`ALTER TABLE sandboxes ADD COLUMN ${name} ${type}`);
   }).immediate();
 }
 
@@ -164,6 +188,7 @@ function toSandbox(r: SandboxRow): SandboxRecord {
     digest: r.digest, backend: r.backend, tenant: r.tenant, profile: r.profile, key: r.key, rule: r.rule,
     ephemeral: r.ephemeral === 1, ref: r.ref, name: r.name, hostDir: r.host_dir, mount: r.mount,
     createdMs: r.created_ms, lastUsedMs: r.last_used_ms, claimOwner: r.claim_owner ?? null,
+    memoryMb: r.memory_mb ?? null, diskMb: r.disk_mb ?? null,
   };
 }
 
@@ -218,7 +243,7 @@ export class StateStore {
     const db = openStateDb(berthHome);
     db.exec(SCHEMA);
     migrateJobs(db);
-    migrateClaimOwner(db);
+    migrateSandboxColumns(db);
     return new StateStore(db, opts);
   }
 
@@ -264,13 +289,31 @@ export class StateStore {
 
   /**
    * Claims the creation of a sandbox across processes: inserts `r` (whose `ref` is '') only if no
-   * record exists. True when this call made the claim; others wait for the claimant's ref.
+   * record exists and, with a quota, only if its tenant stays within it with `r` counted. One
+   * statement, so concurrent claims of any process cannot together pass the quota. `claimed`:
+   * this call made the claim (others wait for the claimant's ref); `taken`: a record exists;
+   * `over`: the tenant is at its quota.
    */
-  claimSandbox(r: SandboxRecord): boolean {
-    const info = this.q(`INSERT INTO sandboxes (digest, backend, tenant, profile, key, rule, ephemeral, ref, name, host_dir, mount, created_ms, last_used_ms, claim_owner)
-      VALUES (@digest, @backend, @tenant, @profile, @key, @rule, @ephemeral, @ref, @name, @hostDir, @mount, @createdMs, @lastUsedMs, @claimOwner)
-      ON CONFLICT (digest) DO NOTHING`).run({ ...r, ephemeral: r.ephemeral ? 1 : 0, claimOwner: r.claimOwner ?? null });
-    return info.changes === 1;
+  claimSandbox(r: SandboxRecord, quota?: TenantQuota): 'claimed' | 'taken' | 'over' {
+    const within = quota === undefined ? '' : `AND (SELECT count(*) FROM sandboxes WHERE tenant = @tenant) < @maxSandboxes
+      AND (SELECT coalesce(sum(memory_mb), 0) FROM sandboxes WHERE tenant = @tenant) + coalesce(@memoryMb, 0) <= @maxMemoryMb
+      AND (SELECT coalesce(sum(disk_mb), 0) FROM sandboxes WHERE tenant = @tenant) + coalesce(@diskMb, 0) <= @maxDiskMb`;
+    const info = this.q(`INSERT INTO sandboxes (digest, backend, tenant, profile, key, rule, ephemeral, ref, name, host_dir, mount, created_ms, last_used_ms, claim_owner, memory_mb, disk_mb)
+      SELECT @digest, @backend, @tenant, @profile, @key, @rule, @ephemeral, @ref, @name, @hostDir, @mount, @createdMs, @lastUsedMs, @claimOwner, @memoryMb, @diskMb
+      WHERE NOT EXISTS (SELECT 1 FROM sandboxes WHERE digest = @digest) ${within}
+      ON CONFLICT (digest) DO NOTHING`).run({
+      ...r, ephemeral: r.ephemeral ? 1 : 0, claimOwner: r.claimOwner ?? null, memoryMb: r.memoryMb ?? null, diskMb: r.diskMb ?? null,
+      ...(quota === undefined ? {} : { maxSandboxes: quota.sandboxes, maxMemoryMb: quota.memoryMb, maxDiskMb: quota.diskMb }),
+    });
+    if (info.changes === 1) return 'claimed';
+    return this.getSandbox(r.digest) === undefined ? 'over' : 'taken';
+  }
+
+  /** What each tenant's sandboxes (or one tenant's) add up to: how many, and what they reserve. */
+  tenantUsage(tenant?: string): Map<string, TenantUsage> {
+    const rows = this.q(`SELECT tenant, count(*) AS sandboxes, coalesce(sum(memory_mb), 0) AS memoryMb, coalesce(sum(disk_mb), 0) AS diskMb
+      FROM sandboxes WHERE @tenant IS NULL OR tenant = @tenant GROUP BY tenant ORDER BY tenant`).all({ tenant: tenant ?? null }) as Array<TenantUsage & { tenant: string }>;
+    return new Map(rows.map(({ tenant: t, ...u }) => [t, u]));
   }
 
   /** Takes over a claim whose creator never recorded a ref (it crashed); true for exactly one caller. */

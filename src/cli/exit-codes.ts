@@ -18,6 +18,7 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, 1 | 2 | 125>> = {
   not_found: 125,
   job_not_found: 125,
   too_large: 125,
+  tenant_limit: 125,
   disk_limit_exceeded: 125,
   unsupported: 125,
   job_start_failed: 125,

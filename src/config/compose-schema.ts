@@ -86,6 +86,9 @@ const limitsShape = {
   uploadBytesInFlight: integer(1024, FILES_MAX_BYTES_LIMIT),
   stagingBytes: integer(1024),
   mcpSessions: integer(1, 100_000),
+  sandboxes: integer(1, 1_000_000),
+  memoryMb: integer(1),
+  diskMb: integer(1),
 };
 const auditShape = { maxCommandChars: integer(64, 1_000_000), retentionDays: integer(1, 36_500) };
 
@@ -116,6 +119,7 @@ export type RawConfig = RawProfile & {
   server?: { allowHostBackend?: boolean | undefined; metrics?: { perTenant?: boolean | undefined } | undefined } | undefined;
   limits?: {
     concurrentCalls?: number | undefined; uploadBytesInFlight?: number | undefined; stagingBytes?: number | undefined; mcpSessions?: number | undefined;
+    sandboxes?: number | undefined; memoryMb?: number | undefined; diskMb?: number | undefined;
   } | undefined;
   audit?: { maxCommandChars?: number | undefined; retentionDays?: number | undefined } | undefined;
   profiles?: Record<string, RawProfile> | undefined;

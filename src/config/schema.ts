@@ -48,6 +48,11 @@ const DEFAULT_LIMITS: TenantLimits = {
   uploadBytesInFlight: 256 * 1024 * 1024,
   stagingBytes: 1024 * 1024 * 1024,
   mcpSessions: 32,
+  // Enough for a busy agent team or a bot's active users; at least twenty tenants fit one engine
+  // (about 1,000 sandboxes), and memory and disk are bounded by the host itself by default.
+  sandboxes: 50,
+  memoryMb: undefined,
+  diskMb: undefined,
 };
 const DEFAULT_AUDIT: AuditSettings = { maxCommandChars: 4096, retentionDays: 30 };
 

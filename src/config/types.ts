@@ -84,6 +84,18 @@ export interface TenantLimits {
   stagingBytes: number;
   /** `berth serve`: MCP sessions one tenant may hold open at once; past it an initialize gets 429. */
   mcpSessions: number;
+  /** Sandboxes one tenant may hold at once (ephemeral and persistent); past it a new one is refused (429). */
+  sandboxes: number;
+  /**
+   * Memory limits of one tenant's sandboxes added up, in MiB (each counts what its backend lets it
+   * use: `docker.memoryMb` or its default); undefined: the host's memory.
+   */
+  memoryMb: number | undefined;
+  /**
+   * Disk bounds of one tenant's sandboxes added up, in MiB (`docker.diskMb` or its default);
+   * undefined: the size of the filesystem that holds `BERTH_HOME`.
+   */
+  diskMb: number | undefined;
 }
 
 /** The audit log (top level only). */

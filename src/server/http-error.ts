@@ -42,6 +42,7 @@ export const HTTP_STATUS: Readonly<Record<HttpCode, number>> = {
   session_closed: 409,
   length_required: 411,
   too_large: 413,
+  tenant_limit: 429,
   unsupported_media_type: 415,
   unsupported: 422,
   job_start_failed: 422,

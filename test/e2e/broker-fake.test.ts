@@ -142,3 +142,26 @@ describe('the idle reaper on the fake backend', () => {
     expect(e.all()).toHaveLength(1);
   }, 60_000);
 });
+
+describe('a tenant\'s limit on the sandboxes it holds', () => {
+  it('twelve new sessions at once, across two processes, past limits.sandboxes: 5: five get a sandbox, seven a tenant_limit naming it; other tenants and a freed slot go on', async () => {
+    const e = engine();
+    const home = tempDir('berth-fake-quota-');
+    const raw = { persistent: false, limits: { sandboxes: 5 } };
+    const [a, b] = [await open(e, raw, home), await open(e, raw, home)];
+    const results = await Promise.allSettled(Array.from({ length: 12 }, (_, i) => (i % 2 === 0 ? a : b).exec({ tenant: 'acme', session: `s${i}` }, 'echo ok')));
+    const ok = results.filter((r) => r.status === 'fulfilled');
+    const refused = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as Error & { code?: string; exitCode?: number }] : []));
+    expect(ok).toHaveLength(5);
+    expect(refused).toHaveLength(7);
+    for (const err of refused) {
+      expect(err).toMatchObject({ code: 'tenant_limit', exitCode: 125 });
+      expect(err.message).toMatch(/^sandbox "session:s\d+" was not created: tenant "acme" holds 5 sandboxes, its limit \(limits\.sandboxes = 5\); close a session .* or raise limits\.sandboxes$/);
+    }
+    expect(e.all()).toHaveLength(5);
+    expect((await a.exec({ tenant: 'globex', session: 'g' }, 'echo other')).stdout).toBe('other\n');
+    const admitted = results.findIndex((r) => r.status === 'fulfilled');
+    await (admitted % 2 === 0 ? a : b).closeSession({ tenant: 'acme', session: `s${admitted}` });
+    expect((await b.exec({ tenant: 'acme', session: 'late' }, 'echo in')).stdout).toBe('in\n');
+  });
+});

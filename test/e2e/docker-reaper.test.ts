@@ -147,7 +147,7 @@ describeDocker('reapers and installations on the real docker engine', () => {
       for (const r of store.listSandboxes()) {
         const owner = r.key === 'session:dead' ? '4194305:1' : ownerToken();
         store.deleteSandbox(r.digest);
-        store.claimSandbox({ ...r, ref: '', createdMs: Date.now(), claimOwner: owner });
+        expect(store.claimSandbox({ ...r, ref: '', createdMs: Date.now(), claimOwner: owner })).toBe('claimed');
       }
     } finally {
       store.close();

@@ -3,6 +3,7 @@ import { expect, it } from 'vitest';
 import {
   containersOf, describeContainers, describeDocker, dockerConfigYaml, installs, type TestInstall, dockerSuiteHooks,
 } from '../helpers/docker-e2e.js';
+import { runBerth } from '../helpers/cli.js';
 import { createToken, qs, ServeProcess, stopAll, type ApiClient } from '../helpers/serve.js';
 
 /*
@@ -100,6 +101,28 @@ describeDocker('berth serve: tenants, concurrency and streaming on the real engi
     expect(ra.body.stdout).toBe(`${sha('acme-tenant-token-111')}\n[REDACTED]`);
     expect(rb.body.stdout).toBe(`${sha('unset')}\nunset`);
     expect((await (b as ApiClient).post('/v1/explain', { user: 'telegram:111' })).body.envNames).toEqual([]);
+  });
+
+  it('a tenant past limits.memoryMb gets 429 naming the limit and nothing is created; another tenant goes on; berth top shows both; the CLI exits 125', async () => {
+    const t = reg.track();
+    const { server, clients: [a, b] } = await serve(t, ['acme', 'beta'], { limits: { memoryMb: 2560 }, docker: { memoryMb: 1024 } });
+    const A = a as ApiClient;
+    for (const s of ['m1', 'm2']) expect((await A.post('/v1/exec', { session: s, command: 'true' })).status).toBe(200);
+    const over = await A.post('/v1/exec', { session: 'm3', command: 'echo should-not-run' });
+    expect(over.status).toBe(429);
+    expect(over.body.error.code).toBe('tenant_limit');
+    expect(over.body.error.message).toBe('sandbox "session:m3" was not created: tenant "acme" has sandboxes with 2048 MiB of memory limits and this one ' +
+      'would add 1024 MiB, past its limit (limits.memoryMb = 2560); close a session (its ephemeral sandbox goes) or remove a sandbox (berth rm), ' +
+      'lower the sandboxes\' memoryMb, or raise limits.memoryMb');
+    expect((await containersOf(t.installation)).filter((c) => c.labels['berth.key'] === 'session:m3' && c.labels['berth.tenant'] === 'acme')).toEqual([]);
+    expect((await (b as ApiClient).post('/v1/exec', { session: 'm3', command: 'echo beta' })).body.stdout).toBe('beta\n');
+    const top = await runBerth(['top', '--once'], { env: t.env, cwd: t.dir });
+    expect(top.stdout).toMatch(/^acme +2\/50 +2\.0 GiB \/ 2\.5 GiB +20 GiB \/ /m);
+    expect(top.stdout).toMatch(/^beta +1\/50 +1\.0 GiB \/ 2\.5 GiB +10 GiB \/ /m);
+    const cli = await runBerth(['exec', '--tenant', 'acme', '--session', 'm4', '--', 'true'], { env: t.env, cwd: t.dir });
+    expect(cli).toMatchObject({ code: 125, stdout: '' });
+    expect(cli.stderr).toMatch(/^berth: sandbox "session:m4" was not created: tenant "acme" has sandboxes with 2048 MiB of memory limits .*limits\.memoryMb = 2560/);
+    await server.stop();
   });
 
   it('50 concurrent clients in their own sessions: every result correct, no cross-talk', async () => {

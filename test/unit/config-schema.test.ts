@@ -458,7 +458,9 @@ describe('installation-wide sections and the trust-boundary settings (issue 8)',
   it('defaults: no host backend for remote callers, per-tenant limits, audit cap and retention', () => {
     const c = parseConfig({});
     expect(c.server).toEqual({ allowHostBackend: false, metrics: { perTenant: false } });
-    expect(c.limits).toEqual({ concurrentCalls: 16, uploadBytesInFlight: 256 * 1024 * 1024, stagingBytes: 1024 * 1024 * 1024, mcpSessions: 32 });
+    expect(c.limits).toEqual({
+      concurrentCalls: 16, uploadBytesInFlight: 256 * 1024 * 1024, stagingBytes: 1024 * 1024 * 1024, mcpSessions: 32, sandboxes: 50, memoryMb: undefined, diskMb: undefined,
+    });
     expect(c.audit).toEqual({ maxCommandChars: 4096, retentionDays: 30 });
     expect(c.base.workspace.allowedRoots).toEqual([]);
     expect(c.base.files.mediaMode).toBe('copy');
@@ -477,6 +479,14 @@ describe('installation-wide sections and the trust-boundary settings (issue 8)',
     expect(c.base.workspace.allowedRoots).toEqual(['/srv/projects']);
     expect(c.base.files.mediaMode).toBe('live');
     expect(c.base.docker.diskMb).toBe(2048);
+  });
+
+  it('limits.sandboxes, memoryMb and diskMb: positive integers when written', () => {
+    expect(parseConfig({ limits: { sandboxes: 3, memoryMb: 4096, diskMb: 8192 } }).limits).toMatchObject({ sandboxes: 3, memoryMb: 4096, diskMb: 8192 });
+    expect(errorOf({ limits: { sandboxes: 0 } })).toContain('config key "limits.sandboxes": expected an integer between 1 and 1000000, got 0');
+    expect(errorOf({ limits: { memoryMb: -1 } })).toContain('config key "limits.memoryMb"');
+    expect(errorOf({ limits: { diskMb: 1.5 } })).toContain('config key "limits.diskMb"');
+    expect(errorOf({ profiles: { bot: { limits: { sandboxes: 2 } } } })).toContain('limits');
   });
 
   it('limits.mcpSessions: 32 by default, a positive integer when written', () => {

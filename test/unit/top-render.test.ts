@@ -41,10 +41,28 @@ describe('berth top: the numbers', () => {
   });
 
   it('the busiest sandbox comes first', () => {
-    const prev = usageByRow({ sandboxes: [sandbox('idle', usage(0, 0)), sandbox('busy', usage(0, 0))], recentCalls: [] });
-    const rows = topRows({ sandboxes: [sandbox('idle', usage(1_000, 1e6)), sandbox('busy', usage(1_000, 9e8)), sandbox('gone', undefined)], recentCalls: [] }, prev, 20_000);
+    const prev = usageByRow({ sandboxes: [sandbox('idle', usage(0, 0)), sandbox('busy', usage(0, 0))], tenants: [], recentCalls: [] });
+    const rows = topRows({ sandboxes: [sandbox('idle', usage(1_000, 1e6)), sandbox('busy', usage(1_000, 9e8)), sandbox('gone', undefined)], tenants: [], recentCalls: [] }, prev, 20_000);
     expect(rows.map((r) => [r.key, r.cpuPercent === undefined ? undefined : Math.round(r.cpuPercent)])).toEqual([['busy', 90], ['idle', 0], ['gone', undefined]]);
     expect(rows[0]).toMatchObject({ tenant: 'acme', openSessions: 1, idleMs: 10_000, memoryBytes: 1 << 20, processes: 3 });
+  });
+});
+
+describe('berth top: one line per tenant against its limits', () => {
+  it('shows what each tenant holds and may hold: sandboxes, memory limits and disk bounds', () => {
+    const view: Overview = {
+      sandboxes: [sandbox('session:a', usage(1_000, 0))],
+      tenants: [
+        { tenant: 'acme', usage: { sandboxes: 3, memoryMb: 6144, diskMb: 30_720 }, quota: { sandboxes: 50, memoryMb: 24_576, diskMb: 262_144 } },
+        { tenant: 'globex', usage: { sandboxes: 1, memoryMb: 0, diskMb: 0 }, quota: { sandboxes: 50, memoryMb: 24_576, diskMb: 262_144 } },
+      ],
+      recentCalls: [],
+    };
+    const lines = renderFrame(view, new Map(), { nowMs: 0, columns: 200, intervalSeconds: undefined }).split('\n');
+    const header = lines.findIndex((l) => l.startsWith('TENANT ') && l.includes('SANDBOXES'));
+    expect(header).toBeGreaterThan(0);
+    expect(lines[header + 1]).toMatch(/^acme +3\/50 +6\.0 GiB \/ 24 GiB +30 GiB \/ 256 GiB$/);
+    expect(lines[header + 2]).toMatch(/^globex +1\/50 +0 B \/ 24 GiB +0 B \/ 256 GiB$/);
   });
 });
 
@@ -59,6 +77,7 @@ describe('berth top: what reaches the operator\'s terminal', () => {
   it('a frame carries no escape byte from a key, a session or a command, and no line is wider than the terminal', () => {
     const view: Overview = {
       sandboxes: [sandbox('session:\x1b[31mred', usage(1_000, 0))],
+      tenants: [{ tenant: 'acme\x1b[2J', usage: { sandboxes: 1, memoryMb: 2048, diskMb: 10_240 }, quota: { sandboxes: 50, memoryMb: 24_000, diskMb: 250_000 } }],
       recentCalls: [{
         timeMs: 0, tenant: 'acme', profile: 'default', user: null, session: 'x\x1b[2J', sandboxKey: 'k', kind: 'exec',
         command: `printf '\x1b]0;pwned\x07'; echo ${'long '.repeat(60)}`, exitCode: 0, durationMs: 3,
@@ -68,12 +87,13 @@ describe('berth top: what reaches the operator\'s terminal', () => {
     const controls = [...frame].filter((ch) => ch !== '\n' && (ch.charCodeAt(0) < 0x20 || (ch.charCodeAt(0) >= 0x7f && ch.charCodeAt(0) <= 0x9f)));
     expect(controls).toEqual([]);
     expect(frame).toContain('session:?[31mred');
+    expect(frame).toContain('acme?[2J');
     expect(Math.max(...frame.split('\n').map((l) => l.length))).toBeLessThanOrEqual(100);
     expect(frame.split('\n')[0]).toBe('berth top  00:00:30 UTC  1 sandbox (1 running), 1 open session  every 2s, Ctrl-C quits');
   });
 
   it('an empty installation says so', () => {
-    const frame = renderFrame({ sandboxes: [], recentCalls: [] }, new Map(), { nowMs: 0, columns: 200, intervalSeconds: undefined });
+    const frame = renderFrame({ sandboxes: [], tenants: [], recentCalls: [] }, new Map(), { nowMs: 0, columns: 200, intervalSeconds: undefined });
     expect(frame).toContain('(no sandboxes)');
     expect(frame).toContain('(none yet)');
   });

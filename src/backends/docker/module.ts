@@ -1,4 +1,5 @@
 import { defineBackend } from '../module.js';
+import { LIMIT_DEFAULTS } from './limits.js';
 import { WORKSPACE } from './paths.js';
 import { dockerSettings } from './settings.js';
 
@@ -16,6 +17,7 @@ export const dockerModule = defineBackend({
   },
   settings: dockerSettings,
   images: { of: (s) => s.image, with: (s, image) => ({ ...s, image }) },
+  reservation: (s) => ({ memoryMb: s.memoryMb ?? LIMIT_DEFAULTS.memoryMb, diskMb: s.diskMb ?? LIMIT_DEFAULTS.diskMb }),
   words: {
     where: (b) => b.persistent
       ? `Commands run in a Docker container isolated from the host (sandbox "${b.sandboxKey}"), starting in ${b.cwd}.`

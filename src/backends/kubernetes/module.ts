@@ -22,6 +22,8 @@ export const kubernetesModule = defineBackend({
   },
   settings: kubernetesSettings,
   images: { of: (s) => s.image, with: (s, image) => ({ ...s, image }) },
+  // Cluster resources, not this host's: counted only where the settings bound them.
+  reservation: (s) => ({ memoryMb: s.memoryMb, diskMb: s.ephemeralStorageMb }),
   isolationNote: 'runs in a pod on a Kubernetes cluster (non-root, restricted security context, no service-account token, a per-tenant NetworkPolicy); host dirs are never mounted',
   words: {
     where: (b) => b.persistent

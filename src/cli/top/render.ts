@@ -52,6 +52,8 @@ export function usageByRow(view: Overview): Map<string, SandboxUsage> {
   return out;
 }
 
+const MIB = 1024 * 1024;
+
 /** 1536 → '1.5 KiB'. */
 export function bytes(n: number | undefined): string {
   if (n === undefined) return '-';
@@ -108,6 +110,14 @@ export function renderFrame(view: Overview, previous: ReadonlyMap<string, Sandbo
   lines.push(`berth top  ${clock(o.nowMs)} UTC  ${rows.length} sandbox${rows.length === 1 ? '' : 'es'}${stateText === '' ? '' : ` (${stateText})`}, ` +
     `${open} open session${open === 1 ? '' : 's'}${o.intervalSeconds === undefined ? '' : `  every ${o.intervalSeconds}s, Ctrl-C quits`}`);
   lines.push('');
+  if (view.tenants.length > 0) {
+    lines.push(`${cell('TENANT', 12)} ${cell('SANDBOXES', 13, true)} ${cell('MEMORY LIMITS', 23, true)} ${cell('DISK BOUNDS', 23, true)}`);
+    for (const t of view.tenants) {
+      lines.push(`${cell(t.tenant, 12)} ${cell(`${t.usage.sandboxes}/${t.quota.sandboxes}`, 13, true)} ` +
+        `${cell(`${bytes(t.usage.memoryMb * MIB)} / ${bytes(t.quota.memoryMb * MIB)}`, 23, true)} ${cell(`${bytes(t.usage.diskMb * MIB)} / ${bytes(t.quota.diskMb * MIB)}`, 23, true)}`);
+    }
+    lines.push('');
+  }
   lines.push(`${cell('TENANT', 12)} ${cell('PROFILE', 10)} ${cell('SANDBOX', 26)} ${cell('BACKEND', 8)} ${cell('STATE', 8)} ${cell('CPU%', 6, true)} ` +
     `${cell('MEMORY', 21, true)} ${cell('PIDS', 9, true)} ${cell('SESS', 4, true)} ${cell('IDLE', 7, true)}`);
   for (const r of rows) {

@@ -26,6 +26,7 @@ export const MCP_ERROR_KIND: Readonly<Record<ErrorCode, McpErrorKind>> = {
   path_not_found: 'result',
   job_not_found: 'result',
   too_large: 'result',
+  tenant_limit: 'result',
   disk_limit_exceeded: 'result',
   unsupported: 'result',
   job_start_failed: 'result',
