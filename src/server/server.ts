@@ -62,6 +62,7 @@ export class BerthServer {
     this.stopObserving = opts.metrics === undefined ? opts.broker.observe(metrics) : () => undefined;
     this.mcp = createMcpHttpHandler(opts.broker, {
       callerOf: (req) => this.callers.get(req), log: this.log, onRefused: (code, tenant) => metrics.refused({ code, tenant }),
+      stillGrants: (authorization, caller) => opts.tokens.grantsStill(authorization, caller),
     });
     const edge = {
       refused: (o: { code: string; tenant: string | undefined }) => metrics.refused(o),
@@ -70,7 +71,7 @@ export class BerthServer {
     this.dashboard = new DashboardFeed(opts.broker, (m) => this.log('berth:server', m), opts.overview);
     const app = createApp({
       broker: opts.broker, tokens: opts.tokens, mcp: this.mcp, callers: this.callers, metrics: edge, overview: this.dashboard.streams,
-      draining: () => this.draining, log: this.log,
+      draining: () => this.draining, tokensChanged: () => this.mcp.tokensChanged(), log: this.log,
     });
     // Bodies are read (or drained) by the app itself, from the Node request: the adapter must not
     // cut them short. The global Request and Response stay Node's own: berth may run inside an
