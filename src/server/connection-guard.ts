@@ -184,7 +184,7 @@ export class ConnectionGuard {
 
   private refused(limit: RefusedLimit, what: string): void {
     this.events.refused(limit);
-    this.once(limit, `${what}; further refusals are counted in /metrics (berth_server_connections_refused_total{limit="${limit}"}), not logged`);
+    this.once(limit, `${what}; further refusals are counted in /metrics (berth_server_connections_refused_total{reason="${limit}"}), not logged`);
   }
 
   private once(kind: ClosedReason | RefusedLimit, message: string): void {

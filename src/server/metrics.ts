@@ -82,12 +82,12 @@ export class ServerMetrics implements BrokerObserver {
       help: 'Connections the server closed for a bound: no complete request head in time (header_timeout), idle between requests (keep_alive), a request body that stalled (body_stall)',
     });
     this.connectionsRefused = new Counter({
-      name: 'berth_server_connections_refused_total', registers, labelNames: ['limit'],
+      name: 'berth_server_connections_refused_total', registers, labelNames: ['reason'],
       help: 'Connections closed as they arrived, past server.maxConnections (total) or server.maxConnectionsPerAddress (per_address)',
     });
     // Every series from the start, at 0: a rate over them works before the first closing.
     for (const reason of ['header_timeout', 'keep_alive', 'body_stall'] satisfies ClosedReason[]) this.connectionsClosed.inc({ reason }, 0);
-    for (const limit of ['total', 'per_address'] satisfies RefusedLimit[]) this.connectionsRefused.inc({ limit }, 0);
+    for (const reason of ['total', 'per_address'] satisfies RefusedLimit[]) this.connectionsRefused.inc({ reason }, 0);
     this.poolReady = new Gauge({ name: 'berth_warm_pool_ready', help: "Sandboxes this server's warm pools hold ready, and the size they are kept at, by backend", labelNames: ['backend', 'of'], registers });
   }
 
@@ -108,7 +108,7 @@ export class ServerMetrics implements BrokerObserver {
   }
 
   connectionRefused(limit: RefusedLimit): void {
-    this.connectionsRefused.inc({ limit });
+    this.connectionsRefused.inc({ reason: limit });
   }
 
   refused(o: { code: string; tenant: string | undefined }): void {

@@ -176,8 +176,8 @@ describe('berth serve: connection bounds', () => {
     }
 
     const metric = await scrape(s);
-    expect(metric('berth_server_connections_refused_total', { limit: 'per_address' })).toBe(40);
-    expect(metric('berth_server_connections_refused_total', { limit: 'total' })).toBe(0);
+    expect(metric('berth_server_connections_refused_total', { reason: 'per_address' })).toBe(40);
+    expect(metric('berth_server_connections_refused_total', { reason: 'total' })).toBe(0);
     expect(metric('berth_server_connections_closed_total', { reason: 'header_timeout' })).toBe(timedOut.length);
     expect(metric('berth_server_connections_closed_total', { reason: 'body_stall' })).toBe(bodies.length);
     // The scrape's own connection.
@@ -202,7 +202,7 @@ describe('berth serve: connection bounds', () => {
     const ran = await execFrom(s.port, '127.0.0.7', acme, { command: 'echo back' });
     expect(ran.status, ran.body).toBe(200);
     const metric = await scrape(s);
-    expect(metric('berth_server_connections_refused_total', { limit: 'total' })).toBe(5);
+    expect(metric('berth_server_connections_refused_total', { reason: 'total' })).toBe(5);
     expect(s.logs.filter((l) => /server\.maxConnections allows/.test(l))).toHaveLength(1);
   }, 30_000);
 
