@@ -127,8 +127,9 @@ export class ConnectionGuard {
 
   /**
    * A connection's timer fired: node's keep-alive timer after an answer, or the body timer of
-   * `request`. Idle after its answer: closed. A body that is in: the call is running, and may run
-   * as long as it does (the timer is dropped). A body berth has not read all of (its call waits for
+   * `request`. Idle after its answer went out: closed. A body that is in: the call is running, or
+   * its answer is on its way to a client that reads it slowly, and either may take as long as it
+   * does (the timer is dropped). A body berth has not read all of (its call waits for
    * the session, or the sandbox takes it slowly): berth's delay, not the client's (the timer starts
    * again). Otherwise the client sent nothing for `bodyStallSeconds`: closed.
    */
@@ -136,7 +137,7 @@ export class ConnectionGuard {
     const c = this.connections.get(socket);
     const req = c?.req;
     const res = c?.res;
-    if (req === undefined || res === undefined || res.writableEnded) {
+    if (req === undefined || res === undefined || res.writableFinished) {
       socket.destroy();
       this.events.closed('keep_alive');
       return;

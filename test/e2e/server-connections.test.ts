@@ -30,10 +30,11 @@ interface Setup {
   home: string;
 }
 
-async function start(server: Record<string, number>, overview?: { intervalMs: number }): Promise<Setup> {
+async function start(server: Record<string, number>, more: { overview?: { intervalMs: number }; exec?: { maxOutputChars: number } } = {}): Promise<Setup> {
+  const { overview, exec } = more;
   const home = realpathSync(mkdtempSync(join(tmpdir(), 'berth-conns-')));
   // The local backend serves remote callers only because the config says so.
-  const config = parseConfig({ backend: 'local', persistent: false, server: { allowHostBackend: true, ...server } });
+  const config = parseConfig({ backend: 'local', persistent: false, server: { allowHostBackend: true, ...server }, ...(exec === undefined ? {} : { exec }) });
   const broker = await Broker.open({ config, berthHome: home, env: { PATH: process.env['PATH'] } });
   const tokens = TokenStore.sharing(broker);
   const logs: string[] = [];
@@ -299,7 +300,7 @@ describe('berth serve: what is slow but alive is not cut', () => {
   }, 30_000);
 
   it('a streamed exec and an overview stream that keep sending stay open past every bound', async () => {
-    const s = await start(BOUNDS, { intervalMs: 300 });
+    const s = await start(BOUNDS, { overview: { intervalMs: 300 } });
     const acme = s.tokens.create('acme').token;
     const ac = new AbortController();
     const overview = await fetch(`${s.server.url}/v1/overview/stream`, { headers: { authorization: `Bearer ${acme}` }, signal: ac.signal });
@@ -317,6 +318,33 @@ describe('berth serve: what is slow but alive is not cut', () => {
     expect(updates.events.filter((e) => e.event === 'overview').length).toBeGreaterThanOrEqual(3);
     await updates.next((e) => e.event === 'overview', 5_000, seen);
     ac.abort();
+  }, 30_000);
+
+  it('a large answer to a client that pauses its reading for longer than every bound is delivered whole', async () => {
+    const s = await start(BOUNDS, { exec: { maxOutputChars: 10_000_000 } });
+    const acme = s.tokens.create('acme').token;
+    const data = JSON.stringify({ command: 'head -c 8000000 /dev/zero | tr "\\0" x' });
+    // The bytes read before the answer closed (-1: the request failed).
+    const received = await new Promise<number>((resolve) => {
+      const req = request({
+        port: s.port, host: '127.0.0.1', method: 'POST', path: '/v1/exec', agent: false,
+        headers: { authorization: `Bearer ${acme}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) },
+      }, (res) => {
+        // Reads nothing for 3 s: the answer waits in the socket's buffers, then is read whole.
+        res.pause();
+        setTimeout(() => {
+          let n = 0;
+          res.on('data', (c: Buffer) => (n += c.length));
+          res.on('close', () => resolve(n));
+          res.resume();
+        }, 3_000);
+      });
+      req.on('error', () => resolve(-1));
+      // The body after its head: the body timer runs when the answer is written.
+      req.flushHeaders();
+      setTimeout(() => req.end(data), 300);
+    });
+    expect(received).toBeGreaterThan(8_000_000);
   }, 30_000);
 
   it('an upload that keeps sending, slower than any bound in all, is stored whole', async () => {
