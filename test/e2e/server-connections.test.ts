@@ -189,15 +189,19 @@ describe('berth serve: connection bounds', () => {
     expect(s.logs.filter((l) => /server\.bodyStallSeconds/.test(l))).toHaveLength(1);
   }, 60_000);
 
-  it('past server.maxConnections a connection is closed as it arrives, from any address; once the others went, one is served again', async () => {
+  it('past server.maxConnections a connection is closed as it arrives, from any address, while a call already running answers; once the others went, one is served again', async () => {
     const s = await start({ maxConnections: 20, maxConnectionsPerAddress: 20, headerTimeoutSeconds: 2 });
     const acme = s.tokens.create('acme').token;
-    const held = Array.from({ length: 20 }, (_, i) => Raw.open(s.port, `127.0.0.${1 + (i % 4)}`));
+    const running = execFrom(s.port, '127.0.0.8', acme, { session: 'long', command: 'sleep 2; echo ok' });
+    await new Promise((r) => setTimeout(r, 300));
+    const held = Array.from({ length: 19 }, (_, i) => Raw.open(s.port, `127.0.0.${1 + (i % 4)}`));
     await Promise.all(held.map((r) => r.ready));
     const extra = Array.from({ length: 5 }, () => Raw.open(s.port, '127.0.0.7'));
     expect(await allClosed(extra, 1_500)).toBe(0);
     for (const r of extra) expect(r.received).toBe('');
     expect(held.filter((r) => r.closedAfterMs !== undefined)).toHaveLength(0);
+    const long = await running;
+    expect([long.status, JSON.parse(long.body).output]).toEqual([200, 'ok\n']);
 
     expect(await allClosed(held, 10_000)).toBe(0);
     const ran = await execFrom(s.port, '127.0.0.7', acme, { command: 'echo back' });
