@@ -80,7 +80,15 @@ const envShape = {
 };
 /** Top-level sections: they describe the installation, not a profile. */
 const serverMetricsShape = { perTenant: bool() };
-const serverShape = { allowHostBackend: bool(), metrics: section(serverMetricsShape) };
+const serverShape = {
+  allowHostBackend: bool(),
+  metrics: section(serverMetricsShape),
+  maxConnections: integer(1, 1_000_000),
+  maxConnectionsPerAddress: integer(1, 1_000_000),
+  headerTimeoutSeconds: integer(1, 3600),
+  keepAliveSeconds: integer(1, 3600),
+  bodyStallSeconds: integer(1, 86_400),
+};
 const limitsShape = {
   concurrentCalls: integer(1, 100_000),
   uploadBytesInFlight: integer(1024, FILES_MAX_BYTES_LIMIT),
@@ -116,7 +124,11 @@ export type RawProfile = RawCore & { readonly [moduleSection: string]: unknown }
 /** What the whole file wrote. */
 export type RawConfig = RawProfile & {
   multiProfile?: boolean | undefined;
-  server?: { allowHostBackend?: boolean | undefined; metrics?: { perTenant?: boolean | undefined } | undefined } | undefined;
+  server?: {
+    allowHostBackend?: boolean | undefined; metrics?: { perTenant?: boolean | undefined } | undefined;
+    maxConnections?: number | undefined; maxConnectionsPerAddress?: number | undefined;
+    headerTimeoutSeconds?: number | undefined; keepAliveSeconds?: number | undefined; bodyStallSeconds?: number | undefined;
+  } | undefined;
   limits?: {
     concurrentCalls?: number | undefined; uploadBytesInFlight?: number | undefined; stagingBytes?: number | undefined; mcpSessions?: number | undefined;
     sandboxes?: number | undefined; memoryMb?: number | undefined; diskMb?: number | undefined;

@@ -2,7 +2,7 @@ import { isAbsolute } from 'node:path';
 import type { BackendCatalog } from '../backends/catalog.js';
 import { sectionOf } from '../backends/module.js';
 import type { RawCore, RawProfile } from './compose-schema.js';
-import type { ProfileSettings } from './types.js';
+import type { ProfileSettings, ServerSettings } from './types.js';
 
 /*
  * Cross-field rules: settings that contradict each other or would be inert are errors that name
@@ -199,4 +199,13 @@ export function crossFieldProblems(top: Section, profiles: readonly Section[], b
   }
   problems.push(...backendProblems(top, profiles, backends), ...installationWideProblems(top, profiles, backends), ...moduleProblems(top, profiles, backends));
   return problems;
+}
+
+/** `server:` settings that contradict each other (a top-level section: no profile repeats it). */
+export function serverProblems(server: ServerSettings): string[] {
+  if (server.maxConnectionsPerAddress <= server.maxConnections) return [];
+  return [
+    `config key "server.maxConnectionsPerAddress": ${server.maxConnectionsPerAddress} is more than server.maxConnections (${server.maxConnections}), ` +
+      'so it would have no effect; lower it, or raise server.maxConnections',
+  ];
 }

@@ -4,7 +4,7 @@ import type { BackendModule } from '../backends/module.js';
 import { BUILTIN_BACKENDS, DEFAULT_BACKEND } from '../backends/registry.js';
 import { ConfigError } from '../errors.js';
 import { composeSchema, type RawConfig, type RawProfile } from './compose-schema.js';
-import { crossFieldProblems, type Section } from './cross-field-rules.js';
+import { crossFieldProblems, serverProblems, type Section } from './cross-field-rules.js';
 import { issueMessages, protoKeyProblems, within } from './issue-messages.js';
 import type { AuditSettings, BerthConfig, CoreSettings, ProfileSettings, ServerSettings, TenantLimits } from './types.js';
 import { definedOnly } from './zod-kit.js';
@@ -42,7 +42,15 @@ function defaultSettings(sections: readonly BackendModule[]): ProfileSettings {
   return out as unknown as ProfileSettings;
 }
 
-const DEFAULT_SERVER: ServerSettings = { allowHostBackend: false, metrics: { perTenant: false } };
+const DEFAULT_SERVER: ServerSettings = {
+  allowHostBackend: false,
+  metrics: { perTenant: false },
+  maxConnections: 4096,
+  maxConnectionsPerAddress: 1024,
+  headerTimeoutSeconds: 10,
+  keepAliveSeconds: 5,
+  bodyStallSeconds: 30,
+};
 const DEFAULT_LIMITS: TenantLimits = {
   concurrentCalls: 16,
   uploadBytesInFlight: 256 * 1024 * 1024,
@@ -145,7 +153,12 @@ export function parseConfig(raw: unknown, source?: string, opts: ParseOptions = 
     }),
   );
 
-  const problems = crossFieldProblems(top, profileSections, backends);
+  const serverSettings: ServerSettings = {
+    ...DEFAULT_SERVER,
+    ...definedOnly(server),
+    metrics: { ...DEFAULT_SERVER.metrics, ...definedOnly(server?.metrics) },
+  };
+  const problems = [...crossFieldProblems(top, profileSections, backends), ...serverProblems(serverSettings)];
   if (problems.length > 0) {
     throw new ConfigError(problems.map((p) => `${p}${within(source)}`).join('; '));
   }
@@ -156,10 +169,7 @@ export function parseConfig(raw: unknown, source?: string, opts: ParseOptions = 
   }
   const settled = deepFreeze({
     multiProfile: multiProfile ?? false,
-    server: {
-      allowHostBackend: server?.allowHostBackend ?? DEFAULT_SERVER.allowHostBackend,
-      metrics: { ...DEFAULT_SERVER.metrics, ...definedOnly(server?.metrics) },
-    },
+    server: serverSettings,
     limits: { ...DEFAULT_LIMITS, ...definedOnly(limits) },
     audit: { ...DEFAULT_AUDIT, ...definedOnly(audit) },
     base,

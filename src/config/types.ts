@@ -72,6 +72,26 @@ export interface ServerSettings {
      */
     perTenant: boolean;
   };
+  /**
+   * Connections open at once, from every client together; one more is closed as it arrives
+   * (before a byte of it is read). Each costs berth a file descriptor, which its sandboxes need too.
+   */
+  maxConnections: number;
+  /**
+   * Connections open at once from one client address (an IPv6 client: its /64); one more is closed
+   * as it arrives. Behind a proxy every client has the proxy's address: raise it to `maxConnections`.
+   */
+  maxConnectionsPerAddress: number;
+  /** A connection whose request head (request line and headers) is not complete this long after it began is answered 408 and closed; a connection that sends nothing at all too. */
+  headerTimeoutSeconds: number;
+  /** A connection idle this long between two requests is closed (node adds a second of slack). */
+  keepAliveSeconds: number;
+  /**
+   * A request whose body gets no byte for this long is cut (the connection is closed). Only the
+   * client's silence counts: a body berth has not read yet (its call waits for the session) or an
+   * answer being worked on are not cut, however long.
+   */
+  bodyStallSeconds: number;
 }
 
 /** Bounds per tenant, across its sessions and profiles (top level only). */

@@ -17,7 +17,7 @@ import type { MetricsEdge } from './metrics.js';
 import type { OverviewStreams } from './overview-stream.js';
 import { isRefusal } from './refusals.js';
 import { TenantLimiter } from './tenant-limits.js';
-import type { TokenStore } from './tokens.js';
+import type { TokenGrant, TokenStore } from './tokens.js';
 
 export interface AppDeps {
   broker: Broker;
@@ -32,6 +32,11 @@ export interface AppDeps {
   overview: OverviewStreams;
   /** The server is shutting down: new requests get 503 and every answer closes its connection. */
   draining: () => boolean;
+  /**
+   * A request saw that the tokens changed since the last one did (`TokenStore.generation`): told
+   * before the request is served, so what a revoked token held (an MCP session) is let go first.
+   */
+  tokensChanged: () => void;
   log: (namespace: string, message: string) => void;
 }
 
@@ -66,16 +71,31 @@ export function createApp(deps: AppDeps): ApiApp {
     mcp: (c) => deps.mcp(c.env.incoming, c.env.outgoing),
     metrics: deps.metrics,
     overview: deps.overview,
-    stillGrants: (authorization, caller) => {
-      const grant = deps.tokens.grantOf(authorization);
-      return grant !== undefined && grant.metrics !== true && grant.tenant === caller.tenant &&
-        grant.profiles.length === caller.profiles.length && grant.profiles.every((p) => caller.profiles.includes(p));
-    },
+    stillGrants: (authorization, caller) => deps.tokens.grantsStill(authorization, caller),
     openApi: () => (doc ??= openApiDocument()),
   });
 
-  const callerOf = (c: ApiContext): Caller => {
+  // Every request looks its token up, or (a public route) looks whether the tokens changed: the
+  // one that sees a change tells `tokensChanged`, whichever route it is for.
+  let generation = deps.tokens.generation;
+  const noticeChanges = (): void => {
+    if (deps.tokens.generation === generation) return;
+    generation = deps.tokens.generation;
+    deps.tokensChanged();
+  };
+  const grantOf = (c: ApiContext): TokenGrant | undefined => {
     const grant = deps.tokens.grantOf(c.env.incoming.headers.authorization);
+    noticeChanges();
+    return grant;
+  };
+  const publicRoute: MiddlewareHandler<ApiEnv> = async (_c, next) => {
+    deps.tokens.refresh();
+    noticeChanges();
+    await next();
+  };
+
+  const callerOf = (c: ApiContext): Caller => {
+    const grant = grantOf(c);
     if (grant === undefined) {
       throw new HttpError('unauthorized', 'missing or invalid bearer token; send Authorization: Bearer <token> (berth token create --tenant T)', {
         'www-authenticate': 'Bearer realm="berth"',
@@ -91,7 +111,7 @@ export function createApp(deps: AppDeps): ApiApp {
 
   /** `/metrics` counts every tenant's calls: only a metrics token reads it, never a tenant's. */
   const authenticateMetrics: MiddlewareHandler<ApiEnv> = async (c, next) => {
-    const grant = deps.tokens.grantOf(c.env.incoming.headers.authorization);
+    const grant = grantOf(c);
     if (grant === undefined) {
       throw new HttpError('unauthorized', 'missing or invalid bearer token; send Authorization: Bearer <metrics token> (berth token create --metrics)', {
         'www-authenticate': 'Bearer realm="berth"',
@@ -180,7 +200,7 @@ export function createApp(deps: AppDeps): ApiApp {
     const path = honoPath(spec.path);
     const method = spec.method.toUpperCase();
     const answer: MiddlewareHandler<ApiEnv> = async (c) => handler(c, await readInput(spec, c.env.incoming, c.req.param()));
-    if (spec.public === true) app.on(method, path, answer);
+    if (spec.public === true) app.on(method, path, publicRoute, answer);
     else if (spec.metricsOnly === true) app.on(method, path, authenticateMetrics, answer);
     else {
       const serve = authenticated(spec, handler);

@@ -5,6 +5,7 @@ export type HttpOnlyCode =
   | 'bad_request'
   | 'unauthorized'
   | 'method_not_allowed'
+  | 'request_timeout'
   | 'length_required'
   | 'unsupported_media_type'
   | 'too_many_calls'
@@ -19,7 +20,7 @@ export type HttpCode = ErrorCode | HttpOnlyCode;
  * - 4xx: the caller can change something. 400 its input (`usage` is the library refusing an
  *   argument, as a schema violation is), 403 a refusal by policy or by its token, 404 a thing it
  *   named that is not there, 409 its session was closed under the call, 413 over a size bound,
- *   422 a backend that cannot do this, 429 a tenant limit.
+ *   422 a backend that cannot do this, 429 a tenant limit, 408 a request head that did not arrive in time.
  * - 503: gone or going while the call ran (a backend down, shutdown, a shell or warden closing
  *   with its sandbox); retrying on a running berth may work. 504 a wait that ran out, 507 a
  *   sandbox over its disk bound.
@@ -39,6 +40,7 @@ export const HTTP_STATUS: Readonly<Record<HttpCode, number>> = {
   path_not_found: 404,
   job_not_found: 404,
   method_not_allowed: 405,
+  request_timeout: 408,
   session_closed: 409,
   length_required: 411,
   too_large: 413,

@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Broker, BrokerObserver, CallObservation, ReapObservation } from '../broker/broker.js';
+import type { ClosedReason, RefusedLimit } from './connection-guard.js';
 
 /*
  * `GET /metrics` of one `berth serve`: its own prom-client Registry (never the library's global
@@ -18,6 +19,8 @@ export interface ServerReadings {
   inflight: number;
   /** Open MCP sessions. */
   mcpSessions: number;
+  /** Open HTTP connections (absent: not read, as for metrics rendered without a server). */
+  connections?: number;
 }
 
 /** What the HTTP app needs of the metrics: count a refusal, answer a scrape. */
@@ -51,6 +54,9 @@ export class ServerMetrics implements BrokerObserver {
   private readonly mcpSessions: Gauge;
   private readonly poolClaims: Counter;
   private readonly poolReady: Gauge;
+  private readonly connectionsOpen: Gauge;
+  private readonly connectionsClosed: Counter;
+  private readonly connectionsRefused: Counter;
 
   constructor(private readonly broker: Broker) {
     this.perTenant = broker.config.server.metrics.perTenant;
@@ -70,6 +76,18 @@ export class ServerMetrics implements BrokerObserver {
     this.inflight = new Gauge({ name: 'berth_server_inflight_calls', help: 'HTTP and MCP requests this server is answering now, this scrape included', registers });
     this.mcpSessions = new Gauge({ name: 'berth_mcp_sessions', help: 'Open MCP sessions on this server', registers });
     this.poolClaims = new Counter({ name: 'berth_warm_pool_claims_total', help: 'New sandboxes a warm pool could serve, by backend and result (hit: from the pool; miss: created the usual way)', labelNames: ['backend', 'result'], registers });
+    this.connectionsOpen = new Gauge({ name: 'berth_server_connections_open', help: 'HTTP connections open on this server now', registers });
+    this.connectionsClosed = new Counter({
+      name: 'berth_server_connections_closed_total', registers, labelNames: ['reason'],
+      help: 'Connections the server closed for a bound: no complete request head in time (header_timeout), idle between requests (keep_alive), a request body that stalled (body_stall)',
+    });
+    this.connectionsRefused = new Counter({
+      name: 'berth_server_connections_refused_total', registers, labelNames: ['reason'],
+      help: 'Connections closed as they arrived, past server.maxConnections (total) or server.maxConnectionsPerAddress (per_address)',
+    });
+    // Every series from the start, at 0: a rate over them works before the first closing.
+    for (const reason of ['header_timeout', 'keep_alive', 'body_stall'] satisfies ClosedReason[]) this.connectionsClosed.inc({ reason }, 0);
+    for (const reason of ['total', 'per_address'] satisfies RefusedLimit[]) this.connectionsRefused.inc({ reason }, 0);
     this.poolReady = new Gauge({ name: 'berth_warm_pool_ready', help: "Sandboxes this server's warm pools hold ready, and the size they are kept at, by backend", labelNames: ['backend', 'of'], registers });
   }
 
@@ -83,6 +101,14 @@ export class ServerMetrics implements BrokerObserver {
     if (o.kind !== 'exec') return;
     if (o.timedOut) this.timeouts.inc({ backend: o.backend });
     this.execSeconds.observe({ backend: o.backend, cold: String(o.cold) }, o.durationMs / 1000);
+  }
+
+  connectionClosed(reason: ClosedReason): void {
+    this.connectionsClosed.inc({ reason });
+  }
+
+  connectionRefused(limit: RefusedLimit): void {
+    this.connectionsRefused.inc({ reason: limit });
   }
 
   refused(o: { code: string; tenant: string | undefined }): void {
@@ -110,6 +136,7 @@ export class ServerMetrics implements BrokerObserver {
     }
     this.inflight.set(now.inflight);
     this.mcpSessions.set(now.mcpSessions);
+    if (now.connections !== undefined) this.connectionsOpen.set(now.connections);
     return { body: await this.registry.metrics(), contentType: this.registry.contentType };
   }
 

@@ -1,10 +1,11 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { getRequestListener, RequestError } from '@hono/node-server';
 import type { Broker } from '../broker/broker.js';
 import { createApp, routingPath } from './app.js';
 import { DashboardFeed } from './dashboard-feed.js';
 import { assertHostExposureAllowed, type Caller } from './caller.js';
+import { ConnectionGuard, httpServerOptions } from './connection-guard.js';
 import { errorBody, HttpError } from './http-error.js';
 import { createMcpHttpHandler, type McpHttpHandler } from './mcp/http.js';
 import { ServerMetrics } from './metrics.js';
@@ -49,6 +50,7 @@ export class BerthServer {
   private readonly log: (namespace: string, message: string) => void;
   private readonly stopObserving: () => void;
   private readonly dashboard: DashboardFeed;
+  private readonly connections: ConnectionGuard;
   private inflight = 0;
   private draining = false;
   private closing: Promise<void> | undefined;
@@ -60,15 +62,16 @@ export class BerthServer {
     this.stopObserving = opts.metrics === undefined ? opts.broker.observe(metrics) : () => undefined;
     this.mcp = createMcpHttpHandler(opts.broker, {
       callerOf: (req) => this.callers.get(req), log: this.log, onRefused: (code, tenant) => metrics.refused({ code, tenant }),
+      stillGrants: (authorization, caller) => opts.tokens.grantsStill(authorization, caller),
     });
     const edge = {
       refused: (o: { code: string; tenant: string | undefined }) => metrics.refused(o),
-      render: () => metrics.render({ inflight: this.inflight, mcpSessions: this.mcp.sessionCount }),
+      render: () => metrics.render({ inflight: this.inflight, mcpSessions: this.mcp.sessionCount, connections: this.connections.open }),
     };
     this.dashboard = new DashboardFeed(opts.broker, (m) => this.log('berth:server', m), opts.overview);
     const app = createApp({
       broker: opts.broker, tokens: opts.tokens, mcp: this.mcp, callers: this.callers, metrics: edge, overview: this.dashboard.streams,
-      draining: () => this.draining, log: this.log,
+      draining: () => this.draining, tokensChanged: () => this.mcp.tokensChanged(), log: this.log,
     });
     // Bodies are read (or drained) by the app itself, from the Node request: the adapter must not
     // cut them short. The global Request and Response stay Node's own: berth may run inside an
@@ -77,20 +80,16 @@ export class BerthServer {
       overrideGlobalObjects: false, autoCleanupIncoming: false, hostname: 'localhost',
       errorHandler: (err) => this.adapterError(err),
     });
-    this.http = createServer({ requestTimeout: 0 }, (req, res) => {
+    const settings = opts.broker.config.server;
+    this.connections = new ConnectionGuard(settings, {
+      closed: (reason) => metrics.connectionClosed(reason), refused: (limit) => metrics.connectionRefused(limit),
+    }, (m) => this.log('berth:server', m));
+    this.http = createServer(httpServerOptions(settings), (req, res) => {
+      this.connections.request(req, res);
       this.track(req, res);
       if (!app.direct(req, res)) void listener(req, res);
     });
-    this.http.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
-      if (!socket.writable) {
-        socket.destroy();
-        return;
-      }
-      // Written on the socket: there is no request to answer through the app.
-      const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
-      const body = errorBody(new HttpError('bad_request', `malformed HTTP request (${err.code ?? 'parse error'})`));
-      socket.end(`HTTP/1.1 ${status} Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
-    });
+    this.connections.attach(this.http);
   }
 
   /**

@@ -93,6 +93,8 @@ function toEntry(r: TokenRow): TokenEntry {
 interface GrantCache {
   version: number | undefined;
   grants: Map<string, TokenGrant>;
+  /** Counts the changes of the tokens table seen on this connection (see `TokenStore.generation`). */
+  generation: number;
 }
 
 const MAX_CACHED_GRANTS = 10_000;
@@ -101,10 +103,16 @@ const grantCaches = new WeakMap<Database.Database, GrantCache>();
 function grantCacheOf(db: Database.Database): GrantCache {
   let cache = grantCaches.get(db);
   if (cache === undefined) {
-    cache = { version: undefined, grants: new Map() };
+    cache = { version: undefined, grants: new Map(), generation: 0 };
     grantCaches.set(db, cache);
   }
   return cache;
+}
+
+/** The tokens table changed: no grant read before holds, and holders of grants look again. */
+function changed(cache: GrantCache): void {
+  cache.grants.clear();
+  cache.generation++;
 }
 
 /** Profiles as a token stores them: validated like a call's profile, deduplicated, `default` when none. */
@@ -186,7 +194,7 @@ export class TokenStore {
     };
     this.q('INSERT INTO tokens (id, sha256, tenant, profiles, created_ms) VALUES (?, ?, ?, ?, ?)')
       .run(entry.id, entry.sha256, entry.tenant, JSON.stringify(entry.profiles), entry.createdMs);
-    this.cache.grants.clear();
+    changed(this.cache);
     return { token, entry };
   }
 
@@ -199,7 +207,7 @@ export class TokenStore {
     const entry: TokenEntry = { id: `tok_${crypto.randomBytes(6).toString('hex')}`, sha256: sha256(token), tenant: '', profiles: [], createdMs: Date.now(), metrics: true };
     this.q("INSERT INTO tokens (id, sha256, tenant, profiles, created_ms, kind) VALUES (?, ?, '', '[]', ?, 'metrics')")
       .run(entry.id, entry.sha256, entry.createdMs);
-    this.cache.grants.clear();
+    changed(this.cache);
     return { token, entry };
   }
 
@@ -211,23 +219,41 @@ export class TokenStore {
   /** Removes a token by its id (`tok_...`); false when there is none. */
   revoke(id: string): boolean {
     const removed = this.q('DELETE FROM tokens WHERE id = ?').run(id).changes === 1;
-    this.cache.grants.clear();
+    changed(this.cache);
     return removed;
   }
 
-  /** The grant of an `Authorization` header value, or undefined (missing, malformed, unknown, revoked). */
+  /**
+   * Bumped each time a change of the tokens is seen: a create or revoke through any store on this
+   * connection (at once), another process's (at the next `grantOf` or `refresh`). Reading it
+   * costs nothing; a holder of long-lived grants (an open stream) compares it to know when to
+   * look its grants up again.
+   */
+  get generation(): number {
+    return this.cache.generation;
+  }
+
+  /** Looks whether another process changed the tokens (one read of SQLite's `data_version`, ~6 µs): `grantOf` does so first thing. */
+  refresh(): void {
+    const version = this.dataVersion.get() as number;
+    if (version === this.cache.version) return;
+    changed(this.cache);
+    this.cache.version = version;
+  }
+
+  /**
+   * The grant of an `Authorization` header value, or undefined (missing, malformed, unknown,
+   * revoked). Every lookup first `refresh`es, a missing or malformed token's too: any request
+   * that looks for a token tells `generation` of a revoke.
+   */
   grantOf(authorization: string | undefined): TokenGrant | undefined {
+    // Read before the table: a commit between the two is seen by the next request's check.
+    this.refresh();
     if (authorization === undefined) return undefined;
     const m = /^Bearer ([^\s]+)$/i.exec(authorization.trim());
     if (m === null || !TOKEN_RE.test(m[1] as string)) return undefined;
     const hash = sha256(m[1] as string);
-    // Read before the table: a commit between the two is seen by the next request's check.
-    const version = this.dataVersion.get() as number;
     const cache = this.cache;
-    if (version !== cache.version) {
-      cache.grants.clear();
-      cache.version = version;
-    }
     const kept = cache.grants.get(hash);
     if (kept !== undefined) return kept;
     const row = this.q('SELECT * FROM tokens WHERE sha256 = ?').get(hash) as TokenRow | undefined;
@@ -238,6 +264,13 @@ export class TokenStore {
     if (cache.grants.size >= MAX_CACHED_GRANTS) cache.grants.clear();
     cache.grants.set(hash, grant);
     return grant;
+  }
+
+  /** Whether `authorization` still grants exactly `caller`'s tenant and profiles (a tenant token's). */
+  grantsStill(authorization: string | undefined, caller: { tenant: string; profiles: readonly string[] }): boolean {
+    const grant = this.grantOf(authorization);
+    return grant !== undefined && grant.metrics !== true && grant.tenant === caller.tenant &&
+      grant.profiles.length === caller.profiles.length && grant.profiles.every((p) => caller.profiles.includes(p));
   }
 
   /** Closes its connection; a store `sharing` the broker's leaves that open (it is the broker's). */
@@ -279,7 +312,7 @@ export class TokenStore {
       renameSync(file, renamed);
       return parsed.length;
     }).immediate();
-    this.cache.grants.clear();
+    changed(this.cache);
     if (count !== undefined) {
       notice?.(`imported ${count} token(s) from ${file} into the state (state.db), for the default profile only; renamed it to ${renamed}, which is not read again`);
     }

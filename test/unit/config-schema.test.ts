@@ -457,7 +457,10 @@ describe('cross-field rules', () => {
 describe('installation-wide sections and the trust-boundary settings (issue 8)', () => {
   it('defaults: no host backend for remote callers, per-tenant limits, audit cap and retention', () => {
     const c = parseConfig({});
-    expect(c.server).toEqual({ allowHostBackend: false, metrics: { perTenant: false } });
+    expect(c.server).toEqual({
+      allowHostBackend: false, metrics: { perTenant: false },
+      maxConnections: 4096, maxConnectionsPerAddress: 1024, headerTimeoutSeconds: 10, keepAliveSeconds: 5, bodyStallSeconds: 30,
+    });
     expect(c.limits).toEqual({
       concurrentCalls: 16, uploadBytesInFlight: 256 * 1024 * 1024, stagingBytes: 1024 * 1024 * 1024, mcpSessions: 32, sandboxes: 50, memoryMb: undefined, diskMb: undefined,
     });
@@ -495,11 +498,42 @@ describe('installation-wide sections and the trust-boundary settings (issue 8)',
   });
 
   it('server.metrics.perTenant: off by default, read when written, unknown keys under it named', () => {
-    expect(parseConfig({ server: { metrics: { perTenant: true } } }).server).toEqual({ allowHostBackend: false, metrics: { perTenant: true } });
+    expect(parseConfig({ server: { metrics: { perTenant: true } } }).server).toMatchObject({ allowHostBackend: false, metrics: { perTenant: true } });
     expect(parseConfig({ server: { metrics: null } }).server.metrics).toEqual({ perTenant: false });
     expect(errorOf({ server: { metrics: { perTennant: true } } })).toContain('unknown config key "server.metrics.perTennant"');
     expect(errorOf({ server: { metrics: { perTenant: 'yes' } } })).toContain('config key "server.metrics.perTenant": expected true or false, got "yes"');
     expect(errorOf({ server: { metricz: {} } })).toMatch(/unknown config key "server.metricz".*did you mean "metrics"\?/);
+  });
+
+  it.each([
+    ['maxConnections', 4096, 1, 1_000_000],
+    ['maxConnectionsPerAddress', 1024, 1, 1_000_000],
+    ['headerTimeoutSeconds', 10, 1, 3600],
+    ['keepAliveSeconds', 5, 1, 3600],
+    ['bodyStallSeconds', 30, 1, 86_400],
+  ] as const)('server.%s: %i by default, an integer between %i and %i when written', (key, byDefault, min, max) => {
+    expect(parseConfig({}).server[key]).toBe(byDefault);
+    const written = key === 'maxConnections' ? { maxConnections: 2000, maxConnectionsPerAddress: 100 } : { [key]: 7 };
+    expect(parseConfig({ server: written }).server[key]).toBe(written[key as keyof typeof written]);
+    expect(parseConfig({ server: { [key]: max, ...(key === 'maxConnectionsPerAddress' ? { maxConnections: max } : {}) } }).server[key]).toBe(max);
+    for (const bad of [min - 1, max + 1, 2.5, '10']) {
+      expect(errorOf({ server: { [key]: bad } })).toContain(`config key "server.${key}": expected an integer between ${min} and ${max}, got`);
+    }
+  });
+
+  it('server.maxConnectionsPerAddress above server.maxConnections is refused: it could never be reached', () => {
+    const message = errorOf({ server: { maxConnections: 100, maxConnectionsPerAddress: 200 } });
+    expect(message).toBe(
+      'config key "server.maxConnectionsPerAddress": 200 is more than server.maxConnections (100), so it would have no effect; ' +
+        `lower it, or raise server.maxConnections (in ${SRC})`,
+    );
+    // Against the default of the other key too.
+    expect(errorOf({ server: { maxConnections: 10 } })).toContain('"server.maxConnectionsPerAddress": 1024 is more than server.maxConnections (10)');
+    expect(parseConfig({ server: { maxConnections: 100, maxConnectionsPerAddress: 100 } }).server.maxConnectionsPerAddress).toBe(100);
+  });
+
+  it('an unknown server key is named, with the closest one', () => {
+    expect(errorOf({ server: { maxConnectionPerAddress: 5 } })).toMatch(/unknown config key "server.maxConnectionPerAddress".*did you mean "maxConnectionsPerAddress"\?/);
   });
 
   it.each([

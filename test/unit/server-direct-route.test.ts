@@ -19,7 +19,7 @@ describe('routes served without Hono', () => {
     const broker = stubBroker();
     const tokens = TokenStore.open(broker.berthHome);
     const { direct } = createApp({
-      broker, tokens, mcp: async () => undefined, callers: new WeakMap(), draining: () => false, log: () => undefined,
+      broker, tokens, mcp: async () => undefined, callers: new WeakMap(), draining: () => false, tokensChanged: () => undefined, log: () => undefined,
       metrics: { refused: () => undefined } as unknown as MetricsEdge, overview: {} as OverviewStreams,
     });
     // What the app does not serve directly answers 599 here (in berth, it goes on to the adapter).

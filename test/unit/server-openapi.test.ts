@@ -32,7 +32,7 @@ describe('OpenAPI document', () => {
   it('describes every route of the app, method by method', () => {
     // Handlers are never called here: the app's routing table is read.
     const { hono: app } = createApp({
-      broker: {} as Broker, tokens: {} as TokenStore, mcp: async () => undefined, callers: new WeakMap(), draining: () => false, log: () => undefined,
+      broker: {} as Broker, tokens: {} as TokenStore, mcp: async () => undefined, callers: new WeakMap(), draining: () => false, tokensChanged: () => undefined, log: () => undefined,
       metrics: {} as MetricsEdge, overview: {} as OverviewStreams,
     });
     const withMethods = new Set(app.routes.filter((r) => r.method !== 'ALL').map((r) => r.path));

@@ -184,3 +184,61 @@ describe('token store on the broker\'s connection (berth serve)', () => {
     }
   });
 });
+
+describe('token store: generation (when holders of long-lived grants look again)', () => {
+  it('moves on a create or revoke through any store on the connection at once, on another connection\'s at the next lookup or refresh; never on a lookup alone, nor on the broker\'s own writes', async () => {
+    const home = tempDir('berth-tokens-');
+    await using broker = await Broker.open({ config: parseConfig({ backend: 'local', persistent: false }), berthHome: home, env: { PATH: process.env['PATH'] } });
+    const server = TokenStore.sharing(broker);
+    const alsoShared = TokenStore.sharing(broker);
+    const cli = open(home);
+    try {
+      const { token, entry } = server.create('acme');
+      server.refresh();
+      let g = server.generation;
+      for (let i = 0; i < 3; i++) {
+        expect(server.grantOf(`Bearer ${token}`)?.id).toBe(entry.id);
+        expect(server.grantOf(undefined)).toBeUndefined();
+        server.refresh();
+        await broker.exec({ tenant: 'acme', session: 's' }, 'true');
+      }
+      expect(server.generation).toBe(g);
+
+      alsoShared.revoke(alsoShared.create('beta').entry.id);
+      expect(server.generation).toBeGreaterThan(g);
+      g = server.generation;
+
+      const other = cli.create('gamma');
+      expect(server.generation).toBe(g);
+      server.refresh();
+      expect(server.generation).toBeGreaterThan(g);
+      g = server.generation;
+
+      cli.revoke(other.entry.id);
+      // A lookup of no token at all notices it too: any request does.
+      expect(server.grantOf(undefined)).toBeUndefined();
+      expect(server.generation).toBeGreaterThan(g);
+    } finally {
+      cli.close();
+      alsoShared.close();
+      server.close();
+    }
+  });
+
+  it('grantsStill: the same tenant and the same profiles, in any order; a metrics token, a revoked one or other profiles do not', () => {
+    const s = open();
+    try {
+      const { token, entry } = s.create('acme', ['default', 'bot']);
+      const header = `Bearer ${token}`;
+      expect(s.grantsStill(header, { tenant: 'acme', profiles: ['bot', 'default'] })).toBe(true);
+      expect(s.grantsStill(header, { tenant: 'acme', profiles: ['default'] })).toBe(false);
+      expect(s.grantsStill(header, { tenant: 'beta', profiles: ['default', 'bot'] })).toBe(false);
+      expect(s.grantsStill(`Bearer ${s.createMetrics().token}`, { tenant: '', profiles: [] })).toBe(false);
+      s.revoke(entry.id);
+      expect(s.grantsStill(header, { tenant: 'acme', profiles: ['default', 'bot'] })).toBe(false);
+      expect(s.grantsStill(undefined, { tenant: 'acme', profiles: ['default'] })).toBe(false);
+    } finally {
+      s.close();
+    }
+  });
+});

@@ -29,6 +29,12 @@ export interface McpHttpOptions {
   log?: (namespace: string, message: string) => void;
   /** Told of every refusal answered (by error code), for the server's metrics. */
   onRefused?: (code: string, tenant: string | undefined) => void;
+  /**
+   * Whether an `Authorization` value still grants `caller` what it did (`TokenStore.grantsStill`):
+   * asked by `tokensChanged` of the tokens that opened each session and hold its stream. Default:
+   * always (credentials that cannot be revoked).
+   */
+  stillGrants?: (authorization: string | undefined, caller: Caller) => boolean;
 }
 
 /** A request handler for `/mcp`, plus `close()` for server shutdown (ends every MCP session). */
@@ -38,6 +44,18 @@ export interface McpHttpHandler {
   close(): Promise<void>;
   /** Open MCP sessions (for status pages and tests). */
   readonly sessionCount: number;
+  /**
+   * The tokens changed (one was revoked, or its profiles changed): every MCP session whose opening
+   * token, or the token holding its notification stream, no longer grants what it did ends now
+   * (its stream with it), and its place under `limits.mcpSessions` is free again.
+   */
+  tokensChanged(): void;
+}
+
+/** Credentials a session was given with a request: its `Authorization` and the caller it granted. */
+interface Credential {
+  authorization: string | undefined;
+  caller: Caller;
 }
 
 interface LiveSession {
@@ -48,6 +66,10 @@ interface LiveSession {
   lastUsedMs: number;
   inflight: number;
   ended: Promise<void> | undefined;
+  /** What the initialize carried. */
+  opener: Credential;
+  /** What the open GET stream carried, while one is open. */
+  stream: Credential | undefined;
 }
 
 const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
@@ -141,14 +163,18 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
         return;
       }
       // A GET is the client's standing notification stream, open for the whole session: it is not
-      // activity, or no session holding one would ever go idle.
+      // activity, or no session holding one would ever go idle. Its token is held to account for
+      // as long as it is open (`tokensChanged`).
       const counts = req.method !== 'GET';
+      const stream: Credential | undefined = counts ? undefined : { authorization: req.headers.authorization, caller };
       if (counts) s.inflight++;
+      else s.stream ??= stream;
       s.lastUsedMs = Date.now();
       try {
         await s.transport.handleRequest(req, res, parsedBody);
       } finally {
         if (counts) s.inflight--;
+        else if (s.stream === stream) s.stream = undefined;
         s.lastUsedMs = Date.now();
       }
       return;
@@ -198,7 +224,10 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
     }
     // DELETE answers once the berth session is closed (its ephemeral sandbox removed).
     const transport = new NodeTransport({ sessionId: id, onSessionClosed: () => end(s) });
-    const s: LiveSession = { id, tenant, scope, transport, lastUsedMs: Date.now(), inflight: 1, ended: undefined };
+    const s: LiveSession = {
+      id, tenant, scope, transport, lastUsedMs: Date.now(), inflight: 1, ended: undefined,
+      opener: { authorization: req.headers.authorization, caller }, stream: undefined,
+    };
     held.set(tenant, (held.get(tenant) ?? 0) + 1);
     const server = createMcpServer(broker, scope, { sandbox, remote: true, onRefused: (code) => refused(code, tenant) });
     server.server.onclose = () => void end(s);
@@ -219,6 +248,19 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
     }
   };
 
+  const tokensChanged = (): void => {
+    const stillGrants = opts.stillGrants;
+    if (stillGrants === undefined) return;
+    const holds = (c: Credential | undefined): boolean => c === undefined || stillGrants(c.authorization, c.caller);
+    for (const s of [...sessions.values()]) {
+      if (holds(s.opener) && holds(s.stream)) continue;
+      log('berth:mcp', `session ${s.scope.session}: a token it was opened or streamed with was revoked or changed; closing it`);
+      void s.transport.close().catch(() => undefined);
+      // Its place under limits.mcpSessions is given back before this returns.
+      void end(s);
+    }
+  };
+
   const close = async (): Promise<void> => {
     closing = true;
     stopSweep();
@@ -231,6 +273,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
   // defineProperty, not Object.assign: a getter copied by assign would be frozen at its first value.
   return Object.defineProperties(handler, {
     close: { value: close },
+    tokensChanged: { value: tokensChanged },
     sessionCount: { get: () => sessions.size, enumerable: true },
   }) as McpHttpHandler;
 }
