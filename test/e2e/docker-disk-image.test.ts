@@ -66,11 +66,16 @@ describeDocker('docker: a persistent sandbox\'s own dirs on a disk image of dock
     const image = join(sandboxRoot(t), '.disks', images(t)[0]!);
     expect(statSync(image).size).toBe(BOUND_MB * MIB);
     expect(statSync(image).blocks * 512).toBeLessThanOrEqual(BOUND_MB * MIB);
-    // The kernel stopped it under its bound: the sandbox keeps working, and the check stops nothing.
+    // The kernel stopped it under its bound: the check stops nothing, and with its disk still full
+    // (berth's shell state lives in /root too) the shell keeps its cwd and variables.
     expect(await b.reapers.enforceDiskLimits()).toEqual([]);
-    expect((await b.exec(s, 'rm /root/big; echo fine > /workspace/f; cat /workspace/f')).stdout).toBe('fine\n');
+    expect((await b.exec(s, 'cd /workspace && export KEPT=yes; echo set')).stdout).toBe('set\n');
+    expect((await b.exec(s, 'echo "$KEPT $(pwd)"; rm /root/big; echo fine > f; cat f')).stdout).toBe('yes /workspace\nfine\n');
+    // Links planted to host paths are removed as links: the remove never follows them.
+    expect((await b.exec(s, 'ln -s /etc /workspace/etc-link && ln -s / /root/root-link && echo linked')).stdout).toBe('linked\n');
 
     expect(await b.removeSandboxOf(s)).toBe(true);
+    expect(existsSync('/etc/passwd')).toBe(true);
     expect(leftUnder(t)).toEqual({ mounts: [], loops: [], images: [] });
     expect(existsSync(hostDir!)).toBe(false);
   });
