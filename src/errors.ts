@@ -46,6 +46,7 @@ export type ErrorCode =
   | 'staging_unsafe'
   | 'job_read_failed'
   | 'disk_measure_failed'
+  | 'disk_image_failed'
   | 'helper_output_too_large'
   | 'docker_error'
   | 'invalid_ref'

@@ -241,6 +241,12 @@ export interface Backend extends AsyncDisposable {
   /** Removes engine objects of this installation that no sandbox uses any more (networks); their names. */
   reapIdleNetworks?(opts?: { timeoutMs?: number }): Promise<string[]>;
   /**
+   * Takes down host mounts of this installation that no sandbox uses any more (a persistent
+   * sandbox's disk image left mounted by a process that died before its container existed); the
+   * host dirs released.
+   */
+  releaseIdleDisks?(): Promise<string[]>;
+  /**
    * Measures the sandbox's disk use against its bound: over it, the error its calls get
    * (`disk_limit_exceeded`; the caller stops it, and `ensure` does not start it again while it is
    * over). Absent where there is no disk bound.

@@ -168,9 +168,10 @@ export class Reapers implements BrokerReapers {
         this.opts.observer.reaped({ reason: 'orphan', tenant: rec.tenant, backend: rec.backend });
       }
     }
-    // Last, so the networks of the sandboxes just removed go too.
+    // Last, so the networks and mounts of the sandboxes just removed go too.
     for (const engine of engines) {
       await pool.reapIdleNetworks(engine).catch((e) => log('berth:reaper', `reap ${engine} networks: ${String(e)}`));
+      await pool.releaseIdleDisks(engine).catch((e) => log('berth:reaper', `release ${engine} disks: ${String(e)}`));
     }
     return removed;
   }

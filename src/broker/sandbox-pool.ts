@@ -404,6 +404,11 @@ export class SandboxPool {
     await (await this.backends.get(engine)).reapIdleNetworks?.();
   }
 
+  /** Takes down the host mounts of this installation's sandboxes that no sandbox uses any more (disk images). */
+  async releaseIdleDisks(engine: string): Promise<void> {
+    await (await this.backends.get(engine)).releaseIdleDisks?.();
+  }
+
   /**
    * `list` with state: reads each recorded backend once, then tells a record's state: `active`
    * (open in this process), else what its engine says, or `unknown` when it does not answer.

@@ -38,6 +38,7 @@ export const EXIT_CODE: Readonly<Record<ErrorCode, 1 | 2 | 125>> = {
   staging_unsafe: 125,
   job_read_failed: 125,
   disk_measure_failed: 125,
+  disk_image_failed: 125,
   helper_output_too_large: 125,
   docker_error: 125,
   invalid_ref: 125,

@@ -60,6 +60,7 @@ export const HTTP_STATUS: Readonly<Record<HttpCode, number>> = {
   staging_unsafe: 500,
   job_read_failed: 500,
   disk_measure_failed: 500,
+  disk_image_failed: 500,
   helper_output_too_large: 500,
   docker_error: 500,
   invalid_ref: 500,

@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -86,10 +87,47 @@ describeBwrap('bwrap isolation: what a sandboxed command cannot reach or do', (h
     expect(r.stdout).toContain('shadow=1');
     expect(r.stdout).toContain('home=1');
     expect(r.stdout).not.toContain('berth-state-secret');
-    expect(r.stderr).toMatch(/\/etc\/shadow: Permission denied/);
+    // Not even there: the sandbox's /etc is built, not the host's (see the /etc test below).
+    expect(r.stderr).toMatch(/\/etc\/shadow: No such file or directory/);
     const top = r.stdout.trim().split('\n').pop()!.trim().split(' ');
     expect(top.filter((d) => !['bin', 'dev', 'etc', 'home', 'lib', 'lib32', 'lib64', 'libx32', 'proc', 'run', 'sbin', 'tmp', 'usr', 'var', 'workspace'].includes(d))).toEqual([]);
     expect((await sh(sb, 'ls -A /home /run /var | tr "\\n" " "')).stdout).toBe('/home: sandbox  /run: berth  /var: tmp ');
+  });
+
+  it('sees a minimal /etc: a world-readable file planted in the host\'s /etc is not there; accounts, hosts and certificates still work', async () => {
+    const planted = join('/etc', `berth-planted-${randomBytes(6).toString('hex')}`);
+    writeFileSync(planted, 'host-etc-token-value\n', { mode: 0o644 });
+    chmodSync(planted, 0o644);
+    onTestFinished(() => rmSync(planted, { force: true }));
+    const { sb } = await testSandbox(host, tempRoot(), range, 'a');
+    const r = await sh(sb, [
+      `cat ${planted} 2>/dev/null; echo "planted=$?"`,
+      'grep -rs host-etc-token-value /etc; echo "grep=$?"',
+      'ls -A /etc | tr "\\n" " "; echo',
+      'id -un; getent hosts berth-test | tr -s " \\t" " "; grep -c . /etc/hosts',
+      'test -s /etc/ssl/certs/ca-certificates.crt && echo certs',
+      'test -e /etc/resolv.conf || echo no-resolv',
+    ].join('; '));
+    const [planted$, grep, listing, user, ...rest] = r.stdout.split('\n');
+    expect(planted$, r.stderr).toBe('planted=1');
+    expect(grep).toBe('grep=1');
+    const hostOnly = ['hostname', 'machine-id', 'shadow', 'gshadow', 'fstab', 'environment', 'gitconfig', 'sudoers', 'ssh', 'apt', 'docker'];
+    expect(listing!.trim().split(' ').filter((e) => hostOnly.includes(e) || e.startsWith('berth-planted'))).toEqual([]);
+    for (const generated of ['passwd', 'group', 'hosts', 'nsswitch.conf']) expect(listing!.split(' ')).toContain(generated);
+    expect(user).toBe('sandbox');
+    expect(rest.slice(0, 4)).toEqual(['127.0.1.1 berth-test', '3', 'certs', 'no-resolv']);
+  });
+
+  it('git, curl and python run with the minimal /etc (python finds the CA certificates); the host network\'s resolv.conf is there', async () => {
+    const { sb } = await testSandbox(host, tempRoot(), range, 'a', { network: 'host' });
+    const have = (tool: string): boolean => existsSync(`/usr/bin/${tool}`);
+    const r = await sh(sb, [
+      'test -s /etc/resolv.conf && echo resolv',
+      have('git') ? 'cd /tmp && git init -q r && git -C r -c user.email=a@b -c user.name=a commit -q --allow-empty -m x && git -C r log --format=%s' : 'echo x',
+      have('curl') ? 'curl -sS -o /dev/null --max-time 5 file:///etc/hosts && echo curl' : 'echo curl',
+      have('python3') ? '/usr/bin/python3 -c "import ssl, json; print(ssl.create_default_context().cert_store_stats()[\'x509_ca\'] > 0)"' : 'echo True',
+    ].join('; '));
+    expect(r.stdout, r.stderr).toBe('resolv\nx\ncurl\nTrue\n');
   });
 
   it("cannot see a host process or read its environment", async () => {

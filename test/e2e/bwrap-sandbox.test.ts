@@ -173,9 +173,9 @@ describeBwrap('bwrap sandbox: processes share one sandbox', (host) => {
     const root = tempRoot();
     // berth may have inherited an fd without close-on-exec from whoever started it, and bwrap passes
     // such fds on. A dir fd is the worst: `..` from it walks out of any mount namespace. The stand-in
-    // opens one (to the host's /etc) and runs the real bwrap with it.
+    // opens one (to the host's /etc, as fd 20: above the ones berth hands bwrap) and runs the real bwrap with it.
     const leaky = join(root, '..', 'leaky-bwrap');
-    writeFileSync(leaky, `#!/bin/bash\nexec 9</etc\nexec ${host.bwrapPath} "$@"\n`);
+    writeFileSync(leaky, `#!/bin/bash\nexec 20</etc\nexec ${host.bwrapPath} "$@"\n`);
     chmodSync(leaky, 0o755);
     const { sb } = await testSandbox({ ...host, bwrapPath: leaky }, root, range, 's1');
     const r = await sh(sb, 'ls /proc/self/fd | sort -n | tr "\\n" " "');

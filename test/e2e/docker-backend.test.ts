@@ -33,6 +33,7 @@ import {
   testInstallation,
   testSpec,
 } from '../helpers/docker.js';
+import { unmountAllUnder } from '../helpers/mounts.js';
 
 const FULL_CAPS: EngineCapabilities = {
   memoryLimit: true,
@@ -42,6 +43,7 @@ const FULL_CAPS: EngineCapabilities = {
   cgroupDriver: 'systemd',
   cgroupVersion: '2',
   userns: false,
+  storageQuota: undefined,
 };
 
 describe('docker backend: pure parts', () => {
@@ -78,6 +80,7 @@ describe('docker backend: pure parts', () => {
       cgroupDriver: 'unknown',
       cgroupVersion: '1',
       userns: false,
+      storageQuota: undefined,
     });
     const remapped = { SecurityOptions: ['name=seccomp,profile=default', 'name=userns'] };
     expect(capabilitiesFromInfo(remapped).userns).toBe(true);
@@ -186,7 +189,11 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
       ...(await removeInstallationContainers(docker, otherInstallation)),
     ];
     if (removed.length > 0) console.info(`cleaned up containers: ${removed.join(' ')}`);
-    if (berthHome) await rm(berthHome, { recursive: true, force: true });
+    if (berthHome) {
+      // Persistent sandboxes' disk images are mounted under it: down before the dir goes.
+      unmountAllUnder(berthHome);
+      await rm(berthHome, { recursive: true, force: true });
+    }
   });
 
   /** Assertion context: which container a failure is about. */

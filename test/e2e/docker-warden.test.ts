@@ -11,6 +11,7 @@ import { BerthError } from '../../src/errors.js';
 import { wardenFor, type Warden } from '../../src/shell/warden.js';
 import { removeInstallationContainers, testInstallation, testSpec } from '../helpers/docker.js';
 import { describeDocker, docker, dockerConfig, ensureImage, IMAGE, installs, waitFor } from '../helpers/docker-e2e.js';
+import { unmountAllUnder } from '../helpers/mounts.js';
 
 /** A static program that starts N idle threads and waits (built here: the test image has none). */
 function threadedIdler(): Buffer {
@@ -59,7 +60,11 @@ describeDocker('docker: the warden is the sandbox\'s main process', () => {
   afterAll(async () => {
     await backend?.close();
     await removeInstallationContainers(docker, installation);
-    if (berthHome) await rm(berthHome, { recursive: true, force: true });
+    if (berthHome) {
+      // Persistent sandboxes' disk images are mounted under it: down before the dir goes.
+      unmountAllUnder(berthHome);
+      await rm(berthHome, { recursive: true, force: true });
+    }
   });
 
   const warden = (sandbox: Sandbox): Warden => {

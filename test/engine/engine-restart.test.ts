@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { removeInstallationContainers } from '../helpers/docker.js';
+import { unmountAllUnder } from '../helpers/mounts.js';
 
 /*
  * Restarts the Docker engine under a live broker. It stops the engine every other suite uses, so it
@@ -45,7 +46,10 @@ async function restartEngine(): Promise<void> {
 
 const roots: string[] = [];
 afterAll(async () => {
-  for (const r of roots) rmSync(r, { recursive: true, force: true });
+  for (const r of roots) {
+    unmountAllUnder(r);
+    rmSync(r, { recursive: true, force: true });
+  }
 });
 
 describe('an engine restart under a running broker', () => {

@@ -8,6 +8,7 @@ import { StateStore } from '../../src/broker/state-store.js';
 import { parseConfig } from '../../src/config/schema.js';
 import type { BerthConfig } from '../../src/config/types.js';
 import { dockerRequired, dockerStatus, ensureTestImage, TEST_IMAGE } from './docker.js';
+import { unmountAllUnder } from './mounts.js';
 
 /*
  * Shared plumbing for the broker/CLI/reaper suites against the real engine: one temp
@@ -239,6 +240,8 @@ export class TestInstall {
     for (const b of this.brokers.splice(0)) await b.close({ graceMs: 2_000 }).catch(() => undefined);
     const removed = await removeContainersOf(this.installation);
     removed.push(...(await removeNetworksOf(this.installation)));
+    // Persistent sandboxes' disk images are mounted under BERTH_HOME: down before the dirs go.
+    removed.push(...unmountAllUnder(this.root));
     rmSync(this.root, { recursive: true, force: true });
     return removed;
   }

@@ -4,13 +4,14 @@ import { bwrapArgs, type BwrapPlan } from '../../src/backends/bwrap/bwrap-args.j
 const plan: BwrapPlan = {
   binds: { workspace: '/r/sandboxes/s/workspace', home: '/r/sandboxes/s/home', run: '/r/sandboxes/s/run' },
   systemPaths: [
-    { path: '/usr', kind: 'dir' },
+    { path: '/usr', kind: 'bind', source: '/usr' },
+    { path: '/etc/resolv.conf', kind: 'bind', source: '/run/resolvconf/resolv.conf' },
     { path: '/bin', kind: 'symlink', target: 'usr/bin' },
   ],
   network: 'none',
   hostname: 'berth',
   tmpSizeBytes: 1024,
-  fds: { info: 5, seccomp: 6, passwd: 7, group: 8 },
+  fds: { info: 5, seccomp: 6, passwd: 7, group: 8, hosts: 9, nsswitch: 10 },
   command: ['/usr/bin/bash', '-c', 'script'],
 };
 
@@ -39,7 +40,9 @@ describe('bwrapArgs', () => {
 
   it('shows system paths read-only, the sandbox dirs at fixed places, and runs the command after --', () => {
     const args = bwrapArgs(plan);
-    expect(after(args, '--ro-bind')).toEqual(['/usr', '/r/sandboxes/s/run']);
+    expect(after(args, '--ro-bind')).toEqual(['/usr', '/run/resolvconf/resolv.conf', '/r/sandboxes/s/run']);
+    expect(args[args.indexOf('/run/resolvconf/resolv.conf') + 1]).toBe('/etc/resolv.conf');
+    expect(after(args, '--ro-bind-data')).toEqual(['7', '8', '9', '10']);
     expect(after(args, '--bind')).toEqual(['/r/sandboxes/s/workspace', '/r/sandboxes/s/home']);
     expect(after(args, '--symlink')).toEqual(['usr/bin', '../tmp']);
     expect(args.slice(args.indexOf('--') + 1)).toEqual(plan.command);

@@ -10,9 +10,11 @@ import type { SystemPath } from './system-paths.js';
 
 /** File descriptors bwrap reads at start-up, as numbered in its own process. */
 export interface BwrapFds {
-  /** Generated /etc/passwd and /etc/group contents. */
+  /** Generated /etc/passwd, /etc/group, /etc/hosts and /etc/nsswitch.conf contents. */
   passwd: number;
   group: number;
+  hosts: number;
+  nsswitch: number;
   /** bwrap writes `{"child-pid": N, ...}` here: the host pid of the sandbox's pid 1. */
   info: number;
   /** The seccomp BPF program; undefined only when the operator opted out. */
@@ -52,6 +54,8 @@ export interface BwrapPlan {
  * - `--new-session`: no controlling terminal to push keystrokes into (TIOCSTI).
  * - `--uid/--gid`: the sandbox sees itself as 1000; on the host it is the unprivileged uid berth
  *   started bwrap as.
+ * - /etc is built, not bound: generated account, host and name-service files plus the few host
+ *   files programs need (system-paths.ts).
  * - Writable places are /workspace and home (host dirs), and /tmp and /dev/shm, tmpfs of
  *   `tmpSizeBytes` each (memory); everything else is read-only.
  */
@@ -71,12 +75,14 @@ export function bwrapArgs(plan: BwrapPlan): string[] {
   );
   if (plan.fds.seccomp !== undefined) args.push('--seccomp', String(plan.fds.seccomp));
   for (const p of plan.systemPaths) {
-    if (p.kind === 'dir') args.push('--ro-bind', p.path, p.path);
+    if (p.kind === 'bind') args.push('--ro-bind', p.source, p.path);
     else args.push('--symlink', p.target, p.path);
   }
   args.push(
     '--ro-bind-data', String(plan.fds.passwd), '/etc/passwd',
     '--ro-bind-data', String(plan.fds.group), '/etc/group',
+    '--ro-bind-data', String(plan.fds.hosts), '/etc/hosts',
+    '--ro-bind-data', String(plan.fds.nsswitch), '/etc/nsswitch.conf',
     '--dev', '/dev',
     '--size', String(plan.tmpSizeBytes),
     '--perms', '1777',

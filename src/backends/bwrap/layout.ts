@@ -39,3 +39,13 @@ export function passwdFile(): string {
 export function groupFile(): string {
   return ['root:x:0:', `${SANDBOX_USER}:x:${SANDBOX_GID}:`, 'nogroup:x:65534:', ''].join('\n');
 }
+
+/** The generated /etc/hosts: loopback and the sandbox's own name, none of the host's entries. */
+export function hostsFile(hostname: string): string {
+  return ['127.0.0.1\tlocalhost', `127.0.1.1\t${hostname}`, '::1\tlocalhost ip6-localhost ip6-loopback', ''].join('\n');
+}
+
+/** The generated /etc/nsswitch.conf: files (the generated ones) and DNS, no host NSS module. */
+export function nsswitchFile(): string {
+  return ['passwd: files', 'group: files', 'shadow: files', 'hosts: files dns', 'networks: files', 'protocols: files', 'services: files', 'ethers: files', 'rpc: files', ''].join('\n');
+}

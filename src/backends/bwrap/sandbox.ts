@@ -6,8 +6,8 @@ import { bwrapArgs } from './bwrap-args.js';
 import { FifoPool, openHostEnds, streamsOf, unlinkFifos, type HostEnds, type HostFds } from './fifo.js';
 import { encodeKill, encodeSpawn, INIT_SCRIPT } from './init-script.js';
 import { parseExitStatus, readInitEvents, type InitEvent } from './init-events.js';
-import { groupFile, passwdFile, SANDBOX_WORKSPACE, type SandboxDirs } from './layout.js';
-import type { SystemPath } from './system-paths.js';
+import { groupFile, hostsFile, nsswitchFile, passwdFile, SANDBOX_WORKSPACE, type SandboxDirs } from './layout.js';
+import { etcForNetwork, type SystemPath } from './system-paths.js';
 
 export interface StartSandboxOptions {
   /** Absolute path of bwrap (the probe found it). */
@@ -61,7 +61,7 @@ const SPAWN_TIMEOUT_MS = 10_000;
 const STDERR_KEEP = 4096;
 const GONE_WAIT_MS = 5_000;
 /* fd numbers in bwrap's process; 3 and 4 reach the init loop, the rest bwrap consumes. */
-const FD = { control: 3, events: 4, info: 5, seccomp: 6, passwd: 7, group: 8 } as const;
+const FD = { control: 3, events: 4, info: 5, seccomp: 6, passwd: 7, group: 8, hosts: 9, nsswitch: 10 } as const;
 
 /**
  * Starts one sandbox: bwrap with its namespaces, mounts and filter, running the init loop that
@@ -76,14 +76,17 @@ const FD = { control: 3, events: 4, info: 5, seccomp: 6, passwd: 7, group: 8 } a
 export async function startSandbox(opts: StartSandboxOptions): Promise<BwrapSandbox> {
   const args = bwrapArgs({
     binds: { workspace: opts.workspace ?? opts.dirs.workspace, home: opts.dirs.home, run: opts.dirs.run },
-    systemPaths: opts.systemPaths,
+    systemPaths: etcForNetwork(opts.systemPaths, opts.network),
     network: opts.network,
     hostname: opts.hostname,
     tmpSizeBytes: opts.tmpSizeBytes,
-    fds: { info: FD.info, passwd: FD.passwd, group: FD.group, seccomp: opts.seccomp === undefined ? undefined : FD.seccomp },
+    fds: {
+      info: FD.info, passwd: FD.passwd, group: FD.group, hosts: FD.hosts, nsswitch: FD.nsswitch,
+      seccomp: opts.seccomp === undefined ? undefined : FD.seccomp,
+    },
     command: [opts.bashPath, '--noprofile', '--norc', '-c', `ulimit -Su ${opts.maxProcesses} -Hu ${opts.maxProcesses} || exit 1\n${INIT_SCRIPT}`, 'berth-init'],
   });
-  const stdio = ['ignore', 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', opts.seccomp === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] as const;
+  const stdio = ['ignore', 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', opts.seccomp === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe', 'pipe', 'pipe'] as const;
   // bwrap gets no environment of berth's: the init loop gives each process exactly the env it is asked for.
   const child = spawn(opts.bwrapPath, args, {
     cwd: '/',
@@ -155,6 +158,8 @@ export class BwrapSandbox implements AsyncDisposable {
     if (opts.seccomp !== undefined) feed(FD.seccomp, opts.seccomp);
     feed(FD.passwd, passwdFile());
     feed(FD.group, groupFile());
+    feed(FD.hosts, hostsFile(opts.hostname));
+    feed(FD.nsswitch, nsswitchFile());
     const info = collect(fdStream(this.child, FD.info) as Readable);
     const spawnError = new Promise<never>((_, reject) => {
       this.child.once('error', (e) => reject(new BackendUnavailableError(`could not run bwrap (${opts.bwrapPath}): ${e.message}`, { cause: e })));

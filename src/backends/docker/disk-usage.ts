@@ -7,12 +7,12 @@ import { bounded, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError } from './engine.js
 import { LIMIT_DEFAULTS } from './limits.js';
 
 /*
- * The disk bound of a sandbox (docker.diskMb). overlay2 on extfs (and any engine without a
- * project-quota backing filesystem) cannot cap a writable layer (`StorageOpt size` needs overlay2
- * on xfs with pquota, btrfs or zfs), so berth measures and enforces it itself: the writable layer
- * as the engine sizes it (`SizeRw`), plus berth's own persistent dirs of the sandbox. Never the
- * user's attached workspace or the operator's volumes: they are not the sandbox's to account.
- * The bound is checked periodically, so a sandbox can overshoot it until the next check.
+ * The periodic check of a sandbox's disk bound (docker.diskMb): the writable layer as the engine
+ * sizes it (`SizeRw`), plus berth's own persistent dirs of the sandbox. Never the user's attached
+ * workspace or the operator's volumes: they are not the sandbox's to account. The kernel caps each
+ * part on its own where the host can (disk-bound.ts); this check bounds their sum, and is all
+ * there is for a part nothing else caps (overlay2 on extfs, a non-root berth): there a sandbox can
+ * overshoot the bound by what it writes until the next check.
  */
 
 export const MIB = 1024 * 1024;

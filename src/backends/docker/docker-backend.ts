@@ -24,6 +24,7 @@ import { watchWardenStart } from './exec-process.js';
 import {
   bounded,
   defaultDocker,
+  describeEndpoint,
   endedAtStart,
   ENGINE_REQUEST_TIMEOUT_MS,
   engineInfo,
@@ -38,8 +39,10 @@ import {
 import { DockerSandboxHandle } from './docker-sandbox.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { removeUnder } from '../plumbing/remove-under.js';
-import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
+import { capabilitiesFromInfo, LIMIT_DEFAULTS, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
 import { diskBreachOf } from './disk-usage.js';
+import { describeDiskBound, isStorageOptRefusal } from './disk-bound.js';
+import { SandboxDisks } from './sandbox-disk.js';
 import { localLease, SandboxNetworks } from './networks.js';
 import { assertRunsAs, runAsFor } from './run-as.js';
 import { containerUsageWithDisk } from './usage.js';
@@ -105,6 +108,10 @@ export class DockerBackend implements Backend {
   private readonly warned = new Set<string>();
   private readonly sockets = new Set<Duplex>();
   private readonly networks: SandboxNetworks;
+  /** Persistent sandboxes' own dirs on a loop-mounted image each, where this host can. */
+  private readonly disks: SandboxDisks;
+  /** Why the engine refused a writable layer's size (`StorageOpt`) it was expected to take; then it goes unset. */
+  private storageQuotaRefused: string | undefined;
   /** The engine's view of each prepared (unclaimed) pool container, for its claim. */
   private readonly prepared = new WeakMap<Sandbox, Dockerode.ContainerInspectInfo>();
   private closed = false;
@@ -127,18 +134,20 @@ export class DockerBackend implements Backend {
       (typeof process.getuid === 'function' && typeof process.getgid === 'function'
         ? { uid: process.getuid(), gid: process.getgid() }
         : undefined);
-    this.networks = new SandboxNetworks({
-      docker: this.docker,
-      installation: this.installation,
-      lease: opts.lease ?? localLease(),
-      log: this.log,
+    const lease = opts.lease ?? localLease();
+    this.networks = new SandboxNetworks({ docker: this.docker, installation: this.installation, lease, log: this.log });
+    this.disks = new SandboxDisks({
+      root: sandboxesRoot(this.berthHome), lease, log: this.logger,
+      host: { uid: process.getuid?.(), endpoint: describeEndpoint(this.docker) },
     });
   }
 
   async check(settings: ProfileSettings): Promise<void> {
     await this.ping();
     await this.requireImage(settings.docker.image);
-    this.limitsFor(settings, await this.probe(), true);
+    const caps = await this.probe();
+    this.limitsFor(settings, caps, true);
+    this.log(describeDiskBound(settings.docker, caps.storageQuota, this.storageQuotaRefused, this.disks.unavailable));
   }
 
   async ensure(spec: SandboxSpec, knownRef: string | undefined): Promise<Sandbox> {
@@ -157,8 +166,11 @@ export class DockerBackend implements Backend {
     } catch (err) {
       if (statusOf(err) !== 404) throw fromDockerError(this.docker, err, `remove container ${short(ref)}`);
     }
-    // Only ever deletes inside berth's own docker sandbox root.
-    if (hostDir !== undefined) await removeUnder(sandboxesRoot(this.berthHome), hostDir);
+    if (hostDir !== undefined) {
+      // Only ever deletes inside berth's own docker sandbox root; its image is unmounted first.
+      await this.disks.destroy(path.resolve(hostDir));
+      await removeUnder(sandboxesRoot(this.berthHome), hostDir);
+    }
     this.logger.with({ ref }).debug('removed');
   }
 
@@ -223,6 +235,32 @@ export class DockerBackend implements Backend {
     return out;
   }
 
+  /**
+   * Takes down the disk-image mounts of persistent sandboxes that no container of this
+   * installation binds (a process that died between mount and create); their images stay, for
+   * the sandbox's next call. The orphan reaper calls it.
+   */
+  async releaseIdleDisks(): Promise<string[]> {
+    const mounted = await this.disks.imageMounts();
+    if (mounted.length === 0) return [];
+    const bound = await this.boundOwnDirs();
+    const idle = mounted.filter((dir) => !bound.has(dir));
+    return idle.length === 0 ? [] : this.disks.releaseUnbound(idle, async (hostDir) => (await this.boundOwnDirs()).has(hostDir));
+  }
+
+  /** The host dirs whose `home` or `workspace` a container of this installation binds. */
+  private async boundOwnDirs(): Promise<Set<string>> {
+    let list: Dockerode.ContainerInfo[];
+    try {
+      list = await this.request('list containers', (abortSignal) => this.docker.listContainers({
+        all: true, filters: { label: [`${LABEL.installation}=${this.installation}`] }, abortSignal,
+      }));
+    } catch (err) {
+      throw fromDockerError(this.docker, err, 'list containers');
+    }
+    return new Set(list.flatMap((c) => c.Mounts.filter((m) => m.Type === 'bind').map((m) => path.dirname(path.resolve(m.Source)))));
+  }
+
   /** Removes this installation's networks that no container uses (the orphan reaper calls it). */
   reapIdleNetworks(opts: { timeoutMs?: number } = {}): Promise<string[]> {
     return this.networks.reapIdle(opts.timeoutMs);
@@ -245,7 +283,7 @@ export class DockerBackend implements Backend {
       try {
         const info = (await bounded(this.docker, PING_TIMEOUT_MS, 'report its capabilities', (abortSignal) => engineInfo(this.docker).info({ abortSignal })));
         const caps = capabilitiesFromInfo(info);
-        this.log(`engine cgroup v${caps.cgroupVersion} (${caps.cgroupDriver}) memory=${caps.memoryLimit} cpu=${caps.cpuCfsQuota} pids=${caps.pidsLimit}`);
+        this.log(`engine cgroup v${caps.cgroupVersion} (${caps.cgroupDriver}) memory=${caps.memoryLimit} cpu=${caps.cpuCfsQuota} pids=${caps.pidsLimit} storage quota=${caps.storageQuota ?? 'none'}`);
         return caps;
       } catch (err) {
         this.capabilities = undefined;
@@ -274,7 +312,7 @@ export class DockerBackend implements Backend {
   }
 
   private limitsFor(settings: ProfileSettings, caps: EngineCapabilities, isCheck: boolean): LimitPlan {
-    const plan = planLimits(settings.docker, caps);
+    const plan = planLimits(settings.docker, this.storageQuotaRefused === undefined ? caps : { ...caps, storageQuota: undefined });
     if (plan.errors.length > 0) throw new ConfigError(plan.errors.join('; '));
     for (const warning of plan.warnings) {
       if (isCheck || !this.warned.has(warning)) this.log(`warning: ${warning}`);
@@ -320,9 +358,25 @@ export class DockerBackend implements Backend {
     return this.sandbox(spec, { ...info, Name: `/${name}` }, undefined, false);
   }
 
+  /**
+   * The sandbox's own dirs are made ready (its disk image mounted) before its container is
+   * created or started, under the sandbox's disk lease: the orphan reaper takes a mount down only
+   * under it, once no container binds it.
+   */
   private async ensurePersistent(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities): Promise<Sandbox> {
-    const name = persistentName(spec.digest);
     const hostDir = hostDirFor(this.berthHome, spec);
+    return this.disks.hold(hostDir, async () => {
+      const bound = await this.disks.attach(hostDir, spec.settings.docker.diskMb ?? LIMIT_DEFAULTS.diskMb);
+      const sandbox = await this.ensurePersistentContainer(spec, knownRef, limits, caps, hostDir);
+      this.about(spec, sandbox.ref).debug(`home and workspace bounded by ${bound === 'image' ? `disk image ${this.disks.imageOf(hostDir)}` : 'the periodic check'}`);
+      return sandbox;
+    });
+  }
+
+  private async ensurePersistentContainer(
+    spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities, hostDir: string,
+  ): Promise<Sandbox> {
+    const name = persistentName(spec.digest);
     const runAs = await runAsFor(spec, hostDir, caps.userns, this.hostUser);
     const plan = { spec, name, image: spec.settings.docker.image, hostDir, limits, runAs };
     const adoptedRunAs = (info: Dockerode.ContainerInspectInfo) => this.adoptedRunAs(spec, info, hostDir, runAs, caps.userns);
@@ -400,6 +454,14 @@ export class DockerBackend implements Backend {
     try {
       container = await this.request(`create container ${options.name ?? ''}`, (abortSignal) => this.docker.createContainer({ ...options, abortSignal }));
     } catch (err) {
+      if (options.HostConfig?.StorageOpt !== undefined && isStorageOptRefusal(err)) {
+        // The driver looked able to cap a writable layer (overlay2 on xfs without pquota is not):
+        // the periodic check alone bounds it from now on.
+        this.storageQuotaRefused = engineMessage(err);
+        this.logger.debug(`warning: the engine refused a writable layer's size (${this.storageQuotaRefused}); sandboxes' writable layers get the periodic disk check only`);
+        const { StorageOpt: _refused, ...hostConfig } = options.HostConfig;
+        return this.createAndStartOnce(spec, { ...options, HostConfig: hostConfig });
+      }
       const status = statusOf(err);
       if (status === 404) throw imageMissingError(image, err);
       if (status === 409) throw err; // name taken: the persistent path adopts

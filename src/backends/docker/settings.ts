@@ -25,8 +25,9 @@ export interface DockerSettings {
   /**
    * Bound on the sandbox's own disk use in MiB: its writable layer, plus its persistent dirs under
    * `$BERTH_HOME` (never an attached workspace or a volume). Undefined: the backend's default.
-   * berth measures it itself in its periodic sweep (backends/docker/disk-usage.ts), so every
-   * engine honours it; a sandbox over it is stopped and its calls fail with `disk_limit_exceeded`.
+   * The kernel caps each part where the host can (disk-bound.ts); berth's periodic sweep
+   * (disk-usage.ts) sums them on every engine; a sandbox over it is stopped and its calls fail
+   * with `disk_limit_exceeded`.
    */
   diskMb: number | undefined;
 }

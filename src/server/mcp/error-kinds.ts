@@ -46,6 +46,7 @@ export const MCP_ERROR_KIND: Readonly<Record<ErrorCode, McpErrorKind>> = {
   staging_unsafe: 'result',
   job_read_failed: 'result',
   disk_measure_failed: 'result',
+  disk_image_failed: 'result',
   helper_output_too_large: 'result',
   docker_error: 'result',
   invalid_ref: 'result',
