@@ -74,7 +74,7 @@ export async function scaleBench(): Promise<void> {
   }
   const home = mkdtempSync(join(tmpdir(), 'berth-bench-scale-'));
   const broker = await Broker.open({
-    config: parseConfig({ backend: 'docker', persistent: false, docker: { image: IMAGE }, limits: { concurrentCalls: 100_000 } }),
+    config: parseConfig({ backend: 'docker', persistent: false, docker: { image: IMAGE }, limits: { concurrentCalls: 100_000, sandboxes: 1_000_000, memoryMb: 1_000_000_000, diskMb: 1_000_000_000 } }),
     berthHome: home, env: { PATH: process.env['PATH'] }, reap: false,
   });
   const gc = (globalThis as { gc?: () => void }).gc;

@@ -1,7 +1,7 @@
 import { volumeSettings } from '../../src/config/schema.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
@@ -332,6 +332,8 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
   it('spec.mount is bound at /workspace, and adopting with a different mount is refused', async () => {
     const project = await mkdtemp(path.join(os.tmpdir(), 'berth-mount-'));
     const other = await mkdtemp(path.join(os.tmpdir(), 'berth-mount-other-'));
+    // Project dirs of an unprivileged user: a root-owned one is never bound read-write.
+    for (const d of [project, other]) await chown(d, 1000, 1000);
     try {
       await writeFile(path.join(project, 'README'), 'project file\n');
       const spec = testSpec(installation, { key: 'default', mount: project });
@@ -352,6 +354,7 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
 
   it('a docker.volumes entry targeting /workspace wins over the automatic mount', async () => {
     const vol = await mkdtemp(path.join(os.tmpdir(), 'berth-vol-'));
+    await chown(vol, 1000, 1000);
     try {
       await writeFile(path.join(vol, 'v'), 'volume\n');
       const spec = testSpec(installation, { docker: { volumes: [volumeSettings(`${vol}:/workspace`), volumeSettings(`${vol}:/data:ro`)] } });
@@ -551,7 +554,7 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     try {
       await mkdir(path.join(dir, 'not-a-file'));
       // A directory bound over a file: create succeeds, start fails.
-      const spec = testSpec(installation, { ephemeral: true, docker: { volumes: [volumeSettings(`${path.join(dir, 'not-a-file')}:/etc/passwd`)] } });
+      const spec = testSpec(installation, { ephemeral: true, docker: { volumes: [volumeSettings(`${path.join(dir, 'not-a-file')}:/etc/passwd:ro`)] } });
       const err = await backend.ensure(spec, undefined).catch((e: unknown) => e);
       expect((err as Error).message).toMatch(/start container/);
       const left = (await backend.listManaged()).filter((m) => m.digest === spec.digest);
