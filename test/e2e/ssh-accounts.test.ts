@@ -106,8 +106,9 @@ describeSsh('per-sandbox accounts on the SSH host (real sshd, root login)', () =
       `cat ${b.home}/secret-home-file`,
       `ls ${b.home}`,
       `touch ${b.workspace}/from-a`,
-      `cat /proc/${bProc.pid}/environ`,
-      `kill -0 ${bProc.pid}`,
+      // B's pids mean nothing in A's PID namespace: A looks for any process of B's uid it could name.
+      'grep -a B_TOKEN /proc/[0-9]*/environ',
+      `for d in /proc/[0-9]*; do [ "$(stat -c %u "$d" 2>/dev/null)" = ${b.uid} ] && kill -0 "\${d#/proc/}" && exit 0; done; exit 1`,
       'cat /etc/shadow',
       `ls ${f.accounts.homeRoot}`,
     ];

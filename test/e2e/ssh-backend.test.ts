@@ -6,7 +6,7 @@ import { StateStore } from '../../src/broker/state-store.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { BerthError } from '../../src/errors.js';
 import { Logger } from '../../src/logging/logger.js';
-import { pidsWithArg, waitNoneWithArg } from '../helpers/processes.js';
+import { pidsWithArg, waitNoneWithArg, waitSomeWithArg } from '../helpers/processes.js';
 import { sshConfigSection, SshInstalls } from '../helpers/ssh-e2e.js';
 import { describeSsh, sshTarget } from '../helpers/sshd.js';
 
@@ -40,6 +40,13 @@ function parentOf(pid: number): number {
   return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
 }
 
+/** The nearest sshd process above a host process (0 when there is none). */
+function sshdAbove(pid: number): number {
+  let p = parentOf(pid);
+  while (p > 1 && commOf(p) !== 'sshd') p = parentOf(p);
+  return p > 1 ? p : 0;
+}
+
 function commOf(pid: number): string {
   return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
 }
@@ -49,17 +56,19 @@ describeSsh('the ssh backend through the broker (real sshd)', () => {
     const broker = await open();
     const [a, b] = [{ session: 'alice' }, { session: 'bob' }];
     const m = '4321.25';
-    const set = await broker.exec(a, `echo private > note.txt; export ALICE_SECRET=s3cr3t-value; sleep ${m} & echo "$! $HOME $(id -u)"`);
+    const set = await broker.exec(a, `echo private > note.txt; export ALICE_SECRET=s3cr3t-value; sleep ${m} & echo "$HOME $(id -u)"`);
     expect(set.exitCode, set.output).toBe(0);
-    const [pid, home, uid] = set.stdout.trim().split(' ') as [string, string, string];
+    const [home, uid] = set.stdout.trim().split(' ') as [string, string];
+    // Her sleep as the host sees it (its pid in her sandbox is another).
+    const [pid] = pidsWithArg(m);
     expect(readFileSync(`/proc/${pid}/environ`, 'latin1')).toContain('ALICE_SECRET=s3cr3t-value');
     try {
       const probe = await broker.exec(b, [
         'id -u',
         `cat ${home}/workspace/note.txt 2>/dev/null || echo no-file`,
         `ls ${home} >/dev/null 2>&1 || echo no-list`,
-        `cat /proc/${pid}/environ 2>/dev/null | tr '\\0' '\\n' | grep -c ALICE_SECRET || echo no-env`,
-        `kill -0 ${pid} 2>/dev/null || echo no-signal`,
+        'cat /proc/[0-9]*/environ 2>/dev/null | tr \'\\0\' \'\\n\' | grep -c ALICE_SECRET || echo no-env',
+        `(for d in /proc/[0-9]*; do [ "$(stat -c %u "$d" 2>/dev/null)" = ${uid} ] && kill -0 "\${d#/proc/}" 2>/dev/null && exit 0; done; exit 1) || echo no-signal`,
         'ls /home/berth >/dev/null 2>&1 || echo no-listing-of-homes',
       ].join('; '));
       const [bobUid, ...rest] = probe.stdout.trim().split('\n');
@@ -77,10 +86,12 @@ describeSsh('the ssh backend through the broker (real sshd)', () => {
   it('a connection dropped mid-session: the call says so, and the next call reconnects with cwd and env restored', async () => {
     const broker = await open();
     const s = { session: 'drop' };
-    const set = await broker.exec(s, 'mkdir -p deep/er && cd deep/er && export KEPT=still-here && echo $$');
+    const marker = '4712.5';
+    const set = await broker.exec(s, `mkdir -p deep/er && cd deep/er && export KEPT=still-here && { sleep ${marker} & }`);
     expect(set.exitCode, set.output).toBe(0);
-    // The sshd process serving this shell's connection (the shell's parent), killed as a dropped network would.
-    const sshd = parentOf(Number(set.stdout.trim()));
+    // The sshd process serving this shell's connection (above the shell and the launcher's waiter),
+    // killed as a dropped network would.
+    const sshd = sshdAbove((await waitSomeWithArg(marker))[0]!);
     expect(commOf(sshd)).toBe('sshd');
     const during = broker.exec(s, 'sleep 30; echo never');
     await new Promise((resolve) => setTimeout(resolve, 500));
