@@ -9,22 +9,23 @@ import type { RemoteResult, RemoteRunner } from './remote-exec.js';
  * One unprivileged account per sandbox on the SSH host.
  *
  * The model: berth logs in as root (uid 0) and nothing else. Root creates and removes the
- * accounts (useradd/userdel) and starts each command as the sandbox's account with setpriv,
- * inside the sandbox's own PID, IPC and mount namespaces (launcher.ts, namespaces.ts). A login
- * user with passwordless sudo is refused at check time rather than half supported: sudo would put
- * every helper's argv into the host's auth log and depend on a sudoers policy berth cannot see. A
- * host without root, the tools (useradd, util-linux >= 2.32 for setpriv --no-new-privs, unshare,
- * nsenter and flock), a kernel that lets root make those namespaces, or bash >= 4.4 is refused
- * at check time with what to install; there is no weaker mode (no shared account, no shared
- * namespaces, no fallback).
+ * accounts (useradd/userdel), each with a uid no account had before it (uid-range.ts), and starts
+ * each command as the sandbox's account with setpriv, inside the sandbox's own PID, IPC and mount
+ * namespaces (launcher.ts, namespaces.ts). A login user with passwordless sudo is refused at
+ * check time rather than half supported: sudo would put every helper's argv into the host's auth
+ * log and depend on a sudoers policy berth cannot see. A host without root, the tools (useradd,
+ * util-linux >= 2.32 for setpriv --no-new-privs, unshare, nsenter and flock), a kernel that lets
+ * root make those namespaces, or bash >= 4.4 is refused at check time with what to install; there
+ * is no weaker mode (no shared account, no shared namespaces, no fallback).
  *
  * What one sandbox account can NOT do to another on the same host: read or write its home
  * (0700, owned by it, under a 0711 root-owned root), see its processes or their command lines
  * (each sandbox has its own PID namespace and /proc), read its processes' environment, signal
  * them, reach its /tmp, /var/tmp, /dev/shm or /run/lock (a tmpfs of each sandbox's own) or its
- * SysV IPC objects and POSIX message queues (an IPC namespace of its own), read /etc/shadow, or
- * gain privileges through setuid programs (no_new_privs). What it still shares: the host's
- * kernel, its network, and the files any account may read there.
+ * SysV IPC objects and POSIX message queues (an IPC namespace of its own), inherit anything of a
+ * removed sandbox (uids are never reused), read /etc/shadow, or gain privileges through setuid
+ * programs (no_new_privs). What it still shares: the host's kernel, its network, and the files
+ * any account may read there.
  */
 
 export const DEFAULT_HOME_ROOT = '/home/berth';
@@ -83,6 +84,7 @@ export function parseProbe(text: string): HostProbe {
 const PACKAGES: Readonly<Record<string, string>> = {
   useradd: 'passwd (Debian/Ubuntu) or shadow-utils (RHEL)',
   userdel: 'passwd (Debian/Ubuntu) or shadow-utils (RHEL)',
+  groupadd: 'passwd (Debian/Ubuntu) or shadow-utils (RHEL)',
   getent: 'libc-bin (Debian/Ubuntu) or glibc-common (RHEL)',
   setpriv: 'util-linux (>= 2.32)',
   'setpriv-nnp': 'util-linux >= 2.32 (its setpriv lacks --no-new-privs)',
