@@ -219,7 +219,7 @@ describeSsh('SSH sandboxes are as private as containers (real sshd)', () => {
       `cat ${NS_DIR}/$USER 2>/dev/null && echo read-record`,
       `flock -n ${NS_DIR}/$USER.lock true 2>/dev/null && echo took-lock`,
       // The command holds nothing of the launcher: no namespace fd, no lock, no FIFO.
-      'ls /proc/$$/fd | tr "\\n" " " | grep -vxF "0 1 2 " && echo extra-fds',
+      `ls -l /proc/$$/fd | grep -E "(pid|mnt|ipc):\\[|${NS_DIR}" && echo launcher-fds`,
       'nsenter -t 1 -m -p true 2>/dev/null && echo entered',
       'unshare -m -p -f true 2>/dev/null && echo unshared-as-root',
       'head -c 12M /dev/zero > /tmp/big 2>/dev/null && echo tmp-unbounded',
