@@ -30,8 +30,8 @@ export const PRIVATE_DIRS: readonly string[] = ['/dev/shm', '/run/lock', '/tmp',
 const LOCK_DIR_SIZE = '8m';
 
 /**
- * The holder, run as `unshare --pid --fork --ipc --mount --propagation private -- bash -c
- * HOLDER_SCRIPT berth-holder FIFO SIZE_MB`. It reads its host pid while /proc is still the
+ * The holder, run as `unshare --pid --fork --kill-child --ipc --mount --propagation private --
+ * bash -c HOLDER_SCRIPT berth-holder FIFO SIZE_MB`. It reads its host pid while /proc is still the
  * host's, mounts, then writes `ready PID STARTTIME` (or `E why`) to FIFO and waits forever.
  * Orphans of the sandbox are reparented to it: `wait` reaps them while it waits for its sleep
  * (a bash blocked in `read` would leave them zombies).
