@@ -62,7 +62,9 @@ clean_uid() {
     } 2>/dev/null
   done
   # Message queues are seen only through an mqueue mount: one of its own, in a mount namespace of its own.
-  if ! grep -q '^[^ ]* /dev/mqueue mqueue ' /proc/mounts; then
+  local dev at fs mq=0
+  while read -r dev at fs _; do [[ $at == /dev/mqueue && $fs == mqueue ]] && mq=1; done < /proc/mounts
+  if (( ! mq )); then
     unshare --mount --propagation private -- /bin/bash --noprofile --norc -c 'mount -t mqueue berth-mqueue "$1" && find "$1" -mindepth 1 -uid "$2" -delete' berth-mq "$ns_dir" "$1" 2>/dev/null
   fi
 }

@@ -76,7 +76,7 @@ export const HOLDER_FUNCTIONS = `
 ns_dir=${NS_DIR}
 holder_lock() {
   local f=$ns_dir/$1.lock i
-  mkdir -p -m 0700 -- "$ns_dir" || return 1
+  [[ -d $ns_dir ]] || mkdir -p -m 0700 -- "$ns_dir" || return 1
   for ((i = 0; i < 20; i++)); do
     exec 6>>"$f" || return 1
     flock -w 60 6 || { exec 6>&-; return 1; }
