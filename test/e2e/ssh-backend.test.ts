@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { afterEach, expect, it } from 'vitest';
 import { sshModule } from '../../src/backends/ssh/module.js';
 import { Broker } from '../../src/broker/broker.js';
@@ -6,7 +6,7 @@ import { StateStore } from '../../src/broker/state-store.js';
 import { parseConfig } from '../../src/config/schema.js';
 import { BerthError } from '../../src/errors.js';
 import { Logger } from '../../src/logging/logger.js';
-import { pidsWithArg, waitNoneWithArg, waitSomeWithArg } from '../helpers/processes.js';
+import { pidsWithArg, waitNoneWithArg } from '../helpers/processes.js';
 import { sshConfigSection, SshInstalls } from '../helpers/ssh-e2e.js';
 import { describeSsh, sshTarget } from '../helpers/sshd.js';
 
@@ -38,6 +38,20 @@ async function open(extra: Record<string, unknown> = {}, berthHome?: string): Pr
 function parentOf(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+}
+
+/** The host pid of the process of `uid` that is `nsPid` in its own PID namespace (its status's NSpid ends with it). */
+function hostPidOf(uid: number, nsPid: number): number {
+  for (const d of readdirSync('/proc').filter((e) => /^[0-9]+$/.test(e))) {
+    try {
+      const status = readFileSync(`/proc/${d}/status`, 'utf8');
+      const ids = /^NSpid:\s+(.*)$/m.exec(status)?.[1]?.trim().split(/\s+/) ?? [];
+      if (new RegExp(`^Uid:\\s+${uid}\\s`, 'm').test(status) && ids.length > 1 && ids.at(-1) === String(nsPid)) return Number(d);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  throw new Error(`no process of uid ${uid} is pid ${nsPid} in its namespace`);
 }
 
 /** The nearest sshd process above a host process (0 when there is none). */
@@ -86,12 +100,12 @@ describeSsh('the ssh backend through the broker (real sshd)', () => {
   it('a connection dropped mid-session: the call says so, and the next call reconnects with cwd and env restored', async () => {
     const broker = await open();
     const s = { session: 'drop' };
-    const marker = '4712.5';
-    const set = await broker.exec(s, `mkdir -p deep/er && cd deep/er && export KEPT=still-here && { sleep ${marker} & }`);
+    const set = await broker.exec(s, 'mkdir -p deep/er && cd deep/er && export KEPT=still-here && echo "$(id -u) $$"');
     expect(set.exitCode, set.output).toBe(0);
+    const [uid, nsPid] = set.stdout.trim().split(' ').map(Number) as [number, number];
     // The sshd process serving this shell's connection (above the shell and the launcher's waiter),
     // killed as a dropped network would.
-    const sshd = sshdAbove((await waitSomeWithArg(marker))[0]!);
+    const sshd = sshdAbove(hostPidOf(uid, nsPid));
     expect(commOf(sshd)).toBe('sshd');
     const during = broker.exec(s, 'sleep 30; echo never');
     await new Promise((resolve) => setTimeout(resolve, 500));
