@@ -2,8 +2,8 @@
  * SSH figures against the test sshd (eval "$(bash scripts/ensure-sshd.sh)" first), part `ssh` of
  * `npm run bench` (BENCH_SSH_N commands per loop, default 200): berth exec through the broker on
  * backend ssh against a bare shell on one ssh2 channel (the floor) and against the reference's
- * `ssh -o ControlMaster` per command; a new session against a bare connect + exec; 20 sessions at
- * once. Without a configured, answering sshd it prints why and skips.
+ * `ssh -o ControlMaster` per command; one spawn as a sandbox account (the launcher's cost); a new
+ * session against a bare connect + exec; 20 sessions at once. Without a configured, answering sshd it prints why and skips.
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -16,6 +16,7 @@ import { RemoteAccounts } from '../src/backends/ssh/accounts.js';
 import { SshConnection } from '../src/backends/ssh/connection.js';
 import { SshConnectionPool } from '../src/backends/ssh/connections.js';
 import { remoteRunner } from '../src/backends/ssh/remote-exec.js';
+import { spawnAs } from '../src/backends/ssh/spawn.js';
 import { DEFAULT_POOL_SETTINGS, type SshTarget } from '../src/backends/ssh/target.js';
 import { Broker } from '../src/broker/broker.js';
 import { StateStore } from '../src/broker/state-store.js';
@@ -159,6 +160,19 @@ export async function sshBench(): Promise<void> {
 
     console.log('\n# ssh: opening things');
     row('channel: exec true on a warm connection', await timeMany(40, async () => untilClosed((await pool.exec(target, 'true')).channel), 5));
+    const acct = await accounts.ensure({ name: `berth-${randomBytes(12).toString('hex')}`, installation: 'bench-spawn', digest: 'ab', ephemeral: true });
+    try {
+      const spawnCtx = { pool, target, homeRoot: accounts.homeRoot };
+      row('spawn: true as a sandbox account (launcher)', await timeMany(40, async () => {
+        const p = await spawnAs(spawnCtx, acct.name, ['/bin/true'], { env: {}, cwd: acct.workspace });
+        p.stdout.resume();
+        p.stderr.resume();
+        p.stdin.end();
+        await p.exited;
+      }, 5));
+    } finally {
+      await accounts.remove(acct.name);
+    }
     row('new connection (TCP + kex + auth)', await timeMany(10, async () => (await SshConnection.open(0, target, DEFAULT_POOL_SETTINGS)).close(), 2));
     const bareSamples: number[] = [];
     const warmSamples: number[] = [];

@@ -1,11 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { afterEach, expect, it } from 'vitest';
 import { accountName } from '../../src/backends/ssh/account-name.js';
-import { RemoteAccounts, type RemoteAccount } from '../../src/backends/ssh/accounts.js';
+import { RemoteAccounts } from '../../src/backends/ssh/accounts.js';
 import { SshConnectionPool } from '../../src/backends/ssh/connections.js';
 import { RemoteHostError } from '../../src/backends/ssh/errors.js';
 import { remoteRunner, type RemoteRunner } from '../../src/backends/ssh/remote-exec.js';
-import { spawnAs, type RemoteProcess } from '../../src/backends/ssh/spawn.js';
 import { BerthError } from '../../src/errors.js';
 import { describeSsh, SshFixture } from '../helpers/sshd.js';
 
@@ -22,31 +21,6 @@ function fixture(): SshFixture {
 
 function root(f: SshFixture): RemoteRunner {
   return remoteRunner(f.pool, f.target);
-}
-
-/** Runs a bash script as the account; its combined output and exit code. */
-async function runAs(f: SshFixture, acct: RemoteAccount, script: string, env: Record<string, string> = {}): Promise<{ out: string; code: number | null }> {
-  const p = await spawnAs(f.spawnContext, acct.name, ['/bin/bash', '--noprofile', '--norc', '-c', script], { env, cwd: acct.workspace });
-  let out = '';
-  p.stdout.on('data', (c: Buffer) => (out += c.toString()));
-  p.stderr.on('data', (c: Buffer) => (out += c.toString()));
-  const ended = (r: NodeJS.ReadableStream): Promise<unknown> => new Promise((resolve) => r.once('end', resolve));
-  const [exit] = await Promise.all([p.exited, ended(p.stdout), ended(p.stderr)]);
-  return { out, code: exit.code };
-}
-
-/** Starts a long-running script as the account; resolves once it printed `ready`. */
-async function startAs(f: SshFixture, acct: RemoteAccount, script: string, env: Record<string, string> = {}): Promise<RemoteProcess> {
-  const p = await spawnAs(f.spawnContext, acct.name, ['/bin/bash', '--noprofile', '--norc', '-c', script], { env, cwd: acct.workspace });
-  await new Promise<void>((resolve, reject) => {
-    let out = '';
-    p.stdout.on('data', (c: Buffer) => {
-      out += c.toString();
-      if (out.includes('ready')) resolve();
-    });
-    void p.exited.then(() => reject(new Error(`ended before ready: ${out}`)));
-  });
-  return p;
 }
 
 async function uidProcesses(f: SshFixture, uid: number): Promise<number> {
@@ -116,7 +90,7 @@ describeSsh('per-sandbox accounts on the SSH host (real sshd, root login)', () =
     const f = fixture();
     const a = await f.account();
     const before = await root(f)('stat -c "%u %g %a" /etc /etc/shadow', []);
-    expect((await runAs(f, a, 'cd ~ && rm -rf workspace tmp && ln -s /etc workspace && ln -s /etc/shadow tmp && echo planted')).out).toContain('planted');
+    expect((await f.runAs(a, 'cd ~ && rm -rf workspace tmp && ln -s /etc workspace && ln -s /etc/shadow tmp && echo planted')).out).toContain('planted');
     await f.accounts.ensure({ name: a.name, installation: f.installation, digest: 'ab', ephemeral: true }).catch(() => undefined);
     expect((await root(f)('stat -c "%u %g %a" /etc /etc/shadow', [])).stdout).toBe(before.stdout);
   });
@@ -126,23 +100,24 @@ describeSsh('per-sandbox accounts on the SSH host (real sshd, root login)', () =
     const a = await f.account();
     const b = await f.account();
     const secret = `b-secret-${randomBytes(8).toString('hex')}`;
-    const bProc = await startAs(f, b, 'echo private > ~/workspace/notes; echo private > ~/secret-home-file; chmod 644 ~/workspace/notes; echo ready; exec sleep 300', { B_TOKEN: secret });
+    const bProc = await f.startAs(b, 'echo private > ~/workspace/notes; echo private > ~/secret-home-file; chmod 644 ~/workspace/notes; echo ready; exec sleep 300', { B_TOKEN: secret });
     const checks = [
       `cat ${b.workspace}/notes`,
       `cat ${b.home}/secret-home-file`,
       `ls ${b.home}`,
       `touch ${b.workspace}/from-a`,
-      `cat /proc/${bProc.pid}/environ`,
-      `kill -0 ${bProc.pid}`,
+      // B's pids mean nothing in A's PID namespace: A looks for any process of B's uid it could name.
+      'grep -a B_TOKEN /proc/[0-9]*/environ',
+      `for d in /proc/[0-9]*; do [ "$(stat -c %u "$d" 2>/dev/null)" = ${b.uid} ] && kill -0 "\${d#/proc/}" && exit 0; done; exit 1`,
       'cat /etc/shadow',
       `ls ${f.accounts.homeRoot}`,
     ];
     for (const cmd of checks) {
-      const r = await runAs(f, a, `${cmd} && echo ALLOWED`);
+      const r = await f.runAs(a, `${cmd} && echo ALLOWED`);
       expect({ cmd, allowed: r.out.includes('ALLOWED') || r.out.includes(secret) || r.out.includes('private') }).toEqual({ cmd, allowed: false });
       expect(r.code).not.toBe(0);
     }
-    const self = await runAs(f, a, 'id -u; grep -E "^(CapEff|CapPrm|CapAmb|NoNewPrivs):" /proc/self/status');
+    const self = await f.runAs(a, 'id -u; grep -E "^(CapEff|CapPrm|CapAmb|NoNewPrivs):" /proc/self/status');
     const [uid, ...status] = self.out.trim().split('\n');
     expect(Number(uid)).toBe(a.uid);
     expect(Number(uid)).not.toBe(0);
@@ -153,7 +128,7 @@ describeSsh('per-sandbox accounts on the SSH host (real sshd, root login)', () =
   it('removes an account with every process (setsid, emptied env, double fork), its home, its temp files, the user and its record', async () => {
     const f = fixture();
     const a = await f.account();
-    const p = await startAs(f, a, 'echo x > /tmp/berth-test-$USER; (setsid env -i sleep 1000 &); (sleep 1001 &); echo ready; exec sleep 1002');
+    const p = await f.startAs(a, 'echo x > /tmp/berth-test-$USER; (setsid env -i sleep 1000 &); (sleep 1001 &); echo ready; exec sleep 1002');
     expect(await uidProcesses(f, a.uid)).toBeGreaterThanOrEqual(3);
     expect((await f.accounts.list(f.installation)).map((r) => [r.name, r.exists, r.processes >= 3])).toEqual([[a.name, true, true]]);
     const removed = await f.accounts.remove(a.name);
@@ -169,11 +144,11 @@ describeSsh('per-sandbox accounts on the SSH host (real sshd, root login)', () =
   it('stops a sandbox: every process of the account ends, its account and files stay and it runs again', async () => {
     const f = fixture();
     const a = await f.account(false);
-    const p = await startAs(f, a, 'echo kept > ~/workspace/file; (setsid env -i sleep 1000 &); echo ready; exec sleep 1001');
+    const p = await f.startAs(a, 'echo kept > ~/workspace/file; (setsid env -i sleep 1000 &); echo ready; exec sleep 1001');
     expect((await f.accounts.stop(a.name)).killed).toBeGreaterThanOrEqual(2);
     await p.exited;
     expect(await uidProcesses(f, a.uid)).toBe(0);
-    expect((await runAs(f, a, 'cat ~/workspace/file')).out).toBe('kept\n');
+    expect((await f.runAs(a, 'cat ~/workspace/file')).out).toBe('kept\n');
   });
 
   it('lists only this installation\'s accounts', async () => {

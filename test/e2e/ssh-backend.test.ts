@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { afterEach, expect, it } from 'vitest';
 import { sshModule } from '../../src/backends/ssh/module.js';
 import { Broker } from '../../src/broker/broker.js';
@@ -40,6 +40,27 @@ function parentOf(pid: number): number {
   return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
 }
 
+/** The host pid of the process of `uid` that is `nsPid` in its own PID namespace (its status's NSpid ends with it). */
+function hostPidOf(uid: number, nsPid: number): number {
+  for (const d of readdirSync('/proc').filter((e) => /^[0-9]+$/.test(e))) {
+    try {
+      const status = readFileSync(`/proc/${d}/status`, 'utf8');
+      const ids = /^NSpid:\s+(.*)$/m.exec(status)?.[1]?.trim().split(/\s+/) ?? [];
+      if (new RegExp(`^Uid:\\s+${uid}\\s`, 'm').test(status) && ids.length > 1 && ids.at(-1) === String(nsPid)) return Number(d);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  throw new Error(`no process of uid ${uid} is pid ${nsPid} in its namespace`);
+}
+
+/** The nearest sshd process above a host process (0 when there is none). */
+function sshdAbove(pid: number): number {
+  let p = parentOf(pid);
+  while (p > 1 && commOf(p) !== 'sshd') p = parentOf(p);
+  return p > 1 ? p : 0;
+}
+
 function commOf(pid: number): string {
   return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
 }
@@ -49,17 +70,19 @@ describeSsh('the ssh backend through the broker (real sshd)', () => {
     const broker = await open();
     const [a, b] = [{ session: 'alice' }, { session: 'bob' }];
     const m = '4321.25';
-    const set = await broker.exec(a, `echo private > note.txt; export ALICE_SECRET=s3cr3t-value; sleep ${m} & echo "$! $HOME $(id -u)"`);
+    const set = await broker.exec(a, `echo private > note.txt; export ALICE_SECRET=s3cr3t-value; sleep ${m} & echo "$HOME $(id -u)"`);
     expect(set.exitCode, set.output).toBe(0);
-    const [pid, home, uid] = set.stdout.trim().split(' ') as [string, string, string];
+    const [home, uid] = set.stdout.trim().split(' ') as [string, string];
+    // Her sleep as the host sees it (its pid in her sandbox is another).
+    const [pid] = pidsWithArg(m);
     expect(readFileSync(`/proc/${pid}/environ`, 'latin1')).toContain('ALICE_SECRET=s3cr3t-value');
     try {
       const probe = await broker.exec(b, [
         'id -u',
         `cat ${home}/workspace/note.txt 2>/dev/null || echo no-file`,
         `ls ${home} >/dev/null 2>&1 || echo no-list`,
-        `cat /proc/${pid}/environ 2>/dev/null | tr '\\0' '\\n' | grep -c ALICE_SECRET || echo no-env`,
-        `kill -0 ${pid} 2>/dev/null || echo no-signal`,
+        'cat /proc/[0-9]*/environ 2>/dev/null | tr \'\\0\' \'\\n\' | grep -c ALICE_SECRET || echo no-env',
+        `(for d in /proc/[0-9]*; do [ "$(stat -c %u "$d" 2>/dev/null)" = ${uid} ] && kill -0 "\${d#/proc/}" 2>/dev/null && exit 0; done; exit 1) || echo no-signal`,
         'ls /home/berth >/dev/null 2>&1 || echo no-listing-of-homes',
       ].join('; '));
       const [bobUid, ...rest] = probe.stdout.trim().split('\n');
@@ -77,10 +100,12 @@ describeSsh('the ssh backend through the broker (real sshd)', () => {
   it('a connection dropped mid-session: the call says so, and the next call reconnects with cwd and env restored', async () => {
     const broker = await open();
     const s = { session: 'drop' };
-    const set = await broker.exec(s, 'mkdir -p deep/er && cd deep/er && export KEPT=still-here && echo $$');
+    const set = await broker.exec(s, 'mkdir -p deep/er && cd deep/er && export KEPT=still-here && echo "$(id -u) $$"');
     expect(set.exitCode, set.output).toBe(0);
-    // The sshd process serving this shell's connection (the shell's parent), killed as a dropped network would.
-    const sshd = parentOf(Number(set.stdout.trim()));
+    const [uid, nsPid] = set.stdout.trim().split(' ').map(Number) as [number, number];
+    // The sshd process serving this shell's connection (above the shell and the launcher's waiter),
+    // killed as a dropped network would.
+    const sshd = sshdAbove(hostPidOf(uid, nsPid));
     expect(commOf(sshd)).toBe('sshd');
     const during = broker.exec(s, 'sleep 30; echo never');
     await new Promise((resolve) => setTimeout(resolve, 500));

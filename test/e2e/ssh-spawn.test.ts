@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { afterEach, expect, it } from 'vitest';
 import type { RemoteAccount } from '../../src/backends/ssh/accounts.js';
 import { ConnectionLostError } from '../../src/backends/ssh/errors.js';
+import { inSandboxNamespaces } from '../../src/backends/ssh/namespaces.js';
 import { remoteRunner } from '../../src/backends/ssh/remote-exec.js';
 import { spawnAs, type RemoteExit, type RemoteProcess } from '../../src/backends/ssh/spawn.js';
 import { BerthError, SandboxNotFoundError } from '../../src/errors.js';
@@ -87,8 +88,9 @@ describeSsh('spawn as a sandbox account over one channel (real sshd)', () => {
     const ps = await run('ps -eo pid,args; for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < "$f" 2>/dev/null; echo; done', []);
     expect(ps.stdout).toContain('sleep 60');
     expect(ps.stdout).not.toContain(secret);
-    // The value did arrive, in the process's environment (readable by root and the account only).
-    const environ = await run('tr "\\0" "\\n" < /proc/$1/environ', [String(p.pid)]);
+    // The value did arrive, in the process's environment (readable by root and the account only);
+    // its pid is the sandbox's PID namespace's.
+    const environ = await run(inSandboxNamespaces('tr "\\0" "\\n" < /proc/$2/environ', 'exit 1'), [acct.name, String(p.pid)]);
     expect(environ.stdout).toContain(`API_TOKEN=${secret}`);
     await p.kill();
   });
@@ -132,6 +134,18 @@ describeSsh('spawn as a sandbox account over one channel (real sshd)', () => {
     expect((await collect(await bash(f, acct, 'kill -TERM $$'))).exit).toEqual({ code: null, signal: 'SIGTERM' });
   });
 
+  it('reports the exit of a command that was stopped and continued, as the warden does to a shell', async () => {
+    const f = fixture();
+    const acct = await f.account();
+    const p = await bash(f, acct, 'echo ready; kill -STOP $$; echo resumed; exit 3');
+    let out = '';
+    p.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    const cont = inSandboxNamespaces('p=$2; for i in $(seq 100); do read -r l < /proc/$p/stat; set -- ${l##*) }; [ "$1" = T ] && exec kill -CONT "$p"; sleep 0.1; done; exit 1', 'exit 1');
+    expect((await remoteRunner(f.pool, f.target)(cont, [acct.name, String(p.pid)])).code).toBe(0);
+    expect(await p.exited).toEqual({ code: 3, signal: null });
+    expect(await waitFor(async () => out === 'ready\nresumed\n', 5_000)).toBe(true);
+  });
+
   it('carries stdin to the command and its end as EOF, a MiB through and back', async () => {
     const f = fixture();
     const acct = await f.account();
@@ -161,13 +175,18 @@ describeSsh('spawn as a sandbox account over one channel (real sshd)', () => {
   it('reports a lost connection as the exit\'s error, and kill still ends the tree over a new connection', async () => {
     const f = fixture();
     const acct = await f.account();
-    // The launcher's parent is the sshd process serving this connection.
-    const finder = await spawnAs(f.spawnContext, acct.name, ['/bin/bash', '--noprofile', '--norc', '-c', 'echo "x $PPID $(cat /proc/$PPID/comm)"; sleep 1000 & wait'], { env: {}, cwd: acct.workspace });
-    const line = await until(finder, '\n');
-    const [, pid, comm] = line.trim().split(' ');
-    expect(comm).toBe('sshd');
-    const sshdPid = Number(pid);
+    const finder = await spawnAs(f.spawnContext, acct.name, ['/bin/bash', '--noprofile', '--norc', '-c', 'echo ready; sleep 1000 & wait'], { env: {}, cwd: acct.workspace });
+    await until(finder, 'ready');
     const run = remoteRunner(f.pool, f.target);
+    // The sshd process serving this connection: the nearest sshd above the command on the host
+    // (the launcher's waiter, outside the sandbox's namespaces, sits between them).
+    const found = await run(
+      'for d in /proc/[0-9]*; do [ "$(stat -c %u "$d" 2>/dev/null)" = "$1" ] && [ "$(tr "\\0" " " < "$d/cmdline" 2>/dev/null)" = "sleep 1000 " ] && p=${d#/proc/}; done; ' +
+        'while [ "${p:-1}" -gt 1 ]; do [ "$(cat "/proc/$p/comm")" = sshd ] && { echo "$p"; exit; }; p=$(ps -o ppid= -p "$p" | tr -d " "); done',
+      [String(acct.uid)],
+    );
+    const sshdPid = Number(found.stdout.trim());
+    expect(sshdPid, found.stdout + found.stderr).toBeGreaterThan(1);
     await run('kill -KILL "$1"', [String(sshdPid)]).catch(() => undefined);
     const exit = await finder.exited;
     expect(exit.error).toBeInstanceOf(ConnectionLostError);

@@ -4,8 +4,8 @@ import { describe, it } from 'vitest';
 import { accountName } from '../../src/backends/ssh/account-name.js';
 import { RemoteAccounts, type RemoteAccount } from '../../src/backends/ssh/accounts.js';
 import { SshConnectionPool } from '../../src/backends/ssh/connections.js';
-import { remoteRunner } from '../../src/backends/ssh/remote-exec.js';
-import type { SpawnContext } from '../../src/backends/ssh/spawn.js';
+import { remoteRunner, type RemoteResult } from '../../src/backends/ssh/remote-exec.js';
+import { spawnAs, type RemoteProcess, type SpawnContext } from '../../src/backends/ssh/spawn.js';
 import type { PoolSettings, SshTarget } from '../../src/backends/ssh/target.js';
 
 /*
@@ -130,6 +130,36 @@ export class SshFixture implements AsyncDisposable {
     const name = accountName(digest);
     this.made.push(name);
     return this.accounts.ensure({ name, installation: this.installation, digest, ephemeral });
+  }
+
+  /** Runs a bash script as the account (through the launcher); its combined output and exit code. */
+  async runAs(acct: RemoteAccount, script: string, env: Record<string, string> = {}, ctx: SpawnContext = this.spawnContext): Promise<{ out: string; code: number | null }> {
+    const p = await spawnAs(ctx, acct.name, ['/bin/bash', '--noprofile', '--norc', '-c', script], { env, cwd: acct.workspace });
+    let out = '';
+    p.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    p.stderr.on('data', (c: Buffer) => (out += c.toString()));
+    const ended = (r: NodeJS.ReadableStream): Promise<unknown> => new Promise((resolve) => r.once('end', resolve));
+    const [exit] = await Promise.all([p.exited, ended(p.stdout), ended(p.stderr)]);
+    return { out, code: exit.code };
+  }
+
+  /** Starts a long-running bash script as the account; resolves once it printed `ready`. */
+  async startAs(acct: RemoteAccount, script: string, env: Record<string, string> = {}): Promise<RemoteProcess> {
+    const p = await spawnAs(this.spawnContext, acct.name, ['/bin/bash', '--noprofile', '--norc', '-c', script], { env, cwd: acct.workspace });
+    await new Promise<void>((resolve, reject) => {
+      let out = '';
+      p.stdout.on('data', (c: Buffer) => {
+        out += c.toString();
+        if (out.includes('ready')) resolve();
+      });
+      void p.exited.then(() => reject(new Error(`ended before ready: ${out}`)));
+    });
+    return p;
+  }
+
+  /** Runs a bash script as root on the host (behind berth's back). */
+  root(script: string, args: readonly string[] = []): Promise<RemoteResult> {
+    return remoteRunner(this.pool, this.target)(script, args);
   }
 
   async cleanup(): Promise<string[]> {

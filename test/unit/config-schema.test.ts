@@ -582,6 +582,7 @@ describe('the ssh section', () => {
     expect(s).toMatchObject({
       host: 'build1', port: 22, user: 'root', identityFile: '/keys/berth', agent: undefined, trustOnFirstUse: false,
       keepaliveIntervalSeconds: 15, keepaliveCountMax: 3, maxSessions: 10, connectTimeoutSeconds: 20, homeRoot: '/home/berth', maxProcesses: undefined,
+      tmpSizeMb: 256,
     });
     expect(s.knownHosts).toMatch(/\/\.ssh\/known_hosts$/);
   });
@@ -623,6 +624,7 @@ describe('the ssh section', () => {
     expect(errorOf({ backend: 'ssh', ssh: { ...SSH, homeRoot: '/' } })).toContain('config key "ssh.homeRoot"');
     expect(errorOf({ backend: 'ssh', ssh: { ...SSH, homeRoot: '/home/../etc' } })).toContain('config key "ssh.homeRoot"');
     expect(errorOf({ backend: 'ssh', ssh: { ...SSH, maxSessions: 0 } })).toContain('config key "ssh.maxSessions"');
+    expect(errorOf({ backend: 'ssh', ssh: { ...SSH, tmpSizeMb: 0 } })).toContain('config key "ssh.tmpSizeMb"');
   });
 
   it('an ssh section no profile uses is an error', () => {

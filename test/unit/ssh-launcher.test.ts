@@ -103,23 +103,30 @@ describe('judging what the host offers', () => {
   const where = { endpoint: 'build1:22', user: 'ana' };
 
   it('refuses a login that is not root, saying sudo is not supported', () => {
-    const p = probeProblem(parseProbe('uid 1000\nbash 5.2\nhidepid 0\n'), where);
+    const p = probeProblem(parseProbe('uid 1000\nbash 5.2\n'), where);
     expect(p).toBeInstanceOf(RemoteHostError);
     expect(p?.message).toContain('"ana" is uid 1000');
     expect(p?.message).toContain('Passwordless sudo is not supported');
   });
 
   it('names each missing tool with the package that brings it', () => {
-    const p = probeProblem(parseProbe('uid 0\nbash 5.1\nmissing useradd\nmissing setpriv-nnp\nhidepid 1\n'), where);
+    const p = probeProblem(parseProbe('uid 0\nbash 5.1\nmissing useradd\nmissing setpriv-nnp\n'), where);
     expect(p?.message).toContain('useradd (passwd (Debian/Ubuntu) or shadow-utils (RHEL))');
     expect(p?.message).toContain('setpriv-nnp (util-linux >= 2.32');
   });
 
+  it('names what the sandboxes\' namespaces need: the util-linux tools and a kernel that lets root make them', () => {
+    const p = probeProblem(parseProbe('uid 0\nbash 5.2\nmissing nsenter-no-fork\nmissing flock\nmissing namespaces\n'), where);
+    expect(p).toBeInstanceOf(RemoteHostError);
+    expect(p?.message).toContain('nsenter-no-fork (a newer util-linux (its nsenter lacks --no-fork))');
+    expect(p?.message).toContain('flock (util-linux)');
+    expect(p?.message).toContain('namespaces (a kernel that lets root make the PID, IPC and mount namespaces each sandbox runs in');
+    expect(p?.message).toContain('needs CAP_SYS_ADMIN');
+  });
+
   it('refuses bash older than 4.4 and accepts a fit host', () => {
     expect(probeProblem(parseProbe('uid 0\nbash 4.3\n'), where)?.message).toContain('bash 4.3');
-    const fit = parseProbe('uid 0\nbash 4.4\nhidepid 1\n');
-    expect(probeProblem(fit, where)).toBeUndefined();
-    expect(fit.hidepid).toBe(true);
+    expect(probeProblem(parseProbe('uid 0\nbash 4.4\n'), where)).toBeUndefined();
   });
 
   it('refuses a home root that is relative, / or not normalized', () => {

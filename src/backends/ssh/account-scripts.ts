@@ -1,4 +1,6 @@
 import { ACCOUNT_NAME_PATTERN } from './account-name.js';
+import { HOLDER_FUNCTIONS } from './namespaces.js';
+import { NEXT_UID, SANDBOX_UID_MAX, SANDBOX_UID_MIN } from './uid-range.js';
 
 /*
  * Root helpers for sandbox accounts, run by accounts.ts through the pool (remote-exec.ts). Their
@@ -43,6 +45,31 @@ kill_uid() {
     for p in "\${T[@]}"; do kill -KILL "$p" 2>/dev/null && k=$((k + 1)); done
   done
 }
+# What uid $1 may have left in the host's shared places, its processes ended: files in the temp
+# dirs anyone may write, SysV IPC objects it owns or made, POSIX message queues. Its sandbox's
+# namespaces kept its own such things from the host's (they ended with its holder); this is for
+# what ran outside them (an account of an earlier berth). Its uid is never given out again anyway.
+clean_uid() {
+  local f kind flag ui ci F
+  find /tmp /var/tmp /dev/shm /run/lock /var/lock /dev/mqueue -xdev -uid "$1" -delete 2>/dev/null
+  for f in shm:m:7:9 sem:s:4:6 msg:q:7:9; do
+    IFS=: read -r kind flag ui ci <<< "$f"
+    {
+      while read -r -a F; do
+        [[ \${F[1]-} =~ ^[0-9]+$ ]] || continue
+        [[ \${F[$ui]} == "$1" || \${F[$ci]} == "$1" ]] && ipcrm "-$flag" "\${F[1]}"
+      done < "/proc/sysvipc/$kind"
+    } 2>/dev/null
+  done
+  # Message queues are seen only through an mqueue mount: one of its own, in a mount namespace of its own.
+  local dev at fs mq=0
+  while read -r dev at fs _; do [[ $at == /dev/mqueue && $fs == mqueue ]] && mq=1; done < /proc/mounts
+  if (( ! mq )); then
+    unshare --mount --propagation private -- /bin/bash --noprofile --norc -c 'mount -t mqueue berth-mqueue "$1" && find "$1" -mindepth 1 -uid "$2" -delete' berth-mq "$ns_dir" "$1" 2>/dev/null
+  fi
+}
+${HOLDER_FUNCTIONS}
+${NEXT_UID}
 `;
 
 /**
@@ -53,25 +80,28 @@ kill_uid() {
 const OWNED = `if [[ -n $inst && -f $records/$n ]] && ! grep -qxF "installation=$inst" "$records/$n"; then die "account $n belongs to another berth installation"; fi`;
 
 /**
- * Ends every process of account `$n` (never uid 0), counting the kills in `k` and leaving its uid
- * in `u` (empty when the account is gone). Shared by stop and remove.
+ * Ends every process of account `$n` (never uid 0): those of its uid, counted in `k`, then its
+ * namespaces' holder (root's), with which anything left in them ends. Leaves its uid in `u`
+ * (empty when the account is gone). Shared by stop and remove; the account's lock
+ * (holder_lock) is held.
  */
 const END_PROCESSES = `k=0
 u=$(getent passwd "$n" | cut -d: -f3)
 if [[ -n $u ]]; then
   [[ $u != 0 ]] || die "account $n has uid 0"
   kill_uid "$u"
-fi`;
+fi
+holder_stop "$n"`;
 
-/** What the host offers: one `key value` line each. */
 /**
- * Deletes account `$n` (uid `$u`, its processes ended) with its home under `$root`, its files in
- * the shared temp dirs, its cron and mail spool and its record. Shared by remove and a fresh ensure.
+ * Deletes account `$n` (uid `$u`, its processes ended) with its home under `$root`, what it left
+ * in the host's shared places (clean_uid), its cron and mail spool, its record and its namespaces'
+ * record. Shared by remove and a fresh ensure (which goes on holding the account's lock).
  */
 const DELETE_ACCOUNT = `h=$root/$n
 if [[ -d $h && ! -L $h ]]; then rm -rf --one-file-system -- "$h" || die "cannot remove $h"; fi
 if [[ -n $u ]]; then
-  find /tmp /var/tmp /dev/shm -xdev -uid "$u" -delete 2>/dev/null
+  clean_uid "$u"
   rm -f -- "/var/spool/cron/crontabs/$n" "/var/mail/$n" "/var/spool/mail/$n"
   # 8: userdel still sees a process of the account: a zombie init has not reaped yet.
   for ((i = 0; i < 100; i++)); do
@@ -84,24 +114,37 @@ if [[ -n $u ]]; then
   (( rc == 0 || rc == 6 )) || die "userdel $n failed ($rc): $out"
   getent group "$n" >/dev/null && retry_locked groupdel -- "$n" >/dev/null
 fi
-rm -f -- "$records/$n"`;
+rm -f -- "$records/$n" "$ns_dir/$n" "$ns_dir/$n.tmp" "$ns_dir/$n.fifo"`;
 
+/**
+ * What the host offers: one `key value` line each. `missing namespaces`: root could not make the
+ * PID, IPC and mount namespaces a sandbox runs in, with a /proc and a tmpfs of their own.
+ */
 export const PROBE_SCRIPT = `
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 printf 'uid %s\\n' "$EUID"
 printf 'bash %s.%s\\n' "\${BASH_VERSINFO[0]}" "\${BASH_VERSINFO[1]}"
-for t in useradd userdel getent setpriv prlimit find rm mkdir chown chmod stat tar; do
+for t in useradd userdel groupadd getent setpriv find rm mkdir mkfifo chown chmod stat tar unshare nsenter setsid flock mount ipcrm; do
   command -v "$t" >/dev/null 2>&1 || printf 'missing %s\\n' "$t"
 done
 if command -v setpriv >/dev/null 2>&1 && ! setpriv --help 2>/dev/null | grep -q -- --no-new-privs; then printf 'missing setpriv-nnp\\n'; fi
+if command -v nsenter >/dev/null 2>&1 && ! nsenter --help 2>/dev/null | grep -q -- --no-fork; then printf 'missing nsenter-no-fork\\n'; fi
+if command -v unshare >/dev/null 2>&1; then
+  if ! unshare --help 2>/dev/null | grep -q -- --kill-child; then printf 'missing unshare-kill-child\\n'
+  elif ! unshare --pid --fork --kill-child --ipc --mount --propagation private -- /bin/bash --noprofile --norc -c \\
+    'mount -t proc -o nosuid,nodev,noexec proc /proc && mount -t tmpfs -o size=1m berth-probe /tmp' >/dev/null 2>&1; then
+    printf 'missing namespaces\\n'
+  fi
+fi
 [ -r /proc/self/status ] || printf 'missing proc\\n'
-if grep -qE '^proc /proc proc [^ ]*hidepid=(2|invisible)' /proc/mounts 2>/dev/null; then printf 'hidepid 1\\n'; else printf 'hidepid 0\\n'; fi
 `;
 
 /**
  * Create-or-adopt. Arguments: name, home root, installation, digest, ephemeral (0/1), fresh (1:
  * an existing account of this name is deleted first, with its processes and files). Prints
- * `account NAME UID GID HOME MADE` (MADE 1: this run created the account). The home root is root's and 0711 (others pass through to their own
+ * `account NAME UID GID HOME MADE` (MADE 1: this run created the account). A new account gets a
+ * uid no account had before (uid-range.ts) and a group of the same number; creating it holds the
+ * account's lock, so two berths making the same account do not race. The home root is root's and 0711 (others pass through to their own
  * home but cannot list the names); the home is created by root only when it does not exist (no
  * agent can have planted anything in it yet); the dirs inside it are made by the account itself,
  * so a link it planted there can only mislead itself, never a root process.
@@ -111,10 +154,11 @@ n=$1 root=$2 inst=$3 dig=$4 eph=$5 fresh=\${6:-0}
 valid "$n"
 [[ $root == /* && $root != / ]] || die "home root $root must be an absolute directory other than /"
 umask 022
-mkdir -p -- "$root" "$records" || die "cannot create $root or $records"
+mkdir -p -- "$root" "$records" "$ns_dir" "$uid_dir" || die "cannot create $root, $records, $ns_dir or $uid_dir"
 [[ -d $root && ! -L $root ]] || die "home root $root is not a directory"
 [[ $(stat -c %u -- "$root") == 0 ]] || die "home root $root is not owned by root"
-chmod 0711 -- "$root" && chmod 0700 -- "$records" || die "cannot set the modes of $root and $records"
+chmod 0711 -- "$root" && chmod 0700 -- "$records" "$ns_dir" "$uid_dir" || die "cannot set the modes of $root, $records, $ns_dir and $uid_dir"
+holder_lock "$n" || die "cannot take the lock of account $n in $ns_dir"
 rec=$records/$n
 if [[ -f $rec ]] && ! grep -qxF "installation=$inst" "$rec"; then die "account $n belongs to another berth installation"; fi
 if [[ $fresh == 1 ]] && getent passwd "$n" >/dev/null; then
@@ -123,11 +167,25 @@ if [[ $fresh == 1 ]] && getent passwd "$n" >/dev/null; then
 fi
 made=0
 if ! getent passwd "$n" >/dev/null; then
-  out=$(retry_locked useradd --no-create-home --home-dir "$root/$n" --shell /usr/sbin/nologin --user-group --comment 'berth sandbox' -- "$n")
-  rc=$?
-  # 9: someone created it meanwhile (another berth of this installation): adopt it.
-  (( rc == 0 || rc == 9 )) || die "useradd $n failed ($rc): $out"
-  (( rc == 0 )) && made=1
+  # A group of the name without its account is left from a creation cut short: its gid goes with it.
+  if getent group "$n" >/dev/null; then retry_locked groupdel -- "$n" >/dev/null || die "cannot remove the leftover group $n"; fi
+  for ((try = 0; try < 5 && made == 0; try++)); do
+    next_uid
+    case $? in
+      0) ;;
+      2) die "no uid is left in berth's range ${SANDBOX_UID_MIN}-${SANDBOX_UID_MAX} on this host; remove the berth-* accounts there and the high-water mark $uid_mark" ;;
+      *) die "cannot take a uid: $uid_dir/lock or $uid_mark is not usable" ;;
+    esac
+    # 4: the id was taken meanwhile by someone other than berth: the next one.
+    out=$(retry_locked groupadd --gid "$uid" -- "$n"); rc=$?
+    (( rc == 4 )) && continue
+    (( rc == 0 )) || die "groupadd $n failed ($rc): $out"
+    out=$(retry_locked useradd --no-create-home --no-log-init --home-dir "$root/$n" --shell /usr/sbin/nologin --uid "$uid" --gid "$uid" --comment 'berth sandbox' -- "$n"); rc=$?
+    if (( rc == 0 )); then made=1; break; fi
+    retry_locked groupdel -- "$n" >/dev/null
+    (( rc == 4 )) || die "useradd $n failed ($rc): $out"
+  done
+  (( made )) || die "cannot create account $n: each uid it took was taken meanwhile"
 fi
 IFS=: read -r _ _ u g _ h _ < <(getent passwd "$n")
 [[ $u =~ ^[0-9]+$ && $u != 0 && $h == "$root/$n" ]] || die "account $n is not a berth sandbox account (uid $u, home $h)"
@@ -141,27 +199,34 @@ printf 'account %s %s %s %s %s\\n' "$n" "$u" "$g" "$h" "$made"
 `;
 
 /**
- * Remove. Arguments: name, home root, installation (optional: see OWNED). Ends every process of the account (kill_uid), deletes
- * its home, its files in the shared temp dirs, its cron and mail spool, the account and its
- * record. Gone already is success. Prints `removed NAME KILLED`.
+ * Remove. Arguments: name, home root, installation (optional: see OWNED). Ends every process of
+ * the account (kill_uid, then its namespaces' holder), deletes its home, what it left in the
+ * shared temp dirs and IPC (clean_uid), its cron and mail spool, the account, its record and its
+ * namespaces' files. Gone already is success. Prints `removed NAME KILLED`.
  */
 export const REMOVE_SCRIPT = `${PREAMBLE}
 n=$1 root=$2 inst=\${3-}
 valid "$n"
 ${OWNED}
+holder_lock "$n" || die "cannot take the lock of account $n in $ns_dir"
 ${END_PROCESSES}
 ${DELETE_ACCOUNT}
+# Last, still held: a spawn waiting for it finds the file gone, takes a new one, and no account.
+rm -f -- "$ns_dir/$n.lock"
 printf 'removed %s %s\\n' "$n" "$k"
 `;
 
 /**
- * Stop a sandbox (idle, persistent): end every process of the account, keep the account and its
- * files. Arguments: name, installation (optional: see OWNED). Prints `stopped NAME KILLED`; an account that is gone has nothing to stop.
+ * Stop a sandbox (idle, persistent): end every process of the account (its namespaces go with
+ * their holder, and their temp dirs: the next spawn makes them afresh), keep the account and its
+ * home. Arguments: name, installation (optional: see OWNED). Prints `stopped NAME KILLED`; an
+ * account that is gone has nothing to stop.
  */
 export const STOP_SCRIPT = `${PREAMBLE}
 n=$1 inst=\${2-}
 valid "$n"
 ${OWNED}
+holder_lock "$n" || die "cannot take the lock of account $n in $ns_dir"
 ${END_PROCESSES}
 printf 'stopped %s %s\\n' "$n" "$k"
 `;

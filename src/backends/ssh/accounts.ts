@@ -9,19 +9,23 @@ import type { RemoteResult, RemoteRunner } from './remote-exec.js';
  * One unprivileged account per sandbox on the SSH host.
  *
  * The model: berth logs in as root (uid 0) and nothing else. Root creates and removes the
- * accounts (useradd/userdel) and starts each command as the sandbox's account with setpriv
- * (see launcher.ts). A login user with passwordless sudo is refused at check time rather than
- * half supported: sudo would put every helper's argv into the host's auth log and depend on a
- * sudoers policy berth cannot see. A host without root, useradd/userdel, setpriv (util-linux
- * >= 2.32, for --no-new-privs), prlimit or bash >= 4.4 is refused at check time with what to install;
- * there is no weaker mode (no shared account, no fallback).
+ * accounts (useradd/userdel), each with a uid no account had before it (uid-range.ts), and starts
+ * each command as the sandbox's account with setpriv, inside the sandbox's own PID, IPC and mount
+ * namespaces (launcher.ts, namespaces.ts). A login user with passwordless sudo is refused at
+ * check time rather than half supported: sudo would put every helper's argv into the host's auth
+ * log and depend on a sudoers policy berth cannot see. A host without root, the tools (useradd,
+ * util-linux >= 2.32 for setpriv --no-new-privs, unshare, nsenter and flock), a kernel that lets
+ * root make those namespaces, or bash >= 4.4 is refused at check time with what to install; there
+ * is no weaker mode (no shared account, no shared namespaces, no fallback).
  *
  * What one sandbox account can NOT do to another on the same host: read or write its home
- * (0700, owned by it, under a 0711 root-owned root), read its processes' environment
- * (/proc/PID/environ needs the same uid), signal its processes, read /etc/shadow, gain
- * privileges through setuid programs (no_new_privs). What it CAN still see: other accounts'
- * process list and command lines, unless /proc is mounted with hidepid=2 (the probe reports
- * it), the shared /tmp (its TMPDIR is its own ~/tmp), and the network.
+ * (0700, owned by it, under a 0711 root-owned root), see its processes or their command lines
+ * (each sandbox has its own PID namespace and /proc), read its processes' environment, signal
+ * them, reach its /tmp, /var/tmp, /dev/shm or /run/lock (a tmpfs of each sandbox's own) or its
+ * SysV IPC objects and POSIX message queues (an IPC namespace of its own), inherit anything of a
+ * removed sandbox (uids are never reused), read /etc/shadow, or gain privileges through setuid
+ * programs (no_new_privs). What it still shares: the host's kernel, its network, and the files
+ * any account may read there.
  */
 
 export const DEFAULT_HOME_ROOT = '/home/berth';
@@ -35,8 +39,6 @@ export interface HostProbe {
   bash: [number, number];
   /** Tools (or features) the host lacks. */
   missing: string[];
-  /** /proc hides other users' processes (hidepid=2). */
-  hidepid: boolean;
 }
 
 /** One sandbox account as it exists on the host. */
@@ -69,13 +71,12 @@ export interface AccountRecord {
 }
 
 export function parseProbe(text: string): HostProbe {
-  const probe: HostProbe = { uid: -1, bash: [0, 0], missing: [], hidepid: false };
+  const probe: HostProbe = { uid: -1, bash: [0, 0], missing: [] };
   for (const line of text.split('\n')) {
     const [key, value = ''] = line.trim().split(/\s+/, 2);
     if (key === 'uid') probe.uid = Number(value);
     else if (key === 'bash') probe.bash = value.split('.').map(Number).slice(0, 2) as [number, number];
     else if (key === 'missing') probe.missing.push(value);
-    else if (key === 'hidepid') probe.hidepid = value === '1';
   }
   return probe;
 }
@@ -83,13 +84,24 @@ export function parseProbe(text: string): HostProbe {
 const PACKAGES: Readonly<Record<string, string>> = {
   useradd: 'passwd (Debian/Ubuntu) or shadow-utils (RHEL)',
   userdel: 'passwd (Debian/Ubuntu) or shadow-utils (RHEL)',
+  groupadd: 'passwd (Debian/Ubuntu) or shadow-utils (RHEL)',
   getent: 'libc-bin (Debian/Ubuntu) or glibc-common (RHEL)',
   setpriv: 'util-linux (>= 2.32)',
-  prlimit: 'util-linux',
   'setpriv-nnp': 'util-linux >= 2.32 (its setpriv lacks --no-new-privs)',
+  unshare: 'util-linux',
+  'unshare-kill-child': 'a newer util-linux (its unshare lacks --kill-child)',
+  nsenter: 'util-linux',
+  'nsenter-no-fork': 'a newer util-linux (its nsenter lacks --no-fork)',
+  setsid: 'util-linux',
+  flock: 'util-linux',
+  ipcrm: 'util-linux',
+  mount: 'mount (Debian/Ubuntu) or util-linux (RHEL)',
+  mkfifo: 'coreutils',
   find: 'findutils',
   tar: 'tar (GNU tar: files go in and out of a sandbox through it)',
   proc: 'a mounted /proc',
+  namespaces: 'a kernel that lets root make the PID, IPC and mount namespaces each sandbox runs in, with a /proc and tmpfs mounted inside ' +
+    '(unshare --pid --fork --ipc --mount failed there; a host that is itself a container needs CAP_SYS_ADMIN and a seccomp and AppArmor profile that allow unshare and mount)',
 };
 
 /** Why the host cannot run sandboxes, or undefined when it can. Pure. */

@@ -1,26 +1,39 @@
 import { UsageError } from '../../errors.js';
 import { isShellName, shQuote } from '../../shell/protocol.js';
 import { ACCOUNT_NAME_PATTERN } from './account-name.js';
+import { HOLDER_FUNCTIONS, HOLDER_START, inSandboxNamespaces } from './namespaces.js';
 
 /*
- * The remote side of a spawn: two small fixed bash scripts. Nothing secret is ever on a remote
+ * The remote side of a spawn: three small fixed bash scripts. Nothing secret is ever on a remote
  * argv (every user on the host can read /proc/PID/cmdline): the exec request carries only the
- * launcher text, the account name and the home root; the cwd, the environment and the argv
- * travel on the channel's stdin, read by the second stage as the sandbox's account.
+ * launcher text, the account name, the home root and two bounds; the cwd, the environment and the
+ * argv travel on the channel's stdin, read by the last stage as the sandbox's account.
  *
  * Stage 1 runs as the login user (root) in the process sshd started, which sshd made a session
  * and process group leader. It finds the account in /etc/passwd (only `berth-<24 hex>` accounts
- * with their home under the root, never uid 0), hands the channel's pipes to it, then execs,
- * with an EMPTY environment, `setpriv` to the account's uid and gid (no supplementary groups,
- * no_new_privs, no inheritable capabilities), under a process bound if asked, running stage 2. The pid never changes along the exec chain, so it is the
- * session id and process group of everything the command starts.
+ * with their home under the root, never uid 0), hands the channel's pipes to it, finds (or makes)
+ * the sandbox's namespace holder (namespaces.ts) and execs `nsenter --no-fork` into its PID,
+ * mount and IPC namespaces, running the waiter with an EMPTY environment.
+ *
+ * The waiter, still root and still that pid, forks the command's process: the first of the
+ * sandbox's PID namespace along this chain. It execs `setsid` (so the command leads its own
+ * session and process group in the namespace, as the pid the launcher reports), then `setpriv` to
+ * the account's uid and gid (no supplementary groups, no_new_privs, no inheritable capabilities),
+ * under the process bound if asked, running stage 2. The waiter waits for it and ends as it did,
+ * with its exit status or by its signal, so sshd reports what the command did. (nsenter's own
+ * fork would not do: it stops itself whenever its child is stopped, and never reports an exit
+ * after a warden's SIGSTOP and SIGCONT.) An exit status above 128 is reported as the signal
+ * 128 + N, as a shell's `$?` would read it either way.
  *
  * Stage 2, as the account, reads the request from stdin: NUL-terminated fields (bash `read -d ''`
  * reads a pipe byte by byte, so nothing past the request is consumed)
  *   berth-spawn-1, cwd, tag, <n>, n × NAME=VALUE, <m>, m × argv word
  * enters the cwd (as the account, so permissions are the account's), exports its defaults,
  * BERTH_SPAWN_TAG and then the pairs with the `export` builtin (no process, no argv), prints
- * `berth-spawn <pid>` as the first line of stdout and execs the argv. Any refusal is one line `E <why>` instead, exit 125.
+ * `berth-spawn <pid>` as the first line of stdout and execs the argv. That pid is the command's in
+ * the sandbox's PID namespace: what `$$` says there, what the warden and the shell see, and what
+ * the root helpers that take it (KILL_SCRIPT) look for after entering the namespace. Any refusal
+ * is one line `E <why>` instead, exit 125.
  */
 
 /** The first stdout line of a spawn that started. */
@@ -64,17 +77,40 @@ builtin exec -- "$@"
 `;
 
 /**
- * Stage 1; its arguments: the account name, the root its home must be under, and the most
- * processes the account may have at once (0: no bound). That bound is RLIMIT_NPROC, which the
- * kernel counts per uid: one account is one sandbox, so a fork bomb stops at the sandbox's bound.
+ * The waiter; its arguments: uid, gid, account, home, the process bound. It closes the holder's
+ * namespace fds (the command must not hold them), sets the bound on itself (root is exempt from
+ * it; the command inherits it) and gives the fork the channel's stdin (bash would give a
+ * background job /dev/null). Core dumps are off for itself only: re-raising a signal such as
+ * SIGSEGV must not leave a core of root's bash.
+ */
+const WAITER_SCRIPT = `
+set -u
+u=$1 g=$2 n=$3 h=$4 nproc=$5
+exec 3<&- 4<&- 5<&-
+(( nproc == 0 )) || ulimit -u "$nproc" || { printf 'E cannot set the process bound %s\\n' "$nproc"; exit 125; }
+( exec -c setsid setpriv --reuid="$u" --regid="$g" --clear-groups --no-new-privs --inh-caps=-all -- /bin/bash --noprofile --norc -c ${shQuote(STAGE2_SCRIPT)} berth-sandbox "$n" "$h" ) <&0 &
+ulimit -S -c 0
+wait "$!"
+s=$?
+# Signals that stop, continue or are ignored by default would not end the waiter: kept as a status.
+if (( s > 128 )); then
+  case $((s - 128)) in 17 | 18 | 19 | 20 | 21 | 22 | 23 | 28) ;; *) kill -n "$((s - 128))" "$$" 2>/dev/null ;; esac
+fi
+exit "$s"
+`;
+
+/**
+ * Stage 1; its arguments: the account name, the root its home must be under, the most processes
+ * the account may have at once (0: no bound), and the size in MiB of each of the sandbox's temp
+ * dirs (used when its namespaces are made). The process bound is RLIMIT_NPROC, which the kernel
+ * counts per uid: one account is one sandbox, so a fork bomb stops at the sandbox's bound.
  */
 export const LAUNCHER_SCRIPT = `
 set -u
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-n=$1 root=$2 nproc=$3
+n=$1 root=$2 nproc=$3 tmpmb=$4
 [[ $nproc =~ ^[0-9]{1,7}$ ]] || { printf 'E bad process bound %s\\n' "$nproc"; exit 125; }
-lim=()
-(( nproc == 0 )) || lim=(prlimit "--nproc=$nproc:$nproc" --)
+[[ $tmpmb =~ ^[1-9][0-9]{0,6}$ ]] || { printf 'E bad temp dir size %s\\n' "$tmpmb"; exit 125; }
 [[ $n =~ ${ACCOUNT_NAME_PATTERN} ]] || { printf 'E %s is not an account berth makes\\n' "$n"; exit 125; }
 u= g= h=
 while IFS=: read -r a _ uu gg _ hh _; do
@@ -87,7 +123,14 @@ done < /etc/passwd
 fds=()
 for f in 0 1 2; do [[ -p /proc/self/fd/$f ]] && fds+=("/proc/self/fd/$f"); done
 (( \${#fds[@]} == 0 )) || chown -- "$u:$g" "\${fds[@]}" || { printf 'E cannot hand the channel to %s\\n' "$n"; exit 125; }
-exec -c "\${lim[@]}" setpriv --reuid="$u" --regid="$g" --clear-groups --no-new-privs --inh-caps=-all -- /bin/bash --noprofile --norc -c ${shQuote(STAGE2_SCRIPT)} berth-sandbox "$n" "$h"
+${HOLDER_FUNCTIONS}
+${HOLDER_START}
+if ! holder_open "$n"; then
+  holder_lock "$n" || { printf 'E cannot lock the namespaces of sandbox %s\\n' "$n"; exit 125; }
+  holder_open "$n" || holder_start "$n" "$tmpmb" || exit 125
+  holder_unlock
+fi
+exec -c nsenter --no-fork --pid=/proc/self/fd/3 --mount=/proc/self/fd/4 --ipc=/proc/self/fd/5 -- /bin/bash --noprofile --norc -c ${shQuote(WAITER_SCRIPT)} berth-spawn "$u" "$g" "$n" "$h" "$nproc"
 `;
 
 /**
@@ -117,9 +160,11 @@ export function encodeSpawnRequest(req: { cwd: string; tag: string; env: Readonl
  * the spawn's session or process group, carries its tag, or descends from one of those. Each is
  * stopped as soon as it is found, so nothing forks past the scan; rounds repeat until a round
  * finds nothing new, then all are killed. Arguments: account, pid (= session), tag. Prints the
- * count. Builtins only in the loop (no process per /proc entry).
+ * count. Builtins only in the loop (no process per /proc entry). It runs in the sandbox's
+ * namespaces, where the pid and /proc are the ones the launcher reported from; a sandbox without
+ * its holder has no process left to end.
  */
-export const KILL_SCRIPT = `
+export const KILL_SCRIPT = inSandboxNamespaces(`
 set -u
 n=$1 sid=$2 tag=$3
 u=
@@ -153,4 +198,4 @@ done
 k=0
 for p in "\${!T[@]}"; do kill -KILL "$p" 2>/dev/null && k=$((k + 1)); done
 echo "$k"
-`;
+`, 'echo 0');

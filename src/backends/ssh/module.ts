@@ -21,8 +21,8 @@ export const sshModule = defineBackend({
   },
   settings: sshSettings,
   isolationNote:
-    'runs on a remote host over SSH as its own unprivileged account: other sandboxes\' files, environment and processes are out of its reach, ' +
-    'but it shares that host\'s kernel, network and /tmp, and sees other processes\' command lines unless /proc is mounted with hidepid=2',
+    'runs on a remote host over SSH as its own unprivileged account, in PID, IPC and mount namespaces of its own: other sandboxes\' files, ' +
+    'environment, processes, temp dirs and IPC objects are out of its reach, but it shares that host\'s kernel and network',
   host: (s) => describeHost(s),
   words: {
     where: (b) => `Commands run on a remote host over SSH as this sandbox's own unprivileged account (no root), starting in ${b.cwd}; ` +

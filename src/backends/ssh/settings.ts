@@ -5,6 +5,7 @@ import { absolutePath, bool, integer } from '../../config/zod-kit.js';
 import type { SettingsSection } from '../module.js';
 import { DEFAULT_HOME_ROOT } from './accounts.js';
 import { endpointOf } from './errors.js';
+import { DEFAULT_TMP_SIZE_MB } from './spawn.js';
 import { DEFAULT_POOL_SETTINGS, type PoolSettings, type SshTarget } from './target.js';
 
 /*
@@ -38,6 +39,8 @@ export interface SshSettings {
   homeRoot: string;
   /** RLIMIT_NPROC of each sandbox account (processes at once); undefined: no bound. */
   maxProcesses: number | undefined;
+  /** Size of each of a sandbox's private /tmp, /var/tmp and /dev/shm (tmpfs: memory). */
+  tmpSizeMb: number;
 }
 
 /** Host names and addresses (IPv6 without brackets): never an option-looking or spaced string. */
@@ -66,6 +69,7 @@ const sshShape = {
     })
     .optional(),
   maxProcesses: integer(1, 9_999_999),
+  tmpSizeMb: integer(1, 9_999_999),
 };
 
 /** The `ssh:` section of the config: its keys, defaults, merge and cross-key rules. */
@@ -85,6 +89,7 @@ export const sshSettings: SettingsSection<SshSettings, typeof sshShape> = {
     connectTimeoutSeconds: DEFAULT_POOL_SETTINGS.connectTimeoutMs / 1000,
     homeRoot: DEFAULT_HOME_ROOT,
     maxProcesses: undefined,
+    tmpSizeMb: DEFAULT_TMP_SIZE_MB,
   }),
   merge: (base, d) => {
     // How to authenticate is one choice: a section that names either way replaces both.
@@ -104,6 +109,7 @@ export const sshSettings: SettingsSection<SshSettings, typeof sshShape> = {
       connectTimeoutSeconds: d.connectTimeoutSeconds ?? base.connectTimeoutSeconds,
       homeRoot: d.homeRoot ?? base.homeRoot,
       maxProcesses: d.maxProcesses ?? base.maxProcesses,
+      tmpSizeMb: d.tmpSizeMb ?? base.tmpSizeMb,
     };
   },
   problems: (uses) => uses.flatMap((u) => sshProblems(u.settings, (name) => `${u.at}.${name}`)),

@@ -23,7 +23,10 @@ export interface RemoteExit {
 
 /** A process running as a sandbox account on the host, over one exec channel. */
 export interface RemoteProcess extends AsyncDisposable {
-  /** Its pid on the host: also the session id and process group of everything it starts. */
+  /**
+   * Its pid in the sandbox's PID namespace (what `$$` says there; not the host's): also the
+   * session id and process group of everything it starts.
+   */
   readonly pid: number;
   readonly stdin: Writable;
   readonly stdout: Readable;
@@ -45,7 +48,12 @@ export interface SpawnContext {
   homeRoot: string;
   /** Most processes the sandbox's account may have at once (RLIMIT_NPROC, counted per uid); 0 or absent: no bound. */
   maxProcesses?: number | undefined;
+  /** Size in MiB of each of the sandbox's private temp dirs, when its namespaces are made (default DEFAULT_TMP_SIZE_MB). */
+  tmpSizeMb?: number | undefined;
 }
+
+/** Each private temp dir of a sandbox (/tmp, /var/tmp, /dev/shm) unless the settings say otherwise. */
+export const DEFAULT_TMP_SIZE_MB = 256;
 
 export interface SpawnOptions {
   /** The full environment of the process (besides HOME, USER, LOGNAME, SHELL, PATH, TMPDIR defaults). Values go over stdin. */
@@ -61,9 +69,11 @@ const KILL_TIMEOUT_MS = 15_000;
 const EXIT_WAIT_MS = 5_000;
 
 /**
- * Runs `argv` as the sandbox account `account` in `cwd`, over one exec channel of the pool. The
+ * Runs `argv` as the sandbox account `account` in `cwd`, inside the sandbox's namespaces
+ * (namespaces.ts; made by this call if they are not there), over one exec channel of the pool. The
  * environment, cwd and argv travel on the channel's stdin to a fixed launcher (launcher.ts), so
- * no value is on any argv on the host; the account and the home root are, and they are not secret.
+ * no value is on any argv on the host; the account, the home root and the bounds are, and they
+ * are not secret.
  * Rejects (`SandboxNotFoundError` when the account is gone, else a `BerthError`) when the launcher
  * refused; after that the process's own failures are its exit status.
  *
@@ -78,9 +88,14 @@ export async function spawnAs(ctx: SpawnContext, account: string, argv: readonly
   if (!Number.isInteger(maxProcesses) || maxProcesses < 0 || maxProcesses > 9_999_999) {
     throw new BerthError('spawn_failed', `maxProcesses must be a whole number from 0 (no bound) to 9999999, got ${maxProcesses}`);
   }
+  const tmpSizeMb = ctx.tmpSizeMb ?? DEFAULT_TMP_SIZE_MB;
+  if (!Number.isInteger(tmpSizeMb) || tmpSizeMb < 1 || tmpSizeMb > 9_999_999) {
+    throw new BerthError('spawn_failed', `tmpSizeMb must be a whole number of MiB from 1 to 9999999, got ${tmpSizeMb}`);
+  }
   const tag = randomBytes(12).toString('base64url');
   const request = encodeSpawnRequest({ cwd: opts.cwd, tag, env: opts.env, argv });
-  const { channel, connection } = await ctx.pool.exec(ctx.target, scriptCommand(LAUNCHER_SCRIPT, 'berth-launch', [account, ctx.homeRoot, String(maxProcesses)]));
+  const launch = scriptCommand(LAUNCHER_SCRIPT, 'berth-launch', [account, ctx.homeRoot, String(maxProcesses), String(tmpSizeMb)]);
+  const { channel, connection } = await ctx.pool.exec(ctx.target, launch);
   channel.on('error', (err: Error) => debug(`${account}: channel: ${err.message}`));
   channel.write(request);
   const exited = exitOf(channel, connection);

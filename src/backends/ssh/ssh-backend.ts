@@ -54,7 +54,7 @@ export class SshBackend implements Backend {
     const fresh = spec.ephemeral && knownRef === undefined;
     const account = await accounts.ensure({ name, installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral, fresh });
     const ref = formatRef({ user: link.target.user, host: link.target.host, port: link.target.port, account: name, homeRoot: s.homeRoot });
-    const ctx = { pool: link.pool, target: link.target, homeRoot: s.homeRoot, maxProcesses: s.maxProcesses };
+    const ctx = { pool: link.pool, target: link.target, homeRoot: s.homeRoot, maxProcesses: s.maxProcesses, tmpSizeMb: s.tmpSizeMb };
     return new SshProcessSandbox(new SshSandboxHandle(spec, ref, account, ctx, knownRef !== undefined && account.created));
   }
 

@@ -3,6 +3,7 @@ import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '.
 import type { RemoteAccount } from './accounts.js';
 import { SHELL_TAG_VAR } from '../../shell/protocol.js';
 import { SHELL_ARGV } from '../plumbing/open-shell.js';
+import { inSandboxNamespaces, PRIVATE_DIRS } from './namespaces.js';
 import { remoteRunner } from './remote-exec.js';
 import { spawnAs, type RemoteExit, type SpawnContext } from './spawn.js';
 
@@ -11,9 +12,10 @@ const LOST_SHELL_GRACE_SECONDS = 5;
 
 /**
  * Root helper: waits until none of the pids is a live process of the account (at most
- * LOST_SHELL_GRACE_SECONDS). Arguments: account, pids. Prints how many are left.
+ * LOST_SHELL_GRACE_SECONDS). Arguments: account, pids (the sandbox's, so it runs in its
+ * namespaces). Prints how many are left.
  */
-const WAIT_GONE_SCRIPT = `
+const WAIT_GONE_SCRIPT = inSandboxNamespaces(`
 set -u
 n=$1; shift
 u=
@@ -30,7 +32,7 @@ for ((i = 0; i < ${LOST_SHELL_GRACE_SECONDS * 20}; i++)); do
   sleep 0.05
 done
 echo "$left"
-`;
+`, 'echo 0');
 
 /** Exit code as a shell reports it: the code, or 128 + the signal number; null when unknown (the connection was lost). */
 export function exitCodeOf(exit: RemoteExit): number | null {
@@ -68,8 +70,9 @@ export async function spawnIn(
 
 /**
  * One SSH sandbox: an unprivileged account on the host, with its home (0700) holding the
- * workspace, its TMPDIR and berth's state dir. Every process starts as that account through
- * the launcher (spawn.ts): env, cwd and argv travel on the channel's stdin, never on an argv.
+ * workspace, its TMPDIR and berth's state dir, and its own PID, IPC and mount namespaces
+ * (namespaces.ts) with private temp dirs. Every process starts as that account inside them
+ * through the launcher (spawn.ts): env, cwd and argv travel on the channel's stdin, never on an argv.
  */
 export class SshSandboxHandle implements SandboxHandle {
   readonly name: string;
@@ -78,11 +81,10 @@ export class SshSandboxHandle implements SandboxHandle {
   readonly homeDir: string;
   /** Remote files have no host path here. */
   readonly hostDir = undefined;
-  /*
-   * Only the account's home: the host's /tmp is shared with every account on it (the sandbox's
-   * TMPDIR is ~/tmp, inside the home).
-   */
+  /** Only the account's home, which holds the workspace, its TMPDIR (~/tmp) and berth's state. */
   readonly fileRoots: readonly string[];
+  /** tmpfs of the sandbox's namespaces: emptied when they are made again. */
+  readonly volatileDirs = PRIVATE_DIRS;
 
   constructor(
     readonly spec: SandboxSpec,
