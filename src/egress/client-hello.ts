@@ -42,6 +42,11 @@ export function parseClientHello(data: Buffer): ClientHelloResult {
     const len = data.readUInt16BE(offset + 3);
     if (len === 0 || len > MAX_RECORD_BODY) return invalid('bad record length');
     if (offset + 5 + len > data.length) {
+      // Judge the announced size as soon as the first record shows it, before waiting for the rest.
+      if (offset === 0 && data.length >= 9) {
+        if (data[5] !== HANDSHAKE_CLIENT_HELLO) return invalid('not a ClientHello');
+        if (4 + data.readUIntBE(6, 3) > CLIENT_HELLO_MAX_BYTES) return invalid('too long');
+      }
       return offset + 5 + len > CLIENT_HELLO_MAX_BYTES ? invalid('too long') : { kind: 'partial' };
     }
     parts.push(data.subarray(offset + 5, offset + 5 + len));

@@ -66,7 +66,7 @@ export function checkCredentials(raw: unknown, policy: EgressPolicy, path = 'cre
     const v = value as Record<string, unknown>;
     for (const key of Object.keys(v)) if (!SPEC_KEYS.has(key)) issues.push({ path: `${at}.${key}`, message: 'is not a setting; the keys are from, hosts and inject' });
     const from = v['from'] ?? name;
-    if (typeof from !== 'string' || !ENV_NAME_RE.test(from)) issues.push({ path: `${at}.from`, message: 'must name a variable of berth\'s environment' });
+    if (v['from'] !== undefined && (typeof from !== 'string' || !ENV_NAME_RE.test(from))) issues.push({ path: `${at}.from`, message: 'must name a variable of berth\'s environment' });
     const hosts = checkHosts(v['hosts'], `${at}.hosts`, policy, issues);
     const inject = checkInjection(v['inject'], `${at}.inject`, issues);
     if (issues.length === before) specs.push({ name, from: from as string, hosts, ...(inject === undefined ? {} : { inject }) });

@@ -108,13 +108,11 @@ export function parseEntry(item: unknown): EgressEntry | string {
     return `${JSON.stringify(item)} is not an entry; write a name ("api.github.com"), a wildcard ("*.example.com"), { host: "name:port" } or { cidr: "10.0.0.0/8" }`;
   }
   const [key, value] = Object.entries(item)[0]!;
+  if (key !== 'host' && key !== 'cidr') return `"${key}" is not an entry kind; use host: or cidr: (or a plain name)`;
   if (typeof value !== 'string') return `${key}: must be a string`;
   if (key === 'host') return parseHostEntry(value);
-  if (key === 'cidr') {
-    const range = parseCidr(value.trim());
-    return typeof range === 'string' ? `cidr "${value}": ${range}` : { kind: 'cidr', range, text: `cidr:${formatCidr(range)}` };
-  }
-  return `"${key}" is not an entry kind; use host: or cidr: (or a plain name)`;
+  const range = parseCidr(value.trim());
+  return typeof range === 'string' ? `cidr "${value}": ${range}` : { kind: 'cidr', range, text: `cidr:${formatCidr(range)}` };
 }
 
 /** `api.github.com` or `*.example.com`, as allow/deny entries and credential hosts write them. */
