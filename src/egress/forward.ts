@@ -3,6 +3,7 @@ import { request as httpsRequest, type RequestOptions as HttpsRequestOptions } f
 import type { Socket } from 'node:net';
 import type { IpAddress } from './addresses.js';
 import { answerResponse, failureText } from './answers.js';
+import { hostInList } from './credentials.js';
 import { rewriteHeaders } from './placeholder-swap.js';
 import type { ProxyCore } from './proxy-core.js';
 import { pinnedLookup } from './target.js';
@@ -38,7 +39,7 @@ export function forward(core: ProxyCore, sandbox: EgressSandbox, req: IncomingMe
   const credentials = up.scheme === 'https' ? sandbox.credentials : sandbox.credentials.map((c) => ({ ...c, hosts: [] }));
   const rewritten = rewriteHeaders(req.rawHeaders, host, credentials);
   if (!rewritten.ok) {
-    const own = up.scheme === 'http' && sandbox.credentials.find((c) => c.name === rewritten.credential && c.hosts.length > 0);
+    const own = up.scheme === 'http' && sandbox.credentials.some((c) => c.name === rewritten.credential && hostInList(host, c.hosts));
     const detail = own ? `${rewritten.credential} is sent over HTTPS only` : `a placeholder of ${rewritten.credential}`;
     core.refuse(sandbox, { host, port, channel: up.channel, rule: 'exfiltration', detail, startedMs: up.startedMs }, res);
     return;
