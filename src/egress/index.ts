@@ -15,6 +15,6 @@ export { checkEgressPolicy, emptyPolicy, parseEgressPolicy, type EgressEntry, ty
 export { openPlaceholderSecret, placeholderFor, PLACEHOLDER_PREFIX } from './placeholders.js';
 export { rewriteHeaders, strayPlaceholder } from './placeholder-swap.js';
 export { createEgressProxy, EgressProxy, type EgressProxyOptions } from './proxy.js';
-export type { ExtraDenied } from './target.js';
+export type { ExtraDenied, Resolver } from './target.js';
 export { DEFAULT_LIMITS, type EgressChannel, type EgressEvent, type EgressIdentity, type EgressLimits, type EgressSandbox } from './types.js';
 export type { UpstreamTrust } from './upstream-trust.js';

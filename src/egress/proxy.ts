@@ -7,7 +7,7 @@ import { onConnect } from './connect.js';
 import { onInterceptedRequest } from './intercept.js';
 import { onPlainRequest } from './plain-http.js';
 import { ProxyCore } from './proxy-core.js';
-import { deniedRanges, systemLookup, type ExtraDenied } from './target.js';
+import { boundedLookup, deniedRanges, systemResolver, type ExtraDenied, type Resolver } from './target.js';
 import { DEFAULT_LIMITS, type EgressLimits, type EgressSandbox } from './types.js';
 import { upstreamContext, type UpstreamTrust } from './upstream-trust.js';
 
@@ -28,6 +28,11 @@ export interface EgressProxyOptions {
   extraDenied?: readonly ExtraDenied[];
   limits?: Partial<EgressLimits>;
   log?: Logger;
+  /**
+   * How names not in a policy's `hosts:` are resolved (default: the system resolver). Every
+   * answer is checked like any other; a cluster's own DNS can be plugged in here.
+   */
+  resolve?: Resolver;
 }
 
 /**
@@ -45,7 +50,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   const log = (options.log ?? Logger.silent()).child('berth:egress');
   const inner = startHeadTimeouts(createServer(serverOptions(limits)));
   const core = new ProxyCore(
-    limits, options.ca, upstreamContext(options.upstreamTrust), systemLookup(limits.lookupMs),
+    limits, options.ca, upstreamContext(options.upstreamTrust), boundedLookup(options.resolve ?? systemResolver, limits.lookupMs),
     deniedRanges(options.extraDenied), log, inner,
   );
   inner.on('request', (req, res) => onInterceptedRequest(core, req, res));

@@ -18,16 +18,29 @@ export type Resolved = { decision: EgressDecision; addresses: readonly IpAddress
 
 export type Lookup = (name: string) => Promise<readonly IpAddress[]>;
 
-/** The system resolver: every address of `name`, canonical, within `timeoutMs`. */
-export function systemLookup(timeoutMs: number): Lookup {
+/** Resolves a name to its addresses as text (the system resolver, or one the caller supplies). */
+export type Resolver = (name: string) => Promise<readonly string[]>;
+
+/** The system resolver (getaddrinfo, as the host's programs see names): every address. */
+export const systemResolver: Resolver = async (name) => (await lookup(name, { all: true, verbatim: true })).map((a) => a.address);
+
+/**
+ * `resolve` bounded to `timeoutMs`, its answers canonical. An answer that is not an address
+ * fails the lookup rather than being skipped: a resolver that returns garbage is not trusted.
+ */
+export function boundedLookup(resolve: Resolver, timeoutMs: number): Lookup {
   return async (name) => {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(Object.assign(new Error(`looking up ${name} took over ${timeoutMs} ms`), { code: 'ETIMEOUT' })), timeoutMs);
     });
     try {
-      const found = await Promise.race([lookup(name, { all: true, verbatim: true }), timeout]);
-      return found.map((a) => parseIp(a.address)).filter((ip): ip is IpAddress => ip !== undefined).map(canonicalIp);
+      const found = await Promise.race([resolve(name), timeout]);
+      return found.map((text) => {
+        const ip = parseIp(text);
+        if (ip === undefined) throw Object.assign(new Error(`the resolver answered "${text}" for ${name}, not an address`), { code: 'EBADRESP' });
+        return canonicalIp(ip);
+      });
     } finally {
       clearTimeout(timer);
     }

@@ -110,12 +110,16 @@ describeNetns('egress proxy with real clients', () => {
   const servers: Array<HttpServer | NetServer> = [];
   const seen: Seen[] = [];
   const events: EgressEvent[] = [];
+  const lookups: string[] = [];
+  /** Connections each test server accepted, by `name:port`. */
+  const connections = new Map<string, number>();
+  let resolve: (name: string) => Promise<string[]>;
   const ghPh = placeholderFor(SECRET, DIGEST, 'GITHUB_TOKEN');
   const keyPh = placeholderFor(SECRET, DIGEST, 'API_KEY');
 
   beforeAll(async () => {
-    net = await createTestNet(5);
-    const [apiIp, gitIp, otherIp, wrongIp, tunnelIp] = net.addresses as [string, string, string, string, string];
+    net = await createTestNet(6);
+    const [apiIp, gitIp, otherIp, wrongIp, tunnelIp, rebindIp] = net.addresses as [string, string, string, string, string, string];
     const dir = mkdtempSync(join(tmpdir(), 'berth-egress-e2e-'));
     workDir = dir;
     const upstreamCa = await EgressCa.open(join(dir, 'upstream-ca'));
@@ -141,6 +145,7 @@ describeNetns('egress proxy with real clients', () => {
     const serve = async (ip: string, port: number, handler: RequestListener, ca?: EgressCa, name?: string): Promise<void> => {
       const server = ca === undefined ? createHttpServer(handler) : createHttpsServer(await ca.leafFor(name!).then((l) => ({ key: l.keyPem, cert: l.certPem })), handler);
       await listen(server, await net.listen(ip, port));
+      server.on('connection', () => { connections.set(`${name ?? ip}:${port}`, (connections.get(`${name ?? ip}:${port}`) ?? 0) + 1); });
       servers.push(server);
     };
     await serve(apiIp, 443, echo(seen), upstreamCa, 'api.egress.test');
@@ -150,10 +155,17 @@ describeNetns('egress proxy with real clients', () => {
     await serve(otherIp, 80, echo(seen));
     await serve(wrongIp, 443, echo(seen), strangerCa, 'wrongca.egress.test');
     await serve(tunnelIp, 443, echo(seen), upstreamCa, 'tunnel.egress.test');
+    await serve(rebindIp, 443, echo(seen), upstreamCa, 'rebind.egress.test');
+    // A name whose DNS answer turns to loopback after the first lookup (DNS rebinding).
+    resolve = async (name) => {
+      lookups.push(name);
+      if (name !== 'rebind.egress.test') throw Object.assign(new Error(`no such name ${name}`), { code: 'ENOTFOUND' });
+      return lookups.filter((n) => n === name).length === 1 ? [rebindIp] : ['127.0.0.1'];
+    };
 
     const policy = parseEgressPolicy({
       mode: 'allowlist',
-      allow: ['api.egress.test', 'git.egress.test', 'other.egress.test', 'wrongca.egress.test', 'tunnel.egress.test', '*.alias.egress.test'],
+      allow: ['api.egress.test', 'git.egress.test', 'other.egress.test', 'wrongca.egress.test', 'tunnel.egress.test', 'rebind.egress.test', '*.alias.egress.test'],
       hosts: {
         'api.egress.test': apiIp, 'git.egress.test': gitIp, 'other.egress.test': otherIp, 'wrongca.egress.test': wrongIp, 'tunnel.egress.test': tunnelIp,
         'private.alias.egress.test': '10.1.2.3', 'loop.alias.egress.test': '127.0.0.1', 'mapped.alias.egress.test': '::ffff:127.0.0.1',
@@ -161,14 +173,14 @@ describeNetns('egress proxy with real clients', () => {
       },
     });
     const credentials: EgressCredential[] = [
-      { name: 'GITHUB_TOKEN', value: GH_VALUE, placeholder: ghPh, hosts: ['api.egress.test', 'git.egress.test', 'wrongca.egress.test'] },
+      { name: 'GITHUB_TOKEN', value: GH_VALUE, placeholder: ghPh, hosts: ['api.egress.test', 'git.egress.test', 'wrongca.egress.test', 'rebind.egress.test'] },
       { name: 'API_KEY', value: KEY_VALUE, placeholder: keyPh, hosts: ['other.egress.test'], inject: { header: 'X-Api-Key', value: '{value}' } },
     ];
     const sandbox: EgressSandbox = {
       identity: { tenant: 'local', profile: 'default', sandboxKey: 'session:e2e', session: 'e2e' },
       policy, credentials, onDecision: (e) => events.push(e),
     };
-    proxy = createEgressProxy({ ca: berthCa, upstreamTrust: { system: false, extraCaPem: upstreamCa.certPem }, limits: { connectMs: 3_000 } });
+    proxy = createEgressProxy({ ca: berthCa, upstreamTrust: { system: false, extraCaPem: upstreamCa.certPem }, limits: { connectMs: 3_000 }, resolve: (n) => resolve(n) });
     proxyListener = createNetServer((socket) => proxy.handle(socket, sandbox));
     await new Promise<void>((resolve) => proxyListener.listen(0, '127.0.0.1', () => resolve()));
     proxyPort = (proxyListener.address() as { port: number }).port;
@@ -324,9 +336,42 @@ describeNetns('egress proxy with real clients', () => {
     expect(lastEvent('wrongca.egress.test')).toMatchObject({ allowed: true, status: 502 });
   });
 
-  it('keeps one upstream connection per sandbox and host across requests', async () => {
-    const r = await curl('-H', `Authorization: Bearer ${ghPh}`, 'https://api.egress.test/a', 'https://api.egress.test/b', 'https://api.egress.test/c');
+  it('DNS rebinding: a name is looked up once per CONNECT, its session keeps the checked address, a later answer of loopback is refused', async () => {
+    const r = await curl('-H', `Authorization: Bearer ${ghPh}`, 'https://rebind.egress.test/1', 'https://rebind.egress.test/2', 'https://rebind.egress.test/3');
+    expect(r.stdout.match(/"host":"rebind\.egress\.test"/g)).toHaveLength(3);
+    expect(lookups.filter((n) => n === 'rebind.egress.test')).toHaveLength(1);
+    const again = await curl('https://rebind.egress.test/4');
+    expect(again.stderr).toContain('CONNECT tunnel failed, response 403');
+    expect(lastEvent('rebind.egress.test')).toMatchObject({ allowed: false, rule: 'always denied: loopback', detail: '127.0.0.1' });
+  });
+
+  it('pipelined requests inside an intercepted session are checked one by one', async () => {
+    const s = connect(proxyPort, '127.0.0.1');
+    s.write('CONNECT api.egress.test:443 HTTP/1.1\r\n\r\n');
+    await new Promise((r) => s.once('data', r));
+    const t = tlsConnect({ socket: s, servername: 'api.egress.test', ca: readFileSync(berthCaFile, 'utf8') });
+    await new Promise((r) => t.once('secureConnect', r));
+    let out = '';
+    t.setEncoding('latin1').on('data', (d: string) => { out += d; });
+    t.write(`GET /one HTTP/1.1\r\nHost: api.egress.test\r\nAuthorization: Bearer ${ghPh}\r\n\r\nGET /two HTTP/1.1\r\nHost: other.egress.test\r\nAuthorization: Bearer ${ghPh}\r\nConnection: close\r\n\r\n`);
+    await new Promise((r) => t.once('close', r));
+    expect(out).toMatch(/^HTTP\/1\.1 200 OK[\s\S]*"authorization":"Bearer ghp_REALVALUE_never_in_the_sandbox"[\s\S]*HTTP\/1\.1 403 Forbidden[\s\S]*host mismatch: the request names other\.egress\.test/);
+  });
+
+  it('an absolute URL with userinfo is decided on its real host, not the one before the @', async () => {
+    const answer = await rawExchange(proxyPort, 'GET http://api.egress.test@evil.egress.test/ HTTP/1.1\r\nHost: api.egress.test\r\nConnection: close\r\n\r\n');
+    expect(answer).toContain('berth egress: evil.egress.test:80 refused (host mismatch: the Host header names api.egress.test)');
+  });
+
+  it('keeps upstream connections alive per sandbox and host, across requests and sessions', async () => {
+    const before = connections.get('api.egress.test:443') ?? 0;
+    const ph = ['-H', `Authorization: Bearer ${ghPh}`];
+    const r = await curl(...ph, 'https://api.egress.test/a', 'https://api.egress.test/b', 'https://api.egress.test/c');
     expect(r.stdout.split('}{')).toHaveLength(3);
+    await curl(...ph, 'https://api.egress.test/d');
+    await curl(...ph, 'https://api.egress.test/e');
+    // Five requests in three client sessions: at most one new upstream connection (none if an earlier test's is still open).
+    expect((connections.get('api.egress.test:443') ?? 0) - before).toBeLessThanOrEqual(1);
   });
 });
 
