@@ -1,4 +1,4 @@
-import { request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
+import { request as httpRequest, type ClientRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import { request as httpsRequest, type RequestOptions as HttpsRequestOptions } from 'node:https';
 import type { Socket } from 'node:net';
 import type { IpAddress } from './addresses.js';
@@ -49,19 +49,37 @@ export function forward(core: ProxyCore, sandbox: EgressSandbox, req: IncomingMe
   let status: number | undefined;
   let failure: string | undefined;
   const path = up.scheme === 'http' ? pathOf(req.url ?? '/') : req.url ?? '/';
+  // A chunked body stays chunked upstream: sent unframed (node does so for a GET without a
+  // length), its bytes would read as further requests that no check has seen.
+  if (req.headers['transfer-encoding'] !== undefined) rewritten.headers['Transfer-Encoding'] = 'chunked';
   const options = {
     host, port, method: req.method, path, headers: rewritten.headers, setHost: false,
     agent: core.agents.get(sandbox, up.scheme, host, port), lookup: pinnedLookup(up.addresses),
   };
-  const out = up.scheme === 'https'
-    ? httpsRequest({ ...options, servername: host, secureContext: core.upstreamTls, ALPNProtocols: ['http/1.1'] } as HttpsRequestOptions)
-    : httpRequest(options);
+  let out: ClientRequest;
+  try {
+    out = up.scheme === 'https'
+      ? httpsRequest({ ...options, servername: host, secureContext: core.upstreamTls, ALPNProtocols: ['http/1.1'] } as HttpsRequestOptions)
+      : httpRequest(options);
+  } catch (e) {
+    // A head node will not send (a credential value with a line break in it): never half-sent.
+    const what = `request cannot be sent (${(e as NodeJS.ErrnoException).code ?? 'error'})`;
+    answerResponse(res, 502, failureText(host, port, what));
+    core.report(sandbox, { timeMs: up.startedMs, host, port, channel: up.channel, allowed: true, rule: up.rule, detail: what, bytesUp: 0, bytesDown: 0, credentials: [], status: 502 });
+    return;
+  }
 
   out.on('socket', (s: Socket) => watchConnect(s, core.limits.connectMs, out.destroy.bind(out)));
   out.setTimeout(core.limits.upstreamIdleMs, () => out.destroy(Object.assign(new Error('sent nothing'), { code: 'EGRESS_IDLE' })));
   out.on('response', (answer) => {
     status = answer.statusCode ?? 502;
-    res.writeHead(status, answer.statusMessage, responseHeaders(answer.rawHeaders));
+    try {
+      res.writeHead(status, answer.statusMessage, responseHeaders(answer.rawHeaders));
+    } catch {
+      answer.destroy();
+      res.destroy();
+      return;
+    }
     answer.on('data', (chunk: Buffer) => { bytesDown += chunk.length; });
     answer.pipe(res);
     answer.on('error', () => res.destroy());

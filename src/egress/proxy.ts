@@ -71,12 +71,12 @@ export class EgressProxy implements AsyncDisposable {
     this.front.on('request', (req, res) => {
       const sandbox = sandboxOf.get(req.socket);
       if (sandbox === undefined) res.destroy();
-      else void onPlainRequest(core, sandbox, req, res);
+      else onPlainRequest(core, sandbox, req, res).catch((e: unknown) => failed(core, e, res));
     });
     this.front.on('connect', (req, socket: Socket, head: Buffer) => {
       const sandbox = sandboxOf.get(socket);
       if (sandbox === undefined) socket.destroy();
-      else void onConnect(core, sandbox, req, socket, head);
+      else onConnect(core, sandbox, req, socket, head).catch((e: unknown) => failed(core, e, socket));
     });
     this.front.on('upgrade', (_req, socket: Socket) => answerSocket(socket, 501, 'berth egress: protocol upgrades over plain HTTP are not supported; use https:// (CONNECT)\n'));
   }
@@ -123,6 +123,12 @@ export class EgressProxy implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
+}
+
+/** A bug in a handler ends that one connection, never the process berth runs in. */
+function failed(core: ProxyCore, e: unknown, end: { destroy(): void }): void {
+  core.log.debug(`internal error: ${e instanceof Error ? e.stack ?? e.message : String(e)}`);
+  end.destroy();
 }
 
 function serverOptions(limits: Readonly<EgressLimits>): ServerOptions {

@@ -28,6 +28,7 @@ const SECRET = Buffer.alloc(32, 3);
 const DIGEST = 'sandbox-digest-1';
 
 interface Seen {
+  url?: string | undefined;
   host: string | undefined;
   authorization: string | undefined;
   apiKey: string | undefined;
@@ -37,7 +38,7 @@ interface Seen {
 function echo(seen: Seen[]): RequestListener {
   return (req: IncomingMessage, res) => {
     const s: Seen = { host: req.headers.host, authorization: req.headers.authorization, apiKey: req.headers['x-api-key'] as string | undefined };
-    seen.push(s);
+    seen.push({ ...s, url: req.url });
     req.resume();
     req.on('end', () => {
       const bulk = /^\/bulk\/(\d+)$/.exec(req.url ?? '');
@@ -356,6 +357,26 @@ describeNetns('egress proxy with real clients', () => {
     t.write(`GET /one HTTP/1.1\r\nHost: api.egress.test\r\nAuthorization: Bearer ${ghPh}\r\n\r\nGET /two HTTP/1.1\r\nHost: other.egress.test\r\nAuthorization: Bearer ${ghPh}\r\nConnection: close\r\n\r\n`);
     await new Promise((r) => t.once('close', r));
     expect(out).toMatch(/^HTTP\/1\.1 200 OK[\s\S]*"authorization":"Bearer ghp_REALVALUE_never_in_the_sandbox"[\s\S]*HTTP\/1\.1 403 Forbidden[\s\S]*host mismatch: the request names other\.egress\.test/);
+  });
+
+  it('a chunked body stays framed upstream: its bytes never become a request of their own', async () => {
+    const s = connect(proxyPort, '127.0.0.1');
+    s.write('CONNECT api.egress.test:443 HTTP/1.1\r\n\r\n');
+    await new Promise((r) => s.once('data', r));
+    const t = tlsConnect({ socket: s, servername: 'api.egress.test', ca: readFileSync(berthCaFile, 'utf8') });
+    await new Promise((r) => t.once('secureConnect', r));
+    const smuggled = 'GET /smuggled HTTP/1.1\r\nHost: api.egress.test\r\n\r\n';
+    let out = '';
+    t.setEncoding('latin1').on('data', (d: string) => { out += d; });
+    t.write(`GET /carrier HTTP/1.1\r\nHost: api.egress.test\r\nTransfer-Encoding: chunked\r\n\r\n${smuggled.length.toString(16)}\r\n${smuggled}\r\n0\r\n\r\n`);
+    await new Promise((r) => setTimeout(r, 300));
+    t.write('GET /after HTTP/1.1\r\nHost: api.egress.test\r\nConnection: close\r\n\r\n');
+    await new Promise((r) => t.once('close', r));
+    expect(out.match(/HTTP\/1\.1 200/g)).toHaveLength(2);
+    const urls = seen.map((x) => x.url);
+    expect(urls).toContain('/carrier');
+    expect(urls).toContain('/after');
+    expect(urls).not.toContain('/smuggled');
   });
 
   it('an absolute URL with userinfo is decided on its real host, not the one before the @', async () => {
