@@ -74,6 +74,11 @@ export async function onConnect(core: ProxyCore, sandbox: EgressSandbox, req: In
     return;
   }
   core.track(sandbox, upstream);
+  if (socket.destroyed) {
+    // The client left while the upstream was connecting.
+    upstream.destroy();
+    return;
+  }
   socket.write(ESTABLISHED);
   let first = head;
   if (decision.carry === 'tls') {
@@ -127,6 +132,10 @@ Promise<{ hello: { serverName: string | undefined }; data: Buffer } | string> {
     const onEnd = (): void => finish('the client closed before its ClientHello');
     const timer = setTimeout(() => finish(`no complete ClientHello within ${timeoutMs} ms`), timeoutMs);
     if (data.length > 0 && check()) return;
+    if (socket.destroyed) {
+      onEnd();
+      return;
+    }
     socket.on('data', onData).once('end', onEnd).once('close', onEnd);
     socket.resume();
   });
