@@ -15,6 +15,7 @@ export { checkEgressPolicy, emptyPolicy, parseEgressPolicy, type EgressEntry, ty
 export { openPlaceholderSecret, placeholderFor, PLACEHOLDER_PREFIX } from './placeholders.js';
 export { rewriteHeaders, strayPlaceholder } from './placeholder-swap.js';
 export { createEgressProxy, EgressProxy, type EgressProxyOptions } from './proxy.js';
+export { caBundle, egressEnv, egressRedactValues, sandboxCredentials, type SandboxCaPaths } from './sandbox-setup.js';
 export type { ExtraDenied, Resolver } from './target.js';
 export { DEFAULT_LIMITS, type EgressChannel, type EgressEvent, type EgressIdentity, type EgressLimits, type EgressSandbox } from './types.js';
 export type { UpstreamTrust } from './upstream-trust.js';

@@ -379,6 +379,12 @@ describeNetns('egress proxy with real clients', () => {
     expect(urls).not.toContain('/smuggled');
   });
 
+  it('a kept-alive plain HTTP connection has each request decided on its own', async () => {
+    const answer = await rawExchange(proxyPort, 'GET http://api.egress.test/first HTTP/1.1\r\nHost: api.egress.test\r\n\r\n' +
+      'GET http://evil.egress.test/second HTTP/1.1\r\nHost: evil.egress.test\r\nConnection: close\r\n\r\n');
+    expect(answer).toMatch(/^HTTP\/1\.1 200 OK[\s\S]*"host":"api\.egress\.test"[\s\S]*HTTP\/1\.1 403 Forbidden[\s\S]*evil\.egress\.test:80 refused \(not in egress\.allow\)/);
+  });
+
   it('an absolute URL with userinfo is decided on its real host, not the one before the @', async () => {
     const answer = await rawExchange(proxyPort, 'GET http://api.egress.test@evil.egress.test/ HTTP/1.1\r\nHost: api.egress.test\r\nConnection: close\r\n\r\n');
     expect(answer).toContain('berth egress: evil.egress.test:80 refused (host mismatch: the Host header names api.egress.test)');
