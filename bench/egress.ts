@@ -83,13 +83,10 @@ export async function egressBench(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'berth-bench-egress-'));
   let server: Server | undefined;
   let listener: NetServer | undefined;
-  const proxy = createEgressProxy({
-    ca: await EgressCa.open(join(dir, 'berth')),
-    upstreamTrust: { system: false, extraCaPem: (await EgressCa.open(join(dir, 'upstream'))).certPem },
-  });
+  const upstreamCa = await EgressCa.open(join(dir, 'upstream'));
+  const berthCa = await EgressCa.open(join(dir, 'berth'));
+  const proxy = createEgressProxy({ ca: berthCa, upstreamTrust: { system: false, extraCaPem: upstreamCa.certPem } });
   try {
-    const upstreamCa = await EgressCa.open(join(dir, 'upstream'));
-    const berthCa = await EgressCa.open(join(dir, 'berth'));
     const contexts = new Map<string, SecureContext>();
     for (const name of ['api.bench.test', 'tunnel.bench.test']) {
       const leaf = await upstreamCa.leafFor(name);

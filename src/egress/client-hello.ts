@@ -91,8 +91,8 @@ function readBody(body: Buffer): ClientHelloResult {
     seen.add(type);
     if (type === EXT_SERVER_NAME) {
       const sn = readServerName(data);
-      if (typeof sn !== 'string' || sn.startsWith('!')) return invalid(typeof sn === 'string' ? sn.slice(1) : 'bad server_name');
-      serverName = sn;
+      if ('problem' in sn) return invalid(sn.problem);
+      serverName = sn.name;
     } else if (type === EXT_ALPN) {
       const a = readAlpn(data);
       if (a === undefined) return invalid('bad ALPN');
@@ -102,22 +102,22 @@ function readBody(body: Buffer): ClientHelloResult {
   return { kind: 'hello', serverName, alpn };
 }
 
-/** The host name in a server_name extension, or `!reason`. */
-function readServerName(data: Buffer): string | undefined {
+/** The host name in a server_name extension, or what is wrong with it. */
+function readServerName(data: Buffer): { name: string } | { problem: string } {
   const r = new Reader(data);
   const list = new Reader(r.bytes(r.u16()));
-  if (r.failed || r.left !== 0) return undefined;
+  if (r.failed || r.left !== 0) return { problem: 'bad server_name' };
   let name: string | undefined;
   while (list.left > 0) {
     const type = list.u8();
     const value = list.bytes(list.u16());
-    if (list.failed) return undefined;
+    if (list.failed) return { problem: 'bad server_name' };
     if (type !== 0) continue;
-    if (name !== undefined) return '!two host names';
-    if (value.length === 0 || /[^\x21-\x7e]/.test(value.toString('latin1'))) return '!a server name that is not a printable ASCII host name';
+    if (name !== undefined) return { problem: 'two host names' };
+    if (value.length === 0 || /[^\x21-\x7e]/.test(value.toString('latin1'))) return { problem: 'a server name that is not a printable ASCII host name' };
     name = value.toString('latin1');
   }
-  return name ?? '!server_name without a host name';
+  return name === undefined ? { problem: 'server_name without a host name' } : { name };
 }
 
 function readAlpn(data: Buffer): string[] | undefined {

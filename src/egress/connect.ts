@@ -90,7 +90,7 @@ export async function onConnect(core: ProxyCore, sandbox: EgressSandbox, req: In
     }
     first = hello;
   }
-  pipeTunnel(core, sandbox, socket, upstream, first, () => ({ timeMs: startedMs, host, port, channel, allowed: true, rule: decision.rule }));
+  pipeTunnel(core, sandbox, socket, upstream, first, { timeMs: startedMs, host, port, channel, rule: decision.rule });
 }
 
 /**
@@ -159,12 +159,12 @@ function connectUpstream(target: Target, port: number, resolved: Resolved, timeo
 /** Bytes both ways until either side is done; one event when both are closed. */
 function pipeTunnel(
   core: ProxyCore, sandbox: EgressSandbox, client: Socket, upstream: Socket, first: Buffer,
-  event: () => Pick<Parameters<ProxyCore['report']>[1], 'timeMs' | 'host' | 'port' | 'channel' | 'allowed' | 'rule'>,
+  at: { timeMs: number; host: string; port: number; channel: EgressChannel; rule: string },
 ): void {
   let open = 2;
   const closed = (): void => {
     if (--open > 0) return;
-    core.report(sandbox, { ...event(), bytesUp: upstream.bytesWritten, bytesDown: upstream.bytesRead, credentials: [] });
+    core.report(sandbox, { ...at, allowed: true, bytesUp: upstream.bytesWritten, bytesDown: upstream.bytesRead, credentials: [] });
   };
   client.setTimeout(core.limits.tunnelIdleMs, () => client.destroy());
   upstream.on('error', () => client.destroy());

@@ -127,7 +127,8 @@ function checkInjection(raw: unknown, path: string, issues: EgressIssue[]): Head
 /** Whether `host` (normalised) is one of `patterns` (names and `*.` wildcards). */
 export function hostInList(host: string, patterns: readonly string[]): boolean {
   for (const p of patterns) {
-    if (p.startsWith('*.') ? host.endsWith(p.slice(1)) && host.length > p.length - 1 : p === host) return true;
+    // `*.example.com` matches below it at any depth, never `example.com` itself.
+    if (p.startsWith('*.') ? host.endsWith(p.slice(1)) : p === host) return true;
   }
   return false;
 }

@@ -24,9 +24,6 @@ export interface InterceptedSession {
   rule: string;
 }
 
-/** Sessions by their TLS socket, which the inner server's requests carry as `req.socket`. */
-const sessionOf = new WeakMap<object, InterceptedSession>();
-
 /** Terminates TLS on `socket` (whose ClientHello, already read, is `hello`) and serves its requests. */
 export function intercept(core: ProxyCore, sandbox: EgressSandbox, socket: Socket, hello: Buffer, s: Omit<InterceptedSession, 'sandbox'>): void {
   core.ca.secureContextFor(s.host).then((secureContext) => {
@@ -34,7 +31,7 @@ export function intercept(core: ProxyCore, sandbox: EgressSandbox, socket: Socke
     // The ClientHello goes back in front of what the socket has not read yet, for TLS to read.
     socket.unshift(hello);
     const tls = new TLSSocket(socket, { isServer: true, secureContext, ALPNProtocols: ['http/1.1'] });
-    sessionOf.set(tls, { sandbox, ...s });
+    core.sessionOf.set(tls, { sandbox, ...s });
     tls.on('error', (e) => {
       core.log.debug(`${sandbox.identity.sandboxKey}: intercepted ${s.host}: ${e.message}`);
       tls.destroy();
@@ -49,7 +46,7 @@ export function intercept(core: ProxyCore, sandbox: EgressSandbox, socket: Socke
 
 /** A request inside an intercepted session (the inner server's `request` handler). */
 export function onInterceptedRequest(core: ProxyCore, req: IncomingMessage, res: ServerResponse): void {
-  const s = sessionOf.get(req.socket);
+  const s = core.sessionOf.get(req.socket);
   if (s === undefined) {
     res.destroy();
     return;

@@ -6,6 +6,7 @@ import type { Logger } from '../logging/logger.js';
 import type { DeniedRange } from './addresses.js';
 import { answerResponse, answerSocket, refusalText } from './answers.js';
 import type { EgressCa } from './ca.js';
+import type { InterceptedSession } from './intercept.js';
 import type { Lookup } from './target.js';
 import type { EgressChannel, EgressEvent, EgressLimits, EgressSandbox } from './types.js';
 
@@ -28,6 +29,10 @@ export interface Refusal {
 
 export class ProxyCore {
   readonly agents = new AgentPool();
+  /** Which sandbox each client connection belongs to (set by `handle`, read by the front server's handlers). */
+  readonly sandboxOf = new WeakMap<object, EgressSandbox>();
+  /** Intercepted sessions by their TLS socket, which the inner server's requests carry as `req.socket`. */
+  readonly sessionOf = new WeakMap<object, InterceptedSession>();
   private readonly sockets = new Map<EgressSandbox, Set<Socket>>();
 
   constructor(

@@ -58,9 +58,6 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   return new EgressProxy(core, options.extraDenied ?? []);
 }
 
-/** Which sandbox each client connection belongs to (set by `handle`, read by the front server's handlers). */
-const sandboxOf = new WeakMap<object, EgressSandbox>();
-
 export class EgressProxy implements AsyncDisposable {
   private readonly front: Server;
   private closed = false;
@@ -69,12 +66,12 @@ export class EgressProxy implements AsyncDisposable {
   constructor(private readonly core: ProxyCore, private readonly extraDenied: readonly ExtraDenied[]) {
     this.front = startHeadTimeouts(createServer(serverOptions(core.limits)));
     this.front.on('request', (req, res) => {
-      const sandbox = sandboxOf.get(req.socket);
+      const sandbox = core.sandboxOf.get(req.socket);
       if (sandbox === undefined) res.destroy();
       else onPlainRequest(core, sandbox, req, res).catch((e: unknown) => failed(core, e, res));
     });
     this.front.on('connect', (req, socket: Socket, head: Buffer) => {
-      const sandbox = sandboxOf.get(socket);
+      const sandbox = core.sandboxOf.get(socket);
       if (sandbox === undefined) socket.destroy();
       else onConnect(core, sandbox, req, socket, head).catch((e: unknown) => failed(core, e, socket));
     });
@@ -91,7 +88,7 @@ export class EgressProxy implements AsyncDisposable {
       socket.destroy();
       return;
     }
-    sandboxOf.set(socket, sandbox);
+    this.core.sandboxOf.set(socket, sandbox);
     this.core.track(sandbox, socket);
     socket.setNoDelay(true);
     this.front.emit('connection', socket);
