@@ -1,0 +1,124 @@
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import type { Server } from 'node:net';
+import { describe, it } from 'vitest';
+
+/*
+ * Test hosts with public-looking addresses, on this machine: a network namespace joined to the
+ * host by a veth pair, with a few addresses of 198.51.100.0/24 (TEST-NET-2) on its side. A child
+ * process inside the namespace opens listening sockets there and hands them to the test process
+ * (`process.send(msg, server)`), so the test's own servers answer on those addresses. Needs root
+ * and iproute2; `describeNetns` skips visibly with the reason, or fails under BERTH_REQUIRE_NETNS=1.
+ */
+
+export interface TestNet {
+  /** The host's own address on the link (an address of this host, so always denied). */
+  hostAddress: string;
+  /** Addresses inside the namespace. */
+  addresses: string[];
+  /** A listening socket on `address:port` inside the namespace, for `server.listen(handle)`. */
+  listen(address: string, port: number): Promise<Server>;
+  close(): Promise<void>;
+}
+
+/** Why test hosts cannot be made here, or undefined when they can. */
+export function netnsUnavailable(): string | undefined {
+  if (process.getuid?.() !== 0) return 'network namespaces need root';
+  try {
+    execFileSync('ip', ['netns', 'list'], { stdio: 'ignore' });
+  } catch (e) {
+    return `iproute2's "ip netns" does not work here (${(e as Error).message.split('\n')[0]})`;
+  }
+  return undefined;
+}
+
+/** `describe` for a suite that needs test hosts: a visible skip with the reason, or a failure under BERTH_REQUIRE_NETNS=1. */
+export function describeNetns(name: string, body: () => void): void {
+  const why = netnsUnavailable();
+  if (why === undefined) {
+    describe(name, body);
+    return;
+  }
+  if (process.env['BERTH_REQUIRE_NETNS'] === '1') {
+    describe(name, () => it('needs network namespaces (BERTH_REQUIRE_NETNS=1)', () => {
+      throw new Error(`BERTH_REQUIRE_NETNS=1 but ${why}`);
+    }));
+    return;
+  }
+  console.warn(`skipping ${name}: ${why}`);
+  describe.skip(`${name} (skipped: ${why})`, body);
+}
+
+const LISTENER = `
+const net = require('node:net');
+process.on('message', (m) => {
+  const s = net.createServer();
+  s.on('error', (e) => process.send({ id: m.id, error: e.message }));
+  // Once sent, the listening socket is the test's alone: this copy would accept connections too.
+  s.listen(m.port, m.host, () => { process.send({ id: m.id }, s, () => s.close()); });
+});
+process.send({ ready: true });
+`;
+
+/**
+ * A namespace with `count` addresses (198.51.100.<base+2>...) and the host at <base+1>, on a /28
+ * of its own picked at random so parallel runs do not collide. Removed by `close`.
+ */
+export async function createTestNet(count = 4): Promise<TestNet> {
+  const id = randomBytes(3).toString('hex');
+  const ns = `berth-eg-${id}`;
+  const hostIf = `beg${id}h`;
+  const nsIf = `beg${id}n`;
+  const base = 16 * (1 + Math.floor(Math.random() * 14));
+  const hostAddress = `198.51.100.${base + 1}`;
+  const addresses = Array.from({ length: count }, (_, i) => `198.51.100.${base + 2 + i}`);
+  const ip = (...args: string[]): void => {
+    execFileSync('ip', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  };
+  let child: ChildProcess | undefined;
+  try {
+    ip('netns', 'add', ns);
+    ip('link', 'add', hostIf, 'type', 'veth', 'peer', 'name', nsIf);
+    ip('link', 'set', nsIf, 'netns', ns);
+    ip('addr', 'add', `${hostAddress}/28`, 'dev', hostIf);
+    ip('link', 'set', hostIf, 'up');
+    for (const a of addresses) ip('-n', ns, 'addr', 'add', `${a}/28`, 'dev', nsIf);
+    ip('-n', ns, 'link', 'set', nsIf, 'up');
+    ip('-n', ns, 'link', 'set', 'lo', 'up');
+    child = spawn('ip', ['netns', 'exec', ns, process.execPath, '-e', LISTENER], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    await new Promise<void>((resolve, reject) => {
+      child!.once('message', () => resolve());
+      child!.once('exit', (code) => reject(new Error(`the listener in ${ns} exited (${code})`)));
+    });
+  } catch (e) {
+    child?.kill('SIGKILL');
+    try {
+      ip('netns', 'del', ns);
+    } catch {
+      // It was never made.
+    }
+    throw e;
+  }
+  const proc = child;
+  let next = 0;
+  return {
+    hostAddress,
+    addresses,
+    listen: (address, port) => new Promise((resolve, reject) => {
+      const msgId = next++;
+      const onMessage = (m: { id?: number; error?: string }, handle: unknown): void => {
+        if (m.id !== msgId) return;
+        proc.off('message', onMessage);
+        if (m.error !== undefined) reject(new Error(`listen ${address}:${port} in ${ns}: ${m.error}`));
+        else resolve(handle as Server);
+      };
+      proc.on('message', onMessage);
+      proc.send({ id: msgId, host: address, port });
+    }),
+    close: async () => {
+      proc.kill('SIGKILL');
+      await new Promise<void>((resolve) => (proc.exitCode !== null || proc.signalCode !== null ? resolve() : proc.once('exit', () => resolve())));
+      ip('netns', 'del', ns);
+    },
+  };
+}
