@@ -36,6 +36,8 @@ import {
   unavailableError,
 } from './engine.js';
 import { DockerSandboxHandle } from './docker-sandbox.js';
+import { containerGroups } from './container-groups.js';
+import { probeCgroupHost, type CgroupHostProbe } from '../cgroups/cgroup-host.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { removeUnder } from '../plumbing/remove-under.js';
 import { capabilitiesFromInfo, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
@@ -102,6 +104,8 @@ export class DockerBackend implements Backend {
   private readonly log: (msg: string) => void;
   private readonly hostUser: { uid: number; gid: number } | undefined;
   private capabilities: Promise<EngineCapabilities> | undefined;
+  /** This host's cgroups, read at the first sandbox (see container-groups.ts). */
+  private cgroupHost: CgroupHostProbe | undefined;
   private readonly warned = new Set<string>();
   private readonly sockets = new Set<Duplex>();
   private readonly networks: SandboxNetworks;
@@ -530,6 +534,9 @@ export class DockerBackend implements Backend {
     recreated: boolean,
   ): Sandbox {
     if (recreated) this.about(spec, info.Id).debug('recreated (the one recorded was removed out of band)');
+    this.cgroupHost ??= probeCgroupHost();
+    const groups = containerGroups(this.cgroupHost, info, this.about(spec, info.Id));
+    if ('unavailable' in groups) this.about(spec, info.Id).debug(`commands are found by tags, not cgroups: ${groups.unavailable}`);
     return new ProcessSandbox(new DockerSandboxHandle({
       spec,
       info,
@@ -541,6 +548,7 @@ export class DockerBackend implements Backend {
         this.sockets.add(socket);
         return () => this.sockets.delete(socket);
       },
+      processGroups: 'unavailable' in groups ? undefined : groups,
     }));
   }
 

@@ -2,7 +2,7 @@ import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { Logger } from '../../logging/logger.js';
-import type { SandboxHandle, SandboxSpec, ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { ProcessGroups, SandboxHandle, SandboxSpec, ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
 import { attachMainProcess, spawnInContainer, type ContainerTarget } from './exec-process.js';
 import { WARDEN_LABEL } from './container-spec.js';
 import { HOME, STATE_DIR, WORKSPACE } from './paths.js';
@@ -16,6 +16,8 @@ export interface DockerSandboxInput {
   docker: Dockerode;
   log: Logger;
   track: (socket: Duplex) => () => void;
+  /** The container's kernel grouping, when berth manages its cgroups from this host. */
+  processGroups?: ProcessGroups | undefined;
 }
 
 /** One running container of a sandbox identity: processes start in it through `docker exec`. */
@@ -31,6 +33,7 @@ export class DockerSandboxHandle implements SandboxHandle {
   readonly recreated: boolean;
   readonly volatileDirs: readonly string[];
   readonly attachWarden: (() => Promise<ShellTransport>) | undefined;
+  readonly processGroups: ProcessGroups | undefined;
   private readonly docker: Dockerode;
   private readonly log: Logger;
   private readonly target: ContainerTarget;
@@ -51,6 +54,7 @@ export class DockerSandboxHandle implements SandboxHandle {
     // create); an older one's main process is `sleep`, and its warden an exec as before.
     const resident = input.info.Config.Labels?.[WARDEN_LABEL] === 'resident' && input.info.Config.OpenStdin === true;
     this.attachWarden = resident ? () => attachMainProcess(this.target) : undefined;
+    this.processGroups = input.processGroups;
     this.binds = (input.info.Mounts ?? [])
       .filter((m) => m.Type === 'bind' && typeof m.Source === 'string' && typeof m.Destination === 'string')
       .map((m) => ({ source: path.resolve(m.Source), destination: path.posix.normalize(m.Destination) }))
