@@ -1,7 +1,7 @@
 import { readdirSync } from 'node:fs';
 import { join, posix } from 'node:path';
 import { SandboxNotFoundError } from '../../errors.js';
-import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { ProcessGroups, SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
 import { fromSpawnError } from '../plumbing/spawn-errors.js';
 import { SANDBOX_HOME, SANDBOX_TMP, SANDBOX_USER, SANDBOX_WORKSPACE } from './layout.js';
 import type { SandboxPlacement } from './placement.js';
@@ -37,6 +37,8 @@ export class BwrapSandboxHandle implements SandboxHandle {
     placement: SandboxPlacement,
     readonly recreated: boolean,
     private readonly maxProcesses: number,
+    /** Its kernel grouping, when berth may make cgroups here (see backends/cgroups). */
+    readonly processGroups?: ProcessGroups | undefined,
   ) {
     this.ref = placement.dirs.root;
     this.name = posix.basename(placement.dirs.root);
