@@ -24,6 +24,6 @@ export const localModule = defineBackend({
   defaultCwd: ({ berthHome, dirName }) => localSandboxDir(berthHome, dirName),
   async create(ctx) {
     const { LocalBackend } = await import('./local-backend.js');
-    return new LocalBackend({ berthHome: ctx.berthHome, log: ctx.log });
+    return new LocalBackend({ berthHome: ctx.berthHome, installation: ctx.installation, log: ctx.log });
   },
 });
