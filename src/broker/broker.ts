@@ -132,7 +132,7 @@ export class Broker implements AsyncDisposable {
       resolve: (scope) => resolver.resolve(scope),
       policy: () => resolver.policy(),
       sandboxFor: async (call) => (await pool.acquire(call)).sandbox,
-      run: (call, line, o) => commands.run(call, line, { workdir: o.workdir, stdin: o.stdin, timeoutSeconds: 30 }),
+      run: (call, line, o) => commands.run(call, line, { workdir: o.workdir, stdin: o.stdin, timeoutSeconds: 30, group: o.group }),
       existingSandbox: (call, digest) => pool.existing(call, digest),
       audit: (call, command, startedMs) => audit.record({ kind: 'job', call, command, exitCode: null, startedMs }),
       log: (m) => log('berth:jobs', m),
