@@ -1,4 +1,5 @@
 import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
+import { release } from 'node:os';
 import { join } from 'node:path';
 import { errnoOf } from './cgroup-dir.js';
 import { parseCgroupMounts, parseNsPids, parseProcessCgroups, type ProcessCgroups } from './proc-files.js';
@@ -25,6 +26,22 @@ export function probeCgroupHost(): CgroupHostProbe {
   const mounts = parseCgroupMounts(mountinfo);
   if (mounts.unified === undefined) return { ok: false, reason: 'no cgroup2 hierarchy is mounted (a cgroup v1 only host)' };
   return { ok: true, host: { unified: mounts.unified, v1: mounts.v1 } };
+}
+
+/**
+ * Why berth's processes cannot be grouped on this host, or undefined when they can: a cgroup2
+ * hierarchy, berth's own cgroup writable to it, a kernel that freezes groups (Linux 5.2). Only
+ * reads; what `explain` says before any sandbox runs (a backend still checks its sandbox's own
+ * cgroup when it starts one, and falls back to tags if it must).
+ */
+export function hostGroupsUnusable(): string | undefined {
+  const probe = probeCgroupHost();
+  if (!probe.ok) return probe.reason;
+  const own = cgroupsOf('self')?.unified;
+  if (own === undefined) return 'berth\'s own process is in no cgroup2 group';
+  const [major = 0, minor = 0] = release().split('.').map((n) => Number.parseInt(n, 10));
+  if (major < 5 || (major === 5 && minor < 2)) return 'the kernel cannot freeze cgroups (cgroup.freeze needs Linux 5.2)';
+  return notWritable(join(probe.host.unified, own));
 }
 
 /** The cgroups of host process `pid`, or undefined when it is gone or not readable. */

@@ -15,6 +15,7 @@ export const dockerModule = defineBackend({
     ownsProcessTable: true,
   },
   settings: dockerSettings,
+  processGroups: 'engine',
   images: { of: (s) => s.image, with: (s, image) => ({ ...s, image }) },
   words: {
     where: (b) => b.persistent

@@ -14,6 +14,7 @@ export const localModule = defineBackend({
     ownsProcessTable: false,
   },
   isolationNote: 'runs on this host as berth\'s user, without isolation: commands can read and change anything that user can',
+  processGroups: 'host',
   words: {
     where: (b) => `NOT isolated: commands run directly on the host machine, as the user berth runs as, starting in ${b.cwd}. ` +
       'They can read and change anything that user can; there is no container.',
