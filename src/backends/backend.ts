@@ -51,6 +51,18 @@ export interface SpawnedProcess {
    * the environment, a channel). Idempotent; never throws.
    */
   kill(): Promise<void>;
+  /**
+   * Its pid on berth's host and as the sandbox sees it, as the backend knows them (never as
+   * anything inside the sandbox says them), where the backend can tell: a shell's own report of its
+   * pid comes from code a snapshot can change. Undefined when it cannot tell (the process ended).
+   */
+  readonly pids?: (() => Promise<ProcessPids | undefined>) | undefined;
+}
+
+/** One process's pids: on berth's host (where the backend can tell), and inside its sandbox. */
+export interface ProcessPids {
+  host: number | undefined;
+  sandbox: number;
 }
 
 /** A process with stdin piped: a persistent shell's or the warden's stream. */
@@ -144,10 +156,11 @@ export interface ProcessGroups {
   /** How a group is ended, for explain and logs (`cgroup2 (cgroup.kill)`). */
   readonly mechanism: string;
   /**
-   * Takes the shell whose pid inside the sandbox is `pid` into a group of its own, before its first
-   * command; undefined when no such process of this sandbox is found.
+   * Takes the shell whose pid on the host is `hostPid` (its transport's `pids`) into a group of
+   * its own, before it runs anything (its init sources a snapshot the sandbox can write);
+   * undefined when that is no process of this sandbox.
    */
-  adopt(pid: number): Promise<ShellGroups | undefined>;
+  adopt(hostPid: number): Promise<ShellGroups | undefined>;
   /**
    * Ends every process of the group a command named (`ShellGroups.prepare`: a background job's)
    * and removes the group; how many processes it held, or undefined when there is no such group.

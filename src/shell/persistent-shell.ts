@@ -4,7 +4,7 @@ import { Logger } from '../logging/logger.js';
 import { ByteRedactor, OutputCapture } from './output-capture.js';
 import { DUMP_AND_EXIT, SHELL_TAG_VAR, SNAPSHOT_CWD, TokenSource, buildFrame, buildInit, isShellName, parseInitPayload, printfFormat } from './protocol.js';
 import { describeEnd, describeReplacement, restoredFrom, type Replacement } from './replacement.js';
-import type { ShellGroups } from '../backends/backend.js';
+import type { ProcessPids, ShellGroups, ShellTransport } from '../backends/backend.js';
 import { ShellConn, type Exchange, type Outcome } from './shell-conn.js';
 import type { ExecResult, RunOptions, ShellOptions } from './types.js';
 import { OnceKiller, type ProcessKiller, type TreeInput } from './warden.js';
@@ -455,6 +455,9 @@ export class PersistentShell implements AsyncDisposable {
       throw new TimeoutError(`opening the shell "${this.opts.shellId}" took over ${t.startTimeoutMs} ms; check the sandbox is running`);
     }
     const conn = new ShellConn(transport, shellTag, t.drainMs, (m) => this.log(m));
+    const pids = await this.pidsOf(transport);
+    // In its group before its init runs: the init sources a snapshot the sandbox can write.
+    conn.group = await this.adopt(pids?.host);
     const nonce = this.tokens.next(NONCE_BYTES);
     const init = buildInit({
       nonce,
@@ -483,6 +486,7 @@ export class PersistentShell implements AsyncDisposable {
     if (o === 'timeout' || o.kind !== 'ok') {
       ex.abandon();
       await conn.kill();
+      this.groupOp(conn, 'release the shell\'s groups', (g) => g.release());
       if (o === 'timeout') {
         throw new TimeoutError(`the shell "${this.opts.shellId}" did not start within ${t.startTimeoutMs} ms; is bash installed in the sandbox?`);
       }
@@ -491,20 +495,36 @@ export class PersistentShell implements AsyncDisposable {
     }
     const payload = parseInitPayload(stdoutTail);
     if (startupBytes > stdoutTail.length || payload === undefined) this.log(`startup wrote ${startupBytes} byte(s) (snapshot errors?)`);
-    conn.pid = o.status;
+    // The backend's word for its pid beats the shell's own (a snapshot can make the init say any
+    // pid, and what berth kills is found from it).
+    conn.pid = pids?.sandbox ?? o.status;
+    if (conn.pid !== o.status) this.log(`the shell said its pid is ${o.status}; its backend says ${conn.pid}`);
     conn.stdinIsNull = payload?.stdinIsNull ?? false;
     conn.loadedFrom = payload?.loadedFrom ?? '';
-    conn.group = await this.adopt(conn);
     this.cwd = o.cwd !== '' ? o.cwd : this.opts.defaultCwd;
     this.jobs = o.jobs;
     this.conn = conn;
     this.log(`shell started (pid ${conn.pid}, cwd ${this.cwd}${conn.group === undefined ? '' : ', in a command group'})`);
   }
 
-  /** The new shell's command groups, where the sandbox has the kernel's grouping. */
-  private async adopt(conn: ShellConn): Promise<ShellGroups | undefined> {
+  /** The new shell's pids as its backend knows them, where it can tell. */
+  private async pidsOf(transport: ShellTransport): Promise<ProcessPids | undefined> {
     try {
-      return await this.opts.groups?.adopt(conn.pid);
+      return await transport.pids?.();
+    } catch (err) {
+      this.log(`the backend could not tell the shell's pid: ${String(err)}`);
+      return undefined;
+    }
+  }
+
+  /**
+   * The new shell's command groups, where the sandbox has the kernel's grouping: by its pid on the
+   * host as its backend knows it, never as the shell reports it.
+   */
+  private async adopt(hostPid: number | undefined): Promise<ShellGroups | undefined> {
+    if (this.opts.groups === undefined || hostPid === undefined) return undefined;
+    try {
+      return await this.opts.groups.adopt(hostPid);
     } catch (err) {
       this.log(`no command groups (its commands are found by tags): ${String(err)}`);
       return undefined;

@@ -103,6 +103,18 @@ export function readPids(files: { current: string; max: string }): { current: nu
   }
 }
 
+/** Host process `hostPid`'s pids: on this host, and in the innermost pid namespace it lives in; undefined when it is gone. */
+export function pidsOnThisHost(hostPid: number | undefined): { host: number; sandbox: number } | undefined {
+  if (hostPid === undefined) return undefined;
+  try {
+    const ns = parseNsPids(readFileSync(`/proc/${hostPid}/status`, 'latin1'));
+    const sandbox = ns[ns.length - 1];
+    return sandbox === undefined ? undefined : { host: hostPid, sandbox };
+  } catch {
+    return undefined;
+  }
+}
+
 /** The `NSpid` column of the pid namespace host process `pid` lives in (0 for berth's own), or undefined when it is gone. */
 export function pidLevelOf(pid: number | 'self'): number | undefined {
   try {

@@ -23,8 +23,8 @@ export interface SandboxCgroupsOptions {
   /** The sandbox's own cgroup, as a path in the cgroup2 hierarchy (`/docker/<id>`); berth's groups nest in it. */
   base: string;
   /**
-   * Which `NSpid` column holds a pid as the sandbox sees it: 0 when the sandbox shares berth's pid
-   * namespace (local), 1 for a namespace made in berth's (a container, bwrap).
+   * Which `NSpid` column holds a pid as the sandbox sees it (`hostPidOf`): 0 when the sandbox
+   * shares berth's pid namespace (local), 1 for a namespace made in berth's (a container, bwrap).
    */
   pidLevel: number;
   /** The files of the sandbox's pids limit, where a pids cgroup bounds it. */
@@ -56,11 +56,10 @@ export class SandboxCgroups implements ProcessGroups {
     return this.opts.log;
   }
 
-  async adopt(pid: number): Promise<ShellGroups | undefined> {
+  async adopt(hostPid: number): Promise<ShellGroups | undefined> {
     this.sweep();
-    const hostPid = this.hostPidOf(pid);
-    if (hostPid === undefined) {
-      this.log.debug(`cgroups: no process ${pid} of the sandbox in ${this.opts.base}; its commands are found by tags`);
+    if (!this.holds(hostPid)) {
+      this.log.debug(`cgroups: process ${hostPid} is not in ${this.opts.base}; its commands are found by tags`);
       return undefined;
     }
     const shell = new CgroupShell(this, hostPid);
@@ -138,10 +137,31 @@ export class SandboxCgroups implements ProcessGroups {
   }
 
   /**
-   * The host pid of the process the sandbox sees as `pid`, among the processes in the sandbox's
-   * own cgroup (where a new shell starts); undefined unless exactly one matches.
+   * The host pid of the one process in the sandbox's own cgroup whose environment holds `entry`
+   * (`NAME=value`, a tag berth gave it when it started it); undefined unless exactly one does.
+   * Only berth's processes are there (what commands start lives in their groups), so no command
+   * can plant a second one.
    */
-  private hostPidOf(pid: number): number | undefined {
+  hostPidWithEnv(entry: string): number | undefined {
+    const found: number[] = [];
+    for (const hostPid of this.dir.procs()) {
+      let environ: string;
+      try {
+        environ = readFileSync(`/proc/${hostPid}/environ`, 'latin1');
+      } catch {
+        continue;
+      }
+      if (environ.split('\0').includes(entry)) found.push(hostPid);
+    }
+    return found.length === 1 ? found[0] : undefined;
+  }
+
+  /**
+   * The host pid of the process the sandbox sees as `pid` (as berth's own code there reported it,
+   * bwrap's init loop), among the processes in the sandbox's own cgroup, where a new process
+   * starts; undefined unless exactly one matches.
+   */
+  hostPidOf(pid: number): number | undefined {
     const found: number[] = [];
     for (const hostPid of this.dir.procs()) {
       let status: string;

@@ -1,7 +1,6 @@
 import { join } from 'node:path';
 import type Dockerode from 'dockerode';
 import type { Logger } from '../../logging/logger.js';
-import type { ProcessGroups } from '../backend.js';
 import { cgroupsOf, groupsUnusableUnder, pidLevelOf, pidsFilesOf, type CgroupHostProbe } from '../cgroups/cgroup-host.js';
 import { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 
@@ -13,7 +12,7 @@ import { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
  * read-only (and its user holds no capability to remount it), so nothing there leaves a group.
  * Otherwise (a remote engine, an engine in a VM, berth without the rights) why not.
  */
-export function containerGroups(probe: CgroupHostProbe, info: Dockerode.ContainerInspectInfo, log: Logger): ProcessGroups | { unavailable: string } {
+export function containerGroups(probe: CgroupHostProbe, info: Dockerode.ContainerInspectInfo, log: Logger): SandboxCgroups | { unavailable: string } {
   if (!probe.ok) return { unavailable: probe.reason };
   const host = probe.host;
   const pid = info.State.Pid;

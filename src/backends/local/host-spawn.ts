@@ -57,6 +57,7 @@ function startOnHost(
       let killing: Promise<void> | undefined;
       resolve({
         pid: child.pid as number,
+        pids: async () => (child.pid === undefined ? undefined : { host: child.pid, sandbox: child.pid }),
         stdin,
         stdout: child.stdout!,
         stderr: child.stderr!,
