@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { expect, it, onTestFinished } from 'vitest';
 import type { Broker } from '../../src/broker/broker.js';
 import { killAll, pidsWithArg, waitNoneWithArg } from './processes.js';
@@ -174,6 +175,30 @@ export function escapeSuite(o: EscapeSuiteOptions): void {
     expect(Object.keys(survivors(e.marks)).sort()).toEqual([...e.marks].sort());
     expect(await b.jobs.kill(S, jobId)).toEqual({ killed: true });
     expect(survivors(e.marks)).toEqual({});
+  });
+
+  it('a shell made to report another pid (a `builtin` function in its snapshot) still has its commands ended, and that pid\'s process is left alone', async () => {
+    const b = await o.open();
+    const keep = await earlierJob(b, S);
+    // The decoy: the earlier job, by its pid as the sandbox sees it (were berth to believe the lie,
+    // it would stop it, sweep its children, and group it as the shell).
+    expect((await b.exec(S, 'export DECOY=$!; echo $DECOY')).stdout).toMatch(/^\d+\n$/);
+    // Every `builtin X` of berth's own code goes through this function once the next shell sources
+    // the snapshot: it passes all through, but makes the init's trailer (which carries `$$`) say DECOY.
+    const lie = 'builtin() { if [ "$1" = printf ] && [ "$2" = \'%s~%d %s%s~\' ] && [ "$4" = "$$" ]; then command builtin printf "$2" "$3" "$DECOY" "$5" "$6"; else command builtin "$@"; fi; }';
+    expect((await b.exec(S, lie)).exitCode).toBe(0);
+    // A timeout replaces the shell: the new one sources the snapshot, function and all.
+    expect((await b.exec(S, 'sleep 30', { timeoutSeconds: 1 })).exitCode).toBe(124);
+    expect((await b.exec(S, 'type -t builtin')).stdout).toBe('function\n');
+    const e = escapes(list);
+    cleanUp(e.marks);
+    const r = await b.exec(S, e.line, { timeoutSeconds: 6 });
+    expect(r.exitCode, r.output).toBe(124);
+    expect(survivors(e.marks)).toEqual({});
+    expect((await b.exec(S, `ls ${e.dir} | tr '\\n' ' '`, { timeoutSeconds: 20 })).stdout).toBe(`${e.files} `);
+    const [decoy] = pidsWithArg(keep);
+    expect(decoy, 'the decoy was killed').toBeDefined();
+    expect(readFileSync(`/proc/${decoy}/stat`, 'latin1'), 'the decoy was stopped').toMatch(/\) [SR] /);
   });
 
   if (!o.bounded) return;
