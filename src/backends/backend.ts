@@ -307,6 +307,11 @@ export interface Backend extends AsyncDisposable {
   /** Removes engine objects of this installation that no sandbox uses any more (networks); their names. */
   reapIdleNetworks?(opts?: { timeoutMs?: number }): Promise<string[]>;
   /**
+   * Removes berth's process groups (`ProcessGroups`) that no process is in any more: those of
+   * jobs and `cmd &` leftovers that ended since, and a crashed berth's. Absent without groups.
+   */
+  reapIdleGroups?(): Promise<void>;
+  /**
    * Measures the sandbox's disk use against its bound: over it, the error its calls get
    * (`disk_limit_exceeded`; the caller stops it, and `ensure` does not start it again while it is
    * over). Absent where there is no disk bound.

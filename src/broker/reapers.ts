@@ -171,6 +171,7 @@ export class Reapers implements BrokerReapers {
     // Last, so the networks of the sandboxes just removed go too.
     for (const engine of engines) {
       await pool.reapIdleNetworks(engine).catch((e) => log('berth:reaper', `reap ${engine} networks: ${String(e)}`));
+      await pool.reapIdleGroups(engine).catch((e) => log('berth:reaper', `reap ${engine} process groups: ${String(e)}`));
     }
     return removed;
   }

@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { expect, it, onTestFinished } from 'vitest';
+import { parseCgroupMounts } from '../../src/backends/cgroups/proc-files.js';
 import type { Broker } from '../../src/broker/broker.js';
 import { killAll, pidsWithArg, waitNoneWithArg } from './processes.js';
 
@@ -61,6 +63,13 @@ const BOMB: Escape = {
 };
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** The host's cgroup2 mount: a group's path as /proc/PID/cgroup names it is under it (berth's cgroup namespace is the host's here). */
+function unifiedMount(): string {
+  const mount = parseCgroupMounts(readFileSync('/proc/self/mountinfo', 'utf8')).unified;
+  if (mount === undefined) throw new Error('no cgroup2 hierarchy is mounted');
+  return mount;
+}
 
 /** A marker argument per escape, and a line that starts them all (in `dir`, under the sandbox's $HOME), then waits. */
 function escapes(list: readonly Escape[]): { marks: string[]; line: string; dir: string; files: string } {
@@ -199,6 +208,23 @@ export function escapeSuite(o: EscapeSuiteOptions): void {
     const [decoy] = pidsWithArg(keep);
     expect(decoy, 'the decoy was killed').toBeDefined();
     expect(readFileSync(`/proc/${decoy}/stat`, 'latin1'), 'the decoy was stopped').toMatch(/\) [SR] /);
+  });
+
+  it('groups left empty by ended background processes go in the orphan pass, and every group goes with its sandbox', async () => {
+    const b = await o.open();
+    const mount = unifiedMount();
+    // The background process stays in the first command's group; the next command moves on.
+    const first = await b.exec(S, 'sleep 0.3 >/dev/null 2>&1 & sed -n "s/^0:://p" /proc/self/cgroup');
+    const second = await b.exec(S, 'sed -n "s/^0:://p" /proc/self/cgroup');
+    const [left, current] = [join(mount, first.stdout.trim()), join(mount, second.stdout.trim())];
+    expect(left).not.toBe(current);
+    await sleep(600);
+    expect(existsSync(left), 'the first group, empty now, is still there before the pass').toBe(true);
+    await b.reapers.reapOrphans();
+    expect(existsSync(left)).toBe(false);
+    expect(existsSync(current)).toBe(true);
+    await b.closeSession(S);
+    expect(existsSync(current)).toBe(false);
   });
 
   if (!o.bounded) return;

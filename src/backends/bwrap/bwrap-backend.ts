@@ -226,6 +226,10 @@ export class BwrapBackend implements Backend {
     this.log.with({ ref }).debug('removed');
   }
 
+  async reapIdleGroups(): Promise<void> {
+    if (this.cgroups instanceof HostCgroups) this.cgroups.reap();
+  }
+
   /** Ends this process's bwrap over the sandbox (its files stay; the next call starts it again). */
   async stop(ref: string): Promise<void> {
     await this.running.get(resolve(ref))?.sb.stop();

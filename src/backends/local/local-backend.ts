@@ -73,6 +73,10 @@ export class LocalBackend implements Backend {
     this.log.with({ ref }).debug('removed');
   }
 
+  async reapIdleGroups(): Promise<void> {
+    if (this.cgroups instanceof HostCgroups) this.cgroups.reap();
+  }
+
   async stop(_ref: string): Promise<void> {
     // A directory has nothing to stop; its shells are closed by the broker.
   }
