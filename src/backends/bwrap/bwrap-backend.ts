@@ -264,7 +264,7 @@ export class BwrapBackend implements Backend {
     await Promise.all([...this.starting.values()].map((p) => p.catch(() => undefined)));
     await Promise.all([...this.running.values()].map((r) => r.sb.stop()));
     this.running.clear();
-    if (this.cgroups instanceof HostCgroups) this.cgroups.close();
+    if (this.cgroups instanceof HostCgroups) await this.cgroups.close();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

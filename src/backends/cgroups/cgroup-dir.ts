@@ -64,6 +64,16 @@ export class CgroupDir {
     return this.until((e) => /^frozen 1$/m.test(e), timeoutMs);
   }
 
+  /** No process is in it or below it (a group that is gone is empty). */
+  isEmpty(): boolean {
+    try {
+      return /^populated 0$/m.test(readFileSync(join(this.path, 'cgroup.events'), 'latin1'));
+    } catch (err) {
+      if (errnoOf(err) === 'ENOENT') return true;
+      throw err;
+    }
+  }
+
   /** Waits until no process is in it; false when some still were after `timeoutMs`. */
   async emptied(timeoutMs: number): Promise<boolean> {
     return this.until((e) => /^populated 0$/m.test(e), timeoutMs);

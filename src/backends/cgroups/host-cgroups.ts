@@ -8,6 +8,9 @@ import { GROUP_PREFIX, SandboxCgroups } from './sandbox-cgroups.js';
 /** How long a sandbox's removal waits for processes that were just killed to be gone. */
 const EMPTY_WAIT_MS = 200;
 
+/** How long the backend's close waits for its sandboxes' last processes (a warden ends within 1 s). */
+const CLOSE_WAIT_MS = 1_500;
+
 /** Removes a sandbox's cgroup and berth's groups in it; false when a process is in one. */
 function removeTree(dir: CgroupDir): boolean {
   for (const group of dir.children(GROUP_PREFIX)) group.remove();
@@ -73,10 +76,17 @@ export class HostCgroups {
     return removeTree(dir) || ((await dir.emptied(EMPTY_WAIT_MS)) && removeTree(dir));
   }
 
-  /** The backend closes: the empty sandbox cgroups go, and the installation's own once it is empty. */
-  close(): void {
+  /**
+   * The backend closes: the sandbox cgroups go once empty, and the installation's own with them.
+   * One whose processes are all berth's (in no command's group: a warden told to end a moment
+   * ago) is waited for, bounded; one where a command left something running is not.
+   */
+  async close(): Promise<void> {
+    const root = new CgroupDir(join(this.host.unified, this.root));
+    const ending = root.children('').filter((d) => d.children(GROUP_PREFIX).every((g) => g.isEmpty()));
+    await Promise.all(ending.map((d) => d.emptied(CLOSE_WAIT_MS)));
     this.reap();
-    new CgroupDir(join(this.host.unified, this.root)).remove();
+    root.remove();
   }
 
   /** Removes every sandbox cgroup of this installation that no process is in now (after a crashed berth's). */

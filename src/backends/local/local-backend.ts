@@ -87,7 +87,7 @@ export class LocalBackend implements Backend {
   }
 
   async close(): Promise<void> {
-    if (this.cgroups instanceof HostCgroups) this.cgroups.close();
+    if (this.cgroups instanceof HostCgroups) await this.cgroups.close();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
