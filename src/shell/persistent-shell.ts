@@ -2,7 +2,7 @@ import { rmSync } from 'node:fs';
 import { BerthError, ConfigError, TimeoutError, UsageError } from '../errors.js';
 import { Logger } from '../logging/logger.js';
 import { ByteRedactor, OutputCapture } from './output-capture.js';
-import { DUMP_AND_EXIT, SHELL_TAG_VAR, SNAPSHOT_CWD, TokenSource, buildFrame, buildInit, isShellName, parseInitPayload, printfFormat } from './protocol.js';
+import { DUMP_AND_EXIT, SHELL_TAG_VAR, SNAPSHOT_CWD, STARTED_LINE, TokenSource, buildFrame, buildInit, isShellName, parseInitPayload, printfFormat } from './protocol.js';
 import { describeEnd, describeReplacement, restoredFrom, type Replacement } from './replacement.js';
 import type { ProcessPids, ShellGroups, ShellTransport } from '../backends/backend.js';
 import { ShellConn, type Exchange, type Outcome } from './shell-conn.js';
@@ -455,7 +455,7 @@ export class PersistentShell implements AsyncDisposable {
       throw new TimeoutError(`opening the shell "${this.opts.shellId}" took over ${t.startTimeoutMs} ms; check the sandbox is running`);
     }
     const conn = new ShellConn(transport, shellTag, t.drainMs, (m) => this.log(m));
-    const pids = await this.pidsOf(transport);
+    const pids = await this.pidsOf(transport, t.startTimeoutMs);
     // In its group before its init runs: the init sources a snapshot the sandbox can write.
     conn.group = await this.adopt(pids?.host);
     const nonce = this.tokens.next(NONCE_BYTES);
@@ -507,10 +507,20 @@ export class PersistentShell implements AsyncDisposable {
     this.log(`shell started (pid ${conn.pid}, cwd ${this.cwd}${conn.group === undefined ? '' : ', in a command group'})`);
   }
 
-  /** The new shell's pids as its backend knows them, where it can tell. */
-  private async pidsOf(transport: ShellTransport): Promise<ProcessPids | undefined> {
+  /**
+   * The new shell's pids as its backend knows them, where it can tell. With command groups the
+   * shell must run first (an engine may start an exec's process a moment after its stream opens):
+   * it answers `STARTED_LINE` then.
+   */
+  private async pidsOf(transport: ShellTransport, timeoutMs: number): Promise<ProcessPids | undefined> {
+    if (transport.pids === undefined) return undefined;
     try {
-      return await transport.pids?.();
+      if (this.opts.groups !== undefined) {
+        const answered = firstChunk(transport, timeoutMs);
+        transport.stdin.write(STARTED_LINE);
+        await answered;
+      }
+      return await transport.pids();
     } catch (err) {
       this.log(`the backend could not tell the shell's pid: ${String(err)}`);
       return undefined;
@@ -611,6 +621,23 @@ function stopWhen(ms: number, signal: AbortSignal | undefined): { promise: Promi
       if (onAbort !== undefined) signal?.removeEventListener('abort', onAbort);
     },
   };
+}
+
+/** Resolves once the transport's stderr gave its first bytes, ended, or `ms` passed. */
+function firstChunk(transport: ShellTransport, ms: number): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      transport.stderr.off('data', done);
+      transport.stderr.off('end', done);
+      transport.stderr.off('close', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    transport.stderr.once('data', done);
+    transport.stderr.once('end', done);
+    transport.stderr.once('close', done);
+  });
 }
 
 function timeout<T>(ms: number, value: T): { promise: Promise<T>; cancel(): void } {
