@@ -7,6 +7,9 @@ import type { SandboxCgroups } from './sandbox-cgroups.js';
 /** How long a stopped shell may take to show as stopped when its group would not freeze. */
 const STOP_WAIT_MS = 1_000;
 
+/** How many groups a shell holds on to before it looks which of them have emptied. */
+const PRUNE_AT = 64;
+
 /** A sandbox counts as out of pids this close to its limit (as the warden counts it). */
 const PIDS_HEADROOM = 8;
 
@@ -28,6 +31,8 @@ export class CgroupShell implements ShellGroups {
   private shared = false;
   /** Every group this shell made and has not seen removed. */
   private readonly made = new Set<CgroupDir>();
+  /** `made` is pruned when it grows past this. */
+  private pruneAt = PRUNE_AT;
   /** The process list of a group that holds the shell alone, and room to read one. */
   private readonly alone: Buffer;
   private readonly readBuf = Buffer.alloc(64);
@@ -116,8 +121,9 @@ export class CgroupShell implements ShellGroups {
   }
 
   /**
-   * Moves the shell to a new group (named, or not); the group it leaves goes if it is empty, and
-   * so do its earlier groups whose processes have all ended.
+   * Moves the shell to a new group (named, or not); the group it leaves goes if it is empty. Its
+   * earlier groups are looked at again only when it has made many (those whose processes all
+   * ended go), so a move costs the same however many it made.
    */
   private move(name: string | undefined): void {
     if (!this.sandbox.holds(this.hostPid)) {
@@ -131,13 +137,20 @@ export class CgroupShell implements ShellGroups {
       this.shared = this.current !== undefined && this.othersInCurrent();
       throw err;
     }
+    const left = this.current;
     this.leave();
     this.current = group;
     this.made.add(group);
     this.procsFd = group.openProcs();
     this.named = name !== undefined;
     this.shared = false;
-    for (const g of [...this.made]) if (g !== group && g.remove()) this.made.delete(g);
+    // The group left behind holds what its command left running (or nothing, and goes now); the
+    // rest of the shell's groups go when their processes have ended: at release, or the orphan pass.
+    if (left?.remove() === true) this.made.delete(left);
+    if (this.made.size > this.pruneAt) {
+      for (const g of [...this.made]) if (g !== group && g.remove()) this.made.delete(g);
+      this.pruneAt = Math.max(PRUNE_AT, 2 * this.made.size);
+    }
   }
 
   private leave(): void {
