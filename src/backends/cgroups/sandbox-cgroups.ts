@@ -37,9 +37,9 @@ export interface SandboxCgroupsOptions {
 
 /**
  * Berth's groups of one sandbox (see `ProcessGroups`): cgroup2 directories `berth-*` nested in the
- * sandbox's own cgroup, so its memory and pids limits keep applying to everything in them. A shell
- * is adopted by its pid inside the sandbox, looked up among the sandbox's processes only, so no
- * pid the sandbox reports can reach a process of the host.
+ * sandbox's own cgroup, so its memory and pids limits keep applying to everything in them. Only a
+ * process in the sandbox's cgroup (or in one of berth's groups there) is ever moved or signalled,
+ * so no pid, whoever names it, reaches a process of the host.
  */
 export class SandboxCgroups implements ProcessGroups {
   readonly mechanism: string;
@@ -64,6 +64,7 @@ export class SandboxCgroups implements ProcessGroups {
     }
     const shell = new CgroupShell(this, hostPid);
     shell.prepare();
+    this.log.debug(`cgroups: shell ${hostPid} in ${this.opts.base}, a group per command, ended by ${this.mechanism}`);
     return shell;
   }
 
@@ -138,9 +139,9 @@ export class SandboxCgroups implements ProcessGroups {
 
   /**
    * The host pid of the one process in the sandbox's own cgroup whose environment holds `entry`
-   * (`NAME=value`, a tag berth gave it when it started it); undefined unless exactly one does.
-   * Only berth's processes are there (what commands start lives in their groups), so no command
-   * can plant a second one.
+   * (`NAME=value`, a tag berth gave it when it started it); undefined unless exactly one does
+   * (a second one makes it refuse, never pick). Only berth's own processes are there: the warden,
+   * helpers, shells before their first command (what commands start lives in their groups).
    */
   hostPidWithEnv(entry: string): number | undefined {
     const found: number[] = [];
