@@ -159,6 +159,13 @@ export interface BackendModule<N extends string = string, S = unknown> {
    * Absent: its sandboxes have no such bound, and only `limits.sandboxes` counts them.
    */
   reservation?(settings: S): SandboxReservation;
+  /**
+   * Where berth can group its sandboxes' processes in the kernel (a cgroup per command, see
+   * backends/cgroups), so a timeout ends whatever a command started: `host` when they run on
+   * berth's host (as root), `engine` when they do if its engine runs there too. Absent: never (a
+   * remote host, a cluster); a command's processes are then found by the tags berth gives them.
+   */
+  readonly processGroups?: 'host' | 'engine';
   readonly words: SandboxWords;
   /**
    * The starting dir inside a sandbox when nothing else applies; known without contacting

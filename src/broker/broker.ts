@@ -9,6 +9,7 @@ import { assertAllowedRootsExist } from '../policy/allowed-roots.js';
 import { debugSink } from '../logging/debug-sink.js';
 import { assertVolumesAllowed } from '../policy/volumes.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
+import { hostGroupsUnusable } from '../backends/cgroups/cgroup-host.js';
 import { AuditRecorder, type AuditFilter } from './audit.js';
 import type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo } from './broker-types.js';
 import { CallResolver } from './call-resolver.js';
@@ -108,8 +109,10 @@ export class Broker implements AsyncDisposable {
     const shutdown = new AbortController();
     const assertOpen = (): void => assertRunning(shutdown.signal);
     const owner = opts.holdSessions === false ? null : ownerToken();
+    // What explain says of the kill (the backends check each sandbox again as they start it).
+    const grouping = { host: hostGroupsUnusable() === undefined, engineOnHost: engineOnThisHost(env) };
     const resolver = new CallResolver(
-      { config, store, berthHome, homeDir, dockerSockets, hostEnv: Object.freeze({ ...env }), secrets },
+      { config, store, berthHome, homeDir, dockerSockets, hostEnv: Object.freeze({ ...env }), secrets, grouping },
       env['BERTH_SESSION'] || undefined,
     );
     const observers = new Observers();
@@ -132,7 +135,7 @@ export class Broker implements AsyncDisposable {
       resolve: (scope) => resolver.resolve(scope),
       policy: () => resolver.policy(),
       sandboxFor: async (call) => (await pool.acquire(call)).sandbox,
-      run: (call, line, o) => commands.run(call, line, { workdir: o.workdir, stdin: o.stdin, timeoutSeconds: 30 }),
+      run: (call, line, o) => commands.run(call, line, { workdir: o.workdir, stdin: o.stdin, timeoutSeconds: 30, group: o.group }),
       existingSandbox: (call, digest) => pool.existing(call, digest),
       audit: (call, command, startedMs) => audit.record({ kind: 'job', call, command, exitCode: null, startedMs }),
       log: (m) => log('berth:jobs', m),
@@ -362,6 +365,12 @@ export class Broker implements AsyncDisposable {
 
 function assertRunning(shutdown: AbortSignal): void {
   if (shutdown.aborted) throw new BerthError('shutting_down', 'berth is shutting down; retry the call on a running berth');
+}
+
+/** The docker engine berth talks to is this machine's (a unix socket), not one over TCP or SSH. */
+function engineOnThisHost(env: NodeJS.ProcessEnv): boolean {
+  const dockerHost = env['DOCKER_HOST'];
+  return dockerHost === undefined || dockerHost === '' || dockerHost.startsWith('unix://');
 }
 
 function dockerSocketsOf(env: NodeJS.ProcessEnv): string[] {

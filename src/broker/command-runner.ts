@@ -7,6 +7,9 @@ import type { SessionCall } from './session-calls.js';
 import type { SessionRegistry } from './sessions.js';
 import type { ShellPool } from './shell-pool.js';
 
+/** A line's options as the broker's parts give them: an exec's, and a job's group (see `RunOptions.group`). */
+export type LineOptions = ExecOptions & { group?: string };
+
 export interface CommandRunnerOptions {
   pool: SandboxPool;
   shells: ShellPool;
@@ -28,7 +31,7 @@ export class CommandRunner {
    * Runs `command` in the call's sandbox as one call of its session (`exec`, and the start line of
    * a job). `facts.cold` is set when the call had to bring its sandbox up in this process.
    */
-  async run(call: ResolvedCall, command: string, opts: ExecOptions, facts: { cold: boolean } = { cold: false }): Promise<BrokerExecResult> {
+  async run(call: ResolvedCall, command: string, opts: LineOptions, facts: { cold: boolean } = { cold: false }): Promise<BrokerExecResult> {
     const timeoutMs = Math.round((opts.timeoutSeconds ?? call.settings.exec.timeoutSeconds) * 1000);
     const workdir = opts.workdir === undefined ? undefined
       : mapWorkdir(opts.workdir, { containerBackend: call.traits.mountsHostDirs, mount: call.spec.mount });
@@ -36,7 +39,7 @@ export class CommandRunner {
   }
 
   private async runInSandbox(
-    call: ResolvedCall, sc: SessionCall, command: string, opts: ExecOptions & { timeoutMs: number }, facts: { cold: boolean },
+    call: ResolvedCall, sc: SessionCall, command: string, opts: LineOptions & { timeoutMs: number }, facts: { cold: boolean },
   ): Promise<BrokerExecResult> {
     const { pool, shells, sessions, shutdown, log } = this.opts;
     const { timeoutMs, workdir } = opts;
@@ -51,7 +54,7 @@ export class CommandRunner {
       try {
         const ls = await shells.shellFor(call, live.shells);
         lazyWarden = shells.wardenLater(live.shells);
-        const r = await ls.shell.run(command, { timeoutMs, workdir, stdin: opts.stdin, onChunk: opts.onChunk, signal: opts.signal });
+        const r = await ls.shell.run(command, { timeoutMs, workdir, stdin: opts.stdin, onChunk: opts.onChunk, signal: opts.signal, group: opts.group });
         if (live.diskBreach) throw live.diskBreach;
         shells.recordCwd(call, ls, r);
         let out: BrokerExecResult = restarted === undefined ? { ...r, sandboxKey: call.binding.sandboxKey }

@@ -12,7 +12,7 @@ import { sessionRefOf, type ResolvedCall } from './resolve-call.js';
 import type { JobRecord, StateStore } from './state-store.js';
 
 /*
- * Background jobs (issue 5). A job is a detached process tree inside the call's sandbox, started
+ * Background jobs. A job is a detached process tree inside the call's sandbox, started
  * through the call's persistent shell (so it gets the shell's cwd, exported env and granted
  * secrets, which travel through the API env as for any command, never on argv). Everything about
  * the job lives in the sandbox under `<stateDir>/jobs/<id>/`:
@@ -22,7 +22,9 @@ import type { JobRecord, StateStore } from './state-store.js';
  *   exit  the exit code, written atomically once the command ended
  * Every process of the job carries `BERTH_CMD_TAG=job-<id>` in its environment, so a kill finds
  * the whole tree (also what escaped with setsid) and nothing else: the kill-tree helper of the
- * shell protocol, aimed at the job's wrapper. The state store only indexes jobs by tenant, session
+ * shell protocol, aimed at the job's wrapper. Where the sandbox has the kernel's grouping, the
+ * start line runs in a process group named after the job (`jobGroup`), which keeps the job once
+ * the line ends: the kill ends that group first, so what shed the tag with `env -i` ends too. The state store only indexes jobs by tenant, session
  * and end user (a job is seen, read and killed only by calls of the same user, or of no user when it
  * was started with none); the truth about a job is what its sandbox says, and when the sandbox is
  * gone the job's end is `unknown`, never an invented exit code. Output is redacted with the reader's
@@ -71,8 +73,11 @@ export interface JobHost {
   policy(): { config: BerthConfig; hostEnv: Readonly<Record<string, string | undefined>>; secrets: ReadonlyMap<string, SecretsFile> };
   /** The call's sandbox, created or reattached as for a command. */
   sandboxFor(call: ResolvedCall): Promise<Sandbox>;
-  /** Run one line through the call's persistent shell (as `exec` does, without an audit entry). */
-  run(call: ResolvedCall, line: string, opts: { workdir?: string; stdin: string }): Promise<{ exitCode: number; output: string }>;
+  /**
+   * Run one line through the call's persistent shell (as `exec` does, without an audit entry);
+   * `group` names the process group it runs in (see `RunOptions.group`).
+   */
+  run(call: ResolvedCall, line: string, opts: { workdir?: string; stdin: string; group?: string }): Promise<{ exitCode: number; output: string }>;
   /**
    * The sandbox of `digest` if it still exists: the live one, or the recorded one reattached
    * through `call`. Never creates one: a vanished sandbox is `undefined`.
@@ -166,7 +171,7 @@ export class JobRunner {
     this.host.store.putJob(record);
     let r: { exitCode: number; output: string };
     try {
-      r = await this.host.run(call, startLine(dir, tagOf(id)), { workdir: opts.workdir, stdin: command });
+      r = await this.host.run(call, startLine(dir, tagOf(id)), { workdir: opts.workdir, stdin: command, group: jobGroup(id) });
     } catch (err) {
       this.host.store.deleteJob(id);
       throw err;
@@ -238,17 +243,42 @@ export class JobRunner {
       this.settle(job, 'unknown', null);
       return { killed: false };
     }
+    // Its group goes first where the sandbox has one: the look below starts a process in the
+    // sandbox, and the job may have left it no pid (a fork bomb).
+    const grouped = await this.endGroup(job, sandbox);
     const state = await this.probe(job, call, 0, 0, sandbox);
-    if (state === undefined || state.exitCode !== null || !state.alive) {
-      if (state?.exitCode !== null && state !== undefined) this.settle(job, 'exited', state.exitCode);
-      else this.settle(job, 'unknown', null);
+    if (state !== undefined && state.exitCode !== null) {
+      this.settle(job, 'exited', state.exitCode);
+      return { killed: false };
+    }
+    if (grouped === undefined && (state === undefined || !state.alive)) {
+      this.settle(job, 'unknown', null);
       return { killed: false };
     }
     return { killed: await this.killIn(job, sandbox, call) };
   }
 
-  /** Kills the job's tree; false when it had ended on its own just before (its exit code is then recorded). */
+  /**
+   * Ends the job's process group, where the sandbox has the kernel's grouping: how many processes
+   * it held, or undefined when there is none (no grouping, the group is gone, or it failed: logged).
+   */
+  private async endGroup(job: JobRecord, sandbox: Sandbox): Promise<number | undefined> {
+    try {
+      const killed = await sandbox.processGroups?.killGroup(jobGroup(job.id));
+      if (killed !== undefined) this.host.log(`job ${job.id} in ${job.sandboxKey}: killed ${killed} process(es) of its group`);
+      return killed;
+    } catch (err) {
+      this.host.log(`job ${job.id} in ${job.sandboxKey}: its process group could not be killed (${String(err)}); killing by its tag`);
+      return undefined;
+    }
+  }
+
+  /**
+   * Kills the job's tree: its process group whole where the sandbox has one, then what the tags
+   * find; false when it had ended on its own just before (its exit code is then recorded).
+   */
   private async killIn(job: JobRecord, sandbox: Sandbox, call: ResolvedCall | undefined): Promise<boolean> {
+    await this.endGroup(job, sandbox);
     // The helper's variables never clash with `jd`; the last line says whether the job had ended first.
     const script = `${KILL_PRELUDE}\n${KILL_TREE_SCRIPT}\n[ -f "$jd/exit" ] && echo exited\nexit 0\n`;
     const r = await sandbox.execOnce(['sh', '-c', script, 'sh', job.dir, tagOf(job.id)], { timeoutMs: HELPER_TIMEOUT_MS });
@@ -432,6 +462,11 @@ export class JobRunner {
 
 function tagOf(id: string): string {
   return `job-${id.slice('job_'.length)}`;
+}
+
+/** The name of the process group a job runs in (where the sandbox has the kernel's grouping). */
+function jobGroup(id: string): string {
+  return tagOf(id);
 }
 
 function storedScope(s: CallScope): CallScope {

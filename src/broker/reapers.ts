@@ -172,6 +172,7 @@ export class Reapers implements BrokerReapers {
     for (const engine of engines) {
       await pool.reapIdleNetworks(engine).catch((e) => log('berth:reaper', `reap ${engine} networks: ${String(e)}`));
       await pool.releaseIdleDisks(engine).catch((e) => log('berth:reaper', `release ${engine} disks: ${String(e)}`));
+      await pool.reapIdleGroups(engine).catch((e) => log('berth:reaper', `reap ${engine} process groups: ${String(e)}`));
     }
     return removed;
   }

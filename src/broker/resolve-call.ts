@@ -25,6 +25,13 @@ export interface Binding {
   note?: string;
   /** Where the sandbox runs when that is another machine (an SSH backend's `root@build1:22`). */
   host?: string;
+  /**
+   * How a timeout (or a caller gone away, or a job's kill) ends a command's processes: `cgroup`,
+   * the kernel's grouping (a cgroup per command that nothing the command does gets out of); `tags`,
+   * the tags berth puts in their environment, their session and process group (a process that
+   * clears its environment and leaves its session is not found).
+   */
+  kill: 'cgroup' | 'tags';
   tenant: string;
   profile: string;
   sandboxKey: string;
@@ -68,6 +75,11 @@ export interface ResolveContext {
   hostEnv: Readonly<Record<string, string | undefined>>;
   /** Secrets files (`env.secretsFile`) read at start-up, by absolute path. */
   secrets?: ReadonlyMap<string, SecretsFile>;
+  /**
+   * What this host offers the kernel's grouping, read once at start-up: berth may group processes
+   * here (`host`), and the docker engine is this host's (`engineOnHost`). Absent: tags everywhere.
+   */
+  grouping?: { host: boolean; engineOnHost: boolean };
 }
 
 /**
@@ -185,9 +197,11 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   };
   const note = isolationNoteOf(module, settings);
   const host = module.host?.(sectionOf(module, settings));
+  const kill = ctx.grouping?.host === true && (module.processGroups === 'host' || (module.processGroups === 'engine' && ctx.grouping.engineOnHost))
+    ? 'cgroup' : 'tags';
   return {
     binding: {
-      backend: settings.backend, isolation: traits.isolation, ...(note === undefined ? {} : { note }), ...(host === undefined ? {} : { host }), tenant: scope.tenant, profile: scope.profile, sandboxKey: keyed.key, rule: keyed.rule,
+      backend: settings.backend, isolation: traits.isolation, ...(note === undefined ? {} : { note }), ...(host === undefined ? {} : { host }), kill, tenant: scope.tenant, profile: scope.profile, sandboxKey: keyed.key, rule: keyed.rule,
       persistent: !keyed.ephemeral, mount: mount.mount, mountReason: mount.mountReason,
       // Only a new shell needs the start cwd; exec asks for it then (startCwd), explain always.
       cwd: opts.withCwd ? startCwd(store, { scope, settings, traits, spec, shell, isSubagent, defaultCwd }) : '',

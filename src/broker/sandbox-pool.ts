@@ -409,6 +409,11 @@ export class SandboxPool {
     await (await this.backends.get(engine)).releaseIdleDisks?.();
   }
 
+  /** Removes the engine's process groups that no process is in any more (see `Backend.reapIdleGroups`). */
+  async reapIdleGroups(engine: string): Promise<void> {
+    await (await this.backends.get(engine)).reapIdleGroups?.();
+  }
+
   /**
    * `list` with state: reads each recorded backend once, then tells a record's state: `active`
    * (open in this process), else what its engine says, or `unknown` when it does not answer.

@@ -129,6 +129,7 @@ export class ShellPool {
       open: (extra) => shells.openShell({ ...call.env, ...extra }),
       execOnce: (argv, o) => sandbox.execOnce(argv, o),
       killer: shells.warden,
+      groups: sandbox.processGroups,
       stateDir: sandbox.stateDir,
       shellId: call.shell.fileStem,
       defaultCwd: call.defaultCwd,

@@ -33,6 +33,8 @@ export const Binding = z.object({
   isolation: z.enum(['container', 'namespace', 'remote', 'none'])
     .describe('container; namespace: Linux namespaces on the server\'s host (bwrap); remote: another host; none: commands run without isolation (see note)'),
   note: z.string().optional().describe('set when the backend does not isolate like a container, or an isolation was turned off: where commands run and how'),
+  kill: z.enum(['cgroup', 'tags'])
+    .describe('how a timeout, a caller gone away or a job\'s kill ends a command\'s processes: cgroup: the kernel\'s grouping, a cgroup per command that nothing the command does gets out of; tags: by the tags in their environment, their session and process group (a process that clears its environment and leaves its session is not found)'),
   tenant: z.string(),
   profile: z.string(),
   sandboxKey: z.string(),

@@ -2,8 +2,9 @@ import { rmSync } from 'node:fs';
 import { BerthError, ConfigError, TimeoutError, UsageError } from '../errors.js';
 import { Logger } from '../logging/logger.js';
 import { ByteRedactor, OutputCapture } from './output-capture.js';
-import { DUMP_AND_EXIT, SHELL_TAG_VAR, SNAPSHOT_CWD, TokenSource, buildFrame, buildInit, isShellName, parseInitPayload, printfFormat } from './protocol.js';
+import { DUMP_AND_EXIT, SHELL_TAG_VAR, SNAPSHOT_CWD, STARTED_LINE, TokenSource, buildFrame, buildInit, isShellName, parseInitPayload, printfFormat } from './protocol.js';
 import { describeEnd, describeReplacement, restoredFrom, type Replacement } from './replacement.js';
+import type { ProcessPids, ShellGroups, ShellTransport } from '../backends/backend.js';
 import { ShellConn, type Exchange, type Outcome } from './shell-conn.js';
 import type { ExecResult, RunOptions, ShellOptions } from './types.js';
 import { OnceKiller, type ProcessKiller, type TreeInput } from './warden.js';
@@ -191,6 +192,7 @@ export class PersistentShell implements AsyncDisposable {
       redactValues: this.opts.redactValues,
       onChunk: ro.onChunk,
     });
+    this.groupOp(conn, 'enter the command\'s group', (g) => g.prepare(ro.group));
     const ex = conn.exchange(frame, nonce, (stream, chunk) => capture.push(stream, chunk));
     this.current = { tag, conn };
 
@@ -217,6 +219,7 @@ export class PersistentShell implements AsyncDisposable {
       replaced = replaced || r.replaced;
       notice = `berth: ${why}; the command's processes were killed and ${r.text}`;
     } else if (outcome.kind === 'ok') {
+      this.groupOp(conn, 'leave the command\'s group', (g) => g.settle());
       exitCode = outcome.status;
       if (outcome.cwd !== '') this.cwd = outcome.cwd;
       this.jobs = outcome.jobs;
@@ -232,6 +235,7 @@ export class PersistentShell implements AsyncDisposable {
         // `exit` leaves the command's own background processes alone, as a shell would.
         if (code === null || code >= 128) {
           const k: TreeInput = { shellPid: conn.pid, shellTag: conn.tag, cmdTag: tag, protectedPgids: this.jobs };
+          await this.groupTask(conn, 'end the command\'s group', (g) => g.endCommand());
           await this.kill('sweep', (killer) => killer.endCommand(k, true));
         }
         this.jobs = [];
@@ -276,17 +280,20 @@ export class PersistentShell implements AsyncDisposable {
   }
 
   /**
-   * Ends a running command for good. The warden stops the shell, sends it SIGUSR1 and kills the
-   * command's tree; once let go, bash runs the trap as soon as its foreground child is gone,
-   * before the next element of the command line: it dumps its state and exits (a line on its
-   * stdin does the same if it was between commands). A shell that no longer catches SIGUSR1 is
-   * killed at once; one that does not exit in time is killed. Leftovers of the command are swept
-   * again once the shell is gone. True when the sandbox was out of pids and still is without the
-   * command's tree (see `takeOver`). Never throws.
+   * Ends a running command for good. Where the shell has command groups, the kernel's grouping
+   * does it (see `ShellGroups.timeout`): everything the command started ends, whatever it did to
+   * its environment, session or process group. Else the warden stops the shell, sends it SIGUSR1
+   * and kills the command's tree as its tags find it. Once let go, bash runs the trap as soon as
+   * its foreground child is gone, before the next element of the command line: it dumps its state
+   * and exits (a line on its stdin does the same if it was between commands). A shell that no
+   * longer catches SIGUSR1 is killed at once; one that does not exit in time is killed. Leftovers
+   * of the command are swept again once the shell is gone. True when the sandbox was out of pids
+   * and still is without the command's tree (see `takeOver`). Never throws.
    */
   private async endCommand(conn: ShellConn, tag: string, ex: Exchange): Promise<boolean> {
     const k: TreeInput = { shellPid: conn.pid, shellTag: conn.tag, cmdTag: tag, protectedPgids: this.jobs };
-    const report = await this.kill('timeout', (killer) => killer.timeout(k));
+    const report = await this.groupTask(conn, 'timeout by the command\'s group', (g) => g.timeout())
+      ?? await this.kill('timeout', (killer) => killer.timeout(k));
     if (report !== undefined) {
       this.log(`timeout: killed ${report.killed} process(es); the shell was ${report.shell}${report.stillFull ? '; the sandbox is out of pids without them' : ''}`);
     }
@@ -337,10 +344,22 @@ export class PersistentShell implements AsyncDisposable {
    * shell's whole family is killed and then, in a container, every process in the sandbox.
    * `outOfPids`: the timeout found the sandbox out of pids without the command's tree, so the
    * plain new shell is not tried: under a bomb it can slip into a moment's gap and then starve
-   * like the command did. The warden's later answer alone is such a moment's look.
+   * like the command did. The warden's later answer alone is such a moment's look. The old
+   * shell's empty command groups go afterwards.
    */
   private async takeOver(
     old: ShellConn, jobs: number, outOfPids = false,
+  ): Promise<{ replaced: boolean; from: Replacement['from'] | undefined; text: string }> {
+    try {
+      return await this.replace(old, jobs, outOfPids);
+    } finally {
+      this.groupOp(old, 'release the old shell\'s groups', (g) => g.release());
+    }
+  }
+
+  /** `takeOver`'s steps, each followed by a try at a new shell. */
+  private async replace(
+    old: ShellConn, jobs: number, outOfPids: boolean,
   ): Promise<{ replaced: boolean; from: Replacement['from'] | undefined; text: string }> {
     if (this.conn === old) this.conn = undefined;
     const candidates = [this.cwd, SNAPSHOT_CWD, this.opts.defaultCwd];
@@ -349,7 +368,11 @@ export class PersistentShell implements AsyncDisposable {
     const full = async (): Promise<boolean | undefined> => (this.killer.isReady() ? this.killer.outOfPids().catch(() => undefined) : undefined);
     const steps: (() => Promise<boolean>)[] = [
       async () => true,
-      async () => (rep.jobsEnded = (await this.kill('end the old shell', (k) => k.endShell({ shellPid: old.pid, shellTag: old.tag }))) !== undefined),
+      async () => {
+        const byGroups = await this.groupTask(old, 'end the old shell\'s groups', (g) => g.endAll());
+        const byTags = await this.kill('end the old shell', (k) => k.endShell({ shellPid: old.pid, shellTag: old.tag }));
+        return (rep.jobsEnded = byGroups !== undefined || byTags !== undefined);
+      },
       async () => (rep.sandboxCleared = (await this.kill('end every process', (k) => k.endAll().then(() => true))) === true),
     ];
     let lastError: unknown;
@@ -373,6 +396,29 @@ export class PersistentShell implements AsyncDisposable {
     return { replaced: false, from: undefined, text: `no new shell could be started (${why}); the next command tries again` };
   }
 
+  /** Runs one step on the shell's command groups, if it has them; false when it has none or the step failed (logged). */
+  private groupOp(conn: ShellConn, what: string, op: (groups: ShellGroups) => void): boolean {
+    if (conn.group === undefined) return false;
+    try {
+      op(conn.group);
+      return true;
+    } catch (err) {
+      this.log(`${what}: ${String(err)}`);
+      return false;
+    }
+  }
+
+  /** As `groupOp`, for a step that waits; undefined when the shell has no groups or the step failed. */
+  private async groupTask<T>(conn: ShellConn, what: string, op: (groups: ShellGroups) => Promise<T>): Promise<T | undefined> {
+    if (conn.group === undefined) return undefined;
+    try {
+      return await op(conn.group);
+    } catch (err) {
+      this.log(`${what}: ${String(err)}`);
+      return undefined;
+    }
+  }
+
   /** Runs one kill operation with the sandbox's killer, then with the helper if that failed. */
   private async kill<T>(what: string, op: (killer: ProcessKiller) => Promise<T>): Promise<T | undefined> {
     for (const killer of this.killer === this.fallbackKiller ? [this.killer] : [this.killer, this.fallbackKiller]) {
@@ -389,7 +435,10 @@ export class PersistentShell implements AsyncDisposable {
   private async openConn(cwdCandidates: readonly string[], preferSnapshotOf: string | undefined): Promise<void> {
     const old = this.conn;
     this.conn = undefined;
-    if (old !== undefined) await old.kill();
+    if (old !== undefined) {
+      await old.kill();
+      this.groupOp(old, 'release the old shell\'s groups', (g) => g.release());
+    }
     const t = this.timings;
     const shellTag = this.tokens.next(TAG_BYTES);
     const opening = this.opts.open({ [SHELL_TAG_VAR]: shellTag });
@@ -406,6 +455,9 @@ export class PersistentShell implements AsyncDisposable {
       throw new TimeoutError(`opening the shell "${this.opts.shellId}" took over ${t.startTimeoutMs} ms; check the sandbox is running`);
     }
     const conn = new ShellConn(transport, shellTag, t.drainMs, (m) => this.log(m));
+    const pids = await this.pidsOf(transport, t.startTimeoutMs);
+    // In its group before its init runs: the init sources a snapshot the sandbox can write.
+    conn.group = await this.adopt(pids?.host);
     const nonce = this.tokens.next(NONCE_BYTES);
     const init = buildInit({
       nonce,
@@ -434,6 +486,7 @@ export class PersistentShell implements AsyncDisposable {
     if (o === 'timeout' || o.kind !== 'ok') {
       ex.abandon();
       await conn.kill();
+      this.groupOp(conn, 'release the shell\'s groups', (g) => g.release());
       if (o === 'timeout') {
         throw new TimeoutError(`the shell "${this.opts.shellId}" did not start within ${t.startTimeoutMs} ms; is bash installed in the sandbox?`);
       }
@@ -442,13 +495,50 @@ export class PersistentShell implements AsyncDisposable {
     }
     const payload = parseInitPayload(stdoutTail);
     if (startupBytes > stdoutTail.length || payload === undefined) this.log(`startup wrote ${startupBytes} byte(s) (snapshot errors?)`);
-    conn.pid = o.status;
+    // The backend's word for its pid beats the shell's own (a snapshot can make the init say any
+    // pid, and what berth kills is found from it).
+    conn.pid = pids?.sandbox ?? o.status;
+    if (conn.pid !== o.status) this.log(`the shell said its pid is ${o.status}; its backend says ${conn.pid}`);
     conn.stdinIsNull = payload?.stdinIsNull ?? false;
     conn.loadedFrom = payload?.loadedFrom ?? '';
     this.cwd = o.cwd !== '' ? o.cwd : this.opts.defaultCwd;
     this.jobs = o.jobs;
     this.conn = conn;
-    this.log(`shell started (pid ${conn.pid}, cwd ${this.cwd})`);
+    this.log(`shell started (pid ${conn.pid}, cwd ${this.cwd}${conn.group === undefined ? '' : ', in a command group'})`);
+  }
+
+  /**
+   * The new shell's pids as its backend knows them, where it can tell. With command groups the
+   * shell must run first (an engine may start an exec's process a moment after its stream opens):
+   * it answers `STARTED_LINE` then.
+   */
+  private async pidsOf(transport: ShellTransport, timeoutMs: number): Promise<ProcessPids | undefined> {
+    if (transport.pids === undefined) return undefined;
+    try {
+      if (this.opts.groups !== undefined) {
+        const answered = firstChunk(transport, timeoutMs);
+        transport.stdin.write(STARTED_LINE);
+        await answered;
+      }
+      return await transport.pids();
+    } catch (err) {
+      this.log(`the backend could not tell the shell's pid: ${String(err)}`);
+      return undefined;
+    }
+  }
+
+  /**
+   * The new shell's command groups, where the sandbox has the kernel's grouping: by its pid on the
+   * host as its backend knows it, never as the shell reports it.
+   */
+  private async adopt(hostPid: number | undefined): Promise<ShellGroups | undefined> {
+    if (this.opts.groups === undefined || hostPid === undefined) return undefined;
+    try {
+      return await this.opts.groups.adopt(hostPid);
+    } catch (err) {
+      this.log(`no command groups (its commands are found by tags): ${String(err)}`);
+      return undefined;
+    }
   }
 
   /** One spill file per shell: a new one replaces the previous command's. */
@@ -492,13 +582,16 @@ export class PersistentShell implements AsyncDisposable {
       if (!(await this.waitGone(conn, this.timings.closeTimeoutMs)) && this.killer.isReady()) {
         await this.kill('kill the shell', (killer) => killer.signal(conn.pid, 'KILL'));
       }
+      this.groupOp(conn, 'release the shell\'s groups', (g) => g.release());
       return;
     }
     // A command is running: the USR1 trap dumps and exits once its foreground child is gone.
     const k: TreeInput = { shellPid: conn.pid, shellTag: conn.tag, cmdTag: cur.tag, protectedPgids: this.jobs };
-    const report = await this.kill('close', (killer) => killer.timeout(k));
+    const report = await this.groupTask(conn, 'close by the command\'s group', (g) => g.timeout())
+      ?? await this.kill('close', (killer) => killer.timeout(k));
     if (report?.shell !== 'killed') conn.write(DUMP_AND_EXIT);
     await this.ensureGone(conn, this.timings.closeTimeoutMs);
+    this.groupOp(conn, 'release the shell\'s groups', (g) => g.release());
   }
 
   private log(msg: string): void {
@@ -528,6 +621,23 @@ function stopWhen(ms: number, signal: AbortSignal | undefined): { promise: Promi
       if (onAbort !== undefined) signal?.removeEventListener('abort', onAbort);
     },
   };
+}
+
+/** Resolves once the transport's stderr gave its first bytes, ended, or `ms` passed. */
+function firstChunk(transport: ShellTransport, ms: number): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      transport.stderr.off('data', done);
+      transport.stderr.off('end', done);
+      transport.stderr.off('close', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    transport.stderr.once('data', done);
+    transport.stderr.once('end', done);
+    transport.stderr.once('close', done);
+  });
 }
 
 function timeout<T>(ms: number, value: T): { promise: Promise<T>; cancel(): void } {

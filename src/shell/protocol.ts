@@ -293,6 +293,13 @@ export function parseInitPayload(text: string): { stdinIsNull: boolean; loadedFr
 }
 
 /**
+ * A new shell's first line where berth must find its process before the init runs (to put it in
+ * its command group): bash answers one newline on stderr as soon as it runs and reads it, which
+ * berth waits for instead of polling. Between exchanges the shell's output is dropped.
+ */
+export const STARTED_LINE = "builtin printf '\\n' >&2\n";
+
+/**
  * The line that makes an idle shell dump its state and exit. Bash runs a trap only between
  * commands, never while it waits for its next line, so after a timeout this line is sent as
  * well: it runs only if the trap did not (the command had just ended, or bash gave up a fork).

@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import type { ShellTransport } from '../backends/backend.js';
+import type { ShellGroups, ShellTransport } from '../backends/backend.js';
 import { MarkerScanner, parseStderrTrailer, parseStdoutTrailer } from './protocol.js';
 import type { StreamName } from './output-capture.js';
 
@@ -34,6 +34,8 @@ export class ShellConn {
   stdinIsNull = false;
   /** Tag of the shell whose snapshot this one loaded at start ('' if none). */
   loadedFrom = '';
+  /** Its command groups, where the sandbox has the kernel's grouping and the shell was adopted. */
+  group: ShellGroups | undefined;
   isDead = false;
   /** Resolves with the exit code (null if unknown) once the shell is gone; never rejects. */
   readonly dead: Promise<number | null>;

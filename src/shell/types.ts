@@ -1,4 +1,4 @@
-import type { ExecOnceOptions, ExecOnceResult, ShellTransport } from '../backends/backend.js';
+import type { ExecOnceOptions, ExecOnceResult, ProcessGroups, ShellTransport } from '../backends/backend.js';
 import type { Logger } from '../logging/logger.js';
 import type { ProcessKiller } from './warden.js';
 
@@ -39,6 +39,11 @@ export interface ShellOptions {
    * shared by its shells. Default: the same routine run as a helper through `execOnce`.
    */
   killer?: ProcessKiller | undefined;
+  /**
+   * The sandbox's kernel grouping, where it has one: each command runs in a group of its own that
+   * a timeout or cancel ends whole; the killer's tag-based routine is then the fallback.
+   */
+  groups?: ProcessGroups | undefined;
   /** In-sandbox dir for snapshots; created by the shell if missing. */
   stateDir: string;
   /** Safe file stem unique per shell identity (snapshot file name). */
@@ -75,4 +80,10 @@ export interface RunOptions {
    * false. Aborted before the command started: nothing runs, exit code 130.
    */
   signal?: AbortSignal | undefined;
+  /**
+   * Runs the command in a new process group of this name (where the sandbox has the kernel's
+   * grouping), which keeps what the command leaves running after it: a background job's start
+   * line, so `ProcessGroups.killGroup(group)` ends the job later. Letters, digits, `-` and `_`.
+   */
+  group?: string | undefined;
 }

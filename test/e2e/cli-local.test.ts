@@ -154,7 +154,7 @@ describe('berth CLI on the local backend (real processes)', () => {
     expect(r.code).toBe(0);
     const b = JSON.parse(r.stdout) as Record<string, unknown>;
     expect(Object.keys(b).sort()).toEqual([
-      'backend', 'cwd', 'envMissing', 'envNames', 'isolation', 'mount', 'mountReason', 'note', 'persistent', 'profile', 'rule', 'sandboxKey', 'tenant',
+      'backend', 'cwd', 'envMissing', 'envNames', 'isolation', 'kill', 'mount', 'mountReason', 'note', 'persistent', 'profile', 'rule', 'sandboxKey', 'tenant',
     ].sort());
     expect(b).toMatchObject({ backend: 'local', tenant: 'local', profile: 'default', sandboxKey: 'session:e1', rule: 'auto:5', persistent: false, mount: null });
     // The host backend isolates nothing, and explain says so.

@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { BackendCatalog } from '../../src/backends/catalog.js';
 import { defineBackend, sectionOf, type BackendModule, type BackendTraits } from '../../src/backends/module.js';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
+import { hostGroupsUnusable } from '../../src/backends/cgroups/cgroup-host.js';
 import { Broker } from '../../src/broker/broker.js';
 import { formatEffectiveConfig } from '../../src/config/format.js';
 import { parseConfig } from '../../src/config/schema.js';
@@ -162,6 +163,23 @@ describe('explain and the tool words come from the module', () => {
     expect(b.mountReason).toBe('backend "example" neither mounts host dirs nor runs on this host, so the attached workspace is not used');
     expect(b.cwd).toMatch(/^\/home\/session_s1-[0-9a-f]{12}$/);
     expect(b.note).toBeUndefined();
+  });
+
+  it('says how a timeout ends a command\'s processes: the kernel\'s grouping where the module runs them on this host, tags elsewhere', async () => {
+    // As root on a host with cgroup2 (CI's), berth may group processes; elsewhere every backend says tags.
+    const here = hostGroupsUnusable() === undefined ? 'cgroup' : 'tags';
+    const kill = async (backend: string, env: Record<string, string> = {}): Promise<string> => {
+      await using broker = await Broker.open({ config: parseConfig({ backend }, undefined, { backends: catalog }), berthHome: home(), env });
+      return broker.explain({ session: 's1' }).kill;
+    };
+    expect(await kill('local')).toBe(here);
+    expect(await kill('bwrap')).toBe(here);
+    expect(await kill('docker')).toBe(here);
+    expect(await kill('docker', { DOCKER_HOST: 'unix:///run/user/1000/docker.sock' })).toBe(here);
+    // An engine reached over TCP or SSH runs its containers on another machine.
+    expect(await kill('docker', { DOCKER_HOST: 'tcp://build1:2376' })).toBe('tags');
+    expect(await kill('docker', { DOCKER_HOST: 'ssh://ana@build1' })).toBe('tags');
+    expect(await kill('example')).toBe('tags');
   });
 
   it('keys like a container when its traits say so (design §3 row 7), whatever its name', async () => {

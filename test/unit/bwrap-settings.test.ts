@@ -61,7 +61,7 @@ describe('the bwrap: config section', () => {
 
   it('the HTTP binding schema admits the isolation of every registered backend', () => {
     const base = {
-      backend: 'x', tenant: 't', profile: 'p', sandboxKey: 'k', rule: 'r', persistent: true, mounted: false, mountReason: '', cwd: '/', envNames: [], envMissing: [],
+      backend: 'x', kill: 'tags', tenant: 't', profile: 'p', sandboxKey: 'k', rule: 'r', persistent: true, mounted: false, mountReason: '', cwd: '/', envNames: [], envMissing: [],
     };
     for (const m of BUILTIN_BACKENDS.modules) expect(Binding.safeParse({ ...base, isolation: m.traits.isolation }).success, m.name).toBe(true);
   });

@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -91,6 +92,24 @@ for (const mode of ['warden', 'helper'] as const) {
       expect(pidsWithArg(grand).filter(alive)).toEqual([]);
       expect(pidsWithArg(fg).filter(alive)).toEqual([]);
       expect((await sh.run('echo ok', T)).stdout).toBe('ok\n');
+    });
+
+    it('believes the backend, not the shell, about the shell\'s pid: a snapshot that makes it report another process\'s gets that process no signal', async () => {
+      const decoyArg = unique(303);
+      leftovers.push(decoyArg);
+      const decoy = spawn('sleep', [decoyArg], { stdio: 'ignore', detached: true });
+      decoy.unref();
+      const sh = await start();
+      // Every `builtin X` of berth's goes through it once a new shell sources the snapshot: only the
+      // init's trailer, which carries `$$`, is changed, to the decoy's pid.
+      await sh.run(`export DECOY=${decoy.pid}; builtin() { if [ "$1" = printf ] && [ "$2" = '%s~%d %s%s~' ] && [ "$4" = "$$" ]; ` +
+        'then command builtin printf "$2" "$3" "$DECOY" "$5" "$6"; else command builtin "$@"; fi; }', T);
+      // The first timeout replaces the shell with one that lies; the second ends a command of that one.
+      expect((await sh.run('sleep 30', { timeoutMs: 500 })).exitCode).toBe(124);
+      expect((await sh.run('type -t builtin', T)).stdout).toBe('function\n');
+      expect((await sh.run('sleep 30', { timeoutMs: 500 })).exitCode).toBe(124);
+      expect(readFileSync(`/proc/${decoy.pid}/stat`, 'latin1')).toMatch(/\) S /);
+      expect((await sh.run('echo on', T)).stdout).toBe('on\n');
     });
 
     it('kills a shell whose command ignores SIGUSR1, and says the changes since it started were lost', async () => {

@@ -5,11 +5,14 @@ import type { ProfileSettings } from '../../config/types.js';
 import { BackendUnavailableError, isBerthError, PolicyRefusedError, SandboxNotFoundError } from '../../errors.js';
 import { Logger } from '../../logging/logger.js';
 import type { Backend, ManagedSandbox, PoolShape, Sandbox, SandboxSpec, WarmCapability } from '../backend.js';
+import { pidLevelOf } from '../cgroups/cgroup-host.js';
+import { HostCgroups } from '../cgroups/host-cgroups.js';
+import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { knownRootsFile, readKnownRoots, rememberRoot } from './known-roots.js';
 import { placeSandbox, removeSandbox, type SandboxPlacement } from './placement.js';
 import { probeBwrap, type BwrapHost } from './probe.js';
-import { addHolder, claimMeta, dropHolder, isRealDir, killHolders, liveHolders, readMeta, writeMeta, type SandboxMeta } from './records.js';
+import { addHolder, claimMeta, dropHolder, isRealDir, killHolders, liveHolders, pidNsOf, readMeta, writeMeta, type SandboxMeta } from './records.js';
 import { startSandbox, type BwrapSandbox } from './sandbox.js';
 import { prepareRoot, rootLayout, sandboxDirs } from './sandbox-dirs.js';
 import { BwrapSandboxHandle } from './sandbox-handle.js';
@@ -25,6 +28,8 @@ interface Running {
   sb: BwrapSandbox;
   handle: BwrapSandboxHandle;
   placement: SandboxPlacement;
+  /** Its processes' cgroup, where berth may make them. */
+  groups: SandboxCgroups | undefined;
 }
 
 /**
@@ -48,6 +53,8 @@ export class BwrapBackend implements Backend {
   private readonly log: Logger;
   /** Warm-pool sandboxes this process made and nobody claimed yet, by the sandbox it handed out. */
   private readonly prepared = new WeakMap<Sandbox, Running>();
+  /** Where its sandboxes' cgroups go, read at the first start (see backends/cgroups). */
+  private cgroups: HostCgroups | { unavailable: string } | undefined;
 
   /**
    * Warm pools: a sandbox started (dirs, uid, namespaces) before a session asks; a claim relabels
@@ -126,7 +133,7 @@ export class BwrapBackend implements Backend {
     if (running.sb.gone) throw new SandboxNotFoundError(`the warm-pool sandbox ${prepared.ref} is gone`);
     const dir = running.placement.dirs.root;
     claimMeta(dir, { installation: this.opts.installation, digest: spec.digest, ephemeral: true, name: spec.dirName });
-    const handle = new BwrapSandboxHandle(spec, running.sb, running.placement, false, spec.settings.bwrap.maxProcesses);
+    const handle = new BwrapSandboxHandle(spec, running.sb, running.placement, false, spec.settings.bwrap.maxProcesses, running.groups);
     const claimed: Running = { ...running, handle };
     this.running.set(dir, claimed);
     this.log.with({ key: spec.identity.key, ref: dir }).debug('claimed from the warm pool');
@@ -166,15 +173,44 @@ export class BwrapBackend implements Backend {
     }
     const dir = placement.dirs.root;
     const hostPid = sb.hostPid;
-    const handle = new BwrapSandboxHandle(spec, sb, placement, recreated, s.maxProcesses);
-    const running = { sb, handle, placement };
+    const groups = this.groupsOf(sb, spec);
+    const handle = new BwrapSandboxHandle(spec, sb, placement, recreated, s.maxProcesses, groups);
+    const running = { sb, handle, placement, groups };
     this.running.set(dir, running);
     void sb.exited.then(() => {
       dropHolder(dir, hostPid);
+      if (groups !== undefined && this.cgroups instanceof HostCgroups) void this.cgroups.remove(groupName(hostPid));
       if (this.running.get(dir)?.sb === sb) this.running.delete(dir);
     });
     this.log.with({ key: spec.identity.key, ref: dir }).debug(`started (host pid ${hostPid}, uid ${placement.user?.uid ?? 'berth'})`);
     return running;
+  }
+
+  /**
+   * A cgroup for the sandbox that just started, with its processes in it (bwrap's pid 1 and the init
+   * loop; nothing else runs before the first spawn), so every later process of the sandbox is in it
+   * or in a command's group below it; undefined, and its commands are found by tags, where berth
+   * may not make cgroups.
+   */
+  private groupsOf(sb: BwrapSandbox, spec: SandboxSpec): SandboxCgroups | undefined {
+    const log = this.log.with({ key: spec.identity.key });
+    if (this.cgroups === undefined) {
+      this.cgroups = HostCgroups.probe(this.opts.installation, this.log);
+      // The first start of this process: sandbox cgroups a crashed berth left empty go.
+      if (this.cgroups instanceof HostCgroups) this.cgroups.reap();
+    }
+    if (!(this.cgroups instanceof HostCgroups)) {
+      log.debug(`commands are found by tags, not cgroups: ${this.cgroups.unavailable}`);
+      return undefined;
+    }
+    try {
+      const groups = this.cgroups.sandbox(groupName(sb.hostPid), pidLevelOf(sb.hostPid) ?? 1);
+      const members = readdirSync('/proc').filter((d) => /^\d+$/.test(d) && pidNsOf(Number(d)) === sb.pidNs).map(Number);
+      return members.length > 0 && members.every((pid) => groups.admit(pid)) ? groups : undefined;
+    } catch (err) {
+      log.debug(`commands are found by tags, not cgroups: ${String(err)}`);
+      return undefined;
+    }
   }
 
   /** Ends every process over the sandbox's dirs (any berth process's), then removes the dirs and frees its uid. */
@@ -188,6 +224,10 @@ export class BwrapBackend implements Backend {
     if (isRealDir(dirs.root)) await killHolders(dirs.root);
     removeSandbox(root, dirs);
     this.log.with({ ref }).debug('removed');
+  }
+
+  async reapIdleGroups(): Promise<void> {
+    if (this.cgroups instanceof HostCgroups) this.cgroups.reap();
   }
 
   /** Ends this process's bwrap over the sandbox (its files stay; the next call starts it again). */
@@ -224,6 +264,7 @@ export class BwrapBackend implements Backend {
     await Promise.all([...this.starting.values()].map((p) => p.catch(() => undefined)));
     await Promise.all([...this.running.values()].map((r) => r.sb.stop()));
     this.running.clear();
+    if (this.cgroups instanceof HostCgroups) await this.cgroups.close();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -304,6 +345,11 @@ export class BwrapBackend implements Backend {
     this.log.debug(`warning: ${message}`);
     process.emitWarning(message, { code: 'BERTH_BWRAP' });
   }
+}
+
+/** The cgroup of the sandbox whose pid 1 is host process `hostPid` (unique among running sandboxes). */
+function groupName(hostPid: number): string {
+  return `sb-${hostPid}`;
 }
 
 /** The readable part of a sandbox's bwrap dir name. */

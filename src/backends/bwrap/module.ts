@@ -25,6 +25,7 @@ export const bwrapModule = defineBackend({
     ownsProcessTable: true,
   },
   settings: bwrapSettings,
+  processGroups: 'host',
   isolationNoteFor: (s) => {
     const open = [
       ...(s.seccomp ? [] : ['WITHOUT the syscall filter (bwrap.seccomp: false): mount, ptrace, keyctl, bpf and io_uring are open to commands']),

@@ -2,6 +2,7 @@ import { readdirSync } from 'node:fs';
 import { join, posix } from 'node:path';
 import { SandboxNotFoundError } from '../../errors.js';
 import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { fromSpawnError } from '../plumbing/spawn-errors.js';
 import { SANDBOX_HOME, SANDBOX_TMP, SANDBOX_USER, SANDBOX_WORKSPACE } from './layout.js';
 import type { SandboxPlacement } from './placement.js';
@@ -37,6 +38,8 @@ export class BwrapSandboxHandle implements SandboxHandle {
     placement: SandboxPlacement,
     readonly recreated: boolean,
     private readonly maxProcesses: number,
+    /** Its kernel grouping, when berth may make cgroups here (see backends/cgroups). */
+    readonly processGroups?: SandboxCgroups | undefined,
   ) {
     this.ref = placement.dirs.root;
     this.name = posix.basename(placement.dirs.root);
@@ -63,6 +66,8 @@ export class BwrapSandboxHandle implements SandboxHandle {
       exited: p.exited,
       // Its process group: what it started in the background goes too (the init loop made the group).
       kill: () => p.kill('KILL'),
+      // As the init loop (berth's own) reported it, and that process among the sandbox's on the host.
+      pids: async () => ({ sandbox: p.pid, host: this.processGroups?.hostPidOf(p.pid) }),
     };
   }
 

@@ -37,6 +37,9 @@ import {
   unavailableError,
 } from './engine.js';
 import { DockerSandboxHandle } from './docker-sandbox.js';
+import { containerGroups } from './container-groups.js';
+import { probeCgroupHost, type CgroupHostProbe } from '../cgroups/cgroup-host.js';
+import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { removeUnder } from '../plumbing/remove-under.js';
 import { capabilitiesFromInfo, LIMIT_DEFAULTS, planLimits, type EngineCapabilities, type LimitPlan } from './limits.js';
@@ -105,6 +108,10 @@ export class DockerBackend implements Backend {
   private readonly log: (msg: string) => void;
   private readonly hostUser: { uid: number; gid: number } | undefined;
   private capabilities: Promise<EngineCapabilities> | undefined;
+  /** This host's cgroups, read at the first sandbox (see container-groups.ts). */
+  private cgroupHost: CgroupHostProbe | undefined;
+  /** The process groups of the containers this process used, by container id (swept by the orphan reaper). */
+  private readonly groups = new Map<string, SandboxCgroups>();
   private readonly warned = new Set<string>();
   private readonly sockets = new Set<Duplex>();
   private readonly networks: SandboxNetworks;
@@ -264,6 +271,17 @@ export class DockerBackend implements Backend {
   /** Removes this installation's networks that no container uses (the orphan reaper calls it). */
   reapIdleNetworks(opts: { timeoutMs?: number } = {}): Promise<string[]> {
     return this.networks.reapIdle(opts.timeoutMs);
+  }
+
+  /**
+   * Removes the empty process groups of the containers this process used (ended jobs and `cmd &`
+   * leftovers); a removed container's went with it (the runtime removes its cgroup whole).
+   */
+  async reapIdleGroups(): Promise<void> {
+    for (const [id, groups] of this.groups) {
+      if (groups.dir.exists) groups.sweep();
+      else this.groups.delete(id);
+    }
   }
 
   async close(): Promise<void> {
@@ -608,6 +626,10 @@ export class DockerBackend implements Backend {
     recreated: boolean,
   ): Sandbox {
     if (recreated) this.about(spec, info.Id).debug('recreated (the one recorded was removed out of band)');
+    this.cgroupHost ??= probeCgroupHost();
+    const groups = containerGroups(this.cgroupHost, info, this.about(spec, info.Id));
+    if ('unavailable' in groups) this.about(spec, info.Id).debug(`commands are found by tags, not cgroups: ${groups.unavailable}`);
+    else this.groups.set(info.Id, groups);
     return new ProcessSandbox(new DockerSandboxHandle({
       spec,
       info,
@@ -619,6 +641,7 @@ export class DockerBackend implements Backend {
         this.sockets.add(socket);
         return () => this.sockets.delete(socket);
       },
+      processGroups: 'unavailable' in groups ? undefined : groups,
     }));
   }
 

@@ -3,10 +3,13 @@ import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { Logger } from '../../logging/logger.js';
 import type { SandboxHandle, SandboxSpec, ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
+import { SHELL_TAG_ENV } from './exec-stream.js';
 import { attachMainProcess, spawnInContainer, type ContainerTarget } from './exec-process.js';
 import { WARDEN_LABEL } from './container-spec.js';
 import { HOME, STATE_DIR, WORKSPACE } from './paths.js';
 import { containerUsage } from './usage.js';
+import { pidsOnThisHost } from '../cgroups/cgroup-host.js';
 
 export interface DockerSandboxInput {
   spec: SandboxSpec;
@@ -16,6 +19,21 @@ export interface DockerSandboxInput {
   docker: Dockerode;
   log: Logger;
   track: (socket: Duplex) => () => void;
+  /** The container's kernel grouping, when berth manages its cgroups from this host. */
+  processGroups?: SandboxCgroups | undefined;
+}
+
+/** How long a new exec's process may take to appear in its container's cgroup. */
+const PID_WAIT_MS = 5_000;
+
+/** The first defined value of `look`, asked every few milliseconds for at most `ms`, or until `over`. */
+async function firstOf<T>(look: () => T | undefined, over: () => boolean, ms: number): Promise<T | undefined> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const found = look();
+    if (found !== undefined || over() || Date.now() >= deadline) return found;
+    await new Promise((r) => setTimeout(r, 2));
+  }
 }
 
 /** One running container of a sandbox identity: processes start in it through `docker exec`. */
@@ -31,6 +49,7 @@ export class DockerSandboxHandle implements SandboxHandle {
   readonly recreated: boolean;
   readonly volatileDirs: readonly string[];
   readonly attachWarden: (() => Promise<ShellTransport>) | undefined;
+  readonly processGroups: SandboxCgroups | undefined;
   private readonly docker: Dockerode;
   private readonly log: Logger;
   private readonly target: ContainerTarget;
@@ -51,14 +70,24 @@ export class DockerSandboxHandle implements SandboxHandle {
     // create); an older one's main process is `sleep`, and its warden an exec as before.
     const resident = input.info.Config.Labels?.[WARDEN_LABEL] === 'resident' && input.info.Config.OpenStdin === true;
     this.attachWarden = resident ? () => attachMainProcess(this.target) : undefined;
+    this.processGroups = input.processGroups;
     this.binds = (input.info.Mounts ?? [])
       .filter((m) => m.Type === 'bind' && typeof m.Source === 'string' && typeof m.Destination === 'string')
       .map((m) => ({ source: path.resolve(m.Source), destination: path.posix.normalize(m.Destination) }))
       .sort((a, b) => b.destination.length - a.destination.length);
   }
 
-  spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {
-    return spawnInContainer(this.target, argv, { ...opts, env: { HOME, ...opts.env } });
+  async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {
+    const { tag, ...p } = await spawnInContainer(this.target, argv, { ...opts, env: { HOME, ...opts.env } });
+    const groups = this.processGroups;
+    if (groups === undefined) return p;
+    // Found on this host by the tag its exec gave it, among the processes in the container's own
+    // cgroup (berth's alone: what commands start lives in their groups), once the engine has
+    // started it (a moment after the exec's stream opened; the exec's inspect names it later still).
+    let ended = false;
+    void p.exited.then(() => (ended = true));
+    const look = (): number | undefined => groups.hostPidWithEnv(`${SHELL_TAG_ENV}=${tag}`);
+    return { ...p, pids: async () => pidsOnThisHost(await firstOf(look, () => ended, PID_WAIT_MS)) };
   }
 
   /** From the engine's one-shot stats (the pids cgroup): no process in the container needed. */

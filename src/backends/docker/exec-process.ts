@@ -28,9 +28,11 @@ export interface ContainerTarget {
  * Starts `argv` in the container through `docker exec` with its streams attached. Env values
  * travel only in the exec's `Env` field (never in `Cmd`), with a tag (`BERTH_SHELL_TAG`, the
  * caller's own when it sets one) that `kill()` finds the process tree by: closing an attach
- * stream does not end what runs in the container.
+ * stream does not end what runs in the container. It comes back with the process.
  */
-export async function spawnInContainer(target: ContainerTarget, argv: readonly string[], opts: SpawnOptions & { killByTag?: boolean }): Promise<SpawnedProcess> {
+export async function spawnInContainer(
+  target: ContainerTarget, argv: readonly string[], opts: SpawnOptions & { killByTag?: boolean },
+): Promise<SpawnedProcess & { tag: string }> {
   const { docker, containerId } = target;
   const tag = opts.env[SHELL_TAG_ENV] ?? randomBytes(8).toString('hex');
   const env = Object.entries({ ...opts.env, [SHELL_TAG_ENV]: tag }).map(([name, value]) => `${name}=${value}`);
@@ -71,7 +73,7 @@ export async function spawnInContainer(target: ContainerTarget, argv: readonly s
     })();
     return killing;
   };
-  return { stdin, stdout, stderr, exited, kill };
+  return { stdin, stdout, stderr, exited, kill, tag };
 }
 
 /**

@@ -16,6 +16,7 @@ export const dockerModule = defineBackend({
     ownsProcessTable: true,
   },
   settings: dockerSettings,
+  processGroups: 'engine',
   images: { of: (s) => s.image, with: (s, image) => ({ ...s, image }) },
   reservation: (s) => ({ memoryMb: s.memoryMb ?? LIMIT_DEFAULTS.memoryMb, diskMb: s.diskMb ?? LIMIT_DEFAULTS.diskMb }),
   words: {

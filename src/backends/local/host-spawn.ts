@@ -5,6 +5,9 @@ import type { SpawnedProcess } from '../backend.js';
 import { fromSpawnError } from '../plumbing/spawn-errors.js';
 import { openFifoStdin, type FifoStdin } from './fifo-stdin.js';
 
+/** A host process berth started: its pid is the host's. */
+export type HostProcess = SpawnedProcess & { readonly pid: number };
+
 /**
  * Starts a process on this host with piped stdio, in its own process group, so `kill()` ends it
  * and everything still in its group without touching berth. Resolves once the process runs; a
@@ -14,7 +17,7 @@ import { openFifoStdin, type FifoStdin } from './fifo-stdin.js';
 export async function spawnOnHost(
   argv: readonly string[],
   opts: { cwd: string; env: Readonly<Record<string, string>>; stdin: boolean | 'fifo'; where: string },
-): Promise<SpawnedProcess> {
+): Promise<HostProcess> {
   const [file, ...args] = argv;
   if (file === undefined) throw fromSpawnError(new Error('no program given'), '', opts.where);
   const fifo = opts.stdin === 'fifo' ? await openFifoStdin() : undefined;
@@ -34,7 +37,7 @@ function startOnHost(
   args: string[],
   opts: { cwd: string; env: Readonly<Record<string, string>>; stdin: boolean | 'fifo'; where: string },
   fifo: FifoStdin | undefined,
-): Promise<SpawnedProcess> {
+): Promise<HostProcess> {
   return new Promise((resolve, reject) => {
     const child = spawn(file, args, {
       cwd: opts.cwd, env: { ...opts.env }, stdio: [fifo?.childFd ?? (opts.stdin === true ? 'pipe' : 'ignore'), 'pipe', 'pipe'], detached: true,
@@ -53,6 +56,8 @@ function startOnHost(
       stdin?.on('error', () => undefined);
       let killing: Promise<void> | undefined;
       resolve({
+        pid: child.pid as number,
+        pids: async () => (child.pid === undefined ? undefined : { host: child.pid, sandbox: child.pid }),
         stdin,
         stdout: child.stdout!,
         stderr: child.stderr!,

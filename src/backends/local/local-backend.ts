@@ -1,8 +1,10 @@
 import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import type { ProfileSettings } from '../../config/types.js';
 import { Logger } from '../../logging/logger.js';
 import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
+import { HostCgroups } from '../cgroups/host-cgroups.js';
+import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { removeUnder } from '../plumbing/remove-under.js';
 import { LocalSandbox, LocalSandboxHandle } from './local-sandbox.js';
 import { localSandboxesRoot } from './paths.js';
@@ -18,8 +20,10 @@ export class LocalBackend implements Backend {
   readonly name = 'local' as const;
   private readonly root: string;
   private readonly log: Logger;
+  /** Where its sandboxes' cgroups go, read at the first ensure (see backends/cgroups). */
+  private cgroups: HostCgroups | { unavailable: string } | undefined;
 
-  constructor(opts: { berthHome: string; log?: Logger }) {
+  constructor(private readonly opts: { berthHome: string; installation?: string; log?: Logger }) {
     this.root = localSandboxesRoot(opts.berthHome);
     this.log = opts.log ?? Logger.silent();
   }
@@ -31,7 +35,28 @@ export class LocalBackend implements Backend {
   async ensure(spec: SandboxSpec, _knownRef: string | undefined): Promise<Sandbox> {
     const dir = join(this.root, spec.dirName);
     mkdirSync(join(dir, '.berth'), { recursive: true, mode: 0o700 });
-    return new LocalSandbox(new LocalSandboxHandle(spec, dir));
+    return new LocalSandbox(new LocalSandboxHandle(spec, dir, this.groupsOf(spec)));
+  }
+
+  /**
+   * The sandbox's cgroup, where berth may make cgroups (as root): its shells start in it and each
+   * command gets a group below it. A command that runs as root can still write its own pid
+   * elsewhere in the hierarchy: on the host nothing is isolated, this only ends what does not try.
+   */
+  private groupsOf(spec: SandboxSpec): SandboxCgroups | undefined {
+    if (this.opts.installation === undefined) return undefined;
+    if (this.cgroups === undefined) {
+      this.cgroups = HostCgroups.probe(this.opts.installation, this.log);
+      if (this.cgroups instanceof HostCgroups) this.cgroups.reap();
+      else this.log.debug(`commands are found by tags, not cgroups: ${this.cgroups.unavailable}`);
+    }
+    if (!(this.cgroups instanceof HostCgroups)) return undefined;
+    try {
+      return this.cgroups.sandbox(spec.dirName, 0);
+    } catch (err) {
+      this.log.with({ key: spec.identity.key }).debug(`commands are found by tags, not cgroups: ${String(err)}`);
+      return undefined;
+    }
   }
 
   /** Deletes the sandbox dir, only ever under this installation's local sandbox root. */
@@ -39,7 +64,17 @@ export class LocalBackend implements Backend {
     for (const dir of new Set([ref, hostDir])) {
       if (dir !== undefined) await removeUnder(this.root, dir);
     }
+    // Its cgroup goes once its shells have; what a command left running keeps it until it ends,
+    // and the next removal takes it then.
+    if (this.cgroups instanceof HostCgroups) {
+      await this.cgroups.remove(basename(ref));
+      this.cgroups.reap();
+    }
     this.log.with({ ref }).debug('removed');
+  }
+
+  async reapIdleGroups(): Promise<void> {
+    if (this.cgroups instanceof HostCgroups) this.cgroups.reap();
   }
 
   async stop(_ref: string): Promise<void> {
@@ -51,7 +86,9 @@ export class LocalBackend implements Backend {
     return [];
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    if (this.cgroups instanceof HostCgroups) await this.cgroups.close();
+  }
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();

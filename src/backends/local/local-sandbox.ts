@@ -1,8 +1,9 @@
 import { join } from 'node:path';
 import type { SandboxHandle, SandboxSpec, ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { openShellVia } from '../plumbing/open-shell.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
-import { spawnOnHost } from './host-spawn.js';
+import { spawnOnHost, type HostProcess } from './host-spawn.js';
 
 /** One local sandbox: a host dir, and processes started on the host in it. */
 export class LocalSandboxHandle implements SandboxHandle {
@@ -19,7 +20,12 @@ export class LocalSandboxHandle implements SandboxHandle {
   readonly fileRoots: readonly string[];
   readonly recreated = false;
 
-  constructor(readonly spec: SandboxSpec, dir: string) {
+  constructor(
+    readonly spec: SandboxSpec,
+    dir: string,
+    /** Its kernel grouping, when berth may make cgroups here (as root): its shells start in its cgroup. */
+    readonly processGroups?: SandboxCgroups | undefined,
+  ) {
     this.ref = dir;
     this.name = spec.dirName;
     this.defaultCwd = dir;
@@ -37,9 +43,15 @@ export class LocalSandboxHandle implements SandboxHandle {
     return spawnOnHost(argv, { cwd: opts.cwd ?? this.defaultCwd, env: { ...this.baseEnv(), ...opts.env }, stdin: opts.stdin, where: `sandbox ${this.name}` });
   }
 
-  /** As `spawn`, with stdin on a FIFO (a real pipe, which a persistent shell re-executes onto; see fifo-stdin.ts). */
-  spawnWithPipe(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {
-    return spawnOnHost(argv, { cwd: opts.cwd ?? this.defaultCwd, env: { ...this.baseEnv(), ...opts.env }, stdin: opts.stdin ? 'fifo' : false, where: `sandbox ${this.name}` });
+  /**
+   * As `spawn`, with stdin on a FIFO (a real pipe, which a persistent shell re-executes onto; see
+   * fifo-stdin.ts), in the sandbox's cgroup where it has one: it runs nothing before berth writes
+   * to it, so all it starts is in the cgroup.
+   */
+  async spawnWithPipe(argv: readonly string[], opts: SpawnOptions): Promise<HostProcess> {
+    const p = await spawnOnHost(argv, { cwd: opts.cwd ?? this.defaultCwd, env: { ...this.baseEnv(), ...opts.env }, stdin: opts.stdin ? 'fifo' : false, where: `sandbox ${this.name}` });
+    this.processGroups?.admit(p.pid);
+    return p;
   }
 
   /** Every path of a local sandbox is a host path: the file is its own host path. */

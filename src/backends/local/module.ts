@@ -14,6 +14,7 @@ export const localModule = defineBackend({
     ownsProcessTable: false,
   },
   isolationNote: 'runs on this host as berth\'s user, without isolation: commands can read and change anything that user can',
+  processGroups: 'host',
   words: {
     where: (b) => `NOT isolated: commands run directly on the host machine, as the user berth runs as, starting in ${b.cwd}. ` +
       'They can read and change anything that user can; there is no container.',
@@ -24,6 +25,6 @@ export const localModule = defineBackend({
   defaultCwd: ({ berthHome, dirName }) => localSandboxDir(berthHome, dirName),
   async create(ctx) {
     const { LocalBackend } = await import('./local-backend.js');
-    return new LocalBackend({ berthHome: ctx.berthHome, log: ctx.log });
+    return new LocalBackend({ berthHome: ctx.berthHome, installation: ctx.installation, log: ctx.log });
   },
 });

@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import type { ExecOnceOptions, ExecOnceResult, Sandbox, SandboxHandle, ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { ExecOnceOptions, ExecOnceResult, ProcessGroups, Sandbox, SandboxHandle, ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
 import type { SandboxSpec } from '../backend.js';
 import { execOnce } from './exec-once.js';
 import { openShellVia } from './open-shell.js';
@@ -30,6 +30,7 @@ export class ProcessSandbox implements Sandbox {
   get fileRoots(): readonly string[] { return this.handle.fileRoots; }
   get volatileDirs(): readonly string[] | undefined { return this.handle.volatileDirs; }
   get attachWarden(): (() => Promise<ShellTransport>) | undefined { return this.handle.attachWarden; }
+  get processGroups(): ProcessGroups | undefined { return this.handle.processGroups; }
 
   /** For messages: `sandbox <name>`. */
   protected get where(): string {

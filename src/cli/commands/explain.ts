@@ -4,7 +4,8 @@ import { withBroker } from '../with-broker.js';
 
 export const EXPLAIN_HELP = `usage: berth explain [scope flags] [--json]
 
-Shows the binding for a call: backend and its isolation, sandbox key, rule, mount, cwd and env names.
+Shows the binding for a call: backend and its isolation, how a timeout ends a command's processes
+(kill: cgroup or tags), sandbox key, rule, mount, cwd and env names.
 Pure policy: it contacts no engine and creates nothing (--parent registers its alias).
 
 ${SCOPE_HELP}
@@ -22,7 +23,7 @@ export async function explainCommand(argv: string[], io: CliIo): Promise<number>
       io.out(`${JSON.stringify(b)}\n`);
     } else {
       const rows: [string, string][] = [
-        ['backend', b.backend], ['isolation', b.isolation], ...(b.note === undefined ? [] : [['note', b.note] as [string, string]]), ...(b.host === undefined ? [] : [['host', b.host] as [string, string]]), ['tenant', b.tenant], ['profile', b.profile], ['sandboxKey', b.sandboxKey], ['rule', b.rule],
+        ['backend', b.backend], ['isolation', b.isolation], ...(b.note === undefined ? [] : [['note', b.note] as [string, string]]), ...(b.host === undefined ? [] : [['host', b.host] as [string, string]]), ['kill', b.kill], ['tenant', b.tenant], ['profile', b.profile], ['sandboxKey', b.sandboxKey], ['rule', b.rule],
         ['persistent', String(b.persistent)], ['mount', b.mount ?? '(none)'], ['mountReason', b.mountReason], ['cwd', b.cwd],
         ['envNames', b.envNames.join(', ') || '(none)'], ['envMissing', b.envMissing.join(', ') || '(none)'],
       ];
