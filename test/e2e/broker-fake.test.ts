@@ -58,9 +58,10 @@ describe('sandbox keys through the broker on the fake backend (design §3)', () 
     { rule: 'auto:2 (a subagent follows its root task)', config: { persistent: false }, a: { task: 'root' }, b: { task: 'kid', parentTask: 'root' }, key: 'root', shared: true },
     { rule: 'auto:2 (another task)', config: { persistent: false }, a: { task: 'root' }, b: { task: 'other' }, key: 'root', shared: false },
     { rule: 'auto:3 (a user keeps one sandbox across sessions)', config: { persistent: false }, a: { user: 'slack:U1', session: 'a' }, b: { user: 'slack:U1', session: 'b' }, key: 'user:slack:U1', shared: true },
-    { rule: 'auto:4 (persistent with sharedKey)', config: { sharedKey: 'k' }, a: { session: 's1' }, b: { session: 's2' }, key: 'shared:k', shared: true },
+    { rule: 'auto:4 (persistent with sharedKey)', config: { persistent: true, sharedKey: 'k' }, a: { session: 's1' }, b: { session: 's2' }, key: 'shared:k', shared: true },
     { rule: 'auto:5 (not persistent: one per session)', config: { persistent: false }, a: { session: 's1' }, b: { session: 's2' }, key: 'session:s1', shared: false },
-    { rule: 'auto:7 (persistent: sessions share the profile\'s)', config: {}, a: { session: 's1' }, b: { session: 's2' }, key: 'default', shared: true },
+    { rule: 'defaults (auto:5): one per session', config: {}, a: { session: 's1' }, b: { session: 's2' }, key: 'session:s1', shared: false },
+    { rule: 'auto:7 (persistent: sessions share the profile\'s)', config: { persistent: true }, a: { session: 's1' }, b: { session: 's2' }, key: 'default', shared: true },
   ];
   for (const c of cases) {
     it(`${c.rule}: ${c.shared ? 'one sandbox' : 'separate sandboxes'}`, async () => {

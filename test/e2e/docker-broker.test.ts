@@ -120,8 +120,8 @@ describeDocker('broker on the real docker engine', () => {
 
   it('20 sessions created at once get 20 containers, 20 hostnames, and see only their own files', async () => {
     const t = reg.track();
-    // 20 memory limits of 2 GiB add up to more than this host has: the tenant's bound is raised to allow it.
-    const b = await t.open(dockerConfig({ persistent: false, limits: { memoryMb: 20 * 2048 } }));
+    // 20 memory limits of 2 GiB (and disk bounds of 10 GiB) may add up to more than a host has: the tenant's bounds are raised.
+    const b = await t.open(dockerConfig({ persistent: false, limits: { memoryMb: 20 * 2048, diskMb: 20 * 10_240 } }));
     const ids = Array.from({ length: 20 }, (_, i) => `c${i}`);
     const first = await Promise.all(ids.map((s) => b.exec({ session: s }, `echo ${s} > /workspace/owner-${s}; hostname`)));
     const list = await t.containers();

@@ -127,8 +127,9 @@ describeDocker('berth serve: tenants, concurrency and streaming on the real engi
 
   it('50 concurrent clients in their own sessions: every result correct, no cross-talk', async () => {
     const t = reg.track();
-    // One tenant's 50 calls at once: above the default limits.concurrentCalls (16), so raised here.
-    const { server, clients: [api] } = await serve(t, ['many'], { limits: { concurrentCalls: 64 } });
+    // One tenant's 50 calls and sandboxes at once: above the default limits.concurrentCalls (16) and, with 2 GiB
+    // memory limits each, above this host's memory and disk (the defaults of limits.memoryMb and diskMb), so those are raised here.
+    const { server, clients: [api] } = await serve(t, ['many'], { limits: { concurrentCalls: 64, memoryMb: 50 * 2048, diskMb: 50 * 10_240 } });
     const A = api as ApiClient;
     const N = 50;
     const started = Date.now();

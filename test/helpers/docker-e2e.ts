@@ -56,11 +56,19 @@ export const PROJECT_UID = 1000;
 /** Per-command timeout in test configs, so a hung command ends well inside a test's own timeout. */
 const EXEC_TIMEOUT_SECONDS = 20;
 
+/**
+ * A tenant's disk bounds may add up to the size of BERTH_HOME's filesystem by default, which
+ * differs from machine to machine (10 GiB a sandbox: a small disk would refuse a test's third
+ * sandbox). Tests that are not about that bound lift it; those that are set their own.
+ */
+const TEST_DISK_LIMIT_MB = 100_000_000;
+
 function rawDockerConfig(extra: Record<string, unknown>): Record<string, unknown> {
-  const { docker: dockerExtra, exec: execExtra, ...rest } = extra as { docker?: object; exec?: object };
+  const { docker: dockerExtra, exec: execExtra, limits: limitsExtra, ...rest } = extra as { docker?: object; exec?: object; limits?: object };
   return {
     backend: 'docker',
     ...rest,
+    limits: { diskMb: TEST_DISK_LIMIT_MB, ...limitsExtra },
     exec: { timeoutSeconds: EXEC_TIMEOUT_SECONDS, ...execExtra },
     docker: { image: IMAGE, ...dockerExtra },
   };
