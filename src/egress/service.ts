@@ -1,0 +1,138 @@
+import type { Server, Socket } from 'node:net';
+import { join } from 'node:path';
+import type { Logger } from '../logging/logger.js';
+import type { EgressProxy } from './proxy.js';
+import type { ExtraDenied } from './target.js';
+import type { EgressSandbox } from './types.js';
+import type { UpstreamTrust } from './upstream-trust.js';
+
+/*
+ * berth's egress for its sandboxes: one proxy for the process, made on first use (it loads the
+ * certificate library), and one listener per sandbox inside that sandbox's network namespace, so
+ * the sandbox a connection comes from is known from where it arrived. Each connection a listener
+ * accepts goes to the proxy with that sandbox's context.
+ */
+
+/** Opens a listening socket inside a network namespace (see netns-listener.ts); injectable for tests. */
+export type NetnsListen = (netnsPath: string, opts: { host: string; port: number; maxConnections: number }) => Promise<Server>;
+
+export interface EgressServiceOptions {
+  /** Where the CA and the placeholder secret live (`$BERTH_HOME/egress`). */
+  dir: string;
+  log: Logger;
+  /** The port every sandbox finds the proxy on, at 127.0.0.1 inside its own namespace. */
+  port: number;
+  /** A sandbox's concurrent connections to the proxy at most. */
+  maxConnectionsPerSandbox: number;
+  /** Ranges refused besides the always-denied ones, read when the proxy is made. */
+  extraDenied?: () => readonly ExtraDenied[];
+  upstreamTrust?: UpstreamTrust;
+  listen: NetnsListen;
+}
+
+interface Attached {
+  netnsPath: string;
+  server: Server;
+  sandbox: EgressSandbox;
+}
+
+export class EgressService implements AsyncDisposable {
+  private proxy: Promise<EgressProxy> | undefined;
+  private readonly attached = new Map<string, Attached>();
+  private readonly attaching = new Map<string, Promise<void>>();
+  private closed = false;
+
+  constructor(private readonly o: EgressServiceOptions) {}
+
+  /** The proxy, made on first use. */
+  proxyNow(): Promise<EgressProxy> {
+    this.proxy ??= (async () => {
+      const [{ EgressCa }, { createEgressProxy }] = await Promise.all([import('./ca.js'), import('./proxy.js')]);
+      const ca = await EgressCa.open(this.o.dir);
+      return createEgressProxy({
+        ca, log: this.o.log, extraDenied: this.o.extraDenied?.() ?? [],
+        ...(this.o.upstreamTrust === undefined ? {} : { upstreamTrust: this.o.upstreamTrust }),
+      });
+    })();
+    this.proxy.catch(() => {
+      this.proxy = undefined;
+    });
+    return this.proxy;
+  }
+
+  /** The CA certificate (PEM) sandboxes trust for their intercepted hosts. */
+  async caCertPem(): Promise<string> {
+    return (await this.proxyNow()).caCertPem;
+  }
+
+  /**
+   * Listens for sandbox `ref` inside `netnsPath` and sends what arrives to the proxy with
+   * `sandbox`. Again for the same namespace: only the context is replaced (a later call's
+   * credentials); for a new namespace (the sandbox's processes were started again) the old
+   * listener goes first.
+   */
+  async attach(ref: string, netnsPath: string, sandbox: EgressSandbox): Promise<void> {
+    for (;;) {
+      const pending = this.attaching.get(ref);
+      if (pending === undefined) break;
+      await pending.catch(() => undefined);
+    }
+    const current = this.attached.get(ref);
+    if (current !== undefined && current.netnsPath === netnsPath) {
+      current.sandbox = sandbox;
+      return;
+    }
+    const work = (async () => {
+      if (current !== undefined) await this.detach(ref);
+      if (this.closed) throw new Error('berth egress is closed');
+      const proxy = await this.proxyNow();
+      const server = await this.o.listen(netnsPath, { host: '127.0.0.1', port: this.o.port, maxConnections: this.o.maxConnectionsPerSandbox });
+      const entry: Attached = { netnsPath, server, sandbox };
+      server.on('connection', (socket: Socket) => proxy.handle(socket, entry.sandbox));
+      server.on('error', (e) => this.o.log.debug(`sandbox ${ref}: egress listener: ${e.message}`));
+      this.attached.set(ref, entry);
+    })();
+    this.attaching.set(ref, work);
+    try {
+      await work;
+    } finally {
+      this.attaching.delete(ref);
+    }
+  }
+
+  /** Whether sandbox `ref` has a listener in `netnsPath`. */
+  isAttached(ref: string, netnsPath: string): boolean {
+    return this.attached.get(ref)?.netnsPath === netnsPath;
+  }
+
+  /** Stops listening for sandbox `ref` and ends its connections (the sandbox is going). */
+  async detach(ref: string): Promise<void> {
+    const a = this.attached.get(ref);
+    if (a === undefined) return;
+    this.attached.delete(ref);
+    await new Promise<void>((resolve) => a.server.close(() => resolve()));
+    if (this.proxy !== undefined) (await this.proxy.catch(() => undefined))?.release(a.sandbox);
+  }
+
+  /** How many sandboxes have a listener. */
+  get size(): number {
+    return this.attached.size;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all([...this.attaching.values()].map((p) => p.catch(() => undefined)));
+    await Promise.all([...this.attached.keys()].map((ref) => this.detach(ref)));
+    if (this.proxy !== undefined) await (await this.proxy.catch(() => undefined))?.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/** Where the installation's egress files live. */
+export function egressDir(berthHome: string): string {
+  return join(berthHome, 'egress');
+}
