@@ -92,7 +92,7 @@ export async function attachMainProcess(target: ContainerTarget): Promise<ShellT
   // A container whose init could not start bash (127) ended as it started: say why, as the start does.
   if (!state.Running && state.ExitCode === 127) throw endedAtStart(info.Config.Image, state);
   if (!state.Running || state.Paused) {
-    throw new BerthError('docker_error', `could not ${doing}: the container is ${state.Paused ? 'paused' : 'not running'}`);
+    throw new BerthError('engine_refused', `could not ${doing}: the container is ${state.Paused ? 'paused' : 'not running'}`);
   }
   let stream: Duplex;
   try {

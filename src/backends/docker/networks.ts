@@ -269,7 +269,7 @@ export class SandboxNetworks {
       }
       if (/available, non-overlapping IPv4 address pool/i.test(engineMessage(err))) {
         throw new BerthError(
-          'docker_error',
+          'engine_refused',
           `docker has no free address pool for network ${name} (tenant "${tenant}"): every tenant with sandboxes needs one bridge network, ` +
             'and the engine\'s default pools hold about 30; add "default-address-pools" to /etc/docker/daemon.json ' +
             '(e.g. [{"base": "10.200.0.0/14", "size": 22}]: 256 networks of 1,022 addresses, in a range your hosts do not use) ' +

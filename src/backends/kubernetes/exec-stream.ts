@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { PassThrough, Writable } from 'node:stream';
 import type { V1Status } from '@kubernetes/client-node';
 import type { WebSocket } from 'ws';
-import { BackendUnavailableError, SandboxNotFoundError, UnsupportedError, type BerthError } from '../../errors.js';
+import { BackendUnavailableError, BerthError, SandboxNotFoundError, UnsupportedError } from '../../errors.js';
 import { SHELL_TAG_VAR } from '../../shell/protocol.js';
 import type { ShellTransport } from '../backend.js';
 import type { KubeClient } from './kube-client.js';
@@ -85,8 +85,9 @@ function connectError(target: ExecTarget, argv0: string, err: unknown): BerthErr
   const doing = `start ${JSON.stringify(argv0)} in pod ${target.pod}`;
   if (code === '404') return new SandboxNotFoundError(`kubernetes: could not ${doing}: the pod does not exist (404)`, { cause: err });
   if (code === '401' || code === '403') {
-    return new BackendUnavailableError(`kubernetes: could not ${doing}: pods/exec was refused (${code}); apply deploy/rbac.yaml (pods/exec create and get)`, { cause: err });
+    return new BerthError('engine_refused', `kubernetes: could not ${doing}: pods/exec was refused (${code}); apply deploy/rbac.yaml (pods/exec create and get)`, { cause: err });
   }
+  if (code !== undefined) return new BerthError('engine_refused', `kubernetes: could not ${doing}: the API server answered ${code}`, { cause: err });
   return new BackendUnavailableError(`kubernetes: could not ${doing} through ${target.client.server}: ${message}`, { cause: err });
 }
 
