@@ -10,7 +10,7 @@ import { startSandbox, type BwrapSandbox } from '../src/backends/bwrap/sandbox.j
 import { prepareRoot } from '../src/backends/bwrap/sandbox-dirs.js';
 import { seccompProgram } from '../src/backends/bwrap/seccomp.js';
 import { Broker } from '../src/broker/broker.js';
-import { parseConfig } from '../src/config/schema.js';
+import { parseConfig } from '../src/setup/parse-config.js';
 import { RawShell } from './raw-shell.js';
 import { fmt, percentile, row, verdict, timeMany } from './stats.js';
 

@@ -6,7 +6,7 @@ import { CONTAINER_NAME, sandboxPod, STATE_DIR, WORKSPACE } from '../src/backend
 import { createEphemeralPod, deletePod, waitForPodGone, waitForRunning } from '../src/backends/kubernetes/pods.js';
 import { PersistentShell } from '../src/shell/persistent-shell.js';
 import { Broker } from '../src/broker/broker.js';
-import { parseConfig } from '../src/config/schema.js';
+import { parseConfig } from '../src/setup/parse-config.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -1,7 +1,8 @@
 import { BerthError, isBerthError, isCallerError } from '../errors.js';
 import { removeSessionStaging } from '../files/staging.js';
 import type { CallScope } from '../scope/call-scope.js';
-import { settingsFor, type BerthConfig } from '../config/types.js';
+import { settingsFor } from '../config/types.js';
+import type { BerthConfig } from '../setup/berth-config.js';
 import type { AuditRecorder } from './audit.js';
 import { ownerAlive } from './process-owner.js';
 import { sessionRefOf, type ResolvedCall } from './resolve-call.js';

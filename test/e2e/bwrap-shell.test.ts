@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect, it, onTestFinished } from 'vitest';
-import type { ExecOnceResult, ShellTransport } from '../../src/backends/backend.js';
+import type { ExecOnceResult, ShellTransport } from '../../src/shell/transport.js';
 import type { BwrapSandbox } from '../../src/backends/bwrap/sandbox.js';
 import { PersistentShell } from '../../src/shell/persistent-shell.js';
 import { Warden } from '../../src/shell/warden.js';

@@ -1,4 +1,5 @@
-import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../../src/backends/backend.js';
+import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../../src/backends/backend.js';
+import type { SpawnedProcess } from '../../src/shell/transport.js';
 import { spawnOnHost } from '../../src/backends/local/host-spawn.js';
 import { SandboxNotFoundError } from '../../src/errors.js';
 import { FAKE_SANDBOX_ENV, type FakeContainer, type FakeEngine } from './fake-engine.js';

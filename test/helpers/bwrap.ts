@@ -10,7 +10,7 @@ import { seccompProgram } from '../../src/backends/bwrap/seccomp.js';
 import type { UidRange } from '../../src/backends/bwrap/uid-claims.js';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 
 /*
  * Plumbing for the bwrap suites: a throwaway sandbox root per test, a uid range per test file

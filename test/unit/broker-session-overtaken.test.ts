@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ResolvedCall } from '../../src/broker/resolve-call.js';
 import { SessionRegistry, type SessionRegistryOptions } from '../../src/broker/sessions.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { BerthError, type ErrorCode } from '../../src/errors.js';
 import { tempDir } from '../helpers/temp-dir.js';
 

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { exitCodeOf } from '../../src/cli/exit-codes.js';
 import { ConfigError } from '../../src/errors.js';
-import { parseConfig, parseVolume } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
+import { parseVolume } from '../../src/backends/docker/settings.js';
 import { settingsFor } from '../../src/config/types.js';
 
 const SRC = '/p/berth.yaml';

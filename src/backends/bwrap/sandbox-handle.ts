@@ -1,13 +1,15 @@
 import { readdirSync } from 'node:fs';
 import { join, posix } from 'node:path';
 import { SandboxNotFoundError } from '../../errors.js';
-import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../backend.js';
+import type { SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { fromSpawnError } from '../plumbing/spawn-errors.js';
 import { SANDBOX_HOME, SANDBOX_TMP, SANDBOX_USER, SANDBOX_WORKSPACE } from './layout.js';
 import type { SandboxPlacement } from './placement.js';
 import { pidNsOf } from './records.js';
 import type { BwrapSandbox } from './sandbox.js';
+import type { BwrapSettings } from './settings.js';
 
 /** The environment every process of a bwrap sandbox starts with, before what the caller grants. */
 const BASE_ENV: Readonly<Record<string, string>> = {
@@ -33,7 +35,7 @@ export class BwrapSandboxHandle implements SandboxHandle {
   private readonly binds: readonly { inside: string; host: string }[];
 
   constructor(
-    readonly spec: SandboxSpec,
+    readonly spec: SandboxSpec<BwrapSettings>,
     private readonly sb: BwrapSandbox,
     placement: SandboxPlacement,
     readonly recreated: boolean,

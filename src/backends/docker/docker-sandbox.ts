@@ -2,7 +2,8 @@ import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { Logger } from '../../logging/logger.js';
-import type { SandboxHandle, SandboxSpec, ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../backend.js';
+import type { ShellTransport, SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { SHELL_TAG_ENV } from './exec-stream.js';
 import { attachMainProcess, spawnInContainer, type ContainerTarget } from './exec-process.js';
@@ -10,9 +11,10 @@ import { WARDEN_LABEL } from './container-spec.js';
 import { HOME, STATE_DIR, WORKSPACE } from './paths.js';
 import { containerUsage } from './usage.js';
 import { pidsOnThisHost } from '../cgroups/cgroup-host.js';
+import type { DockerSettings } from './settings.js';
 
 export interface DockerSandboxInput {
-  spec: SandboxSpec;
+  spec: SandboxSpec<DockerSettings>;
   info: Dockerode.ContainerInspectInfo;
   hostDir: string | undefined;
   recreated: boolean;
@@ -38,7 +40,7 @@ async function firstOf<T>(look: () => T | undefined, over: () => boolean, ms: nu
 
 /** One running container of a sandbox identity: processes start in it through `docker exec`. */
 export class DockerSandboxHandle implements SandboxHandle {
-  readonly spec: SandboxSpec;
+  readonly spec: SandboxSpec<DockerSettings>;
   readonly ref: string;
   readonly name: string;
   readonly defaultCwd = WORKSPACE;

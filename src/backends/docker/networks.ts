@@ -4,6 +4,7 @@ import { BerthError, PolicyRefusedError } from '../../errors.js';
 import { LABEL } from './container-spec.js';
 import { bounded, ENGINE_REQUEST_TIMEOUT_MS, engineMessage, fromDockerError, statusOf } from './engine.js';
 import { chooseShard, isTenantNetwork, networkName, SHARD_LABEL, shardCapacity, ShardCounts } from './network-shards.js';
+import type { DockerSettings } from './settings.js';
 
 /** A lease that serialises the callers of this process only, per name. */
 export function localLease(): Lease {
@@ -113,8 +114,8 @@ export class SandboxNetworks {
    * before tenant networks, on the engine's default bridge where sandboxes reach each other, is
    * moved onto its tenant's network. Returns the container as it is now.
    */
-  async place(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo): Promise<Dockerode.ContainerInspectInfo> {
-    const want = spec.settings.docker.network;
+  async place(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo): Promise<Dockerode.ContainerInspectInfo> {
+    const want = spec.section.network;
     const isolated = info.HostConfig.NetworkMode === 'none';
     if (want === 'none' || isolated) {
       if (want === 'none' && isolated) return info;

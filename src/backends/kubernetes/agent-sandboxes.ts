@@ -1,6 +1,6 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { BackendUnavailableError } from '../../errors.js';
-import type { SandboxIdentity } from '../backend.js';
+import type { SandboxIdentity } from '../../scope/naming.js';
 import { AGENT_SANDBOX_API, sandboxResource, type SandboxResource } from './agent-sandbox-manifests.js';
 import type { ExecTarget } from './exec-stream.js';
 import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';

@@ -1,5 +1,5 @@
 import { PassThrough } from 'node:stream';
-import type { SpawnedProcess } from '../backend.js';
+import type { SpawnedProcess } from '../../shell/transport.js';
 import { SHELL_TAG_VAR } from '../../shell/protocol.js';
 import { execOnceInPod } from './exec-once.js';
 import type { ExecTarget, PodProcess } from './exec-stream.js';

@@ -1,5 +1,5 @@
 import { BackendUnavailableError, TimeoutError } from '../../errors.js';
-import type { ExecOnceOptions, ExecOnceResult } from '../backend.js';
+import type { ExecOnceOptions, ExecOnceResult } from '../../shell/transport.js';
 import { helperOutputCap, helperOutputTooLarge } from '../plumbing/exec-once.js';
 import { spawnInPod, type ExecEnd, type ExecTarget, type SpawnOptions } from './exec-stream.js';
 

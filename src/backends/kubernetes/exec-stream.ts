@@ -4,7 +4,7 @@ import type { V1Status } from '@kubernetes/client-node';
 import type { WebSocket } from 'ws';
 import { BackendUnavailableError, BerthError, SandboxNotFoundError, UnsupportedError } from '../../errors.js';
 import { SHELL_TAG_VAR } from '../../shell/protocol.js';
-import type { ShellTransport } from '../backend.js';
+import type { ShellTransport } from '../../shell/transport.js';
 import type { KubeClient } from './kube-client.js';
 import { planSpawn } from './spawn-prelude.js';
 
