@@ -169,7 +169,7 @@ export const PATH_ENV = { PATH: '/usr/local/bin:/usr/bin:/bin' };
 
 /** Runs one bash line in the sandbox (stdin closed). */
 export async function sh(sb: BwrapSandbox, line: string, env: Record<string, string> = PATH_ENV, stdin = ''): Promise<RunResult> {
-  const p = await sb.spawn(['/bin/bash', '--noprofile', '--norc', '-c', line], { env, cwd: '/workspace' });
+  const p = await sb.spawn(['/bin/bash', '--noprofile', '--norc', '-c', line], { env, cwd: '/workspace', stdin: true });
   p.stdin?.end(stdin);
   return collect(p);
 }

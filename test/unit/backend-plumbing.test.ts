@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../../src/backends/backend.js';
 import type { SpawnedProcess } from '../../src/shell/transport.js';
 import { LocalBackend } from '../../src/backends/local/local-backend.js';
-import { LocalSandboxHandle } from '../../src/backends/local/local-sandbox.js';
+import { LocalSandboxHandle } from '../../src/backends/local/sandbox-handle.js';
 import { ProcessSandbox } from '../../src/backends/plumbing/process-sandbox.js';
 import { removeUnder } from '../../src/backends/plumbing/remove-under.js';
 import { BackendUnavailableError, BerthError, PolicyRefusedError, TimeoutError } from '../../src/errors.js';

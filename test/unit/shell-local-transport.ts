@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { SandboxSpec } from '../../src/backends/backend.js';
 import type { ExecOnceOptions, ExecOnceResult, ShellTransport } from '../../src/shell/transport.js';
-import { LocalSandbox, LocalSandboxHandle } from '../../src/backends/local/local-sandbox.js';
+import { LocalSandbox, LocalSandboxHandle } from '../../src/backends/local/sandbox-handle.js';
 import type { ShellOptions } from '../../src/shell/types.js';
 
 export { killAll, pidsWithArg } from '../helpers/processes.js';

@@ -56,7 +56,7 @@ export class BwrapSandboxHandle implements SandboxHandle {
     if (this.sb.gone) throw new SandboxNotFoundError(`bwrap sandbox ${this.name} has ended`);
     let p;
     try {
-      p = await this.sb.spawn(argv, { env: { ...BASE_ENV, ...opts.env }, cwd: opts.cwd ?? this.defaultCwd, stdin: opts.stdin ? 'pipe' : 'ignore' });
+      p = await this.sb.spawn(argv, { env: { ...BASE_ENV, ...opts.env }, cwd: opts.cwd ?? this.defaultCwd, stdin: opts.stdin });
     } catch (err) {
       if (this.sb.gone) throw new SandboxNotFoundError(`bwrap sandbox ${this.name} has ended`, { cause: err });
       throw fromSpawnError(err, argv[0] ?? '', `sandbox ${this.name}`);

@@ -19,7 +19,7 @@ import {
   volumesOf,
   WARDEN_LABEL,
 } from './container-spec.js';
-import { watchWardenStart } from './exec-process.js';
+import { watchWardenStart } from './spawn.js';
 import {
   bounded,
   defaultDocker,
@@ -35,7 +35,7 @@ import {
   statusOf,
   unavailableError,
 } from './engine.js';
-import { DockerSandboxHandle } from './docker-sandbox.js';
+import { DockerSandboxHandle } from './sandbox-handle.js';
 import { containerGroups } from './container-groups.js';
 import { probeCgroupHost, type CgroupHostProbe } from '../cgroups/cgroup-host.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';

@@ -6,12 +6,12 @@ import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.j
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { checkAccess } from './access-check.js';
 import { deleteSandbox, ensureAgentSandbox, ensureEphemeralSandbox, listSandboxes } from './agent-sandboxes.js';
-import type { ExecTarget } from './exec-stream.js';
+import type { ExecTarget } from './spawn.js';
 import { kubeClient, kubeConfigFor, type KubeClient } from './kube-client.js';
 import { IDENTITY_ANNOTATION, installationSelector, LABEL } from './labels.js';
 import { dataClaimName } from './names.js';
 import { ensurePodSandbox, listManagedPods } from './pod-sandboxes.js';
-import { PodSandboxHandle } from './pod-handle.js';
+import { PodSandboxHandle } from './sandbox-handle.js';
 import { deleteClaim, deletePod, listPods, waitForPodGone } from './pods.js';
 import { formatRef, parseRef, type SandboxRef } from './refs.js';
 import { claimedSandbox, deleteClaimResource, ensureClaimedSandbox, listClaims } from './sandbox-claims.js';

@@ -5,7 +5,7 @@ import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.j
 import { HostCgroups } from '../cgroups/host-cgroups.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { removeUnder } from '../plumbing/remove-under.js';
-import { LocalSandbox, LocalSandboxHandle } from './local-sandbox.js';
+import { LocalSandbox, LocalSandboxHandle } from './sandbox-handle.js';
 import { localSandboxesRoot } from './paths.js';
 
 /**

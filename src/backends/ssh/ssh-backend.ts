@@ -8,7 +8,7 @@ import { endpointOf } from './errors.js';
 import { HostLink } from './host-link.js';
 import { formatRef, parseRef, type SshRef } from './sandbox-ref.js';
 import type { SshSettings } from './settings.js';
-import { SshSandboxHandle } from './ssh-sandbox.js';
+import { SshSandboxHandle } from './sandbox-handle.js';
 
 export interface SshBackendOptions {
   installation: string;

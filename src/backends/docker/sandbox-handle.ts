@@ -6,7 +6,7 @@ import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../backend.js';
 import type { ShellTransport, SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { SHELL_TAG_ENV } from './exec-stream.js';
-import { attachMainProcess, spawnInContainer, type ContainerTarget } from './exec-process.js';
+import { attachMainProcess, spawnInContainer, type ContainerTarget } from './spawn.js';
 import { WARDEN_LABEL } from './container-spec.js';
 import { HOME, STATE_DIR, WORKSPACE } from './paths.js';
 import { containerUsage } from './usage.js';

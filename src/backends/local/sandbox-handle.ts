@@ -4,7 +4,7 @@ import type { ShellTransport, SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { openShellVia } from '../plumbing/open-shell.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
-import { spawnOnHost, type HostProcess } from './host-spawn.js';
+import { spawnOnHost, type HostProcess } from './spawn.js';
 
 /** One local sandbox: a host dir, and processes started on the host in it. */
 export class LocalSandboxHandle implements SandboxHandle {
