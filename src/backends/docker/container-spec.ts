@@ -47,8 +47,8 @@ export function ephemeralName(digest: string, random8hex: string): string {
 }
 
 /**
- * Set on a container whose main process is berth's warden (see `createOptions`). Containers
- * made before it (main process `sleep infinity`) have none: their warden is an exec, as before.
+ * Set on a container whose main process is berth's warden (see `createOptions`). A container
+ * without it (main process `sleep infinity`) gets its warden as an exec.
  */
 export const WARDEN_LABEL = 'berth.warden';
 

@@ -69,7 +69,7 @@ export class DockerSandboxHandle implements SandboxHandle {
     this.target = { docker: input.docker, containerId: this.ref, track: input.track, log: this.log };
     this.volatileDirs = Object.keys(input.info.HostConfig?.Tmpfs ?? {}).sort();
     // Only a container this berth made with its warden as the main process (labels are fixed at
-    // create); an older one's main process is `sleep`, and its warden an exec as before.
+    // create); another's main process is `sleep`, and its warden is an exec.
     const resident = input.info.Config.Labels?.[WARDEN_LABEL] === 'resident' && input.info.Config.OpenStdin === true;
     this.attachWarden = resident ? () => attachMainProcess(this.target) : undefined;
     this.processGroups = input.processGroups;

@@ -3,7 +3,7 @@ import { WORKSPACE } from './manifests.js';
 import { kubernetesSettings } from './settings.js';
 
 /**
- * Sandboxes as pods on a Kubernetes cluster (issue 14): plain Pods or agent-sandbox resources,
+ * Sandboxes as pods on a Kubernetes cluster: plain Pods or agent-sandbox resources,
  * each process over a pods/exec WebSocket. A pod has its own pid namespace (shared only with its
  * pause container, PID 1, which a sandbox user cannot signal), so the warden may end every
  * process the shell can signal.
