@@ -10,7 +10,7 @@ import { startSandbox, type BwrapSandbox } from '../src/backends/bwrap/sandbox.j
 import { prepareRoot } from '../src/backends/bwrap/sandbox-dirs.js';
 import { seccompProgram } from '../src/backends/bwrap/seccomp.js';
 import { Broker } from '../src/broker/broker.js';
-import { parseConfig } from '../src/config/schema.js';
+import { parseConfig } from '../src/setup/parse-config.js';
 import { RawShell } from './raw-shell.js';
 import { fmt, percentile, row, verdict, timeMany } from './stats.js';
 
@@ -74,7 +74,7 @@ async function start(host: BwrapHost, r: string, name: string): Promise<{ sb: Bw
     tmpSizeBytes: 64 << 20,
     maxProcesses: 512,
   });
-  const p = await sb.spawn(['/bin/bash', '--noprofile', '--norc'], { env: { ...PATH, HOME: '/home/sandbox' } });
+  const p = await sb.spawn(['/bin/bash', '--noprofile', '--norc'], { env: { ...PATH, HOME: '/home/sandbox' }, stdin: true });
   p.stderr.resume();
   return {
     sb,
@@ -200,7 +200,7 @@ export async function bwrapBench(): Promise<void> {
       const placement = placeSandbox({ root: r.root, name: `cold-${n++}`, range: RANGE });
       const sb = await startSandbox({ ...host, dirs: placement.dirs, user: placement.user, network: 'none', seccomp: seccompProgram(), hostname: 'bench', tmpSizeBytes: 64 << 20, maxProcesses: 512 });
       const t1 = performance.now();
-      const p = await sb.spawn(['/bin/bash', '--noprofile', '--norc'], { env: PATH });
+      const p = await sb.spawn(['/bin/bash', '--noprofile', '--norc'], { env: PATH, stdin: true });
       const t2 = performance.now();
       await new StreamShell(p.stdin!, p.stdout).run('true');
       const t3 = performance.now();

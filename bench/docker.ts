@@ -6,7 +6,7 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Dockerode from 'dockerode';
 import { Broker } from '../src/broker/broker.js';
-import { parseConfig } from '../src/config/schema.js';
+import { parseConfig } from '../src/setup/parse-config.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
 import { NETWORK_OPTIONS } from '../src/backends/docker/networks.js';
 import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';

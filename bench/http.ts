@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Broker } from '../src/broker/broker.js';
-import { parseConfig } from '../src/config/schema.js';
+import { parseConfig } from '../src/setup/parse-config.js';
 import { BerthServer } from '../src/server/server.js';
 import { TokenStore } from '../src/server/tokens.js';
 import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';

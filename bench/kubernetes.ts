@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
 import { execOnceInPod } from '../src/backends/kubernetes/exec-once.js';
-import { spawnInPod, type ExecTarget } from '../src/backends/kubernetes/exec-stream.js';
+import { spawnInPod, type ExecTarget } from '../src/backends/kubernetes/spawn.js';
 import { CONTAINER_NAME, sandboxPod, STATE_DIR, WORKSPACE } from '../src/backends/kubernetes/manifests.js';
 import { createEphemeralPod, deletePod, waitForPodGone, waitForRunning } from '../src/backends/kubernetes/pods.js';
 import { PersistentShell } from '../src/shell/persistent-shell.js';
 import { Broker } from '../src/broker/broker.js';
-import { parseConfig } from '../src/config/schema.js';
+import { parseConfig } from '../src/setup/parse-config.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,7 +29,7 @@ import { fmt, interleaved, row, verdict } from './stats.js';
  * the two streams apart costs on this transport).
  */
 async function bareShellOverWebSocket(target: ExecTarget, bothStreams = false): Promise<{ run(): Promise<void>; close(): Promise<void> }> {
-  const p = await spawnInPod(target, ['bash', '--noprofile', '--norc'], { env: {}, stdin: 'pipe' });
+  const p = await spawnInPod(target, ['bash', '--noprofile', '--norc'], { env: {}, stdin: true });
   let out = '';
   let err = '';
   let waiter: { key: string; resolve: () => void } | undefined;
@@ -107,7 +107,7 @@ async function podToFirstCommand(cluster: StandinProcess, rounds: number): Promi
 /** berth's persistent shell protocol alone (no broker: no policy, audit or store) over one exec WebSocket. */
 async function shellProtocolOverWebSocket(target: ExecTarget): Promise<PersistentShell> {
   return PersistentShell.start({
-    open: (env) => spawnInPod(target, ['bash', '--noprofile', '--norc'], { env, cwd: WORKSPACE, stdin: 'pipe' }),
+    open: (env) => spawnInPod(target, ['bash', '--noprofile', '--norc'], { env, cwd: WORKSPACE, stdin: true }),
     execOnce: (argv, o) => execOnceInPod(target, argv, o),
     stateDir: STATE_DIR, shellId: `bench-${randomBytes(3).toString('hex')}`, defaultCwd: WORKSPACE, secretNames: [], spillDir: undefined, maxOutputChars: 100_000,
   });

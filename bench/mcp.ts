@@ -7,8 +7,8 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { Broker } from '../src/broker/broker.js';
 import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
-import { parseConfig } from '../src/config/schema.js';
-import type { BerthConfig } from '../src/config/types.js';
+import { parseConfig } from '../src/setup/parse-config.js';
+import type { BerthConfig } from '../src/setup/berth-config.js';
 import { createMcpHttpHandler } from '../src/server/mcp/http.js';
 import { fmt, row, timeMany, verdict } from './stats.js';
 

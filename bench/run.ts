@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Broker } from '../src/broker/broker.js';
-import { parseConfig } from '../src/config/schema.js';
+import { parseConfig } from '../src/setup/parse-config.js';
 import { RawShell, spawnPerCommand } from './raw-shell.js';
 import { row, verdict, timeMany } from './stats.js';
 import { bwrapBench } from './bwrap.js';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Broker } from '../src/broker/broker.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
 import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
-import { parseConfig } from '../src/config/schema.js';
+import { parseConfig } from '../src/setup/parse-config.js';
 import { engineMemoryPerSandbox } from './docker.js';
 import { cpuSnapshot, cpuSpent, type CpuSnapshot } from './process-cpu.js';
 import { fmt, percentile, verdict } from './stats.js';

@@ -20,7 +20,7 @@ import { spawnAs } from '../src/backends/ssh/spawn.js';
 import { DEFAULT_POOL_SETTINGS, type SshTarget } from '../src/backends/ssh/target.js';
 import { Broker } from '../src/broker/broker.js';
 import { StateStore } from '../src/broker/state-store.js';
-import { parseConfig } from '../src/config/schema.js';
+import { parseConfig } from '../src/setup/parse-config.js';
 import { fmt, interleaved, percentile, row, timeMany, verdict } from './stats.js';
 
 const N = Number(process.env['BENCH_SSH_N'] ?? 200);

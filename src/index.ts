@@ -19,13 +19,17 @@ export type { BrokerReapers } from './broker/reapers.js';
 export type { SessionFiles, SessionJobs } from './broker/session-handle.js';
 export type { Binding, Isolation } from './broker/resolve-call.js';
 export type { TaskOverride } from './broker/task-override.js';
-export { parseConfig } from './config/schema.js';
-export { loadConfig, findConfig, defaultBerthHome } from './config/load.js';
-export type { BerthConfig, ProfileSettings, BackendName, ScopeMode, DockerSettings, EnvSettings } from './config/types.js';
+export { parseConfig } from './setup/parse-config.js';
+export { loadConfig, findConfig, defaultBerthHome } from './setup/load-config.js';
+export type { BerthConfig, ProfileSettings } from './setup/berth-config.js';
+export type { ScopeMode, EnvSettings } from './config/types.js';
+export type { BackendName, DockerSettings } from './backends/registry.js';
 export type { CallScope, CallScopeInput, AttachedWorkspace, CwdSource } from './scope/call-scope.js';
 export { runWithScope, currentScope } from './scope/async-context.js';
 export type { ExecResult } from './shell/types.js';
-export type { Backend, Sandbox, SandboxSpec, SandboxIdentity, ShellTransport, ManagedSandbox } from './backends/backend.js';
+export type { Backend, Sandbox, SandboxSpec, ManagedSandbox } from './backends/backend.js';
+export type { SandboxIdentity } from './scope/naming.js';
+export type { ShellTransport } from './shell/transport.js';
 export {
   BerthError, ConfigError, UsageError, PolicyRefusedError, BackendUnavailableError, UnsupportedError,
   SandboxNotFoundError, TimeoutError, isBerthError,
@@ -34,7 +38,7 @@ export type { ErrorCode } from './errors.js';
 export { FileTooLargeError, PathNotFoundError } from './files/errors.js';
 export { normalizeSandboxPath, sandboxPathRefusal } from './files/sandbox-path.js';
 export type { SandboxPathPolicy } from './files/sandbox-path.js';
-export { parseSecretsFile } from './config/secrets-file.js';
-export type { SecretsFile } from './config/secrets-file.js';
+export { parseSecretsFile } from './policy/secrets-file.js';
+export type { SecretsFile } from './policy/secrets-file.js';
 export type { AuditEntry } from './broker/state-store.js';
 export type { JobReadResult, JobSummary, JobStatus } from './broker/jobs.js';

@@ -1,17 +1,13 @@
-import type { Readable, Writable } from 'node:stream';
-import type { ProfileSettings } from '../config/types.js';
+import type { Readable } from 'node:stream';
 import type { BerthError } from '../errors.js';
+import type { SandboxIdentity } from '../scope/naming.js';
+import type { ExecOnceOptions, ExecOnceResult, ProcessGroups, ShellTransport, SpawnedProcess } from '../shell/transport.js';
 
-/** (installation, tenant, profile, key); `profile` is undefined for `shared:*` keys. */
-export interface SandboxIdentity {
-  installation: string;
-  tenant: string;
-  profile: string | undefined;
-  key: string;
-}
-
-/** What the broker asks a backend to create or adopt. Pure data, no I/O. */
-export interface SandboxSpec {
+/**
+ * What the broker asks a backend to create or adopt. Pure data, no I/O. `S` is the backend
+ * module's settings section (`DockerSettings`): each backend reads only its own.
+ */
+export interface SandboxSpec<S = unknown> {
   identity: SandboxIdentity;
   /** Hex sha256 of the identity (see scope/naming.ts). */
   digest: string;
@@ -22,7 +18,8 @@ export interface SandboxSpec {
   mount: string | null;
   /** The scope mode / auto row that produced the key, for labels. */
   rule: string;
-  settings: ProfileSettings;
+  /** The call's place's merged section of the backend's module (`docker:` with its defaults and the profile's keys). */
+  section: S;
 }
 
 /**
@@ -36,57 +33,6 @@ export interface SpawnOptions {
   cwd?: string | undefined;
   /** Pipe stdin (a shell, `tar -x`); otherwise the process reads end-of-file at once. */
   stdin: boolean;
-}
-
-/** One process started in a sandbox. */
-export interface SpawnedProcess {
-  /** Its stdin when piped (ending it is EOF), else null. */
-  readonly stdin: Writable | null;
-  readonly stdout: Readable;
-  readonly stderr: Readable;
-  /** Resolves with its exit code once it ended (128 + n for signal n), or null when the backend cannot tell. */
-  readonly exited: Promise<number | null>;
-  /**
-   * End it and what it started in the sandbox, by the backend's means (a process group, a tag in
-   * the environment, a channel). Idempotent; never throws.
-   */
-  kill(): Promise<void>;
-  /**
-   * Its pid on berth's host and as the sandbox sees it, as the backend knows them (never as
-   * anything inside the sandbox says them), where the backend can tell: a shell's own report of its
-   * pid comes from code a snapshot can change. Undefined when it cannot tell (the process ended).
-   */
-  readonly pids?: (() => Promise<ProcessPids | undefined>) | undefined;
-}
-
-/** One process's pids: on berth's host (where the backend can tell), and inside its sandbox. */
-export interface ProcessPids {
-  host: number | undefined;
-  sandbox: number;
-}
-
-/** A process with stdin piped: a persistent shell's or the warden's stream. */
-export interface ShellTransport extends SpawnedProcess {
-  readonly stdin: Writable;
-}
-
-export interface ExecOnceOptions {
-  timeoutMs?: number;
-  /**
-   * Bound on the helper's collected stdout + stderr together (default
-   * `DEFAULT_HELPER_OUTPUT_BYTES`). Helpers run the sandbox's own `sh`, which the agent can
-   * replace, so their output is untrusted: past the bound collection stops, the helper is ended
-   * and `execOnce` rejects with `helper_output_too_large`.
-   */
-  maxOutputBytes?: number;
-}
-
-export { DEFAULT_HELPER_OUTPUT_BYTES } from './plumbing/exec-once.js';
-
-export interface ExecOnceResult {
-  exitCode: number;
-  stdout: Buffer;
-  stderr: Buffer;
 }
 
 /**
@@ -143,55 +89,6 @@ export interface SandboxHandle {
    * `local`), with the host root it must stay under; undefined when it does not (tmpfs, remote).
    */
   hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined;
-}
-
-/**
- * The kernel's grouping of one sandbox's processes: each command of a shell runs in a group of its
- * own (a cgroup nested in the sandbox's), which what it starts cannot leave whatever it does to its
- * environment, session or process group, and which nothing inside the sandbox can write to; so a
- * timeout, a cancel or a job's kill ends all of it, fork bombs included. Present where berth
- * manages the sandbox's cgroups from its host (docker on a local engine, bwrap, local as root).
- */
-export interface ProcessGroups {
-  /** How a group is ended, for explain and logs (`cgroup2 (cgroup.kill)`). */
-  readonly mechanism: string;
-  /**
-   * Takes the shell whose pid on the host is `hostPid` (its transport's `pids`) into a group of
-   * its own, before it runs anything (its init sources a snapshot the sandbox can write);
-   * undefined when that is no process of this sandbox.
-   */
-  adopt(hostPid: number): Promise<ShellGroups | undefined>;
-  /**
-   * Ends every process of the group a command named (`ShellGroups.prepare`: a background job's)
-   * and removes the group; how many processes it held, or undefined when there is no such group.
-   */
-  killGroup(name: string): Promise<number | undefined>;
-}
-
-/** The groups of one shell (see `ProcessGroups.adopt`); the shell layer calls them in this order. */
-export interface ShellGroups {
-  /**
-   * Before a command: the shell moves to a fresh group when the last command left a process in its
-   * own (an earlier `cmd &` stays where it is), or, with `name`, into a new group of that name,
-   * which the command's processes keep after it (a background job's). Throws when it could not
-   * move: the group it is in may then hold earlier jobs, and `timeout` refuses.
-   */
-  prepare(name?: string): void;
-  /** After a command ended normally: a named group is left at once, to the processes it holds. */
-  settle(): void;
-  /**
-   * Ends the running command whatever its processes did: freezes its group, stops the shell and
-   * takes it out, kills everything left in the group, then sends the shell SIGUSR1 and lets it go
-   * on, or kills it when it no longer catches SIGUSR1. `stillFull`: the sandbox was out of pids
-   * and still is without the group's. Throws when the shell has no group of its own.
-   */
-  timeout(): Promise<{ killed: number; shell: 'cont' | 'killed' | 'gone'; stillFull: boolean }>;
-  /** After the shell died during a command: ends what is left in the command's group. */
-  endCommand(): Promise<number>;
-  /** Ends every group this shell made: its commands' leftovers, its background jobs. */
-  endAll(): Promise<number>;
-  /** The shell has ended: its empty groups go (those still holding processes stay theirs). */
-  release(): void;
 }
 
 /** A running sandbox as the shell, warden, files and jobs use it: a handle plus the plumbing. */
@@ -253,10 +150,11 @@ export interface ManagedSandbox {
 }
 
 /** One pool of interchangeable, unassigned sandboxes: what fixes them at creation, and whose they are. */
-export interface PoolShape {
+export interface PoolShape<S = unknown> {
   /** The pool's key (`WarmCapability.shapeOf`, with the tenant folded in when `tenant` is set). */
   digest: string;
-  settings: ProfileSettings;
+  /** The backend module's section of the settings the pool serves. */
+  section: S;
   /** The tenant whose network its sandboxes join, or undefined when they join none (any tenant may claim one). */
   tenant: string | undefined;
   /** The broker that fills it (`pid:starttime:nonce`): a reaper removes the unclaimed sandboxes of a dead one. */
@@ -268,21 +166,21 @@ export interface PoolShape {
  * give one to an identity later. The broker's `WarmPool` drives it; the sandbox of a claim is used
  * by one identity and removed with it, never pooled again.
  */
-export interface WarmCapability {
+export interface WarmCapability<S = unknown> {
   /**
    * What fixes a sandbox of these settings at creation, as a digest; `perTenant` when its
    * network is its tenant's (the pool is then kept per tenant). A reason string when these
    * settings cannot be pooled (the broker reports it at start-up).
    */
-  shapeOf(settings: ProfileSettings): { digest: string; perTenant: boolean } | { unpoolable: string };
+  shapeOf(section: S): { digest: string; perTenant: boolean } | { unpoolable: string };
   /** Creates and starts one unassigned sandbox of `shape`, labelled as a pool sandbox, with no identity. */
-  prepare(shape: PoolShape): Promise<Sandbox>;
+  prepare(shape: PoolShape<S>): Promise<Sandbox>;
   /**
    * Gives a prepared sandbox to `spec`'s identity (ephemeral, no host mount), under the broker's
    * identity lock: its name becomes the identity's; nothing is read from inside it. Rejects when
    * it is gone; the caller then creates one the usual way.
    */
-  claim(prepared: Sandbox, spec: SandboxSpec): Promise<Sandbox>;
+  claim(prepared: Sandbox, spec: SandboxSpec<S>): Promise<Sandbox>;
 }
 
 /**
@@ -291,13 +189,13 @@ export interface WarmCapability {
  * `ensure` returns `new ProcessSandbox(handle)` (plumbing/process-sandbox.ts), or a subclass that
  * overrides one piece of the plumbing.
  */
-export interface Backend extends AsyncDisposable {
+export interface Backend<S = unknown> extends AsyncDisposable {
   /** Its module's name (what it is and does: the module's traits). */
   readonly name: string;
-  /** Check the engine is reachable and usable for these settings (start-up). */
-  check(settings: ProfileSettings): Promise<void>;
+  /** Check the engine is reachable and usable for a place with this section (start-up). */
+  check(section: S): Promise<void>;
   /** Create, adopt or reattach the sandbox for `spec`. `knownRef` is the store's record, if any. */
-  ensure(spec: SandboxSpec, knownRef: string | undefined): Promise<Sandbox>;
+  ensure(spec: SandboxSpec<S>, knownRef: string | undefined): Promise<Sandbox>;
   /** Remove the sandbox and its host dir. "Already gone" is success. */
   remove(ref: string, hostDir: string | undefined): Promise<void>;
   /** Stop (not remove) a persistent sandbox that went idle. No-op where meaningless. */
@@ -329,7 +227,7 @@ export interface Backend extends AsyncDisposable {
    */
   usage?(refs: readonly string[]): Promise<Map<string, SandboxUsage>>;
   /** Warm pools of started, unassigned sandboxes; absent where the backend has none. */
-  readonly warm?: WarmCapability;
+  readonly warm?: WarmCapability<S>;
   /** Release engine connections. Idempotent; `[Symbol.asyncDispose]` does the same. */
   close(): Promise<void>;
 }

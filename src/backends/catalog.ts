@@ -1,5 +1,6 @@
+import type { BackendTraits, BackendTraitsTable } from '../config/backend-traits.js';
 import { BerthError, ConfigError } from '../errors.js';
-import type { BackendModule, BackendTraits } from './module.js';
+import type { BackendModule } from './module.js';
 
 const MODULE_NAME = /^[a-z][a-z0-9-]{0,31}$/;
 
@@ -8,7 +9,7 @@ const MODULE_NAME = /^[a-z][a-z0-9-]{0,31}$/;
  * or those plus more a test registers (`BUILTIN_BACKENDS.with(fakeModule)`). Immutable: `with`
  * returns a new catalog. The config schema is composed from it, and a parsed config carries it.
  */
-export class BackendCatalog {
+export class BackendCatalog implements BackendTraitsTable {
   private readonly byName: ReadonlyMap<string, BackendModule>;
 
   constructor(readonly modules: readonly BackendModule[]) {

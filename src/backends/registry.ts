@@ -28,6 +28,8 @@ export type BackendName = BuiltinModule['name'];
 
 export const BACKEND_NAMES = BACKEND_MODULES.map((m) => m.name) as [BackendName, ...BackendName[]];
 
+export type { DockerSettings } from './docker/settings.js';
+
 /** Each module's settings section by its name (`docker: DockerSettings`), for modules that have one. */
 export type BackendSections = {
   [M in BuiltinModule as SectionOf<M> extends undefined ? never : M['name']]: SectionOf<M>;

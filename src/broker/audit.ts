@@ -1,5 +1,5 @@
 import { redactText } from '../shell/output-capture.js';
-import type { BrokerObserver } from './observer.js';
+import type { BrokerObserver, CallKind } from './observer.js';
 import type { ResolvedCall } from './resolve-call.js';
 import type { AuditEntry, StateStore } from './state-store.js';
 
@@ -8,7 +8,7 @@ const DAY_MS = 24 * 60 * 60 * 1000;
 /** What the audit log records: a call on a sandbox, or a session's close. */
 export type AuditRecord =
   | {
-    kind: 'exec' | 'job' | 'upload' | 'read' | 'export' | 'media';
+    kind: CallKind;
     call: ResolvedCall;
     /** The command or file-call text as the caller gave it: redacted here with the call's secrets. */
     command: string;

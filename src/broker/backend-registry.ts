@@ -1,6 +1,7 @@
 import type { Backend, Lease } from '../backends/backend.js';
 import type { BackendCatalog } from '../backends/catalog.js';
-import type { ProfileSettings } from '../config/types.js';
+import { sectionOf } from '../backends/module.js';
+import type { ProfileSettings } from '../setup/berth-config.js';
 import type { Logger } from '../logging/logger.js';
 
 /**
@@ -41,7 +42,8 @@ export class BackendRegistry {
     const injected = this.opts.injected?.[name];
     if (injected !== undefined) return injected;
     const { berthHome, installation, lease, profiles } = this.opts;
-    return module.create({ berthHome, installation, lease, profiles, log: this.opts.log.child(`berth:${name}`) });
+    const places = profiles.filter((p) => p.backend === name).map((p) => sectionOf(module, p));
+    return module.create({ berthHome, installation, lease, places, log: this.opts.log.child(`berth:${name}`) });
   }
 
   /** Backends created so far (for reapers and shutdown). */

@@ -1,5 +1,5 @@
 import type { Backend, SandboxUsage } from '../backends/backend.js';
-import type { BerthConfig } from '../config/types.js';
+import type { BerthConfig } from '../setup/berth-config.js';
 import type { TenantQuota, TenantUsage } from './state-store.js';
 import type { ExecResult } from '../shell/types.js';
 import type { SandboxState } from './sandbox-pool.js';

@@ -1,13 +1,14 @@
 import type Database from 'better-sqlite3';
 import { homedir } from 'node:os';
-import { defaultBerthHome, loadConfig } from '../config/load.js';
-import { readSecretsFiles } from '../config/secrets-file.js';
-import type { BerthConfig } from '../config/types.js';
+import { defaultBerthHome, loadConfig } from '../setup/load-config.js';
+import { readSecretsFiles } from '../policy/secrets-file.js';
+import type { BerthConfig } from '../setup/berth-config.js';
 import { BerthError, PolicyRefusedError } from '../errors.js';
 import { StagingLedger } from '../files/staging-quota.js';
 import { assertAllowedRootsExist } from '../policy/allowed-roots.js';
 import { debugSink } from '../logging/debug-sink.js';
-import { assertVolumesAllowed } from '../policy/volumes.js';
+import { assertHostBindsAllowed } from '../policy/volumes.js';
+import { hostBindsOf } from '../setup/host-binds.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
 import { hostGroupsUnusable } from '../backends/cgroups/cgroup-host.js';
 import { AuditRecorder, type AuditFilter } from './audit.js';
@@ -101,7 +102,7 @@ export class Broker implements AsyncDisposable {
     const secrets = readSecretsFiles(config);
     const homeDir = homedir();
     const dockerSockets = dockerSocketsOf(env);
-    assertVolumesAllowed(config, { homeDir, stateDir: berthHome, dockerSockets });
+    assertHostBindsAllowed(hostBindsOf(config), { homeDir, stateDir: berthHome, dockerSockets });
     assertAllowedRootsExist(config);
     const store = StateStore.open(berthHome, { auditMaxCommandChars: config.audit.maxCommandChars });
 

@@ -1,5 +1,5 @@
-import type { SecretsFile } from '../config/secrets-file.js';
-import type { BerthConfig } from '../config/types.js';
+import type { SecretsFile } from '../policy/secrets-file.js';
+import type { BerthConfig } from '../setup/berth-config.js';
 import { effectiveScope } from '../scope/async-context.js';
 import type { CallScope, CallScopeInput } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';

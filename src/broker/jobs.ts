@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import type { Sandbox } from '../backends/backend.js';
-import type { SecretsFile } from '../config/secrets-file.js';
-import { settingsFor, type BerthConfig } from '../config/types.js';
+import type { SecretsFile } from '../policy/secrets-file.js';
+import { settingsFor } from '../config/types.js';
+import type { BerthConfig } from '../setup/berth-config.js';
 import { BerthError, PolicyRefusedError, SandboxNotFoundError, UsageError } from '../errors.js';
 import type { CallScope } from '../scope/call-scope.js';
 import { resolveEnvGrants } from '../policy/env-grants.js';

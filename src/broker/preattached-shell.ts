@@ -1,4 +1,4 @@
-import type { ShellTransport } from '../backends/backend.js';
+import type { ShellTransport } from '../shell/transport.js';
 import { isShellName, shQuote } from '../shell/protocol.js';
 
 /**

@@ -1,5 +1,5 @@
 import type { Sandbox } from '../backends/backend.js';
-import type { BerthConfig } from '../config/types.js';
+import type { BerthConfig } from '../setup/berth-config.js';
 import type { AuditRecorder } from './audit.js';
 import type { BrokerObserver } from './observer.js';
 import { ownerAlive } from './process-owner.js';

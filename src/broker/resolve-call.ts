@@ -1,7 +1,8 @@
 import type { SandboxSpec } from '../backends/backend.js';
-import { isolationNoteOf, sectionOf, withSection, type BackendModule, type BackendTraits, type Isolation } from '../backends/module.js';
-import type { SecretsFile } from '../config/secrets-file.js';
-import type { BackendName, BerthConfig, ProfileSettings } from '../config/types.js';
+import { isolationNoteOf, sectionOf, withSection, type BackendModule } from '../backends/module.js';
+import type { BackendTraits, Isolation } from '../config/backend-traits.js';
+import type { SecretsFile } from '../policy/secrets-file.js';
+import type { BerthConfig, ProfileSettings } from '../setup/berth-config.js';
 import { settingsFor } from '../config/types.js';
 import { ConfigError, PolicyRefusedError, UsageError } from '../errors.js';
 import { resolveStartCwd } from '../policy/cwd.js';
@@ -14,11 +15,12 @@ import { resolveSandboxKey } from '../scope/sandbox-key.js';
 import type { StateStore } from './state-store.js';
 import { overrideIsolates, TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
-export type { Isolation } from '../backends/module.js';
+export type { Isolation } from '../config/backend-traits.js';
 
 /** What `explain` shows: the resolved answer for a call. Never contains an env value. */
 export interface Binding {
-  backend: BackendName;
+  /** The backend module's name (`docker`). */
+  backend: string;
   /** How the backend isolates commands; `none`: not at all (see `note`). */
   isolation: Isolation;
   /** Set when the backend says how its isolation falls short: where the commands really run and as whom. */
@@ -193,7 +195,7 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   const ownUserSandbox = scope.user !== undefined && (keyed.rule === 'auto:3' || keyed.rule === 'user');
   const grants = resolveEnvGrants({ env: settings.env, tenant: scope.tenant, user: scope.user, hostEnv: ctx.hostEnv, secrets, deliverUserValues: ownUserSandbox });
   const spec: SandboxSpec = {
-    identity, digest, dirName, ephemeral: keyed.ephemeral, mount: mount.mount, rule: keyed.rule, settings,
+    identity, digest, dirName, ephemeral: keyed.ephemeral, mount: mount.mount, rule: keyed.rule, section: sectionOf(module, settings),
   };
   const note = isolationNoteOf(module, settings);
   const host = module.host?.(sectionOf(module, settings));

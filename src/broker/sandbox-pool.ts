@@ -1,7 +1,8 @@
 import { existsSync } from 'node:fs';
 import type { Backend, ManagedSandbox, Sandbox, SandboxUsage } from '../backends/backend.js';
-import { reservationOf, sectionOf, type BackendTraits } from '../backends/module.js';
-import type { BerthConfig } from '../config/types.js';
+import { reservationOf, sectionOf } from '../backends/module.js';
+import type { BackendTraits } from '../config/backend-traits.js';
+import type { BerthConfig } from '../setup/berth-config.js';
 import { Logger } from '../logging/logger.js';
 import { PolicyRefusedError, type BerthError } from '../errors.js';
 import { BackendRegistry } from './backend-registry.js';
@@ -520,7 +521,7 @@ export class SandboxPool {
     const image = module.images === undefined ? '' : module.images.of(sectionOf(module, call.settings));
     const checkKey = `${call.settings.backend}:${call.scope.profile}:${image}`;
     if (!this.checkedKeys.has(checkKey)) {
-      await backend.check(call.settings);
+      await backend.check(call.spec.section);
       this.checkedKeys.add(checkKey);
       await this.opts.hooks.checked(call.settings.backend);
     }

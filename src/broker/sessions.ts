@@ -1,7 +1,8 @@
-import { BerthError, isBerthError } from '../errors.js';
+import { BerthError, isBerthError, isCallerError } from '../errors.js';
 import { removeSessionStaging } from '../files/staging.js';
 import type { CallScope } from '../scope/call-scope.js';
-import { settingsFor, type BerthConfig } from '../config/types.js';
+import { settingsFor } from '../config/types.js';
+import type { BerthConfig } from '../setup/berth-config.js';
 import type { AuditRecorder } from './audit.js';
 import { ownerAlive } from './process-owner.js';
 import { sessionRefOf, type ResolvedCall } from './resolve-call.js';
@@ -10,9 +11,6 @@ import { SessionCalls, sessionKey, type SessionCall } from './session-calls.js';
 import type { SandboxRecord, SessionRecord, StateStore } from './state-store.js';
 
 const SESSION_TOUCH_MS = 5_000;
-
-/** Errors of the caller's own making: reported as they are, even when a close overtook the call. */
-const CALLER_ERRORS = new Set(['usage', 'policy_refused', 'too_large', 'path_not_found', 'session_closed']);
 
 export interface CloseResult {
   /** Keys of the ephemeral sandboxes this close removed. */
@@ -83,7 +81,8 @@ export class SessionRegistry {
     try {
       return await fn(sc);
     } catch (err) {
-      if (!sc.overtaken || (isBerthError(err) && CALLER_ERRORS.has(err.code))) throw err;
+      // The caller's own errors say the same whether or not the close overtook the call.
+      if (!sc.overtaken || (isBerthError(err) && (isCallerError(err.code) || err.code === 'session_closed'))) throw err;
       throw sessionClosedError(call, err);
     } finally {
       sc.end();

@@ -1,4 +1,5 @@
-import type { Sandbox, ShellTransport } from '../backends/backend.js';
+import type { Sandbox } from '../backends/backend.js';
+import type { ShellTransport } from '../shell/transport.js';
 import type { Logger } from '../logging/logger.js';
 import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';

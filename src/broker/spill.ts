@@ -1,6 +1,6 @@
 import { lstatSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import type { BerthConfig } from '../config/types.js';
+import type { BerthConfig } from '../setup/berth-config.js';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 

@@ -7,8 +7,10 @@ import { createHash, randomBytes } from 'node:crypto';
 const MAX_TENANT_POOLS = 16;
 import { shellsDirOf } from '../shell/persistent-shell.js';
 import { shellsDirCommand } from '../shell/protocol.js';
-import type { Backend, PoolShape, Sandbox, SandboxSpec, ShellTransport } from '../backends/backend.js';
-import type { BerthConfig, ProfileSettings } from '../config/types.js';
+import type { Backend, PoolShape, Sandbox, SandboxSpec } from '../backends/backend.js';
+import { sectionOf } from '../backends/module.js';
+import type { ShellTransport } from '../shell/transport.js';
+import type { BerthConfig, ProfileSettings } from '../setup/berth-config.js';
 import { ConfigError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
 import { wardenFor, type Warden } from '../shell/warden.js';
@@ -116,10 +118,11 @@ export class WarmPool {
     const engines = new Set<string>();
     for (const [profile, settings] of this.profiles()) {
       const backend = await this.opts.backend(settings.backend);
-      const shape = this.shapeOf(profile, settings, backend);
+      const section = sectionOf(this.opts.config.backends.module(settings.backend), settings);
+      const shape = this.shapeOf(profile, section, backend);
       this.configured.add(`${backend.name}\0${shape.digest}`);
       engines.add(backend.name);
-      if (!shape.perTenant) this.poolFor(backend, settings, shape.digest, undefined);
+      if (!shape.perTenant) this.poolFor(backend, settings, section, shape.digest, undefined);
     }
     return [...engines];
   }
@@ -134,9 +137,9 @@ export class WarmPool {
     backend: Backend, settings: ProfileSettings, spec: SandboxSpec,
   ): Promise<WarmClaim | undefined> {
     if (!this.opts.fill || this.closed || settings.warmPool.size === 0 || !spec.ephemeral || spec.mount !== null || backend.warm === undefined) return undefined;
-    const shaped = backend.warm.shapeOf(settings);
+    const shaped = backend.warm.shapeOf(spec.section);
     if ('unpoolable' in shaped || !this.configured.has(`${backend.name}\0${shaped.digest}`)) return undefined;
-    const pool = this.poolFor(backend, settings, shaped.digest, shaped.perTenant ? spec.identity.tenant : undefined);
+    const pool = this.poolFor(backend, settings, spec.section, shaped.digest, shaped.perTenant ? spec.identity.tenant : undefined);
     const entry = this.takeLive(pool);
     this.refill(pool, REFILL_AFTER_CLAIM_MS);
     if (entry === undefined) {
@@ -207,21 +210,22 @@ export class WarmPool {
   }
 
   /** `key`: where the config asks for the pool (`warmPool`, `profiles.bot.warmPool`), for the messages. */
-  private shapeOf(key: string, settings: ProfileSettings, backend: Backend): { digest: string; perTenant: boolean } {
+  private shapeOf(key: string, section: unknown, backend: Backend): { digest: string; perTenant: boolean } {
     if (backend.warm === undefined) {
       throw new ConfigError(`config key "${key}": backend "${backend.name}" cannot keep a warm pool; set warmPool.size: 0 for that profile, or use a backend that has one (docker, bwrap)`);
     }
-    const shaped = backend.warm.shapeOf(settings);
+    const shaped = backend.warm.shapeOf(section);
     if ('unpoolable' in shaped) throw new ConfigError(`config key "${key}": ${shaped.unpoolable}`);
     return shaped;
   }
 
-  private poolFor(backend: Backend, settings: ProfileSettings, shape: string, tenant: string | undefined): Pool {
+  /** `settings`: a place that asks for the pool; `section`: its backend's section, which its sandboxes are made from. */
+  private poolFor(backend: Backend, settings: ProfileSettings, section: unknown, shape: string, tenant: string | undefined): Pool {
     const digest = tenant === undefined ? shape : createHash('sha256').update(`${shape}\0${tenant}`).digest('hex');
     let pool = this.pools.get(digest);
     if (pool === undefined) {
       if (tenant !== undefined) this.boundTenantPools(shape);
-      pool = { shape: { digest, settings, tenant, owner: this.owner }, backend, size: 0, ready: [], filling: 0, base: shape, usedMs: Date.now() };
+      pool = { shape: { digest, section, tenant, owner: this.owner }, backend, size: 0, ready: [], filling: 0, base: shape, usedMs: Date.now() };
       this.pools.set(digest, pool);
     }
     pool.usedMs = Date.now();

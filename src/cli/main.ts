@@ -1,4 +1,5 @@
 import { isBerthError } from '../errors.js';
+import { exitCodeOf } from './exit-codes.js';
 import { COMMANDS, isCommandName } from './commands/index.js';
 import { processIo, type CliIo } from './io.js';
 
@@ -39,14 +40,18 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     const run = await COMMANDS[name]();
     return await run(rest, io);
   } catch (err) {
-    if (isBerthError(err)) {
+    if (isBerthError(err) && err.code !== 'internal') {
       io.err(`berth: ${oneLine(err.message)}\n`);
-      return err.exitCode;
+      return exitCodeOf(err.code);
     }
-    io.err(`berth: internal error: ${oneLine(err instanceof Error ? err.message : String(err))}; rerun with BERTH_DEBUG=* and report it\n`);
-    return 125;
+    io.err(`berth: internal error: ${oneLine(err instanceof Error ? err.message : String(err))}; ${BUG_REPORT}\n`);
+    if (err instanceof Error && err.stack !== undefined && io.env['BERTH_DEBUG'] !== undefined) io.err(`${err.stack}\n`);
+    return exitCodeOf('internal');
   }
 }
+
+/** What the CLI says after an error that is a bug in berth (code `internal`, or no berth error at all). */
+const BUG_REPORT = 'this is a bug in berth, not in your command or config; please report it with the command you ran and the output of the same run with BERTH_DEBUG=*';
 
 function oneLine(text: string): string {
   return text.replace(/\s*\n\s*/g, '; ');

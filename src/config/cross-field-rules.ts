@@ -1,25 +1,26 @@
 import { isAbsolute } from 'node:path';
-import type { BackendCatalog } from '../backends/catalog.js';
-import { sectionOf } from '../backends/module.js';
-import type { RawCore, RawProfile } from './compose-schema.js';
-import type { ProfileSettings, ServerSettings } from './types.js';
+import type { BackendTraitsTable } from './backend-traits.js';
+import type { RawCore, RawProfile } from './core-schema.js';
+import type { CoreSettings, ServerSettings } from './types.js';
 
 /*
- * Cross-field rules: settings that contradict each other or would be inert are errors that name
- * the key and the fix. Rules about backends read their traits (does it mount host dirs, does it
- * key like a container), never their names.
+ * Cross-field rules of berth's own keys: settings that contradict each other or would be inert are
+ * errors that name the key and the fix. Rules about backends read their traits (does it mount host
+ * dirs, does it key like a container), never their names. The rules of the modules' own sections
+ * are setup/'s (section-rules.ts).
  */
 
 /** The top level or one profile section, with what was written there and the merged result. */
-export interface Section {
+export interface Section<S extends CoreSettings = CoreSettings> {
   /** `undefined` for the top level. */
   profile: string | undefined;
   /** What this section itself wrote. */
   written: RawProfile;
-  settings: ProfileSettings;
+  settings: S;
 }
 
-function keyOf(section: Section, key: string): string {
+/** The config path of `key` in `section` (`sharedKey`, `profiles.bot.sharedKey`). */
+export function keyOf(section: Section, key: string): string {
   return section.profile === undefined ? key : `profiles.${section.profile}.${key}`;
 }
 
@@ -32,11 +33,11 @@ function involves(section: Section, keys: readonly (keyof RawCore)[]): boolean {
 }
 
 /** `a`, `a and b`, `a, b and c`. */
-function joined(names: readonly string[], word: 'and' | 'or'): string {
+export function joined(names: readonly string[], word: 'and' | 'or'): string {
   return names.length <= 1 ? (names[0] ?? '') : `${names.slice(0, -1).join(', ')} ${word} ${names.at(-1)!}`;
 }
 
-function sharedKeyProblems(section: Section, backends: BackendCatalog): string[] {
+function sharedKeyProblems(section: Section, backends: BackendTraitsTable): string[] {
   const { settings, written } = section;
   const at = keyOf(section, 'sharedKey');
   if (settings.scope === 'shared') {
@@ -112,92 +113,36 @@ function envProblems(section: Section): string[] {
 }
 
 /**
- * Rules about what backends do, judged over every place a value applies: `workspace.mount` where
- * no profile it applies to uses a backend that mounts host dirs, and a `<module>:` section where
- * no profile it applies to uses that module. A top-level value applies to the top level (profiles
- * without a section) and to every profile that does not override it.
+ * `workspace.mount` where no profile it applies to uses a backend that mounts host dirs. A
+ * top-level value applies to the top level (profiles without a section) and to every profile that
+ * does not override it.
  */
-function backendProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
+function mountProblems(top: Section, profiles: readonly Section[], backends: BackendTraitsTable): string[] {
   const problems: string[] = [];
   const mounts = (s: Section): boolean => backends.traits(s.settings.backend).mountsHostDirs;
   const never = `${joined(backends.namesWhere((t) => !t.mountsHostDirs), 'and')} never mount`;
   const use = `use backend: ${joined(backends.namesWhere((t) => t.mountsHostDirs), 'or')}`;
-  const sectioned = backends.modules.filter((m) => m.settings !== undefined).map((m) => m.name);
-
   if (top.written.workspace?.mount === true) {
     const appliesTo = [top, ...profiles.filter((p) => p.written.workspace?.mount === undefined)];
     if (!appliesTo.some(mounts)) {
       problems.push(`config key "workspace.mount": ${never}, and no profile it applies to uses a container backend; remove workspace.mount or ${use}`);
     }
   }
-  for (const name of sectioned) {
-    if (top.written[name] !== undefined && ![top, ...profiles].some((s) => s.settings.backend === name)) {
-      problems.push(`config key "${name}": no profile uses backend ${name}, so the ${name} section would have no effect; remove it or set backend: ${name}`);
-    }
-  }
   for (const p of profiles) {
-    const backend = p.settings.backend;
     if (p.written.workspace?.mount === true && !mounts(p)) {
-      problems.push(`config key "${keyOf(p, 'workspace.mount')}": profile "${p.profile}" uses backend "${backend}", and ${never}; remove workspace.mount or ${use}`);
+      problems.push(`config key "${keyOf(p, 'workspace.mount')}": profile "${p.profile}" uses backend "${p.settings.backend}", and ${never}; remove workspace.mount or ${use}`);
     }
-    for (const name of sectioned) {
-      if (p.written[name] !== undefined && backend !== name) {
-        problems.push(
-          `config key "${keyOf(p, name)}": profile "${p.profile}" uses backend "${backend}", so its ${name} section would have no effect; remove it or set ${keyOf(p, 'backend')}: ${name}`,
-        );
-      }
-    }
-  }
-  return problems;
-}
-
-/**
- * A module's installation-wide keys (where its sandboxes live, which uids they get) written in a
- * profile with another value than the top level's: two profiles would keep one installation's
- * sandboxes apart in ways its reapers and uid claims do not know about.
- */
-function installationWideProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
-  const problems: string[] = [];
-  for (const m of backends.modules) {
-    for (const key of m.settings?.installationWide ?? []) {
-      const topValue = JSON.stringify((top.settings as unknown as Record<string, Record<string, unknown>>)[m.name]?.[key]);
-      for (const p of profiles) {
-        const written = (p.written as Record<string, Record<string, unknown> | undefined>)[m.name]?.[key];
-        const value = JSON.stringify((p.settings as unknown as Record<string, Record<string, unknown>>)[m.name]?.[key]);
-        if (written === undefined || value === topValue) continue;
-        problems.push(
-          `config key "${keyOf(p, `${m.name}.${key}`)}": ${m.name}.${key} holds for the whole installation, and profile "${p.profile}" sets it ` +
-            `to ${value} where the top level has ${topValue}; set ${m.name}.${key} at the top level only`,
-        );
-      }
-    }
-  }
-  return problems;
-}
-
-/**
- * Each module's own rules (`SettingsSection.problems`) over the places that use it. A profile that
- * wrote none of the keys involved repeats the top level's values and is left to the top level.
- */
-function moduleProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
-  const problems: string[] = [];
-  for (const m of backends.modules) {
-    if (m.settings?.problems === undefined) continue;
-    const uses = [top, ...profiles]
-      .filter((s) => s.settings.backend === m.name && (s.profile === undefined || [m.name, 'backend', 'persistent'].some((k) => (s.written as Record<string, unknown>)[k] !== undefined)))
-      .map((s) => ({ at: keyOf(s, m.name), settings: sectionOf(m, s.settings), persistent: s.settings.persistent }));
-    if (uses.length > 0) problems.push(...m.settings.problems(uses));
   }
   return problems;
 }
 
 /** Every cross-field problem of a config, in a stable order (per section, then across sections). */
-export function crossFieldProblems(top: Section, profiles: readonly Section[], backends: BackendCatalog): string[] {
+export function crossFieldProblems(top: Section, profiles: readonly Section[], backends: BackendTraitsTable): string[] {
   const problems: string[] = [];
   for (const s of [top, ...profiles]) {
     problems.push(...sharedKeyProblems(s, backends), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s), ...warmPoolProblems(s));
   }
-  problems.push(...backendProblems(top, profiles, backends), ...installationWideProblems(top, profiles, backends), ...moduleProblems(top, profiles, backends));
+  problems.push(...mountProblems(top, profiles, backends));
   return problems;
 }
 

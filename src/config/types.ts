@@ -1,10 +1,8 @@
-/** The validated, immutable shape of berth's configuration. Built only by `loadConfig`/`parseConfig`. */
-
-import type { BackendCatalog } from '../backends/catalog.js';
-import type { BackendName, BackendSections } from '../backends/registry.js';
-
-export type { BackendName } from '../backends/registry.js';
-export type { DockerSettings, VolumeSettings } from '../backends/docker/settings.js';
+/*
+ * berth's own settings, validated and immutable: what a profile may override (`CoreSettings`) and
+ * the top-level sections. The whole config, with each backend module's section beside these, is
+ * assembled in setup/ (`BerthConfig`); nothing here knows a backend.
+ */
 
 export const SCOPE_MODES = ['auto', 'shared', 'profile', 'user', 'session', 'task'] as const;
 export type ScopeMode = (typeof SCOPE_MODES)[number];
@@ -24,7 +22,8 @@ export interface EnvSettings {
 
 /** Everything a profile may override but the backends' own sections. */
 export interface CoreSettings {
-  backend: BackendName;
+  /** The name of a backend module of the config's catalog. */
+  backend: string;
   scope: ScopeMode;
   persistent: boolean;
   /** `""` in the file means unset, stored as `undefined`. */
@@ -50,12 +49,6 @@ export interface CoreSettings {
   files: { maxBytes: number; mediaMode: 'copy' | 'live' };
   env: EnvSettings;
 }
-
-/**
- * Everything a profile may override, merged: berth's own keys plus each backend module's section
- * under its name (`docker`); `settingsFor(config, profile)` returns it.
- */
-export type ProfileSettings = CoreSettings & BackendSections;
 
 /** `berth serve` settings (top level only). */
 export interface ServerSettings {
@@ -126,21 +119,15 @@ export interface AuditSettings {
   retentionDays: number;
 }
 
-export interface BerthConfig {
-  multiProfile: boolean;
-  server: ServerSettings;
-  limits: TenantLimits;
-  audit: AuditSettings;
+/** The places of a config: the top level's merged settings and each named profile's. */
+export interface ConfigPlaces<S extends CoreSettings = CoreSettings> {
   /** Settings of profiles without a `profiles.<name>` section (and of `default`, unless overridden). */
-  base: ProfileSettings;
+  readonly base: S;
   /** Fully merged settings per named profile section. */
-  profiles: Readonly<Record<string, ProfileSettings>>;
-  /** Where the config came from (a path), or undefined for built-in defaults. */
-  source: string | undefined;
-  /** The backend modules this config was parsed against: their traits answer what a backend does. */
-  backends: BackendCatalog;
+  readonly profiles: Readonly<Record<string, S>>;
 }
 
-export function settingsFor(config: BerthConfig, profile: string): ProfileSettings {
+/** The settings of `profile`: its own section's, else the top level's. */
+export function settingsFor<S extends CoreSettings>(config: ConfigPlaces<S>, profile: string): S {
   return Object.hasOwn(config.profiles, profile) ? config.profiles[profile]! : config.base;
 }

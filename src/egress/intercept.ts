@@ -1,12 +1,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { TLSSocket } from 'node:tls';
-import type { IpAddress } from './addresses.js';
 import { forward } from './forward.js';
 import { hostHeaderMatches } from './host-header.js';
 import { strayPlaceholder } from './placeholder-swap.js';
 import type { ProxyCore } from './proxy-core.js';
-import type { EgressSandbox } from './types.js';
+import type { EgressSandbox, InterceptedSession } from './types.js';
 
 /*
  * An intercepted session: TLS to a credential host, terminated here with a leaf certificate the
@@ -14,15 +13,6 @@ import type { EgressSandbox } from './types.js';
  * carry the credential's value. Each request inside is checked (its Host must be the session's
  * host, no placeholder may go where it does not belong) and forwarded over verified TLS.
  */
-
-/** What a session's requests share: the CONNECT's host and the addresses checked for it. */
-export interface InterceptedSession {
-  sandbox: EgressSandbox;
-  host: string;
-  port: number;
-  addresses: readonly IpAddress[];
-  rule: string;
-}
 
 /** Terminates TLS on `socket` (whose ClientHello, already read, is `hello`) and serves its requests. */
 export function intercept(core: ProxyCore, sandbox: EgressSandbox, socket: Socket, hello: Buffer, s: Omit<InterceptedSession, 'sandbox'>): void {

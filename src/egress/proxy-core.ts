@@ -6,9 +6,8 @@ import type { Logger } from '../logging/logger.js';
 import type { DeniedRange } from './addresses.js';
 import { answerResponse, answerSocket, refusalText } from './answers.js';
 import type { EgressCa } from './ca.js';
-import type { InterceptedSession } from './intercept.js';
 import type { Lookup } from './target.js';
-import type { EgressChannel, EgressEvent, EgressLimits, EgressSandbox } from './types.js';
+import type { EgressChannel, EgressEvent, EgressLimits, EgressSandbox, InterceptedSession } from './types.js';
 
 /*
  * What every part of the proxy shares: its limits, its CA and upstream trust, the denied ranges,

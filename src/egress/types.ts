@@ -1,3 +1,4 @@
+import type { IpAddress } from './addresses.js';
 import type { EgressCredential } from './credentials.js';
 import type { EgressPolicy } from './policy.js';
 
@@ -84,3 +85,12 @@ export const DEFAULT_LIMITS: Readonly<EgressLimits> = Object.freeze({
   upstreamIdleMs: 300_000,
   tunnelIdleMs: 15 * 60_000,
 });
+
+/** What a session's requests share: the CONNECT's host and the addresses checked for it. */
+export interface InterceptedSession {
+  sandbox: EgressSandbox;
+  host: string;
+  port: number;
+  addresses: readonly IpAddress[];
+  rule: string;
+}

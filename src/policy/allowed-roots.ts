@@ -1,6 +1,6 @@
 import { statSync } from 'node:fs';
 import path from 'node:path';
-import type { BerthConfig } from '../config/types.js';
+import type { ConfigPlaces, CoreSettings } from '../config/types.js';
 import { ConfigError } from '../errors.js';
 
 /*
@@ -34,9 +34,9 @@ export function outsideAllowedRootsReason(
  * Start-up check: every `workspace.allowedRoots` entry of every profile is an existing directory.
  * A missing root would refuse every workspace meant to be under it, so it is a config error.
  */
-export function assertAllowedRootsExist(config: BerthConfig): void {
-  const sections: [string, BerthConfig['base']][] = [['workspace.allowedRoots', config.base],
-    ...Object.entries(config.profiles).map(([name, p]): [string, BerthConfig['base']] => [`profiles.${name}.workspace.allowedRoots`, p])];
+export function assertAllowedRootsExist(config: ConfigPlaces): void {
+  const sections: [string, CoreSettings][] = [['workspace.allowedRoots', config.base],
+    ...Object.entries(config.profiles).map(([name, p]): [string, CoreSettings] => [`profiles.${name}.workspace.allowedRoots`, p])];
   const problems: string[] = [];
   for (const [key, settings] of sections) {
     // A profile inherits the top-level list: report each entry once, where it was written.

@@ -1,7 +1,14 @@
-import type { SecretsFile } from '../config/secrets-file.js';
 import type { EnvSettings } from '../config/types.js';
 import { ConfigError } from '../errors.js';
 import { parseUserRef } from '../scope/user-ref.js';
+
+/** The values of a secrets file (`SecretsFile`, secrets-file.ts) that grants read. */
+export interface SecretValues {
+  /** Values before the first section: merged under berth's environment. */
+  global: ReadonlyMap<string, string>;
+  /** Per-user sections, keyed by `secretsUserKey(tenant, user)`. */
+  users: ReadonlyMap<string, ReadonlyMap<string, string>>;
+}
 
 export interface EnvGrantInput {
   env: EnvSettings;
@@ -18,7 +25,7 @@ export interface EnvGrantInput {
    * The profile's `env.secretsFile`, parsed at start-up: globals sit under `hostEnv`, user sections
    * (keyed by `secretsUserKey(tenant, user)`) under per-user variables.
    */
-  secrets?: Pick<SecretsFile, 'global' | 'users'> | undefined;
+  secrets?: SecretValues | undefined;
   /**
    * Whether the user's own values may go into this sandbox (default true). False for a sandbox
    * other users can reach: they are then left out and named in `withheld`.

@@ -1,8 +1,13 @@
 import { realpathSync, statSync } from 'node:fs';
-import { sectionOf } from '../backends/module.js';
-import type { BerthConfig, ProfileSettings, VolumeSettings } from '../config/types.js';
+import type { SectionHostBind } from '../config/section.js';
 import { ConfigError } from '../errors.js';
 import { credentialSurfaceReason, type CredentialSurfaceContext } from './credential-surfaces.js';
+
+/** A host dir a backend section binds, with the config key that names it (`profiles.bot.docker.volumes`). */
+export interface PlacedHostBind {
+  key: string;
+  bind: SectionHostBind;
+}
 
 /**
  * Host dirs an operator binds through a backend's section (`docker.volumes`) go through the same
@@ -12,9 +17,7 @@ import { credentialSurfaceReason, type CredentialSurfaceContext } from './creden
  * root: a sandbox writing there as root could plant a set-uid-root program for any host user
  * (design §8); the operator hands it to an unprivileged owner or binds it read-only.
  */
-export function assertVolumesAllowed(config: BerthConfig, ctx: Omit<CredentialSurfaceContext, 'realpath'>): void {
-  const sections: [string | undefined, ProfileSettings][] = [[undefined, config.base],
-    ...Object.entries(config.profiles).map(([name, p]): [string, ProfileSettings] => [name, p])];
+export function assertHostBindsAllowed(binds: readonly PlacedHostBind[], ctx: Omit<CredentialSurfaceContext, 'realpath'>): void {
   const problems: string[] = [];
   const realpath = (p: string): string | undefined => {
     try {
@@ -23,26 +26,21 @@ export function assertVolumesAllowed(config: BerthConfig, ctx: Omit<CredentialSu
       return undefined;
     }
   };
-  for (const [profile, settings] of sections) {
-    const module = config.backends.module(settings.backend);
-    const binds = module.settings?.hostBinds?.(sectionOf(module, settings)) ?? [];
-    for (const bind of binds) {
-      const key = `${profile === undefined ? '' : `profiles.${profile}.`}${module.name}.${bind.key}`;
-      const real = realpath(bind.source);
-      if (real === undefined) {
-        problems.push(`${key} entry "${bind.describe}": host path ${bind.source} does not exist; create it or remove the entry`);
-        continue;
-      }
-      const reason = credentialSurfaceReason(real, { ...ctx, realpath });
-      if (reason !== undefined) {
-        problems.push(`${key} entry "${bind.describe}": ${bind.source} ${reason}; bind a project folder instead`);
-      } else if (!bind.readOnly && statSync(real).uid === 0) {
-        problems.push(
-          `${key} entry "${bind.describe}": ${bind.source} is owned by root and bound read-write, so a sandbox would write there as root ` +
-            `and could leave a set-uid-root program any host user can run; hand it to an unprivileged owner (chown -R <uid>:<gid> ${bind.source}: ` +
-            `the sandbox then runs as that uid) or bind it read-only (${bind.source}:<target>:ro)`,
-        );
-      }
+  for (const { key, bind } of binds) {
+    const real = realpath(bind.source);
+    if (real === undefined) {
+      problems.push(`${key} entry "${bind.describe}": host path ${bind.source} does not exist; create it or remove the entry`);
+      continue;
+    }
+    const reason = credentialSurfaceReason(real, { ...ctx, realpath });
+    if (reason !== undefined) {
+      problems.push(`${key} entry "${bind.describe}": ${bind.source} ${reason}; bind a project folder instead`);
+    } else if (!bind.readOnly && statSync(real).uid === 0) {
+      problems.push(
+        `${key} entry "${bind.describe}": ${bind.source} is owned by root and bound read-write, so a sandbox would write there as root ` +
+          `and could leave a set-uid-root program any host user can run; hand it to an unprivileged owner (chown -R <uid>:<gid> ${bind.source}: ` +
+          `the sandbox then runs as that uid) or bind it read-only (${bind.source}:<target>:ro)`,
+      );
     }
   }
   if (problems.length > 0) throw new ConfigError(problems.join('; '));
@@ -56,6 +54,6 @@ export function assertVolumesAllowed(config: BerthConfig, ctx: Omit<CredentialSu
  * @example
  * volumesForTenant([{ source: '/srv/a', target: '/data', readOnly: false, tenants: ['acme'] }], 'globex') // → []
  */
-export function volumesForTenant(volumes: readonly VolumeSettings[], tenant: string): VolumeSettings[] {
+export function volumesForTenant<V extends { tenants: readonly string[] | '*' }>(volumes: readonly V[], tenant: string): V[] {
   return volumes.filter((v) => v.tenants === '*' || v.tenants.includes(tenant));
 }

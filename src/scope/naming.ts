@@ -1,6 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { SandboxIdentity } from '../backends/backend.js';
 import { DEFAULT_PROFILE, DEFAULT_TENANT, type CallScope } from './call-scope.js';
+
+/** (installation, tenant, profile, key); `profile` is undefined for `shared:*` keys. */
+export interface SandboxIdentity {
+  installation: string;
+  tenant: string;
+  profile: string | undefined;
+  key: string;
+}
 
 /**
  * The identity of the sandbox a key names. `shared:*` keys are shared across the tenant's

@@ -1,4 +1,4 @@
-import type { ProfileSettings } from '../config/types.js';
+import type { CoreSettings } from '../config/types.js';
 import { ConfigError, PolicyRefusedError } from '../errors.js';
 import { resolveRoot, type ParentOf } from './aliases.js';
 import { DEFAULT_PROFILE, type CallScope } from './call-scope.js';
@@ -6,7 +6,7 @@ import { parseUserRef } from './user-ref.js';
 
 export interface SandboxKeyInput {
   scope: CallScope;
-  settings: ProfileSettings;
+  settings: CoreSettings;
   /**
    * The call's backend keys like a container (its `containerKeying` trait; design §3 rows 2, 4, 5
    * and 7): a task of a non-persistent profile follows its root task, a persistent one shares.

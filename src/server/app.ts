@@ -9,13 +9,12 @@ import { answers, JSON_HEADERS } from './answer.js';
 import type { ApiContext, ApiEnv } from './api-env.js';
 import type { Caller } from './caller.js';
 import { apiHandlers } from './handlers.js';
-import { errorBody, HttpError, toHttpError } from './http-error.js';
+import { errorBody, HttpError, isRefusal, toHttpError } from './http-error.js';
 import { pathOf } from './request.js';
 import { honoPath, readInput, type RouteSpec } from './route-spec.js';
 import { openApiDocument, ROUTES, type RouteId } from './routes.js';
 import type { MetricsEdge } from './metrics.js';
 import type { OverviewStreams } from './overview-stream.js';
-import { isRefusal } from './refusals.js';
 import { TenantLimiter } from './tenant-limits.js';
 import type { TokenGrant, TokenStore } from './tokens.js';
 
@@ -57,7 +56,7 @@ export interface ApiApp {
 
 /**
  * The HTTP API on Hono: every route of `ROUTES` with its handler, one error handler that answers
- * by the code's status (`HTTP_STATUS`), 404 and 405 (with `Allow`) as JSON. A route that needs a
+ * by the code's status (`statusOf`), 404 and 405 (with `Allow`) as JSON. A route that needs a
  * token checks it before anything of the request is read; so do 404 and 405, which tell nothing
  * to a caller without one.
  */

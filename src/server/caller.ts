@@ -1,5 +1,6 @@
 import type { Broker } from '../broker/broker.js';
-import { settingsFor, type BerthConfig } from '../config/types.js';
+import { settingsFor } from '../config/types.js';
+import type { BerthConfig } from '../setup/berth-config.js';
 import { BerthError, ConfigError } from '../errors.js';
 import type { CallScope } from '../scope/call-scope.js';
 

@@ -1,4 +1,4 @@
-import { isBerthError, type ErrorCode } from '../errors.js';
+import { ERROR_CATEGORY, isBerthError, isRefusalCategory, type ErrorCategory, type ErrorCode } from '../errors.js';
 
 /** Codes only the HTTP layer answers with: the request itself, before any berth call. */
 export type HttpOnlyCode =
@@ -14,68 +14,76 @@ export type HttpOnlyCode =
 /** Every code an HTTP answer carries in `{error: {code, message}}`. */
 export type HttpCode = ErrorCode | HttpOnlyCode;
 
+/** The category of each code only the HTTP layer answers with (`ERROR_CATEGORY` holds berth's own). */
+const HTTP_ONLY_CATEGORY: Readonly<Record<HttpOnlyCode, ErrorCategory>> = {
+  bad_request: 'input',
+  unauthorized: 'refused',
+  method_not_allowed: 'input',
+  request_timeout: 'input',
+  length_required: 'input',
+  unsupported_media_type: 'input',
+  too_many_calls: 'bound',
+  too_many_bytes: 'bound',
+};
+
+/** The category of any code an HTTP answer carries. */
+export function categoryOf(code: HttpCode): ErrorCategory {
+  return Object.hasOwn(HTTP_ONLY_CATEGORY, code) ? HTTP_ONLY_CATEGORY[code as HttpOnlyCode] : ERROR_CATEGORY[code as ErrorCode];
+}
+
+/** Whether an answer is a refusal (counted in `berth_refusals_total`), not a failure. */
+export function isRefusal(code: HttpCode): boolean {
+  return isRefusalCategory(categoryOf(code));
+}
+
 /**
- * The status of every code, the one table of the HTTP edge (`/v1` and `/mcp` alike).
- *
- * - 4xx: the caller can change something. 400 its input (`usage` is the library refusing an
- *   argument, as a schema violation is), 403 a refusal by policy or by its token, 404 a thing it
- *   named that is not there, 409 its session was closed under the call, 413 over a size bound,
- *   422 a backend that cannot do this, 429 a tenant limit, 408 a request head that did not arrive in time.
- * - 503: gone or going while the call ran (a backend down, shutdown, a shell or warden closing
- *   with its sandbox); retrying on a running berth may work. 504 a wait that ran out, 507 a
- *   sandbox over its disk bound.
- * - 500: berth, its engine or a helper failed. `config_invalid` is here, on every route: the
- *   config is the operator's, so no request can fix it (it used to be 400 on `/mcp`).
+ * The status of each category, the HTTP edge's one table (`/v1` and `/mcp` alike): 4xx where the
+ * caller can change something (400 its input, 403 a refusal, 404 a thing it named that is not
+ * there, 413 over a size bound, 422 a backend that cannot do this); 503 gone or going while the
+ * call ran, so retrying on a running berth may work; 500 berth, its engine or a helper failed.
+ * `config` is 500 on every route: the config is the operator's, so no request can fix it.
  */
-export const HTTP_STATUS: Readonly<Record<HttpCode, number>> = {
-  bad_request: 400,
-  usage: 400,
-  offset_out_of_range: 400,
-  upload_incomplete: 400,
-  unauthorized: 401,
-  policy_refused: 403,
-  profile_forbidden: 403,
-  host_backend_forbidden: 403,
+const STATUS_OF_CATEGORY: Readonly<Record<ErrorCategory, number>> = {
+  input: 400,
+  config: 500,
+  refused: 403,
   not_found: 404,
-  path_not_found: 404,
-  job_not_found: 404,
+  bound: 413,
+  unsupported: 422,
+  gone: 503,
+  fault: 500,
+  bug: 500,
+};
+
+/** Codes whose status says more than their category's. */
+const STATUS_OF_CODE: Readonly<Partial<Record<HttpCode, number>>> = {
+  unauthorized: 401,
   method_not_allowed: 405,
   request_timeout: 408,
-  session_closed: 409,
   length_required: 411,
-  too_large: 413,
-  tenant_limit: 429,
   unsupported_media_type: 415,
-  unsupported: 422,
-  job_start_failed: 422,
+  // A tenant's limits: too many at once, not too big.
+  tenant_limit: 429,
   too_many_calls: 429,
   too_many_bytes: 429,
-  config_invalid: 500,
-  shell_start_failed: 500,
-  sandbox_start_failed: 500,
-  spawn_failed: 500,
-  warden_gone: 500,
-  kill_helper_failed: 500,
-  transfer_failed: 500,
-  staging_unsafe: 500,
-  job_read_failed: 500,
-  disk_measure_failed: 500,
-  disk_image_failed: 500,
-  helper_output_too_large: 500,
-  docker_error: 500,
-  invalid_ref: 500,
-  image_pull_failed: 500,
-  image_build_failed: 500,
-  listen_failed: 500,
-  internal: 500,
-  backend_unavailable: 503,
-  host_key_refused: 503,
-  shutting_down: 503,
-  shell_closed: 503,
-  warden_closed: 503,
+  // The session was closed under the call: a conflict with the caller's own close, not an outage.
+  session_closed: 409,
+  // A wait that ran out.
   timeout: 504,
+  // A sandbox over its disk bound.
   disk_limit_exceeded: 507,
 };
+
+/** The status of a code: its own where it has one, else its category's. */
+export function statusOf(code: HttpCode): number {
+  return STATUS_OF_CODE[code] ?? STATUS_OF_CATEGORY[categoryOf(code)];
+}
+
+/** Every code an HTTP answer may carry, for the OpenAPI document. */
+export const HTTP_CODES = [...Object.keys(ERROR_CATEGORY), ...Object.keys(HTTP_ONLY_CATEGORY)] as [HttpCode, ...HttpCode[]];
+
+/** What a client sees for a bug in berth (a code `internal`, or no berth error at all); the stack goes to the server log. */
+export const BUG_MESSAGE = 'berth failed to handle this request: this is a bug in berth; the server log has the details, please report it with them';
 
 /** An error answered with the status of its code and `{error: {code, message}}`. */
 export class HttpError extends Error {
@@ -84,18 +92,19 @@ export class HttpError extends Error {
   constructor(readonly code: HttpCode, message: string, readonly headers: Record<string, string> = {}) {
     super(message);
     this.name = 'HttpError';
-    this.status = HTTP_STATUS[code];
+    this.status = statusOf(code);
   }
 }
 
 /**
  * The one translator from what a handler threw to what the client sees. Only errors berth
- * understands carry their message; anything else is a 500 with a generic message (logged).
+ * understands carry their message; a bug (`internal`, or no berth error) is a 500 with a generic
+ * message, and the caller logs its stack.
  */
 export function toHttpError(err: unknown): HttpError {
   if (err instanceof HttpError) return err;
-  if (isBerthError(err)) return new HttpError(err.code, err.message);
-  return new HttpError('internal', 'berth failed to handle this request; the server log has the details');
+  if (isBerthError(err) && err.code !== 'internal') return new HttpError(err.code, err.message);
+  return new HttpError('internal', BUG_MESSAGE);
 }
 
 export function errorBody(e: HttpError): string {

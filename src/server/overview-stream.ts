@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import type { SandboxUsage } from '../backends/backend.js';
+import type { SandboxUsage } from '../broker/sandbox-usage.js';
 import type { Broker } from '../broker/broker.js';
 import type { Caller } from './caller.js';
 import type { CallHistory } from './call-history.js';

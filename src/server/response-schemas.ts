@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { HTTP_STATUS, type HttpCode } from './http-error.js';
+import { HTTP_CODES } from './http-error.js';
 
 /*
  * What the HTTP API answers, for the OpenAPI document (`openApiDocument`). Requests are checked
@@ -9,7 +9,7 @@ import { HTTP_STATUS, type HttpCode } from './http-error.js';
 
 export const ErrorAnswer = z.object({
   error: z.object({
-    code: z.enum(Object.keys(HTTP_STATUS) as [HttpCode, ...HttpCode[]]).describe('stable and machine-readable; the status follows from it'),
+    code: z.enum(HTTP_CODES).describe('stable and machine-readable; the status follows from it'),
     message: z.string().describe('what happened and what to do about it'),
   }),
 }).meta({ id: 'Error' });

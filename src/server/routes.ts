@@ -21,7 +21,7 @@ const ref = (name: string) => ({ $ref: `#/components/responses/${name}` });
 const json = (description: string, schema: z.ZodType): Responses[string] => ({ description, content: { 'application/json': { schema } } });
 const binary = { type: 'string', format: 'binary' } as const;
 
-/** The errors any authenticated route may answer (components.responses); the code decides the status (`HTTP_STATUS`). */
+/** The errors any authenticated route may answer (components.responses); the code decides the status (`statusOf`). */
 const errors: Responses = {
   400: ref('BadRequest'), 401: ref('Unauthorized'), 403: ref('Error'), 404: ref('Error'), 409: ref('Error'), 413: ref('Error'), 422: ref('Error'),
   429: ref('TooMany'), 500: ref('Error'), 503: ref('Error'), 504: ref('Error'), 507: ref('Error'),

@@ -4,7 +4,7 @@ import { Logger } from '../logging/logger.js';
 import { ByteRedactor, OutputCapture } from './output-capture.js';
 import { DUMP_AND_EXIT, SHELL_TAG_VAR, SNAPSHOT_CWD, STARTED_LINE, TokenSource, buildFrame, buildInit, isShellName, parseInitPayload, printfFormat } from './protocol.js';
 import { describeEnd, describeReplacement, restoredFrom, type Replacement } from './replacement.js';
-import type { ProcessPids, ShellGroups, ShellTransport } from '../backends/backend.js';
+import type { ProcessPids, ShellGroups, ShellTransport } from './transport.js';
 import { ShellConn, type Exchange, type Outcome } from './shell-conn.js';
 import type { ExecResult, RunOptions, ShellOptions } from './types.js';
 import { OnceKiller, type ProcessKiller, type TreeInput } from './warden.js';

@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import type { ShellGroups, ShellTransport } from '../backends/backend.js';
+import type { ShellGroups, ShellTransport } from './transport.js';
 import { MarkerScanner, parseStderrTrailer, parseStdoutTrailer } from './protocol.js';
 import type { StreamName } from './output-capture.js';
 

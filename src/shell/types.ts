@@ -1,4 +1,4 @@
-import type { ExecOnceOptions, ExecOnceResult, ProcessGroups, ShellTransport } from '../backends/backend.js';
+import type { ExecOnceOptions, ExecOnceResult, ProcessGroups, ShellTransport } from './transport.js';
 import type { Logger } from '../logging/logger.js';
 import type { ProcessKiller } from './warden.js';
 

@@ -1,4 +1,4 @@
-import type { ExecOnceOptions, ExecOnceResult, Sandbox, ShellTransport } from '../backends/backend.js';
+import type { ExecOnceOptions, ExecOnceResult, ShellTransport } from './transport.js';
 import { BerthError, TimeoutError, UnsupportedError } from '../errors.js';
 import { Logger } from '../logging/logger.js';
 import { TokenSource } from './protocol.js';
@@ -209,11 +209,18 @@ export class Warden extends KillerBase implements AsyncDisposable {
   }
 }
 
+/** What the warden needs of a sandbox: its resident warden where it has one, else a way to open a bash there. */
+export interface WardenHost {
+  readonly attachWarden?: (() => Promise<ShellTransport>) | undefined;
+  openShell(opts: { env: Readonly<Record<string, string>>; cwd: string }): Promise<ShellTransport>;
+  readonly defaultCwd: string;
+}
+
 /**
  * The warden of `sandbox`: the one resident there when its backend starts one with the sandbox
  * (`attachWarden`), else a bash opened in it on first use.
  */
-export function wardenFor(sandbox: Sandbox, opts: Omit<WardenOptions, 'open' | 'resident'>): Warden {
+export function wardenFor(sandbox: WardenHost, opts: Omit<WardenOptions, 'open' | 'resident'>): Warden {
   const attach = sandbox.attachWarden;
   return new Warden({
     ...opts,

@@ -5,8 +5,8 @@ import type { Backend, Sandbox, SandboxSpec } from '../../src/backends/backend.j
 import type { BackendCatalog } from '../../src/backends/catalog.js';
 import { Broker, type BrokerOptions } from '../../src/broker/broker.js';
 import { StateStore } from '../../src/broker/state-store.js';
-import { parseConfig } from '../../src/config/schema.js';
-import type { ProfileSettings } from '../../src/config/types.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
+import { sectionOf } from '../../src/backends/module.js';
 import { BerthError } from '../../src/errors.js';
 import { Logger } from '../../src/logging/logger.js';
 import { pidsWithArg, waitNoneWithArg, waitSomeWithArg } from '../helpers/processes.js';
@@ -120,9 +120,10 @@ export function runBackendConformance(o: ConformanceOptions): void {
     /** The backend as one more process of the installation at `home` would create it. */
     const backendOn = async (home: string): Promise<Backend> => {
       const config = configOf();
-      const backend = await t().catalog.module(t().name).create({
-        berthHome: home, installation: installationOf(home), log: Logger.silent(), lease: (_name, fn) => fn(),
-        profiles: [config.base, ...Object.values(config.profiles)],
+      const module = t().catalog.module(t().name);
+      const places = [config.base, ...Object.values(config.profiles)].filter((p) => p.backend === module.name).map((p) => sectionOf(module, p));
+      const backend = await module.create({
+        berthHome: home, installation: installationOf(home), log: Logger.silent(), lease: (_name, fn) => fn(), places,
       });
       backends.push(backend);
       return backend;
@@ -130,10 +131,10 @@ export function runBackendConformance(o: ConformanceOptions): void {
 
     const specOn = (home: string, key: string, ephemeral: boolean): SandboxSpec => {
       const digest = randomBytes(32).toString('hex');
-      const settings: ProfileSettings = configOf().base;
+      const section = sectionOf(t().catalog.module(t().name), configOf().base);
       return {
         identity: { installation: installationOf(home), tenant: 'local', profile: 'default', key },
-        digest, dirName: `conf-${digest.slice(0, 12)}`, ephemeral, mount: null, rule: 'auto:5', settings,
+        digest, dirName: `conf-${digest.slice(0, 12)}`, ephemeral, mount: null, rule: 'auto:5', section,
       };
     };
 

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
 import { StateStore } from '../../src/broker/state-store.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { waitFor } from '../helpers/docker-e2e.js';
 import { tempDir } from '../helpers/temp-dir.js';
 

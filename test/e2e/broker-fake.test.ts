@@ -4,7 +4,7 @@ import type { Sandbox } from '../../src/backends/backend.js';
 import type { BackendModule } from '../../src/backends/module.js';
 import { Broker } from '../../src/broker/broker.js';
 import { StartGate } from '../../src/broker/start-gate.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import type { CallScopeInput } from '../../src/scope/call-scope.js';
 import { tempDir } from '../helpers/temp-dir.js';
 import { FakeEngine } from '../fake-backend/fake-engine.js';
@@ -156,7 +156,7 @@ describe('a tenant\'s limit on the sandboxes it holds', () => {
     expect(ok).toHaveLength(5);
     expect(refused).toHaveLength(7);
     for (const err of refused) {
-      expect(err).toMatchObject({ code: 'tenant_limit', exitCode: 125 });
+      expect(err).toMatchObject({ code: 'tenant_limit' });
       expect(err.message).toMatch(/^sandbox "session:s\d+" was not created: tenant "acme" holds 5 sandboxes, its limit \(limits\.sandboxes = 5\); close a session .* or raise limits\.sandboxes$/);
     }
     expect(e.all()).toHaveLength(5);

@@ -3,7 +3,7 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { runWithScope } from '../../src/scope/async-context.js';
 import { StateStore } from '../../src/broker/state-store.js';
 import { tempDir } from '../helpers/temp-dir.js';

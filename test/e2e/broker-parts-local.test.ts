@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 /*

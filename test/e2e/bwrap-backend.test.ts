@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { expect, it, onTestFinished } from 'vitest';
 import type { Backend, Sandbox, SandboxSpec } from '../../src/backends/backend.js';
 import { BwrapBackend } from '../../src/backends/bwrap/bwrap-backend.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { PolicyRefusedError } from '../../src/errors.js';
 import { describeBwrap, testRange } from '../helpers/bwrap.js';
 import { pidsWithArg, waitNoneWithArg } from '../helpers/processes.js';
@@ -35,7 +35,7 @@ function env(): Env {
     for (const b of made) await b.close();
     rmSync(dir, { recursive: true, force: true });
   });
-  const settings = parseConfig({ backend: 'bwrap', bwrap: { root, uids: range, tmpSizeMb: 16 } }, undefined).base;
+  const settings = parseConfig({ backend: 'bwrap', bwrap: { root, uids: range, tmpSizeMb: 16 } }, undefined).base.bwrap;
   return {
     root,
     backend: (installation) => {
@@ -50,7 +50,7 @@ function env(): Env {
       const digest = randomBytes(32).toString('hex');
       return {
         identity: { installation, tenant: 'local', profile: 'default', key }, digest, dirName: `t-${digest.slice(0, 8)}`,
-        ephemeral, mount: null, rule: 'auto:5', settings,
+        ephemeral, mount: null, rule: 'auto:5', section: settings,
       };
     },
   };

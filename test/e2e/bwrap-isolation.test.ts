@@ -204,7 +204,7 @@ describeBwrap('bwrap isolation: what a sandboxed command cannot reach or do', (h
   it('never has a secret on any argv, inside or on the host, while a process holds it in its env', async () => {
     const secret = 'sk-test-9f8e7d6c5b4a39281706';
     const { sb } = await testSandbox(host, tempRoot(), range, 'a');
-    const holder = await sb.spawn(['/bin/bash', '-c', 'exec sleep 60'], { env: { ...PATH_ENV, API_TOKEN: secret }, stdin: 'ignore' });
+    const holder = await sb.spawn(['/bin/bash', '-c', 'exec sleep 60'], { env: { ...PATH_ENV, API_TOKEN: secret }, stdin: false });
     onTestFinished(() => holder.kill());
     // Every argv in the sandbox, printed: the secret must be in none of them (the check itself names no secret).
     const argvs = await sh(sb, 'for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < $f; echo; done');

@@ -6,6 +6,7 @@ import type { HostFacts } from '../../src/backends/bwrap/host-facts.js';
 import { probeBwrap } from '../../src/backends/bwrap/probe.js';
 import { seccompProgram } from '../../src/backends/bwrap/seccomp.js';
 import { describeBwrap, IS_ROOT, tempRoot, testRange } from '../helpers/bwrap.js';
+import { exitCodeOf } from '../../src/cli/exit-codes.js';
 
 /*
  * The start-up probe fails closed with what is missing and how to fix it. Hosts without user
@@ -36,7 +37,7 @@ describeBwrap('bwrap start-up probe', (host) => {
   it('fails closed when bwrap is missing, saying how to install it', async () => {
     const err = await probeBwrap({ bwrapPath: '/nonexistent/bwrap', root: tempRoot(), user, seccomp: seccompProgram() }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BackendUnavailableError);
-    expect((err as BackendUnavailableError).exitCode).toBe(125);
+    expect(exitCodeOf((err as BackendUnavailableError).code)).toBe(125);
     expect((err as Error).message).toMatch(/\/nonexistent\/bwrap\) is not installed.*apt-get install bubblewrap/);
   });
 

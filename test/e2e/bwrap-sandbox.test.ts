@@ -35,6 +35,7 @@ describeBwrap('bwrap sandbox: processes share one sandbox', (host) => {
     const p = await sb.spawn(['/bin/bash', '--noprofile', '--norc', '-c', `pwd; ${names}; printf '[%s]\\n' "$GREETING" "$MULTI"; cat; exit 7`], {
       env: { ...PATH_ENV, GREETING: 'hello world', MULTI: 'a\nb' },
       cwd: '/tmp',
+      stdin: true,
     });
     p.stdin?.end('from stdin\n');
     const r = await collect(p);
@@ -45,9 +46,9 @@ describeBwrap('bwrap sandbox: processes share one sandbox', (host) => {
 
   it('refuses a missing cwd and env names no process can be given, with errors that say so', async () => {
     const { sb } = await testSandbox(host, tempRoot(), range, 's1');
-    await expect(sb.spawn(['true'], { env: PATH_ENV, cwd: '/nope' })).rejects.toThrow(/working directory \/nope does not exist/);
-    await expect(sb.spawn(['true'], { env: { 'A-B': 'x' } })).rejects.toThrow(/"A-B" cannot be given/);
-    await expect(sb.spawn(['true'], { env: { UID: '0' } })).rejects.toThrow(/"UID" cannot be given/);
+    await expect(sb.spawn(['true'], { env: PATH_ENV, cwd: '/nope', stdin: true })).rejects.toThrow(/working directory \/nope does not exist/);
+    await expect(sb.spawn(['true'], { env: { 'A-B': 'x' }, stdin: true })).rejects.toThrow(/"A-B" cannot be given/);
+    await expect(sb.spawn(['true'], { env: { UID: '0' }, stdin: true })).rejects.toThrow(/"UID" cannot be given/);
     expect((await sh(sb, 'echo still fine')).stdout).toBe('still fine\n');
   });
 
@@ -55,7 +56,7 @@ describeBwrap('bwrap sandbox: processes share one sandbox', (host) => {
     const { sb } = await testSandbox(host, tempRoot(), range, 's1');
     const bg = await sb.spawn(['/bin/bash', '-c', 'echo left-by-bg > /tmp/mark; readlink /proc/self/ns/net /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/ipc; echo $$; exec sleep 60'], {
       env: PATH_ENV,
-      stdin: 'ignore',
+      stdin: false,
     });
     let bgOut = '';
     bg.stdout.setEncoding('utf8').on('data', (d: string) => (bgOut += d));
@@ -70,7 +71,7 @@ describeBwrap('bwrap sandbox: processes share one sandbox', (host) => {
   it('kill() ends a process group at once, and stop() leaves no process of the sandbox on the host', async () => {
     const { sb } = await testSandbox(host, tempRoot(), range, 's1');
     const ns = pidNsOf(sb.hostPid);
-    const p = await sb.spawn(['/bin/bash', '-c', 'sleep 300 & sleep 301 & wait'], { env: PATH_ENV, stdin: 'ignore' });
+    const p = await sb.spawn(['/bin/bash', '-c', 'sleep 300 & sleep 301 & wait'], { env: PATH_ENV, stdin: false });
     await p.kill();
     expect(await p.exited).toBe(137);
     // Escape the process group and the session: the pid namespace still holds them.
@@ -78,13 +79,13 @@ describeBwrap('bwrap sandbox: processes share one sandbox', (host) => {
     expect(hostPidsInPidNs(ns).length).toBeGreaterThanOrEqual(4);
     await sb.stop();
     expect(hostPidsInPidNs(ns)).toEqual([]);
-    await expect(sb.spawn(['true'], { env: {} })).rejects.toThrow(/has ended/);
+    await expect(sb.spawn(['true'], { env: {}, stdin: true })).rejects.toThrow(/has ended/);
     await sb.stop();
   });
 
   it('reports a process whose watcher was killed (as the warden ends everything but the init loop) as ended, status unknown', async () => {
     const { sb } = await testSandbox(host, tempRoot(), range, 's1');
-    const victim = await sb.spawn(['sleep', '300'], { env: PATH_ENV, stdin: 'ignore' });
+    const victim = await sb.spawn(['sleep', '300'], { env: PATH_ENV, stdin: false });
     // Every process but pid 1, the init loop (pid 2) and this shell: the warden's endAll in a container.
     await sh(sb, 'for d in /proc/[0-9]*; do p=${d#/proc/}; case $p in 1|2|$$) ;; *) kill -9 $p 2>/dev/null ;; esac; done; true');
     expect(await victim.exited).toBeNull();
@@ -98,7 +99,7 @@ describeBwrap('bwrap sandbox: processes share one sandbox', (host) => {
     await sh(sb, `(setsid sleep 310 ${quiet} &); (sleep 311 ${quiet} &); true`, { ...PATH_ENV, BERTH_CMD_TAG: 'cmd-1' });
     await sh(sb, `(setsid sleep 312 ${quiet} &); true`, { ...PATH_ENV, BERTH_CMD_TAG: 'other' });
     const shellPid = (await sh(sb, 'echo $$')).stdout.trim();
-    const r = await collect(await sb.spawn(['/bin/sh', '-c', KILL_TREE_SCRIPT, 'sh', shellPid, 'cmd-1'], { env: PATH_ENV, stdin: 'ignore' }));
+    const r = await collect(await sb.spawn(['/bin/sh', '-c', KILL_TREE_SCRIPT, 'sh', shellPid, 'cmd-1'], { env: PATH_ENV, stdin: false }));
     expect(r.code).toBe(0);
     expect(Number(r.stdout.trim())).toBe(2);
     const left = (await sh(sb, 'ps -eo args=')).stdout;

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect, it, onTestFinished } from 'vitest';
-import type { ExecOnceResult, ShellTransport } from '../../src/backends/backend.js';
+import type { ExecOnceResult, ShellTransport } from '../../src/shell/transport.js';
 import type { BwrapSandbox } from '../../src/backends/bwrap/sandbox.js';
 import { PersistentShell } from '../../src/shell/persistent-shell.js';
 import { Warden } from '../../src/shell/warden.js';
@@ -18,7 +18,7 @@ const range = testRange();
 
 /** What the seam will build from spawn: a bash on stdin/stdout in the sandbox. */
 function transportOf(sb: BwrapSandbox, env: Readonly<Record<string, string>>, cwd: string): Promise<ShellTransport> {
-  return sb.spawn(['/bin/bash', '--noprofile', '--norc'], { env, cwd }).then((p) => ({
+  return sb.spawn(['/bin/bash', '--noprofile', '--norc'], { env, cwd, stdin: true }).then((p) => ({
     stdin: p.stdin!,
     stdout: p.stdout,
     stderr: p.stderr,
@@ -29,7 +29,7 @@ function transportOf(sb: BwrapSandbox, env: Readonly<Record<string, string>>, cw
 
 function execOnceOf(sb: BwrapSandbox): (argv: string[]) => Promise<ExecOnceResult> {
   return async (argv) => {
-    const r = await collect(await sb.spawn(argv, { env: PATH_ENV, stdin: 'ignore', cwd: '/' }));
+    const r = await collect(await sb.spawn(argv, { env: PATH_ENV, stdin: false, cwd: '/' }));
     return { exitCode: r.code ?? 137, stdout: Buffer.from(r.stdout), stderr: Buffer.from(r.stderr) };
   };
 }

@@ -1,4 +1,4 @@
-import { volumeSettings } from '../../src/config/schema.js';
+import { volumeSettings } from '../../src/backends/docker/settings.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -7,7 +7,9 @@ import path from 'node:path';
 import type { Readable } from 'node:stream';
 import Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_HELPER_OUTPUT_BYTES, type Sandbox, type ShellTransport } from '../../src/backends/backend.js';
+import type { Sandbox } from '../../src/backends/backend.js';
+import { DEFAULT_HELPER_OUTPUT_BYTES } from '../../src/backends/plumbing/exec-once.js';
+import type { ShellTransport } from '../../src/shell/transport.js';
 import { parseAptSources, pickMirror } from '../../src/backends/docker/apt-sources.js';
 import { CAP_ADD_MASK, parseVolume, persistentName } from '../../src/backends/docker/container-spec.js';
 import { DockerBackend } from '../../src/backends/docker/docker-backend.js';
@@ -28,7 +30,6 @@ import {
   dockerStatus,
   ensureTestImage,
   TEST_IMAGE,
-  profileSettings,
   removeInstallationContainers,
   testInstallation,
   testSpec,
@@ -106,7 +107,7 @@ describe('docker backend: pure parts', () => {
   it('an unreachable engine is BackendUnavailableError naming the socket it tried and how to start docker', async () => {
     const docker = new Dockerode({ socketPath: '/tmp/berth-no-such-engine.sock' });
     const backend = new DockerBackend({ docker, installation: 'x', berthHome: os.tmpdir() });
-    const err = await backend.check(profileSettings()).catch((e: unknown) => e);
+    const err = await backend.check(dockerSettings()).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BackendUnavailableError);
     expect((err as Error).message).toMatch(/unix:\/\/\/tmp\/berth-no-such-engine\.sock/);
     expect((err as Error).message).toMatch(/start the engine/);
@@ -205,7 +206,7 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
   };
 
   it('check() passes on this engine and image', async () => {
-    await backend.check(profileSettings());
+    await backend.check(dockerSettings());
   });
 
   it('a persistent sandbox is created once and adopted by name, with every label', async () => {
@@ -431,10 +432,10 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     limited.info = (async () => ({ ...real, PidsLimit: false })) as Dockerode['info'];
     const warnings: string[] = [];
     const b = new DockerBackend({ docker: limited, installation, berthHome, log: new Logger((_ns, m) => warnings.push(m)) });
-    const err = await b.check(profileSettings({ pidsLimit: 64 })).catch((e: unknown) => e);
+    const err = await b.check(dockerSettings({ pidsLimit: 64 })).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConfigError);
     expect((err as Error).message).toMatch(/docker\.pidsLimit is set to 64/);
-    await b.check(profileSettings());
+    await b.check(dockerSettings());
     expect(warnings.join('\n')).toMatch(/warning: this engine cannot limit the number of processes/);
   });
 
@@ -581,7 +582,7 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
   });
 
   it('a missing image is SandboxNotFoundError naming "berth image build"', async () => {
-    const settings = profileSettings({ image: 'berth-no-such-image:nope' });
+    const settings = dockerSettings({ image: 'berth-no-such-image:nope' });
     const err = await backend.check(settings).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SandboxNotFoundError);
     expect((err as Error).message).toBe('docker image "berth-no-such-image:nope" not found; run "berth image build" (or set docker.image)');

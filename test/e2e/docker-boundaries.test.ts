@@ -238,7 +238,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
       docker: { volumes: [{ source: shared, target: '/shared', tenants: '*' }] },
     }));
     const err = await mixed.exec({ session: 'mixed', workspace: { path: ws, source: 'session' } }, 'true').then(() => undefined, (e: unknown) => e);
-    expect(err).toMatchObject({ code: 'policy_refused', exitCode: 125 });
+    expect(err).toMatchObject({ code: 'policy_refused' });
     expect((err as Error).message).toContain(`the attached workspace ${ws} belongs to uid 1000`);
     expect((err as Error).message).toContain(`docker.volumes entry ${shared}:/shared belongs to uid 2000`);
     expect(await t.containers().then((l) => l.filter((c) => c.labels['berth.key'] === 'session:mixed'))).toEqual([]);
@@ -264,7 +264,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     const b = await t.open(dockerConfig({ persistent: false, workspace: { mount: true } }));
     const scope: CallScopeInput = { session: 'planter', workspace: { path: ws, source: 'session' } };
     const err = await b.exec(scope, 'cp "$(command -v bash)" /workspace/x && chmod 4755 /workspace/x').then(() => undefined, (e: unknown) => e);
-    expect(err).toMatchObject({ code: 'policy_refused', exitCode: 125 });
+    expect(err).toMatchObject({ code: 'policy_refused' });
     expect((err as Error).message).toBe(
       `the attached workspace ${ws} is owned by root and would be bound read-write: a sandbox writing there as root could leave a ` +
         'set-uid-root program that any user of this host can run; hand the dir to an unprivileged owner (chown -R <uid>:<gid> DIR: the ' +
@@ -275,7 +275,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
 
     const vol = t.mkdir('root-vol');
     const start = await t.open(dockerConfig({ docker: { volumes: [{ source: vol, target: '/data', tenants: '*' }] } })).then(() => undefined, (e: unknown) => e);
-    expect(start).toMatchObject({ code: 'config_invalid', exitCode: 2 });
+    expect(start).toMatchObject({ code: 'config_invalid' });
     expect((start as Error).message).toContain(`docker.volumes entry "${vol}:/data": ${vol} is owned by root and bound read-write`);
     // Read-only it is fine: the sandbox keeps root and cannot write there.
     const ro = await t.open(dockerConfig({ persistent: false, docker: { volumes: [{ source: vol, target: '/data', readOnly: true, tenants: '*' }] } }));
@@ -297,7 +297,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(stopped).toEqual(['session:hog']);
     expect((await docker.getContainer(hogContainer.id).inspect()).State.Running).toBe(false);
     const err = await b.exec(hog, 'echo again').then(() => undefined, (e: unknown) => e);
-    expect(err).toMatchObject({ code: 'disk_limit_exceeded', exitCode: 125 });
+    expect(err).toMatchObject({ code: 'disk_limit_exceeded' });
     expect((err as Error).message).toMatch(/sandbox "session:hog" .*uses 1\d\d MiB of disk.*limit of 50 MiB \(docker\.diskMb\)/);
     expect((err as Error).message).toMatch(/berth rm/);
     expect((await b.exec(quiet, 'echo still')).stdout).toBe('still\n');

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { expect, it } from 'vitest';
 import { DockerBackend } from '../../src/backends/docker/docker-backend.js';
 import { dockerShapeOf } from '../../src/backends/docker/pool-shape.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { ConfigError } from '../../src/errors.js';
 import { ServerMetrics } from '../../src/server/metrics.js';
 import { runBerth } from '../helpers/cli.js';
@@ -201,18 +201,18 @@ describeDocker('warm pool (docker)', () => {
   it('the reaper removes the pool containers of a dead broker and of a stale shape; the new config makes its own', async () => {
     const t = reg.track();
     const config = dockerConfig(POOLED);
-    const oldSettings = dockerConfig({ ...POOLED, docker: { network: 'none', memoryMb: 300 } }).base;
+    const oldSettings = dockerConfig({ ...POOLED, docker: { network: 'none', memoryMb: 300 } }).base.docker;
     const backend = new DockerBackend({ installation: t.installation, berthHome: t.home });
     try {
       const shapeOld = dockerShapeOf(oldSettings) as { digest: string };
       // A dead broker's pool (pid 1 never started at that time), and one of this shape from a live other broker.
-      const dead = await backend.warm.prepare({ digest: shapeOld.digest, settings: oldSettings, tenant: undefined, owner: '1:0:dead' });
+      const dead = await backend.warm.prepare({ digest: shapeOld.digest, section: oldSettings, tenant: undefined, owner: '1:0:dead' });
       const b = await t.open(config, { warmPool: true });
       await b.warmPoolsSettled();
       // Its start-up orphan pass removes the dead broker's pool, with no call made.
       expect(await waitFor(async () => !(await poolContainers(t)).some((c) => c.id === dead.ref), 20_000)).toBe(true);
       // A container labelled with this broker but of a shape it does not keep (its config changed).
-      const stale = await backend.warm.prepare({ digest: shapeOld.digest, settings: oldSettings, tenant: undefined, owner: readOwner(b) });
+      const stale = await backend.warm.prepare({ digest: shapeOld.digest, section: oldSettings, tenant: undefined, owner: readOwner(b) });
       const removed = await b.reapers.reapOrphans();
       const left = await poolContainers(t);
       expect(left.map((c) => c.id)).not.toContain(dead.ref);
@@ -220,7 +220,7 @@ describeDocker('warm pool (docker)', () => {
       expect(removed).toEqual([stale.name]);
       // The live pool is untouched, of the current shape.
       expect(left).toHaveLength(2);
-      const shapeNow = (dockerShapeOf(config.base) as { digest: string }).digest;
+      const shapeNow = (dockerShapeOf(config.base.docker) as { digest: string }).digest;
       expect(left.every((c) => c.shape === shapeNow)).toBe(true);
     } finally {
       await backend.close();
@@ -267,12 +267,12 @@ describeDocker('warm pool (docker)', () => {
     // A store record naming an unclaimed pool container (not renamed to that identity) is refused.
     const backend = new DockerBackend({ installation: t.installation, berthHome: t.home });
     try {
-      const settings = config.base;
-      const shape = dockerShapeOf(settings) as { digest: string };
-      const loose = await backend.warm.prepare({ digest: shape.digest, settings, tenant: undefined, owner: '1:0:x' });
+      const section = config.base.docker;
+      const shape = dockerShapeOf(section) as { digest: string };
+      const loose = await backend.warm.prepare({ digest: shape.digest, section, tenant: undefined, owner: '1:0:x' });
       const spec = {
         identity: { installation: t.installation, tenant: 'local', profile: undefined, key: 'session:thief' },
-        digest: 'ab'.repeat(32), dirName: 'thief', ephemeral: true, mount: null, rule: 'test', settings,
+        digest: 'ab'.repeat(32), dirName: 'thief', ephemeral: true, mount: null, rule: 'test', section,
       };
       await expect(backend.ensure(spec, loose.ref)).rejects.toThrow(/does not belong to sandbox "session:thief"/);
       await backend.remove(loose.ref, undefined);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { isBerthError } from '../../src/errors.js';
 import type { CallScopeInput } from '../../src/scope/call-scope.js';
 import { describeDocker, dockerConfigYaml, dockerSuiteHooks, installs } from '../helpers/docker-e2e.js';

@@ -7,7 +7,7 @@ import { Broker } from '../../src/broker/broker.js';
 import type { Sandbox } from '../../src/backends/backend.js';
 import { JobRunner, redactWindow } from '../../src/broker/jobs.js';
 import { StateStore } from '../../src/broker/state-store.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import type { CallScopeInput } from '../../src/scope/call-scope.js';
 import { tempDir } from '../helpers/temp-dir.js';
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { execOnceInPod } from '../../src/backends/kubernetes/exec-once.js';
-import { spawnInPod, type ExecTarget, type PodProcess } from '../../src/backends/kubernetes/exec-stream.js';
+import { spawnInPod, type ExecTarget, type PodProcess } from '../../src/backends/kubernetes/spawn.js';
 import { STATE_DIR } from '../../src/backends/kubernetes/manifests.js';
 import { deletePod } from '../../src/backends/kubernetes/pods.js';
 import { CWD_MISSING_EXIT } from '../../src/backends/kubernetes/spawn-prelude.js';
@@ -33,7 +33,7 @@ async function cmdlines(target: ExecTarget): Promise<string> {
 
 function shellOn(target: ExecTarget, env: Record<string, string>, opts: { heartbeatMs?: number; secretNames?: string[] } = {}): Promise<PersistentShell> {
   return PersistentShell.start({
-    open: (shellEnv) => spawnInPod(target, ['bash', '--noprofile', '--norc'], { env: { ...env, ...shellEnv }, cwd: '/workspace', stdin: 'pipe', heartbeatMs: opts.heartbeatMs }),
+    open: (shellEnv) => spawnInPod(target, ['bash', '--noprofile', '--norc'], { env: { ...env, ...shellEnv }, cwd: '/workspace', stdin: true, heartbeatMs: opts.heartbeatMs }),
     execOnce: (argv, o) => execOnceInPod(target, argv, o),
     stateDir: STATE_DIR,
     shellId: 'e2e',
@@ -58,7 +58,7 @@ describeStandin('kubernetes exec over the WebSocket (stand-in API server, real c
   });
 
   it('negotiates v5.channel.k8s.io and round-trips stdin to stdout byte for byte, stderr apart', async () => {
-    const p = await spawnInPod(target, ['/bin/sh', '-c', 'cat; echo done >&2'], { env: {}, stdin: 'pipe' });
+    const p = await spawnInPod(target, ['/bin/sh', '-c', 'cat; echo done >&2'], { env: {}, stdin: true });
     expect(p.protocol).toBe('v5.channel.k8s.io');
     const io = collect(p);
     const payload = Buffer.from([0, 1, 2, 0xff, 0x0a, ...Buffer.from('line\n'.repeat(2000))]);
@@ -66,7 +66,7 @@ describeStandin('kubernetes exec over the WebSocket (stand-in API server, real c
     expect(await p.ended).toEqual({ kind: 'exited', code: 0 });
     expect(Buffer.from(io.out(), 'latin1').length).toBeGreaterThan(0);
     const raw: Buffer[] = [];
-    const q = await spawnInPod(target, ['/bin/sh', '-c', 'od -An -tx1 -v'], { env: {}, stdin: 'pipe' });
+    const q = await spawnInPod(target, ['/bin/sh', '-c', 'od -An -tx1 -v'], { env: {}, stdin: true });
     q.stdout.on('data', (c: Buffer) => raw.push(c));
     q.stdin.end(payload);
     await q.ended;
@@ -84,11 +84,11 @@ describeStandin('kubernetes exec over the WebSocket (stand-in API server, real c
   });
 
   it('env and cwd reach the process; a missing cwd runs nothing', async () => {
-    const p = await spawnInPod(target, ['/bin/sh', '-c', 'pwd; printf "%s|" "$GREETING"'], { env: { GREETING: "it's\nmultiline" }, cwd: '/tmp', stdin: 'ignore' });
+    const p = await spawnInPod(target, ['/bin/sh', '-c', 'pwd; printf "%s|" "$GREETING"'], { env: { GREETING: "it's\nmultiline" }, cwd: '/tmp', stdin: false });
     const io = collect(p);
     expect(await p.ended).toEqual({ kind: 'exited', code: 0 });
     expect(io.out()).toBe("/tmp\nit's\nmultiline|");
-    const q = await spawnInPod(target, ['/bin/sh', '-c', 'echo ran'], { env: {}, cwd: '/nope', stdin: 'ignore' });
+    const q = await spawnInPod(target, ['/bin/sh', '-c', 'echo ran'], { env: {}, cwd: '/nope', stdin: false });
     const qio = collect(q);
     expect(await q.ended).toEqual({ kind: 'exited', code: CWD_MISSING_EXIT });
     expect(qio.out()).toBe('');
@@ -126,7 +126,7 @@ describeStandin('kubernetes exec over the WebSocket (stand-in API server, real c
   });
 
   it('kill ends the whole remote tree, detached children included', async () => {
-    const p = await spawnInPod(target, ['/bin/sh', '-c', 'sleep 1001 & setsid sleep 1002 & (sleep 1003 &); sleep 1004'], { env: {}, stdin: 'ignore' });
+    const p = await spawnInPod(target, ['/bin/sh', '-c', 'sleep 1001 & setsid sleep 1002 & (sleep 1003 &); sleep 1004'], { env: {}, stdin: false });
     for (let i = 0; i < 100 && !(await cmdlines(target)).includes('sleep 1004'); i++) await new Promise((r) => setTimeout(r, 50));
     const before = await cmdlines(target);
     for (const n of [1001, 1002, 1003, 1004]) expect(before).toContain(`sleep ${n}`);
@@ -146,14 +146,14 @@ describeStandin('kubernetes exec over the WebSocket (stand-in API server, real c
   });
 
   it('a connection cut without a status is noticed at once', async () => {
-    const p = await spawnInPod(target, ['/bin/sh', '-c', 'sleep 1006'], { env: {}, stdin: 'ignore' });
+    const p = await spawnInPod(target, ['/bin/sh', '-c', 'sleep 1006'], { env: {}, stdin: false });
     server.dropExecConnections();
     expect(await p.ended).toEqual({ kind: 'dropped', reason: 'the connection closed without an exit status' });
     await p.kill();
   });
 
   it('a connection that silently stops answering is cut by the heartbeat (the client sends no pings)', async () => {
-    const p = await spawnInPod(target, ['/bin/sh', '-c', 'sleep 1007'], { env: {}, stdin: 'ignore', heartbeatMs: 200 });
+    const p = await spawnInPod(target, ['/bin/sh', '-c', 'sleep 1007'], { env: {}, stdin: false, heartbeatMs: 200 });
     server.freezeExecConnections();
     const end = await p.ended;
     expect(end.kind).toBe('dropped');
@@ -185,7 +185,7 @@ describeStandin('kubernetes exec over the WebSocket (stand-in API server, real c
   });
 
   it('a close signal sent by the server cannot end berth\'s own stdout or stderr (the client would end its default streams)', async () => {
-    const p = await spawnInPod(target, ['/bin/sh', '-c', 'read x; echo "got $x"'], { env: {}, stdin: 'pipe' });
+    const p = await spawnInPod(target, ['/bin/sh', '-c', 'read x; echo "got $x"'], { env: {}, stdin: true });
     const io = collect(p);
     server.sendToExecClients(Buffer.from([255, 1]));
     server.sendToExecClients(Buffer.from([255, 2]));
@@ -197,7 +197,7 @@ describeStandin('kubernetes exec over the WebSocket (stand-in API server, real c
   });
 
   it('an exec into a pod that does not exist is a SandboxNotFoundError', async () => {
-    await expect(spawnInPod({ ...target, pod: 'berth-no-such-pod' }, ['true'], { env: {}, stdin: 'ignore' })).rejects.toThrow(SandboxNotFoundError);
+    await expect(spawnInPod({ ...target, pod: 'berth-no-such-pod' }, ['true'], { env: {}, stdin: false })).rejects.toThrow(SandboxNotFoundError);
   });
 });
 
@@ -216,13 +216,13 @@ describeStandin('kubernetes exec against an API server that offers only v4.chann
   });
 
   it('exit codes still come from the status channel', async () => {
-    const p = await spawnInPod(target, ['/bin/sh', '-c', 'exit 5'], { env: {}, stdin: 'ignore' });
+    const p = await spawnInPod(target, ['/bin/sh', '-c', 'exit 5'], { env: {}, stdin: false });
     expect(p.protocol).toBe('v4.channel.k8s.io');
     expect(await p.ended).toEqual({ kind: 'exited', code: 5 });
   });
 
   it('closing stdin alone is impossible on v4: an UnsupportedError that names v5, not a silent hang', async () => {
-    const p = await spawnInPod(target, ['/bin/sh', '-c', 'cat'], { env: {}, stdin: 'pipe' });
+    const p = await spawnInPod(target, ['/bin/sh', '-c', 'cat'], { env: {}, stdin: true });
     const failed = new Promise<Error>((resolve) => p.stdin.once('error', resolve));
     p.stdin.end('data');
     const err = await failed;

@@ -9,7 +9,7 @@ import { CONTAINER_NAME, sandboxPodSpec } from '../../src/backends/kubernetes/ma
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { Broker } from '../../src/broker/broker.js';
 import { StateStore } from '../../src/broker/state-store.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { BerthError } from '../../src/errors.js';
 import { Logger } from '../../src/logging/logger.js';
 import { runBerth } from '../helpers/cli.js';
@@ -61,11 +61,11 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     const installation = store.installationId;
     store.close();
     const config = configOf(kubernetes, extra);
-    const backend = await BUILTIN_BACKENDS.module('kubernetes').create({ berthHome: home, installation, log: Logger.silent(), lease: (_n, fn) => fn(), profiles: [config.base] });
+    const backend = await BUILTIN_BACKENDS.module('kubernetes').create({ berthHome: home, installation, log: Logger.silent(), lease: (_n, fn) => fn(), places: [config.base.kubernetes] });
     backends.push(backend);
     const spec = (key: string, ephemeral: boolean): SandboxSpec => {
       const input = sandboxInput(installation, { key, ephemeral });
-      return { identity: input.identity, digest: input.digest, dirName: `k-${input.digest.slice(0, 12)}`, ephemeral, mount: null, rule: 'auto:5', settings: config.base };
+      return { identity: input.identity, digest: input.digest, dirName: `k-${input.digest.slice(0, 12)}`, ephemeral, mount: null, rule: 'auto:5', section: config.base.kubernetes };
     };
     return { backend, spec };
   };

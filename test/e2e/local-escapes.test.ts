@@ -1,6 +1,6 @@
 import { describe, onTestFinished } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { escapeSuite } from '../helpers/escapes.js';
 import { tempDir } from '../helpers/temp-dir.js';
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { runBerth, tempInstall } from '../helpers/cli.js';
 import { tempDir } from '../helpers/temp-dir.js';
 

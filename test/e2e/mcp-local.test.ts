@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { BERTH_BIN, tempInstall } from '../helpers/cli.js';
 import { call, httpConn, startHttpMcp, stdioConn, type HttpMcp } from '../helpers/mcp-clients.js';
 import { createToken, ServeProcess, stopAll } from '../helpers/serve.js';

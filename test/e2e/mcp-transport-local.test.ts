@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { startHttpMcp, type HttpMcp } from '../helpers/mcp-clients.js';
 import { openStream, rpcError, send, sseEvents, toolCall } from '../helpers/mcp-raw.js';
 

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { BerthServer } from '../../src/server/server.js';
 import { TokenStore } from '../../src/server/tokens.js';
 

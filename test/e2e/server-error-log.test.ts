@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import { expect, it } from 'vitest';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { BerthServer } from '../../src/server/server.js';
 import { TokenStore } from '../../src/server/tokens.js';
 import { FakeBackend } from '../fake-backend/fake-backend.js';

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { stagingDirFor } from '../../src/files/staging.js';
 import { readTar } from '../../src/files/tar.js';
 import { runBerth, tempInstall } from '../helpers/cli.js';

@@ -3,7 +3,7 @@ import { afterEach, expect, it } from 'vitest';
 import { sshModule } from '../../src/backends/ssh/module.js';
 import { Broker } from '../../src/broker/broker.js';
 import { StateStore } from '../../src/broker/state-store.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { BerthError } from '../../src/errors.js';
 import { Logger } from '../../src/logging/logger.js';
 import { pidsWithArg, waitNoneWithArg } from '../helpers/processes.js';
@@ -161,7 +161,7 @@ describeSsh('the ssh backend through the broker (real sshd)', () => {
     const store = StateStore.open(home);
     const installation = store.installationId;
     store.close();
-    const attacker = await sshModule.create({ berthHome: home, installation, log: Logger.silent(), lease: (_n, fn) => fn(), profiles: [config.base] });
+    const attacker = await sshModule.create({ berthHome: home, installation, log: Logger.silent(), lease: (_n, fn) => fn(), places: [config.base.ssh] });
     try {
       for (const attempt of [() => attacker.remove(forged, undefined), () => attacker.stop(forged)]) {
         const err = await attempt().then(() => undefined, (e: unknown) => e);

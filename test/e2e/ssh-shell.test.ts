@@ -4,7 +4,7 @@ import { remoteRunner } from '../../src/backends/ssh/remote-exec.js';
 import type { SpawnOptions } from '../../src/backends/backend.js';
 import { execOnce } from '../../src/backends/plumbing/exec-once.js';
 import { openShellVia } from '../../src/backends/plumbing/open-shell.js';
-import { spawnIn } from '../../src/backends/ssh/ssh-sandbox.js';
+import { spawnIn } from '../../src/backends/ssh/sandbox-handle.js';
 import { PersistentShell } from '../../src/shell/persistent-shell.js';
 import { Warden } from '../../src/shell/warden.js';
 import { waitFor } from '../helpers/docker-e2e.js';

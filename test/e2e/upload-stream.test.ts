@@ -3,7 +3,7 @@ import { createReadStream, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { isBerthError } from '../../src/errors.js';
 import { describeDocker, dockerConfig, dockerSuiteHooks, installs } from '../helpers/docker-e2e.js';
 import { tempDir } from '../helpers/temp-dir.js';

@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { runBerth, tempInstall } from '../helpers/cli.js';
 import { describeDocker, dockerConfig, IMAGE, installs,
   dockerSuiteHooks,} from '../helpers/docker-e2e.js';

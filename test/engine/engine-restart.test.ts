@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import Dockerode from 'dockerode';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { removeInstallationContainers } from '../helpers/docker.js';
 import { unmountAllUnder } from '../helpers/mounts.js';
 

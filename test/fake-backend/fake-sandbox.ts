@@ -1,5 +1,6 @@
-import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../../src/backends/backend.js';
-import { spawnOnHost } from '../../src/backends/local/host-spawn.js';
+import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../../src/backends/backend.js';
+import type { SpawnedProcess } from '../../src/shell/transport.js';
+import { spawnOnHost } from '../../src/backends/local/spawn.js';
 import { SandboxNotFoundError } from '../../src/errors.js';
 import { FAKE_SANDBOX_ENV, type FakeContainer, type FakeEngine } from './fake-engine.js';
 

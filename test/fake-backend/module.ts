@@ -1,5 +1,6 @@
 import { join } from 'node:path';
-import type { BackendModule, BackendTraits } from '../../src/backends/module.js';
+import type { BackendModule } from '../../src/backends/module.js';
+import type { BackendTraits } from '../../src/config/backend-traits.js';
 import { defineBackend } from '../../src/backends/module.js';
 import { FakeBackend } from './fake-backend.js';
 import type { FakeEngine } from './fake-engine.js';

@@ -10,7 +10,7 @@ import { seccompProgram } from '../../src/backends/bwrap/seccomp.js';
 import type { UidRange } from '../../src/backends/bwrap/uid-claims.js';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 
 /*
  * Plumbing for the bwrap suites: a throwaway sandbox root per test, a uid range per test file
@@ -169,7 +169,7 @@ export const PATH_ENV = { PATH: '/usr/local/bin:/usr/bin:/bin' };
 
 /** Runs one bash line in the sandbox (stdin closed). */
 export async function sh(sb: BwrapSandbox, line: string, env: Record<string, string> = PATH_ENV, stdin = ''): Promise<RunResult> {
-  const p = await sb.spawn(['/bin/bash', '--noprofile', '--norc', '-c', line], { env, cwd: '/workspace' });
+  const p = await sb.spawn(['/bin/bash', '--noprofile', '--norc', '-c', line], { env, cwd: '/workspace', stdin: true });
   p.stdin?.end(stdin);
   return collect(p);
 }

@@ -5,8 +5,8 @@ import Dockerode from 'dockerode';
 import { afterAll, afterEach, beforeAll, describe, it } from 'vitest';
 import { Broker, type BrokerOptions } from '../../src/broker/broker.js';
 import { StateStore } from '../../src/broker/state-store.js';
-import { parseConfig } from '../../src/config/schema.js';
-import type { BerthConfig } from '../../src/config/types.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
+import type { BerthConfig } from '../../src/setup/berth-config.js';
 import { dockerRequired, dockerStatus, ensureTestImage, TEST_IMAGE } from './docker.js';
 import { unmountAllUnder } from './mounts.js';
 

@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import Dockerode from 'dockerode';
 import type { SandboxSpec } from '../../src/backends/backend.js';
-import type { DockerSettings, ProfileSettings } from '../../src/config/types.js';
+import type { DockerSettings } from '../../src/backends/docker/settings.js';
 import { buildImage, TEST_IMAGE } from '../../src/backends/docker/image-build.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 
 export { TEST_IMAGE };
 
@@ -66,12 +66,6 @@ export function dockerSettings(overrides: Partial<DockerSettings> = {}): DockerS
   return { ...parseConfig({ backend: 'docker', docker: { image: TEST_IMAGE } }).base.docker, ...overrides };
 }
 
-/** Profile settings from the schema's defaults (so new settings never need a test edit). */
-export function profileSettings(docker: Partial<DockerSettings> = {}): ProfileSettings {
-  const base = parseConfig({ backend: 'docker', exec: { timeoutSeconds: 30, maxOutputChars: 100_000 }, lifecycle: { idleSeconds: 600 } }).base;
-  return { ...base, docker: dockerSettings(docker) };
-}
-
 /**
  * A spec for tests. The digest is random per call unless given, standing in for scope/naming's
  * sha256 of the identity (the backend only needs a unique hex string).
@@ -86,7 +80,7 @@ export function testSpec(
     docker?: Partial<DockerSettings>;
     dirName?: string;
   } = {},
-): SandboxSpec {
+): SandboxSpec<DockerSettings> {
   const digest = opts.digest ?? randomBytes(32).toString('hex');
   const key = opts.key ?? `session:${digest.slice(0, 6)}`;
   return {
@@ -96,6 +90,6 @@ export function testSpec(
     ephemeral: opts.ephemeral ?? false,
     mount: opts.mount ?? null,
     rule: 'auto:5',
-    settings: profileSettings(opts.docker),
+    section: dockerSettings(opts.docker),
   };
 }

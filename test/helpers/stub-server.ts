@@ -1,5 +1,5 @@
 import type { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { BerthServer } from '../../src/server/server.js';
 import { TokenStore } from '../../src/server/tokens.js';
 import { tempDir } from './temp-dir.js';

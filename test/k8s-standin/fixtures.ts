@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { ExecTarget } from '../../src/backends/kubernetes/exec-stream.js';
+import type { ExecTarget } from '../../src/backends/kubernetes/spawn.js';
 import { kubeClient, type KubeClient } from '../../src/backends/kubernetes/kube-client.js';
 import { CONTAINER_NAME, sandboxPod, type SandboxManifestInput } from '../../src/backends/kubernetes/manifests.js';
 import { ephemeralPodName, persistentPodName } from '../../src/backends/kubernetes/names.js';

@@ -14,13 +14,13 @@ import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { PassThrough } from 'node:stream';
 import Dockerode from 'dockerode';
-import { spawnInContainer, type ContainerTarget } from '../../src/backends/docker/exec-process.js';
+import { spawnInContainer, type ContainerTarget } from '../../src/backends/docker/spawn.js';
 import { demultiplex } from '../../src/backends/docker/exec-stream.js';
 import { execOnce } from '../../src/backends/plumbing/exec-once.js';
 import { openShellVia } from '../../src/backends/plumbing/open-shell.js';
 import { Logger } from '../../src/logging/logger.js';
 import { execOnceInPod } from '../../src/backends/kubernetes/exec-once.js';
-import { spawnInPod, type ExecTarget } from '../../src/backends/kubernetes/exec-stream.js';
+import { spawnInPod, type ExecTarget } from '../../src/backends/kubernetes/spawn.js';
 import { CONTAINER_NAME, sandboxPod, STATE_DIR } from '../../src/backends/kubernetes/manifests.js';
 import { createEphemeralPod, deletePod, waitForRunning } from '../../src/backends/kubernetes/pods.js';
 import { PersistentShell } from '../../src/shell/persistent-shell.js';
@@ -77,7 +77,7 @@ async function berthShell(open: ShellOptions['open'], execOnce: ShellOptions['ex
 }
 
 async function bareWebSocketShell(target: ExecTarget): Promise<number[]> {
-  const p = await spawnInPod(target, ['bash', '--noprofile', '--norc'], { env: {}, stdin: 'pipe' });
+  const p = await spawnInPod(target, ['bash', '--noprofile', '--norc'], { env: {}, stdin: true });
   const samples = await lineRoundTrips((s) => p.stdin.write(s), p.stdout, ROUNDS);
   await p.kill();
   return samples;
@@ -133,7 +133,7 @@ try {
   const target = await runningPod(client, sandboxInput('inst-measure'));
   const containerId = server.containers.get(`berth/${target.pod}`) as string;
   const berth = await berthShell(
-    (env) => spawnInPod(target, ['bash', '--noprofile', '--norc'], { env, cwd: '/workspace', stdin: 'pipe' }),
+    (env) => spawnInPod(target, ['bash', '--noprofile', '--norc'], { env, cwd: '/workspace', stdin: true }),
     (argv, o) => execOnceInPod(target, argv, o),
   );
   const bare = await bareWebSocketShell(target);

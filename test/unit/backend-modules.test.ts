@@ -4,12 +4,13 @@ import { join } from 'node:path';
 import * as z from 'zod';
 import { afterEach, describe, expect, it } from 'vitest';
 import { BackendCatalog } from '../../src/backends/catalog.js';
-import { defineBackend, sectionOf, type BackendModule, type BackendTraits } from '../../src/backends/module.js';
+import { defineBackend, sectionOf, type BackendModule } from '../../src/backends/module.js';
+import type { BackendTraits } from '../../src/config/backend-traits.js';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { hostGroupsUnusable } from '../../src/backends/cgroups/cgroup-host.js';
 import { Broker } from '../../src/broker/broker.js';
-import { formatEffectiveConfig } from '../../src/config/format.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { formatEffectiveConfig } from '../../src/setup/format-config.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { settingsFor } from '../../src/config/types.js';
 import { BerthError, ConfigError, PolicyRefusedError } from '../../src/errors.js';
 

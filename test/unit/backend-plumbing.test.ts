@@ -2,12 +2,12 @@ import { existsSync, lstatSync, mkdirSync, readFileSync, realpathSync, symlinkSy
 import { join } from 'node:path';
 import { PassThrough, Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../../src/backends/backend.js';
+import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../../src/backends/backend.js';
+import type { SpawnedProcess } from '../../src/shell/transport.js';
 import { LocalBackend } from '../../src/backends/local/local-backend.js';
-import { LocalSandboxHandle } from '../../src/backends/local/local-sandbox.js';
+import { LocalSandboxHandle } from '../../src/backends/local/sandbox-handle.js';
 import { ProcessSandbox } from '../../src/backends/plumbing/process-sandbox.js';
 import { removeUnder } from '../../src/backends/plumbing/remove-under.js';
-import { parseConfig } from '../../src/config/schema.js';
 import { BackendUnavailableError, BerthError, PolicyRefusedError, TimeoutError } from '../../src/errors.js';
 import { tempDir } from '../helpers/temp-dir.js';
 import { pidsWithArg } from './shell-local-transport.js';
@@ -20,7 +20,7 @@ import { pidsWithArg } from './shell-local-transport.js';
 function spec(dirName: string): SandboxSpec {
   return {
     identity: { installation: 'test', tenant: 'local', profile: 'default', key: `session:${dirName}` },
-    digest: 'cd'.repeat(32), dirName, ephemeral: true, mount: null, rule: 'auto:5', settings: parseConfig({ backend: 'local' }).base,
+    digest: 'cd'.repeat(32), dirName, ephemeral: true, mount: null, rule: 'auto:5', section: undefined,
   };
 }
 

@@ -3,7 +3,7 @@ import { totalmem } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { StateStore, type SandboxRecord, type TenantQuota } from '../../src/broker/state-store.js';
 import { tenantQuota } from '../../src/broker/tenant-quota.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 function record(tenant: string, n: number, reserves: { memoryMb?: number; diskMb?: number } = {}): SandboxRecord {

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { bwrapModule } from '../../src/backends/bwrap/module.js';
 import { DEFAULT_UIDS } from '../../src/backends/bwrap/settings.js';
 import { isolationNoteOf } from '../../src/backends/module.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { ConfigError } from '../../src/errors.js';
 import { Binding } from '../../src/server/response-schemas.js';

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { formatEffectiveConfig } from '../../src/config/format.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { formatEffectiveConfig } from '../../src/setup/format-config.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { ConfigError } from '../../src/errors.js';
 
 function problem(raw: unknown, source?: string): string {

@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ConfigError } from '../../src/errors.js';
-import { defaultBerthHome, findConfig, loadConfig, readConfigFile } from '../../src/config/load.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { defaultBerthHome, findConfig, loadConfig, readConfigFile } from '../../src/setup/load-config.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 
 let root: string;
 let cwd: string;

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { exitCodeOf } from '../../src/cli/exit-codes.js';
 import { ConfigError } from '../../src/errors.js';
-import { parseConfig, parseVolume } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
+import { parseVolume } from '../../src/backends/docker/settings.js';
 import { settingsFor } from '../../src/config/types.js';
 
 const SRC = '/p/berth.yaml';
@@ -13,7 +15,7 @@ function errorOf(raw: unknown, source: string | null = SRC): string {
     parseConfig(raw, source ?? undefined);
   } catch (err) {
     expect(err).toBeInstanceOf(ConfigError);
-    expect((err as ConfigError).exitCode).toBe(2);
+    expect(exitCodeOf((err as ConfigError).code)).toBe(2);
     return (err as ConfigError).message;
   }
   throw new Error(`expected a ConfigError for ${JSON.stringify(raw)}`);

@@ -1,7 +1,7 @@
 import Dockerode from 'dockerode';
 import { describe, expect, it } from 'vitest';
 import { WARDEN_LABEL } from '../../src/backends/docker/container-spec.js';
-import { DockerSandboxHandle } from '../../src/backends/docker/docker-sandbox.js';
+import { DockerSandboxHandle } from '../../src/backends/docker/sandbox-handle.js';
 import { Logger } from '../../src/logging/logger.js';
 import { testSpec } from '../helpers/docker.js';
 

@@ -2,7 +2,7 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseSecretsFile, readSecretsFile } from '../../src/config/secrets-file.js';
+import { parseSecretsFile, readSecretsFile } from '../../src/policy/secrets-file.js';
 import { ConfigError } from '../../src/errors.js';
 import { resolveEnvGrants } from '../../src/policy/env-grants.js';
 

@@ -13,7 +13,7 @@ import {
   type SandboxManifestInput,
 } from '../../src/backends/kubernetes/manifests.js';
 import { dataClaimName, ephemeralPodName, persistentPodName, tenantPolicyName } from '../../src/backends/kubernetes/names.js';
-import { KUBERNETES_DEFAULTS, mergeKubernetesSettings, type KubernetesSettings } from '../../src/backends/kubernetes/settings.js';
+import { KUBERNETES_DEFAULTS, kubernetesSettings, type KubernetesSettings } from '../../src/backends/kubernetes/settings.js';
 import { UnsupportedError } from '../../src/errors.js';
 import { restrictedViolations } from '../k8s-standin/pod-security.js';
 import { labelValueErrors } from '../schemas/object-meta.js';
@@ -286,8 +286,8 @@ describe('kubernetes tenant network policy', () => {
 
 describe('kubernetes settings', () => {
   it('merges written keys over the base; a written nodeSelector replaces the base one', () => {
-    const base = mergeKubernetesSettings(KUBERNETES_DEFAULTS, { namespace: 'agents', nodeSelector: { a: '1' } });
-    const merged = mergeKubernetesSettings(base, { memoryMb: 512, nodeSelector: { b: '2' } });
+    const base = kubernetesSettings.merge(kubernetesSettings.defaults(), { namespace: 'agents', nodeSelector: { a: '1' } });
+    const merged = kubernetesSettings.merge(base, { memoryMb: 512, nodeSelector: { b: '2' } });
     expect(merged.namespace).toBe('agents');
     expect(merged.memoryMb).toBe(512);
     expect(merged.nodeSelector).toEqual({ b: '2' });

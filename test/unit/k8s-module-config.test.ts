@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { settingsFor } from '../../src/config/types.js';
 import { ConfigError } from '../../src/errors.js';
 

@@ -1,13 +1,9 @@
+import * as z from 'zod';
 import { describe, expect, it } from 'vitest';
-import {
-  KUBERNETES_DEFAULTS,
-  kubernetesSectionSchema,
-  kubernetesSettingsProblems,
-  mergeKubernetesSettings,
-} from '../../src/backends/kubernetes/settings.js';
+import { KUBERNETES_DEFAULTS, kubernetesSettings, kubernetesSettingsProblems } from '../../src/backends/kubernetes/settings.js';
 
 function issues(raw: unknown): string[] {
-  const r = kubernetesSectionSchema.safeParse(raw);
+  const r = z.strictObject(kubernetesSettings.shape, { error: 'a mapping of keys' }).safeParse(raw);
   return r.success ? [] : r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}${'keys' in i ? ` ${String(i.keys)}` : ''}`);
 }
 
@@ -30,7 +26,7 @@ describe('kubernetes settings section', () => {
   });
 
   it('defaults: plain pods, non-root 1000, a NetworkPolicy, egress allowed', () => {
-    const s = mergeKubernetesSettings(KUBERNETES_DEFAULTS, undefined);
+    const s = kubernetesSettings.defaults();
     expect(s).toMatchObject({ mode: 'pods', runAsUser: 1000, networkPolicy: true, network: 'egress', inCluster: false });
   });
 

@@ -48,7 +48,7 @@ describe('kubernetes spawn prelude', () => {
   for (const [name, shell] of SHELLS) {
     describe(name, () => {
       it('delivers every env value exactly, however hostile, without running any of it', async () => {
-        const r = await run(shell, { argv: ['/usr/bin/env'], env: HOSTILE, stdin: 'ignore' });
+        const r = await run(shell, { argv: ['/usr/bin/env'], env: HOSTILE, stdin: false });
         expect(r.stderr).toBe('');
         expect(r.code).toBe(0);
         for (const [k, v] of Object.entries(HOSTILE)) expect(r.stdout).toContain(`${k}=${v}\n`);
@@ -56,26 +56,26 @@ describe('kubernetes spawn prelude', () => {
 
       it('leaves the rest of stdin, byte for byte, to the command', async () => {
         const payload = Buffer.from([0, 1, 2, 255, 10, 13, 10, ...Buffer.from('tail\nwithout newline')]);
-        const r = await run(shell, { argv: ['/usr/bin/od', '-An', '-tx1', '-v'], env: { A: 'x' }, stdin: 'pipe' }, payload);
+        const r = await run(shell, { argv: ['/usr/bin/od', '-An', '-tx1', '-v'], env: { A: 'x' }, stdin: true }, payload);
         expect(r.code).toBe(0);
         expect(r.stdout.replace(/\s+/g, '')).toBe(payload.toString('hex'));
       });
 
       it('mode n gives the command /dev/null even when more bytes follow', async () => {
-        const r = await run(shell, { argv: ['/usr/bin/wc', '-c'], env: {}, stdin: 'ignore' }, 'not for you\n');
+        const r = await run(shell, { argv: ['/usr/bin/wc', '-c'], env: {}, stdin: false }, 'not for you\n');
         expect(r.stdout.trim()).toBe('0');
       });
 
       it('starts in the cwd, and refuses to run anything when it is missing', async () => {
-        expect((await run(shell, { argv: ['/usr/bin/pwd'], env: {}, cwd: '/usr/share', stdin: 'ignore' })).stdout).toBe('/usr/share\n');
-        const missing = await run(shell, { argv: ['/usr/bin/echo', 'ran'], env: {}, cwd: '/no/such dir', stdin: 'ignore' });
+        expect((await run(shell, { argv: ['/usr/bin/pwd'], env: {}, cwd: '/usr/share', stdin: false })).stdout).toBe('/usr/share\n');
+        const missing = await run(shell, { argv: ['/usr/bin/echo', 'ran'], env: {}, cwd: '/no/such dir', stdin: false });
         expect(missing.code).toBe(CWD_MISSING_EXIT);
         expect(missing.stdout).toBe('');
         expect(missing.stderr).toContain('cannot enter working directory /no/such dir');
       });
 
       it('runs nothing when the stream ends before the end token', async () => {
-        const plan = planSpawn({ argv: ['/usr/bin/echo', 'ran'], env: { A: 'x' }, stdin: 'pipe' });
+        const plan = planSpawn({ argv: ['/usr/bin/echo', 'ran'], env: { A: 'x' }, stdin: true });
         const [, ...rest] = plan.command;
         const child = spawn(shell[0] as string, [...shell.slice(1), ...rest], { stdio: ['pipe', 'pipe', 'pipe'] });
         let out = '';
@@ -90,7 +90,7 @@ describe('kubernetes spawn prelude', () => {
         // The command reads its own /proc entries: environ has the secret, cmdline has not.
         const secret = 'S3CRET-value-9f8e7d';
         const script = 'tr "\\000" "\\n" < /proc/$$/environ | grep -c "^TOKEN=S3CRET"; tr "\\000" " " < /proc/$$/cmdline';
-        const r = await run(shell, { argv: ['/usr/bin/dash', '-c', script], env: { TOKEN: secret }, stdin: 'ignore' });
+        const r = await run(shell, { argv: ['/usr/bin/dash', '-c', script], env: { TOKEN: secret }, stdin: false });
         expect(r.stdout.split('\n')[0]).toBe('1');
         expect(r.stdout).not.toContain(secret);
       });
@@ -98,7 +98,7 @@ describe('kubernetes spawn prelude', () => {
   }
 
   it('the exec command never carries a value, only the bootstrap, a mode, the end token and argv', () => {
-    const plan = planSpawn({ argv: ['bash', '--noprofile', '--norc'], env: { API_KEY: 'sk-verysecret' }, cwd: '/workspace', stdin: 'pipe' });
+    const plan = planSpawn({ argv: ['bash', '--noprofile', '--norc'], env: { API_KEY: 'sk-verysecret' }, cwd: '/workspace', stdin: true });
     expect(plan.command.slice(0, 5)).toEqual(['/bin/sh', '-c', BOOTSTRAP_SCRIPT, 'berth-spawn', 'p']);
     expect(plan.command[5]).toMatch(/^--berth-end-[0-9a-f]{24}$/);
     expect(plan.command.slice(6)).toEqual(['bash', '--noprofile', '--norc']);
@@ -108,12 +108,12 @@ describe('kubernetes spawn prelude', () => {
 
   it('picks another end token when a value holds a line equal to it', () => {
     const tokens = ['--tok-a', '--tok-a', '--tok-b'];
-    const plan = planSpawn({ argv: ['true'], env: { V: 'x\n--tok-a\ny' }, stdin: 'ignore' }, () => tokens.shift() as string);
+    const plan = planSpawn({ argv: ['true'], env: { V: 'x\n--tok-a\ny' }, stdin: false }, () => tokens.shift() as string);
     expect(plan.command[5]).toBe('--tok-b');
   });
 
   it('refuses names and values no environment can hold', () => {
-    expect(() => planSpawn({ argv: ['true'], env: { 'BAD-NAME': 'x' }, stdin: 'ignore' })).toThrow(ConfigError);
-    expect(() => planSpawn({ argv: ['true'], env: { OK: 'a\0b' }, stdin: 'ignore' })).toThrow(/NUL byte/);
+    expect(() => planSpawn({ argv: ['true'], env: { 'BAD-NAME': 'x' }, stdin: false })).toThrow(ConfigError);
+    expect(() => planSpawn({ argv: ['true'], env: { OK: 'a\0b' }, stdin: false })).toThrow(/NUL byte/);
   });
 });

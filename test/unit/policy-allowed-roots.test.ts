@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { ConfigError } from '../../src/errors.js';
 import { assertAllowedRootsExist, outsideAllowedRootsReason } from '../../src/policy/allowed-roots.js';
 import { hostMountFs } from '../../src/policy/mount.js';

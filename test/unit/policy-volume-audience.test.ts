@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { volumesForTenant } from '../../src/policy/volumes.js';
 
 describe('docker.volumes audience', () => {

@@ -2,10 +2,17 @@ import { chownSync, existsSync, mkdirSync, statSync } from 'node:fs';
 
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { ConfigError } from '../../src/errors.js';
-import { assertVolumesAllowed } from '../../src/policy/volumes.js';
+import { assertHostBindsAllowed } from '../../src/policy/volumes.js';
+import type { BerthConfig } from '../../src/setup/berth-config.js';
+import { hostBindsOf } from '../../src/setup/host-binds.js';
 import { tempDir } from '../helpers/temp-dir.js';
+
+/** The start-up check the broker makes: each place's host binds, by their config keys. */
+function assertVolumes(config: BerthConfig, ctx: Parameters<typeof assertHostBindsAllowed>[1]): void {
+  assertHostBindsAllowed(hostBindsOf(config), ctx);
+}
 
 function fakeHome(): { home: string; state: string; project: string } {
   const root = tempDir('berth-vol-');
@@ -22,7 +29,7 @@ describe('docker.volumes go through the credential-surface refusals at start-up'
     const h = fakeHome();
     const ctx = { homeDir: h.home, stateDir: h.state, dockerSockets: ['/var/run/docker.sock'] };
     const check = (volumes: string[], profiles?: Record<string, unknown>) =>
-      assertVolumesAllowed(parseConfig({ backend: 'docker', docker: { volumes }, ...(profiles ? { profiles } : {}) }), ctx);
+      assertVolumes(parseConfig({ backend: 'docker', docker: { volumes }, ...(profiles ? { profiles } : {}) }), ctx);
     expect(() => check([`${h.project}:/data`])).not.toThrow();
     expect(() => check([`${h.home}/.ssh:/keys:ro`])).toThrow(ConfigError);
     expect(() => check([`${h.home}/.ssh:/keys:ro`])).toThrow(/docker\.volumes entry ".*\.ssh:\/keys:ro"/);
@@ -35,7 +42,7 @@ describe('docker.volumes go through the credential-surface refusals at start-up'
   it.each(['/etc', '/usr', '/var/lib', '/run', '/proc', '/sys', '/dev', '/home'])('refuses the system path %s as a volume, naming the rule and the fix', (dir) => {
     const h = fakeHome();
     const ctx = { homeDir: h.home, stateDir: h.state, dockerSockets: [] };
-    const check = () => assertVolumesAllowed(parseConfig({ backend: 'docker', docker: { volumes: [`${dir}:/host`] } }), ctx);
+    const check = () => assertVolumes(parseConfig({ backend: 'docker', docker: { volumes: [`${dir}:/host`] } }), ctx);
     expect(check).toThrow(ConfigError);
     expect(check).toThrow(new RegExp(`docker\\.volumes entry "${dir}:/host": ${dir} (is|contains) .*; bind a project folder instead`));
   });
@@ -46,7 +53,7 @@ describe('docker.volumes go through the credential-surface refusals at start-up'
     mkdirSync(rootOwned);
     if (statSync(rootOwned).uid !== 0) return void expect.soft(process.getuid?.(), 'needs root to make a root-owned dir').toBe(0);
     const ctx = { homeDir: h.home, stateDir: h.state, dockerSockets: [] };
-    const check = (v: string | object) => () => assertVolumesAllowed(parseConfig({ backend: 'docker', docker: { volumes: [v] } }), ctx);
+    const check = (v: string | object) => () => assertVolumes(parseConfig({ backend: 'docker', docker: { volumes: [v] } }), ctx);
     expect(check(`${rootOwned}:/data`)).toThrow(ConfigError);
     expect(check(`${rootOwned}:/data`)).toThrow(
       `docker.volumes entry "${rootOwned}:/data": ${rootOwned} is owned by root and bound read-write, so a sandbox would write there as root ` +
@@ -61,7 +68,7 @@ describe('docker.volumes go through the credential-surface refusals at start-up'
   it('refuses what lies inside a system directory (/var/lib/dpkg) and allows a project under /tmp', () => {
     const h = fakeHome();
     const ctx = { homeDir: h.home, stateDir: h.state, dockerSockets: [] };
-    const check = (v: string) => () => assertVolumesAllowed(parseConfig({ backend: 'docker', docker: { volumes: [v] } }), ctx);
+    const check = (v: string) => () => assertVolumes(parseConfig({ backend: 'docker', docker: { volumes: [v] } }), ctx);
     if (existsSync('/var/lib/dpkg')) expect(check('/var/lib/dpkg:/x')).toThrow(/is inside \/var\/lib, a system directory berth never exposes to a sandbox/);
     expect(check(`${h.project}:/x`)).not.toThrow();
   });

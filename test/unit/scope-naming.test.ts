@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { SandboxIdentity } from '../../src/backends/backend.js';
+import type { SandboxIdentity } from '../../src/scope/naming.js';
 import type { CallScope } from '../../src/scope/call-scope.js';
 import {
   containerName,

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
-import { parseConfig } from '../../src/config/schema.js';
-import type { ProfileSettings, ScopeMode } from '../../src/config/types.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
+import type { ScopeMode } from '../../src/config/types.js';
+import type { ProfileSettings } from '../../src/setup/berth-config.js';
 import { ConfigError, PolicyRefusedError } from '../../src/errors.js';
 import type { CallScope } from '../../src/scope/call-scope.js';
 import { isSharedKey, qualify, resolveSandboxKey, type SandboxKeyInput } from '../../src/scope/sandbox-key.js';

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { parseConfig } from '../../src/config/schema.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { UsageError } from '../../src/errors.js';
 import { TokenStore } from '../../src/server/tokens.js';
 import { tempDir } from '../helpers/temp-dir.js';

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, readdirSync, readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { ShellTransport } from '../../src/backends/backend.js';
+import type { ShellTransport } from '../../src/shell/transport.js';
 import { PersistentShell } from '../../src/shell/persistent-shell.js';
 import { Warden } from '../../src/shell/warden.js';
 import { makeFixture, openLocalBash, type Fixture } from './shell-local-transport.js';

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_HELPER_OUTPUT_BYTES, type Sandbox, type SandboxSpec } from '../../src/backends/backend.js';
+import type { Sandbox, SandboxSpec } from '../../src/backends/backend.js';
+import { DEFAULT_HELPER_OUTPUT_BYTES } from '../../src/backends/plumbing/exec-once.js';
 import { LocalBackend } from '../../src/backends/local/local-backend.js';
-import { parseConfig } from '../../src/config/schema.js';
 import { BerthError } from '../../src/errors.js';
 import { pidsWithArg } from './shell-local-transport.js';
 import { tempDir } from '../helpers/temp-dir.js';
@@ -17,7 +17,7 @@ describe('LocalBackend execOnce output bound', () => {
       ephemeral: true,
       mount: null,
       rule: 'auto:5',
-      settings: parseConfig({ backend: 'local' }).base,
+      section: undefined,
     };
     return new LocalBackend({ berthHome }).ensure(spec, undefined);
   }

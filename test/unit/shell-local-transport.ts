@@ -1,9 +1,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { ExecOnceOptions, ExecOnceResult, SandboxSpec, ShellTransport } from '../../src/backends/backend.js';
-import { LocalSandbox, LocalSandboxHandle } from '../../src/backends/local/local-sandbox.js';
-import { parseConfig } from '../../src/config/schema.js';
+import type { SandboxSpec } from '../../src/backends/backend.js';
+import type { ExecOnceOptions, ExecOnceResult, ShellTransport } from '../../src/shell/transport.js';
+import { LocalSandbox, LocalSandboxHandle } from '../../src/backends/local/sandbox-handle.js';
 import type { ShellOptions } from '../../src/shell/types.js';
 
 export { killAll, pidsWithArg } from '../helpers/processes.js';
@@ -16,7 +16,7 @@ export { killAll, pidsWithArg } from '../helpers/processes.js';
 
 const SPEC: SandboxSpec = {
   identity: { installation: 'test', tenant: 'local', profile: 'default', key: 'session:shell-test' },
-  digest: 'ef'.repeat(32), dirName: 'shell-test', ephemeral: true, mount: null, rule: 'auto:5', settings: parseConfig({ backend: 'local' }).base,
+  digest: 'ef'.repeat(32), dirName: 'shell-test', ephemeral: true, mount: null, rule: 'auto:5', section: undefined,
 };
 
 /** The local backend's sandbox over `dir`: on a host backend the host is the sandbox. */

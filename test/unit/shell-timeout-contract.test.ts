@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { ShellTransport } from '../../src/backends/backend.js';
+import type { ShellTransport } from '../../src/shell/transport.js';
 import { PersistentShell } from '../../src/shell/persistent-shell.js';
 import { WARDEN_SCRIPT, wardenLoop } from '../../src/shell/warden-script.js';
 import { Warden, type ProcessKiller, type TimeoutReport, type TreeInput } from '../../src/shell/warden.js';

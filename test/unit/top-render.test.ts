@@ -3,7 +3,8 @@ import type { SandboxUsage } from '../../src/backends/backend.js';
 import { usageOf } from '../../src/backends/docker/usage.js';
 import type { Overview } from '../../src/broker/broker-types.js';
 import { terminalText } from '../../src/cli/terminal-text.js';
-import { bytes, cpuPercent, duration, renderFrame, topRows, usageByRow } from '../../src/cli/top/render.js';
+import { cpuPercent } from '../../src/broker/sandbox-usage.js';
+import { bytes, duration, renderFrame, topRows, usageByRow } from '../../src/cli/top/render.js';
 
 const usage = (sampledMs: number, cpuNanos: number, memoryBytes = 1 << 20): SandboxUsage => ({
   sampledMs, cpuNanos, memoryBytes, memoryLimitBytes: 512 << 20, processes: 3, processLimit: 256,

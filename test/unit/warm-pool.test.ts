@@ -1,10 +1,12 @@
 import { PassThrough } from 'node:stream';
 import { describe, expect, it, vi } from 'vitest';
-import type { Backend, PoolShape, Sandbox, SandboxSpec, ShellTransport } from '../../src/backends/backend.js';
+import type { Backend, PoolShape, Sandbox, SandboxSpec } from '../../src/backends/backend.js';
+import type { ShellTransport } from '../../src/shell/transport.js';
 import { WarmPool } from '../../src/broker/warm-pool.js';
 import { StartGate } from '../../src/broker/start-gate.js';
-import { parseConfig } from '../../src/config/schema.js';
-import type { BerthConfig } from '../../src/config/types.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
+import type { DockerSettings } from '../../src/backends/docker/settings.js';
+import type { BerthConfig } from '../../src/setup/berth-config.js';
 import { ConfigError } from '../../src/errors.js';
 import { Logger } from '../../src/logging/logger.js';
 
@@ -33,7 +35,7 @@ class PoolBackend {
   failClaims = 0;
   private n = 0;
   readonly warm = {
-    shapeOf: (s: BerthConfig['base']) => (s.docker.volumes.length > 0 ? { unpoolable: 'volumes are per tenant' } : { digest: `shape-${s.docker.image}`, perTenant: s.docker.network !== 'none' }),
+    shapeOf: (s: DockerSettings) => (s.volumes.length > 0 ? { unpoolable: 'volumes are per tenant' } : { digest: `shape-${s.image}`, perTenant: s.network !== 'none' }),
     prepare: async (shape: PoolShape): Promise<Sandbox> => {
       this.n += 1;
       const ref = `ref${this.n}`;
@@ -76,7 +78,7 @@ class PoolBackend {
 function spec(key: string, tenant = 'local', over: Partial<SandboxSpec> = {}): SandboxSpec {
   return {
     identity: { installation: 'i', tenant, profile: undefined, key }, digest: key.padEnd(64, '0'), dirName: key, ephemeral: true, mount: null, rule: 'test',
-    settings: config.base, ...over,
+    section: config.base.docker, ...over,
   };
 }
 
@@ -160,7 +162,7 @@ describe('WarmPool', () => {
     expect(await warm.claim(b as unknown as Backend, config.base, spec('p', 'local', { ephemeral: false }))).toBeUndefined();
     // A shape no profile asks a pool for (a task's own image): no claim, and no pool made for it.
     const other = { ...config.base, docker: { ...config.base.docker, image: 'task-image:1' } };
-    expect(await warm.claim(b as unknown as Backend, other, spec('o'))).toBeUndefined();
+    expect(await warm.claim(b as unknown as Backend, other, spec('o', 'local', { section: other.docker }))).toBeUndefined();
     await warm.settled();
     expect(warm.view()).toHaveLength(1);
     expect(b.claimed).toEqual([]);
@@ -180,11 +182,11 @@ describe('WarmPool', () => {
     await warm.start();
     await warm.settled();
     expect(b.made).toEqual([]);
-    expect(await warm.claim(b as unknown as Backend, cfg.base, spec('a', 'acme'))).toBeUndefined();
+    expect(await warm.claim(b as unknown as Backend, cfg.base, spec('a', 'acme', { section: cfg.base.docker }))).toBeUndefined();
     await warm.settled();
     expect(b.made).toEqual(['ref1:' + warm.view()[0]!.shape + ':acme']);
-    expect(await warm.claim(b as unknown as Backend, cfg.base, spec('z', 'zeta'))).toBeUndefined();
-    const acme = await warm.claim(b as unknown as Backend, cfg.base, spec('b', 'acme'));
+    expect(await warm.claim(b as unknown as Backend, cfg.base, spec('z', 'zeta', { section: cfg.base.docker }))).toBeUndefined();
+    const acme = await warm.claim(b as unknown as Backend, cfg.base, spec('b', 'acme', { section: cfg.base.docker }));
     expect(acme?.sandbox.ref).toBe('ref1');
     await warm.close();
   });
@@ -195,13 +197,13 @@ describe('WarmPool', () => {
     const { warm } = pool(b, { cfg });
     await warm.start();
     for (let i = 0; i < 16; i++) {
-      await warm.claim(b as unknown as Backend, cfg.base, spec(`s${i}`, `t${i}`));
+      await warm.claim(b as unknown as Backend, cfg.base, spec(`s${i}`, `t${i}`, { section: cfg.base.docker }));
       await new Promise((r) => setTimeout(r, 2));
     }
     await warm.settled();
     expect(warm.view()).toHaveLength(16);
     const t0 = warm.view().find((p) => p.tenant === 't0')!.refs[0]!;
-    await warm.claim(b as unknown as Backend, cfg.base, spec('new', 'tnew'));
+    await warm.claim(b as unknown as Backend, cfg.base, spec('new', 'tnew', { section: cfg.base.docker }));
     await warm.settled();
     expect(warm.view()).toHaveLength(16);
     expect(warm.view().map((p) => p.tenant)).not.toContain('t0');

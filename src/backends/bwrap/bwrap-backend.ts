@@ -1,7 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdirSync, readdirSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
-import type { ProfileSettings } from '../../config/types.js';
 import { BackendUnavailableError, isBerthError, PolicyRefusedError, SandboxNotFoundError } from '../../errors.js';
 import { Logger } from '../../logging/logger.js';
 import type { Backend, ManagedSandbox, PoolShape, Sandbox, SandboxSpec, WarmCapability } from '../backend.js';
@@ -43,7 +42,7 @@ interface Running {
  * processes. Removing a sandbox ends every bwrap over its dirs, whichever process started it:
  * each one is recorded in the dir by the host pid of its pid 1 and that pid's namespace.
  */
-export class BwrapBackend implements Backend {
+export class BwrapBackend implements Backend<BwrapSettings> {
   readonly name = 'bwrap' as const;
   private readonly running = new Map<string, Running>();
   private readonly starting = new Map<string, Promise<Running>>();
@@ -61,8 +60,8 @@ export class BwrapBackend implements Backend {
    * its dir with the identity (its meta.json replaced at once), so it is then an ordinary
    * ephemeral sandbox of that identity.
    */
-  readonly warm: WarmCapability = {
-    shapeOf: (settings) => ({ digest: createHash('sha256').update(JSON.stringify({ bwrap: settings.bwrap })).digest('hex'), perTenant: false }),
+  readonly warm: WarmCapability<BwrapSettings> = {
+    shapeOf: (section) => ({ digest: createHash('sha256').update(JSON.stringify({ bwrap: section })).digest('hex'), perTenant: false }),
     prepare: (shape) => this.preparePooled(shape),
     claim: async (prepared, spec) => this.claimPooled(prepared, spec),
   };
@@ -72,15 +71,14 @@ export class BwrapBackend implements Backend {
   }
 
   /** The probe (see probe.ts): fails closed with what is missing and the fix; never falls back to the host. */
-  async check(settings: ProfileSettings): Promise<void> {
-    const s = settings.bwrap;
+  async check(s: BwrapSettings): Promise<void> {
     if (!s.seccomp) this.warnOnce('bwrap.seccomp is false: sandboxes run WITHOUT the syscall filter (mount, ptrace, keyctl, bpf, io_uring and the rest of its list are open to them); set bwrap.seccomp: true unless this kernel cannot load it');
     if (s.network === 'host') this.warnOnce('bwrap.network is host: sandboxes share this host\'s network namespace (its loopback services included)');
     await this.hostFor(s);
   }
 
-  async ensure(spec: SandboxSpec, knownRef: string | undefined): Promise<Sandbox> {
-    const s = spec.settings.bwrap;
+  async ensure(spec: SandboxSpec<BwrapSettings>, knownRef: string | undefined): Promise<Sandbox> {
+    const s = spec.section;
     const host = await this.hostFor(s);
     const root = this.rootOf(s);
     let name: string;
@@ -107,13 +105,13 @@ export class BwrapBackend implements Backend {
     return new ProcessSandbox((await pending).handle);
   }
 
-  private async preparePooled(shape: PoolShape): Promise<Sandbox> {
-    const s = shape.settings.bwrap;
+  private async preparePooled(shape: PoolShape<BwrapSettings>): Promise<Sandbox> {
+    const s = shape.section;
     const host = await this.hostFor(s);
     const root = this.rootOf(s);
-    const spec: SandboxSpec = {
+    const spec: SandboxSpec<BwrapSettings> = {
       identity: { installation: this.opts.installation, tenant: '', profile: undefined, key: `pool:${shape.digest.slice(0, 12)}` },
-      digest: shape.digest, dirName: 'pool', ephemeral: true, mount: null, rule: 'pool', settings: shape.settings,
+      digest: shape.digest, dirName: 'pool', ephemeral: true, mount: null, rule: 'pool', section: shape.section,
     };
     const name = `pool-${shape.digest.slice(0, 12)}-${randomBytes(6).toString('hex')}`;
     const running = await this.start(spec, host, s, root, name, false, {
@@ -125,7 +123,7 @@ export class BwrapBackend implements Backend {
   }
 
   /** Nothing inside the sandbox is asked: the broker names the identity, berth's own dir records it. */
-  private claimPooled(prepared: Sandbox, spec: SandboxSpec): Sandbox {
+  private claimPooled(prepared: Sandbox, spec: SandboxSpec<BwrapSettings>): Sandbox {
     const running = this.prepared.get(prepared);
     if (running === undefined) throw new PolicyRefusedError('a warm-pool claim was given a sandbox this bwrap backend did not prepare');
     this.prepared.delete(prepared);
@@ -133,7 +131,7 @@ export class BwrapBackend implements Backend {
     if (running.sb.gone) throw new SandboxNotFoundError(`the warm-pool sandbox ${prepared.ref} is gone`);
     const dir = running.placement.dirs.root;
     claimMeta(dir, { installation: this.opts.installation, digest: spec.digest, ephemeral: true, name: spec.dirName });
-    const handle = new BwrapSandboxHandle(spec, running.sb, running.placement, false, spec.settings.bwrap.maxProcesses, running.groups);
+    const handle = new BwrapSandboxHandle(spec, running.sb, running.placement, false, spec.section.maxProcesses, running.groups);
     const claimed: Running = { ...running, handle };
     this.running.set(dir, claimed);
     this.log.with({ key: spec.identity.key, ref: dir }).debug('claimed from the warm pool');
@@ -141,7 +139,7 @@ export class BwrapBackend implements Backend {
   }
 
   private async start(
-    spec: SandboxSpec, host: BwrapHost, s: BwrapSettings, root: string, name: string, recreated: boolean,
+    spec: SandboxSpec<BwrapSettings>, host: BwrapHost, s: BwrapSettings, root: string, name: string, recreated: boolean,
     meta: SandboxMeta = { installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral, name: spec.dirName },
   ): Promise<Running> {
     // Labelled before anything else is made in it: a berth that dies half way leaves a dir the reapers find.
@@ -192,7 +190,7 @@ export class BwrapBackend implements Backend {
    * or in a command's group below it; undefined, and its commands are found by tags, where berth
    * may not make cgroups.
    */
-  private groupsOf(sb: BwrapSandbox, spec: SandboxSpec): SandboxCgroups | undefined {
+  private groupsOf(sb: BwrapSandbox, spec: SandboxSpec<BwrapSettings>): SandboxCgroups | undefined {
     const log = this.log.with({ key: spec.identity.key });
     if (this.cgroups === undefined) {
       this.cgroups = HostCgroups.probe(this.opts.installation, this.log);
@@ -353,6 +351,6 @@ function groupName(hostPid: number): string {
 }
 
 /** The readable part of a sandbox's bwrap dir name. */
-function stemOf(spec: SandboxSpec): string {
+function stemOf(spec: SandboxSpec<BwrapSettings>): string {
   return spec.dirName.slice(0, STEM_CHARS);
 }

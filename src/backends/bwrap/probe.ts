@@ -133,7 +133,7 @@ async function checkSandbox(host: BwrapHost, dirs: ReturnType<typeof sandboxDirs
 }
 
 async function readStatus(sb: Awaited<ReturnType<typeof startSandbox>>): Promise<string> {
-  const p = await sb.spawn(['/bin/sh', '-c', 'cat /proc/self/status'], { env: { PATH: '/usr/bin:/bin' }, cwd: '/', stdin: 'ignore' });
+  const p = await sb.spawn(['/bin/sh', '-c', 'cat /proc/self/status'], { env: { PATH: '/usr/bin:/bin' }, cwd: '/', stdin: false });
   let out = '';
   p.stdout.setEncoding('utf8').on('data', (d: string) => {
     if (out.length < 65536) out += d;

@@ -1,13 +1,15 @@
 import { readdirSync } from 'node:fs';
 import { join, posix } from 'node:path';
 import { SandboxNotFoundError } from '../../errors.js';
-import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../backend.js';
+import type { SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { fromSpawnError } from '../plumbing/spawn-errors.js';
 import { SANDBOX_HOME, SANDBOX_TMP, SANDBOX_USER, SANDBOX_WORKSPACE } from './layout.js';
 import type { SandboxPlacement } from './placement.js';
 import { pidNsOf } from './records.js';
 import type { BwrapSandbox } from './sandbox.js';
+import type { BwrapSettings } from './settings.js';
 
 /** The environment every process of a bwrap sandbox starts with, before what the caller grants. */
 const BASE_ENV: Readonly<Record<string, string>> = {
@@ -33,7 +35,7 @@ export class BwrapSandboxHandle implements SandboxHandle {
   private readonly binds: readonly { inside: string; host: string }[];
 
   constructor(
-    readonly spec: SandboxSpec,
+    readonly spec: SandboxSpec<BwrapSettings>,
     private readonly sb: BwrapSandbox,
     placement: SandboxPlacement,
     readonly recreated: boolean,
@@ -54,7 +56,7 @@ export class BwrapSandboxHandle implements SandboxHandle {
     if (this.sb.gone) throw new SandboxNotFoundError(`bwrap sandbox ${this.name} has ended`);
     let p;
     try {
-      p = await this.sb.spawn(argv, { env: { ...BASE_ENV, ...opts.env }, cwd: opts.cwd ?? this.defaultCwd, stdin: opts.stdin ? 'pipe' : 'ignore' });
+      p = await this.sb.spawn(argv, { env: { ...BASE_ENV, ...opts.env }, cwd: opts.cwd ?? this.defaultCwd, stdin: opts.stdin });
     } catch (err) {
       if (this.sb.gone) throw new SandboxNotFoundError(`bwrap sandbox ${this.name} has ended`, { cause: err });
       throw fromSpawnError(err, argv[0] ?? '', `sandbox ${this.name}`);

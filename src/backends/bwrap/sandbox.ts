@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, readlinkSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { BackendUnavailableError, BerthError, TimeoutError } from '../../errors.js';
+import type { SpawnOptions } from '../backend.js';
 import { bwrapArgs } from './bwrap-args.js';
 import { FifoPool, openHostEnds, streamsOf, unlinkFifos, type HostEnds, type HostFds } from './fifo.js';
 import { encodeKill, encodeSpawn, INIT_SCRIPT } from './init-script.js';
@@ -31,19 +32,11 @@ export interface StartSandboxOptions {
   startTimeoutMs?: number;
 }
 
-export interface SpawnOptions {
-  env: Readonly<Record<string, string>>;
-  /** In-sandbox working directory; it must exist. Default /workspace. */
-  cwd?: string;
-  /** `pipe` (default): `stdin` is writable; `ignore`: the process reads /dev/null. */
-  stdin?: 'pipe' | 'ignore';
-}
-
 /** A process running in a sandbox, started by its init loop. */
 export interface SandboxProcess {
   /** Its pid inside the sandbox (also its process group). */
   readonly pid: number;
-  /** Undefined with `stdin: 'ignore'`. */
+  /** Undefined when spawned without stdin. */
   readonly stdin: Writable | undefined;
   readonly stdout: Readable;
   readonly stderr: Readable;
@@ -71,7 +64,7 @@ const FD = { control: 3, events: 4, info: 5, seccomp: 6, passwd: 7, group: 8, ho
  * @example
  * await using sb = await startSandbox({ bwrapPath, bashPath, dirs, user: { uid, gid }, network: 'none',
  *   seccomp: seccompProgram(), hostname: 'berth', tmpSizeBytes: 256 << 20, maxProcesses: 512, systemPaths: hostSystemPaths() });
- * const p = await sb.spawn(['bash', '--noprofile', '--norc'], { env: { PATH: '/usr/bin:/bin' } });
+ * const p = await sb.spawn(['bash', '--noprofile', '--norc'], { env: { PATH: '/usr/bin:/bin' }, stdin: true });
  */
 export async function startSandbox(opts: StartSandboxOptions): Promise<BwrapSandbox> {
   const args = bwrapArgs({
@@ -195,18 +188,19 @@ export class BwrapSandbox implements AsyncDisposable {
   }
 
   /**
-   * Starts `argv` in the sandbox with exactly `env` (values never on any argv) in `cwd`. Resolves
-   * once it runs; rejects if the sandbox is gone, the cwd is missing or the env cannot be given.
+   * Starts `argv` in the sandbox with exactly `env` (values never on any argv) in `cwd` (it must
+   * exist; default /workspace). Resolves once it runs; rejects if the sandbox is gone, the cwd is
+   * missing or the env cannot be given.
    */
   async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SandboxProcess> {
     if (this.ended) throw new BerthError('not_found', 'the bwrap sandbox has ended');
     const cwd = opts.cwd ?? SANDBOX_WORKSPACE;
     const fifos = await this.fifos.take();
     const id = fifos.id;
-    const request = encodeSpawn({ id, cwd, stdin: opts.stdin === 'ignore' ? 'null' : 'pipe', argv, env: opts.env });
+    const request = encodeSpawn({ id, cwd, stdin: opts.stdin ? 'pipe' : 'null', argv, env: opts.env });
     let fds: HostFds | undefined;
     try {
-      fds = openHostEnds(fifos, opts.stdin !== 'ignore');
+      fds = openHostEnds(fifos, opts.stdin);
       const first = await new Promise<InitEvent | { kind: 'gone' }>((resolve, reject) => {
         const timer = setTimeout(() => {
           // Should it start after all, nobody holds its stdio: end it when it says it runs.

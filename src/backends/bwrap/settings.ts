@@ -1,11 +1,11 @@
 import * as z from 'zod';
 import { absolutePath, bool, FULL, oneOf, positiveInteger } from '../../config/zod-kit.js';
-import type { SettingsSection } from '../module.js';
+import { mergeWritten, type SettingsSection } from '../../config/section.js';
 import { checkUidRange, type UidRange } from './uid-claims.js';
 
 /*
- * The `bwrap:` config section (top level and per profile). Every key optional; defaults and the
- * merge with a profile's overrides are here.
+ * The `bwrap:` config section (top level and per profile). Every key optional; the defaults are
+ * here, and a profile's keys replace the top level's (`mergeWritten`).
  */
 
 /** Settings of the bubblewrap backend. */
@@ -80,15 +80,7 @@ export const bwrapSettings: SettingsSection<BwrapSettings, typeof bwrapShape> = 
     tmpSizeMb: 256,
     maxProcesses: 1024,
   }),
-  merge: (base, d) => ({
-    path: d.path ?? base.path,
-    root: d.root ?? base.root,
-    uids: d.uids === undefined ? { ...base.uids } : { first: d.uids.first, count: d.uids.count },
-    network: d.network ?? base.network,
-    seccomp: d.seccomp ?? base.seccomp,
-    tmpSizeMb: d.tmpSizeMb ?? base.tmpSizeMb,
-    maxProcesses: d.maxProcesses ?? base.maxProcesses,
-  }),
+  merge: (base, written) => mergeWritten(base, written, { uids: (w) => ({ first: w.first, count: w.count }) }),
   // Claims keep two sandboxes from sharing a uid only within one root; the reapers list one root.
   installationWide: ['root', 'uids'],
 };

@@ -3,7 +3,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BerthError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
-import type { ProcessGroups, ShellGroups } from '../backend.js';
+import type { ProcessGroups, ShellGroups } from '../../shell/transport.js';
 import { CgroupDir, errnoOf } from './cgroup-dir.js';
 import { cgroupsOf, mechanismUnder, readPids, type CgroupHost } from './cgroup-host.js';
 import { parseNsPids } from './proc-files.js';

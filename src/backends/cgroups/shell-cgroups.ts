@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { BerthError } from '../../errors.js';
-import type { ShellGroups } from '../backend.js';
+import type { ShellGroups } from '../../shell/transport.js';
+import type { Logger } from '../../logging/logger.js';
 import { closeQuietly, listIsOnly, signal, type CgroupDir } from './cgroup-dir.js';
-import type { SandboxCgroups } from './sandbox-cgroups.js';
 
 /** How long a stopped shell may take to show as stopped when its group would not freeze. */
 const STOP_WAIT_MS = 1_000;
@@ -14,6 +14,19 @@ const PRUNE_AT = 64;
 const PIDS_HEADROOM = 8;
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** What a shell's groups need of its sandbox's cgroups (`SandboxCgroups`). */
+export interface ShellGroupsHost {
+  /** How long a kill waits for a group to empty. */
+  readonly waitMs: number;
+  readonly log: Logger;
+  /** Whether host process `hostPid` is one of the sandbox's. */
+  holds(hostPid: number): boolean;
+  /** A new group (named, or with a random name) with host process `hostPid` moved into it. */
+  moveToNew(hostPid: number, name?: string): CgroupDir;
+  /** The sandbox's pids in use and limit, where a pids cgroup bounds it. */
+  pidsInUse(): { current: number; max: number } | undefined;
+}
 
 /**
  * One shell's command groups (see `ShellGroups`). The shell stays in its group while the commands
@@ -38,7 +51,7 @@ export class CgroupShell implements ShellGroups {
   private readonly readBuf = Buffer.alloc(64);
 
   constructor(
-    private readonly sandbox: SandboxCgroups,
+    private readonly sandbox: ShellGroupsHost,
     /** The shell's pid on the host. */
     readonly hostPid: number,
   ) {

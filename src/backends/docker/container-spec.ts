@@ -1,6 +1,6 @@
 import path from 'node:path';
 import type Dockerode from 'dockerode';
-import type { VolumeSettings } from '../../config/types.js';
+import type { VolumeSettings, DockerSettings } from './settings.js';
 import { volumesForTenant } from '../../policy/volumes.js';
 import type { SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
@@ -47,15 +47,15 @@ export function ephemeralName(digest: string, random8hex: string): string {
 }
 
 /**
- * Set on a container whose main process is berth's warden (see `createOptions`). Containers
- * made before it (main process `sleep infinity`) have none: their warden is an exec, as before.
+ * Set on a container whose main process is berth's warden (see `createOptions`). A container
+ * without it (main process `sleep infinity`) gets its warden as an exec.
  */
 export const WARDEN_LABEL = 'berth.warden';
 
 /** The main process of a sandbox container: the warden, reading operations on its stdin. */
 export const RESIDENT_WARDEN_CMD: readonly string[] = ['bash', '--noprofile', '--norc', '-c', `${WARDEN_SCRIPT}${WARDEN_RESIDENT}`, 'berth-warden'];
 
-export function labelsFor(spec: SandboxSpec): Record<string, string> {
+export function labelsFor(spec: SandboxSpec<DockerSettings>): Record<string, string> {
   return {
     [LABEL.managed]: 'true',
     [LABEL.installation]: spec.identity.installation,
@@ -69,7 +69,7 @@ export function labelsFor(spec: SandboxSpec): Record<string, string> {
 }
 
 /** Host root of a persistent sandbox's binds: `$berthHome/sandboxes/docker/<dirName>`. */
-export function hostDirFor(berthHome: string, spec: SandboxSpec): string {
+export function hostDirFor(berthHome: string, spec: SandboxSpec<DockerSettings>): string {
   return path.join(sandboxesRoot(berthHome), spec.dirName);
 }
 
@@ -90,15 +90,15 @@ export function parseVolume(volume: VolumeSettings): ParsedVolume {
 }
 
 /** The operator's volumes this sandbox gets: those whose audience includes its tenant. */
-export function volumesOf(spec: SandboxSpec): ParsedVolume[] {
-  return volumesForTenant(spec.settings.docker.volumes, spec.identity.tenant).map(parseVolume);
+export function volumesOf(spec: SandboxSpec<DockerSettings>): ParsedVolume[] {
+  return volumesForTenant(spec.section.volumes, spec.identity.tenant).map(parseVolume);
 }
 
 /**
  * The host dir that must be bound at /workspace, or undefined for a tmpfs workspace.
  * A volume of this tenant targeting /workspace wins over the session mount and the automatic dir.
  */
-export function expectedWorkspaceSource(spec: SandboxSpec, hostDir: string | undefined): string | undefined {
+export function expectedWorkspaceSource(spec: SandboxSpec<DockerSettings>, hostDir: string | undefined): string | undefined {
   const volume = volumesOf(spec).find((v) => v.target === WORKSPACE);
   if (volume) return path.resolve(volume.source);
   if (spec.mount !== null) return path.resolve(spec.mount);
@@ -118,7 +118,7 @@ export interface HostBind {
  * /workspace (a volume of this tenant, else the attached workspace, else berth's own dir), then
  * the tenant's volumes. Pure.
  */
-export function hostBindsOf(spec: SandboxSpec, hostDir: string | undefined): HostBind[] {
+export function hostBindsOf(spec: SandboxSpec<DockerSettings>, hostDir: string | undefined): HostBind[] {
   const binds: HostBind[] = [];
   const volumes = volumesOf(spec);
   if (hostDir !== undefined) binds.push({ source: path.join(hostDir, 'home'), target: HOME, readOnly: false, kind: 'own' });
@@ -131,7 +131,7 @@ export function hostBindsOf(spec: SandboxSpec, hostDir: string | undefined): Hos
 }
 
 export interface CreatePlanInput {
-  spec: SandboxSpec;
+  spec: SandboxSpec<DockerSettings>;
   name: string;
   image: string;
   /** Persistent sandboxes: the bind root; ephemeral: undefined (tmpfs). */
@@ -159,7 +159,7 @@ export interface CreatePlanInput {
  */
 export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreateOptions {
   const { spec, hostDir, runAs } = input;
-  const docker = spec.settings.docker;
+  const docker = spec.section;
   // tmpfs defaults to noexec in docker; builds, test runners and installers execute from /tmp
   // and the workspace, so exec stays on while nosuid/nodev keep setuid binaries and devices out.
   const owner = runAs ? `,uid=${runAs.uid},gid=${runAs.gid}` : '';

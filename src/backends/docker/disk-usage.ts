@@ -5,6 +5,7 @@ import { BerthError } from '../../errors.js';
 import { hostBindsOf } from './container-spec.js';
 import { bounded, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError } from './engine.js';
 import { LIMIT_DEFAULTS } from './limits.js';
+import type { DockerSettings } from './settings.js';
 
 /*
  * The periodic check of a sandbox's disk bound (docker.diskMb): the writable layer as the engine
@@ -77,15 +78,15 @@ export function duBytes(dir: string): Promise<number> {
  * The error of a sandbox over its bound (docker.diskMb, else the default), or undefined. Counts the
  * writable layer and berth's own dirs of it (`hostDir`: a persistent sandbox's bind root).
  */
-export async function diskBreachOf(docker: Dockerode, spec: SandboxSpec, ref: string, hostDir: string | undefined): Promise<BerthError | undefined> {
-  const limitMb = spec.settings.docker.diskMb ?? LIMIT_DEFAULTS.diskMb;
+export async function diskBreachOf(docker: Dockerode, spec: SandboxSpec<DockerSettings>, ref: string, hostDir: string | undefined): Promise<BerthError | undefined> {
+  const limitMb = spec.section.diskMb ?? LIMIT_DEFAULTS.diskMb;
   const ownDirs = hostBindsOf(spec, hostDir).filter((b) => b.kind === 'own').map((b) => b.source);
   const usage = await measureDisk(docker, ref, ownDirs);
   return totalBytes(usage) > limitMb * MIB ? diskLimitError(spec, ref, usage, limitMb, ownDirs) : undefined;
 }
 
 /** The error a sandbox over its disk bound answers with (stopped, and not started again). */
-export function diskLimitError(spec: SandboxSpec, ref: string, usage: DiskUsage, limitMb: number, ownDirs: readonly string[]): BerthError {
+export function diskLimitError(spec: SandboxSpec<DockerSettings>, ref: string, usage: DiskUsage, limitMb: number, ownDirs: readonly string[]): BerthError {
   const mib = (n: number): string => `${Math.round(n / MIB)} MiB`;
   const parts = [`writable layer ${mib(usage.layerBytes)}`];
   if (ownDirs.length > 0) parts.push(`its dirs under BERTH_HOME ${mib(usage.ownDirBytes)}`);

@@ -4,7 +4,6 @@ import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type Dockerode from 'dockerode';
-import type { ProfileSettings } from '../../config/types.js';
 import { BackendUnavailableError, BerthError, ConfigError, PolicyRefusedError } from '../../errors.js';
 import type { Backend, Lease, ManagedSandbox, PoolShape, Sandbox, SandboxSpec, SandboxUsage, WarmCapability } from '../backend.js';
 import {
@@ -20,7 +19,7 @@ import {
   volumesOf,
   WARDEN_LABEL,
 } from './container-spec.js';
-import { watchWardenStart } from './exec-process.js';
+import { watchWardenStart } from './spawn.js';
 import {
   bounded,
   defaultDocker,
@@ -36,7 +35,7 @@ import {
   statusOf,
   unavailableError,
 } from './engine.js';
-import { DockerSandboxHandle } from './docker-sandbox.js';
+import { DockerSandboxHandle } from './sandbox-handle.js';
 import { containerGroups } from './container-groups.js';
 import { probeCgroupHost, type CgroupHostProbe } from '../cgroups/cgroup-host.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
@@ -52,6 +51,7 @@ import { containerUsageWithDisk } from './usage.js';
 import { POOL_LABEL } from '../labels.js';
 import { dockerShapeOf, poolLabels, poolName, poolSpec } from './pool-shape.js';
 import { Logger } from '../../logging/logger.js';
+import type { DockerSettings } from './settings.js';
 
 const STOP_TIMEOUT_SECONDS = 3;
 /** Inspect/create rounds when racing another process for a persistent name. */
@@ -98,7 +98,7 @@ export interface DockerBackendOptions {
  * const sandbox = await backend.ensure(spec, undefined);
  * const shell = await sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }); // through its handle's spawn
  */
-export class DockerBackend implements Backend {
+export class DockerBackend implements Backend<DockerSettings> {
   readonly name = 'docker' as const;
 
   private readonly docker: Dockerode;
@@ -124,8 +124,8 @@ export class DockerBackend implements Backend {
   private closed = false;
 
   /** Warm pools: containers created and started before a session asks, renamed to it at claim. */
-  readonly warm: WarmCapability = {
-    shapeOf: (settings) => dockerShapeOf(settings),
+  readonly warm: WarmCapability<DockerSettings> = {
+    shapeOf: (section) => dockerShapeOf(section),
     prepare: (shape) => this.preparePooled(shape),
     claim: (prepared, spec) => this.claimPooled(prepared, spec),
   };
@@ -149,20 +149,20 @@ export class DockerBackend implements Backend {
     });
   }
 
-  async check(settings: ProfileSettings): Promise<void> {
+  async check(section: DockerSettings): Promise<void> {
     await this.ping();
-    await this.requireImage(settings.docker.image);
+    await this.requireImage(section.image);
     const caps = await this.probe();
-    this.limitsFor(settings, caps, true);
-    this.log(describeDiskBound(settings.docker, caps.storageQuota, this.storageQuotaRefused, this.disks.unavailable));
+    this.limitsFor(section, caps, true);
+    this.log(describeDiskBound(section, caps.storageQuota, this.storageQuotaRefused, this.disks.unavailable));
   }
 
-  async ensure(spec: SandboxSpec, knownRef: string | undefined): Promise<Sandbox> {
+  async ensure(spec: SandboxSpec<DockerSettings>, knownRef: string | undefined): Promise<Sandbox> {
     this.assertOpen();
     this.assertOwn(spec);
     if (knownRef !== undefined) assertContainerRef(knownRef);
     const caps = await this.probe();
-    const limits = this.limitsFor(spec.settings, caps, false);
+    const limits = this.limitsFor(spec.section, caps, false);
     return spec.ephemeral ? this.ensureEphemeral(spec, knownRef, limits, caps) : this.ensurePersistent(spec, knownRef, limits, caps);
   }
 
@@ -220,7 +220,8 @@ export class DockerBackend implements Backend {
    * `docker.diskMb`. A stopped sandbox over its bound is not started again (`ensure`).
    */
   checkDiskLimit(sandbox: Sandbox): Promise<BerthError | undefined> {
-    return diskBreachOf(this.docker, sandbox.spec, sandbox.ref, sandbox.hostDir);
+    // The broker asks only of the sandboxes this backend made, whose spec carries its section.
+    return diskBreachOf(this.docker, sandbox.spec as SandboxSpec<DockerSettings>, sandbox.ref, sandbox.hostDir);
   }
 
   /** Each container's one-shot stats and writable layer size, a few at a time (the engine reads every container's cgroups). */
@@ -329,8 +330,8 @@ export class DockerBackend implements Backend {
     }
   }
 
-  private limitsFor(settings: ProfileSettings, caps: EngineCapabilities, isCheck: boolean): LimitPlan {
-    const plan = planLimits(settings.docker, this.storageQuotaRefused === undefined ? caps : { ...caps, storageQuota: undefined });
+  private limitsFor(section: DockerSettings, caps: EngineCapabilities, isCheck: boolean): LimitPlan {
+    const plan = planLimits(section, this.storageQuotaRefused === undefined ? caps : { ...caps, storageQuota: undefined });
     if (plan.errors.length > 0) throw new ConfigError(plan.errors.join('; '));
     for (const warning of plan.warnings) {
       if (isCheck || !this.warned.has(warning)) this.log(`warning: ${warning}`);
@@ -339,15 +340,15 @@ export class DockerBackend implements Backend {
     return plan;
   }
 
-  private async preparePooled(shape: PoolShape): Promise<Sandbox> {
+  private async preparePooled(shape: PoolShape<DockerSettings>): Promise<Sandbox> {
     this.assertOpen();
     const spec = poolSpec(this.installation, shape);
     const caps = await this.probe();
-    const limits = this.limitsFor(spec.settings, caps, false);
+    const limits = this.limitsFor(spec.section, caps, false);
     const runAs = await runAsFor(spec, undefined, caps.userns, this.hostUser);
     const name = poolName(shape.digest, randomBytes(4).toString('hex'));
     const info = await this.createAndStart(spec, {
-      spec, name, image: spec.settings.docker.image, hostDir: undefined, limits, runAs, labels: poolLabels(this.installation, shape),
+      spec, name, image: spec.section.image, hostDir: undefined, limits, runAs, labels: poolLabels(this.installation, shape),
     });
     const sandbox = this.sandbox(spec, info, undefined, false);
     this.prepared.set(sandbox, info);
@@ -359,7 +360,7 @@ export class DockerBackend implements Backend {
    * container's labels cannot change, so only its name says whose it is now. Nothing inside the
    * container is asked.
    */
-  private async claimPooled(prepared: Sandbox, spec: SandboxSpec): Promise<Sandbox> {
+  private async claimPooled(prepared: Sandbox, spec: SandboxSpec<DockerSettings>): Promise<Sandbox> {
     this.assertOpen();
     this.assertOwn(spec);
     const info = this.prepared.get(prepared);
@@ -381,10 +382,10 @@ export class DockerBackend implements Backend {
    * created or started, under the sandbox's disk lease: the orphan reaper takes a mount down only
    * under it, once no container binds it.
    */
-  private async ensurePersistent(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities): Promise<Sandbox> {
+  private async ensurePersistent(spec: SandboxSpec<DockerSettings>, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities): Promise<Sandbox> {
     const hostDir = hostDirFor(this.berthHome, spec);
     return this.disks.hold(hostDir, async () => {
-      const bound = await this.disks.attach(hostDir, spec.settings.docker.diskMb ?? LIMIT_DEFAULTS.diskMb);
+      const bound = await this.disks.attach(hostDir, spec.section.diskMb ?? LIMIT_DEFAULTS.diskMb);
       const sandbox = await this.ensurePersistentContainer(spec, knownRef, limits, caps, hostDir);
       this.about(spec, sandbox.ref).debug(`home and workspace bounded by ${bound === 'image' ? `disk image ${this.disks.imageOf(hostDir)}` : 'the periodic check'}`);
       return sandbox;
@@ -392,11 +393,11 @@ export class DockerBackend implements Backend {
   }
 
   private async ensurePersistentContainer(
-    spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities, hostDir: string,
+    spec: SandboxSpec<DockerSettings>, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities, hostDir: string,
   ): Promise<Sandbox> {
     const name = persistentName(spec.digest);
     const runAs = await runAsFor(spec, hostDir, caps.userns, this.hostUser);
-    const plan = { spec, name, image: spec.settings.docker.image, hostDir, limits, runAs };
+    const plan = { spec, name, image: spec.section.image, hostDir, limits, runAs };
     const adoptedRunAs = (info: Dockerode.ContainerInspectInfo) => this.adoptedRunAs(spec, info, hostDir, runAs, caps.userns);
     // Create-or-adopt. A 409 means another process of this installation holds the name; its
     // container may not be inspectable yet (still being created) or may vanish again (its start
@@ -419,7 +420,7 @@ export class DockerBackend implements Backend {
     }
   }
 
-  private async ensureEphemeral(spec: SandboxSpec, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities): Promise<Sandbox> {
+  private async ensureEphemeral(spec: SandboxSpec<DockerSettings>, knownRef: string | undefined, limits: LimitPlan, caps: EngineCapabilities): Promise<Sandbox> {
     const runAs = await runAsFor(spec, undefined, caps.userns, this.hostUser);
     if (knownRef !== undefined) {
       const known = await this.inspect(knownRef);
@@ -440,7 +441,7 @@ export class DockerBackend implements Backend {
       this.about(spec, knownRef).debug('container is gone; creating a new one');
     }
     const name = ephemeralName(spec.digest, randomBytes(4).toString('hex'));
-    const created = await this.createAndStart(spec, { spec, name, image: spec.settings.docker.image, hostDir: undefined, limits, runAs });
+    const created = await this.createAndStart(spec, { spec, name, image: spec.section.image, hostDir: undefined, limits, runAs });
     return this.sandbox(spec, created, undefined, knownRef !== undefined);
   }
 
@@ -448,9 +449,9 @@ export class DockerBackend implements Backend {
    * Create and start on a network of the sandbox's tenant (or none). The network may be removed
    * by another process's reaper between join and start (it had no container yet): then again.
    */
-  private async createAndStart(spec: SandboxSpec, plan: Omit<CreatePlanInput, 'networkMode'>): Promise<Dockerode.ContainerInspectInfo> {
+  private async createAndStart(spec: SandboxSpec<DockerSettings>, plan: Omit<CreatePlanInput, 'networkMode'>): Promise<Dockerode.ContainerInspectInfo> {
     for (let attempt = 1; ; attempt++) {
-      const joined = spec.settings.docker.network === 'none' ? undefined : await this.networks.join(spec.identity.tenant);
+      const joined = spec.section.network === 'none' ? undefined : await this.networks.join(spec.identity.tenant);
       try {
         return await this.createAndStartOnce(spec, createOptions({ ...plan, networkMode: joined?.network.id ?? 'none' }));
       } catch (err) {
@@ -464,10 +465,10 @@ export class DockerBackend implements Backend {
 
   /** Create and start; a failed start removes what was created and rethrows the original error. */
   private async createAndStartOnce(
-    spec: SandboxSpec,
+    spec: SandboxSpec<DockerSettings>,
     options: Dockerode.ContainerCreateOptions,
   ): Promise<Dockerode.ContainerInspectInfo> {
-    const image = spec.settings.docker.image;
+    const image = spec.section.image;
     let container: Dockerode.Container;
     try {
       container = await this.request(`create container ${options.name ?? ''}`, (abortSignal) => this.docker.createContainer({ ...options, abortSignal }));
@@ -524,7 +525,7 @@ export class DockerBackend implements Backend {
   }
 
   private async adopt(
-    spec: SandboxSpec,
+    spec: SandboxSpec<DockerSettings>,
     info: Dockerode.ContainerInspectInfo,
     hostDir: string,
     runAs: { uid: number; gid: number } | undefined,
@@ -541,7 +542,7 @@ export class DockerBackend implements Backend {
    * decides, not the absence of one in the call.
    */
   private async adoptedRunAs(
-    spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined, runAs: { uid: number; gid: number } | undefined, userns: boolean,
+    spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined, runAs: { uid: number; gid: number } | undefined, userns: boolean,
   ): Promise<{ uid: number; gid: number } | undefined> {
     const asked = spec.mount !== null || volumesOf(spec).some((v) => v.target === WORKSPACE);
     const have = info.Mounts.find((m) => m.Destination === WORKSPACE && m.Type === 'bind');
@@ -550,7 +551,7 @@ export class DockerBackend implements Backend {
     return runAsFor({ ...spec, mount: path.resolve(have.Source) }, hostDir, userns, this.hostUser);
   }
 
-  private verifyOwner(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, knownRef?: string): void {
+  private verifyOwner(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo, knownRef?: string): void {
     const labels = info.Config.Labels ?? {};
     if (labels[LABEL.installation] === this.installation && isClaimedPoolContainer(spec, info, knownRef)) return;
     if (labels[LABEL.installation] !== this.installation || labels[LABEL.identity] !== spec.digest) {
@@ -562,7 +563,7 @@ export class DockerBackend implements Backend {
   }
 
   /** A mount is fixed at create: refuse a sandbox whose /workspace differs from what is asked now. */
-  private verifyMount(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): void {
+  private verifyMount(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): void {
     const want = expectedWorkspaceSource(spec, hostDir);
     // Nothing asked (no session mount, no volume): whatever the shared sandbox has stays.
     const asked = spec.mount !== null || volumesOf(spec).some((v) => v.target === WORKSPACE);
@@ -577,7 +578,7 @@ export class DockerBackend implements Backend {
   }
 
   /** A stopped sandbox is measured first: one stopped over its disk bound stays stopped. */
-  private async startIfStopped(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): Promise<Dockerode.ContainerInspectInfo> {
+  private async startIfStopped(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): Promise<Dockerode.ContainerInspectInfo> {
     if (info.State.Running && !info.State.Paused) return info;
     if (!info.State.Running) {
       // A measurement that fails (no du on this host, say) is logged; it does not keep a sandbox down.
@@ -620,7 +621,7 @@ export class DockerBackend implements Backend {
   }
 
   private sandbox(
-    spec: SandboxSpec,
+    spec: SandboxSpec<DockerSettings>,
     info: Dockerode.ContainerInspectInfo,
     hostDir: string | undefined,
     recreated: boolean,
@@ -646,7 +647,7 @@ export class DockerBackend implements Backend {
   }
 
   /** Lines about one sandbox: its key, and its container when there is one. */
-  private about(spec: SandboxSpec, ref?: string): Logger {
+  private about(spec: SandboxSpec<DockerSettings>, ref?: string): Logger {
     return this.logger.with({ key: spec.identity.key, ref });
   }
 
@@ -659,7 +660,7 @@ export class DockerBackend implements Backend {
     if (this.closed) throw new BackendUnavailableError('the docker backend was closed; create a new one');
   }
 
-  private assertOwn(spec: SandboxSpec): void {
+  private assertOwn(spec: SandboxSpec<DockerSettings>): void {
     if (spec.identity.installation !== this.installation) {
       throw new BerthError(
         'internal',
@@ -688,7 +689,7 @@ export function short(ref: string): string {
  * it is this identity's only as the exact container the store recorded for it (written under the
  * identity's lock at claim), renamed to the identity's name.
  */
-function isClaimedPoolContainer(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, knownRef: string | undefined): boolean {
+function isClaimedPoolContainer(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo, knownRef: string | undefined): boolean {
   const labels = info.Config.Labels ?? {};
   return labels[POOL_LABEL.shape] !== undefined && labels[LABEL.identity] === undefined && knownRef !== undefined &&
     sameRef(knownRef, info.Id) && info.Name.replace(/^\//, '').startsWith(ephemeralName(spec.digest, ''));

@@ -87,7 +87,7 @@ export function fromDockerError(docker: Dockerode, err: unknown, doing: string):
     // The container was removed behind berth's back; callers re-ensure (recreate) on this type.
     return new SandboxNotFoundError(`container is gone, could not ${doing}: ${detail}`, { cause: err });
   }
-  return new BerthError('docker_error', `docker engine refused to ${doing}${status ? ` (HTTP ${status})` : ''}: ${detail}`, {
+  return new BerthError('engine_refused', `docker engine refused to ${doing}${status ? ` (HTTP ${status})` : ''}: ${detail}`, {
     cause: err,
   });
 }

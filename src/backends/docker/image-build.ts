@@ -200,9 +200,9 @@ async function importRootfs(
   });
   await tarDone;
   const failed = events.find((e) => e['error'] !== undefined);
-  if (failed) throw new BerthError('docker_error', `docker engine refused to import ${image}: ${String(failed['error'])}`);
+  if (failed) throw new BerthError('engine_refused', `docker engine refused to import ${image}: ${String(failed['error'])}`);
   const id = await inspectImage(docker, image);
-  if (!id) throw new BerthError('docker_error', `docker engine imported ${image} but does not list it`);
+  if (!id) throw new BerthError('engine_refused', `docker engine imported ${image} but does not list it`);
   return id;
 }
 

@@ -1,4 +1,4 @@
-import type { DockerSettings } from '../../config/types.js';
+import type { DockerSettings } from './settings.js';
 
 /** Defaults for limits the user left unset. A default the engine cannot apply is only a warning. */
 export const LIMIT_DEFAULTS = {

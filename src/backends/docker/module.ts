@@ -17,7 +17,14 @@ export const dockerModule = defineBackend({
   },
   settings: dockerSettings,
   processGroups: 'engine',
-  images: { of: (s) => s.image, with: (s, image) => ({ ...s, image }) },
+  images: {
+    of: (s) => s.image,
+    with: (s, image) => ({ ...s, image }),
+    async provide(request) {
+      const [{ provideImage }, { defaultDocker }] = await Promise.all([import('./image-pull.js'), import('./engine.js')]);
+      return provideImage({ docker: defaultDocker(), ...request });
+    },
+  },
   reservation: (s) => ({ memoryMb: s.memoryMb ?? LIMIT_DEFAULTS.memoryMb, diskMb: s.diskMb ?? LIMIT_DEFAULTS.diskMb }),
   words: {
     where: (b) => b.persistent

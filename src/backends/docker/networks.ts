@@ -4,6 +4,7 @@ import { BerthError, PolicyRefusedError } from '../../errors.js';
 import { LABEL } from './container-spec.js';
 import { bounded, ENGINE_REQUEST_TIMEOUT_MS, engineMessage, fromDockerError, statusOf } from './engine.js';
 import { chooseShard, isTenantNetwork, networkName, SHARD_LABEL, shardCapacity, ShardCounts } from './network-shards.js';
+import type { DockerSettings } from './settings.js';
 
 /** A lease that serialises the callers of this process only, per name. */
 export function localLease(): Lease {
@@ -113,8 +114,8 @@ export class SandboxNetworks {
    * before tenant networks, on the engine's default bridge where sandboxes reach each other, is
    * moved onto its tenant's network. Returns the container as it is now.
    */
-  async place(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo): Promise<Dockerode.ContainerInspectInfo> {
-    const want = spec.settings.docker.network;
+  async place(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo): Promise<Dockerode.ContainerInspectInfo> {
+    const want = spec.section.network;
     const isolated = info.HostConfig.NetworkMode === 'none';
     if (want === 'none' || isolated) {
       if (want === 'none' && isolated) return info;
@@ -269,7 +270,7 @@ export class SandboxNetworks {
       }
       if (/available, non-overlapping IPv4 address pool/i.test(engineMessage(err))) {
         throw new BerthError(
-          'docker_error',
+          'engine_refused',
           `docker has no free address pool for network ${name} (tenant "${tenant}"): every tenant with sandboxes needs one bridge network, ` +
             'and the engine\'s default pools hold about 30; add "default-address-pools" to /etc/docker/daemon.json ' +
             '(e.g. [{"base": "10.200.0.0/14", "size": 22}]: 256 networks of 1,022 addresses, in a range your hosts do not use) ' +

@@ -1,14 +1,13 @@
 import { createHash } from 'node:crypto';
-import type { ProfileSettings } from '../../config/types.js';
 import type { PoolShape, SandboxSpec } from '../backend.js';
 import { LABEL, POOL_LABEL } from '../labels.js';
+import type { DockerSettings } from './settings.js';
 
 /**
  * The docker settings that fix a container at creation, as a digest: the pool shape. Volumes are
  * not pooled: which ones a sandbox binds depends on its tenant, and a bind is fixed at create.
  */
-export function dockerShapeOf(settings: ProfileSettings): { digest: string; perTenant: boolean } | { unpoolable: string } {
-  const d = settings.docker;
+export function dockerShapeOf(d: DockerSettings): { digest: string; perTenant: boolean } | { unpoolable: string } {
   if (d.volumes.length > 0) {
     return { unpoolable: 'docker.volumes are bound per tenant when a sandbox is created, so its sandboxes cannot be made ahead; drop warmPool or the volumes of that profile' };
   }
@@ -23,15 +22,15 @@ export function dockerShapeOf(settings: ProfileSettings): { digest: string; perT
  * The spec a pool container is created from: no identity of anyone (an empty key and digest),
  * the pool's tenant only when its network is that tenant's. Never recorded in the store.
  */
-export function poolSpec(installation: string, shape: PoolShape): SandboxSpec {
+export function poolSpec(installation: string, shape: PoolShape<DockerSettings>): SandboxSpec<DockerSettings> {
   return {
     identity: { installation, tenant: shape.tenant ?? '', profile: undefined, key: `pool:${shape.digest.slice(0, 12)}` },
-    digest: '', dirName: '', ephemeral: true, mount: null, rule: 'pool', settings: shape.settings,
+    digest: '', dirName: '', ephemeral: true, mount: null, rule: 'pool', section: shape.section,
   };
 }
 
 /** A pool container's labels: berth's, this installation's, its shape and maker; nothing of an identity. */
-export function poolLabels(installation: string, shape: PoolShape): Record<string, string> {
+export function poolLabels(installation: string, shape: PoolShape<DockerSettings>): Record<string, string> {
   return {
     [LABEL.managed]: 'true',
     [LABEL.installation]: installation,

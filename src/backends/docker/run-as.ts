@@ -3,6 +3,7 @@ import type Dockerode from 'dockerode';
 import type { SandboxSpec } from '../backend.js';
 import { PolicyRefusedError } from '../../errors.js';
 import { hostBindsOf, type HostBind } from './container-spec.js';
+import type { DockerSettings } from './settings.js';
 
 /** A host dir bound read-write into a sandbox, with its owner as `stat` reports it. */
 export interface RwBind {
@@ -86,7 +87,7 @@ export function userOption(runAs: { uid: number; gid: number } | undefined): str
 }
 
 /** The user is fixed at create: refuse a container that runs as someone else than its binds now require. */
-export function assertRunsAs(spec: SandboxSpec, info: Dockerode.ContainerInspectInfo, runAs: { uid: number; gid: number } | undefined): void {
+export function assertRunsAs(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo, runAs: { uid: number; gid: number } | undefined): void {
   const have = info.Config.User ?? '';
   const want = userOption(runAs);
   if (have === want) return;
@@ -103,7 +104,7 @@ export function assertRunsAs(spec: SandboxSpec, info: Dockerode.ContainerInspect
  * berth's (`berthUser`) and count as one more owner.
  */
 export async function runAsFor(
-  spec: SandboxSpec,
+  spec: SandboxSpec<DockerSettings>,
   hostDir: string | undefined,
   userns: boolean,
   berthUser: { uid: number; gid: number } | undefined,
@@ -117,7 +118,7 @@ export async function runAsFor(
   }
   const ownDirs = hostDir !== undefined && berthUser !== undefined && berthUser.uid !== 0
     ? { what: `berth's own sandbox dir ${hostDir}`, ...berthUser } : undefined;
-  return chooseRunAs({ binds, ownDirs, userns, hostUser: spec.settings.docker.runAsHostUser ? berthUser : undefined });
+  return chooseRunAs({ binds, ownDirs, userns, hostUser: spec.section.runAsHostUser ? berthUser : undefined });
 }
 
 function describeBind(b: HostBind): string {

@@ -1,10 +1,11 @@
 import * as z from 'zod';
 import { absolutePath, bool, isCleanAbsolute, oneOf, positiveInteger, positiveNumber, TENANT_NAME } from '../../config/zod-kit.js';
-import type { SettingsSection } from '../module.js';
+import { mergeWritten, type SettingsSection } from '../../config/section.js';
 
 /*
  * The `docker:` config section (top level and per profile): what the docker module adds to the
- * config schema. Every key optional; the defaults and the merge with a profile's overrides are here.
+ * config schema. Every key optional; the defaults are here, and a profile's keys replace the top
+ * level's (`mergeWritten`).
  */
 
 /** Docker settings. Optional limits stay `undefined` when the user did not set them, so the
@@ -136,19 +137,7 @@ export const dockerSettings: SettingsSection<DockerSettings, typeof dockerShape>
     volumes: [],
     diskMb: undefined,
   }),
-  // Lists are replaced, not merged: a profile's volumes are its whole list.
-  merge: (base, d) => ({
-    image: d.image ?? base.image,
-    network: d.network ?? base.network,
-    memoryMb: d.memoryMb ?? base.memoryMb,
-    cpus: d.cpus ?? base.cpus,
-    pidsLimit: d.pidsLimit ?? base.pidsLimit,
-    shmSizeMb: d.shmSizeMb ?? base.shmSizeMb,
-    tmpSizeMb: d.tmpSizeMb ?? base.tmpSizeMb,
-    ephemeralSizeMb: d.ephemeralSizeMb ?? base.ephemeralSizeMb,
-    runAsHostUser: d.runAsHostUser ?? base.runAsHostUser,
-    volumes: d.volumes === undefined ? base.volumes.map((v) => ({ ...v })) : d.volumes.map(volumeSettings),
-    diskMb: d.diskMb ?? base.diskMb,
-  }),
+  // A profile's volumes are its whole list, in their settings form.
+  merge: (base, written) => mergeWritten(base, written, { volumes: (w) => w.map(volumeSettings) }),
   hostBinds: (s) => s.volumes.map((v) => ({ source: v.source, key: 'volumes', describe: describeVolume(v), readOnly: v.readOnly })),
 };

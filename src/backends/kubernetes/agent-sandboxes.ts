@@ -1,8 +1,8 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { BackendUnavailableError } from '../../errors.js';
-import type { SandboxIdentity } from '../backend.js';
+import type { SandboxIdentity } from '../../scope/naming.js';
 import { AGENT_SANDBOX_API, sandboxResource, type SandboxResource } from './agent-sandbox-manifests.js';
-import type { ExecTarget } from './exec-stream.js';
+import type { ExecTarget } from './spawn.js';
 import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
 import { assertNoHostMount, CONTAINER_NAME, tenantNetworkPolicy } from './manifests.js';
 import { ephemeralPodName, persistentPodName } from './names.js';

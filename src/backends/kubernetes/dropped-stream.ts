@@ -1,8 +1,8 @@
 import { PassThrough } from 'node:stream';
-import type { SpawnedProcess } from '../backend.js';
+import type { SpawnedProcess } from '../../shell/transport.js';
 import { SHELL_TAG_VAR } from '../../shell/protocol.js';
 import { execOnceInPod } from './exec-once.js';
-import type { ExecTarget, PodProcess } from './exec-stream.js';
+import type { ExecTarget, PodProcess } from './spawn.js';
 
 /*
  * A pods/exec connection that drops (an API server or kubelet restart, an idle timeout) leaves

@@ -1,7 +1,7 @@
 import { BackendUnavailableError, TimeoutError } from '../../errors.js';
-import type { ExecOnceOptions, ExecOnceResult } from '../backend.js';
+import type { ExecOnceOptions, ExecOnceResult } from '../../shell/transport.js';
 import { helperOutputCap, helperOutputTooLarge } from '../plumbing/exec-once.js';
-import { spawnInPod, type ExecEnd, type ExecTarget, type SpawnOptions } from './exec-stream.js';
+import { spawnInPod, type ExecEnd, type ExecTarget, type PodSpawnOptions } from './spawn.js';
 
 const DEFAULT_TIMEOUT_MS = 30_000;
 
@@ -15,12 +15,12 @@ const DEFAULT_TIMEOUT_MS = 30_000;
 export async function execOnceInPod(
   target: ExecTarget,
   argv: string[],
-  opts: ExecOnceOptions & Pick<SpawnOptions, 'heartbeatMs' | 'log'> = {},
+  opts: ExecOnceOptions & Pick<PodSpawnOptions, 'heartbeatMs' | 'log'> = {},
 ): Promise<ExecOnceResult> {
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const cap = helperOutputCap(opts);
   const where = `pod ${target.pod}`;
-  const proc = await spawnInPod(target, argv, { env: {}, stdin: 'ignore', heartbeatMs: opts.heartbeatMs, log: opts.log });
+  const proc = await spawnInPod(target, argv, { env: {}, stdin: false, heartbeatMs: opts.heartbeatMs, log: opts.log });
   const out: Buffer[] = [];
   const err: Buffer[] = [];
   let collected = 0;

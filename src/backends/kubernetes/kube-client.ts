@@ -86,15 +86,16 @@ export function fromKubeError(client: Pick<KubeClient, 'server' | 'namespace'>, 
         { cause: err },
       );
     case 401:
-      return new BackendUnavailableError(`kubernetes: could not ${doing}: the API server at ${client.server} refused berth's credentials (401)${said}; renew the kubeconfig's token or certificate`, { cause: err });
+      return new BerthError('engine_refused', `kubernetes: could not ${doing}: the API server at ${client.server} refused berth's credentials (401)${said}; renew the kubeconfig's token or certificate`, { cause: err });
     case 403:
-      return new BackendUnavailableError(
+      return new BerthError(
+        'engine_refused',
         `kubernetes: could not ${doing} in namespace "${client.namespace}" (403 Forbidden)${said}; apply deploy/rbac.yaml for berth's user or service account, or check the namespace's admission policy`,
         { cause: err },
       );
     case 404:
       return new SandboxNotFoundError(`kubernetes: could not ${doing} in namespace "${client.namespace}" (404)${said}`, { cause: err });
     default:
-      return new BackendUnavailableError(`kubernetes: could not ${doing}: the API server answered ${status}${said}`, { cause: err });
+      return new BerthError('engine_refused', `kubernetes: could not ${doing}: the API server answered ${status}${said}`, { cause: err });
   }
 }

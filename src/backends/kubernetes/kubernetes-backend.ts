@@ -1,18 +1,17 @@
 import { randomBytes } from 'node:crypto';
 import type { KubeConfig } from '@kubernetes/client-node';
-import type { ProfileSettings } from '../../config/types.js';
 import { BackendUnavailableError, BerthError, ConfigError } from '../../errors.js';
 import { Logger } from '../../logging/logger.js';
 import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { checkAccess } from './access-check.js';
 import { deleteSandbox, ensureAgentSandbox, ensureEphemeralSandbox, listSandboxes } from './agent-sandboxes.js';
-import type { ExecTarget } from './exec-stream.js';
+import type { ExecTarget } from './spawn.js';
 import { kubeClient, kubeConfigFor, type KubeClient } from './kube-client.js';
 import { IDENTITY_ANNOTATION, installationSelector, LABEL } from './labels.js';
 import { dataClaimName } from './names.js';
 import { ensurePodSandbox, listManagedPods } from './pod-sandboxes.js';
-import { PodSandboxHandle } from './pod-handle.js';
+import { PodSandboxHandle } from './sandbox-handle.js';
 import { deleteClaim, deletePod, listPods, waitForPodGone } from './pods.js';
 import { formatRef, parseRef, type SandboxRef } from './refs.js';
 import { claimedSandbox, deleteClaimResource, ensureClaimedSandbox, listClaims } from './sandbox-claims.js';
@@ -41,7 +40,7 @@ export interface KubernetesBackendOptions {
  * await backend.check(settings);                  // reachable, and berth may do what it needs
  * const sandbox = await backend.ensure(spec, undefined);
  */
-export class KubernetesBackend implements Backend {
+export class KubernetesBackend implements Backend<KubernetesSettings> {
   readonly name = 'kubernetes' as const;
 
   private readonly installation: string;
@@ -65,17 +64,16 @@ export class KubernetesBackend implements Backend {
     for (const s of opts.sections ?? []) this.learn(s);
   }
 
-  async check(settings: ProfileSettings): Promise<void> {
-    const k = settings.kubernetes;
+  async check(k: KubernetesSettings): Promise<void> {
     await checkAccess(this.clientFor(k), k);
   }
 
-  async ensure(spec: SandboxSpec, knownRef: string | undefined): Promise<Sandbox> {
+  async ensure(spec: SandboxSpec<KubernetesSettings>, knownRef: string | undefined): Promise<Sandbox> {
     if (this.closed) throw new BerthError('internal', 'the kubernetes backend is closed');
     if (spec.identity.installation !== this.installation) {
       throw new BerthError('internal', `sandbox of installation ${spec.identity.installation} asked of the backend of installation ${this.installation}`);
     }
-    const k = spec.settings.kubernetes;
+    const k = spec.section;
     const client = this.clientFor(k);
     const known = knownRef === undefined ? undefined : parseRef(knownRef);
     const input = { identity: spec.identity, digest: spec.digest, rule: spec.rule, mount: spec.mount, kubernetes: k };
@@ -192,7 +190,7 @@ export class KubernetesBackend implements Backend {
     await this.close();
   }
 
-  private handleOf(spec: SandboxSpec, ref: string, target: ExecTarget, recreated: boolean): Sandbox {
+  private handleOf(spec: SandboxSpec<KubernetesSettings>, ref: string, target: ExecTarget, recreated: boolean): Sandbox {
     return new ProcessSandbox(new PodSandboxHandle({ spec, ref, target, recreated, log: (msg) => this.logger.with({ ref }).debug(msg) }));
   }
 

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { SandboxIdentity } from '../backend.js';
+import type { SandboxIdentity } from '../../scope/naming.js';
 import { LABEL } from '../labels.js';
 
 /**

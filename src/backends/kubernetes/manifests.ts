@@ -10,7 +10,7 @@ import type {
   V1VolumeMount,
 } from '@kubernetes/client-node';
 import { UnsupportedError } from '../../errors.js';
-import type { SandboxIdentity } from '../backend.js';
+import type { SandboxIdentity } from '../../scope/naming.js';
 import { LABEL, labelValue, NETWORK_LABEL, sandboxAnnotations, sandboxLabels, tenantMatchLabels } from './labels.js';
 import { dataClaimName, tenantPolicyName } from './names.js';
 import type { KubernetesSettings } from './settings.js';

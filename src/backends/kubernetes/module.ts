@@ -1,9 +1,9 @@
 import { defineBackend } from '../module.js';
 import { WORKSPACE } from './manifests.js';
-import { kubernetesSettings, type KubernetesSettings } from './settings.js';
+import { kubernetesSettings } from './settings.js';
 
 /**
- * Sandboxes as pods on a Kubernetes cluster (issue 14): plain Pods or agent-sandbox resources,
+ * Sandboxes as pods on a Kubernetes cluster: plain Pods or agent-sandbox resources,
  * each process over a pods/exec WebSocket. A pod has its own pid namespace (shared only with its
  * pause container, PID 1, which a sandbox user cannot signal), so the warden may end every
  * process the shell can signal.
@@ -36,9 +36,6 @@ export const kubernetesModule = defineBackend({
   defaultCwd: () => WORKSPACE,
   async create(ctx) {
     const { KubernetesBackend } = await import('./kubernetes-backend.js');
-    // Read as plain records: typing them as ProfileSettings here would make the registry's types circular.
-    const places = (ctx.profiles ?? []) as readonly unknown[] as readonly { backend: string; kubernetes: KubernetesSettings }[];
-    const sections = places.filter((p) => p.backend === 'kubernetes').map((p) => p.kubernetes);
-    return new KubernetesBackend({ installation: ctx.installation, log: ctx.log, sections });
+    return new KubernetesBackend({ installation: ctx.installation, log: ctx.log, sections: ctx.places ?? [] });
   },
 });

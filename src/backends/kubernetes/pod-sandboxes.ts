@@ -1,6 +1,6 @@
 import type { V1Pod } from '@kubernetes/client-node';
-import type { SandboxIdentity } from '../backend.js';
-import type { ExecTarget } from './exec-stream.js';
+import type { SandboxIdentity } from '../../scope/naming.js';
+import type { ExecTarget } from './spawn.js';
 import type { KubeClient } from './kube-client.js';
 import { IDENTITY_ANNOTATION, installationSelector, LABEL } from './labels.js';
 import { assertNoHostMount, CONTAINER_NAME, sandboxDataClaim, sandboxPod, tenantNetworkPolicy, type SandboxManifestInput } from './manifests.js';

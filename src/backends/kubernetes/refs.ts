@@ -29,7 +29,7 @@ export function formatRef(ref: SandboxRef): string {
 export function parseRef(ref: string): SandboxRef {
   const m = REF_RE.exec(ref);
   if (m === null) {
-    throw new BerthError('internal', `"${ref}" is not a kubernetes sandbox ref (pod|sandbox|claim:<namespace>/<name>); was the record written by another backend?`);
+    throw new BerthError('invalid_ref', `"${ref}" is not a kubernetes sandbox ref (pod|sandbox|claim:<namespace>/<name>); was the record written by another backend?`);
   }
   return { kind: m[1] as RefKind, namespace: m[2] as string, name: m[3] as string };
 }

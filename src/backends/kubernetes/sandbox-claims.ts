@@ -1,9 +1,9 @@
 import type { V1ObjectMeta } from '@kubernetes/client-node';
 import { BackendUnavailableError, TimeoutError } from '../../errors.js';
-import type { SandboxIdentity } from '../backend.js';
+import type { SandboxIdentity } from '../../scope/naming.js';
 import { AGENT_SANDBOX_EXTENSIONS_API, sandboxClaimResource } from './agent-sandbox-manifests.js';
 import { podOfOwnSandbox } from './agent-sandboxes.js';
-import type { ExecTarget } from './exec-stream.js';
+import type { ExecTarget } from './spawn.js';
 import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
 import { IDENTITY_ANNOTATION } from './labels.js';
 import { assertNoHostMount } from './manifests.js';

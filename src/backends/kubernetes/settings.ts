@@ -1,12 +1,12 @@
 import * as z from 'zod';
-import type { SectionUse, SettingsSection } from '../module.js';
+import { bool, oneOf, positiveInteger, positiveNumber } from '../../config/zod-kit.js';
+import { mergeWritten, type SectionUse, type SettingsSection } from '../../config/section.js';
 
 /*
- * The `kubernetes:` config section (issue 14): where the cluster is, which namespace, the pod
- * template pieces and the mode. Like the rest of the config, the zod shape describes only what a
- * user may write (every key optional, no defaults); `mergeKubernetesSettings` applies defaults
- * and profile overrides, and `kubernetesSettingsProblems` states the cross-field rules. The
- * module's section (`kubernetesSettings`) is made of these three.
+ * The `kubernetes:` config section: where the cluster is, which namespace, the pod template pieces
+ * and the mode. Like the rest of the config, the zod shape describes only what a user may write
+ * (every key optional, no defaults); a profile's keys replace the top level's (`mergeWritten`),
+ * and `kubernetesUseProblems` states the cross-field rules.
  */
 
 /** How sandboxes are represented in the cluster. */
@@ -90,24 +90,22 @@ const dnsLabel = (what: string) =>
   z.string({ error: what }).max(63, { error: what }).regex(DNS_LABEL, { error: what }).optional();
 const dnsSubdomain = (what: string) =>
   z.string({ error: what }).max(253, { error: what }).regex(DNS_SUBDOMAIN, { error: what }).optional();
-const positiveInteger = () =>
-  z.number({ error: 'a positive integer' }).int({ error: 'a positive integer' }).positive({ error: 'a positive integer' }).optional();
 const nonRootId = () =>
   z.number({ error: 'a uid/gid of at least 1 (0 is root)' }).int({ error: 'a uid/gid of at least 1 (0 is root)' })
     .min(1, { error: 'a uid/gid of at least 1 (0 is root)' }).max(2_147_483_647, { error: 'a uid/gid below 2^31' }).optional();
 
 /** What a user may write under `kubernetes:` (all optional; see `KubernetesSettings` for meanings). */
-export const kubernetesShape = {
+const kubernetesShape = {
   kubeconfig: text('a path to a kubeconfig file'),
   context: text('a kubeconfig context name'),
-  inCluster: z.boolean({ error: 'true or false' }).optional(),
+  inCluster: bool(),
   namespace: dnsLabel('a namespace name (lowercase letters, digits and "-", at most 63)'),
-  mode: z.enum(KUBERNETES_MODES, { error: 'one of "pods", "agent-sandbox"' }).optional(),
+  mode: oneOf(KUBERNETES_MODES),
   warmPool: dnsSubdomain('a SandboxWarmPool name (a lowercase DNS subdomain)'),
   image: text('a non-empty image reference'),
-  imagePullPolicy: z.enum(['Always', 'IfNotPresent', 'Never'], { error: 'one of "Always", "IfNotPresent", "Never"' }).optional(),
+  imagePullPolicy: oneOf(['Always', 'IfNotPresent', 'Never']),
   memoryMb: positiveInteger(),
-  cpus: z.number({ error: 'a positive number' }).positive({ error: 'a positive number' }).optional(),
+  cpus: positiveNumber(),
   ephemeralStorageMb: positiveInteger(),
   tmpSizeMb: positiveInteger(),
   storageMb: positiveInteger(),
@@ -118,26 +116,10 @@ export const kubernetesShape = {
   runAsUser: nonRootId(),
   runAsGroup: nonRootId(),
   fsGroup: nonRootId(),
-  network: z.enum(KUBERNETES_NETWORKS, { error: 'one of "egress", "none"' }).optional(),
-  networkPolicy: z.boolean({ error: 'true or false' }).optional(),
+  network: oneOf(KUBERNETES_NETWORKS),
+  networkPolicy: bool(),
   podStartTimeoutSeconds: positiveInteger(),
 };
-
-export const kubernetesSectionSchema = z.strictObject(kubernetesShape, { error: 'a mapping of keys' });
-export type RawKubernetesSection = z.output<typeof kubernetesSectionSchema>;
-
-/** `base` with the written keys of `raw` applied (a written `nodeSelector` replaces the base's). */
-export function mergeKubernetesSettings(base: Readonly<KubernetesSettings>, raw: RawKubernetesSection | undefined): KubernetesSettings {
-  const r = raw ?? {};
-  const pick = <K extends keyof KubernetesSettings>(key: K): KubernetesSettings[K] =>
-    (r[key as keyof RawKubernetesSection] ?? base[key]) as KubernetesSettings[K];
-  const merged = {} as KubernetesSettings;
-  for (const key of Object.keys(KUBERNETES_DEFAULTS) as (keyof KubernetesSettings)[]) {
-    (merged as unknown as Record<string, unknown>)[key] = pick(key);
-  }
-  merged.nodeSelector = Object.freeze({ ...(r.nodeSelector ?? base.nodeSelector) });
-  return Object.freeze(merged);
-}
 
 /**
  * Cross-field rules, as messages that name the key and the fix (`at` is the section's config
@@ -191,7 +173,7 @@ export function kubernetesUseProblems(uses: readonly SectionUse<KubernetesSettin
 /** The `kubernetes:` section of the config: its keys, defaults, merge and rules. */
 export const kubernetesSettings: SettingsSection<KubernetesSettings, typeof kubernetesShape> = {
   shape: kubernetesShape,
-  defaults: () => mergeKubernetesSettings(KUBERNETES_DEFAULTS, undefined),
-  merge: (base, written) => mergeKubernetesSettings(base, written),
+  defaults: () => ({ ...KUBERNETES_DEFAULTS }),
+  merge: (base, written) => mergeWritten(base, written),
   problems: kubernetesUseProblems,
 };

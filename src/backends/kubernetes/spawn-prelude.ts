@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { ConfigError } from '../../errors.js';
 import { shQuote } from '../../shell/protocol.js';
+import type { SpawnOptions } from '../backend.js';
 
 /*
  * The pods/exec API takes only argv: no environment, no working directory. Putting env values
@@ -36,13 +37,12 @@ export const BOOTSTRAP_SCRIPT =
   's="$s$l\n"; done; ' +
   `echo 'berth: the spawn prelude ended before its end token; nothing was run' >&2; exit ${PRELUDE_INCOMPLETE_EXIT}`;
 
-export interface SpawnRequest {
+/**
+ * A process to start: `cwd` undefined is the container's own (`workingDir`); with `stdin` the
+ * process reads what the caller writes after the prelude, without it /dev/null.
+ */
+export interface SpawnRequest extends SpawnOptions {
   argv: readonly string[];
-  env: Readonly<Record<string, string>>;
-  /** Working directory inside the sandbox; undefined: the container's own (`workingDir`). */
-  cwd?: string | undefined;
-  /** `pipe`: the process reads what the caller writes after the prelude; `ignore`: /dev/null. */
-  stdin: 'pipe' | 'ignore';
 }
 
 export interface SpawnPlan {
@@ -74,7 +74,7 @@ export function planSpawn(req: SpawnRequest, token: () => string = () => `--bert
   // A value may span lines; none of them may equal the end token, or the prelude would end early.
   while (body.split('\n').includes(end)) end = token();
   return {
-    command: ['/bin/sh', '-c', BOOTSTRAP_SCRIPT, 'berth-spawn', req.stdin === 'pipe' ? 'p' : 'n', end, ...req.argv],
+    command: ['/bin/sh', '-c', BOOTSTRAP_SCRIPT, 'berth-spawn', req.stdin ? 'p' : 'n', end, ...req.argv],
     prelude: Buffer.from(`${body}${end}\n`, 'utf8'),
   };
 }

@@ -1,12 +1,11 @@
 import { mkdirSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import type { ProfileSettings } from '../../config/types.js';
 import { Logger } from '../../logging/logger.js';
 import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
 import { HostCgroups } from '../cgroups/host-cgroups.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { removeUnder } from '../plumbing/remove-under.js';
-import { LocalSandbox, LocalSandboxHandle } from './local-sandbox.js';
+import { LocalSandbox, LocalSandboxHandle } from './sandbox-handle.js';
 import { localSandboxesRoot } from './paths.js';
 
 /**
@@ -16,7 +15,7 @@ import { localSandboxesRoot } from './paths.js';
  * What it does guarantee: the shell's environment is built only from grants (plus PATH, HOME, LANG,
  * TERM), never berth's whole environment.
  */
-export class LocalBackend implements Backend {
+export class LocalBackend implements Backend<undefined> {
   readonly name = 'local' as const;
   private readonly root: string;
   private readonly log: Logger;
@@ -28,7 +27,7 @@ export class LocalBackend implements Backend {
     this.log = opts.log ?? Logger.silent();
   }
 
-  async check(_settings: ProfileSettings): Promise<void> {
+  async check(): Promise<void> {
     // Nothing to reach: the host is always there.
   }
 

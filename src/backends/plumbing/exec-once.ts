@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import { BerthError, TimeoutError } from '../../errors.js';
-import type { ExecOnceOptions, ExecOnceResult, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SpawnOptions } from '../backend.js';
+import type { ExecOnceOptions, ExecOnceResult, SpawnedProcess } from '../../shell/transport.js';
 
 /** Default output bound of `execOnce`: far above what any berth helper prints (job reads are <= 1 MiB). */
 export const DEFAULT_HELPER_OUTPUT_BYTES = 8 * 1024 * 1024;

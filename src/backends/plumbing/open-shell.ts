@@ -1,5 +1,5 @@
 import { BerthError } from '../../errors.js';
-import type { ShellTransport } from '../backend.js';
+import type { ShellTransport } from '../../shell/transport.js';
 import type { Spawn } from './exec-once.js';
 
 /** The shell every sandbox runs: no profile or rc file of the image decides what it does. */

@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream';
-import type { ExecOnceOptions, ExecOnceResult, ProcessGroups, Sandbox, SandboxHandle, ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { Sandbox, SandboxHandle, SpawnOptions } from '../backend.js';
+import type { ExecOnceOptions, ExecOnceResult, ProcessGroups, ShellTransport, SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxSpec } from '../backend.js';
 import { execOnce } from './exec-once.js';
 import { openShellVia } from './open-shell.js';

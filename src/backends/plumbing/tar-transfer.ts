@@ -1,6 +1,6 @@
 import { PassThrough, Readable } from 'node:stream';
 import { BerthError, TimeoutError } from '../../errors.js';
-import type { SpawnedProcess } from '../backend.js';
+import type { SpawnedProcess } from '../../shell/transport.js';
 import { ended, type Spawn } from './exec-once.js';
 
 /*

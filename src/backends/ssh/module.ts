@@ -1,6 +1,6 @@
 import { defineBackend } from '../module.js';
 import { accountName } from './account-name.js';
-import { describeHost, sshSettings, type SshSettings } from './settings.js';
+import { describeHost, sshSettings } from './settings.js';
 
 /**
  * Sandboxes on a remote host over SSH: each is its own unprivileged account there (design §3:
@@ -34,7 +34,6 @@ export const sshModule = defineBackend({
   defaultCwd: ({ digest, settings }) => `${settings.homeRoot}/${accountName(digest)}/workspace`,
   async create(ctx) {
     const { SshBackend } = await import('./ssh-backend.js');
-    const configured = (ctx.profiles ?? []).filter((p) => p.backend === 'ssh').map((p) => (p as unknown as { ssh: SshSettings }).ssh);
-    return new SshBackend({ installation: ctx.installation, configured, log: ctx.log });
+    return new SshBackend({ installation: ctx.installation, configured: ctx.places ?? [], log: ctx.log });
   },
 });

@@ -28,7 +28,7 @@ export function parseRef(ref: string): SshRef {
   const port = Number(m?.[3]);
   const dotSegment = (m?.[4] ?? '').split('/').some((seg) => seg === '.' || seg === '..');
   if (m === null || dotSegment || !(port >= 1 && port <= 65_535) || !isAccountName(m[5] ?? '')) {
-    throw new BerthError('internal', `"${ref}" is not an ssh sandbox ref (ssh://user@host:port/home-root/berth-<24 hex>); is the state store from another backend?`);
+    throw new BerthError('invalid_ref', `"${ref}" is not an ssh sandbox ref (ssh://user@host:port/home-root/berth-<24 hex>); is the state store from another backend?`);
   }
   const host = (m[2] as string).replace(/^\[(.*)\]$/, '$1');
   return { user: m[1] as string, host, port, homeRoot: m[4] as string, account: m[5] as string };

@@ -2,7 +2,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import * as z from 'zod';
 import { absolutePath, bool, integer } from '../../config/zod-kit.js';
-import type { SettingsSection } from '../module.js';
+import { mergeWritten, type SettingsSection } from '../../config/section.js';
 import { DEFAULT_HOME_ROOT } from './accounts.js';
 import { endpointOf } from './errors.js';
 import { DEFAULT_TMP_SIZE_MB } from './spawn.js';
@@ -91,26 +91,11 @@ export const sshSettings: SettingsSection<SshSettings, typeof sshShape> = {
     maxProcesses: undefined,
     tmpSizeMb: DEFAULT_TMP_SIZE_MB,
   }),
-  merge: (base, d) => {
+  merge: (base, written) => {
+    const merged = mergeWritten(base, written);
     // How to authenticate is one choice: a section that names either way replaces both.
-    const auth = d.identityFile !== undefined || d.agent !== undefined
-      ? { identityFile: d.identityFile, agent: d.agent }
-      : { identityFile: base.identityFile, agent: base.agent };
-    return {
-      host: d.host ?? base.host,
-      port: d.port ?? base.port,
-      user: d.user ?? base.user,
-      ...auth,
-      knownHosts: d.knownHosts ?? base.knownHosts,
-      trustOnFirstUse: d.trustOnFirstUse ?? base.trustOnFirstUse,
-      keepaliveIntervalSeconds: d.keepaliveIntervalSeconds ?? base.keepaliveIntervalSeconds,
-      keepaliveCountMax: d.keepaliveCountMax ?? base.keepaliveCountMax,
-      maxSessions: d.maxSessions ?? base.maxSessions,
-      connectTimeoutSeconds: d.connectTimeoutSeconds ?? base.connectTimeoutSeconds,
-      homeRoot: d.homeRoot ?? base.homeRoot,
-      maxProcesses: d.maxProcesses ?? base.maxProcesses,
-      tmpSizeMb: d.tmpSizeMb ?? base.tmpSizeMb,
-    };
+    const namesAuth = written.identityFile !== undefined || written.agent !== undefined;
+    return namesAuth ? { ...merged, identityFile: written.identityFile, agent: written.agent } : merged;
   },
   problems: (uses) => uses.flatMap((u) => sshProblems(u.settings, (name) => `${u.at}.${name}`)),
 };

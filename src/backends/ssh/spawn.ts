@@ -3,6 +3,7 @@ import { PassThrough, type Readable, type Writable } from 'node:stream';
 import { debuglog } from 'node:util';
 import type { ClientChannel } from 'ssh2';
 import { BerthError, SandboxNotFoundError } from '../../errors.js';
+import type { SpawnOptions } from '../backend.js';
 import { isAccountName } from './account-name.js';
 import type { SshConnectionPool } from './connections.js';
 import type { SshConnection } from './connection.js';
@@ -55,13 +56,6 @@ export interface SpawnContext {
 /** Each private temp dir of a sandbox (/tmp, /var/tmp, /dev/shm) unless the settings say otherwise. */
 export const DEFAULT_TMP_SIZE_MB = 256;
 
-export interface SpawnOptions {
-  /** The full environment of the process (besides HOME, USER, LOGNAME, SHELL, PATH, TMPDIR defaults). Values go over stdin. */
-  env: Readonly<Record<string, string>>;
-  /** Absolute directory on the host to start in; entered as the account. */
-  cwd: string;
-}
-
 /** The ready line is short; a longer first line is not ours. */
 const MAX_HEADER_BYTES = 4096;
 const KILL_TIMEOUT_MS = 15_000;
@@ -69,7 +63,9 @@ const KILL_TIMEOUT_MS = 15_000;
 const EXIT_WAIT_MS = 5_000;
 
 /**
- * Runs `argv` as the sandbox account `account` in `cwd`, inside the sandbox's namespaces
+ * Runs `argv` as the sandbox account `account` in `cwd` (an absolute host dir, entered as the
+ * account) with `env` as its whole environment besides HOME, USER, LOGNAME, SHELL, PATH and
+ * TMPDIR defaults, inside the sandbox's namespaces
  * (namespaces.ts; made by this call if they are not there), over one exec channel of the pool. The
  * environment, cwd and argv travel on the channel's stdin to a fixed launcher (launcher.ts), so
  * no value is on any argv on the host; the account, the home root and the bounds are, and they
@@ -82,7 +78,7 @@ const EXIT_WAIT_MS = 5_000;
  * p.stdin.write('echo $TOKEN\n');
  * await p.kill();
  */
-export async function spawnAs(ctx: SpawnContext, account: string, argv: readonly string[], opts: SpawnOptions): Promise<RemoteProcess> {
+export async function spawnAs(ctx: SpawnContext, account: string, argv: readonly string[], opts: Pick<SpawnOptions, 'env'> & { cwd: string }): Promise<RemoteProcess> {
   if (!isAccountName(account)) throw new BerthError('spawn_failed', `"${account}" is not a sandbox account name`);
   const maxProcesses = ctx.maxProcesses ?? 0;
   if (!Number.isInteger(maxProcesses) || maxProcesses < 0 || maxProcesses > 9_999_999) {

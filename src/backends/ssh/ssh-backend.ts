@@ -1,5 +1,4 @@
 import { dirname } from 'node:path';
-import type { ProfileSettings } from '../../config/types.js';
 import { BackendUnavailableError, ConfigError } from '../../errors.js';
 import { Logger } from '../../logging/logger.js';
 import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
@@ -9,7 +8,7 @@ import { endpointOf } from './errors.js';
 import { HostLink } from './host-link.js';
 import { formatRef, parseRef, type SshRef } from './sandbox-ref.js';
 import type { SshSettings } from './settings.js';
-import { SshSandboxHandle } from './ssh-sandbox.js';
+import { SshSandboxHandle } from './sandbox-handle.js';
 
 export interface SshBackendOptions {
   installation: string;
@@ -25,7 +24,7 @@ export interface SshBackendOptions {
  * an untrusted host key or a host without what berth needs is an error (exit 125), never a
  * fallback to another host or to this machine.
  */
-export class SshBackend implements Backend {
+export class SshBackend implements Backend<SshSettings> {
   readonly name = 'ssh' as const;
   private readonly links = new Map<string, HostLink>();
   private readonly log: Logger;
@@ -35,8 +34,8 @@ export class SshBackend implements Backend {
   }
 
   /** Connects, checks the host key, root login and the tools the accounts and the launcher need. */
-  async check(settings: ProfileSettings): Promise<void> {
-    const s = hostSettings(settings);
+  async check(section: SshSettings): Promise<void> {
+    const s = hostSettings(section);
     await this.linkOf(s).accountsAt(s.homeRoot).check();
   }
 
@@ -46,8 +45,8 @@ export class SshBackend implements Backend {
    * one, an account of the same identity is a leftover of a process that died, removed first,
    * so a new session never sees an old one's files.
    */
-  async ensure(spec: SandboxSpec, knownRef: string | undefined): Promise<Sandbox> {
-    const s = hostSettings(spec.settings);
+  async ensure(spec: SandboxSpec<SshSettings>, knownRef: string | undefined): Promise<Sandbox> {
+    const s = hostSettings(spec.section);
     const link = this.linkOf(s);
     const accounts = link.accountsAt(s.homeRoot);
     const name = accountName(spec.digest);
@@ -137,8 +136,7 @@ export class SshBackend implements Backend {
 }
 
 /** A place's ssh section, whose host the config rules made sure of. */
-function hostSettings(settings: ProfileSettings): SshSettings {
-  const s = settings.ssh;
+function hostSettings(s: SshSettings): SshSettings {
   if (s.host === undefined) throw new ConfigError('backend ssh needs ssh.host: set it to the name or address of the host to run sandboxes on');
   return s;
 }

@@ -1,6 +1,6 @@
-import { defaultBerthHome, findConfig } from '../../config/load.js';
-import { formatEffectiveConfig } from '../../config/format.js';
-import { parseConfig } from '../../config/schema.js';
+import { defaultBerthHome, findConfig } from '../../setup/load-config.js';
+import { formatEffectiveConfig } from '../../setup/format-config.js';
+import { parseConfig } from '../../setup/parse-config.js';
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
 import type { CliIo } from '../io.js';
 

@@ -1,4 +1,6 @@
-import { defaultBerthHome, loadConfig } from '../../config/load.js';
+import { sectionOf, type BackendModule } from '../../backends/module.js';
+import type { BerthConfig } from '../../setup/berth-config.js';
+import { defaultBerthHome, loadConfig } from '../../setup/load-config.js';
 import { UsageError } from '../../errors.js';
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
 import type { CliIo } from '../io.js';
@@ -28,17 +30,27 @@ export async function imageCommand(argv: string[], io: CliIo): Promise<number> {
     throw new UsageError(`--variant "${variant}" is not one of debian, minimal`);
   }
   const config = loadConfig({ configFlag: values.config, cwd: io.cwd, berthHome: defaultBerthHome(io.env) });
-  const image = values.image ?? (variant === 'minimal' ? 'berth-sandbox:minimal' : config.base.docker.image);
-  const { provideImage } = await import('../../backends/docker/image-pull.js');
-  const { defaultDocker } = await import('../../backends/docker/engine.js');
+  const module = imageEngineOf(config);
+  const image = values.image ?? (variant === 'minimal' ? 'berth-sandbox:minimal' : module.images.of(sectionOf(module, config.base)));
   const progress = progressRenderer({ write: io.err, columns: io.errColumns });
   let r;
   try {
-    r = await provideImage({ docker: defaultDocker(), image, variant, force: values.force === true, onProgress: (line) => progress.line(line) });
+    r = await module.images.provide({ image, variant, force: values.force === true, onProgress: (line) => progress.line(line) });
   } finally {
     progress.done();
   }
   const said = { built: `built ${image}`, pulled: `pulled ${image}`, reused: `${image} already exists (use --force to rebuild)` };
   io.out(`${said[r.action]}\n`);
   return 0;
+}
+
+type ImageEngine = BackendModule & { images: Required<NonNullable<BackendModule['images']>> };
+
+/** The module whose engine takes the image: the config's own backend's when it builds images, else the first of the catalog that does (docker). */
+function imageEngineOf(config: BerthConfig): ImageEngine {
+  const builds = (m: BackendModule): m is ImageEngine => m.images?.provide !== undefined;
+  const own = config.backends.module(config.base.backend);
+  const module = builds(own) ? own : config.backends.modules.find(builds);
+  if (module === undefined) throw new UsageError('no backend of this berth builds sandbox images; build one with your engine\'s own tools');
+  return module;
 }

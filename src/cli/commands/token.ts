@@ -1,4 +1,4 @@
-import { defaultBerthHome } from '../../config/load.js';
+import { defaultBerthHome } from '../../setup/load-config.js';
 import { UsageError } from '../../errors.js';
 import { assertTenant, TokenStore } from '../../server/tokens.js';
 import { parseFlags } from '../args.js';

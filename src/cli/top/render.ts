@@ -1,5 +1,5 @@
 import type { Overview } from '../../broker/broker-types.js';
-import type { SandboxUsage } from '../../backends/backend.js';
+import { cpuPercent, type SandboxUsage } from '../../broker/sandbox-usage.js';
 import { terminalText } from '../terminal-text.js';
 
 /** One sandbox row as `berth top` shows it. */
@@ -17,16 +17,6 @@ export interface TopRow {
   processLimit: number | undefined;
   openSessions: number;
   idleMs: number;
-}
-
-/**
- * CPU use between two samples of one sandbox, in percent of one core (as `docker stats` shows
- * it: 200 is two cores busy); undefined without an earlier sample, or when the counter went
- * back (the sandbox was recreated).
- */
-export function cpuPercent(prev: SandboxUsage | undefined, now: SandboxUsage): number | undefined {
-  if (prev === undefined || now.sampledMs <= prev.sampledMs || now.cpuNanos < prev.cpuNanos) return undefined;
-  return ((now.cpuNanos - prev.cpuNanos) / ((now.sampledMs - prev.sampledMs) * 1e6)) * 100;
 }
 
 /** The rows of a view: busiest first (CPU, then memory), then the most recently used. */

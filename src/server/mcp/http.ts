@@ -6,8 +6,7 @@ import { isBerthError } from '../../errors.js';
 import type { CallScope } from '../../scope/call-scope.js';
 import { normalizeScope } from '../../scope/normalize.js';
 import { assertProfileAllowed, hostBackendForbidden, runsOnHost, type Caller } from '../caller.js';
-import { HTTP_STATUS, type HttpCode } from '../http-error.js';
-import { isRefusal } from '../refusals.js';
+import { isRefusal, statusOf, type HttpCode } from '../http-error.js';
 import { describeSandbox } from './sandbox-description.js';
 import { NodeTransport } from './node-transport.js';
 import { readBody } from './read-body.js';
@@ -159,7 +158,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       // Another tenant's session id (or one of a profile this token may not use) answers exactly
       // like an unknown one: no oracle, no crossing.
       if (s === undefined || s.tenant !== tenant || !caller.profiles.includes(s.scope.profile)) {
-        sendRpcError(res, 404, -32001, 'MCP session not found (closed, expired or never opened); start a new one with initialize');
+        sendRpcError(res, statusOf('not_found'), -32001, 'MCP session not found (closed, expired or never opened); start a new one with initialize');
         return;
       }
       // A GET is the client's standing notification stream, open for the whole session: it is not
@@ -181,21 +180,21 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
     }
 
     if (req.method !== 'POST') {
-      sendRpcError(res, 400, -32000, `${req.method ?? 'this'} request needs an mcp-session-id header; open a session with a POST initialize first`);
+      sendRpcError(res, statusOf('bad_request'), -32000, `${req.method ?? 'this'} request needs an mcp-session-id header; open a session with a POST initialize first`);
       return;
     }
     let body = parsedBody;
     if (body === undefined) {
       const read = await readJson(req, maxBodyBytes);
       if (!read.ok) {
-        sendRpcError(res, read.status, read.status === 413 ? -32600 : -32700, read.message);
+        sendRpcError(res, statusOf(read.code), read.code === 'too_large' ? -32600 : -32700, read.message);
         return;
       }
       body = read.value;
     }
     const isInit = Array.isArray(body) ? body.some((m) => isInitializeRequest(m)) : isInitializeRequest(body);
     if (!isInit) {
-      sendRpcError(res, 400, -32000, 'no mcp-session-id header: the first request of an MCP session must be initialize');
+      sendRpcError(res, statusOf('bad_request'), -32000, 'no mcp-session-id header: the first request of an MCP session must be initialize');
       return;
     }
 
@@ -217,7 +216,8 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       sandbox = describeSandbox(broker, scope, { remote: true });
       if (runsOnHost(broker.config, sandbox.binding.backend) && !broker.config.server.allowHostBackend) throw hostBackendForbidden(scope.profile);
     } catch (err) {
-      if (!isBerthError(err)) throw err;
+      // A bug goes to the server's one error answer, which logs its stack and tells the client no more.
+      if (!isBerthError(err) || err.code === 'internal') throw err;
       if (isRefusal(err.code)) refused(err.code, tenant);
       sendError(res, err.code, err.message);
       return;
@@ -229,7 +229,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       opener: { authorization: req.headers.authorization, caller }, stream: undefined,
     };
     held.set(tenant, (held.get(tenant) ?? 0) + 1);
-    const server = createMcpServer(broker, scope, { sandbox, remote: true, onRefused: (code) => refused(code, tenant) });
+    const server = createMcpServer(broker, scope, { sandbox, remote: true, onRefused: (code) => refused(code, tenant), log });
     server.server.onclose = () => void end(s);
     server.server.onerror = (err) => log('berth:mcp', `session ${scope.session}: ${err.message}`);
     await server.connect(transport);
@@ -287,9 +287,9 @@ async function hasRunningJob(broker: Broker, scope: CallScope): Promise<boolean>
   }
 }
 
-/** A refusal before any MCP session exists, answered like every HTTP error of berth (`HTTP_STATUS`). */
+/** A refusal before any MCP session exists, answered like every HTTP error of berth (`statusOf`). */
 function sendError(res: ServerResponse, code: HttpCode, message: string): void {
-  sendJson(res, HTTP_STATUS[code], { error: { code, message } });
+  sendJson(res, statusOf(code), { error: { code, message } });
 }
 
 function headerOf(req: IncomingMessage, name: string): string | undefined {
@@ -307,16 +307,16 @@ function sendRpcError(res: ServerResponse, status: number, code: number, message
   sendJson(res, status, { jsonrpc: '2.0', error: { code, message }, id: null });
 }
 
-async function readJson(req: IncomingMessage, maxBytes: number): Promise<{ ok: true; value: unknown } | { ok: false; status: number; message: string }> {
+async function readJson(req: IncomingMessage, maxBytes: number): Promise<{ ok: true; value: unknown } | { ok: false; code: 'too_large' | 'bad_request'; message: string }> {
   const body = await readBody(req, maxBytes);
   if (!body.ok) {
     return body.reason === 'too_large'
-      ? { ok: false, status: 413, message: `request body is over ${maxBytes} bytes` }
-      : { ok: false, status: 400, message: 'request body could not be read' };
+      ? { ok: false, code: 'too_large', message: `request body is over ${maxBytes} bytes` }
+      : { ok: false, code: 'bad_request', message: 'request body could not be read' };
   }
   try {
     return { ok: true, value: JSON.parse(body.text) as unknown };
   } catch {
-    return { ok: false, status: 400, message: 'request body is not valid JSON' };
+    return { ok: false, code: 'bad_request', message: 'request body is not valid JSON' };
   }
 }

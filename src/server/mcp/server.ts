@@ -8,12 +8,11 @@ import { isBerthError } from '../../errors.js';
 import type { CallScopeInput } from '../../scope/call-scope.js';
 import { normalizeScope } from '../../scope/normalize.js';
 import { downloadRoute, exportIdOf } from '../export-download.js';
-import { isRefusal } from '../refusals.js';
-import { MCP_ERROR_KIND } from './error-kinds.js';
+import { isRefusal } from '../http-error.js';
 import { assertImageFits, imageMimeOf, MAX_IMAGE_BYTES } from './image-content.js';
 import { progressStream } from './progress.js';
 import type { SandboxDescription } from './sandbox-description.js';
-import { decodeBytes, execResult, refusal, text } from './tool-results.js';
+import { bugResult, decodeBytes, execResult, refusal, text } from './tool-results.js';
 import { ExportFileArgs, ProcessArgs, ReadFileArgs, TerminalArgs, WriteFileArgs } from './tool-schemas.js';
 
 export interface McpServerInfo {
@@ -28,6 +27,8 @@ export interface McpServerInfo {
   remote?: boolean;
   /** Told of every call berth refused (policy, credentials, a limit), by error code: the server's metrics. */
   onRefused?: (code: string) => void;
+  /** Where a bug in berth met while a tool ran is logged, with its stack (the agent is told only that it is one). */
+  log?: (namespace: string, message: string) => void;
 }
 
 /** What a tool run gets besides its arguments: the request's progress token and a way to notify for it. */
@@ -51,9 +52,12 @@ export const JOBS_RESOURCE = 'berth://session/jobs';
  * `write_file`, `export_file`; and one resource, the session's background jobs (`JOBS_RESOURCE`). Connect it to one transport; closing the berth session when the
  * connection ends is the caller's job (see `serveMcpStdio`, `createMcpHttpHandler`).
  *
- * Bad arguments (wrong type, unknown field, missing field) are JSON-RPC errors (-32602). A failed
- * or timed-out command, and a call berth refuses, are results with `isError: true` the agent can
- * read (`MCP_ERROR_KIND` decides per error code).
+ * Bad arguments (wrong type, unknown field, missing field) are JSON-RPC errors (-32602): a tool's
+ * arguments are checked by its schema before it runs. Whatever a tool throws after that is a
+ * result with `isError: true` the agent can read, for every error category alike (refused, not
+ * found, over a bound, a backend down, the session closed, an argument only the call itself could
+ * judge such as an offset past a job's output); a bug in berth says it is one, and its stack goes
+ * to `info.log`.
  *
  * @example
  * ```ts
@@ -214,12 +218,12 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     try {
       return await tool.run(parsed.data as never, { progressToken: request.params._meta?.progressToken, sendNotification: extra.sendNotification });
     } catch (err) {
-      const kind = isBerthError(err) ? MCP_ERROR_KIND[err.code] : 'internal_error';
-      if (isBerthError(err) && isRefusal(err.code)) info.onRefused?.(err.code);
-      if (kind === 'result' && isBerthError(err)) return refusal(err);
-      const message = err instanceof Error ? err.message : String(err);
-      if (kind === 'invalid_params') throw new McpError(ErrorCode.InvalidParams, `invalid arguments for ${name}: ${message}`);
-      throw new McpError(ErrorCode.InternalError, `berth internal error in ${name}: ${message}`);
+      if (isBerthError(err) && err.code !== 'internal') {
+        if (isRefusal(err.code)) info.onRefused?.(err.code);
+        return refusal(err);
+      }
+      info.log?.('berth:mcp', `${name}: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
+      return bugResult(name);
     }
   });
   return mcp;

@@ -28,7 +28,7 @@ export interface StdioOptions {
 export async function serveMcpStdio(broker: Broker, scope: CallScopeInput, opts: StdioOptions = {}): Promise<void> {
   const log = opts.log ?? (() => undefined);
   const stdin = opts.stdin ?? process.stdin;
-  const server = createMcpServer(broker, scope, { sandbox: describeSandbox(broker, scope) });
+  const server = createMcpServer(broker, scope, { sandbox: describeSandbox(broker, scope), log });
   const transport = new StdioServerTransport(stdin, opts.stdout ?? process.stdout);
   const ended = new Promise<void>((resolve) => {
     server.server.onclose = () => resolve();

@@ -45,6 +45,12 @@ export function refusal(err: BerthError): CallToolResult {
   return text(`berth could not run this call (${err.code}): ${err.message}`, { error: { code: err.code, message: err.message } }, true);
 }
 
+/** A bug in berth met while a tool ran: readable and isError, saying whose fault it is; nothing of the error itself. */
+export function bugResult(tool: string): CallToolResult {
+  const message = `berth failed while running ${tool}: this is a bug in berth, not in your call; the server log has the details, and the operator can report it with them`;
+  return text(message, { error: { code: 'internal', message } }, true);
+}
+
 /** Decodes bytes as UTF-8 when they are valid UTF-8; otherwise base64. */
 export function decodeBytes(data: Buffer): { encoding: 'utf8' | 'base64'; content: string } {
   try {

@@ -1,21 +1,17 @@
 import * as z from 'zod';
-import type { BackendCatalog } from '../backends/catalog.js';
-import type { BackendModule } from '../backends/module.js';
-import { BerthError } from '../errors.js';
-import type { KnownKeys } from './issue-messages.js';
 import { SCOPE_MODES } from './types.js';
 import { absolutePath, bool, FULL, integer, oneOf, section } from './zod-kit.js';
 
 /*
- * The config schema, composed from berth's own keys and one section per backend module that has
- * settings (`docker:`): a module's section appears in the schema (top level and every profile)
- * by adding the module to the catalog.
+ * The schema of berth's own keys (design §2, §3, §7): what the top level and a profile may write
+ * besides the backend modules' sections, which setup/ composes beside these.
  */
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const ENV_PREFIX_GLOB = /^[A-Za-z_][A-Za-z0-9_]*\*$/;
 const PER_USER_PREFIX = /^[A-Z][A-Z0-9_]*$/;
-const PROFILE_NAME = /^[A-Za-z0-9._-]{1,64}$/;
+/** Names a `profiles:` section may use. */
+export const PROFILE_NAME = /^[A-Za-z0-9._-]{1,64}$/;
 
 const forwardEntry = z.string({ error: 'a variable name or a PREFIX_* pattern' }).refine(
   (s) => ENV_NAME.test(s) || ENV_PREFIX_GLOB.test(s),
@@ -78,7 +74,6 @@ const envShape = {
     .refine((s) => !s.includes('\0'), { error: 'a path to a secrets file' })
     .optional(),
 };
-/** Top-level sections: they describe the installation, not a profile. */
 const serverMetricsShape = { perTenant: bool() };
 const serverShape = {
   allowHostBackend: bool(),
@@ -101,7 +96,7 @@ const limitsShape = {
 const auditShape = { maxCommandChars: integer(64, 1_000_000), retentionDays: integer(1, 36_500) };
 
 /** berth's own keys a `profiles.<name>` section may override (the modules' sections come beside them). */
-function coreProfileShape(backendNames: readonly [string, ...string[]]) {
+export function coreProfileShape(backendNames: readonly [string, ...string[]]) {
   return {
     backend: oneOf(backendNames),
     scope: oneOf(SCOPE_MODES),
@@ -137,78 +132,23 @@ export type RawConfig = RawProfile & {
   profiles?: Record<string, RawProfile> | undefined;
 };
 
-/** The schema for one catalog of backend modules, with what the error messages need. */
-export interface ComposedSchema {
-  schema: z.ZodType<RawConfig>;
-  knownKeys: KnownKeys;
-  /** The modules that have a config section, in registry order. */
-  sections: readonly BackendModule[];
-}
+/** The top-level sections: they describe the installation, so no profile writes them. */
+export const topOnlyShape = {
+  multiProfile: bool(),
+  server: section(serverShape),
+  limits: section(limitsShape),
+  audit: section(auditShape),
+};
 
-/** Keys berth itself uses at the top level or in a profile: no module section may take one. */
-const TOP_ONLY_KEYS = ['multiProfile', 'server', 'limits', 'audit', 'profiles'] as const;
-
-/**
- * The config schema for `catalog`: berth's keys plus `<module>:` for each module with settings.
- *
- * @throws BerthError (internal) when a module's section name collides with one of berth's keys.
- */
-export function composeSchema(catalog: BackendCatalog): ComposedSchema {
-  const core = coreProfileShape(catalog.names);
-  const sections = catalog.modules.filter((m) => m.settings !== undefined);
-  const taken = new Set<string>([...Object.keys(core), ...TOP_ONLY_KEYS]);
-  for (const m of sections) {
-    if (taken.has(m.name)) throw new BerthError('internal', `backend module "${m.name}" would take berth's own config key "${m.name}" for its section; rename the module`);
-  }
-  const profileShape = {
-    ...core,
-    ...Object.fromEntries(sections.map((m) => [m.name, section(m.settings!.shape)])),
-  };
-  const profileSchema = z.preprocess(
-    (v) => (v === null ? {} : v),
-    z.strictObject(profileShape, { error: 'a mapping of profile settings' }),
-  );
-  const profilesSchema = z
-    .preprocess(
-      (v) => (v === null ? {} : v),
-      z
-        .record(z.string(), profileSchema, { error: 'a mapping of profile names to settings' })
-        .superRefine((record, ctx) => {
-          for (const name of Object.keys(record)) {
-            if (!PROFILE_NAME.test(name)) {
-              ctx.addIssue({
-                code: 'custom',
-                path: [name],
-                params: FULL,
-                message: `profile name "${name}" is not allowed; use 1-64 characters of letters, digits, ".", "_" and "-"`,
-              });
-            }
-          }
-        }),
-    )
-    .optional();
-  const topShape = {
-    ...profileShape,
-    multiProfile: bool(),
-    server: section(serverShape),
-    limits: section(limitsShape),
-    audit: section(auditShape),
-    profiles: profilesSchema,
-  };
-  const schema = z.strictObject(topShape, { error: 'a mapping of config keys' }) as unknown as z.ZodType<RawConfig>;
-  const knownKeys: Record<string, readonly string[]> = {
-    top: Object.keys(topShape),
-    profile: Object.keys(profileShape),
-    workspace: Object.keys(workspaceShape),
-    exec: Object.keys(execShape),
-    lifecycle: Object.keys(lifecycleShape),
-    warmPool: Object.keys(warmPoolShape),
-    files: Object.keys(filesShape),
-    env: Object.keys(envShape),
-    ...Object.fromEntries(sections.map((m) => [m.name, Object.keys(m.settings!.shape)])),
-    server: Object.keys(serverShape),
-    limits: Object.keys(limitsShape),
-    audit: Object.keys(auditShape),
-  };
-  return { schema, knownKeys, sections };
-}
+/** The keys of each of berth's own sections, for "did you mean" hints (`top` and `profile` come from the composed schema). */
+export const coreKnownKeys: Readonly<Record<string, readonly string[]>> = {
+  workspace: Object.keys(workspaceShape),
+  exec: Object.keys(execShape),
+  lifecycle: Object.keys(lifecycleShape),
+  warmPool: Object.keys(warmPoolShape),
+  files: Object.keys(filesShape),
+  env: Object.keys(envShape),
+  server: Object.keys(serverShape),
+  limits: Object.keys(limitsShape),
+  audit: Object.keys(auditShape),
+};

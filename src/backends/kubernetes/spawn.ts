@@ -2,9 +2,10 @@ import { randomBytes } from 'node:crypto';
 import { PassThrough, Writable } from 'node:stream';
 import type { V1Status } from '@kubernetes/client-node';
 import type { WebSocket } from 'ws';
-import { BackendUnavailableError, SandboxNotFoundError, UnsupportedError, type BerthError } from '../../errors.js';
+import { BackendUnavailableError, BerthError, SandboxNotFoundError, UnsupportedError } from '../../errors.js';
 import { SHELL_TAG_VAR } from '../../shell/protocol.js';
-import type { ShellTransport } from '../backend.js';
+import type { ShellTransport } from '../../shell/transport.js';
+import type { SpawnOptions } from '../backend.js';
 import type { KubeClient } from './kube-client.js';
 import { planSpawn } from './spawn-prelude.js';
 
@@ -39,10 +40,8 @@ export interface ExecTarget {
   container: string;
 }
 
-export interface SpawnOptions {
-  env: Readonly<Record<string, string>>;
-  cwd?: string | undefined;
-  stdin: 'pipe' | 'ignore';
+/** The seam's spawn options, and how the exec connection behaves. */
+export interface PodSpawnOptions extends SpawnOptions {
   /** Ping interval; a connection that answered nothing for a whole interval is cut. Default 30 s. */
   heartbeatMs?: number;
   /** Bound on the WebSocket upgrade. Default 30 s. */
@@ -85,8 +84,9 @@ function connectError(target: ExecTarget, argv0: string, err: unknown): BerthErr
   const doing = `start ${JSON.stringify(argv0)} in pod ${target.pod}`;
   if (code === '404') return new SandboxNotFoundError(`kubernetes: could not ${doing}: the pod does not exist (404)`, { cause: err });
   if (code === '401' || code === '403') {
-    return new BackendUnavailableError(`kubernetes: could not ${doing}: pods/exec was refused (${code}); apply deploy/rbac.yaml (pods/exec create and get)`, { cause: err });
+    return new BerthError('engine_refused', `kubernetes: could not ${doing}: pods/exec was refused (${code}); apply deploy/rbac.yaml (pods/exec create and get)`, { cause: err });
   }
+  if (code !== undefined) return new BerthError('engine_refused', `kubernetes: could not ${doing}: the API server answered ${code}`, { cause: err });
   return new BackendUnavailableError(`kubernetes: could not ${doing} through ${target.client.server}: ${message}`, { cause: err });
 }
 
@@ -130,7 +130,7 @@ function dropCloseSignals(ws: WebSocket, log: (msg: string) => void): void {
  * and working directory through the stdin prelude, never argv; `env[BERTH_SHELL_TAG]` (or a
  * fresh tag) is what `kill()` looks for.
  */
-export async function spawnInPod(target: ExecTarget, argv: readonly string[], opts: SpawnOptions): Promise<PodProcess> {
+export async function spawnInPod(target: ExecTarget, argv: readonly string[], opts: PodSpawnOptions): Promise<PodProcess> {
   const log = opts.log ?? (() => undefined);
   const tag = opts.env[SHELL_TAG_VAR] ?? randomBytes(9).toString('base64url');
   const plan = planSpawn({ argv, env: { ...opts.env, [SHELL_TAG_VAR]: tag }, cwd: opts.cwd, stdin: opts.stdin });
@@ -176,15 +176,15 @@ export async function spawnInPod(target: ExecTarget, argv: readonly string[], op
     ws.send(data, callback);
   };
   send(frame(STDIN_CHANNEL, plan.prelude), (err) => err && log(`prelude to pod ${target.pod}: ${err.message}`));
-  if (opts.stdin === 'ignore' && protocol === V5_PROTOCOL) send(Buffer.from([CLOSE_SIGNAL, STDIN_CHANNEL]), () => undefined);
+  if (!opts.stdin && protocol === V5_PROTOCOL) send(Buffer.from([CLOSE_SIGNAL, STDIN_CHANNEL]), () => undefined);
 
   const stdin = new Writable({
     write(chunk: Buffer, _encoding, callback) {
-      if (opts.stdin === 'ignore') callback(new Error('this process was started without stdin'));
+      if (!opts.stdin) callback(new Error('this process was started without stdin'));
       else send(frame(STDIN_CHANNEL, chunk), callback);
     },
     final(callback) {
-      if (opts.stdin === 'ignore') return callback();
+      if (!opts.stdin) return callback();
       // Only v5 can close stdin alone; on v4 the client's only way is to close the whole connection.
       if (protocol !== V5_PROTOCOL) {
         return callback(new UnsupportedError(`the API server at ${target.client.server} speaks ${protocol || 'an old exec protocol'}, which cannot close a process's stdin; berth needs ${V5_PROTOCOL} (Kubernetes 1.30 or later)`));
@@ -228,7 +228,7 @@ export const KILL_BY_TAG_SCRIPT =
   'p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null; done; done; true';
 
 async function killTagged(target: ExecTarget, tag: string, log: (msg: string) => void): Promise<void> {
-  const killer = await spawnInPod(target, ['/bin/sh', '-c', KILL_BY_TAG_SCRIPT, 'berth-kill', SHELL_TAG_VAR, tag], { env: {}, stdin: 'ignore', log });
+  const killer = await spawnInPod(target, ['/bin/sh', '-c', KILL_BY_TAG_SCRIPT, 'berth-kill', SHELL_TAG_VAR, tag], { env: {}, stdin: false, log });
   killer.stdout.resume();
   killer.stderr.resume();
   let timer: NodeJS.Timeout | undefined;

@@ -1,10 +1,12 @@
-import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../backend.js';
+import type { SpawnedProcess } from '../../shell/transport.js';
 import { endingDropped } from './dropped-stream.js';
-import { spawnInPod, type ExecTarget } from './exec-stream.js';
+import { spawnInPod, type ExecTarget } from './spawn.js';
 import { HOME, STATE_DIR, TMP, WORKSPACE } from './manifests.js';
+import type { KubernetesSettings } from './settings.js';
 
 export interface PodHandleInput {
-  spec: SandboxSpec;
+  spec: SandboxSpec<KubernetesSettings>;
   ref: string;
   target: ExecTarget;
   recreated: boolean;
@@ -17,7 +19,7 @@ export interface PodHandleInput {
  * no in-sandbox path is a host path.
  */
 export class PodSandboxHandle implements SandboxHandle {
-  readonly spec: SandboxSpec;
+  readonly spec: SandboxSpec<KubernetesSettings>;
   readonly ref: string;
   readonly name: string;
   readonly defaultCwd = WORKSPACE;
@@ -42,7 +44,7 @@ export class PodSandboxHandle implements SandboxHandle {
   }
 
   async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {
-    const proc = await spawnInPod(this.target, argv, { env: opts.env, cwd: opts.cwd, stdin: opts.stdin ? 'pipe' : 'ignore', log: this.log });
+    const proc = await spawnInPod(this.target, argv, { env: opts.env, cwd: opts.cwd, stdin: opts.stdin, log: this.log });
     return endingDropped(this.target, proc, opts.stdin, this.log);
   }
 

@@ -1,11 +1,13 @@
 import { constants } from 'node:os';
-import type { SandboxHandle, SandboxSpec, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../backend.js';
+import type { SpawnedProcess } from '../../shell/transport.js';
 import type { RemoteAccount } from './accounts.js';
 import { SHELL_TAG_VAR } from '../../shell/protocol.js';
 import { SHELL_ARGV } from '../plumbing/open-shell.js';
 import { inSandboxNamespaces, PRIVATE_DIRS } from './namespaces.js';
 import { remoteRunner } from './remote-exec.js';
 import { spawnAs, type RemoteExit, type SpawnContext } from './spawn.js';
+import type { SshSettings } from './settings.js';
 
 /** How long a new shell waits for the shells a lost connection cut off to save their state and end. */
 const LOST_SHELL_GRACE_SECONDS = 5;
@@ -87,7 +89,7 @@ export class SshSandboxHandle implements SandboxHandle {
   readonly volatileDirs = PRIVATE_DIRS;
 
   constructor(
-    readonly spec: SandboxSpec,
+    readonly spec: SandboxSpec<SshSettings>,
     readonly ref: string,
     private readonly account: RemoteAccount,
     private readonly ctx: SpawnContext,

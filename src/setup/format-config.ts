@@ -1,7 +1,7 @@
 import { stringify } from 'yaml';
 import type { BackendCatalog } from '../backends/catalog.js';
 import { sectionOf } from '../backends/module.js';
-import type { BerthConfig, ProfileSettings } from './types.js';
+import type { BerthConfig, ProfileSettings } from './berth-config.js';
 
 /*
  * Output of `berth config check`. The config holds no value read from the environment

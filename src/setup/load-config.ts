@@ -3,8 +3,8 @@ import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import { ConfigError } from '../errors.js';
-import { parseConfig } from './schema.js';
-import type { BerthConfig } from './types.js';
+import type { BerthConfig } from './berth-config.js';
+import { parseConfig } from './parse-config.js';
 
 /** Only `missing` means defaults; a file that exists but is bad is never skipped. */
 export type ConfigLoadResult =

@@ -3,7 +3,8 @@ import { PassThrough, Writable, type Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import { BerthError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
-import type { ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SpawnOptions } from '../backend.js';
+import type { ShellTransport, SpawnedProcess } from '../../shell/transport.js';
 import { execOnce } from '../plumbing/exec-once.js';
 import { bounded, endedAtStart, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError, hijacked } from './engine.js';
 import { demultiplex, exitCodeOf, SHELL_TAG_ENV } from './exec-stream.js';
@@ -92,7 +93,7 @@ export async function attachMainProcess(target: ContainerTarget): Promise<ShellT
   // A container whose init could not start bash (127) ended as it started: say why, as the start does.
   if (!state.Running && state.ExitCode === 127) throw endedAtStart(info.Config.Image, state);
   if (!state.Running || state.Paused) {
-    throw new BerthError('docker_error', `could not ${doing}: the container is ${state.Paused ? 'paused' : 'not running'}`);
+    throw new BerthError('engine_refused', `could not ${doing}: the container is ${state.Paused ? 'paused' : 'not running'}`);
   }
   let stream: Duplex;
   try {

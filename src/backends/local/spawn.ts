@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync } from 'node:fs';
 import { constants } from 'node:os';
-import type { SpawnedProcess } from '../backend.js';
+import type { SpawnedProcess } from '../../shell/transport.js';
 import { fromSpawnError } from '../plumbing/spawn-errors.js';
 import { openFifoStdin, type FifoStdin } from './fifo-stdin.js';
 

@@ -1,6 +1,6 @@
 import { readFileSync, statSync } from 'node:fs';
 import { ConfigError } from '../errors.js';
-import { secretsUserKey, SINGLE_TENANT } from '../policy/env-grants.js';
+import { secretsUserKey, SINGLE_TENANT, type SecretValues } from './env-grants.js';
 import { formatUserRef, parseUserRef } from '../scope/user-ref.js';
 
 /**
@@ -27,12 +27,8 @@ import { formatUserRef, parseUserRef } from '../scope/user-ref.js';
  * global one. Errors give the file and line number and the rule broken, never any text of the
  * line: a misplaced line may well be part of a secret (a pasted PEM block).
  */
-export interface SecretsFile {
+export interface SecretsFile extends SecretValues {
   path: string;
-  /** Values before the first section: merged under berth's environment. */
-  global: ReadonlyMap<string, string>;
-  /** Per-user sections, keyed by `<tenant>/<platform>:<id>` (see `secretsUserKey`). */
-  users: ReadonlyMap<string, ReadonlyMap<string, string>>;
 }
 
 const NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;

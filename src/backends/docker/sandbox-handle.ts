@@ -2,17 +2,19 @@ import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { Logger } from '../../logging/logger.js';
-import type { SandboxHandle, SandboxSpec, ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../backend.js';
+import type { ShellTransport, SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { SHELL_TAG_ENV } from './exec-stream.js';
-import { attachMainProcess, spawnInContainer, type ContainerTarget } from './exec-process.js';
+import { attachMainProcess, spawnInContainer, type ContainerTarget } from './spawn.js';
 import { WARDEN_LABEL } from './container-spec.js';
 import { HOME, STATE_DIR, WORKSPACE } from './paths.js';
 import { containerUsage } from './usage.js';
 import { pidsOnThisHost } from '../cgroups/cgroup-host.js';
+import type { DockerSettings } from './settings.js';
 
 export interface DockerSandboxInput {
-  spec: SandboxSpec;
+  spec: SandboxSpec<DockerSettings>;
   info: Dockerode.ContainerInspectInfo;
   hostDir: string | undefined;
   recreated: boolean;
@@ -38,7 +40,7 @@ async function firstOf<T>(look: () => T | undefined, over: () => boolean, ms: nu
 
 /** One running container of a sandbox identity: processes start in it through `docker exec`. */
 export class DockerSandboxHandle implements SandboxHandle {
-  readonly spec: SandboxSpec;
+  readonly spec: SandboxSpec<DockerSettings>;
   readonly ref: string;
   readonly name: string;
   readonly defaultCwd = WORKSPACE;
@@ -67,7 +69,7 @@ export class DockerSandboxHandle implements SandboxHandle {
     this.target = { docker: input.docker, containerId: this.ref, track: input.track, log: this.log };
     this.volatileDirs = Object.keys(input.info.HostConfig?.Tmpfs ?? {}).sort();
     // Only a container this berth made with its warden as the main process (labels are fixed at
-    // create); an older one's main process is `sleep`, and its warden an exec as before.
+    // create); another's main process is `sleep`, and its warden is an exec.
     const resident = input.info.Config.Labels?.[WARDEN_LABEL] === 'resident' && input.info.Config.OpenStdin === true;
     this.attachWarden = resident ? () => attachMainProcess(this.target) : undefined;
     this.processGroups = input.processGroups;

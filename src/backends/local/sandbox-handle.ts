@@ -1,9 +1,10 @@
 import { join } from 'node:path';
-import type { SandboxHandle, SandboxSpec, ShellTransport, SpawnedProcess, SpawnOptions } from '../backend.js';
+import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../backend.js';
+import type { ShellTransport, SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { openShellVia } from '../plumbing/open-shell.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
-import { spawnOnHost, type HostProcess } from './host-spawn.js';
+import { spawnOnHost, type HostProcess } from './spawn.js';
 
 /** One local sandbox: a host dir, and processes started on the host in it. */
 export class LocalSandboxHandle implements SandboxHandle {

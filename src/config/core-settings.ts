@@ -1,0 +1,91 @@
+import { dirname, isAbsolute, resolve } from 'node:path';
+import type { RawProfile } from './core-schema.js';
+import type { AuditSettings, CoreSettings, ServerSettings, TenantLimits } from './types.js';
+
+/*
+ * berth's own settings: their defaults, and how what one place wrote merges over its base (the
+ * defaults for the top level, the top level for a profile).
+ */
+
+/** berth's own defaults for a place; `backend` is the registry's default (design §2: never the host by default). */
+export function defaultCore(backend: string): CoreSettings {
+  return {
+    backend,
+    scope: 'auto',
+    // Each conversation its own sandbox unless the operator opts into sharing (scope: profile,
+    // or persistent: true, which shares one sandbox across sessions in scope auto: design §3).
+    persistent: false,
+    sharedKey: undefined,
+    userSandbox: true,
+    workspace: { mount: false, allowedRoots: [] },
+    exec: { timeoutSeconds: 180, maxOutputChars: 50_000 },
+    lifecycle: { idleSeconds: 3600 },
+    warmPool: { size: 0 },
+    files: { maxBytes: 100 * 1024 * 1024, mediaMode: 'copy' },
+    env: { static: {}, forward: [], perUserPrefix: 'BERTH_USER', redact: true },
+  };
+}
+
+export const DEFAULT_SERVER: ServerSettings = {
+  allowHostBackend: false,
+  metrics: { perTenant: false },
+  maxConnections: 4096,
+  maxConnectionsPerAddress: 1024,
+  headerTimeoutSeconds: 10,
+  keepAliveSeconds: 5,
+  bodyStallSeconds: 30,
+};
+
+export const DEFAULT_LIMITS: TenantLimits = {
+  concurrentCalls: 16,
+  uploadBytesInFlight: 256 * 1024 * 1024,
+  stagingBytes: 1024 * 1024 * 1024,
+  mcpSessions: 32,
+  // Enough for a busy agent team or a bot's active users; at least twenty tenants fit one engine
+  // (about 1,000 sandboxes), and memory and disk are bounded by the host itself by default.
+  sandboxes: 50,
+  memoryMb: undefined,
+  diskMb: undefined,
+};
+
+export const DEFAULT_AUDIT: AuditSettings = { maxCommandChars: 4096, retentionDays: 30 };
+
+/**
+ * `base` deep-merged with what one place wrote of berth's own keys: env.static merges by key;
+ * lists are replaced. `source` is the config file a relative secrets file is relative to.
+ */
+export function mergeCore(base: CoreSettings, raw: RawProfile, source: string | undefined): CoreSettings {
+  const e = raw.env ?? {};
+  // A relative secrets file is relative to the config file that names it (checked in the cross-field rules).
+  const secretsFile = e.secretsFile === undefined ? base.env.secretsFile
+    : isAbsolute(e.secretsFile) || source === undefined ? e.secretsFile : resolve(dirname(source), e.secretsFile);
+  return {
+    backend: raw.backend ?? base.backend,
+    scope: raw.scope ?? base.scope,
+    persistent: raw.persistent ?? base.persistent,
+    sharedKey:
+      raw.sharedKey === undefined ? base.sharedKey : raw.sharedKey === '' ? undefined : raw.sharedKey,
+    userSandbox: raw.userSandbox ?? base.userSandbox,
+    workspace: {
+      mount: raw.workspace?.mount ?? base.workspace.mount,
+      allowedRoots: [...(raw.workspace?.allowedRoots ?? base.workspace.allowedRoots)],
+    },
+    exec: {
+      timeoutSeconds: raw.exec?.timeoutSeconds ?? base.exec.timeoutSeconds,
+      maxOutputChars: raw.exec?.maxOutputChars ?? base.exec.maxOutputChars,
+    },
+    lifecycle: { idleSeconds: raw.lifecycle?.idleSeconds ?? base.lifecycle.idleSeconds },
+    warmPool: { size: raw.warmPool?.size ?? base.warmPool.size },
+    files: {
+      maxBytes: raw.files?.maxBytes ?? base.files.maxBytes,
+      mediaMode: raw.files?.mediaMode ?? base.files.mediaMode,
+    },
+    env: {
+      static: { ...base.env.static, ...e.static },
+      forward: [...(e.forward ?? base.env.forward)],
+      perUserPrefix: e.perUserPrefix ?? base.env.perUserPrefix,
+      redact: e.redact ?? base.env.redact,
+      ...(secretsFile === undefined ? {} : { secretsFile }),
+    },
+  };
+}
