@@ -5,7 +5,7 @@ import type { BerthConfig } from '../config/types.js';
 import { Logger } from '../logging/logger.js';
 import { PolicyRefusedError, type BerthError } from '../errors.js';
 import { BackendRegistry } from './backend-registry.js';
-import { KeyedLock } from './keyed-lock.js';
+import { KeyedLock } from '../kit/keyed-lock.js';
 import { ownerToken } from './process-owner.js';
 import type { ResolvedCall } from './resolve-call.js';
 import { claimOrAwait } from './sandbox-claim.js';

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Lease } from '../backends/backend.js';
 import { TimeoutError } from '../errors.js';
-import { KeyedLock } from './keyed-lock.js';
+import { KeyedLock } from '../kit/keyed-lock.js';
 import { ownerAlive, ownerToken } from './process-owner.js';
 import type { StateStore } from './state-store.js';
 
