@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { RouteConfig } from '@hono/zod-openapi';
 import type { z } from 'zod';
-import { parseJsonBody, parseQuery, readBody, searchOf } from './request.js';
+import { bodyOf, parseJsonBody, parseQuery, searchOf } from './request.js';
 import { parseInput } from './schemas.js';
 
 /** Largest JSON body (a command, a scope). Uploads (`PUT /v1/files`) are streamed, capped by `files.maxBytes`. */
@@ -65,7 +65,7 @@ export async function readInput<S extends RouteSpec>(spec: S, req: IncomingMessa
   const input = {
     params: spec.params === undefined ? undefined : parseInput(spec.params, params, 'path'),
     query: spec.query === undefined ? undefined : parseInput(spec.query, parseQuery(searchOf(req.url ?? '')), 'query'),
-    body: spec.body === undefined ? undefined : parseInput(spec.body, parseJsonBody(req, await readBody(req, MAX_JSON_BYTES)), 'body'),
+    body: spec.body === undefined ? undefined : parseInput(spec.body, parseJsonBody(req, await bodyOf(req, MAX_JSON_BYTES)), 'body'),
   };
   return input as RouteInput<S>;
 }
