@@ -1,4 +1,4 @@
-import { redactText } from '../shell/output-capture.js';
+import { redactText } from '../kit/redaction.js';
 import type { BrokerObserver } from './observer.js';
 import type { ResolvedCall } from './resolve-call.js';
 import type { AuditEntry, StateStore } from './state-store.js';

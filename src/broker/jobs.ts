@@ -6,7 +6,7 @@ import { BerthError, PolicyRefusedError, SandboxNotFoundError, UsageError } from
 import type { CallScope } from '../scope/call-scope.js';
 import { resolveEnvGrants } from '../policy/env-grants.js';
 import { KILL_TREE_SCRIPT } from '../shell/kill-tree.js';
-import { REDACTED, redactText } from '../shell/output-capture.js';
+import { lookBackBytes, redactText, redactWindow } from '../kit/redaction.js';
 import { TAG_VAR } from '../shell/protocol.js';
 import { sessionRefOf, type ResolvedCall } from './resolve-call.js';
 import type { JobRecord, StateStore } from './state-store.js';
@@ -197,7 +197,7 @@ export class JobRunner {
     const secrets = maxBytes > 0 ? this.redactValuesFor(scope, call) : [];
     // The window reaches (longest secret - 1) bytes before the offset and past the requested end, so a
     // secret around either edge is found whole: an offset inside one returns none of its bytes.
-    const edge = Math.max(0, ...(secrets ?? []).map((v) => Buffer.byteLength(v) - 1));
+    const edge = lookBackBytes(secrets ?? []);
     const from = Math.max(0, offset - edge);
     const probe = await this.probe(job, call, from, maxBytes === 0 ? 0 : (offset - from) + maxBytes + edge);
     if (probe === undefined) {
@@ -474,90 +474,6 @@ function storedScope(s: CallScope): CallScope {
   return rest;
 }
 
-
-const MARKER = Buffer.from(REDACTED);
-
-/**
- * Up to `maxBytes` of a job's output from `start` of `bytes`, a window read from before the
- * requested offset (`start` is where that offset sits) and past its end, with every secret
- * occurrence in the window replaced by one marker: an offset inside a secret returns a marker,
- * never the secret's tail; a secret across the requested end goes out whole as its marker (so small
- * reads progress). `more`: output may follow the window, so a tail that may begin a secret (or an
- * incomplete character) waits for the next read. `end` is the window index the text ends at (the
- * next read's offset is the window's offset + `end`).
- */
-export function redactWindow(
-  bytes: Buffer, start: number, maxBytes: number, secrets: readonly string[], more: boolean,
-): { text: string; end: number } {
-  if (maxBytes <= 0 || start >= bytes.length) return { text: '', end: start };
-  const isCont = (i: number) => i < bytes.length && ((bytes[i] as number) & 0xc0) === 0x80;
-  let end = Math.min(start + maxBytes, bytes.length);
-  if (isCont(end)) {
-    // Not inside a character: back to its start, or past its end when it alone exceeds maxBytes.
-    let b = end;
-    while (b > start && isCont(b)) b--;
-    if (b > start) end = b;
-    else while (isCont(end)) end++;
-  }
-  if (more) end = Math.min(end, bytes.length - heldBack(bytes, secrets));
-  const spans = secretSpans(bytes, secrets);
-  for (const [s, t] of spans) if (s < end && end < t) end = t;
-  if (end <= start) return { text: '', end: start };
-  const parts: Buffer[] = [];
-  let pos = start;
-  for (const [s, t] of spans) {
-    if (t <= pos || s >= end) continue;
-    if (s > pos) parts.push(bytes.subarray(pos, s));
-    parts.push(MARKER);
-    pos = t;
-  }
-  if (pos < end) parts.push(bytes.subarray(pos, end));
-  return { text: Buffer.concat(parts).toString('utf8'), end };
-}
-
-/** Where secrets occur in `bytes` (every occurrence, overlapping ones merged), in order. */
-function secretSpans(bytes: Buffer, secrets: readonly string[]): Array<[number, number]> {
-  const found: Array<[number, number]> = [];
-  for (const v of secrets) {
-    if (v === '') continue;
-    const vb = Buffer.from(v);
-    for (let i = bytes.indexOf(vb); i !== -1; i = bytes.indexOf(vb, i + 1)) found.push([i, i + vb.length]);
-  }
-  found.sort((a, b) => a[0] - b[0] || b[1] - a[1]);
-  const merged: Array<[number, number]> = [];
-  for (const [s, t] of found) {
-    const last = merged[merged.length - 1];
-    if (last !== undefined && s < last[1]) last[1] = Math.max(last[1], t);
-    else merged.push([s, t]);
-  }
-  return merged;
-}
-
-/**
- * Bytes at the end of a chunk that must wait for the next read: an incomplete UTF-8 character,
- * or the longest tail that is the start of a secret value (so redaction sees it whole).
- */
-export function heldBack(bytes: Buffer, secrets: readonly string[]): number {
-  let hold = 0;
-  // An incomplete UTF-8 sequence at the end: at most 3 bytes back to its lead byte.
-  for (let back = 1; back <= Math.min(3, bytes.length); back++) {
-    const b = bytes[bytes.length - back] as number;
-    if ((b & 0xc0) === 0x80) continue; // continuation byte: keep looking for the lead
-    const need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
-    if (need > back) hold = back;
-    break;
-  }
-  for (const s of secrets) {
-    const sb = Buffer.from(s);
-    for (let n = Math.min(sb.length - 1, bytes.length); n > hold; n--) {
-      if (bytes.subarray(bytes.length - n).equals(sb.subarray(0, n))) {
-        hold = n;
-        break;
-      }
-    }
-  }
-  return hold;
-}
 
 /** The API scope of a job from its stored scope; undefined when that record is unreadable. */
 function apiScopeOf(job: JobRecord): JobScope | undefined {
