@@ -25,6 +25,14 @@ export interface RouteSpec<P extends Fields = Fields, Q extends Fields = Fields,
   public?: true;
   /** Answered to a metrics token only (`berth token create --metrics`); a tenant token gets 403. */
   metricsOnly?: true;
+  /**
+   * Whether a request holds one of its tenant's `limits.concurrentCalls` slots until its handler
+   * settled and its answer closed (a client that hangs up does not free the slot of work still
+   * running for it): `true` for a call; `false` for what is none (a public or metrics route, a
+   * standing stream bounded by a limit of its own); for `all`, the methods that hold one.
+   * Required: a new route says which it is.
+   */
+  callSlot: boolean | readonly HttpMethod[];
   params?: P;
   /** Checked against the query string, parsed strictly (`parseQuery`). */
   query?: Q;
@@ -50,6 +58,11 @@ export interface RouteInput<S> {
   params: S extends RouteSpec<infer P, Fields, Schema> ? Out<P> : never;
   query: S extends RouteSpec<Fields, infer Q, Schema> ? Out<Q> : never;
   body: S extends RouteSpec<Fields, Fields, infer B> ? Out<B> : never;
+}
+
+/** Whether a request of `method` (`GET`, `post`, ...) on this route holds a call slot (see `RouteSpec.callSlot`). */
+export function holdsCallSlot(spec: RouteSpec, method: string): boolean {
+  return typeof spec.callSlot === 'boolean' ? spec.callSlot : spec.callSlot.includes(method.toLowerCase() as HttpMethod);
 }
 
 /** Hono's spelling of a path: `/v1/jobs/:id`. */
