@@ -36,5 +36,5 @@ export { normalizeSandboxPath, sandboxPathRefusal } from './files/sandbox-path.j
 export type { SandboxPathPolicy } from './files/sandbox-path.js';
 export { parseSecretsFile } from './config/secrets-file.js';
 export type { SecretsFile } from './config/secrets-file.js';
-export type { AuditEntry } from './broker/state-store.js';
+export type { AuditEntry } from './broker/state/audit-table.js';
 export type { JobReadResult, JobSummary, JobStatus } from './broker/jobs.js';

@@ -27,7 +27,8 @@ import { SessionRegistry, type CloseResult } from './sessions.js';
 import { ShellPool } from './shell-pool.js';
 import { cleanSpillDir, spillDirOf, spillMaxAgeMs } from './spill.js';
 import { StartGate } from './start-gate.js';
-import { StateStore, type SandboxRecord } from './state-store.js';
+import type { SandboxRecord } from './state/sandbox-table.js';
+import { StateStore } from './state/state-store.js';
 import { TaskOverrideSchema, type TaskOverride } from './task-override.js';
 import type { WarmPoolView } from './warm-pool.js';
 
@@ -177,7 +178,7 @@ export class Broker implements AsyncDisposable {
     const s = this.parts.resolver.normalize(scope);
     if (s.task === undefined) throw new PolicyRefusedError('a task override needs a task id (scope.task)');
     const parsed = TaskOverrideSchema.parse(override);
-    this.parts.store.putTaskOverride(s.tenant, s.profile, s.task, parsed, s.session ?? null);
+    this.parts.store.scopes.putTaskOverride(s.tenant, s.profile, s.task, parsed, s.session ?? null);
     // Validate now so a forbidden backend is refused when it is set, not at the next call.
     this.parts.resolver.resolve(s);
   }
@@ -233,7 +234,7 @@ export class Broker implements AsyncDisposable {
   /** Removes the call's sandbox (persistent ones too) after closing its shells. */
   async removeSandboxOf(scope: CallScopeInput): Promise<boolean> {
     const call = this.parts.resolver.resolve(scope);
-    const rec = this.parts.store.getSandbox(call.spec.digest);
+    const rec = this.parts.store.sandboxes.get(call.spec.digest);
     if (rec === undefined) return false;
     await this.parts.pool.remove(rec);
     return true;
@@ -241,7 +242,7 @@ export class Broker implements AsyncDisposable {
 
   /** Sandboxes of a tenant as the store knows them (no engine contacted). */
   list(tenant: string): SandboxInfo[] {
-    return this.infoOf(this.parts.store.listSandboxes(tenant));
+    return this.infoOf(this.parts.store.sandboxes.list(tenant));
   }
 
   /**
@@ -251,14 +252,14 @@ export class Broker implements AsyncDisposable {
    * (the dashboard's stream, which reads the calls through the audit's profile filter).
    */
   async overview(opts: { recentCalls: number; tenant?: string }): Promise<Overview> {
-    const records = this.parts.store.listSandboxes(opts.tenant);
+    const records = this.parts.store.sandboxes.list(opts.tenant);
     const [stateOf, usage] = await Promise.all([this.parts.pool.stateReader(records), this.parts.pool.usage(records)]);
     const infos = this.infoOf(records);
     const quota = this.parts.pool.tenantQuota;
     return {
       sandboxes: records.map((r, i) => ({ ...(infos[i] as SandboxInfo), state: stateOf(r), usage: usage.get(r.digest) })),
-      tenants: [...this.parts.store.tenantUsage(opts.tenant)].map(([tenant, used]) => ({ tenant, usage: used, quota })),
-      recentCalls: opts.tenant === undefined ? this.parts.store.recentAudit(opts.recentCalls) : [],
+      tenants: [...this.parts.store.sandboxes.tenantUsage(opts.tenant)].map(([tenant, used]) => ({ tenant, usage: used, quota })),
+      recentCalls: opts.tenant === undefined ? this.parts.store.audit.recent(opts.recentCalls) : [],
     };
   }
 
@@ -269,7 +270,7 @@ export class Broker implements AsyncDisposable {
   openSessionCounts(): Array<{ tenant: string; profile: string; open: number }> {
     const { store, sessions } = this.parts;
     const counts = new Map<string, { tenant: string; profile: string; open: number }>();
-    for (const s of store.listSessions()) {
+    for (const s of store.sessions.list()) {
       if (!sessions.isLive(s, s)) continue;
       const key = JSON.stringify([s.tenant, s.profile]);
       const c = counts.get(key) ?? { tenant: s.tenant, profile: s.profile, open: 0 };
@@ -284,7 +285,7 @@ export class Broker implements AsyncDisposable {
     return records.map((r) => ({
       sandboxKey: r.key, tenant: r.tenant, profile: r.profile, backend: r.backend, rule: r.rule, persistent: !r.ephemeral,
       name: r.name, mount: r.mount, createdMs: r.createdMs, lastUsedMs: r.lastUsedMs,
-      sessions: store.sessionsOf(r.digest).map((s) => ({ session: s.session, open: sessions.isLive(s, r) })),
+      sessions: store.sessions.ofSandbox(r.digest).map((s) => ({ session: s.session, open: sessions.isLive(s, r) })),
     }));
   }
 
@@ -293,7 +294,7 @@ export class Broker implements AsyncDisposable {
    * (`running`, `stopped`, `missing`), or `unknown` when the engine does not answer.
    */
   async listWithState(tenant: string): Promise<Array<SandboxInfo & { state: SandboxState }>> {
-    const records = this.parts.store.listSandboxes(tenant);
+    const records = this.parts.store.sandboxes.list(tenant);
     const stateOf = await this.parts.pool.stateReader(records);
     return this.list(tenant).map((info) => {
       const rec = records.find((r) => r.key === info.sandboxKey && r.profile === info.profile);
@@ -308,12 +309,12 @@ export class Broker implements AsyncDisposable {
    */
   async inventory(): Promise<Inventory> {
     const { store, pool, sessions } = this.parts;
-    const records = store.listSandboxes();
+    const records = store.sandboxes.list();
     const stateOf = await pool.stateReader(records);
     return {
       sandboxes: records.map((r) => ({ tenant: r.tenant, backend: r.backend, persistent: !r.ephemeral, state: stateOf(r) })),
       // Open and live: a session whose holder died is open in the store until the reaper's next pass.
-      sessions: store.listSessions().map((s) => ({ tenant: s.tenant, open: sessions.isLive(s, s) })),
+      sessions: store.sessions.list().map((s) => ({ tenant: s.tenant, open: sessions.isLive(s, s) })),
     };
   }
 

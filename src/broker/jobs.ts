@@ -9,7 +9,8 @@ import { KILL_TREE_SCRIPT } from '../shell/kill-tree.js';
 import { lookBackBytes, redactText, redactWindow } from '../kit/redaction.js';
 import { TAG_VAR } from '../shell/protocol.js';
 import { sessionRefOf, type ResolvedCall } from './resolve-call.js';
-import type { JobRecord, StateStore } from './state-store.js';
+import type { JobRecord } from './state/job-table.js';
+import type { StateStore } from './state/state-store.js';
 
 /*
  * Background jobs. A job is a detached process tree inside the call's sandbox, started
@@ -168,16 +169,16 @@ export class JobRunner {
       command: redactText(command, call.redactValues), dir, startedMs: started, status: 'running', exitCode: null, endedMs: null,
     };
     // Indexed before it runs: a crash in between leaves a record whose sandbox says "unknown", never a stray job.
-    this.host.store.putJob(record);
+    this.host.store.jobs.put(record);
     let r: { exitCode: number; output: string };
     try {
       r = await this.host.run(call, startLine(dir, tagOf(id)), { workdir: opts.workdir, stdin: command, group: jobGroup(id) });
     } catch (err) {
-      this.host.store.deleteJob(id);
+      this.host.store.jobs.delete(id);
       throw err;
     }
     if (r.exitCode !== 0) {
-      this.host.store.deleteJob(id);
+      this.host.store.jobs.delete(id);
       const why = r.output.trim().split('\n').slice(-3).join('; ');
       throw new BerthError('job_start_failed', `the job could not be started in sandbox "${call.binding.sandboxKey}" (exit ${r.exitCode})${why ? `: ${why}` : ''}`);
     }
@@ -289,13 +290,13 @@ export class JobRunner {
       this.settle(job, after?.exitCode != null ? 'exited' : 'unknown', after?.exitCode ?? null);
       return false;
     }
-    this.host.store.endJob(job.id, 'killed', null, Date.now());
+    this.host.store.jobs.end(job.id, 'killed', null, Date.now());
     return true;
   }
 
   /** The session's jobs, oldest first; running ones are checked with their sandbox. */
   async list(scope: CallScope): Promise<JobSummary[]> {
-    const jobs = this.host.store.listJobs(scope.tenant, scope.profile, sessionRefOf(scope), scope.user ?? null);
+    const jobs = this.host.store.jobs.list(scope.tenant, scope.profile, sessionRefOf(scope), scope.user ?? null);
     const out: JobSummary[] = [];
     for (const job of jobs) {
       let status: string = job.status;
@@ -317,7 +318,7 @@ export class JobRunner {
    */
   async ofTenant(tenant: string, profiles: readonly string[], limit: number): Promise<TenantJob[]> {
     const out: TenantJob[] = [];
-    for (const job of this.host.store.listTenantJobs(tenant, profiles, limit)) {
+    for (const job of this.host.store.jobs.ofTenant(tenant, profiles, limit)) {
       const scope = apiScopeOf(job);
       let status: string = job.status;
       let exitCode = job.exitCode;
@@ -339,7 +340,7 @@ export class JobRunner {
    */
   async activeIn(digest: string, sandbox: Sandbox): Promise<boolean> {
     let active = false;
-    for (const job of this.host.store.runningJobsIn(digest)) {
+    for (const job of this.host.store.jobs.runningIn(digest)) {
       const p = await this.probe(job, undefined, 0, 0, sandbox).catch(() => 'error' as const);
       if (p === 'error') {
         active = true; // cannot tell: do not reap on a guess
@@ -358,7 +359,7 @@ export class JobRunner {
 
   /** Kills every running job of a sandbox that is about to be removed (host backends: a dir takes no process with it). */
   async killAllIn(digest: string, sandbox: Sandbox): Promise<void> {
-    for (const job of this.host.store.runningJobsIn(digest)) {
+    for (const job of this.host.store.jobs.runningIn(digest)) {
       await this.killIn(job, sandbox, undefined);
     }
   }
@@ -366,7 +367,7 @@ export class JobRunner {
   /** A job of the caller's session and user; another user's job is not found, exactly like an unknown id. */
   private find(scope: CallScope, jobId: string): JobRecord {
     const job = typeof jobId === 'string' && JOB_ID_RE.test(jobId)
-      ? this.host.store.getJob(scope.tenant, scope.profile, sessionRefOf(scope), scope.user ?? null, jobId)
+      ? this.host.store.jobs.get(scope.tenant, scope.profile, sessionRefOf(scope), scope.user ?? null, jobId)
       : undefined;
     if (job === undefined) {
       throw new BerthError('job_not_found', `no job ${JSON.stringify(String(jobId))} in this session; list the session's jobs to see their ids`);
@@ -453,9 +454,9 @@ export class JobRunner {
   /** Records an end unless one was recorded before; returns the recorded truth (killed stays killed). */
   private settle(job: JobRecord, status: 'exited' | 'unknown', exitCode: number | null): { status: JobStatus; exitCode: number | null } {
     if (job.status !== 'running') return { status: job.status, exitCode: job.exitCode };
-    const fresh = this.host.store.getJob(job.tenant, job.profile, job.session, job.user, job.id);
+    const fresh = this.host.store.jobs.get(job.tenant, job.profile, job.session, job.user, job.id);
     if (fresh !== undefined && fresh.status !== 'running') return { status: fresh.status, exitCode: fresh.exitCode };
-    this.host.store.endJob(job.id, status, exitCode, Date.now());
+    this.host.store.jobs.end(job.id, status, exitCode, Date.now());
     return { status, exitCode };
   }
 }

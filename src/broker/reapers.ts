@@ -6,7 +6,7 @@ import { ownerAlive } from './process-owner.js';
 import { claimAbandoned } from './sandbox-claim.js';
 import type { LiveSandbox, SandboxPool } from './sandbox-pool.js';
 import type { SessionRegistry } from './sessions.js';
-import type { StateStore } from './state-store.js';
+import type { StateStore } from './state/state-store.js';
 
 /** What a broker's reapers offer its users: the passes on demand, and a place for periodic work. */
 export interface BrokerReapers {
@@ -133,7 +133,7 @@ export class Reapers implements BrokerReapers {
         if (m.pool !== undefined) {
           // Asked before the store: a claim records its sandbox before the pool lets go of it.
           if (m.pool.owner === pool.warmOwner && pool.warmKeeps(m.ref, m.pool.shape)) continue;
-          const claimed = store.listSandboxes().find((r) => r.backend === engine && r.ref === m.ref);
+          const claimed = store.sandboxes.list().find((r) => r.backend === engine && r.ref === m.ref);
           if (claimed === undefined) {
             // Unclaimed: another live broker's pool is its own; one of a dead broker, or of a
             // shape this broker no longer keeps, goes.
@@ -146,20 +146,20 @@ export class Reapers implements BrokerReapers {
           // Claimed: the identity's sandbox, known by the ref its record holds.
           digest = claimed.digest;
         }
-        const rec = store.getSandbox(digest);
+        const rec = store.sandboxes.get(digest);
         // A process that died while creating an ephemeral sandbox left a container and a claim with
         // no ref: both go. (A persistent one is adopted by the next call that claims it.)
         const abandoned = rec !== undefined && m.ephemeral && rec.ref === '' && claimAbandoned(rec, Date.now());
         if (rec === undefined || (rec.ref !== '' && rec.ref !== m.ref) || abandoned) {
           if (pool.get(digest) !== undefined) continue;
           await pool.removeManaged(engine, m.ref).catch((e) => log('berth:reaper', `remove ${m.name}: ${String(e)}`));
-          if (abandoned) store.deleteSandbox(digest);
+          if (abandoned) store.sandboxes.delete(digest);
           removed.push(m.name);
           this.opts.observer.reaped({ reason: 'orphan', tenant: rec?.tenant, backend: engine });
         }
       }
     }
-    for (const rec of store.listSandboxes()) {
+    for (const rec of store.sandboxes.list()) {
       if (!rec.ephemeral || pool.get(rec.digest)?.inflight) continue;
       if (rec.ref === '' && !claimAbandoned(rec, Date.now())) continue; // being created right now
       if (!this.opts.sessions.hasLiveSession(rec)) {
@@ -199,10 +199,10 @@ export class Reapers implements BrokerReapers {
       if (live.record.ephemeral) {
         // Only this sandbox goes; a session is closed only once it has no other sandbox left,
         // so an idle sandbox never takes a busy one of the same session with it.
-        const open = store.sessionsOf(live.digest).filter((x) => x.closedMs === null);
+        const open = store.sessions.ofSandbox(live.digest).filter((x) => x.closedMs === null);
         await pool.remove(live.record).catch((e) => log('berth:reaper', `remove ${live.record.key}: ${String(e)}`));
         for (const x of open) {
-          if (!shutdown.aborted && store.sandboxCountOf(x.tenant, x.profile, x.session) === 0) {
+          if (!shutdown.aborted && store.sessions.sandboxCountOf(x.tenant, x.profile, x.session) === 0) {
             await sessions.closeRef(x.tenant, x.profile, x.session).catch(() => undefined);
           }
         }

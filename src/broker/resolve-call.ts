@@ -11,7 +11,7 @@ import { wouldCreateCycle } from '../scope/aliases.js';
 import type { AttachedWorkspace, CallScope } from '../scope/call-scope.js';
 import { identityDigest, sandboxDirName, sandboxIdentity, shellIdentity } from '../scope/naming.js';
 import { resolveSandboxKey } from '../scope/sandbox-key.js';
-import type { StateStore } from './state-store.js';
+import type { StateStore } from './state/state-store.js';
 import { overrideIsolates, TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
 export type { Isolation } from '../backends/module.js';
@@ -129,19 +129,19 @@ function unusedWorkspace(backend: string, workspace: AttachedWorkspace | undefin
 
 export function readTaskOverride(store: StateStore, scope: CallScope): TaskOverride | undefined {
   if (scope.task === undefined) return undefined;
-  const raw = store.getTaskOverride(scope.tenant, scope.profile, scope.task);
+  const raw = store.scopes.taskOverride(scope.tenant, scope.profile, scope.task);
   return raw === undefined ? undefined : TaskOverrideSchema.parse(raw);
 }
 
 /** Registers `task -> parentTask` (the `--parent` flag); refuses an alias that would close a cycle. */
 export function registerAlias(store: StateStore, scope: CallScope): void {
   if (scope.task === undefined || scope.parentTask === undefined) return;
-  const parentOf = (child: string) => store.getAliasParent(scope.tenant, scope.profile, child);
+  const parentOf = (child: string) => store.scopes.aliasParent(scope.tenant, scope.profile, child);
   if (parentOf(scope.task) === scope.parentTask) return;
   if (scope.task === scope.parentTask || wouldCreateCycle(scope.task, scope.parentTask, parentOf)) {
     throw new UsageError(`task "${scope.task}" cannot be a subagent of "${scope.parentTask}": that alias would close a cycle; pick the real parent task`);
   }
-  store.putAlias(scope.tenant, scope.profile, scope.task, scope.parentTask, scope.session ?? null);
+  store.scopes.putAlias(scope.tenant, scope.profile, scope.task, scope.parentTask, scope.session ?? null);
 }
 
 export function sessionRefOf(scope: CallScope): string {
@@ -162,7 +162,7 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   const settings = override?.backend !== undefined || override?.image !== undefined ? overriddenSettings(config, base, scope, override) : base;
   const module = config.backends.module(settings.backend);
   const traits = module.traits;
-  const parentOf = (child: string) => store.getAliasParent(scope.tenant, scope.profile, child);
+  const parentOf = (child: string) => store.scopes.aliasParent(scope.tenant, scope.profile, child);
   const keyed = resolveSandboxKey({
     scope, settings, containerKeying: traits.containerKeying, multiProfile: config.multiProfile, parentOf, taskOverrideIsolates: overrideIsolates(override),
   });
@@ -220,7 +220,7 @@ export function startCwd(
   store: StateStore,
   call: Pick<ResolvedCall, 'scope' | 'settings' | 'traits' | 'spec' | 'shell' | 'isSubagent' | 'defaultCwd'>,
 ): string {
-  const record = store.getCwd(call.shell.digest) ?? inheritedCwd(store, call.scope, call.isSubagent);
+  const record = store.scopes.getCwd(call.shell.digest) ?? inheritedCwd(store, call.scope, call.isSubagent);
   const recorded = record === undefined ? undefined : { path: record.cwd, backend: record.backend };
   return resolveStartCwd({
     recorded, backendName: call.settings.backend, containerBackend: call.traits.mountsHostDirs,
@@ -231,12 +231,12 @@ export function startCwd(
 /** A subagent's shell starts in its parent's recorded cwd (the parent task's, else the session's). */
 function inheritedCwd(store: StateStore, scope: CallScope, isSubagent: boolean): { cwd: string; backend: string } | undefined {
   if (!isSubagent || scope.task === undefined) return undefined;
-  const parent = store.getAliasParent(scope.tenant, scope.profile, scope.task);
+  const parent = store.scopes.aliasParent(scope.tenant, scope.profile, scope.task);
   if (parent === undefined || parent === '') return undefined;
-  const parentIsSubagent = store.getAliasParent(scope.tenant, scope.profile, parent) !== undefined;
+  const parentIsSubagent = store.scopes.aliasParent(scope.tenant, scope.profile, parent) !== undefined;
   const parentShell = shellIdentity({ ...scope, task: parent, parentTask: undefined }, parentIsSubagent);
-  const own = store.getCwd(parentShell.digest);
+  const own = store.scopes.getCwd(parentShell.digest);
   if (own !== undefined) return own;
   if (scope.session === undefined) return undefined;
-  return store.getCwd(shellIdentity({ ...scope, task: undefined, parentTask: undefined }, false).digest);
+  return store.scopes.getCwd(shellIdentity({ ...scope, task: undefined, parentTask: undefined }, false).digest);
 }

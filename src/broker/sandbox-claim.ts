@@ -2,7 +2,8 @@ import type { SandboxReservation } from '../backends/module.js';
 import { BerthError, TimeoutError } from '../errors.js';
 import { ownerAlive } from './process-owner.js';
 import type { ResolvedCall } from './resolve-call.js';
-import type { SandboxRecord, StateStore, TenantQuota, TenantUsage } from './state-store.js';
+import type { SandboxRecord, TenantQuota, TenantUsage } from './state/sandbox-table.js';
+import type { StateStore } from './state/state-store.js';
 
 /** How long a process waits for another one creating the same sandbox, and when its claim is stale. */
 const CLAIM_WAIT_MS = 90_000;
@@ -30,21 +31,21 @@ export async function claimOrAwait(
         hostDir: null, mount: call.spec.mount, createdMs: now, lastUsedMs: now, claimOwner: processToken,
         memoryMb: limits?.reserves.memoryMb ?? null, diskMb: limits?.reserves.diskMb ?? null,
       };
-      const claimed = store.claimSandbox(fresh, limits?.quota);
+      const claimed = store.sandboxes.claim(fresh, limits?.quota);
       if (claimed === 'claimed') return { record: fresh, mine: true };
       if (claimed === 'over' && limits !== undefined) {
-        throw overQuota(call, limits.quota, limits.reserves, store.tenantUsage(call.scope.tenant).get(call.scope.tenant));
+        throw overQuota(call, limits.quota, limits.reserves, store.sandboxes.tenantUsage(call.scope.tenant).get(call.scope.tenant));
       }
     } else if (rec.ref !== '') {
       return { record: rec, mine: false };
-    } else if (claimAbandoned(rec, now) && store.takeOverClaim(rec.digest, rec.createdMs, now, processToken)) {
+    } else if (claimAbandoned(rec, now) && store.sandboxes.takeOverClaim(rec.digest, rec.createdMs, now, processToken)) {
       return { record: { ...rec, createdMs: now, claimOwner: processToken }, mine: true };
     } else if (now > deadline) {
       throw new TimeoutError(`sandbox "${call.binding.sandboxKey}" is being created by another berth process and has no container after ${CLAIM_WAIT_MS / 1000} s; retry, or check that process`);
     } else {
       await new Promise((r) => setTimeout(r, 25));
     }
-    rec = store.getSandbox(call.spec.digest);
+    rec = store.sandboxes.get(call.spec.digest);
   }
 }
 

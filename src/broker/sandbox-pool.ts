@@ -11,7 +11,8 @@ import type { ResolvedCall } from './resolve-call.js';
 import { claimOrAwait } from './sandbox-claim.js';
 import { SandboxShells } from './shell-pool.js';
 import type { StartGate } from './start-gate.js';
-import type { SandboxRecord, StateStore, TenantQuota } from './state-store.js';
+import type { SandboxRecord, TenantQuota } from './state/sandbox-table.js';
+import type { StateStore } from './state/state-store.js';
 import { tenantQuota } from './tenant-quota.js';
 import { storeLease } from './store-lease.js';
 import { WarmPool, type WarmClaim, type WarmPoolView } from './warm-pool.js';
@@ -180,7 +181,7 @@ export class SandboxPool {
         return raced;
       }
       const { store } = this.opts;
-      let known = store.getSandbox(call.spec.digest);
+      let known = store.sandboxes.get(call.spec.digest);
       if (known !== undefined && known.backend !== call.settings.backend) {
         // The config (or a task override) moved this identity to another backend: the old ref
         // means nothing to the new backend (a local dir is no container id).
@@ -202,7 +203,7 @@ export class SandboxPool {
       const record: SandboxRecord = {
         ...pending, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: now,
       };
-      store.putSandbox(record);
+      store.sandboxes.put(record);
       warm?.recorded();
       const live: LiveSandbox = {
         digest: call.spec.digest, sandbox, record, traits: call.traits, idleMs: call.settings.lifecycle.idleSeconds * 1000,
@@ -234,7 +235,7 @@ export class SandboxPool {
   async existing(call: ResolvedCall | undefined, digest: string): Promise<Sandbox | undefined> {
     const live = this.live.get(digest);
     if (live !== undefined) return live.sandbox;
-    const rec = this.opts.store.getSandbox(digest);
+    const rec = this.opts.store.sandboxes.get(digest);
     if (rec === undefined || rec.ref === '' || call === undefined || call.settings.backend !== rec.backend) return undefined;
     const backend = await this.backends.get(rec.backend);
     if (call.traits.listsByLabel) {
@@ -263,7 +264,7 @@ export class SandboxPool {
         await backend.remove(rec.ref, rec.hostDir ?? undefined);
         this.removedOn.add(rec.backend);
       }
-      this.opts.store.deleteSandbox(rec.digest);
+      this.opts.store.sandboxes.delete(rec.digest);
     });
   }
 
@@ -355,7 +356,7 @@ export class SandboxPool {
     if (only !== undefined) return [...only];
     const { config, store } = this.opts;
     const names = new Set<string>([config.base.backend, ...Object.values(config.profiles).map((p) => p.backend)]);
-    for (const rec of store.listSandboxes()) names.add(rec.backend);
+    for (const rec of store.sandboxes.list()) names.add(rec.backend);
     const out = (await this.backends.created()).map((b) => b.name);
     for (const name of names) {
       if (out.includes(name)) continue;
@@ -381,7 +382,7 @@ export class SandboxPool {
    */
   async pooled(): Promise<PooledSandbox[]> {
     const out: PooledSandbox[] = [];
-    const claimed = new Set(this.opts.store.listSandboxes().map((r) => `${r.backend}\0${r.ref}`));
+    const claimed = new Set(this.opts.store.sandboxes.list().map((r) => `${r.backend}\0${r.ref}`));
     for (const engine of await this.engines()) {
       const found = (await this.listManaged(engine)).filter((m) => m.pool !== undefined && !claimed.has(`${engine}\0${m.ref}`));
       if (found.length === 0) continue;
@@ -492,7 +493,7 @@ export class SandboxPool {
       try {
         warm = await this.warm.claim(backend, call.settings, call.spec);
       } catch (err) {
-        store.deleteSandbox(call.spec.digest);
+        store.sandboxes.delete(call.spec.digest);
         throw err;
       }
       if (warm !== undefined) return { claim, sandbox: warm.sandbox, warm };
@@ -505,7 +506,7 @@ export class SandboxPool {
     try {
       return await backend.ensure(call.spec, claim.mine ? undefined : claim.record.ref);
     } catch (err) {
-      if (claim.mine) this.opts.store.deleteSandbox(call.spec.digest);
+      if (claim.mine) this.opts.store.sandboxes.delete(call.spec.digest);
       throw err;
     }
   }
@@ -553,12 +554,12 @@ export class SandboxPool {
         this.log('berth:broker', `remove ${rec.key} on ${rec.backend}: ${String(e)}`);
       }
     }
-    this.opts.store.deleteSandbox(rec.digest);
+    this.opts.store.sandboxes.delete(rec.digest);
   }
 
   private async usedSinceDiskCheck(live: LiveSandbox): Promise<boolean> {
     if (live.inflight > 0 || live.lastActivityMs >= live.diskCheckedMs) return true;
-    if (this.opts.store.runningJobsIn(live.digest).length > 0) return true;
+    if (this.opts.store.jobs.runningIn(live.digest).length > 0) return true;
     return live.shells.hasBackgroundJobs();
   }
 }

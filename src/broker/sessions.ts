@@ -7,7 +7,9 @@ import { ownerAlive } from './process-owner.js';
 import { sessionRefOf, type ResolvedCall } from './resolve-call.js';
 import type { LiveSandbox, SandboxPool } from './sandbox-pool.js';
 import { SessionCalls, sessionKey, type SessionCall } from './session-calls.js';
-import type { SandboxRecord, SessionRecord, StateStore } from './state-store.js';
+import type { SandboxRecord } from './state/sandbox-table.js';
+import type { SessionRecord } from './state/session-table.js';
+import type { StateStore } from './state/state-store.js';
 
 const SESSION_TOUCH_MS = 5_000;
 
@@ -54,11 +56,11 @@ export class SessionRegistry {
     const now = Date.now();
     const seen = live.sessions.get(id);
     if (seen === undefined) {
-      store.openSession(call.scope.tenant, call.scope.profile, call.sessionRef, call.spec.digest, owner, now);
+      store.sessions.open(call.scope.tenant, call.scope.profile, call.sessionRef, call.spec.digest, owner, now);
       live.sessions.set(id, now);
     } else if (now - seen > SESSION_TOUCH_MS) {
-      store.touchSession(call.scope.tenant, call.scope.profile, call.sessionRef, now);
-      store.touchSandbox(live.digest, now);
+      store.sessions.touch(call.scope.tenant, call.scope.profile, call.sessionRef, now);
+      store.sandboxes.touch(live.digest, now);
       live.sessions.set(id, now);
     }
   }
@@ -71,7 +73,7 @@ export class SessionRegistry {
   }
 
   hasLiveSession(rec: SandboxRecord): boolean {
-    return this.opts.store.sessionsOf(rec.digest).some((s) => this.isLive(s, rec));
+    return this.opts.store.sessions.ofSandbox(rec.digest).some((s) => this.isLive(s, rec));
   }
 
   /**
@@ -136,11 +138,11 @@ export class SessionRegistry {
       live.sessions.delete(id);
       await live.shells.closeSession(tenant, profile, sessionRef);
     }
-    const digests = store.closeSession(tenant, profile, sessionRef, Date.now());
+    const digests = store.sessions.close(tenant, profile, sessionRef, Date.now());
     await removeSessionStaging(berthHome, { tenant, profile, sessionRef }).catch((e) => this.opts.log('berth:files', `remove staging of ${sessionRef}: ${String(e)}`));
     const result: CloseResult = { removed: [], kept: [] };
     for (const digest of digests) {
-      const rec = store.getSandbox(digest);
+      const rec = store.sandboxes.get(digest);
       if (rec === undefined) continue;
       if (rec.ephemeral && !this.hasLiveSession(rec)) {
         await pool.remove(rec);
@@ -157,12 +159,12 @@ export class SessionRegistry {
   async closeHeld(): Promise<void> {
     const { store, owner } = this.opts;
     if (owner === null) return;
-    for (const s of store.listSessions()) {
+    for (const s of store.sessions.list()) {
       if (s.owner === owner && s.closedMs === null) {
         await this.closeRef(s.tenant, s.profile, s.session).catch((e) => this.opts.log('berth:broker', `close ${s.session}: ${String(e)}`));
       }
     }
-    store.releaseSessions(owner);
+    store.sessions.releaseHeldBy(owner);
   }
 }
 
@@ -181,12 +183,12 @@ function sessionClosedError(call: ResolvedCall, cause?: unknown): BerthError {
 function subagentSessionRefs(store: StateStore, scope: CallScope, ref: string): string[] {
   const out: string[] = [];
   const seen = new Set<string>();
-  const queue = [...(scope.task === undefined ? [] : [scope.task]), ...(scope.session === undefined ? [] : store.tasksOfSession(scope.tenant, scope.profile, scope.session))];
+  const queue = [...(scope.task === undefined ? [] : [scope.task]), ...(scope.session === undefined ? [] : store.scopes.tasksOfSession(scope.tenant, scope.profile, scope.session))];
   while (queue.length > 0) {
     const parent = queue.shift() as string;
     if (seen.has(parent)) continue;
     seen.add(parent);
-    for (const child of store.childrenOf(scope.tenant, scope.profile, parent)) {
+    for (const child of store.scopes.childrenOf(scope.tenant, scope.profile, parent)) {
       const childRef = child.session ?? `@task:${child.child}`;
       if (child.session !== null && child.session !== ref) continue;
       if (childRef !== ref && !out.includes(childRef)) out.push(childRef);

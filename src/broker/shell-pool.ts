@@ -5,7 +5,7 @@ import type { ExecResult } from '../shell/types.js';
 import { wardenFor, type Warden } from '../shell/warden.js';
 import { startCwd, type ResolvedCall } from './resolve-call.js';
 import type { StartGate } from './start-gate.js';
-import type { StateStore } from './state-store.js';
+import type { StateStore } from './state/state-store.js';
 import { withSessionEnv } from './preattached-shell.js';
 
 /** A CLI process starts a sandbox's warden once a command has run this long. */
@@ -160,7 +160,7 @@ export class ShellPool {
    */
   recordCwd(call: ResolvedCall, ls: LiveShell, r: ExecResult): void {
     if (r.cwd === '' || r.cwd === ls.recordedCwd) return;
-    this.opts.store.putCwd(call.shell.digest, {
+    this.opts.store.scopes.putCwd(call.shell.digest, {
       tenant: call.scope.tenant, profile: call.scope.profile, session: call.scope.session ?? null, cwd: r.cwd, backend: call.settings.backend,
     }, Date.now());
     ls.recordedCwd = r.cwd;

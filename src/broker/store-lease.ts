@@ -3,7 +3,7 @@ import type { Lease } from '../backends/backend.js';
 import { TimeoutError } from '../errors.js';
 import { KeyedLock } from '../kit/keyed-lock.js';
 import { ownerAlive, ownerToken } from './process-owner.js';
-import type { StateStore } from './state-store.js';
+import type { StateStore } from './state/state-store.js';
 
 const POLL_MS = 25;
 
@@ -21,7 +21,7 @@ export function storeLease(store: StateStore, opts: { waitMs?: number } = {}): L
   return <T>(name: string, fn: () => Promise<T>): Promise<T> => local.run(name, async () => {
     const owner = `${ownerToken()}:${randomBytes(6).toString('hex')}`;
     const deadline = Date.now() + waitMs;
-    while (!store.takeLease(name, owner, Date.now(), (holder) => !ownerAlive(holder))) {
+    while (!store.leases.take(name, owner, Date.now(), (holder) => !ownerAlive(holder))) {
       if (Date.now() > deadline) {
         throw new TimeoutError(`lease "${name}" is held by another berth process of this installation for over ${waitMs / 1000} s; retry, or check that process`);
       }
@@ -30,7 +30,7 @@ export function storeLease(store: StateStore, opts: { waitMs?: number } = {}): L
     try {
       return await fn();
     } finally {
-      store.releaseLease(name, owner);
+      store.leases.release(name, owner);
     }
   });
 }

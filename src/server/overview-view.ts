@@ -1,7 +1,7 @@
 import type { SandboxUsage } from '../backends/backend.js';
 import type { Broker } from '../broker/broker.js';
 import type { TenantJob } from '../broker/jobs.js';
-import type { AuditEntry } from '../broker/state-store.js';
+import type { AuditEntry } from '../broker/state/audit-table.js';
 import { cpuPercent } from '../cli/top/render.js';
 import type { Caller } from './caller.js';
 import type { CallHistory, HistoryPoint } from './call-history.js';

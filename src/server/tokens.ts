@@ -3,7 +3,7 @@ import { existsSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import { z } from 'zod';
-import { openStateDb } from '../broker/berth-home.js';
+import { openStateDb } from '../broker/state/berth-home.js';
 import type { Broker } from '../broker/broker.js';
 import { ConfigError, UsageError } from '../errors.js';
 import { DEFAULT_PROFILE } from '../scope/call-scope.js';

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
 import type { Sandbox } from '../../src/backends/backend.js';
 import { JobRunner } from '../../src/broker/jobs.js';
-import { StateStore } from '../../src/broker/state-store.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { parseConfig } from '../../src/config/schema.js';
 import type { CallScopeInput } from '../../src/scope/call-scope.js';
 import { tempDir } from '../helpers/temp-dir.js';
@@ -108,10 +108,10 @@ describe('background jobs: users and secrets (local backend)', () => {
     }
     const store = StateStore.open(h);
     try {
-      expect(store.listJobs('local', 'default', 'group', ANA).map((j) => j.id)).toEqual(['job_00000000000000a1']);
-      expect(store.listJobs('local', 'default', 'group', null).map((j) => j.id)).toEqual(['job_00000000000000a2']);
-      expect(store.listJobs('local', 'default', 'group', BEN)).toEqual([]);
-      expect(store.getJob('local', 'default', 'group', BEN, 'job_00000000000000a1')).toBeUndefined();
+      expect(store.jobs.list('local', 'default', 'group', ANA).map((j) => j.id)).toEqual(['job_00000000000000a1']);
+      expect(store.jobs.list('local', 'default', 'group', null).map((j) => j.id)).toEqual(['job_00000000000000a2']);
+      expect(store.jobs.list('local', 'default', 'group', BEN)).toEqual([]);
+      expect(store.jobs.get('local', 'default', 'group', BEN, 'job_00000000000000a1')).toBeUndefined();
     } finally {
       store.close();
     }
@@ -168,7 +168,7 @@ describe('background jobs: users and secrets (local backend)', () => {
     const store = StateStore.open(h);
     const scope = { tenant: 'local', profile: 'default', session: 'orphan', user: ANA };
     const id = 'job_00000000000000b1';
-    store.putJob({
+    store.jobs.put({
       id, tenant: 'local', profile: 'default', session: 'orphan', user: ANA, digest: 'd1', sandboxKey: 'user:telegram:1',
       scope: JSON.stringify(scope), command: 'printf ...', dir: '/state/jobs/x', startedMs: 1, status: 'running', exitCode: null, endedMs: null,
     });
