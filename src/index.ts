@@ -37,4 +37,6 @@ export type { SandboxPathPolicy } from './files/sandbox-path.js';
 export { parseSecretsFile } from './config/secrets-file.js';
 export type { SecretsFile } from './config/secrets-file.js';
 export type { AuditEntry } from './broker/state/audit-table.js';
-export type { JobReadResult, JobSummary, JobStatus } from './broker/jobs.js';
+export type { JobStatus } from './broker/job-ledger.js';
+export type { JobReadResult } from './broker/job-reader.js';
+export type { JobSummary } from './broker/job-runner.js';

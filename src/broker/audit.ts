@@ -1,15 +1,14 @@
 import { redactText } from '../kit/redaction.js';
-import type { BrokerObserver } from './observer.js';
+import type { BrokerObserver, CallKind } from './observer.js';
 import type { ResolvedCall } from './resolve-call.js';
-import type { AuditEntry } from './state/audit-table.js';
-import type { StateStore } from './state/state-store.js';
+import type { AuditEntry, AuditTable } from './state/audit-table.js';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
 /** What the audit log records: a call on a sandbox, or a session's close. */
 export type AuditRecord =
   | {
-    kind: 'exec' | 'job' | 'upload' | 'read' | 'export' | 'media';
+    kind: CallKind;
     call: ResolvedCall;
     /** The command or file-call text as the caller gave it: redacted here with the call's secrets. */
     command: string;
@@ -39,21 +38,21 @@ export type AuditFilter = { tenant: string; profiles?: readonly string[]; user?:
  */
 export class AuditRecorder {
   constructor(
-    private readonly store: StateStore,
-    private readonly opts: { retentionDays: number; log: (message: string) => void; observer: BrokerObserver },
+    private readonly entries: Pick<AuditTable, 'add' | 'list' | 'prune'>,
+    private readonly opts: { retentionDays: number; log: (message: string) => void; observer: Pick<BrokerObserver, 'callEnded'> },
   ) {}
 
   record(r: AuditRecord): void {
     const durationMs = Date.now() - r.startedMs;
     if (r.kind === 'close') {
-      this.store.audit.add({
+      this.entries.add({
         timeMs: r.startedMs, tenant: r.tenant, profile: r.profile, user: r.user, session: r.sessionRef, sandboxKey: null,
         kind: 'close', command: null, exitCode: null, durationMs,
       });
       return;
     }
     const { scope, binding, redactValues } = r.call;
-    this.store.audit.add({
+    this.entries.add({
       timeMs: r.startedMs, tenant: scope.tenant, profile: scope.profile, user: scope.user ?? null,
       session: scope.session ?? null, sandboxKey: binding.sandboxKey, kind: r.kind,
       command: redactText(r.command, redactValues), exitCode: r.exitCode, durationMs,
@@ -66,13 +65,13 @@ export class AuditRecorder {
 
   /** Entries of one tenant (of the given profiles only, when `profiles` is set), newest first. */
   list(filter: AuditFilter): AuditEntry[] {
-    return this.store.audit.list(filter);
+    return this.entries.list(filter);
   }
 
   /** `audit.retentionDays`: entries older than that go (at open and on every sweep). */
   prune(): void {
     try {
-      this.store.audit.prune(Date.now() - this.opts.retentionDays * DAY_MS);
+      this.entries.prune(Date.now() - this.opts.retentionDays * DAY_MS);
     } catch (e) {
       this.opts.log(`pruning old audit entries failed: ${String(e)}`);
     }

@@ -2,7 +2,7 @@ import type { Backend, SandboxUsage } from '../backends/backend.js';
 import type { BerthConfig } from '../config/types.js';
 import type { TenantQuota, TenantUsage } from './state/sandbox-table.js';
 import type { ExecResult } from '../shell/types.js';
-import type { SandboxState } from './sandbox-pool.js';
+import type { SandboxState } from './sandbox-measures.js';
 import type { StartGate } from './start-gate.js';
 import type { AuditEntry } from './state/audit-table.js';
 

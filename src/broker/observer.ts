@@ -1,8 +1,9 @@
-import type { AuditRecord } from './audit.js';
+/** The kinds of call a broker records and reports: a command, a job's start, a file call. */
+export type CallKind = 'exec' | 'job' | 'upload' | 'read' | 'export' | 'media';
 
 /** What one finished call looked like: never its command text, session or user. */
 export interface CallObservation {
-  kind: Exclude<AuditRecord['kind'], 'close'>;
+  kind: CallKind;
   tenant: string;
   /** The profile of the call (a label of no metric; the dashboard keeps a token to its profiles). */
   profile: string;

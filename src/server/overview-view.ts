@@ -1,13 +1,13 @@
 import type { SandboxUsage } from '../backends/backend.js';
 import type { Broker } from '../broker/broker.js';
-import type { TenantJob } from '../broker/jobs.js';
+import type { TenantJob } from '../broker/job-runner.js';
 import type { AuditEntry } from '../broker/state/audit-table.js';
 import { cpuPercent } from '../cli/top/render.js';
 import type { Caller } from './caller.js';
 import type { CallHistory, HistoryPoint } from './call-history.js';
 import { remoteSandbox, type RemoteSandbox } from './remote-view.js';
 import type { SandboxInfo } from '../broker/broker.js';
-import type { SandboxState } from '../broker/sandbox-pool.js';
+import type { SandboxState } from '../broker/sandbox-measures.js';
 
 /** Calls and jobs one update carries (the newest). */
 export const RECENT_CALLS = 50;

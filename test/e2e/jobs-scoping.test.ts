@@ -5,7 +5,10 @@ import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
 import type { Sandbox } from '../../src/backends/backend.js';
-import { JobRunner } from '../../src/broker/jobs.js';
+import { JobLedger } from '../../src/broker/job-ledger.js';
+import { JobProbe } from '../../src/broker/job-probe.js';
+import { JobReader } from '../../src/broker/job-reader.js';
+import { JobRunner } from '../../src/broker/job-runner.js';
 import { StateStore } from '../../src/broker/state/state-store.js';
 import { parseConfig } from '../../src/config/schema.js';
 import type { CallScopeInput } from '../../src/scope/call-scope.js';
@@ -163,7 +166,7 @@ describe('background jobs: users and secrets (local backend)', () => {
 
   it('when neither the job\'s call nor anything of the reader\'s resolves, its output is refused, its status still answered', async () => {
     // Unreachable through a broker whose config parsed (a profile's secrets always resolve), so a
-    // runner whose host resolves nothing stands in for a config that no longer holds.
+    // reader whose resolver resolves nothing stands in for a config that no longer holds.
     const h = home();
     const store = StateStore.open(h);
     const scope = { tenant: 'local', profile: 'default', session: 'orphan', user: ANA };
@@ -183,15 +186,19 @@ describe('background jobs: users and secrets (local backend)', () => {
     const refuse = (): never => {
       throw new Error('profile "default" is gone');
     };
+    const resolver = { resolve: refuse, policy: refuse };
+    const sandboxes = { existing: () => Promise.resolve(sandbox), acquire: refuse };
+    const ledger = new JobLedger({ jobs: store.jobs, resolver });
+    const probe = new JobProbe({ jobs: store.jobs, ledger });
+    const reader = new JobReader({ ledger, probe, sandboxes, resolver });
     const runner = new JobRunner({
-      store, resolve: refuse, policy: refuse, sandboxFor: refuse, run: refuse,
-      existingSandbox: () => Promise.resolve(sandbox), audit: () => undefined, log: () => undefined,
+      jobs: store.jobs, ledger, reader, sandboxes, killer: { kill: refuse }, commands: { run: refuse }, audit: { record: () => undefined },
     });
     try {
-      await expect(runner.read(scope, id)).rejects.toMatchObject({ code: 'policy_refused', message: expect.stringMatching(/cannot be redacted/) });
-      await expect(runner.read(scope, id, { offset: 6, maxBytes: 3 })).rejects.toMatchObject({ code: 'policy_refused' });
-      expect(await runner.read(scope, id, { maxBytes: 0 })).toMatchObject({ output: '', status: 'exited', exitCode: 0 });
-      expect(await runner.read(scope, id, { offset: out.length })).toMatchObject({ output: '', done: true });
+      await expect(reader.read(scope, id)).rejects.toMatchObject({ code: 'policy_refused', message: expect.stringMatching(/cannot be redacted/) });
+      await expect(reader.read(scope, id, { offset: 6, maxBytes: 3 })).rejects.toMatchObject({ code: 'policy_refused' });
+      expect(await reader.read(scope, id, { maxBytes: 0 })).toMatchObject({ output: '', status: 'exited', exitCode: 0 });
+      expect(await reader.read(scope, id, { offset: out.length })).toMatchObject({ output: '', done: true });
       expect(await runner.list(scope)).toEqual([expect.objectContaining({ jobId: id, status: 'exited', exitCode: 0 })]);
     } finally {
       store.close();

@@ -32,7 +32,7 @@ describe('leases across the processes of one installation', () => {
     const a = StateStore.open(home);
     const b = StateStore.open(home);
     try {
-      const [la, lb] = [storeLease(a), storeLease(b)];
+      const [la, lb] = [storeLease(a.leases), storeLease(b.leases)];
       let inside = 0;
       let overlapped = false;
       const work = async () => {
@@ -46,7 +46,7 @@ describe('leases across the processes of one installation', () => {
 
       let unblock!: () => void;
       const held = la('y', () => new Promise<void>((r) => { unblock = r; }));
-      const err = await storeLease(b, { waitMs: 100 })('y', async () => 'got it').catch((e: unknown) => e);
+      const err = await storeLease(b.leases, { waitMs: 100 })('y', async () => 'got it').catch((e: unknown) => e);
       expect(err).toBeInstanceOf(TimeoutError);
       expect((err as Error).message).toMatch(/lease "y" is held by another berth process/);
       unblock();
