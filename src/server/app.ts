@@ -199,7 +199,7 @@ export function createApp(deps: AppDeps): ApiApp {
     else {
       const serve = authenticated(spec, handler);
       app.on(method, path, async (c) => serve(c, c.req.param()));
-      // `/mcp` (every method) is served directly for the methods it documents; any other goes to Hono as before.
+      // `/mcp` (every method) is served directly for the methods it documents; any other goes to Hono.
       const methods = spec.method === 'all' ? (spec.methods ?? []).map((m) => m.toUpperCase()) : [method];
       if (spec.params === undefined) for (const m of methods) direct.set(`${m} ${path}`, serve);
     }

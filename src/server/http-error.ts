@@ -25,7 +25,7 @@ export type HttpCode = ErrorCode | HttpOnlyCode;
  *   with its sandbox); retrying on a running berth may work. 504 a wait that ran out, 507 a
  *   sandbox over its disk bound.
  * - 500: berth, its engine or a helper failed. `config_invalid` is here, on every route: the
- *   config is the operator's, so no request can fix it (it used to be 400 on `/mcp`).
+ *   config is the operator's, so no request can fix it (`/mcp` too).
  */
 export const HTTP_STATUS: Readonly<Record<HttpCode, number>> = {
   bad_request: 400,
