@@ -32,7 +32,7 @@ export interface EngineLists {
 
 export interface SandboxMeasuresOptions {
   config: BerthConfig;
-  lives: LiveSandboxes;
+  lives: Pick<LiveSandboxes, 'all' | 'has' | 'backendOf' | 'forget'>;
   backends: BackendByName;
   engines: EngineLists;
   /** The sandboxes recorded, of every tenant. */

@@ -33,13 +33,13 @@ export interface SandboxRetirer {
 
 export interface SandboxPoolOptions {
   config: BerthConfig;
-  lives: LiveSandboxes;
+  lives: Pick<LiveSandboxes, 'get' | 'add' | 'backendOf' | 'underLock'>;
   backends: BackendByName;
   sandboxes: Pick<SandboxTable, 'get' | 'put' | 'delete' | 'claim' | 'tenantUsage' | 'takeOverClaim'>;
   links: SessionLinker;
   firstUse: FirstUseOfEngine;
   removal: SandboxRetirer;
-  warm: WarmPool;
+  warm: Pick<WarmPool, 'start' | 'claim'>;
   /** Keep the warm pools the config asks for (a long-lived broker): calls may be served from them. */
   warmPool: boolean;
   /** What one tenant's sandboxes may add up to (limits.sandboxes, memoryMb, diskMb). */

@@ -10,7 +10,7 @@ const PIDS_HEADROOM = 8;
  * is, and writes the line the call's result carries about it.
  */
 export class SandboxRecovery {
-  constructor(private readonly opts: { lives: LiveSandboxes; log: (namespace: string, message: string) => void }) {}
+  constructor(private readonly opts: { lives: Pick<LiveSandboxes, 'backendOf' | 'forget'>; log: (namespace: string, message: string) => void }) {}
 
   /** After a failed call: whether the engine still has the sandbox's container, and running. */
   async outOfBandState(live: LiveSandbox): Promise<'gone' | 'stopped' | undefined> {

@@ -21,7 +21,7 @@ export interface SandboxRecords {
 }
 
 export interface SandboxRemovalOptions {
-  lives: LiveSandboxes;
+  lives: Pick<LiveSandboxes, 'get' | 'backendOf' | 'forget' | 'underLock'>;
   backends: BackendByName;
   sandboxes: SandboxRecords;
   jobs: JobsEnder;

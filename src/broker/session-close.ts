@@ -26,8 +26,8 @@ export interface SessionLiveness {
 }
 
 export interface SessionCloserOptions {
-  calls: SessionCalls;
-  lives: LiveSandboxes;
+  calls: Pick<SessionCalls, 'overtake'>;
+  lives: Pick<LiveSandboxes, 'all'>;
   removal: SandboxRemover;
   links: SessionLiveness;
   sessions: Pick<SessionTable, 'close' | 'list' | 'releaseHeldBy'>;

@@ -16,7 +16,7 @@ export interface SandboxAcquirer {
  * close of the session can tell it overtook the call, and refused its sandbox once one did.
  */
 export class SessionGate {
-  constructor(private readonly opts: { calls: SessionCalls; pool: SandboxAcquirer }) {}
+  constructor(private readonly opts: { calls: Pick<SessionCalls, 'begin'>; pool: SandboxAcquirer }) {}
 
   /**
    * Runs one call of the call's session, registered so that a close of the session can tell it
