@@ -19,7 +19,7 @@ import { remoteRunner } from '../src/backends/ssh/remote-exec.js';
 import { spawnAs } from '../src/backends/ssh/spawn.js';
 import { DEFAULT_POOL_SETTINGS, type SshTarget } from '../src/backends/ssh/target.js';
 import { Broker } from '../src/broker/broker.js';
-import { StateStore } from '../src/broker/state-store.js';
+import { StateStore } from '../src/broker/state/state-store.js';
 import { parseConfig } from '../src/setup/parse-config.js';
 import { fmt, interleaved, percentile, row, timeMany, verdict } from './stats.js';
 

@@ -40,5 +40,7 @@ export { normalizeSandboxPath, sandboxPathRefusal } from './files/sandbox-path.j
 export type { SandboxPathPolicy } from './files/sandbox-path.js';
 export { parseSecretsFile } from './policy/secrets-file.js';
 export type { SecretsFile } from './policy/secrets-file.js';
-export type { AuditEntry } from './broker/state-store.js';
-export type { JobReadResult, JobSummary, JobStatus } from './broker/jobs.js';
+export type { AuditEntry } from './broker/state/audit-table.js';
+export type { JobStatus } from './broker/job-ledger.js';
+export type { JobReadResult } from './broker/job-reader.js';
+export type { JobSummary } from './broker/job-runner.js';

@@ -1,7 +1,7 @@
-import { redactText } from '../shell/output-capture.js';
+import { redactText } from '../kit/redaction.js';
 import type { BrokerObserver, CallKind } from './observer.js';
 import type { ResolvedCall } from './resolve-call.js';
-import type { AuditEntry, StateStore } from './state-store.js';
+import type { AuditEntry, AuditTable } from './state/audit-table.js';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
@@ -38,21 +38,21 @@ export type AuditFilter = { tenant: string; profiles?: readonly string[]; user?:
  */
 export class AuditRecorder {
   constructor(
-    private readonly store: StateStore,
-    private readonly opts: { retentionDays: number; log: (message: string) => void; observer: BrokerObserver },
+    private readonly entries: Pick<AuditTable, 'add' | 'list' | 'prune'>,
+    private readonly opts: { retentionDays: number; log: (message: string) => void; observer: Pick<BrokerObserver, 'callEnded'> },
   ) {}
 
   record(r: AuditRecord): void {
     const durationMs = Date.now() - r.startedMs;
     if (r.kind === 'close') {
-      this.store.addAudit({
+      this.entries.add({
         timeMs: r.startedMs, tenant: r.tenant, profile: r.profile, user: r.user, session: r.sessionRef, sandboxKey: null,
         kind: 'close', command: null, exitCode: null, durationMs,
       });
       return;
     }
     const { scope, binding, redactValues } = r.call;
-    this.store.addAudit({
+    this.entries.add({
       timeMs: r.startedMs, tenant: scope.tenant, profile: scope.profile, user: scope.user ?? null,
       session: scope.session ?? null, sandboxKey: binding.sandboxKey, kind: r.kind,
       command: redactText(r.command, redactValues), exitCode: r.exitCode, durationMs,
@@ -65,13 +65,13 @@ export class AuditRecorder {
 
   /** Entries of one tenant (of the given profiles only, when `profiles` is set), newest first. */
   list(filter: AuditFilter): AuditEntry[] {
-    return this.store.listAudit(filter);
+    return this.entries.list(filter);
   }
 
   /** `audit.retentionDays`: entries older than that go (at open and on every sweep). */
   prune(): void {
     try {
-      this.store.pruneAudit(Date.now() - this.opts.retentionDays * DAY_MS);
+      this.entries.prune(Date.now() - this.opts.retentionDays * DAY_MS);
     } catch (e) {
       this.opts.log(`pruning old audit entries failed: ${String(e)}`);
     }

@@ -1,10 +1,10 @@
 import type { Backend, SandboxUsage } from '../backends/backend.js';
 import type { BerthConfig } from '../setup/berth-config.js';
-import type { TenantQuota, TenantUsage } from './state-store.js';
+import type { TenantQuota, TenantUsage } from './state/sandbox-table.js';
 import type { ExecResult } from '../shell/types.js';
-import type { SandboxState } from './sandbox-pool.js';
+import type { SandboxState } from './sandbox-measures.js';
 import type { StartGate } from './start-gate.js';
-import type { AuditEntry } from './state-store.js';
+import type { AuditEntry } from './state/audit-table.js';
 
 /** How `Broker.open` builds a broker. */
 export interface BrokerOptions {

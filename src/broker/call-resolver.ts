@@ -44,7 +44,7 @@ export class CallResolver {
         return hit;
       }
     }
-    registerAlias(this.ctx.store, scope);
+    registerAlias(this.ctx.store.scopes, scope);
     const call = resolveCall(this.ctx, scope, opts);
     if (memoKey !== undefined) {
       if (this.memo.size >= MEMO_SIZE) this.memo.delete(this.memo.keys().next().value as string);

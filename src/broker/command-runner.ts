@@ -1,19 +1,22 @@
 import { BerthError, SandboxNotFoundError } from '../errors.js';
 import { mapWorkdir } from '../policy/cwd.js';
 import type { BrokerExecResult, ExecOptions } from './broker-types.js';
+import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
 import type { ResolvedCall } from './resolve-call.js';
-import type { SandboxPool } from './sandbox-pool.js';
+import type { SandboxRecovery } from './sandbox-recovery.js';
 import type { SessionCall } from './session-calls.js';
-import type { SessionRegistry } from './sessions.js';
+import type { SessionGate } from './session-gate.js';
 import type { ShellPool } from './shell-pool.js';
 
 /** A line's options as the broker's parts give them: an exec's, and a job's group (see `RunOptions.group`). */
 export type LineOptions = ExecOptions & { group?: string };
 
 export interface CommandRunnerOptions {
-  pool: SandboxPool;
-  shells: ShellPool;
-  sessions: SessionRegistry;
+  /** Registers each command as a call of its session and gets its sandbox. */
+  gate: Pick<SessionGate, 'run' | 'acquire'>;
+  lives: Pick<LiveSandboxes, 'get' | 'enter' | 'leave' | 'forget'>;
+  shells: Pick<ShellPool, 'shellFor' | 'wardenLater' | 'recordCwd'>;
+  recovery: Pick<SandboxRecovery, 'outOfBandState' | 'startedAgainNotice' | 'outOfProcesses' | 'restart'>;
   /** Set once the broker began to close: nothing is re-ensured or restarted after that. */
   shutdown: AbortSignal;
   log: (namespace: string, message: string) => void;
@@ -35,21 +38,20 @@ export class CommandRunner {
     const timeoutMs = Math.round((opts.timeoutSeconds ?? call.settings.exec.timeoutSeconds) * 1000);
     const workdir = opts.workdir === undefined ? undefined
       : mapWorkdir(opts.workdir, { containerBackend: call.traits.mountsHostDirs, mount: call.spec.mount });
-    return this.opts.sessions.run(call, (sc) => this.runInSandbox(call, sc, command, { ...opts, timeoutMs, workdir }, facts));
+    return this.opts.gate.run(call, (sc) => this.runInSandbox(call, sc, command, { ...opts, timeoutMs, workdir }, facts));
   }
 
   private async runInSandbox(
     call: ResolvedCall, sc: SessionCall, command: string, opts: LineOptions & { timeoutMs: number }, facts: { cold: boolean },
   ): Promise<BrokerExecResult> {
-    const { pool, shells, sessions, shutdown, log } = this.opts;
+    const { gate, lives, shells, recovery, shutdown, log } = this.opts;
     const { timeoutMs, workdir } = opts;
     let gone = false;
     let restarted: string | undefined;
     for (let attempt = 0; ; attempt++) {
-      if (pool.get(call.spec.digest) === undefined) facts.cold = true;
-      const live = await sessions.acquire(call, sc);
-      live.inflight++;
-      live.lastActivityMs = Date.now();
+      if (lives.get(call.spec.digest) === undefined) facts.cold = true;
+      const live: LiveSandbox = await gate.acquire(call, sc);
+      lives.enter(live);
       let lazyWarden: NodeJS.Timeout | undefined;
       try {
         const ls = await shells.shellFor(call, live.shells);
@@ -60,9 +62,9 @@ export class CommandRunner {
         let out: BrokerExecResult = restarted === undefined ? { ...r, sandboxKey: call.binding.sandboxKey }
           : { ...r, stderr: restarted + r.stderr, output: restarted + r.output, sandboxKey: call.binding.sandboxKey };
         // The command ended (timed out) and no new shell could start after it: free the sandbox now.
-        const full = ls.shell.hasShell || shutdown.aborted ? undefined : await pool.outOfProcesses(live);
+        const full = ls.shell.hasShell || shutdown.aborted ? undefined : await recovery.outOfProcesses(live);
         if (full !== undefined) {
-          const notice = await pool.restart(call, live, full);
+          const notice = await recovery.restart(call, live, full);
           opts.onChunk?.('stderr', notice);
           out = { ...out, stderr: out.stderr + notice, output: out.output + notice };
         }
@@ -77,29 +79,28 @@ export class CommandRunner {
         // A call overtaken by its session's close never recreates what the close removed.
         if (err === live.diskBreach) throw err;
         const state = attempt > 0 || shutdown.aborted || sc.overtaken ? undefined
-          : err instanceof SandboxNotFoundError ? 'gone' : await pool.outOfBandState(live);
+          : err instanceof SandboxNotFoundError ? 'gone' : await recovery.outOfBandState(live);
         if (state !== undefined) {
           log('berth:broker', `sandbox ${call.binding.sandboxKey} is ${state}; re-ensuring it once`);
           gone = state === 'gone';
           if (state === 'stopped') {
-            restarted = pool.startedAgainNotice(call, live);
+            restarted = recovery.startedAgainNotice(call, live);
             opts.onChunk?.('stderr', restarted);
           }
-          await pool.forget(live);
+          await lives.forget(live);
           continue;
         }
         const startFailed = err instanceof BerthError && (err.code === 'shell_start_failed' || err.code === 'timeout');
-        const full = attempt > 0 || shutdown.aborted || !startFailed ? undefined : await pool.outOfProcesses(live);
+        const full = attempt > 0 || shutdown.aborted || !startFailed ? undefined : await recovery.outOfProcesses(live);
         if (full !== undefined) {
-          restarted = await pool.restart(call, live, full);
+          restarted = await recovery.restart(call, live, full);
           opts.onChunk?.('stderr', restarted);
           continue;
         }
         throw err;
       } finally {
         clearTimeout(lazyWarden);
-        live.inflight--;
-        live.lastActivityMs = Date.now();
+        lives.leave(live);
       }
     }
   }

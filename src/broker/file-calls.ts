@@ -6,15 +6,18 @@ import type { CallScopeInput } from '../scope/call-scope.js';
 import type { AuditRecorder } from './audit.js';
 import type { CallResolver } from './call-resolver.js';
 import type { ResolvedCall } from './resolve-call.js';
-import type { LiveSandbox } from './sandbox-pool.js';
-import type { SessionRegistry } from './sessions.js';
+import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
+import type { SessionGate } from './session-gate.js';
 
 export interface BrokerFilesOptions {
-  resolver: CallResolver;
-  sessions: SessionRegistry;
-  audit: AuditRecorder;
+  resolver: Pick<CallResolver, 'resolve'>;
+  /** Registers each file call as a call of its session and gets its sandbox. */
+  gate: Pick<SessionGate, 'run' | 'acquire'>;
+  /** Counts each file call as one in flight on its sandbox. */
+  lives: Pick<LiveSandboxes, 'enter' | 'leave'>;
+  audit: Pick<AuditRecorder, 'record'>;
   /** Throws once the broker is shutting down. */
-  assertOpen: () => void;
+  lifecycle: { assertOpen(): void };
   berthHome: string;
   /** `limits.stagingBytes`: what one tenant's exports may hold in staging at once. */
   stagingBytes: number;
@@ -93,23 +96,21 @@ export class BrokerFiles {
 
   /** Runs one file operation in the call's sandbox (kept busy meanwhile) and records it in the audit log. */
   private async fileCall<T>(scope: CallScopeInput, kind: 'upload' | 'read' | 'export' | 'media', text: string, run: (ctx: TransferContext) => Promise<T>): Promise<T> {
-    const { sessions } = this.opts;
-    this.opts.assertOpen();
+    const { gate, lives } = this.opts;
+    this.opts.lifecycle.assertOpen();
     const call = this.opts.resolver.resolve(scope);
     const started = Date.now();
     let failure: string | undefined = 'error';
     try {
-      return await sessions.run(call, async (sc) => {
-        const live = await sessions.acquire(call, sc);
-        live.inflight++;
-        live.lastActivityMs = Date.now();
+      return await gate.run(call, async (sc) => {
+        const live = await gate.acquire(call, sc);
+        lives.enter(live);
         try {
           const r = await run(this.transferContext(call, live));
           failure = undefined;
           return r;
         } finally {
-          live.inflight--;
-          live.lastActivityMs = Date.now();
+          lives.leave(live);
         }
       });
     } catch (err) {

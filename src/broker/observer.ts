@@ -1,4 +1,4 @@
-/** The kinds of call the broker records and observes. */
+/** The kinds of call a broker records and reports: a command, a job's start, a file call. */
 export type CallKind = 'exec' | 'job' | 'upload' | 'read' | 'export' | 'media';
 
 /** What one finished call looked like: never its command text, session or user. */

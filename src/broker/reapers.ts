@@ -1,12 +1,17 @@
 import type { Sandbox } from '../backends/backend.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import type { AuditRecorder } from './audit.js';
+import type { Engines } from './engines.js';
+import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
 import type { BrokerObserver } from './observer.js';
 import { ownerAlive } from './process-owner.js';
 import { claimAbandoned } from './sandbox-claim.js';
-import type { LiveSandbox, SandboxPool } from './sandbox-pool.js';
-import type { SessionRegistry } from './sessions.js';
-import type { StateStore } from './state-store.js';
+import type { SandboxMeasures } from './sandbox-measures.js';
+import type { SandboxRemoval } from './sandbox-removal.js';
+import type { SessionCloser } from './session-close.js';
+import type { SessionLinks } from './session-links.js';
+import type { SandboxTable } from './state/sandbox-table.js';
+import type { SessionTable } from './state/session-table.js';
 
 /** What a broker's reapers offer its users: the passes on demand, and a place for periodic work. */
 export interface BrokerReapers {
@@ -16,7 +21,7 @@ export interface BrokerReapers {
    * dirs. Returns the names of the sandboxes removed.
    */
   reapOrphans(): Promise<string[]>;
-  /** The disk checks of the periodic sweep, now (see `SandboxPool.enforceDiskLimits`); the keys of the sandboxes stopped. */
+  /** The disk checks of the periodic sweep, now (see `SandboxMeasures.enforceDiskLimits`); the keys of the sandboxes stopped. */
   enforceDiskLimits(): Promise<string[]>;
   /**
    * Runs `task` every `everyMs` until the returned function is called or the broker closes: never
@@ -29,16 +34,32 @@ export interface BrokerReapers {
   every(name: string, everyMs: number, task: () => Promise<void>): () => void;
 }
 
+/** What the idle reaper asks of the jobs: whether one still runs in a sandbox (then it stays). */
+export interface JobActivity {
+  activeIn(digest: string, sandbox: Sandbox): Promise<boolean>;
+}
+
+/** What the orphan reaper asks of the warm pool: its label, and whether it keeps one of its sandboxes. */
+export interface WarmKeeper {
+  readonly owner: string;
+  keeps(ref: string, shape: string): boolean;
+}
+
 export interface ReapersOptions {
-  store: StateStore;
   config: BerthConfig;
-  pool: SandboxPool;
-  sessions: SessionRegistry;
-  audit: AuditRecorder;
+  sandboxes: Pick<SandboxTable, 'list' | 'get' | 'delete'>;
+  sessions: Pick<SessionTable, 'ofSandbox' | 'sandboxCountOf'>;
+  lives: Pick<LiveSandboxes, 'get' | 'all'>;
+  engines: Pick<Engines, 'names' | 'listManaged' | 'reapIdleNetworks' | 'releaseIdleDisks' | 'reapIdleGroups'>;
+  removal: Pick<SandboxRemoval, 'remove' | 'removeManaged' | 'stopIdle'>;
+  closer: Pick<SessionCloser, 'closeRef'>;
+  links: Pick<SessionLinks, 'hasLiveSession'>;
+  measures: Pick<SandboxMeasures, 'enforceDiskLimits'>;
+  warm: WarmKeeper;
+  jobs: JobActivity;
+  audit: Pick<AuditRecorder, 'prune'>;
   /** Told of every sandbox a reaper removes (or stops, idle and persistent). */
-  observer: BrokerObserver;
-  /** Whether a job still runs in the sandbox (the idle reaper leaves it then). */
-  jobsActiveIn(digest: string, sandbox: Sandbox): Promise<boolean>;
+  observer: Pick<BrokerObserver, 'reaped'>;
   /** Run the orphan reaper at first engine use and periodically (and the periodic sweep at all). */
   reap: boolean;
   /** Set once the broker began to close: no pass starts after that, and one under way stops early. */
@@ -102,7 +123,7 @@ export class Reapers implements BrokerReapers {
   }
 
   enforceDiskLimits(): Promise<string[]> {
-    return this.opts.pool.enforceDiskLimits();
+    return this.opts.measures.enforceDiskLimits();
   }
 
   /** The first orphan pass, on the first engine a call uses (once per broker; waited for by every call that gets here). */
@@ -116,13 +137,13 @@ export class Reapers implements BrokerReapers {
   }
 
   async reapOrphans(only?: readonly string[]): Promise<string[]> {
-    const { store, pool, log } = this.opts;
+    const { sandboxes, lives, engines: engineParts, removal, warm, log } = this.opts;
     const removed: string[] = [];
-    const engines = await pool.engines(only);
+    const engines = await engineParts.names(only);
     for (const engine of engines) {
       let managed;
       try {
-        managed = await pool.listManaged(engine);
+        managed = await engineParts.listManaged(engine);
       } catch (e) {
         // One unreachable engine must not stop the reaper; the store-driven pass below still runs.
         log('berth:reaper', `list ${engine} sandboxes: ${String(e)}`);
@@ -132,13 +153,13 @@ export class Reapers implements BrokerReapers {
         let digest = m.digest;
         if (m.pool !== undefined) {
           // Asked before the store: a claim records its sandbox before the pool lets go of it.
-          if (m.pool.owner === pool.warmOwner && pool.warmKeeps(m.ref, m.pool.shape)) continue;
-          const claimed = store.listSandboxes().find((r) => r.backend === engine && r.ref === m.ref);
+          if (m.pool.owner === warm.owner && warm.keeps(m.ref, m.pool.shape)) continue;
+          const claimed = sandboxes.list().find((r) => r.backend === engine && r.ref === m.ref);
           if (claimed === undefined) {
             // Unclaimed: another live broker's pool is its own; one of a dead broker, or of a
             // shape this broker no longer keeps, goes.
-            if (m.pool.owner !== pool.warmOwner && ownerAlive(m.pool.owner)) continue;
-            await pool.removeManaged(engine, m.ref).catch((e) => log('berth:reaper', `remove ${m.name}: ${String(e)}`));
+            if (m.pool.owner !== warm.owner && ownerAlive(m.pool.owner)) continue;
+            await removal.removeManaged(engine, m.ref).catch((e) => log('berth:reaper', `remove ${m.name}: ${String(e)}`));
             removed.push(m.name);
             this.opts.observer.reaped({ reason: 'orphan', tenant: undefined, backend: engine });
             continue;
@@ -146,33 +167,33 @@ export class Reapers implements BrokerReapers {
           // Claimed: the identity's sandbox, known by the ref its record holds.
           digest = claimed.digest;
         }
-        const rec = store.getSandbox(digest);
+        const rec = sandboxes.get(digest);
         // A process that died while creating an ephemeral sandbox left a container and a claim with
         // no ref: both go. (A persistent one is adopted by the next call that claims it.)
         const abandoned = rec !== undefined && m.ephemeral && rec.ref === '' && claimAbandoned(rec, Date.now());
         if (rec === undefined || (rec.ref !== '' && rec.ref !== m.ref) || abandoned) {
-          if (pool.get(digest) !== undefined) continue;
-          await pool.removeManaged(engine, m.ref).catch((e) => log('berth:reaper', `remove ${m.name}: ${String(e)}`));
-          if (abandoned) store.deleteSandbox(digest);
+          if (lives.get(digest) !== undefined) continue;
+          await removal.removeManaged(engine, m.ref).catch((e) => log('berth:reaper', `remove ${m.name}: ${String(e)}`));
+          if (abandoned) sandboxes.delete(digest);
           removed.push(m.name);
           this.opts.observer.reaped({ reason: 'orphan', tenant: rec?.tenant, backend: engine });
         }
       }
     }
-    for (const rec of store.listSandboxes()) {
-      if (!rec.ephemeral || pool.get(rec.digest)?.inflight) continue;
+    for (const rec of sandboxes.list()) {
+      if (!rec.ephemeral || lives.get(rec.digest)?.inflight) continue;
       if (rec.ref === '' && !claimAbandoned(rec, Date.now())) continue; // being created right now
-      if (!this.opts.sessions.hasLiveSession(rec)) {
-        await pool.remove(rec).catch((e) => log('berth:reaper', `remove ${rec.key}: ${String(e)}`));
+      if (!this.opts.links.hasLiveSession(rec)) {
+        await removal.remove(rec).catch((e) => log('berth:reaper', `remove ${rec.key}: ${String(e)}`));
         removed.push(rec.name);
         this.opts.observer.reaped({ reason: 'orphan', tenant: rec.tenant, backend: rec.backend });
       }
     }
     // Last, so the networks and mounts of the sandboxes just removed go too.
     for (const engine of engines) {
-      await pool.reapIdleNetworks(engine).catch((e) => log('berth:reaper', `reap ${engine} networks: ${String(e)}`));
-      await pool.releaseIdleDisks(engine).catch((e) => log('berth:reaper', `release ${engine} disks: ${String(e)}`));
-      await pool.reapIdleGroups(engine).catch((e) => log('berth:reaper', `reap ${engine} process groups: ${String(e)}`));
+      await engineParts.reapIdleNetworks(engine).catch((e) => log('berth:reaper', `reap ${engine} networks: ${String(e)}`));
+      await engineParts.releaseIdleDisks(engine).catch((e) => log('berth:reaper', `release ${engine} disks: ${String(e)}`));
+      await engineParts.reapIdleGroups(engine).catch((e) => log('berth:reaper', `reap ${engine} process groups: ${String(e)}`));
     }
     return removed;
   }
@@ -188,9 +209,9 @@ export class Reapers implements BrokerReapers {
   }
 
   private async sweepOnce(): Promise<void> {
-    const { store, pool, sessions, shutdown, log } = this.opts;
-    await pool.enforceDiskLimits().catch((e: unknown) => log('berth:reaper', `disk check failed: ${String(e)}`));
-    for (const live of pool.all()) {
+    const { sessions, lives, removal, closer, measures, shutdown, log } = this.opts;
+    await measures.enforceDiskLimits().catch((e: unknown) => log('berth:reaper', `disk check failed: ${String(e)}`));
+    for (const live of lives.all()) {
       if (shutdown.aborted) return;
       const now = Date.now();
       if (!(await this.isIdle(live, now)) || shutdown.aborted) continue;
@@ -199,15 +220,15 @@ export class Reapers implements BrokerReapers {
       if (live.record.ephemeral) {
         // Only this sandbox goes; a session is closed only once it has no other sandbox left,
         // so an idle sandbox never takes a busy one of the same session with it.
-        const open = store.sessionsOf(live.digest).filter((x) => x.closedMs === null);
-        await pool.remove(live.record).catch((e) => log('berth:reaper', `remove ${live.record.key}: ${String(e)}`));
+        const open = sessions.ofSandbox(live.digest).filter((x) => x.closedMs === null);
+        await removal.remove(live.record).catch((e) => log('berth:reaper', `remove ${live.record.key}: ${String(e)}`));
         for (const x of open) {
-          if (!shutdown.aborted && store.sandboxCountOf(x.tenant, x.profile, x.session) === 0) {
-            await sessions.closeRef(x.tenant, x.profile, x.session).catch(() => undefined);
+          if (!shutdown.aborted && sessions.sandboxCountOf(x.tenant, x.profile, x.session) === 0) {
+            await closer.closeRef(x.tenant, x.profile, x.session).catch(() => undefined);
           }
         }
       } else {
-        await pool.stopIdle(live);
+        await removal.stopIdle(live);
       }
     }
     if (shutdown.aborted) return;
@@ -223,7 +244,7 @@ export class Reapers implements BrokerReapers {
    */
   private async isIdle(live: LiveSandbox, now: number): Promise<boolean> {
     if (live.inflight > 0 || now - live.lastActivityMs < live.idleMs) return false;
-    if ((await live.shells.busy()) || (await this.opts.jobsActiveIn(live.digest, live.sandbox).catch(() => true))) {
+    if ((await live.shells.busy()) || (await this.opts.jobs.activeIn(live.digest, live.sandbox).catch(() => true))) {
       live.lastActivityMs = Math.max(live.lastActivityMs, now);
       return false;
     }

@@ -12,7 +12,8 @@ import { wouldCreateCycle } from '../scope/aliases.js';
 import type { AttachedWorkspace, CallScope } from '../scope/call-scope.js';
 import { identityDigest, sandboxDirName, sandboxIdentity, shellIdentity } from '../scope/naming.js';
 import { resolveSandboxKey } from '../scope/sandbox-key.js';
-import type { StateStore } from './state-store.js';
+import type { ScopeRecords } from './state/scope-records.js';
+import type { StateStore } from './state/state-store.js';
 import { overrideIsolates, TaskOverrideSchema, type TaskOverride } from './task-override.js';
 
 export type { Isolation } from '../config/backend-traits.js';
@@ -70,7 +71,8 @@ export interface ResolvedCall {
 
 export interface ResolveContext {
   config: BerthConfig;
-  store: StateStore;
+  /** The installation (its id keys sandboxes) and what it remembers of scopes. */
+  store: Pick<StateStore, 'installationId' | 'scopes'>;
   berthHome: string;
   homeDir: string;
   dockerSockets: string[];
@@ -129,21 +131,21 @@ function unusedWorkspace(backend: string, workspace: AttachedWorkspace | undefin
   return { mount: null, mountReason: `backend "${backend}" neither mounts host dirs nor runs on this host, so ${what} is not used`, startDir: undefined };
 }
 
-export function readTaskOverride(store: StateStore, scope: CallScope): TaskOverride | undefined {
+export function readTaskOverride(scopes: Pick<ScopeRecords, 'taskOverride'>, scope: CallScope): TaskOverride | undefined {
   if (scope.task === undefined) return undefined;
-  const raw = store.getTaskOverride(scope.tenant, scope.profile, scope.task);
+  const raw = scopes.taskOverride(scope.tenant, scope.profile, scope.task);
   return raw === undefined ? undefined : TaskOverrideSchema.parse(raw);
 }
 
 /** Registers `task -> parentTask` (the `--parent` flag); refuses an alias that would close a cycle. */
-export function registerAlias(store: StateStore, scope: CallScope): void {
+export function registerAlias(scopes: Pick<ScopeRecords, 'aliasParent' | 'putAlias'>, scope: CallScope): void {
   if (scope.task === undefined || scope.parentTask === undefined) return;
-  const parentOf = (child: string) => store.getAliasParent(scope.tenant, scope.profile, child);
+  const parentOf = (child: string) => scopes.aliasParent(scope.tenant, scope.profile, child);
   if (parentOf(scope.task) === scope.parentTask) return;
   if (scope.task === scope.parentTask || wouldCreateCycle(scope.task, scope.parentTask, parentOf)) {
     throw new UsageError(`task "${scope.task}" cannot be a subagent of "${scope.parentTask}": that alias would close a cycle; pick the real parent task`);
   }
-  store.putAlias(scope.tenant, scope.profile, scope.task, scope.parentTask, scope.session ?? null);
+  scopes.putAlias(scope.tenant, scope.profile, scope.task, scope.parentTask, scope.session ?? null);
 }
 
 export function sessionRefOf(scope: CallScope): string {
@@ -160,11 +162,11 @@ export function sessionRefOf(scope: CallScope): string {
 export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withCwd: boolean } = { withCwd: true }): ResolvedCall {
   const { config, store } = ctx;
   const base = settingsFor(config, scope.profile);
-  const override = readTaskOverride(store, scope);
+  const override = readTaskOverride(store.scopes, scope);
   const settings = override?.backend !== undefined || override?.image !== undefined ? overriddenSettings(config, base, scope, override) : base;
   const module = config.backends.module(settings.backend);
   const traits = module.traits;
-  const parentOf = (child: string) => store.getAliasParent(scope.tenant, scope.profile, child);
+  const parentOf = (child: string) => store.scopes.aliasParent(scope.tenant, scope.profile, child);
   const keyed = resolveSandboxKey({
     scope, settings, containerKeying: traits.containerKeying, multiProfile: config.multiProfile, parentOf, taskOverrideIsolates: overrideIsolates(override),
   });
@@ -206,7 +208,7 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
       backend: settings.backend, isolation: traits.isolation, ...(note === undefined ? {} : { note }), ...(host === undefined ? {} : { host }), kill, tenant: scope.tenant, profile: scope.profile, sandboxKey: keyed.key, rule: keyed.rule,
       persistent: !keyed.ephemeral, mount: mount.mount, mountReason: mount.mountReason,
       // Only a new shell needs the start cwd; exec asks for it then (startCwd), explain always.
-      cwd: opts.withCwd ? startCwd(store, { scope, settings, traits, spec, shell, isSubagent, defaultCwd }) : '',
+      cwd: opts.withCwd ? startCwd(store.scopes, { scope, settings, traits, spec, shell, isSubagent, defaultCwd }) : '',
       envNames: grants.names, envMissing: [...grants.missing, ...grants.withheld].sort(),
     },
     scope, settings, traits, spec, shared: keyed.shared, shell, isSubagent, sessionRef: sessionRefOf(scope), defaultCwd,
@@ -214,15 +216,18 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   };
 }
 
+/** The records a start cwd is read from: each shell identity's cwd, and each subagent task's parent. */
+export type CwdLookup = Pick<ScopeRecords, 'getCwd' | 'aliasParent'>;
+
 /**
  * Where a new shell for this call starts: the shell identity's recorded cwd (a subagent without
  * one inherits its parent's), mapped or discarded for containers, else the sandbox default.
  */
 export function startCwd(
-  store: StateStore,
+  scopes: CwdLookup,
   call: Pick<ResolvedCall, 'scope' | 'settings' | 'traits' | 'spec' | 'shell' | 'isSubagent' | 'defaultCwd'>,
 ): string {
-  const record = store.getCwd(call.shell.digest) ?? inheritedCwd(store, call.scope, call.isSubagent);
+  const record = scopes.getCwd(call.shell.digest) ?? inheritedCwd(scopes, call.scope, call.isSubagent);
   const recorded = record === undefined ? undefined : { path: record.cwd, backend: record.backend };
   return resolveStartCwd({
     recorded, backendName: call.settings.backend, containerBackend: call.traits.mountsHostDirs,
@@ -231,14 +236,14 @@ export function startCwd(
 }
 
 /** A subagent's shell starts in its parent's recorded cwd (the parent task's, else the session's). */
-function inheritedCwd(store: StateStore, scope: CallScope, isSubagent: boolean): { cwd: string; backend: string } | undefined {
+function inheritedCwd(scopes: CwdLookup, scope: CallScope, isSubagent: boolean): { cwd: string; backend: string } | undefined {
   if (!isSubagent || scope.task === undefined) return undefined;
-  const parent = store.getAliasParent(scope.tenant, scope.profile, scope.task);
+  const parent = scopes.aliasParent(scope.tenant, scope.profile, scope.task);
   if (parent === undefined || parent === '') return undefined;
-  const parentIsSubagent = store.getAliasParent(scope.tenant, scope.profile, parent) !== undefined;
+  const parentIsSubagent = scopes.aliasParent(scope.tenant, scope.profile, parent) !== undefined;
   const parentShell = shellIdentity({ ...scope, task: parent, parentTask: undefined }, parentIsSubagent);
-  const own = store.getCwd(parentShell.digest);
+  const own = scopes.getCwd(parentShell.digest);
   if (own !== undefined) return own;
   if (scope.session === undefined) return undefined;
-  return store.getCwd(shellIdentity({ ...scope, task: undefined, parentTask: undefined }, false).digest);
+  return scopes.getCwd(shellIdentity({ ...scope, task: undefined, parentTask: undefined }, false).digest);
 }

@@ -2,7 +2,7 @@ import type { SandboxReservation } from '../backends/module.js';
 import { BerthError, TimeoutError } from '../errors.js';
 import { ownerAlive } from './process-owner.js';
 import type { ResolvedCall } from './resolve-call.js';
-import type { SandboxRecord, StateStore, TenantQuota, TenantUsage } from './state-store.js';
+import type { SandboxRecord, SandboxTable, TenantQuota, TenantUsage } from './state/sandbox-table.js';
 
 /** How long a process waits for another one creating the same sandbox, and when its claim is stale. */
 const CLAIM_WAIT_MS = 90_000;
@@ -16,7 +16,7 @@ const CLAIM_STALE_MS = 60_000;
  * tenant's `quota` with what it `reserves`; past the quota nothing is created (`tenant_limit`).
  */
 export async function claimOrAwait(
-  store: StateStore, processToken: string, call: ResolvedCall, backend: string, known: SandboxRecord | undefined,
+  sandboxes: Pick<SandboxTable, 'claim' | 'tenantUsage' | 'takeOverClaim' | 'get'>, processToken: string, call: ResolvedCall, backend: string, known: SandboxRecord | undefined,
   limits?: { quota: TenantQuota; reserves: SandboxReservation },
 ): Promise<{ record: SandboxRecord; mine: boolean }> {
   const deadline = Date.now() + CLAIM_WAIT_MS;
@@ -30,21 +30,21 @@ export async function claimOrAwait(
         hostDir: null, mount: call.spec.mount, createdMs: now, lastUsedMs: now, claimOwner: processToken,
         memoryMb: limits?.reserves.memoryMb ?? null, diskMb: limits?.reserves.diskMb ?? null,
       };
-      const claimed = store.claimSandbox(fresh, limits?.quota);
+      const claimed = sandboxes.claim(fresh, limits?.quota);
       if (claimed === 'claimed') return { record: fresh, mine: true };
       if (claimed === 'over' && limits !== undefined) {
-        throw overQuota(call, limits.quota, limits.reserves, store.tenantUsage(call.scope.tenant).get(call.scope.tenant));
+        throw overQuota(call, limits.quota, limits.reserves, sandboxes.tenantUsage(call.scope.tenant).get(call.scope.tenant));
       }
     } else if (rec.ref !== '') {
       return { record: rec, mine: false };
-    } else if (claimAbandoned(rec, now) && store.takeOverClaim(rec.digest, rec.createdMs, now, processToken)) {
+    } else if (claimAbandoned(rec, now) && sandboxes.takeOverClaim(rec.digest, rec.createdMs, now, processToken)) {
       return { record: { ...rec, createdMs: now, claimOwner: processToken }, mine: true };
     } else if (now > deadline) {
       throw new TimeoutError(`sandbox "${call.binding.sandboxKey}" is being created by another berth process and has no container after ${CLAIM_WAIT_MS / 1000} s; retry, or check that process`);
     } else {
       await new Promise((r) => setTimeout(r, 25));
     }
-    rec = store.getSandbox(call.spec.digest);
+    rec = sandboxes.get(call.spec.digest);
   }
 }
 

@@ -2,9 +2,10 @@ import type { CallScopeInput } from '../scope/call-scope.js';
 import type { BrokerExecResult, ExecOptions } from './broker-types.js';
 import type { BrokerFiles } from './file-calls.js';
 import type { BrokerJobs } from './job-calls.js';
-import type { JobReadResult, JobSummary } from './jobs.js';
+import type { JobReadResult } from './job-reader.js';
+import type { JobSummary } from './job-runner.js';
 import type { Binding } from './resolve-call.js';
-import type { CloseResult } from './sessions.js';
+import type { CloseResult } from './session-close.js';
 
 /** What a session handle needs of its broker. */
 export interface SessionHost {

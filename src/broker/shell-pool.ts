@@ -4,9 +4,9 @@ import type { Logger } from '../logging/logger.js';
 import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
 import { wardenFor, type Warden } from '../shell/warden.js';
-import { startCwd, type ResolvedCall } from './resolve-call.js';
+import { startCwd, type CwdLookup, type ResolvedCall } from './resolve-call.js';
 import type { StartGate } from './start-gate.js';
-import type { StateStore } from './state-store.js';
+import type { ScopeRecords } from './state/scope-records.js';
 import { withSessionEnv } from './preattached-shell.js';
 
 /** A CLI process starts a sandbox's warden once a command has run this long. */
@@ -102,7 +102,8 @@ export class SandboxShells {
 }
 
 export interface ShellPoolOptions {
-  store: StateStore;
+  /** Where each shell identity's commands left it, read when a shell starts and written after each command. */
+  scopes: CwdLookup & Pick<ScopeRecords, 'putCwd'>;
   /** This process holds its sessions (a library or server): it lives long, so wardens start early. */
   longLived: boolean;
   /** Where shells keep the full output of a command over `exec.maxOutputChars`; undefined: nowhere. */
@@ -134,7 +135,7 @@ export class ShellPool {
       stateDir: sandbox.stateDir,
       shellId: call.shell.fileStem,
       defaultCwd: call.defaultCwd,
-      initialCwd: startCwd(this.opts.store, call),
+      initialCwd: startCwd(this.opts.scopes, call),
       secretNames: call.secretNames,
       spillDir: this.opts.spillDir,
       maxOutputChars: call.settings.exec.maxOutputChars,
@@ -161,7 +162,7 @@ export class ShellPool {
    */
   recordCwd(call: ResolvedCall, ls: LiveShell, r: ExecResult): void {
     if (r.cwd === '' || r.cwd === ls.recordedCwd) return;
-    this.opts.store.putCwd(call.shell.digest, {
+    this.opts.scopes.putCwd(call.shell.digest, {
       tenant: call.scope.tenant, profile: call.scope.profile, session: call.scope.session ?? null, cwd: r.cwd, backend: call.settings.backend,
     }, Date.now());
     ls.recordedCwd = r.cwd;

@@ -1,7 +1,7 @@
 import { statfsSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import type { TenantLimits } from '../config/types.js';
-import type { TenantQuota } from './state-store.js';
+import type { TenantQuota } from './state/sandbox-table.js';
 
 const MIB = 1024 * 1024;
 

@@ -1,10 +1,4 @@
 import { createHash, randomBytes } from 'node:crypto';
-
-/**
- * Per-tenant pools of one shape a broker keeps at most: each holds `warmPool.size` started
- * sandboxes, so a stream of new tenants must not grow them without end.
- */
-const MAX_TENANT_POOLS = 16;
 import { shellsDirOf } from '../shell/persistent-shell.js';
 import { shellsDirCommand } from '../shell/protocol.js';
 import type { Backend, PoolShape, Sandbox, SandboxSpec } from '../backends/backend.js';
@@ -16,6 +10,12 @@ import type { Logger } from '../logging/logger.js';
 import { wardenFor, type Warden } from '../shell/warden.js';
 import { ownerToken } from './process-owner.js';
 import type { StartGate } from './start-gate.js';
+
+/**
+ * Per-tenant pools of one shape a broker keeps at most: each holds `warmPool.size` started
+ * sandboxes, so a stream of new tenants must not grow them without end.
+ */
+const MAX_TENANT_POOLS = 16;
 
 /**
  * A refill after a claim waits this long: making a sandbox takes the CPU (bwrap's namespaces, the
@@ -69,16 +69,14 @@ export interface WarmPoolView {
 
 export interface WarmPoolOptions {
   config: BerthConfig;
-  /** The backend of a name (the sandbox pool's registry: one instance per broker). */
-  backend(name: string): Promise<Backend>;
+  /** The broker's backends, by name (one instance per broker). */
+  backends: { get(name: string): Promise<Backend> };
   /** Fills run through it behind every foreground start (`runBackground`). */
   gate: StartGate;
   /** Whether this broker keeps pools (a long-lived one); otherwise every call takes the usual path. */
   fill: boolean;
-  /** What the backend's processes of a sandbox may all be ended by the warden (containers). */
-  mayKillAll(backend: string): boolean;
   /** Told of each claim: served from a pool (hit) or not (miss: empty, or the claim failed). */
-  claimed(o: { backend: string; hit: boolean }): void;
+  observer: { poolClaimed(o: { backend: string; hit: boolean }): void };
   log: Logger;
 }
 
@@ -117,7 +115,7 @@ export class WarmPool {
     if (!this.opts.fill) return [];
     const engines = new Set<string>();
     for (const [profile, settings] of this.profiles()) {
-      const backend = await this.opts.backend(settings.backend);
+      const backend = await this.opts.backends.get(settings.backend);
       const section = sectionOf(this.opts.config.backends.module(settings.backend), settings);
       const shape = this.shapeOf(profile, section, backend);
       this.configured.add(`${backend.name}\0${shape.digest}`);
@@ -143,20 +141,20 @@ export class WarmPool {
     const entry = this.takeLive(pool);
     this.refill(pool, REFILL_AFTER_CLAIM_MS);
     if (entry === undefined) {
-      this.opts.claimed({ backend: backend.name, hit: false });
+      this.opts.observer.poolClaimed({ backend: backend.name, hit: false });
       return undefined;
     }
     const ref = entry.sandbox.ref;
     this.claiming.add(ref);
     try {
       const sandbox = await backend.warm.claim(entry.sandbox, spec);
-      this.opts.claimed({ backend: backend.name, hit: true });
+      this.opts.observer.poolClaimed({ backend: backend.name, hit: true });
       return { sandbox, warden: entry.warden, shell: entry.shell, recorded: () => this.claiming.delete(ref) };
     } catch (err) {
       this.claiming.delete(ref);
       this.opts.log.with({ ref }).debug(`warm-pool claim failed, creating one instead: ${String(err)}`);
       await this.discard(pool.backend, entry);
-      this.opts.claimed({ backend: backend.name, hit: false });
+      this.opts.observer.poolClaimed({ backend: backend.name, hit: false });
       return undefined;
     }
   }
@@ -278,7 +276,9 @@ export class WarmPool {
       this.opts.log.debug(`warm pool ${pool.shape.digest.slice(0, 12)}: could not prepare a sandbox: ${String(err)}`);
       return undefined;
     }
-    const warden = wardenFor(sandbox, { mayKillAll: this.opts.mayKillAll(backend.name), log: this.opts.log.with({ ref: sandbox.ref }) });
+    // The warden may end every process of a sandbox whose backend owns its process table (a container).
+    const mayKillAll = this.opts.config.backends.traits(backend.name).ownsProcessTable;
+    const warden = wardenFor(sandbox, { mayKillAll, log: this.opts.log.with({ ref: sandbox.ref }) });
     await warden.start();
     const shell = await sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }).catch(() => undefined);
     // The shells' state dir is made now, by the bash that will be the session's (as its user):

@@ -219,7 +219,7 @@ export async function readTar(
   source: Readable | AsyncIterable<Buffer>,
   onEntry: (h: TarHeader) => Promise<TarEntrySink | undefined> | TarEntrySink | undefined,
 ): Promise<number> {
-  // Archives without the ustar magic (old v7 tar) are read too, as before tar-stream.
+  // Archives without the ustar magic (v7 tar) are read too: tar-stream refuses them by default.
   // (tar-stream reads the option; its type definitions predate it.)
   const ex = extract({ allowUnknownFormat: true } as Parameters<typeof extract>[0]);
   let bytes = 0;

@@ -4,7 +4,7 @@ import { dirname, join, posix, sep } from 'node:path';
 import { Readable } from 'node:stream';
 import type { Sandbox } from '../backends/backend.js';
 import { BerthError, PolicyRefusedError, UsageError } from '../errors.js';
-import { ByteRedactor } from '../shell/output-capture.js';
+import { ByteRedactor } from '../kit/redaction.js';
 import { FileTooLargeError, PathNotFoundError } from './errors.js';
 import { resolveInSandbox, type ResolvedPath } from './resolve-in-sandbox.js';
 import { assertSandboxPath, cleanEntryName, normalizeSandboxPath, sandboxPathRefusal, type SandboxPathPolicy } from './sandbox-path.js';

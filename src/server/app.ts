@@ -11,7 +11,7 @@ import type { Caller } from './caller.js';
 import { apiHandlers } from './handlers.js';
 import { errorBody, HttpError, isRefusal, toHttpError } from './http-error.js';
 import { pathOf } from './request.js';
-import { honoPath, readInput, type RouteSpec } from './route-spec.js';
+import { holdsCallSlot, honoPath, readInput, type RouteSpec } from './route-spec.js';
 import { openApiDocument, ROUTES, type RouteId } from './routes.js';
 import type { MetricsEdge } from './metrics.js';
 import type { OverviewStreams } from './overview-stream.js';
@@ -138,15 +138,9 @@ export function createApp(deps: AppDeps): ApiApp {
     return answer.bytes(c, e.status, errorBody(e), { ...JSON_HEADERS, ...e.headers });
   };
 
-  /**
-   * A call holds one of its tenant's `limits.concurrentCalls` slots until its handler settled and
-   * its response closed: a client that hangs up does not free the slot of work still running for
-   * it, and an MCP answer sent after the handler returned is covered. An MCP client's GET /mcp is
-   * its standing notification stream for the whole MCP session, not a call; so is a dashboard's
-   * overview stream (bounded per tenant by its own limit).
-   */
+  /** Runs `work` holding one of the tenant's call slots when the route says its requests hold one (`RouteSpec.callSlot`). */
   const limited = async (spec: RouteSpec, c: ApiContext, work: () => Promise<Response>): Promise<Response> => {
-    if ((spec === ROUTES.mcp && c.env.incoming.method === 'GET') || spec === ROUTES.overviewStream) return work();
+    if (!holdsCallSlot(spec, c.env.incoming.method ?? '')) return work();
     const release = limiter.enterCall(c.get('caller').tenant);
     const res = c.env.outgoing;
     const closed = new Promise<void>((resolve) => (res.closed ? resolve() : res.once('close', () => resolve())));
@@ -204,7 +198,7 @@ export function createApp(deps: AppDeps): ApiApp {
     else {
       const serve = authenticated(spec, handler);
       app.on(method, path, async (c) => serve(c, c.req.param()));
-      // `/mcp` (every method) is served directly for the methods it documents; any other goes to Hono as before.
+      // `/mcp` (every method) is served directly for the methods it documents; any other goes to Hono.
       const methods = spec.method === 'all' ? (spec.methods ?? []).map((m) => m.toUpperCase()) : [method];
       if (spec.params === undefined) for (const m of methods) direct.set(`${m} ${path}`, serve);
     }

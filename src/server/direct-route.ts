@@ -6,7 +6,7 @@ import type { Caller } from './caller.js';
 /**
  * A request served without Hono and its Node adapter: the context its handler sees. Hono's
  * context, the web `Request` the adapter builds, its routing and middleware chain and its close
- * listener cost ~40-50 µs of every call (issue 12); an authenticated route with a fixed path runs
+ * listener cost ~40-50 µs of every call; an authenticated route with a fixed path runs
  * the same pipeline (`createApp`) on this instead.
  */
 export class DirectContext implements ApiContext {
@@ -29,7 +29,7 @@ export class DirectContext implements ApiContext {
 // The Node adapter's own test (@hono/node-server, src/url.ts) for a request it takes without
 // parsing its URL: a lower-case host name with an optional port, a target of plain characters
 // without `.` or `..` segments. Such a request it cannot refuse; any other one may be refused
-// (400: backslash, bad Host), so it still goes through the adapter and is answered as before.
+// (400: backslash, bad Host), so it still goes through the adapter and is answered by it.
 const PLAIN_HOST = /^[a-z0-9._-]+(?::(?:[1-5]\d{3,4}|[6-9]\d{3}))?$/;
 const PLAIN_TARGET = /^\/[!#$&-;=?-[\]_a-z~]*$/;
 const DOT_SEGMENT = /\/\.\.?(?:[/?#]|$)/;

@@ -53,7 +53,7 @@ function wantsStream(c: ApiContext): boolean {
  * killed as on a timeout, exit code 130 in the audit), so it neither runs on unseen nor holds the
  * session's next call. One signal per connection, not per request: an HTTP/1.1 client can only
  * give up on a request by closing its connection, a closed connection answers nothing more, and
- * a new AbortController plus a listener per request cost ~30 µs of every exec (issue 12). A
+ * a new AbortController plus a listener per request cost ~30 µs of every exec. A
  * command that already ended has let go of the signal, so a later close touches nothing of it.
  */
 function connectionSignals(): (c: ApiContext) => AbortSignal {

@@ -1,12 +1,12 @@
 import type { Broker } from '../broker/broker.js';
-import type { TenantJob } from '../broker/jobs.js';
-import type { AuditEntry } from '../broker/state-store.js';
+import type { TenantJob } from '../broker/job-runner.js';
+import type { AuditEntry } from '../broker/state/audit-table.js';
 import { cpuPercent, type SandboxUsage } from '../broker/sandbox-usage.js';
 import type { Caller } from './caller.js';
 import type { CallHistory, HistoryPoint } from './call-history.js';
 import { remoteSandbox, type RemoteSandbox } from './remote-view.js';
 import type { SandboxInfo } from '../broker/broker.js';
-import type { SandboxState } from '../broker/sandbox-pool.js';
+import type { SandboxState } from '../broker/sandbox-measures.js';
 
 /** Calls and jobs one update carries (the newest). */
 export const RECENT_CALLS = 50;

@@ -1,32 +1,17 @@
 import type { IncomingMessage } from 'node:http';
+import { readBody } from '../kit/body-reader.js';
 import { HttpError } from './http-error.js';
 
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 
 /**
- * Reads a request body up to `limitBytes`: the body limit of every JSON route. A declared length
- * over the cap is refused before a byte is read; a stream that grows past it is drained (not
- * destroyed, which would take the response's socket with it) and refused.
+ * The body of a JSON route's request, up to `limitBytes` (see `readBody`), or the HTTP error that
+ * answers it: 413 over the limit, 400 when the client went away mid-body.
  */
-export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
-  const declared = req.headers['content-length'];
-  if (declared !== undefined && Number(declared) > limitBytes) {
-    req.resume();
-    return Promise.reject(tooLarge(limitBytes));
-  }
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on('data', (chunk: Buffer) => {
-      size += chunk.length;
-      if (size <= limitBytes) chunks.push(chunk);
-    });
-    req.once('error', () => reject(new HttpError('bad_request', 'the request body could not be read')));
-    req.once('end', () => {
-      if (size > limitBytes) reject(tooLarge(limitBytes));
-      else resolve(chunks.length === 1 ? chunks[0] as Buffer : Buffer.concat(chunks, size));
-    });
-  });
+export async function bodyOf(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
+  const body = await readBody(req, limitBytes);
+  if (body.ok) return body.bytes;
+  throw body.reason === 'too_large' ? tooLarge(limitBytes) : new HttpError('bad_request', 'the request body could not be read');
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { RouteConfig } from '@hono/zod-openapi';
 import type { z } from 'zod';
-import { parseJsonBody, parseQuery, readBody, searchOf } from './request.js';
+import { bodyOf, parseJsonBody, parseQuery, searchOf } from './request.js';
 import { parseInput } from './schemas.js';
 
 /** Largest JSON body (a command, a scope). Uploads (`PUT /v1/files`) are streamed, capped by `files.maxBytes`. */
@@ -25,6 +25,14 @@ export interface RouteSpec<P extends Fields = Fields, Q extends Fields = Fields,
   public?: true;
   /** Answered to a metrics token only (`berth token create --metrics`); a tenant token gets 403. */
   metricsOnly?: true;
+  /**
+   * Whether a request holds one of its tenant's `limits.concurrentCalls` slots until its handler
+   * settled and its answer closed (a client that hangs up does not free the slot of work still
+   * running for it): `true` for a call; `false` for what is none (a public or metrics route, a
+   * standing stream bounded by a limit of its own); for `all`, the methods that hold one.
+   * Required: a new route says which it is.
+   */
+  callSlot: boolean | readonly HttpMethod[];
   params?: P;
   /** Checked against the query string, parsed strictly (`parseQuery`). */
   query?: Q;
@@ -52,6 +60,11 @@ export interface RouteInput<S> {
   body: S extends RouteSpec<Fields, Fields, infer B> ? Out<B> : never;
 }
 
+/** Whether a request of `method` (`GET`, `post`, ...) on this route holds a call slot (see `RouteSpec.callSlot`). */
+export function holdsCallSlot(spec: RouteSpec, method: string): boolean {
+  return typeof spec.callSlot === 'boolean' ? spec.callSlot : spec.callSlot.includes(method.toLowerCase() as HttpMethod);
+}
+
 /** Hono's spelling of a path: `/v1/jobs/:id`. */
 export function honoPath(path: string): string {
   return path.replace(/\{(\w+)\}/g, ':$1');
@@ -65,7 +78,7 @@ export async function readInput<S extends RouteSpec>(spec: S, req: IncomingMessa
   const input = {
     params: spec.params === undefined ? undefined : parseInput(spec.params, params, 'path'),
     query: spec.query === undefined ? undefined : parseInput(spec.query, parseQuery(searchOf(req.url ?? '')), 'query'),
-    body: spec.body === undefined ? undefined : parseInput(spec.body, parseJsonBody(req, await readBody(req, MAX_JSON_BYTES)), 'body'),
+    body: spec.body === undefined ? undefined : parseInput(spec.body, parseJsonBody(req, await bodyOf(req, MAX_JSON_BYTES)), 'body'),
   };
   return input as RouteInput<S>;
 }

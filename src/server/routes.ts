@@ -36,34 +36,34 @@ const sse: Responses[string] = {
 
 export const ROUTES = {
   page: routeSpec({
-    method: 'get', path: '/', public: true,
+    method: 'get', path: '/', public: true, callSlot: false,
     doc: { summary: 'Dashboard (HTML; its data is fetched with the bearer token)', responses: { 200: { description: 'HTML page', content: { 'text/html': { schema: { type: 'string' } } } } } },
   }),
   health: routeSpec({
-    method: 'get', path: '/v1/health', public: true,
+    method: 'get', path: '/v1/health', public: true, callSlot: false,
     doc: { summary: 'Liveness', responses: { 200: json('alive', Health) } },
   }),
   openapi: routeSpec({
-    method: 'get', path: '/v1/openapi.json', public: true,
+    method: 'get', path: '/v1/openapi.json', public: true, callSlot: false,
     doc: { summary: 'This document', responses: { 200: { description: 'OpenAPI 3.1 document', content: { 'application/json': { schema: { type: 'object' } } } } } },
   }),
   metrics: routeSpec({
-    method: 'get', path: '/metrics', query: EmptyQuery, metricsOnly: true,
+    method: 'get', path: '/metrics', query: EmptyQuery, metricsOnly: true, callSlot: false,
     doc: {
       summary: 'Prometheus metrics of this server and its installation (a metrics token only: berth token create --metrics; a tenant token is 403)',
       responses: { 200: { description: 'Prometheus text exposition format 0.0.4', content: { 'text/plain': { schema: { type: 'string' } } } }, ...errors },
     },
   }),
   whoami: routeSpec({
-    method: 'get', path: '/v1/whoami', query: EmptyQuery,
+    method: 'get', path: '/v1/whoami', query: EmptyQuery, callSlot: true,
     doc: { summary: 'The tenant of the token and the profiles it may use', responses: { 200: json('tenant and profiles', Whoami), ...errors } },
   }),
   explain: routeSpec({
-    method: 'post', path: '/v1/explain', body: ScopeBody,
+    method: 'post', path: '/v1/explain', body: ScopeBody, callSlot: true,
     doc: { summary: 'The binding of a call scope (pure policy: no engine contacted)', responses: { 200: json('binding', Binding), ...errors } },
   }),
   exec: routeSpec({
-    method: 'post', path: '/v1/exec', body: ExecBody,
+    method: 'post', path: '/v1/exec', body: ExecBody, callSlot: true,
     doc: {
       summary: 'Run one command in the session\'s sandbox (blocking; with `Accept: text/event-stream`, streamed as in /v1/exec/stream)',
       responses: {
@@ -73,25 +73,26 @@ export const ROUTES = {
     },
   }),
   execStream: routeSpec({
-    method: 'post', path: '/v1/exec/stream', body: ExecBody,
+    method: 'post', path: '/v1/exec/stream', body: ExecBody, callSlot: true,
     doc: { summary: 'Run one command, streaming its output over SSE', responses: { 200: sse, ...errors } },
   }),
   closeSession: routeSpec({
-    method: 'post', path: '/v1/sessions/close', body: ScopeBody,
+    method: 'post', path: '/v1/sessions/close', body: ScopeBody, callSlot: true,
     doc: {
       summary: 'Close a session: removes its ephemeral sandboxes no other open session uses, keeps persistent ones',
       responses: { 200: json('what was removed and kept', Closed), ...errors },
     },
   }),
   sandboxes: routeSpec({
-    method: 'get', path: '/v1/sandboxes', query: EmptyQuery,
+    method: 'get', path: '/v1/sandboxes', query: EmptyQuery, callSlot: true,
     doc: {
       summary: 'The tenant\'s sandboxes of the token\'s profiles (and shared:* ones, which belong to no profile), with their state',
       responses: { 200: json('sandboxes', Sandbox.array()), ...errors },
     },
   }),
+  // A standing stream, not a call: a tenant holds a few at most (MAX_STREAMS_PER_TENANT).
   overviewStream: routeSpec({
-    method: 'get', path: '/v1/overview/stream', query: EmptyQuery,
+    method: 'get', path: '/v1/overview/stream', query: EmptyQuery, callSlot: false,
     doc: {
       summary: 'The dashboard\'s live view over SSE: the tenant\'s sandboxes of the token\'s profiles with their resource use, its jobs, latest calls and last hour',
       responses: {
@@ -106,36 +107,36 @@ export const ROUTES = {
     },
   }),
   audit: routeSpec({
-    method: 'get', path: '/v1/audit', query: AuditQuery,
+    method: 'get', path: '/v1/audit', query: AuditQuery, callSlot: true,
     doc: { summary: 'The tenant\'s audit log for the token\'s profiles, newest first', responses: { 200: json('entries', AuditEntry.array()), ...errors } },
   }),
   startJob: routeSpec({
-    method: 'post', path: '/v1/jobs', body: JobStartBody,
+    method: 'post', path: '/v1/jobs', body: JobStartBody, callSlot: true,
     doc: {
       summary: 'Start a background job in the session\'s sandbox; it outlives the request',
       responses: { 201: json('started', JobStarted), ...errors },
     },
   }),
   listJobs: routeSpec({
-    method: 'get', path: '/v1/jobs', query: ScopeQuery,
+    method: 'get', path: '/v1/jobs', query: ScopeQuery, callSlot: true,
     doc: { summary: 'The session\'s jobs, oldest first', responses: { 200: json('jobs', JobSummary.array()), ...errors } },
   }),
   readJob: routeSpec({
-    method: 'get', path: '/v1/jobs/{id}', params: JobIdParams, query: JobReadQuery,
+    method: 'get', path: '/v1/jobs/{id}', params: JobIdParams, query: JobReadQuery, callSlot: true,
     doc: {
       summary: 'A job\'s output from a byte offset, and its status (exit code once done; `unknown` with a null code when its sandbox vanished)',
       responses: { 200: json('output and status', JobRead), ...errors },
     },
   }),
   killJob: routeSpec({
-    method: 'delete', path: '/v1/jobs/{id}', params: JobIdParams, query: ScopeQuery,
+    method: 'delete', path: '/v1/jobs/{id}', params: JobIdParams, query: ScopeQuery, callSlot: true,
     doc: {
       summary: 'Kill the job\'s process tree (nothing else in the sandbox)',
       responses: { 200: json('whether it was killed (false: it had ended)', JobKilled), ...errors },
     },
   }),
   upload: routeSpec({
-    method: 'put', path: '/v1/files', query: FilePutQuery,
+    method: 'put', path: '/v1/files', query: FilePutQuery, callSlot: true,
     doc: {
       summary: 'Upload a file into the sandbox (raw body, streamed in as it arrives; Content-Length required)',
       request: { body: { required: true, content: { 'application/octet-stream': { schema: binary } } } },
@@ -143,21 +144,21 @@ export const ROUTES = {
     },
   }),
   readFile: routeSpec({
-    method: 'get', path: '/v1/files', query: FileGetQuery,
+    method: 'get', path: '/v1/files', query: FileGetQuery, callSlot: true,
     doc: {
       summary: 'Read a file from the sandbox (raw bytes)',
       responses: { 200: { description: 'the file', content: { 'application/octet-stream': { schema: binary } } }, ...errors },
     },
   }),
   exportFile: routeSpec({
-    method: 'post', path: '/v1/files/export', body: ExportBody,
+    method: 'post', path: '/v1/files/export', body: ExportBody, callSlot: true,
     doc: {
       summary: 'Export a file or directory from the sandbox into the session\'s private staging area; download it from the route answered (removed when the session closes)',
       responses: { 200: json('exported', Export), ...errors },
     },
   }),
   download: routeSpec({
-    method: 'get', path: '/v1/files/exports/{id}', params: ExportIdParams, query: ScopeQuery,
+    method: 'get', path: '/v1/files/exports/{id}', params: ExportIdParams, query: ScopeQuery, callSlot: true,
     doc: {
       summary: 'Download an export of this scope (same tenant, profile, session and user as the export): a file as its bytes, a directory as a tar',
       responses: {
@@ -169,8 +170,9 @@ export const ROUTES = {
       },
     },
   }),
+  // GET is the MCP session's standing notification stream, not a call (sessions are bounded by limits.mcpSessions).
   mcp: routeSpec({
-    method: 'all', path: '/mcp', methods: ['get', 'post', 'delete'],
+    method: 'all', path: '/mcp', methods: ['get', 'post', 'delete'], callSlot: ['post', 'delete'],
     doc: { summary: 'MCP streamable HTTP (GET: the server-to-client stream; POST: JSON-RPC requests; DELETE: end the MCP session)', responses: { 200: { description: 'MCP' }, ...errors } },
   }),
 } satisfies Record<string, RouteSpec>;

@@ -3,7 +3,7 @@ import { existsSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import { z } from 'zod';
-import { openStateDb } from '../broker/berth-home.js';
+import { openStateDb } from '../broker/state/berth-home.js';
 import type { Broker } from '../broker/broker.js';
 import { ConfigError, UsageError } from '../errors.js';
 import { DEFAULT_PROFILE } from '../scope/call-scope.js';
@@ -137,7 +137,7 @@ export interface TokenStoreOptions {
 export class TokenStore {
   private readonly statements = new Map<string, Database.Statement>();
   private readonly cache: GrantCache;
-  /** `PRAGMA data_version`: changes when another connection commits; ~5 µs here against ~13 µs for the lookup it saves (issue 12). */
+  /** `PRAGMA data_version`: changes when another connection commits; ~5 µs here against ~13 µs for the lookup it saves. */
   private readonly dataVersion: Database.Statement;
 
   private constructor(private readonly db: Database.Database, readonly berthHome: string, private readonly ownsDb: boolean) {
@@ -166,7 +166,7 @@ export class TokenStore {
    * The token table of the broker's installation, read through the broker's own connection to
    * the state: for a server, which looks a token up on every request. A connection of its own
    * would find its page cache dropped by each of the broker's writes (an audit row per call) and
-   * read the pages again, ~15-30 µs of every request (issue 12); on the broker's connection only
+   * read the pages again, ~15-30 µs of every request; on the broker's connection only
    * another process's write does that. A token created or revoked by any process counts from the
    * next request (see the top of this file). `close()` leaves the connection to the broker; close
    * this store before the broker.

@@ -2,7 +2,7 @@ import { TAG_VAR } from './protocol.js';
 
 /**
  * In-sandbox helper that kills one command's whole process tree, used for background jobs (see
- * broker/jobs.ts); shells use the warden (warden-script.ts), which needs no new process.
+ * broker/job-scripts.ts); shells use the warden (warden-script.ts), which needs no new process.
  * POSIX sh (dash, busybox ash); needs only /proc, `grep` and the `kill` builtin (`grep -z`: an environ file is NUL-separated, and
  * busybox `grep -F` never looks past its first NUL). Run as
  * `sh -c KILL_TREE_SCRIPT sh <shell pid> <tag> [protected pgid...]`: the tag is not a secret

@@ -2,95 +2,9 @@ import { closeSync, chmodSync, mkdirSync, openSync, rmSync, writeSync } from 'no
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { TextDecoder } from 'node:util';
-import { partialSuffix } from './protocol.js';
+import { ByteRedactor } from '../kit/redaction.js';
 
 export type StreamName = 'stdout' | 'stderr';
-
-export const REDACTED = '[REDACTED]';
-/** Shorter values are not redacted (too likely to hit ordinary text). */
-export const MIN_REDACT_LENGTH = 8;
-
-/**
- * The same replacement for text that is already a string (audit command text, job records).
- * `values` are the grants' redact values: already >= MIN_REDACT_LENGTH and longest first.
- */
-export function redactText(text: string, values: readonly string[]): string {
-  let out = text;
-  for (const v of values) out = out.split(v).join(REDACTED);
-  return out;
-}
-
-/**
- * Replaces secret values in a byte stream. Works on bytes, before decoding, so binary output and
- * values split across chunk boundaries are both handled: an end of a chunk that could begin a
- * value is held back until more data (or the end) shows whether it does.
- */
-export class ByteRedactor {
-  private readonly needles: Buffer[];
-  private readonly replacement = Buffer.from(REDACTED);
-  private carry: Buffer = Buffer.alloc(0);
-
-  constructor(values: readonly string[]) {
-    const unique = [...new Set(values.filter((v) => v.length >= MIN_REDACT_LENGTH))];
-    this.needles = unique.map((v) => Buffer.from(v, 'utf8')).sort((a, b) => b.length - a.length);
-  }
-
-  get active(): boolean {
-    return this.needles.length > 0;
-  }
-
-  push(chunk: Buffer): Buffer {
-    if (!this.active) return chunk;
-    const data = this.carry.length === 0 ? chunk : Buffer.concat([this.carry, chunk]);
-    // Hold back only an end that could begin a value: nothing else is delayed.
-    let held = 0;
-    for (const n of this.needles) held = Math.max(held, partialSuffix(data, n));
-    const safeEnd = data.length - Math.max(held, 0);
-    const out: Buffer[] = [];
-    let pos = 0;
-    while (true) {
-      const m = this.nextMatch(data, pos);
-      if (m === undefined || m.at >= safeEnd) break;
-      out.push(data.subarray(pos, m.at), this.replacement);
-      pos = m.at + m.len;
-    }
-    const emitEnd = Math.max(pos, safeEnd);
-    out.push(data.subarray(pos, emitEnd));
-    this.carry = Buffer.from(data.subarray(emitEnd));
-    return out.length === 1 ? (out[0] as Buffer) : Buffer.concat(out);
-  }
-
-  flush(): Buffer {
-    const rest = this.carry;
-    this.carry = Buffer.alloc(0);
-    if (rest.length === 0) return rest;
-    const out: Buffer[] = [];
-    let pos = 0;
-    for (let m = this.nextMatch(rest, 0); m !== undefined; m = this.nextMatch(rest, pos)) {
-      out.push(rest.subarray(pos, m.at), this.replacement);
-      pos = m.at + m.len;
-    }
-    out.push(rest.subarray(pos));
-    return Buffer.concat(out);
-  }
-
-  /** Redact a whole string at once (cwd, messages). */
-  redactString(s: string): string {
-    let r = s;
-    for (const n of this.needles) r = r.split(n.toString('utf8')).join(REDACTED);
-    return r;
-  }
-
-  private nextMatch(data: Buffer, from: number): { at: number; len: number } | undefined {
-    let best: { at: number; len: number } | undefined;
-    for (const n of this.needles) {
-      const at = data.indexOf(n, from);
-      // Needles are sorted longest first, so on a tie the longest wins.
-      if (at >= 0 && (best === undefined || at < best.at)) best = { at, len: n.length };
-    }
-    return best;
-  }
-}
 
 /**
  * Keeps the first `headChars` and the last `limit - headChars` chars of a text stream, and the

@@ -1,7 +1,8 @@
 import { rmSync } from 'node:fs';
 import { BerthError, ConfigError, TimeoutError, UsageError } from '../errors.js';
 import { Logger } from '../logging/logger.js';
-import { ByteRedactor, OutputCapture } from './output-capture.js';
+import { ByteRedactor } from '../kit/redaction.js';
+import { OutputCapture } from './output-capture.js';
 import { DUMP_AND_EXIT, SHELL_TAG_VAR, SNAPSHOT_CWD, STARTED_LINE, TokenSource, buildFrame, buildInit, isShellName, parseInitPayload, printfFormat } from './protocol.js';
 import { describeEnd, describeReplacement, restoredFrom, type Replacement } from './replacement.js';
 import type { ProcessPids, ShellGroups, ShellTransport } from './transport.js';

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { partialSuffix } from '../kit/redaction.js';
 
 /**
  * The wire protocol between berth and one persistent bash.
@@ -389,14 +390,4 @@ export class MarkerScanner {
     }
     this.trailerParts = [all];
   }
-}
-
-/** Length of the longest end of `data` that is a proper beginning of `needle` (0 if none). */
-export function partialSuffix(data: Buffer, needle: Buffer): number {
-  const first = needle[0];
-  for (let k = Math.min(data.length, needle.length - 1); k > 0; k--) {
-    const at = data.length - k;
-    if (data[at] === first && data.compare(needle, 0, k, at, data.length) === 0) return k;
-  }
-  return 0;
 }

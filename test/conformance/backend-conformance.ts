@@ -4,7 +4,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Backend, Sandbox, SandboxSpec } from '../../src/backends/backend.js';
 import type { BackendCatalog } from '../../src/backends/catalog.js';
 import { Broker, type BrokerOptions } from '../../src/broker/broker.js';
-import { StateStore } from '../../src/broker/state-store.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { sectionOf } from '../../src/backends/module.js';
 import { BerthError } from '../../src/errors.js';
@@ -147,7 +147,7 @@ export function runBackendConformance(o: ConformanceOptions): void {
     const refOf = (home: string, key: string): string => {
       const store = StateStore.open(home);
       try {
-        const rec = store.listSandboxes().find((r) => r.key === key);
+        const rec = store.sandboxes.list().find((r) => r.key === key);
         if (rec === undefined) throw new Error(`no record of ${key}`);
         return rec.ref;
       } finally {
@@ -340,8 +340,8 @@ export function runBackendConformance(o: ConformanceOptions): void {
       await first.close();
       // The session as a berth process that died while holding it leaves it: owned by a pid that is gone.
       const store = StateStore.open(home);
-      const digest = store.listSandboxes().find((r) => r.key === 'session:dead')!.digest;
-      store.openSession('local', 'default', 'dead', digest, '2147483646:1', Date.now());
+      const digest = store.sandboxes.list().find((r) => r.key === 'session:dead')!.digest;
+      store.sessions.open('local', 'default', 'dead', digest, '2147483646:1', Date.now());
       store.close();
 
       const next = await openOn(home, { persistent: false });
@@ -360,7 +360,7 @@ export function runBackendConformance(o: ConformanceOptions): void {
       const refs = [refOf(home, 'session:lost'), refOf(otherHome, 'session:lost')];
       for (const h of [home, otherHome]) {
         const store = StateStore.open(h);
-        for (const r of store.listSandboxes()) store.deleteSandbox(r.digest);
+        for (const r of store.sandboxes.list()) store.sandboxes.delete(r.digest);
         store.close();
       }
       const mine = await openOn(home, { persistent: false });

@@ -2,7 +2,7 @@ import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { StateStore } from '../../src/broker/state-store.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { waitFor } from '../helpers/docker-e2e.js';
 import { tempDir } from '../helpers/temp-dir.js';
@@ -34,7 +34,7 @@ function rows(berthHome: string): { time_ms: number; command: string | null }[] 
 /** Writes entries `daysAgo` old through a second store on the same file, as another berth process would. */
 function addOld(berthHome: string, daysAgo: number, command: string): void {
   const store = StateStore.open(berthHome);
-  store.addAudit({
+  store.audit.add({
     timeMs: Date.now() - daysAgo * DAY_MS, tenant: 'local', profile: 'default', user: null, session: 'old', sandboxKey: null,
     kind: 'exec', command, exitCode: 0, durationMs: 1,
   });

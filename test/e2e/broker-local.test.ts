@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { runWithScope } from '../../src/scope/async-context.js';
-import { StateStore } from '../../src/broker/state-store.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 function home(): string {
@@ -114,7 +114,7 @@ describe('Broker on the local backend', () => {
     expect(broker.list('local').map((s) => s.sandboxKey)).toEqual(['default']);
     const store = StateStore.open(h);
     try {
-      expect(store.getAliasParent('local', 'default', 'kid')).toBeUndefined();
+      expect(store.scopes.aliasParent('local', 'default', 'kid')).toBeUndefined();
     } finally {
       store.close();
     }

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { expect, it } from 'vitest';
 import { ownerToken } from '../../src/broker/process-owner.js';
-import { StateStore } from '../../src/broker/state-store.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { REPO } from '../helpers/cli.js';
 import {
   containerFor,
@@ -116,7 +116,7 @@ describeDocker('reapers and installations on the real docker engine', () => {
     for (const t of [mine, theirs]) {
       const store = StateStore.open(t.home);
       try {
-        for (const r of store.listSandboxes()) store.deleteSandbox(r.digest);
+        for (const r of store.sandboxes.list()) store.sandboxes.delete(r.digest);
       } finally {
         store.close();
       }
@@ -146,10 +146,10 @@ describeDocker('reapers and installations on the real docker engine', () => {
     // (pid 2^22 + 1 cannot exist), one by this live test process.
     const store = StateStore.open(t.home);
     try {
-      for (const r of store.listSandboxes()) {
+      for (const r of store.sandboxes.list()) {
         const owner = r.key === 'session:dead' ? '4194305:1' : ownerToken();
-        store.deleteSandbox(r.digest);
-        expect(store.claimSandbox({ ...r, ref: '', createdMs: Date.now(), claimOwner: owner })).toBe('claimed');
+        store.sandboxes.delete(r.digest);
+        expect(store.sandboxes.claim({ ...r, ref: '', createdMs: Date.now(), claimOwner: owner })).toBe('claimed');
       }
     } finally {
       store.close();

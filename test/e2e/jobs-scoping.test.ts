@@ -5,8 +5,11 @@ import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
 import type { Sandbox } from '../../src/backends/backend.js';
-import { JobRunner, redactWindow } from '../../src/broker/jobs.js';
-import { StateStore } from '../../src/broker/state-store.js';
+import { JobLedger } from '../../src/broker/job-ledger.js';
+import { JobProbe } from '../../src/broker/job-probe.js';
+import { JobReader } from '../../src/broker/job-reader.js';
+import { JobRunner } from '../../src/broker/job-runner.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import type { CallScopeInput } from '../../src/scope/call-scope.js';
 import { tempDir } from '../helpers/temp-dir.js';
@@ -108,10 +111,10 @@ describe('background jobs: users and secrets (local backend)', () => {
     }
     const store = StateStore.open(h);
     try {
-      expect(store.listJobs('local', 'default', 'group', ANA).map((j) => j.id)).toEqual(['job_00000000000000a1']);
-      expect(store.listJobs('local', 'default', 'group', null).map((j) => j.id)).toEqual(['job_00000000000000a2']);
-      expect(store.listJobs('local', 'default', 'group', BEN)).toEqual([]);
-      expect(store.getJob('local', 'default', 'group', BEN, 'job_00000000000000a1')).toBeUndefined();
+      expect(store.jobs.list('local', 'default', 'group', ANA).map((j) => j.id)).toEqual(['job_00000000000000a1']);
+      expect(store.jobs.list('local', 'default', 'group', null).map((j) => j.id)).toEqual(['job_00000000000000a2']);
+      expect(store.jobs.list('local', 'default', 'group', BEN)).toEqual([]);
+      expect(store.jobs.get('local', 'default', 'group', BEN, 'job_00000000000000a1')).toBeUndefined();
     } finally {
       store.close();
     }
@@ -163,12 +166,12 @@ describe('background jobs: users and secrets (local backend)', () => {
 
   it('when neither the job\'s call nor anything of the reader\'s resolves, its output is refused, its status still answered', async () => {
     // Unreachable through a broker whose config parsed (a profile's secrets always resolve), so a
-    // runner whose host resolves nothing stands in for a config that no longer holds.
+    // reader whose resolver resolves nothing stands in for a config that no longer holds.
     const h = home();
     const store = StateStore.open(h);
     const scope = { tenant: 'local', profile: 'default', session: 'orphan', user: ANA };
     const id = 'job_00000000000000b1';
-    store.putJob({
+    store.jobs.put({
       id, tenant: 'local', profile: 'default', session: 'orphan', user: ANA, digest: 'd1', sandboxKey: 'user:telegram:1',
       scope: JSON.stringify(scope), command: 'printf ...', dir: '/state/jobs/x', startedMs: 1, status: 'running', exitCode: null, endedMs: null,
     });
@@ -183,47 +186,22 @@ describe('background jobs: users and secrets (local backend)', () => {
     const refuse = (): never => {
       throw new Error('profile "default" is gone');
     };
+    const resolver = { resolve: refuse, policy: refuse };
+    const sandboxes = { existing: () => Promise.resolve(sandbox), acquire: refuse };
+    const ledger = new JobLedger({ jobs: store.jobs, resolver });
+    const probe = new JobProbe({ jobs: store.jobs, ledger });
+    const reader = new JobReader({ ledger, probe, sandboxes, resolver });
     const runner = new JobRunner({
-      store, resolve: refuse, policy: refuse, sandboxFor: refuse, run: refuse,
-      existingSandbox: () => Promise.resolve(sandbox), audit: () => undefined, log: () => undefined,
+      jobs: store.jobs, ledger, reader, sandboxes, killer: { kill: refuse }, commands: { run: refuse }, audit: { record: () => undefined },
     });
     try {
-      await expect(runner.read(scope, id)).rejects.toMatchObject({ code: 'policy_refused', message: expect.stringMatching(/cannot be redacted/) });
-      await expect(runner.read(scope, id, { offset: 6, maxBytes: 3 })).rejects.toMatchObject({ code: 'policy_refused' });
-      expect(await runner.read(scope, id, { maxBytes: 0 })).toMatchObject({ output: '', status: 'exited', exitCode: 0 });
-      expect(await runner.read(scope, id, { offset: out.length })).toMatchObject({ output: '', done: true });
+      await expect(reader.read(scope, id)).rejects.toMatchObject({ code: 'policy_refused', message: expect.stringMatching(/cannot be redacted/) });
+      await expect(reader.read(scope, id, { offset: 6, maxBytes: 3 })).rejects.toMatchObject({ code: 'policy_refused' });
+      expect(await reader.read(scope, id, { maxBytes: 0 })).toMatchObject({ output: '', status: 'exited', exitCode: 0 });
+      expect(await reader.read(scope, id, { offset: out.length })).toMatchObject({ output: '', done: true });
       expect(await runner.list(scope)).toEqual([expect.objectContaining({ jobId: id, status: 'exited', exitCode: 0 })]);
     } finally {
       store.close();
     }
-  });
-});
-
-describe('redactWindow', () => {
-  it('never returns 3+ characters of a secret, from any offset, any size, with or without more to come', () => {
-    const secret = 'S3cr3tValue-0123';
-    const other = 'another-secret-99';
-    const text = Buffer.from(`a${secret}${secret}b €${other}c${secret}`);
-    const edge = Math.max(secret.length, other.length) - 1;
-    for (let offset = 0; offset <= text.length; offset++) {
-      for (const maxBytes of [1, 2, 4, 9, 40, 1000]) {
-        for (const more of [false, true]) {
-          const from = Math.max(0, offset - edge);
-          const { text: out, end } = redactWindow(text.subarray(from, offset + maxBytes + edge), offset - from, maxBytes, [secret, other], more);
-          expect(leaks(out, secret).concat(leaks(out, other)), `${offset}/${maxBytes}/${more}: ${out}`).toEqual([]);
-          expect(from + end).toBeGreaterThanOrEqual(offset);
-        }
-      }
-    }
-  });
-
-  it('holds back a tail that may begin a secret while more may come, and never stops inside a character', () => {
-    const secret = 'S3cr3tValue-0123';
-    const partial = Buffer.from(`ok ${secret.slice(0, 9)}`);
-    expect(redactWindow(partial, 0, 100, [secret], true)).toEqual({ text: 'ok ', end: 3 });
-    expect(redactWindow(partial, 5, 100, [secret], true)).toEqual({ text: '', end: 5 });
-    const euro = Buffer.from('a€b');
-    expect(redactWindow(euro, 0, 2, [], false)).toEqual({ text: 'a', end: 1 });
-    expect(redactWindow(euro, 1, 1, [], false)).toEqual({ text: '€', end: 4 });
   });
 });

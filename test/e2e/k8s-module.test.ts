@@ -8,7 +8,7 @@ import { execOnceInPod } from '../../src/backends/kubernetes/exec-once.js';
 import { CONTAINER_NAME, sandboxPodSpec } from '../../src/backends/kubernetes/manifests.js';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { Broker } from '../../src/broker/broker.js';
-import { StateStore } from '../../src/broker/state-store.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { BerthError } from '../../src/errors.js';
 import { Logger } from '../../src/logging/logger.js';

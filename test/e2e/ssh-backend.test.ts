@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { afterEach, expect, it } from 'vitest';
 import { sshModule } from '../../src/backends/ssh/module.js';
 import { Broker } from '../../src/broker/broker.js';
-import { StateStore } from '../../src/broker/state-store.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { BerthError } from '../../src/errors.js';
 import { Logger } from '../../src/logging/logger.js';

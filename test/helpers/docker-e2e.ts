@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import Dockerode from 'dockerode';
 import { afterAll, afterEach, beforeAll, describe, it } from 'vitest';
 import { Broker, type BrokerOptions } from '../../src/broker/broker.js';
-import { StateStore } from '../../src/broker/state-store.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import type { BerthConfig } from '../../src/setup/berth-config.js';
 import { dockerRequired, dockerStatus, ensureTestImage, TEST_IMAGE } from './docker.js';

@@ -5,7 +5,7 @@ import { RemoteAccounts } from '../../src/backends/ssh/accounts.js';
 import { SshConnectionPool } from '../../src/backends/ssh/connections.js';
 import { remoteRunner } from '../../src/backends/ssh/remote-exec.js';
 import { parseRef } from '../../src/backends/ssh/sandbox-ref.js';
-import { StateStore } from '../../src/broker/state-store.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { sshTarget } from './sshd.js';
 
 /** The `ssh:` config section that reaches the test sshd (only inside a `describeSsh` body). */

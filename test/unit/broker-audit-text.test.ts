@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { capAuditText } from '../../src/broker/audit-text.js';
+import { capAuditText } from '../../src/broker/state/audit-text.js';
 
 describe('capAuditText', () => {
   it('keeps a text of at most maxChars as it is', () => {

@@ -1,7 +1,7 @@
 import { homedir } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { CallResolver } from '../../src/broker/call-resolver.js';
-import { StateStore } from '../../src/broker/state-store.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { tempDir } from '../helpers/temp-dir.js';
 

@@ -1,9 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import type { ResolvedCall } from '../../src/broker/resolve-call.js';
-import { SessionRegistry, type SessionRegistryOptions } from '../../src/broker/sessions.js';
-import { parseConfig } from '../../src/setup/parse-config.js';
+import { SessionCalls, sessionKey } from '../../src/broker/session-calls.js';
+import { SessionGate } from '../../src/broker/session-gate.js';
 import { BerthError, type ErrorCode } from '../../src/errors.js';
-import { tempDir } from '../helpers/temp-dir.js';
 
 /*
  * A call of a session that a close overtook: what it fails with afterwards. An error of the
@@ -13,25 +12,18 @@ import { tempDir } from '../helpers/temp-dir.js';
 
 const CALL = { scope: { tenant: 'acme', profile: 'default', session: 's1' }, sessionRef: 's1' } as unknown as ResolvedCall;
 
-function registry(): SessionRegistry {
-  // Only what a close of a session with no sandbox touches: nothing is linked, nothing is removed.
-  const opts = {
-    store: { closeSession: () => [], tasksOfSession: () => [] },
-    config: parseConfig({ backend: 'local' }),
-    berthHome: tempDir('berth-overtaken-'),
-    owner: null,
-    pool: { all: () => [] },
-    audit: { record: () => undefined },
-    log: () => undefined,
-  } as unknown as SessionRegistryOptions;
-  return new SessionRegistry(opts);
+/** A gate whose pool is never reached: the calls here fail before they need a sandbox. */
+function gate(): { gate: SessionGate; calls: SessionCalls } {
+  const calls = new SessionCalls();
+  const pool = { acquire: () => Promise.reject(new Error('no sandbox in this test')) };
+  return { gate: new SessionGate({ calls, pool }), calls };
 }
 
 /** What a call fails with when the session's close began while it ran and it then threw `code`. */
 async function overtakenWith(code: ErrorCode): Promise<string> {
-  const sessions = registry();
-  const err = await sessions.run(CALL, async () => {
-    await sessions.closeRef('acme', 'default', 's1');
+  const { gate: g, calls } = gate();
+  const err = await g.run(CALL, async () => {
+    calls.overtake(sessionKey('acme', 'default', 's1'));
     throw new BerthError(code, `failed with ${code}`);
   }).catch((e: unknown) => e as BerthError);
   return err.code;
@@ -50,7 +42,7 @@ describe('a call overtaken by its session\'s close', () => {
   });
 
   it('a call no close overtook fails with its own error', async () => {
-    const err = await registry().run(CALL, async () => {
+    const err = await gate().gate.run(CALL, async () => {
       throw new BerthError('spawn_failed', 'x');
     }).catch((e: unknown) => e as BerthError);
     expect(err.code).toBe('spawn_failed');

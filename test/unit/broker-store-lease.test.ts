@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { StateStore } from '../../src/broker/state-store.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { storeLease } from '../../src/broker/store-lease.js';
 import { TimeoutError } from '../../src/errors.js';
 import { tempDir } from '../helpers/temp-dir.js';
@@ -11,16 +11,16 @@ describe('leases across the processes of one installation', () => {
     const b = StateStore.open(home);
     try {
       const noneDead = () => false;
-      expect(a.takeLease('n', 'A', 1, noneDead)).toBe(true);
-      expect(b.takeLease('n', 'B', 2, noneDead)).toBe(false);
-      b.releaseLease('n', 'B'); // not B's: no effect
-      expect(b.takeLease('n', 'B', 3, noneDead)).toBe(false);
+      expect(a.leases.take('n', 'A', 1, noneDead)).toBe(true);
+      expect(b.leases.take('n', 'B', 2, noneDead)).toBe(false);
+      b.leases.release('n', 'B'); // not B's: no effect
+      expect(b.leases.take('n', 'B', 3, noneDead)).toBe(false);
       const dead = (h: string) => h === 'A';
-      expect(b.takeLease('n', 'B', 4, dead)).toBe(true);
-      expect(a.takeLease('n', 'C', 5, dead)).toBe(false);
-      b.releaseLease('n', 'B');
-      expect(a.takeLease('n', 'C', 6, noneDead)).toBe(true);
-      expect(a.takeLease('other', 'D', 7, noneDead)).toBe(true);
+      expect(b.leases.take('n', 'B', 4, dead)).toBe(true);
+      expect(a.leases.take('n', 'C', 5, dead)).toBe(false);
+      b.leases.release('n', 'B');
+      expect(a.leases.take('n', 'C', 6, noneDead)).toBe(true);
+      expect(a.leases.take('other', 'D', 7, noneDead)).toBe(true);
     } finally {
       a.close();
       b.close();
@@ -32,7 +32,7 @@ describe('leases across the processes of one installation', () => {
     const a = StateStore.open(home);
     const b = StateStore.open(home);
     try {
-      const [la, lb] = [storeLease(a), storeLease(b)];
+      const [la, lb] = [storeLease(a.leases), storeLease(b.leases)];
       let inside = 0;
       let overlapped = false;
       const work = async () => {
@@ -46,7 +46,7 @@ describe('leases across the processes of one installation', () => {
 
       let unblock!: () => void;
       const held = la('y', () => new Promise<void>((r) => { unblock = r; }));
-      const err = await storeLease(b, { waitMs: 100 })('y', async () => 'got it').catch((e: unknown) => e);
+      const err = await storeLease(b.leases, { waitMs: 100 })('y', async () => 'got it').catch((e: unknown) => e);
       expect(err).toBeInstanceOf(TimeoutError);
       expect((err as Error).message).toMatch(/lease "y" is held by another berth process/);
       unblock();

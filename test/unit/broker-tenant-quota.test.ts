@@ -1,7 +1,8 @@
 import { statfsSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import { describe, expect, it } from 'vitest';
-import { StateStore, type SandboxRecord, type TenantQuota } from '../../src/broker/state-store.js';
+import type { SandboxRecord, TenantQuota } from '../../src/broker/state/sandbox-table.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
 import { tenantQuota } from '../../src/broker/tenant-quota.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { tempDir } from '../helpers/temp-dir.js';
@@ -20,31 +21,31 @@ describe('a tenant\'s quota on the sandboxes it holds, enforced by the claim its
     const store = StateStore.open(tempDir('berth-quota-'));
     try {
       const two: TenantQuota = { ...ROOMY, sandboxes: 2 };
-      expect(store.claimSandbox(record('acme', 1), two)).toBe('claimed');
-      expect(store.claimSandbox(record('acme', 1), two)).toBe('taken');
-      expect(store.claimSandbox(record('acme', 2), two)).toBe('claimed');
-      expect(store.claimSandbox(record('acme', 3), two)).toBe('over');
-      expect(store.claimSandbox(record('globex', 1), two)).toBe('claimed');
+      expect(store.sandboxes.claim(record('acme', 1), two)).toBe('claimed');
+      expect(store.sandboxes.claim(record('acme', 1), two)).toBe('taken');
+      expect(store.sandboxes.claim(record('acme', 2), two)).toBe('claimed');
+      expect(store.sandboxes.claim(record('acme', 3), two)).toBe('over');
+      expect(store.sandboxes.claim(record('globex', 1), two)).toBe('claimed');
 
       const mem: TenantQuota = { ...ROOMY, memoryMb: 3000 };
-      expect(store.claimSandbox(record('mem', 1, { memoryMb: 2048 }), mem)).toBe('claimed');
-      expect(store.claimSandbox(record('mem', 2, { memoryMb: 1024 }), mem)).toBe('over');
-      expect(store.claimSandbox(record('mem', 3, { memoryMb: 952 }), mem)).toBe('claimed');
+      expect(store.sandboxes.claim(record('mem', 1, { memoryMb: 2048 }), mem)).toBe('claimed');
+      expect(store.sandboxes.claim(record('mem', 2, { memoryMb: 1024 }), mem)).toBe('over');
+      expect(store.sandboxes.claim(record('mem', 3, { memoryMb: 952 }), mem)).toBe('claimed');
       // A sandbox its backend does not bound reserves nothing.
-      expect(store.claimSandbox(record('mem', 4), mem)).toBe('claimed');
+      expect(store.sandboxes.claim(record('mem', 4), mem)).toBe('claimed');
 
       const disk: TenantQuota = { ...ROOMY, diskMb: 10_240 };
-      expect(store.claimSandbox(record('disk', 1, { diskMb: 10_240 }), disk)).toBe('claimed');
-      expect(store.claimSandbox(record('disk', 2, { diskMb: 1 }), disk)).toBe('over');
+      expect(store.sandboxes.claim(record('disk', 1, { diskMb: 10_240 }), disk)).toBe('claimed');
+      expect(store.sandboxes.claim(record('disk', 2, { diskMb: 1 }), disk)).toBe('over');
 
-      expect(Object.fromEntries(store.tenantUsage())).toEqual({
+      expect(Object.fromEntries(store.sandboxes.tenantUsage())).toEqual({
         acme: { sandboxes: 2, memoryMb: 0, diskMb: 0 },
         disk: { sandboxes: 1, memoryMb: 0, diskMb: 10_240 },
         globex: { sandboxes: 1, memoryMb: 0, diskMb: 0 },
         mem: { sandboxes: 3, memoryMb: 3000, diskMb: 0 },
       });
-      store.deleteSandbox('acme-1');
-      expect(store.claimSandbox(record('acme', 3), two)).toBe('claimed');
+      store.sandboxes.delete('acme-1');
+      expect(store.sandboxes.claim(record('acme', 3), two)).toBe('claimed');
     } finally {
       store.close();
     }
@@ -55,9 +56,9 @@ describe('a tenant\'s quota on the sandboxes it holds, enforced by the claim its
     const stores = [StateStore.open(home), StateStore.open(home)];
     try {
       const quota: TenantQuota = { ...ROOMY, sandboxes: 5 };
-      const outcomes = Array.from({ length: 20 }, (_, i) => stores[i % 2]!.claimSandbox(record('acme', i), quota));
+      const outcomes = Array.from({ length: 20 }, (_, i) => stores[i % 2]!.sandboxes.claim(record('acme', i), quota));
       expect(outcomes.filter((o) => o === 'claimed')).toHaveLength(5);
-      expect(stores[0]!.tenantUsage('acme').get('acme')?.sandboxes).toBe(5);
+      expect(stores[0]!.sandboxes.tenantUsage('acme').get('acme')?.sandboxes).toBe(5);
     } finally {
       for (const s of stores) s.close();
     }

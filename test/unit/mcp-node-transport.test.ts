@@ -121,6 +121,25 @@ describe('NodeTransport: POST refusals, as the SDK transport answers them', () =
     expect(sseEvents(ok.text)).toMatchObject([{ id: 6, result: { content: [{ text: 'still here' }] } }]);
   });
 
+  it('a declared length over 4 MiB is 413 at once: the body is not waited for (the reader every route shares)', async () => {
+    const r = await rig();
+    const answer = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const req = request(r.url, { method: 'POST', headers: { ...MCP_POST, ...inSession(), 'content-length': String(5 * 1024 * 1024) } }, (res) => {
+        let text = '';
+        res.setEncoding('utf8').on('data', (c: string) => (text += c));
+        res.on('end', () => {
+          resolve({ status: res.statusCode ?? 0, text });
+          req.destroy();
+        });
+      });
+      req.on('error', (e) => (e.message === 'socket hang up' ? undefined : reject(e)));
+      // Headers only: a transport that read the body first would never answer.
+      req.flushHeaders();
+    });
+    expect(answer.status).toBe(413);
+    expect(rpcError({ status: answer.status, headers: {}, text: answer.text }).code).toBe(-32000);
+  });
+
   it('before initialize no request is served; initialize assigns the id; a second one and two in a batch are 400/-32600', async () => {
     const r = await rig({ initialize: false });
     const early = await send(r.url, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, inSession());

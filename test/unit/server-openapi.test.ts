@@ -1,6 +1,5 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
 import type { Broker } from '../../src/broker/broker.js';
-import { heldBack } from '../../src/broker/jobs.js';
 import { createApp } from '../../src/server/app.js';
 import { openApiDocument } from '../../src/server/routes.js';
 import { parseQuery } from '../../src/server/request.js';
@@ -113,26 +112,5 @@ describe('error translation', () => {
     const internal = toHttpError(new Error('secret internals at /home/x'));
     expect(internal.status).toBe(500);
     expect(internal.message).not.toContain('/home/x');
-  });
-});
-
-describe('job output reads hold back what the next read completes', () => {
-  it('an incomplete UTF-8 character at the end', () => {
-    const e = Buffer.from('aé'); // 61 c3 a9
-    expect(heldBack(e, [])).toBe(0);
-    expect(heldBack(e.subarray(0, 2), [])).toBe(1);
-    const euro = Buffer.from('€'); // e2 82 ac
-    expect(heldBack(euro.subarray(0, 1), [])).toBe(1);
-    expect(heldBack(euro.subarray(0, 2), [])).toBe(2);
-    expect(heldBack(euro, [])).toBe(0);
-    const emoji = Buffer.from('x🙂'); // 78 f0 9f 99 82
-    expect(heldBack(emoji.subarray(0, 4), [])).toBe(3);
-    expect(heldBack(emoji, [])).toBe(0);
-  });
-
-  it('the start of a secret value, so redaction sees it whole', () => {
-    expect(heldBack(Buffer.from('token: s3cr'), ['s3cret-value'])).toBe(4);
-    expect(heldBack(Buffer.from('token: s3cret-value'), ['s3cret-value'])).toBe(0);
-    expect(heldBack(Buffer.from('nothing here'), ['s3cret-value'])).toBe(0);
   });
 });

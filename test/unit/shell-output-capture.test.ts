@@ -2,24 +2,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ByteRedactor, MIN_SPILL_CAP_BYTES, OutputCapture, TextWindow, spillCapBytes } from '../../src/shell/output-capture.js';
+import { MIN_SPILL_CAP_BYTES, OutputCapture, TextWindow, spillCapBytes } from '../../src/shell/output-capture.js';
 import { MarkerScanner, buildFrame, printfFormat, shQuote } from '../../src/shell/protocol.js';
-
-describe('ByteRedactor', () => {
-  it('redacts values split across chunks and ignores values under 8 chars', () => {
-    const r = new ByteRedactor(['abcdefghij', 'short']);
-    const input = 'xx abcdefghij yy abcdefghij short';
-    for (let cut = 0; cut <= input.length; cut++) {
-      const out = Buffer.concat([r.push(Buffer.from(input.slice(0, cut))), r.push(Buffer.from(input.slice(cut))), r.flush()]);
-      expect(out.toString()).toBe('xx [REDACTED] yy [REDACTED] short');
-    }
-  });
-
-  it('prefers the longest value at the same position', () => {
-    const r = new ByteRedactor(['password', 'password-long']);
-    expect(Buffer.concat([r.push(Buffer.from('a password-long b')), r.flush()]).toString()).toBe('a [REDACTED] b');
-  });
-});
 
 describe('TextWindow', () => {
   it('returns everything under the limit and head + notice + tail over it', () => {

@@ -87,8 +87,8 @@ const config = parseConfig({ backend: 'docker', persistent: false, warmPool: { s
 function pool(backend: PoolBackend | Partial<Backend>, opts: { fill?: boolean; cfg?: BerthConfig } = {}) {
   const claims: boolean[] = [];
   const warm = new WarmPool({
-    config: opts.cfg ?? config, backend: async () => backend as unknown as Backend, gate: new StartGate(4), fill: opts.fill ?? true,
-    mayKillAll: () => true, claimed: (o) => claims.push(o.hit), log: Logger.silent(),
+    config: opts.cfg ?? config, backends: { get: async () => backend as unknown as Backend }, gate: new StartGate(4), fill: opts.fill ?? true,
+    observer: { poolClaimed: (o) => claims.push(o.hit) }, log: Logger.silent(),
   });
   return { warm, claims };
 }

@@ -9,7 +9,7 @@ import { assertProfileAllowed, hostBackendForbidden, runsOnHost, type Caller } f
 import { isRefusal, statusOf, type HttpCode } from '../http-error.js';
 import { describeSandbox } from './sandbox-description.js';
 import { NodeTransport } from './node-transport.js';
-import { readBody } from './read-body.js';
+import { readBody } from '../../kit/body-reader.js';
 import { createMcpServer } from './server.js';
 
 export interface McpHttpOptions {
@@ -315,7 +315,7 @@ async function readJson(req: IncomingMessage, maxBytes: number): Promise<{ ok: t
       : { ok: false, code: 'bad_request', message: 'request body could not be read' };
   }
   try {
-    return { ok: true, value: JSON.parse(body.text) as unknown };
+    return { ok: true, value: JSON.parse(body.bytes.toString('utf8')) as unknown };
   } catch {
     return { ok: false, code: 'bad_request', message: 'request body is not valid JSON' };
   }

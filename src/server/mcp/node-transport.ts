@@ -7,7 +7,7 @@ import {
   isInitializeRequest, isJSONRPCErrorResponse, isJSONRPCRequest, isJSONRPCResultResponse, JSONRPCMessageSchema,
   SUPPORTED_PROTOCOL_VERSIONS, type JSONRPCMessage, type MessageExtraInfo, type RequestId,
 } from '@modelcontextprotocol/sdk/types.js';
-import { readBody } from './read-body.js';
+import { readBody } from '../../kit/body-reader.js';
 
 export interface NodeTransportOptions {
   /** The id the session gets when its initialize is accepted (`mcp-session-id`). */
@@ -148,7 +148,7 @@ export class NodeTransport implements Transport {
       const body = await readBody(req, DEFAULT_MAX_REQUEST_BODY_SIZE);
       if (!body.ok && body.reason === 'too_large') return this.refuse(res, 413, -32000, requestBodyTooLargeMessage(DEFAULT_MAX_REQUEST_BODY_SIZE));
       try {
-        raw = JSON.parse(body.ok ? body.text : '');
+        raw = JSON.parse(body.ok ? body.bytes.toString('utf8') : '');
       } catch {
         return this.refuse(res, 400, -32700, 'Parse error: Invalid JSON');
       }

@@ -1,0 +1,145 @@
+import { homedir } from 'node:os';
+import { hostGroupsUnusable } from '../backends/cgroups/cgroup-host.js';
+import { readSecretsFiles } from '../policy/secrets-file.js';
+import type { BerthConfig } from '../setup/berth-config.js';
+import { StagingLedger } from '../files/staging-quota.js';
+import { Logger } from '../logging/logger.js';
+import { debugSink } from '../logging/debug-sink.js';
+import { assertAllowedRootsExist } from '../policy/allowed-roots.js';
+import { assertHostBindsAllowed } from '../policy/volumes.js';
+import { hostBindsOf } from '../setup/host-binds.js';
+import { AuditRecorder } from './audit.js';
+import { BackendRegistry } from './backend-registry.js';
+import { BrokerLifecycle, type ClosingParts } from './broker-lifecycle.js';
+import type { BrokerOptions } from './broker-types.js';
+import { BrokerViews } from './broker-views.js';
+import { CallResolver } from './call-resolver.js';
+import { CommandRunner } from './command-runner.js';
+import { Engines } from './engines.js';
+import { BrokerFiles } from './file-calls.js';
+import { BrokerJobs } from './job-calls.js';
+import { JobKiller } from './job-killer.js';
+import { JobLedger } from './job-ledger.js';
+import { JobProbe } from './job-probe.js';
+import { JobReader } from './job-reader.js';
+import { JobRunner } from './job-runner.js';
+import { LiveSandboxes } from './live-sandboxes.js';
+import { Observers } from './observer.js';
+import { ownerToken } from './process-owner.js';
+import { Reapers } from './reapers.js';
+import { SandboxMeasures } from './sandbox-measures.js';
+import { SandboxPool } from './sandbox-pool.js';
+import { SandboxRecovery } from './sandbox-recovery.js';
+import { SandboxRemoval } from './sandbox-removal.js';
+import { ScopeCalls } from './scope-calls.js';
+import { SessionCalls } from './session-calls.js';
+import { SessionCloser } from './session-close.js';
+import { SessionGate } from './session-gate.js';
+import { SessionLinks } from './session-links.js';
+import { ShellPool } from './shell-pool.js';
+import { spillDirOf } from './spill.js';
+import { StartGate } from './start-gate.js';
+import { StateStore } from './state/state-store.js';
+import { storeLease } from './store-lease.js';
+import { tenantQuota } from './tenant-quota.js';
+import { WarmPool } from './warm-pool.js';
+
+const DOCKER_SOCKETS = ['/var/run/docker.sock', '/run/docker.sock'];
+
+/** The parts of one broker; each method of the broker is one of theirs. */
+export interface BrokerParts {
+  store: StateStore;
+  lifecycle: BrokerLifecycle;
+  calls: ScopeCalls;
+  views: BrokerViews;
+  measures: SandboxMeasures;
+  pool: SandboxPool;
+  warm: WarmPool;
+  reapers: Reapers;
+  audit: AuditRecorder;
+  observers: Observers;
+  files: BrokerFiles;
+  jobs: BrokerJobs;
+  /** What the close takes down, in its order. */
+  closing: ClosingParts;
+}
+
+/**
+ * Builds a broker's parts from its config (checked against this host first) and opens its state:
+ * each part is given the parts it asks for, no more. Contacts no engine.
+ */
+export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerOptions): BrokerParts {
+  const env = opts.env ?? process.env;
+  const secrets = readSecretsFiles(config);
+  const homeDir = homedir();
+  const dockerSockets = dockerSocketsOf(env);
+  assertHostBindsAllowed(hostBindsOf(config), { homeDir, stateDir: berthHome, dockerSockets });
+  assertAllowedRootsExist(config);
+  const store = StateStore.open(berthHome, { auditMaxCommandChars: config.audit.maxCommandChars });
+
+  const log = opts.log ?? debugSink(env['BERTH_DEBUG'], (line) => void process.stderr.write(line)) ?? (() => {});
+  const logger = new Logger(log);
+  const lifecycle = new BrokerLifecycle();
+  const owner = opts.holdSessions === false ? null : ownerToken();
+  // What explain says of the kill (the backends check each sandbox again as they start it).
+  const grouping = { host: hostGroupsUnusable() === undefined, engineOnHost: engineOnThisHost(env) };
+  const resolver = new CallResolver(
+    { config, store, berthHome, homeDir, dockerSockets, hostEnv: Object.freeze({ ...env }), secrets, grouping },
+    env['BERTH_SESSION'] || undefined,
+  );
+  const observers = new Observers();
+  const audit = new AuditRecorder(store.audit, { retentionDays: config.audit.retentionDays, log: (m) => log('berth:audit', m), observer: observers });
+  const gate = opts.startGate ?? StartGate.forThisMachine();
+  const quota = tenantQuota(config.limits, berthHome);
+  const backends = new BackendRegistry({
+    catalog: config.backends, berthHome, installation: store.installationId, injected: opts.backends,
+    log: logger, lease: storeLease(store.leases), profiles: [config.base, ...Object.values(config.profiles)],
+  });
+  const warm = new WarmPool({ config, backends, gate, fill: opts.warmPool === true, observer: observers, log: logger.child('berth:pool') });
+  const lives = new LiveSandboxes();
+  const engines = new Engines({ config, backends, sandboxes: store.sandboxes });
+  const links = new SessionLinks({ sessions: store.sessions, sandboxes: store.sandboxes, config, owner });
+
+  const ledger = new JobLedger({ jobs: store.jobs, resolver });
+  const probe = new JobProbe({ jobs: store.jobs, ledger });
+  const killer = new JobKiller({ jobs: store.jobs, ledger, probe, log: (m) => log('berth:jobs', m) });
+  const removal = new SandboxRemoval({ lives, backends, sandboxes: store.sandboxes, jobs: killer, log });
+  const measures = new SandboxMeasures({ config, lives, backends, engines, sandboxes: store.sandboxes, jobs: store.jobs, shutdown: lifecycle.signal, log });
+  const sessionCalls = new SessionCalls();
+  const closer = new SessionCloser({
+    calls: sessionCalls, lives, removal, links, sessions: store.sessions, sandboxes: store.sandboxes, scopes: store.scopes, audit, berthHome, owner, log,
+  });
+  const reapers = new Reapers({
+    config, sandboxes: store.sandboxes, sessions: store.sessions, lives, engines, removal, closer, links, measures, warm, jobs: probe, audit,
+    observer: observers, reap: opts.reap ?? true, shutdown: lifecycle.signal, log,
+  });
+  const pool = new SandboxPool({
+    config, lives, backends, sandboxes: store.sandboxes, links, firstUse: reapers, removal, warm, warmPool: opts.warmPool === true, quota, gate, log: logger,
+  });
+  const sessionGate = new SessionGate({ calls: sessionCalls, pool });
+  const shells = new ShellPool({ scopes: store.scopes, longLived: owner !== null, spillDir: (opts.spillOutput ?? true) ? spillDirOf(berthHome) : undefined, gate });
+  const commands = new CommandRunner({ gate: sessionGate, lives, shells, recovery: new SandboxRecovery({ lives, log }), shutdown: lifecycle.signal, log });
+  const reader = new JobReader({ ledger, probe, sandboxes: pool, resolver });
+  const runner = new JobRunner({ jobs: store.jobs, ledger, reader, killer, sandboxes: pool, commands, audit });
+  return {
+    store, lifecycle, measures, pool, warm, reapers, audit, observers,
+    calls: new ScopeCalls({ resolver, commands, audit, closer, removal, sandboxes: store.sandboxes, scopes: store.scopes, lifecycle }),
+    views: new BrokerViews({ sandboxes: store.sandboxes, sessions: store.sessions, audit: store.audit, links, measures, quota }),
+    files: new BrokerFiles({
+      resolver, gate: sessionGate, lives, audit, lifecycle, berthHome, stagingBytes: config.limits.stagingBytes, stagingLedger: new StagingLedger(berthHome), log,
+    }),
+    jobs: new BrokerJobs({ resolver, runner, reader, lifecycle }),
+    closing: { reapers, lives, closer, warm, removal, backends, store, log },
+  };
+}
+
+/** The docker engine berth talks to is this machine's (a unix socket), not one over TCP or SSH. */
+function engineOnThisHost(env: NodeJS.ProcessEnv): boolean {
+  const dockerHost = env['DOCKER_HOST'];
+  return dockerHost === undefined || dockerHost === '' || dockerHost.startsWith('unix://');
+}
+
+function dockerSocketsOf(env: NodeJS.ProcessEnv): string[] {
+  const dockerHost = env['DOCKER_HOST'];
+  return dockerHost?.startsWith('unix://') ? [...DOCKER_SOCKETS, dockerHost.slice('unix://'.length)] : DOCKER_SOCKETS;
+}

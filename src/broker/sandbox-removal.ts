@@ -1,0 +1,108 @@
+import type { Backend, Sandbox } from '../backends/backend.js';
+import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
+import type { SandboxRecord } from './state/sandbox-table.js';
+
+/** Bound of each engine request of the close pass that removes networks no sandbox uses. */
+const CLOSE_NETWORK_PASS_MS = 5_000;
+
+/** What removal asks of the jobs: end those of a sandbox whose processes outlive it (a host dir). */
+export interface JobsEnder {
+  killAllIn(digest: string, sandbox: Sandbox): Promise<void>;
+}
+
+/** What removal asks of the broker's backends: each by name, created on first use. */
+export interface BackendByName {
+  get(name: string): Promise<Backend>;
+}
+
+/** What removal changes in the store: a sandbox's record goes with it. */
+export interface SandboxRecords {
+  delete(digest: string): void;
+}
+
+export interface SandboxRemovalOptions {
+  lives: Pick<LiveSandboxes, 'get' | 'backendOf' | 'forget' | 'underLock'>;
+  backends: BackendByName;
+  sandboxes: SandboxRecords;
+  jobs: JobsEnder;
+  log: (namespace: string, message: string) => void;
+}
+
+/**
+ * Takes sandboxes down: removes one with its record (under the identity's lock), removes one an
+ * engine has and the store does not want, retires one recorded under a backend its identity no
+ * longer resolves to, stops an idle persistent one; and, at close, removes the engine objects
+ * left unused on the backends where this process removed a sandbox.
+ */
+export class SandboxRemoval {
+  /** Backends on which this process removed a sandbox: the close pass looks for what it left idle there. */
+  private readonly removedOn = new Set<string>();
+
+  constructor(private readonly opts: SandboxRemovalOptions) {}
+
+  /** Removes a sandbox (after closing its shells) and its record. */
+  async remove(rec: SandboxRecord): Promise<void> {
+    const { lives, backends, sandboxes, jobs, log } = this.opts;
+    await lives.underLock(rec.digest, async () => {
+      const live = lives.get(rec.digest);
+      // A container takes its jobs with it; a host dir does not, so end them first.
+      if (live !== undefined && !live.traits.jobsDieWithSandbox) await jobs.killAllIn(rec.digest, live.sandbox).catch((e) => log('berth:jobs', String(e)));
+      if (live) await lives.forget(live);
+      if (rec.ref !== '') {
+        const backend = await backends.get(rec.backend);
+        await backend.remove(rec.ref, rec.hostDir ?? undefined);
+        this.removedOn.add(rec.backend);
+      }
+      sandboxes.delete(rec.digest);
+    });
+  }
+
+  /** Removes a sandbox the engine has and the store does not want (an orphan); its record is the caller's. */
+  async removeManaged(engine: string, ref: string): Promise<void> {
+    await (await this.opts.backends.get(engine)).remove(ref, undefined);
+    this.removedOn.add(engine);
+  }
+
+  /**
+   * Drops a sandbox recorded under another backend than the one its identity now resolves to.
+   * An ephemeral one is removed (its sessions continue on the new backend); a persistent one's
+   * files stay where that backend keeps them, found again by name if the config switches back.
+   * Runs under the identity's lock.
+   */
+  async retire(rec: SandboxRecord, live: LiveSandbox | undefined): Promise<void> {
+    const { lives, backends, sandboxes, log } = this.opts;
+    log('berth:broker', `sandbox ${rec.key} moved from backend ${rec.backend}; retiring its old record`);
+    if (live !== undefined) await lives.forget(live);
+    if (rec.ephemeral && rec.ref !== '') {
+      try {
+        const old = await backends.get(rec.backend);
+        await old.remove(rec.ref, rec.hostDir ?? undefined);
+        this.removedOn.add(rec.backend);
+      } catch (e) {
+        log('berth:broker', `remove ${rec.key} on ${rec.backend}: ${String(e)}`);
+      }
+    }
+    sandboxes.delete(rec.digest);
+  }
+
+  /** Stops a persistent sandbox that went idle (forgotten first; the next call starts it again). */
+  async stopIdle(live: LiveSandbox): Promise<void> {
+    const { lives, log } = this.opts;
+    await lives.forget(live);
+    await lives.backendOf(live).stop(live.record.ref).catch((e) => log('berth:reaper', `stop ${live.record.key}: ${String(e)}`));
+  }
+
+  /**
+   * The close pass: removes the engine objects no sandbox uses any more on the backends where this
+   * process removed a sandbox (a tenant network whose last sandbox went: otherwise it outlives an
+   * installation whose home is deleted, as a container would). Each request is bounded by
+   * CLOSE_NETWORK_PASS_MS: an engine that stopped answering neither holds the shutdown nor keeps
+   * the process alive.
+   */
+  async releaseUnusedAtClose(): Promise<void> {
+    for (const name of this.removedOn) {
+      const backend = await this.opts.backends.get(name).catch(() => undefined);
+      await backend?.reapIdleNetworks?.({ timeoutMs: CLOSE_NETWORK_PASS_MS }).catch((e: unknown) => this.opts.log('berth:reaper', `networks at close: ${String(e)}`));
+    }
+  }
+}

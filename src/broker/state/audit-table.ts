@@ -1,0 +1,98 @@
+import { capAuditText } from './audit-text.js';
+import type { Statements } from './statements.js';
+
+export interface AuditEntry {
+  timeMs: number;
+  tenant: string;
+  profile: string;
+  user: string | null;
+  session: string | null;
+  sandboxKey: string | null;
+  kind: string;
+  command: string | null;
+  exitCode: number | null;
+  durationMs: number | null;
+}
+
+export const AUDIT_SCHEMA = `
+CREATE TABLE IF NOT EXISTS audit (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, tenant TEXT NOT NULL, profile TEXT NOT NULL,
+  user TEXT, session TEXT, sandbox_key TEXT, kind TEXT NOT NULL, command TEXT, exit_code INTEGER, duration_ms INTEGER);
+CREATE INDEX IF NOT EXISTS audit_time ON audit (time_ms);
+`;
+
+/** An audit row as an `AuditEntry`. */
+const AUDIT_COLUMNS = `time_ms AS timeMs, tenant, profile, user, session, sandbox_key AS sandboxKey, kind,
+  command, exit_code AS exitCode, duration_ms AS durationMs`;
+
+/** Entries queued at most before they are written at once. */
+const MAX_QUEUED = 200;
+/** How long an entry may wait in the queue. */
+const FLUSH_AFTER_MS = 50;
+
+/**
+ * The audit log: every call and close, newest first when read. Entries are queued and written in
+ * one transaction within FLUSH_AFTER_MS (and at close, and before any read), so recording a call
+ * costs the hot path no disk write of its own.
+ */
+export class AuditTable {
+  private queue: AuditEntry[] = [];
+  private timer: NodeJS.Timeout | undefined;
+
+  /**
+   * @param maxCommandChars `audit.maxCommandChars`: a recorded command text longer than this is
+   * cut, the cut marked (`… [N more chars]`). Texts arrive redacted.
+   */
+  constructor(private readonly sql: Statements, private readonly maxCommandChars: number) {}
+
+  add(e: AuditEntry): void {
+    const command = e.command === null ? null : capAuditText(e.command, this.maxCommandChars);
+    this.queue.push(command === e.command ? e : { ...e, command });
+    if (this.queue.length >= MAX_QUEUED) this.flush();
+    else if (this.timer === undefined) {
+      this.timer = setTimeout(() => this.flush(), FLUSH_AFTER_MS);
+      this.timer.unref();
+    }
+  }
+
+  flush(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    const batch = this.queue;
+    if (batch.length === 0 || !this.sql.db.open) return;
+    this.queue = [];
+    const insert = this.sql.q(`INSERT INTO audit (time_ms, tenant, profile, user, session, sandbox_key, kind, command, exit_code, duration_ms)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+    this.sql.db.transaction(() => {
+      for (const e of batch) {
+        insert.run(e.timeMs, e.tenant, e.profile, e.user, e.session, e.sandboxKey, e.kind, e.command, e.exitCode, e.durationMs);
+      }
+    })();
+  }
+
+  /**
+   * `audit.retentionDays`: deletes entries recorded before `beforeMs` (queued ones are newer).
+   * Returns how many went.
+   */
+  prune(beforeMs: number): number {
+    if (!this.sql.db.open) return 0;
+    return this.sql.q('DELETE FROM audit WHERE time_ms < ?').run(beforeMs).changes;
+  }
+
+  list(filter: { tenant: string; profiles?: readonly string[]; user?: string; session?: string; limit?: number }): AuditEntry[] {
+    this.flush();
+    const where = ['tenant = @tenant'];
+    if (filter.profiles !== undefined) where.push('profile IN (SELECT value FROM json_each(@profiles))');
+    if (filter.user !== undefined) where.push('user = @user');
+    if (filter.session !== undefined) where.push('session = @session');
+    const rows = this.sql.q(`SELECT ${AUDIT_COLUMNS} FROM audit WHERE ${where.join(' AND ')} ORDER BY id DESC LIMIT @limit`)
+      .all({ ...filter, profiles: JSON.stringify(filter.profiles ?? []), limit: filter.limit ?? 100 });
+    return rows as AuditEntry[];
+  }
+
+  /** The latest entries of every tenant, newest first: the operator's view (`berth top`), never a tenant's. */
+  recent(limit: number): AuditEntry[] {
+    this.flush();
+    return this.sql.q(`SELECT ${AUDIT_COLUMNS} FROM audit ORDER BY id DESC LIMIT ?`).all(limit) as AuditEntry[];
+  }
+}

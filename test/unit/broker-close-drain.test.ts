@@ -1,0 +1,71 @@
+import { describe, expect, it } from 'vitest';
+import { closeParts, type ClosingParts } from '../../src/broker/broker-lifecycle.js';
+import { LiveSandboxes, type LiveSandbox } from '../../src/broker/live-sandboxes.js';
+
+/** Enough of a live sandbox for the in-flight count: enter and leave touch only these fields. */
+function live(digest: string): LiveSandbox {
+  return { digest, inflight: 0, lastActivityMs: 0 } as unknown as LiveSandbox;
+}
+
+/** Whether `p` has settled once the microtasks queued so far have run. */
+async function settled(p: Promise<unknown>): Promise<boolean> {
+  let done = false;
+  void p.then(() => (done = true));
+  await new Promise<void>((r) => setImmediate(r));
+  return done;
+}
+
+/** Close parts that record the steps they are asked for; `drained` is the test's to resolve. */
+function closing(drained: Promise<void>): { parts: ClosingParts; steps: string[] } {
+  const steps: string[] = [];
+  const step = (name: string) => async () => void steps.push(name);
+  const parts: ClosingParts = {
+    reapers: { stop: step('reapers') },
+    lives: { drained: () => drained.then(() => void steps.push('drained')), closeAll: step('shells') },
+    closer: { closeHeld: step('sessions') },
+    warm: { close: step('warm') },
+    removal: { releaseUnusedAtClose: step('release') },
+    backends: { closeAll: step('backends') },
+    store: { close: () => void steps.push('store') },
+    log: () => {},
+  };
+  return { parts, steps };
+}
+
+describe('the close waits for the calls in flight', () => {
+  it('drained resolves at once when no call is in flight', async () => {
+    expect(await settled(new LiveSandboxes().drained())).toBe(true);
+  });
+
+  it('drained resolves when the last call in flight on any sandbox leaves, not before', async () => {
+    const lives = new LiveSandboxes();
+    const a = live('a');
+    const b = live('b');
+    lives.enter(a);
+    lives.enter(b);
+    lives.enter(a);
+    const drained = lives.drained();
+    lives.leave(a);
+    lives.leave(b);
+    expect(await settled(drained)).toBe(false);
+    lives.leave(a);
+    expect(await settled(drained)).toBe(true);
+  });
+
+  it('the close goes on as the last call ends, however long its grace', async () => {
+    let end!: () => void;
+    const { parts, steps } = closing(new Promise<void>((r) => (end = r)));
+    const closed = closeParts(parts, 3_600_000);
+    expect(await settled(closed)).toBe(false);
+    expect(steps).toEqual(['reapers']);
+    end();
+    expect(await settled(closed)).toBe(true);
+    expect(steps).toEqual(['reapers', 'drained', 'sessions', 'warm', 'shells', 'release', 'backends', 'store']);
+  });
+
+  it('the close goes on at its deadline when a call never ends', async () => {
+    const { parts, steps } = closing(new Promise<void>(() => {}));
+    await closeParts(parts, 0);
+    expect(steps).toEqual(['reapers', 'sessions', 'warm', 'shells', 'release', 'backends', 'store']);
+  });
+});
