@@ -1,6 +1,7 @@
 import type Dockerode from 'dockerode';
 import type { Lease, SandboxSpec } from '../backend.js';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
+import { KeyedLock } from '../../kit/keyed-lock.js';
 import { LABEL } from './container-spec.js';
 import { bounded, ENGINE_REQUEST_TIMEOUT_MS, engineMessage, fromDockerError, statusOf } from './engine.js';
 import { chooseShard, isTenantNetwork, networkName, SHARD_LABEL, shardCapacity, ShardCounts } from './network-shards.js';
@@ -8,16 +9,8 @@ import type { DockerSettings } from './settings.js';
 
 /** A lease that serialises the callers of this process only, per name. */
 export function localLease(): Lease {
-  const tails = new Map<string, Promise<unknown>>();
-  return <T>(name: string, fn: () => Promise<T>): Promise<T> => {
-    const next = (tails.get(name) ?? Promise.resolve()).then(fn, fn);
-    const tail = next.catch(() => undefined);
-    tails.set(name, tail);
-    void tail.then(() => {
-      if (tails.get(name) === tail) tails.delete(name);
-    });
-    return next;
-  };
+  const locks = new KeyedLock();
+  return <T>(name: string, fn: () => Promise<T>): Promise<T> => locks.run(name, fn);
 }
 
 /**
