@@ -16,7 +16,6 @@ export { openPlaceholderSecret, placeholderFor, PLACEHOLDER_PREFIX } from './pla
 export { rewriteHeaders, strayPlaceholder } from './placeholder-swap.js';
 export { createEgressProxy, EgressProxy, type EgressProxyOptions } from './proxy.js';
 export { caBundle, egressEnv, egressRedactValues, sandboxCredentials, type SandboxCaPaths } from './sandbox-setup.js';
-export { egressDir, EgressService, type EgressServiceOptions, type NetnsListen } from './service.js';
 export type { ExtraDenied, Resolver } from './target.js';
 export { DEFAULT_LIMITS, type EgressChannel, type EgressEvent, type EgressIdentity, type EgressLimits, type EgressSandbox } from './types.js';
 export type { UpstreamTrust } from './upstream-trust.js';
