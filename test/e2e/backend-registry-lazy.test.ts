@@ -13,12 +13,12 @@ describe('the backend registry loads no engine client', () => {
   it('importing the registry and parsing a docker config loads neither dockerode, ssh2 nor the kubernetes client; creating the docker backend does', async () => {
     const script = `
       const { BUILTIN_BACKENDS } = await import('./dist/backends/registry.js');
-      const { parseConfig } = await import('./dist/config/schema.js');
+      const { parseConfig } = await import('./dist/setup/parse-config.js');
       parseConfig({ backend: 'docker', docker: { image: 'x' }, profiles: { s: { backend: 'ssh', ssh: { host: 'h', identityFile: '/k' } } } });
       console.log(BUILTIN_BACKENDS.names.join(','));
       if (process.env.CREATE === '1') {
         const { Logger } = await import('./dist/logging/logger.js');
-        await BUILTIN_BACKENDS.module('docker').create({ berthHome: '/nonexistent', installation: 'i', log: Logger.silent(), lease: (_n, fn) => fn() });
+        await BUILTIN_BACKENDS.module('docker').create({ berthHome: '/nonexistent', installation: 'i', log: Logger.silent(), lease: (_n, fn) => fn(), places: [] });
       }`;
     const lazy = await modulesLoadedBy(['--input-type=module', '-e', script]);
     expect(lazy.stderr).toBe('');
