@@ -81,17 +81,17 @@ describeDocker('kubernetes module (stand-in API server)', () => {
   it('check: passes when berth may do what it needs; a missing permission is backend_unavailable listing each one and the fix', async () => {
     const home = c().newHome();
     const { backend } = await backendOn(home);
-    await backend.check(configOf().base);
+    await backend.check(configOf().base.kubernetes);
     c().server.denied.add('create /pods/exec');
     c().server.denied.add('list /persistentvolumeclaims');
-    const err = await errorOf(backend.check(configOf().base));
+    const err = await errorOf(backend.check(configOf().base.kubernetes));
     expect(err.code).toBe('backend_unavailable');
     expect(err.message).toContain('berth may not create pods/exec, list persistentvolumeclaims in namespace "berth"');
     expect(err.message).toContain('apply deploy/rbac.yaml');
     // Mode agent-sandbox with a warm pool asks about Sandboxes and claims, not PVCs.
     c().server.denied.clear();
     c().server.denied.add('create extensions.agents.x-k8s.io/sandboxclaims');
-    const agent = configOf({ mode: 'agent-sandbox', warmPool: 'pool' }, { persistent: false }).base;
+    const agent = configOf({ mode: 'agent-sandbox', warmPool: 'pool' }, { persistent: false }).base.kubernetes;
     expect((await errorOf(backend.check(agent))).message).toContain('berth may not create extensions.agents.x-k8s.io/sandboxclaims');
   });
 

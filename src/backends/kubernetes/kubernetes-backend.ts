@@ -37,7 +37,7 @@ export interface KubernetesBackendOptions {
  *
  * @example
  * const backend = new KubernetesBackend({ installation: 'inst-1', sections: [settings.kubernetes] });
- * await backend.check(settings);                  // reachable, and berth may do what it needs
+ * await backend.check(settings.kubernetes);       // reachable, and berth may do what it needs
  * const sandbox = await backend.ensure(spec, undefined);
  */
 export class KubernetesBackend implements Backend<KubernetesSettings> {
