@@ -20,6 +20,31 @@ export interface SandboxSpec<S = unknown> {
   rule: string;
   /** The call's place's merged section of the backend's module (`docker:` with its defaults and the profile's keys). */
   section: S;
+  /** What the sandbox's network may reach; absent: open, no proxy (docs/egress.md). */
+  egress?: SandboxEgress | undefined;
+}
+
+/** Where a sandbox finds the CA files of berth's egress proxy (read-only). */
+export const EGRESS_CA_DIR = '/etc/berth-egress';
+/** The system bundle with berth's CA appended, for SSL_CERT_FILE and the like. */
+export const EGRESS_CA_BUNDLE = `${EGRESS_CA_DIR}/ca-bundle.pem`;
+/** berth's CA alone, for NODE_EXTRA_CA_CERTS. */
+export const EGRESS_CA_CERT = `${EGRESS_CA_DIR}/berth-ca.pem`;
+
+/**
+ * A sandbox's network as the broker asks for it. `open`: the backend's own network (never the
+ * host's services: the host guard). `allowlist` and `none`: loopback only, no route anywhere; in
+ * `allowlist` berth's proxy listens on the sandbox's loopback (`Sandbox.netnsPath`).
+ */
+export interface SandboxEgress {
+  mode: 'open' | 'allowlist' | 'none';
+  /** The CA files (PEM) to place read-only at EGRESS_CA_DIR; absent when no proxy serves the sandbox. */
+  ca?: { bundlePem: string; caPem: string } | undefined;
+}
+
+/** Whether `spec`'s sandbox has a network of its own beyond loopback. */
+export function hasOpenNetwork(spec: Pick<SandboxSpec, 'egress'>): boolean {
+  return (spec.egress?.mode ?? 'open') === 'open';
 }
 
 /**
@@ -89,6 +114,11 @@ export interface SandboxHandle {
    * `local`), with the host root it must stay under; undefined when it does not (tmpfs, remote).
    */
   hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined;
+  /**
+   * The path of the sandbox's network namespace on this host (`/proc/<pid>/ns/net`), where berth's
+   * egress proxy listens for it; absent on a backend whose sandboxes berth cannot enter.
+   */
+  netnsPath?(): Promise<string>;
 }
 
 /** A running sandbox as the shell, warden, files and jobs use it: a handle plus the plumbing. */

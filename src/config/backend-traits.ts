@@ -1,3 +1,5 @@
+import type { EgressMode } from '../egress/policy.js';
+
 /** How a backend separates commands from the host. */
 export type Isolation = 'container' | 'namespace' | 'remote' | 'none';
 
@@ -34,6 +36,12 @@ export interface BackendTraits {
    * so the warden may end them all (`kill -1`) when a fork bomb took every pid. Never on the host.
    */
   ownsProcessTable: boolean;
+  /**
+   * The `egress.mode`s it enforces (absent: `open` only). `allowlist` also means berth can put its
+   * egress proxy in front of the sandbox (a network namespace of its own that berth enters), which
+   * secretless `credentials:` need in any mode.
+   */
+  egressModes?: readonly EgressMode[];
 }
 
 /**

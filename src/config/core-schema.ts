@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { checkEgressPolicy } from '../egress/policy.js';
 import { SCOPE_MODES } from './types.js';
 import { absolutePath, bool, FULL, integer, oneOf, section } from './zod-kit.js';
 
@@ -74,6 +75,36 @@ const envShape = {
     .refine((s) => !s.includes('\0'), { error: 'a path to a secrets file' })
     .optional(),
 };
+/** `egress.allow[2].cidr` -> ['allow', 2, 'cidr'] (the path below the section's own key). */
+function issuePath(path: string): (string | number)[] {
+  return path.split('.').slice(1).flatMap((seg) => seg.split(/\[(\d+)\]/).filter((x) => x !== '').map((x) => (/^\d+$/.test(x) ? Number(x) : x)));
+}
+
+/**
+ * `egress:` as written: checked whole by the egress library, which names each problem's path and
+ * fix (docs/egress.md); parsed into its policy when the settings are merged.
+ */
+const egressSection = z.unknown().superRefine((raw, ctx) => {
+  const r = checkEgressPolicy(raw);
+  if (r.ok) return;
+  for (const issue of r.issues) ctx.addIssue({ code: 'custom', path: issuePath(issue.path), params: FULL, message: issue.message });
+}).optional();
+
+/**
+ * `credentials:` as written: a mapping of names to `{ from, hosts, inject }`, checked against the
+ * place's egress policy in the cross-field rules (a profile may inherit either).
+ */
+const credentialsSection = z.preprocess(
+  (v) => (v === null ? {} : v),
+  z.record(z.string(), z.unknown(), { error: 'a mapping of variable names to { from, hosts }' }),
+).optional();
+
+/** Installation-wide egress settings (top level only): what the one proxy of a berth process trusts and bounds. */
+const egressProxyShape = {
+  upstreamCaFile: absolutePath('a PEM bundle of CAs the proxy trusts upstream besides the system store'),
+  maxConnectionsPerSandbox: integer(1, 65_536),
+};
+
 const serverMetricsShape = { perTenant: bool() };
 const serverShape = {
   allowHostBackend: bool(),
@@ -109,6 +140,8 @@ export function coreProfileShape(backendNames: readonly [string, ...string[]]) {
     warmPool: section(warmPoolShape),
     files: section(filesShape),
     env: section(envShape),
+    egress: egressSection,
+    credentials: credentialsSection,
   };
 }
 
@@ -129,6 +162,7 @@ export type RawConfig = RawProfile & {
     sandboxes?: number | undefined; memoryMb?: number | undefined; diskMb?: number | undefined;
   } | undefined;
   audit?: { maxCommandChars?: number | undefined; retentionDays?: number | undefined } | undefined;
+  egressProxy?: { upstreamCaFile?: string | undefined; maxConnectionsPerSandbox?: number | undefined } | undefined;
   profiles?: Record<string, RawProfile> | undefined;
 };
 
@@ -138,6 +172,7 @@ export const topOnlyShape = {
   server: section(serverShape),
   limits: section(limitsShape),
   audit: section(auditShape),
+  egressProxy: section(egressProxyShape),
 };
 
 /** The keys of each of berth's own sections, for "did you mean" hints (`top` and `profile` come from the composed schema). */
@@ -151,4 +186,5 @@ export const coreKnownKeys: Readonly<Record<string, readonly string[]>> = {
   server: Object.keys(serverShape),
   limits: Object.keys(limitsShape),
   audit: Object.keys(auditShape),
+  egressProxy: Object.keys(egressProxyShape),
 };

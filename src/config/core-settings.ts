@@ -1,6 +1,8 @@
 import { dirname, isAbsolute, resolve } from 'node:path';
+import { checkCredentials, type CredentialSpec } from '../egress/credentials.js';
+import { emptyPolicy, parseEgressPolicy, type EgressPolicy } from '../egress/policy.js';
 import type { RawProfile } from './core-schema.js';
-import type { AuditSettings, CoreSettings, ServerSettings, TenantLimits } from './types.js';
+import type { AuditSettings, CoreSettings, EgressProxySettings, ServerSettings, TenantLimits } from './types.js';
 
 /*
  * berth's own settings: their defaults, and how what one place wrote merges over its base (the
@@ -23,8 +25,14 @@ export function defaultCore(backend: string): CoreSettings {
     warmPool: { size: 0 },
     files: { maxBytes: 100 * 1024 * 1024, mediaMode: 'copy' },
     env: { static: {}, forward: [], perUserPrefix: 'BERTH_USER', redact: true },
+    // Open by default, as before egress existed: an allowlist is the operator's choice per profile
+    // (README, "Egress and credentials"); open still never reaches the host (design §8).
+    egress: emptyPolicy('open'),
+    credentials: [],
   };
 }
+
+export const DEFAULT_EGRESS_PROXY: EgressProxySettings = { upstreamCaFile: undefined, maxConnectionsPerSandbox: 256 };
 
 export const DEFAULT_SERVER: ServerSettings = {
   allowHostBackend: false,
@@ -56,6 +64,8 @@ export const DEFAULT_AUDIT: AuditSettings = { maxCommandChars: 4096, retentionDa
  */
 export function mergeCore(base: CoreSettings, raw: RawProfile, source: string | undefined): CoreSettings {
   const e = raw.env ?? {};
+  // A section replaces the inherited one whole (an allowlist is read as one list, never merged).
+  const egress = raw.egress === undefined ? base.egress : parseEgressPolicy(raw.egress);
   // A relative secrets file is relative to the config file that names it (checked in the cross-field rules).
   const secretsFile = e.secretsFile === undefined ? base.env.secretsFile
     : isAbsolute(e.secretsFile) || source === undefined ? e.secretsFile : resolve(dirname(source), e.secretsFile);
@@ -87,5 +97,13 @@ export function mergeCore(base: CoreSettings, raw: RawProfile, source: string | 
       redact: e.redact ?? base.env.redact,
       ...(secretsFile === undefined ? {} : { secretsFile }),
     },
+    egress,
+    credentials: raw.credentials === undefined ? base.credentials : credentialSpecs(raw.credentials, egress),
   };
+}
+
+/** The written `credentials:` parsed against the place's policy; what does not check is reported by the cross-field rules. */
+function credentialSpecs(raw: unknown, egress: EgressPolicy): readonly CredentialSpec[] {
+  const r = checkCredentials(raw, egress);
+  return r.ok ? r.specs : [];
 }

@@ -1,4 +1,5 @@
 import { isAbsolute } from 'node:path';
+import { checkCredentials } from '../egress/credentials.js';
 import type { BackendTraitsTable } from './backend-traits.js';
 import type { RawCore, RawProfile } from './core-schema.js';
 import type { CoreSettings, ServerSettings } from './types.js';
@@ -113,6 +114,57 @@ function envProblems(section: Section): string[] {
 }
 
 /**
+ * `egress:` and `credentials:` of one place: credentials checked against the place's policy (a
+ * profile may inherit either), a credential that would also enter the sandbox as a plain variable,
+ * a mode the backend cannot enforce, and a warm pool (its sandboxes are made before their profile's
+ * egress is known).
+ */
+function egressProblems(section: Section, top: Section, backends: BackendTraitsTable): string[] {
+  const { settings } = section;
+  const wroteCredentials = section.written.credentials ?? (section.profile === undefined ? undefined : top.written.credentials);
+  if (!involves(section, ['egress', 'credentials', 'backend', 'env', 'warmPool'])) return [];
+  const problems: string[] = [];
+  const checked = checkCredentials(wroteCredentials, settings.egress, keyOf(section, 'credentials'));
+  if (!checked.ok) problems.push(...checked.issues.map((i) => `config key "${i.path}": ${i.message}`));
+  const forwarded = new Set(settings.env.forward);
+  for (const c of settings.credentials) {
+    if (forwarded.has(c.name) || Object.hasOwn(settings.env.static, c.name)) {
+      problems.push(
+        `config key "${keyOf(section, `credentials.${c.name}`)}": "${c.name}" is also a plain variable (env.forward or env.static), which would put a value in the sandbox ` +
+          'beside the placeholder; remove it from env',
+      );
+    } else if (forwarded.has(c.from)) {
+      problems.push(
+        `config key "${keyOf(section, `credentials.${c.name}`)}": its value comes from "${c.from}", which env.forward also forwards into the sandbox, so the real value ` +
+          `would be there anyway; remove "${c.from}" from env.forward`,
+      );
+    }
+  }
+  const modes = backends.traits(settings.backend).egressModes ?? ['open'];
+  const mode = settings.egress.mode;
+  if (!modes.includes(mode)) {
+    const can = joined(backends.namesWhere((t) => (t.egressModes ?? ['open']).includes(mode)), 'or');
+    problems.push(
+      `config key "${keyOf(section, 'egress.mode')}": backend "${settings.backend}" cannot enforce egress mode ${mode} (its sandboxes' network is not berth's to confine); ` +
+        `use backend: ${can}, or another mode`,
+    );
+  } else if (settings.credentials.length > 0 && !modes.includes('allowlist')) {
+    const can = joined(backends.namesWhere((t) => (t.egressModes ?? []).includes('allowlist')), 'or');
+    problems.push(
+      `config key "${keyOf(section, 'credentials')}": backend "${settings.backend}" cannot put berth's egress proxy in front of its sandboxes, and a credential's value ` +
+        `reaches its hosts only through it; use backend: ${can}, or env.forward (the value then enters the sandbox)`,
+    );
+  }
+  if (settings.warmPool.size > 0 && (mode !== 'open' || settings.credentials.length > 0)) {
+    problems.push(
+      `config key "${keyOf(section, 'warmPool.size')}": a warm pool's sandboxes are made before a call, with an open network and no credentials, so they cannot serve ` +
+        `egress mode ${mode}${settings.credentials.length > 0 ? ' with credentials' : ''}; remove warmPool for this profile`,
+    );
+  }
+  return problems;
+}
+
+/**
  * `workspace.mount` where no profile it applies to uses a backend that mounts host dirs. A
  * top-level value applies to the top level (profiles without a section) and to every profile that
  * does not override it.
@@ -140,7 +192,10 @@ function mountProblems(top: Section, profiles: readonly Section[], backends: Bac
 export function crossFieldProblems(top: Section, profiles: readonly Section[], backends: BackendTraitsTable): string[] {
   const problems: string[] = [];
   for (const s of [top, ...profiles]) {
-    problems.push(...sharedKeyProblems(s, backends), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s), ...warmPoolProblems(s));
+    problems.push(
+      ...sharedKeyProblems(s, backends), ...userSandboxProblems(s), ...envProblems(s), ...secretsFileProblems(s), ...warmPoolProblems(s),
+      ...egressProblems(s, top, backends),
+    );
   }
   problems.push(...mountProblems(top, profiles, backends));
   return problems;

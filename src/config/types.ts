@@ -1,3 +1,6 @@
+import type { CredentialSpec } from '../egress/credentials.js';
+import type { EgressPolicy } from '../egress/policy.js';
+
 /*
  * berth's own settings, validated and immutable: what a profile may override (`CoreSettings`) and
  * the top-level sections. The whole config, with each backend module's section beside these, is
@@ -48,6 +51,18 @@ export interface CoreSettings {
    */
   files: { maxBytes: number; mediaMode: 'copy' | 'live' };
   env: EnvSettings;
+  /** What the sandbox's network may reach (`egress:`, docs/egress.md); no section: `open`. */
+  egress: EgressPolicy;
+  /** Secretless credentials (`credentials:`): the sandbox holds placeholders, the proxy the values. */
+  credentials: readonly CredentialSpec[];
+}
+
+/** The egress proxy of a berth process (top level only). */
+export interface EgressProxySettings {
+  /** A PEM bundle the proxy trusts for upstream TLS besides the system store (a private endpoint's CA). */
+  upstreamCaFile: string | undefined;
+  /** Connections one sandbox may hold open to the proxy at once; one more is closed as it arrives. */
+  maxConnectionsPerSandbox: number;
 }
 
 /** `berth serve` settings (top level only). */

@@ -1,5 +1,5 @@
 import { ConfigError } from '../errors.js';
-import { canonicalIp, formatCidr, parseCidr, parseIp, type Cidr, type IpAddress } from './addresses.js';
+import { canonicalIp, formatCidr, formatIp, parseCidr, parseIp, type Cidr, type IpAddress } from './addresses.js';
 import { normalizeName, splitHostPort } from './names.js';
 
 /*
@@ -165,4 +165,27 @@ function parseHosts(raw: unknown, path: string, issues: EgressIssue[]): Readonly
 
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** One entry as it is written in the config (`api.github.com`, `{ host: db:5432 }`, `{ cidr: 10.0.0.0/8 }`). */
+function entryView(e: EgressEntry): string | Record<string, string> {
+  if (e.kind === 'host') return { host: `${e.name}:${e.port}` };
+  if (e.kind === 'cidr') return { cidr: formatCidr(e.range) };
+  return e.text;
+}
+
+/**
+ * A policy as the config writes it, for `berth config check` and `explain`: the mode, and the
+ * lists and static names that mode uses.
+ *
+ * @example
+ * policyView(parseEgressPolicy({ mode: 'allowlist', allow: ['api.github.com'] })) // { mode: 'allowlist', allow: ['api.github.com'] }
+ */
+export function policyView(p: EgressPolicy): { mode: EgressMode; allow?: unknown[]; deny?: unknown[]; hosts?: Record<string, string[]> } {
+  return {
+    mode: p.mode,
+    ...(p.allow.length === 0 ? {} : { allow: p.allow.map(entryView) }),
+    ...(p.deny.length === 0 ? {} : { deny: p.deny.map(entryView) }),
+    ...(p.hosts.size === 0 ? {} : { hosts: Object.fromEntries([...p.hosts].map(([n, ips]) => [n, ips.map(formatIp)])) }),
+  };
 }

@@ -1,6 +1,6 @@
 import type { BackendCatalog } from '../backends/catalog.js';
 import type { BackendSections } from '../backends/registry.js';
-import type { AuditSettings, ConfigPlaces, CoreSettings, ServerSettings, TenantLimits } from '../config/types.js';
+import type { AuditSettings, ConfigPlaces, CoreSettings, EgressProxySettings, ServerSettings, TenantLimits } from '../config/types.js';
 
 /**
  * Everything a profile may override, merged: berth's own keys plus each backend module's section
@@ -15,6 +15,7 @@ export interface BerthConfig extends ConfigPlaces<ProfileSettings> {
   readonly server: ServerSettings;
   readonly limits: TenantLimits;
   readonly audit: AuditSettings;
+  readonly egressProxy: EgressProxySettings;
   /** Where the config came from (a path), or undefined for built-in defaults. */
   readonly source: string | undefined;
   /** The backend modules this config was parsed against: their traits answer what a backend does. */

@@ -1,5 +1,6 @@
 import { stringify } from 'yaml';
 import type { BackendCatalog } from '../backends/catalog.js';
+import { policyView } from '../egress/policy.js';
 import { sectionOf } from '../backends/module.js';
 import type { BerthConfig, ProfileSettings } from './berth-config.js';
 
@@ -31,6 +32,11 @@ function settingsView(s: ProfileSettings, backends: BackendCatalog): Record<stri
       // The path only: the file's values are secrets and never printed.
       ...(s.env.secretsFile === undefined ? {} : { secretsFile: s.env.secretsFile }),
     },
+    egress: policyView(s.egress),
+    // Where each value comes from and where it may go; never a value.
+    ...(s.credentials.length === 0 ? {} : {
+      credentials: Object.fromEntries(s.credentials.map((c) => [c.name, { from: c.from, hosts: [...c.hosts], ...(c.inject === undefined ? {} : { inject: { ...c.inject } }) }])),
+    }),
   });
   // Only the section of the profile's own backend: another module's settings mean nothing to its
   // sandboxes, and showing them would mislead.
@@ -59,6 +65,7 @@ export function formatEffectiveConfig(config: BerthConfig): string {
     server: { ...config.server },
     limits: { ...config.limits },
     audit: { ...config.audit },
+    egressProxy: Object.fromEntries(Object.entries(config.egressProxy).filter(([, v]) => v !== undefined)),
     ...settingsView(config.base, config.backends),
   };
   const names = Object.keys(config.profiles).sort();

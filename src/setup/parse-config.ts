@@ -2,7 +2,7 @@ import type { BackendCatalog } from '../backends/catalog.js';
 import { sectionOf, type BackendModule } from '../backends/module.js';
 import { BUILTIN_BACKENDS, DEFAULT_BACKEND } from '../backends/registry.js';
 import type { RawProfile } from '../config/core-schema.js';
-import { DEFAULT_AUDIT, DEFAULT_LIMITS, DEFAULT_SERVER, defaultCore, mergeCore } from '../config/core-settings.js';
+import { DEFAULT_AUDIT, DEFAULT_EGRESS_PROXY, DEFAULT_LIMITS, DEFAULT_SERVER, defaultCore, mergeCore } from '../config/core-settings.js';
 import { crossFieldProblems, serverProblems, type Section } from '../config/cross-field-rules.js';
 import { issueMessages, protoKeyProblems, within } from '../config/issue-messages.js';
 import type { ServerSettings } from '../config/types.js';
@@ -72,7 +72,7 @@ export function parseConfig(raw: unknown, source?: string, opts: ParseOptions = 
   }
   const written = parsed.data;
 
-  const { multiProfile, server, limits, audit, profiles: writtenProfiles = {}, ...topWritten } = written;
+  const { multiProfile, server, limits, audit, egressProxy, profiles: writtenProfiles = {}, ...topWritten } = written;
   const base = applyOverrides(defaultSettings(sections), topWritten, source, sections);
   const top: Section<ProfileSettings> = { profile: undefined, written: topWritten, settings: base };
   const profileSections = Object.entries(writtenProfiles).map(
@@ -102,6 +102,7 @@ export function parseConfig(raw: unknown, source?: string, opts: ParseOptions = 
     server: serverSettings,
     limits: { ...DEFAULT_LIMITS, ...definedOnly(limits) },
     audit: { ...DEFAULT_AUDIT, ...definedOnly(audit) },
+    egressProxy: { ...DEFAULT_EGRESS_PROXY, ...definedOnly(egressProxy) },
     base,
     profiles,
     source,

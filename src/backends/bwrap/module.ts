@@ -23,6 +23,8 @@ export const bwrapModule = defineBackend({
     hostPaths: false,
     // Its own pid namespace: every process the shell can signal is the sandbox's.
     ownsProcessTable: true,
+    // Allowlist: the sandbox's own network namespace with loopback only, berth's proxy listening in it.
+    egressModes: ['open', 'allowlist', 'none'],
   },
   settings: bwrapSettings,
   processGroups: 'host',

@@ -2,7 +2,7 @@ import path from 'node:path';
 import type Dockerode from 'dockerode';
 import type { VolumeSettings, DockerSettings } from './settings.js';
 import { volumesForTenant } from '../../policy/volumes.js';
-import type { SandboxSpec } from '../backend.js';
+import { EGRESS_CA_DIR, type SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
 import { LABEL } from '../labels.js';
 import { HOME, WORKSPACE } from './paths.js';
@@ -143,6 +143,8 @@ export interface CreatePlanInput {
   networkMode: string;
   /** Labels instead of the identity's (a warm-pool container has no identity yet). */
   labels?: Record<string, string> | undefined;
+  /** Host dir of the egress proxy's CA files, bound read-only at EGRESS_CA_DIR. */
+  egressCaDir?: string | undefined;
 }
 
 /**
@@ -172,6 +174,7 @@ export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreate
   if (!bound(HOME)) tmpfs[HOME] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0700${owner}`;
   if (!bound(WORKSPACE)) tmpfs[WORKSPACE] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0755${owner}`;
   const binds = hostBinds.map((b) => `${b.source}:${b.target}${b.readOnly ? ':ro' : ''}`);
+  if (input.egressCaDir !== undefined) binds.push(`${input.egressCaDir}:${EGRESS_CA_DIR}:ro`);
 
   return {
     name: input.name,

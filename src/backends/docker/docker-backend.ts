@@ -5,7 +5,7 @@ import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type Dockerode from 'dockerode';
 import { BackendUnavailableError, BerthError, ConfigError, PolicyRefusedError } from '../../errors.js';
-import type { Backend, Lease, ManagedSandbox, PoolShape, Sandbox, SandboxSpec, SandboxUsage, WarmCapability } from '../backend.js';
+import { hasOpenNetwork, type Backend, type Lease, type ManagedSandbox, type PoolShape, type Sandbox, type SandboxSpec, type SandboxUsage, type WarmCapability } from '../backend.js';
 import {
   LABEL,
   WORKSPACE,
@@ -45,6 +45,7 @@ import { capabilitiesFromInfo, LIMIT_DEFAULTS, planLimits, type EngineCapabiliti
 import { diskBreachOf } from './disk-usage.js';
 import { describeDiskBound, isStorageOptRefusal } from './disk-bound.js';
 import { SandboxDisks } from './sandbox-disk.js';
+import { writeEgressCa } from './egress-ca.js';
 import { localLease, SandboxNetworks } from './networks.js';
 import { assertRunsAs, runAsFor } from './run-as.js';
 import { containerUsageWithDisk } from './usage.js';
@@ -451,9 +452,10 @@ export class DockerBackend implements Backend<DockerSettings> {
    */
   private async createAndStart(spec: SandboxSpec<DockerSettings>, plan: Omit<CreatePlanInput, 'networkMode'>): Promise<Dockerode.ContainerInspectInfo> {
     for (let attempt = 1; ; attempt++) {
-      const joined = spec.section.network === 'none' ? undefined : await this.networks.join(spec.identity.tenant);
+      const joined = spec.section.network === 'none' || !hasOpenNetwork(spec) ? undefined : await this.networks.join(spec.identity.tenant);
       try {
-        return await this.createAndStartOnce(spec, createOptions({ ...plan, networkMode: joined?.network.id ?? 'none' }));
+        const egressCaDir = spec.egress?.ca === undefined ? undefined : await writeEgressCa(sandboxesRoot(this.berthHome), spec.egress.ca);
+        return await this.createAndStartOnce(spec, createOptions({ ...plan, networkMode: joined?.network.id ?? 'none', egressCaDir }));
       } catch (err) {
         if (joined === undefined || attempt >= NETWORK_ATTEMPTS || !isNetworkGone(err)) throw err;
         this.about(spec).debug(`network ${joined.network.name} was removed while creating; joining again`);

@@ -14,6 +14,8 @@ export const dockerModule = defineBackend({
     containerKeying: true,
     hostPaths: false,
     ownsProcessTable: true,
+    // Allowlist: the sandbox's own network namespace with loopback only, berth's proxy listening in it.
+    egressModes: ['open', 'allowlist', 'none'],
   },
   settings: dockerSettings,
   processGroups: 'engine',

@@ -1,5 +1,5 @@
 import type Dockerode from 'dockerode';
-import type { Lease, SandboxSpec } from '../backend.js';
+import { hasOpenNetwork, type Lease, type SandboxSpec } from '../backend.js';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
 import { KeyedLock } from '../../kit/keyed-lock.js';
 import { LABEL } from './container-spec.js';
@@ -108,13 +108,14 @@ export class SandboxNetworks {
    * moved onto its tenant's network. Returns the container as it is now.
    */
   async place(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo): Promise<Dockerode.ContainerInspectInfo> {
-    const want = spec.section.network;
+    // An allowlist or no network: loopback only (berth's proxy listens there), whatever docker.network says.
+    const want = hasOpenNetwork(spec) ? spec.section.network : 'none';
     const isolated = info.HostConfig.NetworkMode === 'none';
     if (want === 'none' || isolated) {
       if (want === 'none' && isolated) return info;
       throw new PolicyRefusedError(
         `sandbox "${spec.identity.key}" (container ${info.Id.slice(0, 12)}) was created ${isolated ? 'without a network' : 'with a network'} ` +
-          `but docker.network is now "${want}"; the network is fixed when the sandbox is created: remove it (berth rm with the same scope flags) and it is created again`,
+          `but its network is now "${want}" (docker.network, egress.mode); the network is fixed when the sandbox is created: remove it (berth rm with the same scope flags) and it is created again`,
       );
     }
     const attached = Object.keys(info.NetworkSettings?.Networks ?? {});

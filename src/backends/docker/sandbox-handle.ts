@@ -1,4 +1,6 @@
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
+import { BackendUnavailableError } from '../../errors.js';
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { Logger } from '../../logging/logger.js';
@@ -77,6 +79,29 @@ export class DockerSandboxHandle implements SandboxHandle {
       .filter((m) => m.Type === 'bind' && typeof m.Source === 'string' && typeof m.Destination === 'string')
       .map((m) => ({ source: path.resolve(m.Source), destination: path.posix.normalize(m.Destination) }))
       .sort((a, b) => b.destination.length - a.destination.length);
+  }
+
+  /**
+   * The container's network namespace as this host sees it: its main process's, asked of the
+   * engine now (a restarted container has a new one). Only for an engine on this host, checked by
+   * the process's cgroup naming the container.
+   */
+  async netnsPath(): Promise<string> {
+    const info = await this.docker.getContainer(this.ref).inspect();
+    const pid = info.State?.Pid ?? 0;
+    let cgroup = '';
+    try {
+      cgroup = pid > 0 ? await readFile(`/proc/${pid}/cgroup`, 'utf8') : '';
+    } catch {
+      // Not a process of this host.
+    }
+    if (!cgroup.includes(this.ref)) {
+      throw new BackendUnavailableError(
+        `sandbox container ${this.ref.slice(0, 12)} is ${pid > 0 ? 'not on this host' : 'not running'}, so berth's egress proxy cannot listen in its network; ` +
+          'egress allowlist and credentials need the docker engine on the host berth runs on',
+      );
+    }
+    return `/proc/${pid}/ns/net`;
   }
 
   async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {

@@ -46,6 +46,10 @@ export class ProcessSandbox implements Sandbox {
     return this.handle.processCount?.() ?? Promise.resolve(undefined);
   }
 
+  get netnsPath(): (() => Promise<string>) | undefined {
+    return this.handle.netnsPath === undefined ? undefined : () => this.handle.netnsPath!();
+  }
+
   hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined {
     return this.handle.hostPathOf(sandboxPath);
   }

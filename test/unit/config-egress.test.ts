@@ -1,0 +1,72 @@
+import { describe, expect, it } from 'vitest';
+import { settingsFor } from '../../src/config/types.js';
+import { formatEffectiveConfig } from '../../src/setup/format-config.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
+
+/** The ConfigError message of parsing `raw`, or '' when it parses. */
+function problem(raw: unknown): string {
+  try {
+    parseConfig(raw, 'berth.yaml');
+    return '';
+  } catch (e) {
+    return (e as Error).message;
+  }
+}
+
+const bot = {
+  backend: 'docker',
+  egress: { mode: 'allowlist', allow: ['api.github.com', 'github.com', '*.githubusercontent.com'] },
+  credentials: { GITHUB_TOKEN: { from: 'GITHUB_TOKEN', hosts: ['api.github.com', 'github.com'] } },
+};
+
+describe('egress and credentials in the config', () => {
+  it('no section is open with no credentials; a profile\'s allowlist and credentials parse', () => {
+    const c = parseConfig({ profiles: { bot } });
+    expect(c.base.egress.mode).toBe('open');
+    expect(c.base.credentials).toEqual([]);
+    const s = settingsFor(c, 'bot');
+    expect(s.egress.mode).toBe('allowlist');
+    expect(s.credentials.map((x) => [x.name, x.from, x.hosts])).toEqual([['GITHUB_TOKEN', 'GITHUB_TOKEN', ['api.github.com', 'github.com']]]);
+    expect(c.egressProxy).toEqual({ upstreamCaFile: undefined, maxConnectionsPerSandbox: 256 });
+  });
+
+  it('a malformed name or CIDR is an error naming its key and the fix', () => {
+    expect(problem({ egress: { mode: 'allowlist', allow: ['*.x*.y'] } })).toMatch(/config key "egress\.allow\[0\]": .*leading "\*\."/);
+    expect(problem({ profiles: { p: { egress: { mode: 'allowlist', allow: [{ cidr: '10.0.0.1/8' }] } } } })).toMatch(/config key "profiles\.p\.egress\.allow\[0\]\.?(cidr)?".*10\.0\.0\.0\/8/);
+    expect(problem({ egress: { allow: ['a.example'] } })).toMatch(/egress\.mode/);
+  });
+
+  it('a credential whose hosts its profile\'s egress does not let through is an error, also when it inherits the credentials', () => {
+    expect(problem({ backend: 'docker', egress: { mode: 'allowlist', allow: ['github.com'] }, credentials: { T: { hosts: ['api.github.com'] } } }))
+      .toMatch(/config key "credentials\.T\.hosts\[0\]"/);
+    expect(problem({ backend: 'docker', credentials: { T: { hosts: ['api.github.com'] } }, profiles: { p: { egress: { mode: 'allowlist', allow: ['github.com'] } } } }))
+      .toMatch(/config key "profiles\.p\.credentials\.T\.hosts\[0\]"/);
+  });
+
+  it('a credential that is also a plain variable, or whose source env.forward forwards, is an error', () => {
+    expect(problem({ ...bot, env: { forward: ['GITHUB_TOKEN'] } })).toMatch(/"GITHUB_TOKEN" is also a plain variable/);
+    expect(problem({ ...bot, env: { static: { GITHUB_TOKEN: 'x' } } })).toMatch(/"GITHUB_TOKEN" is also a plain variable/);
+    expect(problem({ ...bot, credentials: { GH: { from: 'GITHUB_TOKEN', hosts: ['github.com'] } }, env: { forward: ['GITHUB_TOKEN'] } }))
+      .toMatch(/comes from "GITHUB_TOKEN", which env\.forward also forwards/);
+  });
+
+  it('allowlist, none or credentials on a backend that cannot confine its network is an error naming the backends that can', () => {
+    expect(problem({ backend: 'ssh', ssh: { host: 'h' }, egress: { mode: 'allowlist', allow: ['a.example'] } }))
+      .toMatch(/backend "ssh" cannot enforce egress mode allowlist.*use backend: docker or bwrap/);
+    expect(problem({ backend: 'local', egress: { mode: 'none' } })).toMatch(/backend "local" cannot enforce egress mode none/);
+    expect(problem({ backend: 'local', credentials: { T: { hosts: ['a.example'] } } })).toMatch(/config key "credentials": backend "local" cannot put berth's egress proxy/);
+    expect(problem({ backend: 'bwrap', egress: { mode: 'allowlist', allow: ['a.example'] } })).toBe('');
+  });
+
+  it('a warm pool with an allowlist or credentials is an error', () => {
+    expect(problem({ ...bot, warmPool: { size: 2 } })).toMatch(/warmPool\.size.*cannot serve egress mode allowlist with credentials/);
+  });
+
+  it('config check shows the policy and where each credential comes from and may go, never a value', () => {
+    const text = formatEffectiveConfig(parseConfig({ profiles: { bot: { ...bot, egress: { ...bot.egress, hosts: { 'db.internal': '10.20.1.5' } } } } }));
+    expect(text).toContain('mode: allowlist');
+    expect(text).toContain('- "*.githubusercontent.com"');
+    expect(text).toContain('db.internal:');
+    expect(text).toMatch(/GITHUB_TOKEN:\n\s+from: GITHUB_TOKEN\n\s+hosts:/);
+  });
+});
