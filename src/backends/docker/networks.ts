@@ -1,6 +1,7 @@
 import type Dockerode from 'dockerode';
 import type { Lease, SandboxSpec } from '../backend.js';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
+import { BRIDGE_NAME_OPTION, guardedBridgeName } from '../../egress/guarded-bridges.js';
 import { LABEL } from './container-spec.js';
 import { bounded, ENGINE_REQUEST_TIMEOUT_MS, engineMessage, fromDockerError, statusOf } from './engine.js';
 import { chooseShard, isTenantNetwork, networkName, SHARD_LABEL, shardCapacity, ShardCounts } from './network-shards.js';
@@ -250,7 +251,8 @@ export class SandboxNetworks {
         Internal: false,
         Attachable: false,
         EnableIPv6: false,
-        Options: { ...NETWORK_OPTIONS },
+        // The interface name the host guard matches (egress/docker-guard.ts).
+        Options: { ...NETWORK_OPTIONS, [BRIDGE_NAME_OPTION]: guardedBridgeName(name) },
         Labels: {
           [LABEL.managed]: 'true',
           [LABEL.installation]: this.o.installation,
