@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { expect, it } from 'vitest';
 import { networkName } from '../../src/backends/docker/network-shards.js';
 import type { Broker } from '../../src/broker/broker.js';
+import { guardedBridgeName } from '../../src/egress/guarded-bridges.js';
 import type { CallScopeInput } from '../../src/scope/call-scope.js';
 import {
   containerFor,
@@ -103,6 +104,8 @@ describeDocker('trust boundaries on the real docker engine', () => {
       expect(n.options).toEqual({
         'com.docker.network.bridge.enable_icc': 'false',
         'com.docker.network.bridge.enable_ip_masquerade': 'true',
+        // The prefix the host guard matches (egress/docker-guard.ts).
+        'com.docker.network.bridge.name': guardedBridgeName(n.name),
       });
       const info = await docker.getNetwork(n.id).inspect();
       expect({ driver: info.Driver, internal: info.Internal, ipv6: info.EnableIPv6 }).toEqual({ driver: 'bridge', internal: false, ipv6: false });

@@ -62,9 +62,11 @@ process.send({ ready: true });
 
 /**
  * A namespace with `count` addresses (198.51.100.<base+2>...) and the host at <base+1>, on a /28
- * of its own picked at random so parallel runs do not collide. Removed by `close`.
+ * of its own picked at random so parallel runs do not collide. `routed` addresses (e.g.
+ * 169.254.169.254) are added inside too, each with a host route to it through the link: hosts the
+ * host forwards to, as a router would. Removed by `close` (the routes go with the link).
  */
-export async function createTestNet(count = 4): Promise<TestNet> {
+export async function createTestNet(count = 4, routed: readonly string[] = []): Promise<TestNet> {
   const id = randomBytes(3).toString('hex');
   const ns = `berth-eg-${id}`;
   const hostIf = `beg${id}h`;
@@ -83,8 +85,10 @@ export async function createTestNet(count = 4): Promise<TestNet> {
     ip('addr', 'add', `${hostAddress}/28`, 'dev', hostIf);
     ip('link', 'set', hostIf, 'up');
     for (const a of addresses) ip('-n', ns, 'addr', 'add', `${a}/28`, 'dev', nsIf);
+    for (const a of routed) ip('-n', ns, 'addr', 'add', `${a}/32`, 'dev', nsIf);
     ip('-n', ns, 'link', 'set', nsIf, 'up');
     ip('-n', ns, 'link', 'set', 'lo', 'up');
+    for (const a of routed) ip('route', 'add', `${a}/32`, 'dev', hostIf);
     child = spawn('ip', ['netns', 'exec', ns, process.execPath, '-e', LISTENER], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     await new Promise<void>((resolve, reject) => {
       child!.once('message', () => resolve());

@@ -1,6 +1,7 @@
 import type Dockerode from 'dockerode';
 import { hasOpenNetwork, type Lease, type SandboxSpec } from '../backend.js';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
+import { BRIDGE_NAME_OPTION, guardedBridgeName } from '../../egress/guarded-bridges.js';
 import { KeyedLock } from '../../kit/keyed-lock.js';
 import { LABEL } from './container-spec.js';
 import { bounded, ENGINE_REQUEST_TIMEOUT_MS, engineMessage, fromDockerError, statusOf } from './engine.js';
@@ -245,7 +246,8 @@ export class SandboxNetworks {
         Internal: false,
         Attachable: false,
         EnableIPv6: false,
-        Options: { ...NETWORK_OPTIONS },
+        // The interface name the host guard matches (egress/docker-guard.ts).
+        Options: { ...NETWORK_OPTIONS, [BRIDGE_NAME_OPTION]: guardedBridgeName(name) },
         Labels: {
           [LABEL.managed]: 'true',
           [LABEL.installation]: this.o.installation,
