@@ -8,6 +8,7 @@ export interface ClosingParts {
   warm: { close(): Promise<void> };
   removal: { releaseUnusedAtClose(): Promise<void> };
   backends: { closeAll(): Promise<void> };
+  egress: { close(): Promise<void> };
   store: { close(): void };
   log: (namespace: string, message: string) => void;
 }
@@ -56,6 +57,7 @@ export async function closeParts(parts: ClosingParts, graceMs: number): Promise<
   await parts.warm.close().catch((e: unknown) => parts.log('berth:pool', `warm pools at close: ${String(e)}`));
   await parts.lives.closeAll();
   await parts.removal.releaseUnusedAtClose();
+  await parts.egress.close().catch((e: unknown) => parts.log('berth:egress', `egress at close: ${String(e)}`));
   await parts.backends.closeAll();
   parts.store.close();
 }

@@ -27,6 +27,7 @@ import { LiveSandboxes } from './live-sandboxes.js';
 import { Observers } from './observer.js';
 import { ownerToken } from './process-owner.js';
 import { Reapers } from './reapers.js';
+import { SandboxEgress } from './sandbox-egress.js';
 import { SandboxMeasures } from './sandbox-measures.js';
 import { SandboxPool } from './sandbox-pool.js';
 import { SandboxRecovery } from './sandbox-recovery.js';
@@ -60,6 +61,7 @@ export interface BrokerParts {
   observers: Observers;
   files: BrokerFiles;
   jobs: BrokerJobs;
+  egress: SandboxEgress;
   /** What the close takes down, in its order. */
   closing: ClosingParts;
 }
@@ -103,7 +105,10 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   const ledger = new JobLedger({ jobs: store.jobs, resolver });
   const probe = new JobProbe({ jobs: store.jobs, ledger });
   const killer = new JobKiller({ jobs: store.jobs, ledger, probe, log: (m) => log('berth:jobs', m) });
-  const removal = new SandboxRemoval({ lives, backends, sandboxes: store.sandboxes, jobs: killer, log });
+  const egress = new SandboxEgress({
+    config, berthHome, resolver, onDecision: (e) => observers.egress(e), log: logger.child('berth:egress'),
+  });
+  const removal = new SandboxRemoval({ lives, backends, sandboxes: store.sandboxes, jobs: killer, egress, log });
   const measures = new SandboxMeasures({ config, lives, backends, engines, sandboxes: store.sandboxes, jobs: store.jobs, shutdown: lifecycle.signal, log });
   const sessionCalls = new SessionCalls();
   const closer = new SessionCloser({
@@ -114,7 +119,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
     observer: observers, reap: opts.reap ?? true, shutdown: lifecycle.signal, log,
   });
   const pool = new SandboxPool({
-    config, lives, backends, sandboxes: store.sandboxes, links, firstUse: reapers, removal, warm, warmPool: opts.warmPool === true, quota, gate, log: logger,
+    config, lives, backends, sandboxes: store.sandboxes, links, firstUse: reapers, removal, warm, warmPool: opts.warmPool === true, quota, gate, egress, log: logger,
   });
   const sessionGate = new SessionGate({ calls: sessionCalls, pool });
   const shells = new ShellPool({ scopes: store.scopes, longLived: owner !== null, spillDir: (opts.spillOutput ?? true) ? spillDirOf(berthHome) : undefined, gate });
@@ -122,14 +127,14 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   const reader = new JobReader({ ledger, probe, sandboxes: pool, resolver });
   const runner = new JobRunner({ jobs: store.jobs, ledger, reader, killer, sandboxes: pool, commands, audit });
   return {
-    store, lifecycle, measures, pool, warm, reapers, audit, observers,
+    store, lifecycle, measures, pool, warm, reapers, audit, observers, egress,
     calls: new ScopeCalls({ resolver, commands, audit, closer, removal, sandboxes: store.sandboxes, scopes: store.scopes, lifecycle }),
     views: new BrokerViews({ sandboxes: store.sandboxes, sessions: store.sessions, audit: store.audit, links, measures, quota }),
     files: new BrokerFiles({
       resolver, gate: sessionGate, lives, audit, lifecycle, berthHome, stagingBytes: config.limits.stagingBytes, stagingLedger: new StagingLedger(berthHome), log,
     }),
     jobs: new BrokerJobs({ resolver, runner, reader, lifecycle }),
-    closing: { reapers, lives, closer, warm, removal, backends, store, log },
+    closing: { reapers, lives, closer, warm, removal, backends, egress, store, log },
   };
 }
 

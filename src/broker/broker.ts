@@ -72,6 +72,7 @@ export class Broker implements AsyncDisposable {
     cleanSpillDir(spillDirOf(berthHome), spillMaxAgeMs(config));
     parts.audit.prune();
     try {
+      await parts.egress.open();
       await parts.pool.startWarmPools();
     } catch (err) {
       await broker.close();

@@ -3,7 +3,7 @@ import type { BerthConfig } from '../setup/berth-config.js';
 import { effectiveScope } from '../scope/async-context.js';
 import type { CallScope, CallScopeInput } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';
-import { registerAlias, resolveCall, type ResolveContext, type ResolvedCall } from './resolve-call.js';
+import { registerAlias, resolveCall, type EgressFiles, type ResolveContext, type ResolvedCall } from './resolve-call.js';
 
 /** Resolutions kept at most (the least recently used goes first). */
 const MEMO_SIZE = 1024;
@@ -21,6 +21,12 @@ export class CallResolver {
     /** `BERTH_SESSION` as read at start-up. */
     private readonly envSession: string | undefined,
   ) {}
+
+  /** The egress proxy's files, read at the broker's open (resolutions made before are dropped). */
+  setEgressFiles(files: EgressFiles): void {
+    this.ctx.egress = files;
+    this.memo.clear();
+  }
 
   normalize(scope: CallScopeInput): CallScope {
     return normalizeScope(effectiveScope(scope, this.envSession));

@@ -1,3 +1,5 @@
+import type { EgressEvent } from '../egress/types.js';
+
 /** The kinds of call a broker records and reports: a command, a job's start, a file call. */
 export type CallKind = 'exec' | 'job' | 'upload' | 'read' | 'export' | 'media';
 
@@ -38,6 +40,8 @@ export interface BrokerObserver {
   reaped(o: ReapObservation): void;
   /** A new sandbox that a warm pool could serve: whether it did (hit) or was created the usual way (miss). */
   poolClaimed?(o: { backend: string; hit: boolean }): void;
+  /** One decision of the egress proxy for a sandbox (never a value or a placeholder in it). */
+  egress?(e: EgressEvent): void;
 }
 
 /** The observers of one broker: each event goes to every observer; one that throws is skipped. */
@@ -63,6 +67,10 @@ export class Observers implements BrokerObserver {
 
   poolClaimed(o: { backend: string; hit: boolean }): void {
     this.each((x) => x.poolClaimed?.(o));
+  }
+
+  egress(e: EgressEvent): void {
+    this.each((x) => x.egress?.(e));
   }
 
   private each(f: (o: BrokerObserver) => void): void {

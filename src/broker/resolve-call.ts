@@ -1,4 +1,9 @@
-import type { SandboxSpec } from '../backends/backend.js';
+import { EGRESS_CA_BUNDLE, EGRESS_CA_CERT, type SandboxSpec } from '../backends/backend.js';
+import type { EgressCredential } from '../egress/credentials.js';
+import { EGRESS_PROXY_PORT } from '../egress/netns-listener.js';
+import { policyView, type EgressMode, type EgressPolicy } from '../egress/policy.js';
+import { egressEnv, egressRedactValues } from '../egress/sandbox-setup.js';
+import { resolveCredentialGrants } from '../policy/credential-grants.js';
 import { isolationNoteOf, sectionOf, withSection, type BackendModule } from '../backends/module.js';
 import type { BackendTraits, Isolation } from '../config/backend-traits.js';
 import type { SecretsFile } from '../policy/secrets-file.js';
@@ -45,6 +50,19 @@ export interface Binding {
   cwd: string;
   envNames: string[];
   envMissing: string[];
+  /**
+   * What the sandbox's network may reach (`egress:`), and its credentials: each name the sandbox
+   * holds a placeholder under, and the hosts its value goes to. Never a value or a placeholder.
+   */
+  egress: {
+    mode: EgressMode;
+    allow?: unknown[];
+    deny?: unknown[];
+    hosts?: Record<string, string[]>;
+    /** berth's proxy serves the sandbox (allowlist, or credentials in any mode). */
+    proxy: boolean;
+    credentials: { name: string; hosts: string[] }[];
+  };
 }
 
 /** Everything the broker needs to run a call; `binding` is its public face. */
@@ -67,6 +85,17 @@ export interface ResolvedCall {
   env: Record<string, string>;
   secretNames: string[];
   redactValues: string[];
+  /** The proxy's view of the sandbox (policy and credentials with their values), when the proxy serves it. */
+  egress?: { policy: EgressPolicy; credentials: readonly EgressCredential[] } | undefined;
+}
+
+/** What the egress proxy needs of every call it serves: read once, when a profile uses it. */
+export interface EgressFiles {
+  /** The installation's placeholder secret. */
+  secret: Buffer;
+  /** berth's CA (PEM) and the bundle sandboxes trust (the host's system bundle with it appended). */
+  caPem: string;
+  bundlePem: string;
 }
 
 export interface ResolveContext {
@@ -84,6 +113,13 @@ export interface ResolveContext {
    * here (`host`), and the docker engine is this host's (`engineOnHost`). Absent: tags everywhere.
    */
   grouping?: { host: boolean; engineOnHost: boolean };
+  /** The egress proxy's files, when some profile uses the proxy (allowlist or credentials). */
+  egress?: EgressFiles | undefined;
+}
+
+/** Whether berth's egress proxy serves `settings`' sandboxes. */
+export function usesEgressProxy(settings: Pick<ProfileSettings, 'egress' | 'credentials'>): boolean {
+  return settings.egress.mode === 'allowlist' || settings.credentials.length > 0;
 }
 
 /**
@@ -195,9 +231,18 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   // sandbox other users can reach (a task, session, profile or shared key) they are withheld, and
   // listed as missing, since every shell in a sandbox can read every other's /proc/*/environ.
   const ownUserSandbox = scope.user !== undefined && (keyed.rule === 'auto:3' || keyed.rule === 'user');
-  const grants = resolveEnvGrants({ env: settings.env, tenant: scope.tenant, user: scope.user, hostEnv: ctx.hostEnv, secrets, deliverUserValues: ownUserSandbox });
+  const grantInput = { env: settings.env, tenant: scope.tenant, user: scope.user, hostEnv: ctx.hostEnv, secrets, deliverUserValues: ownUserSandbox };
+  const grants = resolveEnvGrants(grantInput);
+  const proxied = usesEgressProxy(settings);
+  if (proxied && ctx.egress === undefined) throw new Error(`profile "${scope.profile}" uses berth's egress proxy, which this broker did not prepare`);
+  const creds = proxied ? resolveCredentialGrants(settings.credentials, grantInput, ctx.egress!.secret, digest) : undefined;
+  const env = creds === undefined ? grants.env
+    : { ...grants.env, ...egressEnv(EGRESS_PROXY_PORT, { bundle: EGRESS_CA_BUNDLE, berthCa: EGRESS_CA_CERT }, creds.credentials) };
+  const redactValues = creds === undefined ? grants.redactValues
+    : [...new Set([...grants.redactValues, ...egressRedactValues(creds.credentials)])].sort((a, b) => b.length - a.length || (a < b ? -1 : a > b ? 1 : 0));
   const spec: SandboxSpec = {
     identity, digest, dirName, ephemeral: keyed.ephemeral, mount: mount.mount, rule: keyed.rule, section: sectionOf(module, settings),
+    egress: { mode: settings.egress.mode, ...(proxied ? { ca: { bundlePem: ctx.egress!.bundlePem, caPem: ctx.egress!.caPem } } : {}) },
   };
   const note = isolationNoteOf(module, settings);
   const host = module.host?.(sectionOf(module, settings));
@@ -209,10 +254,16 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
       persistent: !keyed.ephemeral, mount: mount.mount, mountReason: mount.mountReason,
       // Only a new shell needs the start cwd; exec asks for it then (startCwd), explain always.
       cwd: opts.withCwd ? startCwd(store.scopes, { scope, settings, traits, spec, shell, isSubagent, defaultCwd }) : '',
-      envNames: grants.names, envMissing: [...grants.missing, ...grants.withheld].sort(),
+      envNames: [...grants.names, ...Object.keys(creds?.env ?? {})].sort(),
+      envMissing: [...grants.missing, ...grants.withheld, ...(creds?.missing ?? []), ...(creds?.withheld ?? [])].sort(),
+      egress: {
+        ...policyView(settings.egress), proxy: proxied,
+        credentials: (creds?.credentials ?? []).map((c) => ({ name: c.name, hosts: [...c.hosts] })),
+      },
     },
     scope, settings, traits, spec, shared: keyed.shared, shell, isSubagent, sessionRef: sessionRefOf(scope), defaultCwd,
-    env: grants.env, secretNames: grants.secretNames, redactValues: grants.redactValues,
+    env, secretNames: grants.secretNames, redactValues,
+    ...(creds === undefined ? {} : { egress: { policy: settings.egress, credentials: creds.credentials } }),
   };
 }
 

@@ -46,6 +46,8 @@ export interface SandboxPoolOptions {
   quota: TenantQuota;
   /** Bounds the sandboxes created or adopted at once (shared with the shell pool's starts). */
   gate: StartGate;
+  /** berth's egress proxy listens in a sandbox that uses it before the sandbox is live. */
+  egress: { attach(call: ResolvedCall, sandbox: Sandbox): Promise<void> };
   log: Logger;
 }
 
@@ -105,6 +107,7 @@ export class SandboxPool {
           this.assertMountFits(call, c.record);
           return { claim: c, sandbox: await this.ensureClaimed(call, backend, c), warm: undefined };
         });
+      await this.opts.egress.attach(call, sandbox);
       const now = Date.now();
       const record: SandboxRecord = {
         ...claim.record, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: now,

@@ -25,6 +25,8 @@ export interface SandboxRemovalOptions {
   backends: BackendByName;
   sandboxes: SandboxRecords;
   jobs: JobsEnder;
+  /** The egress proxy's listener of a sandbox goes with it. */
+  egress: { detach(ref: string): Promise<void> };
   log: (namespace: string, message: string) => void;
 }
 
@@ -49,6 +51,7 @@ export class SandboxRemoval {
       if (live !== undefined && !live.traits.jobsDieWithSandbox) await jobs.killAllIn(rec.digest, live.sandbox).catch((e) => log('berth:jobs', String(e)));
       if (live) await lives.forget(live);
       if (rec.ref !== '') {
+        await this.opts.egress.detach(rec.ref);
         const backend = await backends.get(rec.backend);
         await backend.remove(rec.ref, rec.hostDir ?? undefined);
         this.removedOn.add(rec.backend);
@@ -73,6 +76,7 @@ export class SandboxRemoval {
     const { lives, backends, sandboxes, log } = this.opts;
     log('berth:broker', `sandbox ${rec.key} moved from backend ${rec.backend}; retiring its old record`);
     if (live !== undefined) await lives.forget(live);
+    if (rec.ref !== '') await this.opts.egress.detach(rec.ref);
     if (rec.ephemeral && rec.ref !== '') {
       try {
         const old = await backends.get(rec.backend);
@@ -89,6 +93,7 @@ export class SandboxRemoval {
   async stopIdle(live: LiveSandbox): Promise<void> {
     const { lives, log } = this.opts;
     await lives.forget(live);
+    await this.opts.egress.detach(live.record.ref);
     await lives.backendOf(live).stop(live.record.ref).catch((e) => log('berth:reaper', `stop ${live.record.key}: ${String(e)}`));
   }
 

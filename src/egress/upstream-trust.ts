@@ -43,6 +43,11 @@ export function upstreamContext(trust: UpstreamTrust = {}): SecureContext {
   }
 }
 
+/** This host's system bundle (PEM), or '' when it has none at the usual places. */
+export function systemBundlePem(): string {
+  return firstReadable(SYSTEM_BUNDLES) ?? '';
+}
+
 function firstReadable(paths: readonly string[]): string | undefined {
   for (const p of paths) {
     try {

@@ -25,6 +25,7 @@ function closing(drained: Promise<void>): { parts: ClosingParts; steps: string[]
     closer: { closeHeld: step('sessions') },
     warm: { close: step('warm') },
     removal: { releaseUnusedAtClose: step('release') },
+    egress: { close: step('egress') },
     backends: { closeAll: step('backends') },
     store: { close: () => void steps.push('store') },
     log: () => {},
@@ -60,12 +61,12 @@ describe('the close waits for the calls in flight', () => {
     expect(steps).toEqual(['reapers']);
     end();
     expect(await settled(closed)).toBe(true);
-    expect(steps).toEqual(['reapers', 'drained', 'sessions', 'warm', 'shells', 'release', 'backends', 'store']);
+    expect(steps).toEqual(['reapers', 'drained', 'sessions', 'warm', 'shells', 'release', 'egress', 'backends', 'store']);
   });
 
   it('the close goes on at its deadline when a call never ends', async () => {
     const { parts, steps } = closing(new Promise<void>(() => {}));
     await closeParts(parts, 0);
-    expect(steps).toEqual(['reapers', 'sessions', 'warm', 'shells', 'release', 'backends', 'store']);
+    expect(steps).toEqual(['reapers', 'sessions', 'warm', 'shells', 'release', 'egress', 'backends', 'store']);
   });
 });

