@@ -1,7 +1,8 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer, type IncomingMessage, type RequestListener, type Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import { tmpdir } from 'node:os';
+import { createServer as createNetServer } from 'node:net';
+import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Broker } from '../../src/broker/broker.js';
@@ -31,6 +32,21 @@ function echo(seen: Seen[]): RequestListener {
       res.end(`hello from ${req.headers.host ?? '?'}\n`);
     });
   };
+}
+
+/**
+ * A TCP service on every address of this host (as a database or berth's own port would be), counting
+ * what it accepts; `others` are the host's non-loopback IPv4 addresses.
+ */
+async function hostService(): Promise<{ port: number; others: string[]; accepted(): number; close(): void }> {
+  let accepted = 0;
+  const server = createNetServer((s) => {
+    accepted++;
+    s.destroy();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '0.0.0.0', () => resolve()));
+  const others = Object.values(networkInterfaces()).flat().filter((a) => a !== undefined && a.family === 'IPv4' && !a.internal).map((a) => a!.address);
+  return { port: (server.address() as { port: number }).port, others, accepted: () => accepted, close: () => server.close() };
 }
 
 describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
@@ -79,6 +95,8 @@ describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
           },
           credentials: { GITHUB_TOKEN: { from: 'TEST_GH_VALUE', hosts: ['api.egress.test'] } },
         },
+        // No egress section: open, as every profile was before egress existed.
+        plain: { docker: { image: DEBIAN_IMAGE } },
       },
     });
     broker = await install.open(config, { env: { PATH: process.env['PATH'], TEST_GH_VALUE: GH_VALUE } });
@@ -141,6 +159,24 @@ describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
     expect(r.stdout).toMatch(/^tcp [1-9]/m);
     expect(r.stdout).toMatch(/^udp [1-9]/m);
     expect(r.stdout.trim().split('\n').at(-1)).toBe('0');
+  });
+
+  it('open mode (the default): the internet answers, no service of the host nor the metadata address does', async () => {
+    const hostPort = await hostService();
+    try {
+      const gateway = (await broker.session({ profile: 'plain', session: 'o1' }).exec("ip route 2>/dev/null | awk '/default/ {print $3}' || awk '$2 == \"00000000\" {print $3}' /proc/net/route")).stdout.trim();
+      const targets = [`${gateway}:${hostPort.port}`, `${net.hostAddress}:${hostPort.port}`, ...hostPort.others.map((a) => `${a}:${hostPort.port}`), '169.254.169.254:80'];
+      const r = await broker.session({ profile: 'plain', session: 'o1' }).exec([
+        `curl -sS --max-time 5 http://${apiIp}/open; echo "internet $?"`,
+        ...targets.map((t) => `curl -sS --max-time 5 -o /dev/null http://${t}/ 2>/dev/null; echo "${t} $?"`),
+      ].join('; '));
+      expect(r.stdout).toContain('hello from');
+      expect(r.stdout).toMatch(/^internet 0$/m);
+      for (const t of targets) expect(r.stdout).toMatch(new RegExp(`^${t.replace(/\./g, '\\.')} [1-9]`, 'm'));
+      expect(hostPort.accepted()).toBe(0);
+    } finally {
+      hostPort.close();
+    }
   });
 
   it('explain shows the policy and the credential\'s hosts, never its value or placeholder', () => {

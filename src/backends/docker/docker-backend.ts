@@ -45,6 +45,7 @@ import { capabilitiesFromInfo, LIMIT_DEFAULTS, planLimits, type EngineCapabiliti
 import { diskBreachOf } from './disk-usage.js';
 import { describeDiskBound, isStorageOptRefusal } from './disk-bound.js';
 import { SandboxDisks } from './sandbox-disk.js';
+import { installDockerGuard } from '../../egress/docker-guard.js';
 import { writeEgressCa } from './egress-ca.js';
 import { localLease, SandboxNetworks } from './networks.js';
 import { assertRunsAs, runAsFor } from './run-as.js';
@@ -116,6 +117,7 @@ export class DockerBackend implements Backend<DockerSettings> {
   private readonly warned = new Set<string>();
   private readonly sockets = new Set<Duplex>();
   private readonly networks: SandboxNetworks;
+  private guard: Promise<void> | undefined;
   /** Persistent sandboxes' own dirs on a loop-mounted image each, where this host can. */
   private readonly disks: SandboxDisks;
   /** Why the engine refused a writable layer's size (`StorageOpt`) it was expected to take; then it goes unset. */
@@ -164,7 +166,27 @@ export class DockerBackend implements Backend<DockerSettings> {
     if (knownRef !== undefined) assertContainerRef(knownRef);
     const caps = await this.probe();
     const limits = this.limitsFor(spec.section, caps, false);
-    return spec.ephemeral ? this.ensureEphemeral(spec, knownRef, limits, caps) : this.ensurePersistent(spec, knownRef, limits, caps);
+    // The host guard is installed beside the engine's work (it costs ~100 ms of iptables); no
+    // sandbox is handed out before it is in place.
+    const [sandbox] = await Promise.all([
+      spec.ephemeral ? this.ensureEphemeral(spec, knownRef, limits, caps) : this.ensurePersistent(spec, knownRef, limits, caps),
+      this.hostGuard(),
+    ]);
+    return sandbox;
+  }
+
+  /**
+   * The host guard (egress/docker-guard.ts): no sandbox reaches a service of this host or the
+   * metadata address, in any egress mode. Installed once per process (the rules are the host's and
+   * outlive it); where berth lacks the right, or the engine is another machine's, it says why.
+   */
+  private hostGuard(): Promise<void> {
+    this.guard ??= (async () => {
+      const remote = process.env['DOCKER_HOST'] !== undefined && process.env['DOCKER_HOST'] !== '' && !process.env['DOCKER_HOST'].startsWith('unix://');
+      const status = remote ? { enforced: false, reason: 'the docker engine is not on this host' } : await installDockerGuard();
+      if (!status.enforced) this.logger.debug(`host guard not enforced: ${status.reason ?? 'unknown'}; sandboxes may reach this host's services`);
+    })();
+    return this.guard;
   }
 
   async remove(ref: string, hostDir: string | undefined): Promise<void> {
