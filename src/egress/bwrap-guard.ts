@@ -8,23 +8,24 @@ import type { Family } from './iptables.js';
  * host uid of berth's range, so `-m owner --uid-owner FIRST-LAST` selects exactly theirs. Dropped:
  * every address of the host (`addrtype LOCAL`: loopback, every interface's address, present and
  * future, so every service the host and other sandboxes listen on), link-local (the metadata
- * address), and berth's docker bridges (docker sandboxes). DROP in OUTPUT fails the sender's
- * call at once with EPERM ("Operation not permitted").
+ * address), and berth's docker bridges (docker sandboxes). REJECT, not DROP: a dropped TCP SYN
+ * is retried until the connect times out, a rejected one fails at once ("No route to host").
  *
  * A host whose resolv.conf names a resolver on loopback (systemd-resolved's 127.0.0.53) gives
  * these sandboxes no DNS: that resolver is a host service like any other.
  */
 
 function chain(family: Family, first: number, last: number, linkLocal: string) {
+  const reject = ['-j', 'REJECT', '--reject-with', family === 'ipv4' ? 'icmp-admin-prohibited' : 'icmp6-adm-prohibited'];
   return {
     family,
     name: 'BERTH-GUARD-BWRAP',
     from: 'OUTPUT',
     match: ['-m', 'owner', '--uid-owner', `${first}-${last}`],
     rules: [
-      ['-m', 'addrtype', '--dst-type', 'LOCAL', '-j', 'DROP'],
-      ['-d', linkLocal, '-j', 'DROP'],
-      ['-o', `${GUARDED_BRIDGE_PREFIX}+`, '-j', 'DROP'],
+      ['-m', 'addrtype', '--dst-type', 'LOCAL', ...reject],
+      ['-d', linkLocal, ...reject],
+      ['-o', `${GUARDED_BRIDGE_PREFIX}+`, ...reject],
     ],
   };
 }

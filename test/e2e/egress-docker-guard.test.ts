@@ -11,6 +11,7 @@ import { iptables } from '../../src/egress/iptables.js';
 import { listenInNetns } from '../../src/egress/netns-listener.js';
 import { removeInstallationContainers, testInstallation } from '../helpers/docker.js';
 import { describeDocker, docker, ensureImage, IMAGE } from '../helpers/docker-e2e.js';
+import { lockHostGuards } from '../helpers/host-guard-lock.js';
 import { createTestNet, describeNetns, type TestNet } from '../helpers/netns.js';
 
 /*
@@ -61,9 +62,16 @@ async function gatewayOf(network: NetworkRef): Promise<string> {
   return String(info.IPAM?.Config?.[0]?.Gateway);
 }
 
-/** Every IPv4 address of the host's own interfaces but loopback. */
-function hostAddresses(): string[] {
-  return Object.values(networkInterfaces()).flatMap((l) => l ?? []).filter((a) => a.family === 'IPv4' && !a.internal).map((a) => a.address);
+/**
+ * The host's IPv4 addresses but loopback, on links that outlive a test (not the test networks,
+ * bridges and veths that other runs on this machine make and remove meanwhile).
+ */
+function lastingHostAddresses(): string[] {
+  return Object.entries(networkInterfaces())
+    .filter(([name]) => !/^(beg|bth|bgp|br-|veth)/.test(name))
+    .flatMap(([, l]) => l ?? [])
+    .filter((a) => a.family === 'IPv4' && !a.internal)
+    .map((a) => a.address);
 }
 
 describeDocker('docker host guard: sandboxes reach the internet, never the host', () => describeNetns('with a routed test network', () => {
@@ -71,6 +79,7 @@ describeDocker('docker host guard: sandboxes reach the internet, never the host'
   let testNet: TestNet;
   let hostSrv: Awaited<ReturnType<typeof lineServer>>;
   const servers: Server[] = [];
+  let unlock: (() => void) | undefined;
   let acme: { net: NetworkRef; id: string; gateway: string };
   let globex: { net: NetworkRef; id: string; gateway: string };
   let published: { id: string; port: number };
@@ -78,6 +87,7 @@ describeDocker('docker host guard: sandboxes reach the internet, never the host'
 
   beforeAll(async () => {
     await ensureImage();
+    unlock = await lockHostGuards();
     expect(await removeDockerGuard()).toEqual([]);
     testNet = await createTestNet(1, [METADATA]);
     internet = testNet.addresses[0]!;
@@ -110,6 +120,7 @@ describeDocker('docker host guard: sandboxes reach the internet, never the host'
     await removeInstallationContainers(docker, installation);
     for (const s of servers) s.close();
     await testNet?.close();
+    unlock?.();
     expect(left).toEqual([]);
   });
 
@@ -129,7 +140,7 @@ describeDocker('docker host guard: sandboxes reach the internet, never the host'
 
   it('with the guard: no host address, no other bridge, no published port, no metadata; the internet still answers', async () => {
     const hostPort = (hostSrv.server.address() as AddressInfo).port;
-    const hostTargets = [...new Set([acme.gateway, globex.gateway, '172.17.0.1', testNet.hostAddress, ...hostAddresses()])];
+    const hostTargets = [...new Set([acme.gateway, globex.gateway, '172.17.0.1', testNet.hostAddress, ...lastingHostAddresses()])];
     const gatewayOfPublished = '172.17.0.1';
     // A host port forwarded elsewhere by DNAT, as dockerd does for published ports with
     // `userland-proxy: false`: the packet is forwarded, not the host's input.

@@ -104,6 +104,8 @@ export class BwrapSandbox implements AsyncDisposable {
   hostPid = 0;
   /** `pid:[inode]` of the sandbox's pid namespace. */
   pidNs: string | undefined;
+  /** `net:[inode]` of its network namespace (its own with `network: none`, the host's with `host`). */
+  netNs: string | undefined;
   /** Resolves when bwrap exited: every process of the sandbox is gone. */
   readonly exited: Promise<void>;
   private readonly control: Writable;
@@ -141,6 +143,15 @@ export class BwrapSandbox implements AsyncDisposable {
     return this.ended;
   }
 
+  /**
+   * Its network namespace, for a listener inside it (egress/netns-listener.ts): the path through
+   * its pid 1 and the namespace that path must still name (`expectNs`); undefined once it ended.
+   */
+  netns(): { path: string; ns: string } | undefined {
+    if (this.ended || this.netNs === undefined) return undefined;
+    return { path: `/proc/${this.hostPid}/ns/net`, ns: this.netNs };
+  }
+
   /** @internal Feeds bwrap its inputs and waits for the init loop. */
   async started(opts: StartSandboxOptions, timeoutMs: number): Promise<void> {
     const feed = (fd: number, data: Buffer | string): void => {
@@ -173,6 +184,7 @@ export class BwrapSandbox implements AsyncDisposable {
       if (pid === null) throw new BerthError('sandbox_start_failed', 'bwrap did not report the pid of the sandbox');
       this.hostPid = Number(pid[1]);
       this.pidNs = readlinkSync(`/proc/${this.hostPid}/ns/pid`);
+      this.netNs = readlinkSync(`/proc/${this.hostPid}/ns/net`);
     } finally {
       clearTimeout(timer);
     }
