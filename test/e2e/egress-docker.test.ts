@@ -1,15 +1,11 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer as createHttpServer, type IncomingMessage, type RequestListener, type Server as HttpServer } from 'node:http';
-import { createServer as createHttpsServer } from 'node:https';
 import { createServer as createNetServer } from 'node:net';
-import { networkInterfaces, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { networkInterfaces } from 'node:os';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Broker } from '../../src/broker/broker.js';
-import { EgressCa } from '../../src/egress/ca.js';
 import type { EgressEvent } from '../../src/egress/types.js';
 import { assertNoneLeft, docker, dockerConfig, installs } from '../helpers/docker-e2e.js';
-import { createTestNet, describeNetns, type TestNet } from '../helpers/netns.js';
+import { createEgressHosts, type EgressHosts, type Seen } from '../helpers/egress-hosts.js';
+import { describeNetns, type TestNet } from '../helpers/netns.js';
 
 /*
  * Egress through the broker on real docker sandboxes: a profile with an allowlist and a secretless
@@ -20,19 +16,6 @@ import { createTestNet, describeNetns, type TestNet } from '../helpers/netns.js'
 
 const DEBIAN_IMAGE = 'berth-sandbox:latest';
 const GH_VALUE = 'ghp_REAL_value_that_never_enters_the_sandbox';
-
-interface Seen { host: string | undefined; url: string | undefined; authorization: string | undefined }
-
-function echo(seen: Seen[]): RequestListener {
-  return (req: IncomingMessage, res) => {
-    seen.push({ host: req.headers.host, url: req.url, authorization: req.headers.authorization });
-    req.resume();
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'text/plain' });
-      res.end(`hello from ${req.headers.host ?? '?'}\n`);
-    });
-  };
-}
 
 /**
  * A TCP service on every address of this host (as a database or berth's own port would be), counting
@@ -52,10 +35,9 @@ async function hostService(): Promise<{ port: number; others: string[]; accepted
 describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
   // One broker for the suite (its sandboxes are one per session), cleaned up at the end.
   const reg = installs('berth-egress-docker-');
+  let hosts: EgressHosts;
   let net: TestNet;
-  let dir: string;
-  const servers: HttpServer[] = [];
-  const seen: Seen[] = [];
+  let seen: Seen[];
   const events: EgressEvent[] = [];
   let broker: Broker;
   let apiIp: string;
@@ -63,35 +45,19 @@ describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
   beforeAll(async () => {
     const images = await docker.listImages({ filters: { reference: [DEBIAN_IMAGE] } });
     if (images.length === 0) throw new Error(`image ${DEBIAN_IMAGE} is missing; build it with: node bin/berth.js image build --variant debian`);
-    net = await createTestNet(3);
-    const [api, other, evil] = net.addresses as [string, string, string];
-    apiIp = api;
-    dir = mkdtempSync(join(tmpdir(), 'berth-egress-docker-'));
-    const upstreamCa = await EgressCa.open(join(dir, 'upstream-ca'));
-    writeFileSync(join(dir, 'upstream-ca.pem'), upstreamCa.certPem);
-    const serve = async (ip: string, port: number, name?: string): Promise<void> => {
-      const server = name === undefined ? createHttpServer(echo(seen))
-        : createHttpsServer(await upstreamCa.leafFor(name).then((l) => ({ key: l.keyPem, cert: l.certPem })), echo(seen));
-      const handle = await net.listen(ip, port);
-      await new Promise<void>((resolve) => server.listen(handle, () => resolve()));
-      servers.push(server);
-    };
-    await serve(api, 443, 'api.egress.test');
-    await serve(api, 80);
-    await serve(other, 443, 'other.egress.test');
-    await serve(other, 80);
-    await serve(evil, 443, 'evil.egress.test');
-
+    hosts = await createEgressHosts();
+    ({ net, seen } = hosts);
+    apiIp = hosts.addresses.api;
     const install = reg.track();
     const config = dockerConfig({
       docker: { image: DEBIAN_IMAGE },
-      egressProxy: { upstreamCaFile: join(dir, 'upstream-ca.pem') },
+      egressProxy: { upstreamCaFile: hosts.caFile },
       profiles: {
         bot: {
           egress: {
             mode: 'allowlist',
             allow: ['api.egress.test', 'other.egress.test'],
-            hosts: { 'api.egress.test': api, 'other.egress.test': other, 'evil.egress.test': evil },
+            hosts: hosts.hostsEntry(),
           },
           credentials: { GITHUB_TOKEN: { from: 'TEST_GH_VALUE', hosts: ['api.egress.test'] } },
         },
@@ -106,9 +72,7 @@ describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
   afterAll(async () => {
     await reg.cleanupAll();
     await assertNoneLeft(reg.ids);
-    for (const s of servers) s.close();
-    await net?.close();
-    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+    await hosts?.close();
   });
 
   const run = async (session: string, command: string) => broker.session({ profile: 'bot', session }).exec(command);

@@ -43,7 +43,7 @@ export interface BwrapInstall {
    * A broker with `backend: bwrap` on this root and `range`, ephemeral sandboxes, 16 MiB tmpfs;
    * `extra` adds config (its `bwrap` keys merge into the bwrap section); `warmPool` lets it fill pools.
    */
-  open(extra?: Record<string, unknown>, opts?: { warmPool?: boolean }): Promise<Broker>;
+  open(extra?: Record<string, unknown>, opts?: { warmPool?: boolean; env?: Record<string, string | undefined> }): Promise<Broker>;
 }
 
 export function bwrapInstall(prefix: string, range: UidRange): BwrapInstall {
@@ -67,7 +67,9 @@ export function bwrapInstall(prefix: string, range: UidRange): BwrapInstall {
         undefined,
         { backends: BUILTIN_BACKENDS },
       );
-      const broker = await Broker.open({ config, berthHome: home, env: { PATH: process.env['PATH'] }, ...(opts.warmPool === true ? { warmPool: true } : {}) });
+      const broker = await Broker.open({
+        config, berthHome: home, env: { PATH: process.env['PATH'], ...opts.env }, ...(opts.warmPool === true ? { warmPool: true } : {}),
+      });
       brokers.push(broker);
       return broker;
     },

@@ -3,10 +3,12 @@ import { mkdirSync, readdirSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { BackendUnavailableError, isBerthError, PolicyRefusedError, SandboxNotFoundError } from '../../errors.js';
 import { Logger } from '../../logging/logger.js';
-import type { Backend, ManagedSandbox, PoolShape, Sandbox, SandboxSpec, WarmCapability } from '../backend.js';
+import { EGRESS_CA_DIR, hasOpenNetwork, type Backend, type ManagedSandbox, type PoolShape, type Sandbox, type SandboxSpec, type WarmCapability } from '../backend.js';
 import { pidLevelOf } from '../cgroups/cgroup-host.js';
 import { HostCgroups } from '../cgroups/host-cgroups.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
+import { installBwrapGuard } from '../../egress/bwrap-guard.js';
+import { writeEgressCa } from '../plumbing/egress-ca.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { knownRootsFile, readKnownRoots, rememberRoot } from './known-roots.js';
 import { placeSandbox, removeSandbox, type SandboxPlacement } from './placement.js';
@@ -54,6 +56,7 @@ export class BwrapBackend implements Backend<BwrapSettings> {
   private readonly prepared = new WeakMap<Sandbox, Running>();
   /** Where its sandboxes' cgroups go, read at the first start (see backends/cgroups). */
   private cgroups: HostCgroups | { unavailable: string } | undefined;
+  private guard: Promise<void> | undefined;
 
   /**
    * Warm pools: a sandbox started (dirs, uid, namespaces) before a session asks; a claim relabels
@@ -151,12 +154,18 @@ export class BwrapBackend implements Backend<BwrapSettings> {
     try {
       writeMeta(planned.root, meta);
       placement = placeSandbox({ root, name, range: s.uids, attached: spec.mount ?? undefined });
+      const network = hasOpenNetwork(spec) ? s.network : 'none';
+      if (network === 'host') await this.hostGuard(s);
+      const caDir = spec.egress?.ca === undefined ? undefined : await writeEgressCa(root, spec.egress.ca);
       sb = await startSandbox({
         ...host,
+        // The egress proxy's CA, where the sandbox's CA variables point (read-only).
+        systemPaths: caDir === undefined ? host.systemPaths : [...host.systemPaths, { kind: 'bind', source: caDir, path: EGRESS_CA_DIR }],
         dirs: placement.dirs,
         user: placement.user,
         workspace: placement.workspace,
-        network: s.network,
+        // An allowlist or no network: loopback only (berth's proxy listens there), whatever bwrap.network says.
+        network,
         seccomp: s.seccomp ? seccompProgram() : undefined,
         hostname: `berth-${spec.digest.slice(0, 12)}`,
         tmpSizeBytes: s.tmpSizeMb * 1024 * 1024,
@@ -182,6 +191,20 @@ export class BwrapBackend implements Backend<BwrapSettings> {
     });
     this.log.with({ key: spec.identity.key, ref: dir }).debug(`started (host pid ${hostPid}, uid ${placement.user?.uid ?? 'berth'})`);
     return running;
+  }
+
+  /**
+   * The host guard of sandboxes on the host's network (egress/bwrap-guard.ts): no host service, no
+   * link-local address, no docker sandbox, by owner match on berth's uid range. Installed once per
+   * process before the first such sandbox starts; where berth cannot (not root: its sandboxes then
+   * run as berth's own uid, which no rule may single out) the debug log says so.
+   */
+  private hostGuard(s: BwrapSettings): Promise<void> {
+    this.guard ??= (async () => {
+      const status = process.getuid?.() === 0 ? await installBwrapGuard(s.uids) : { enforced: false, reason: 'berth is not root, so its bwrap sandboxes run as its own uid' };
+      if (!status.enforced) this.log.debug(`host guard not enforced: ${status.reason ?? 'unknown'}; sandboxes on the host network may reach this host's services`);
+    })();
+    return this.guard;
   }
 
   /**

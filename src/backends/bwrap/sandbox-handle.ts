@@ -1,7 +1,7 @@
 import { readdirSync } from 'node:fs';
 import { join, posix } from 'node:path';
-import { SandboxNotFoundError } from '../../errors.js';
-import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../backend.js';
+import { BerthError, SandboxNotFoundError } from '../../errors.js';
+import { hasOpenNetwork, type SandboxHandle, type SandboxSpec, type SpawnOptions } from '../backend.js';
 import type { SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { fromSpawnError } from '../plumbing/spawn-errors.js';
@@ -50,6 +50,16 @@ export class BwrapSandboxHandle implements SandboxHandle {
       { inside: SANDBOX_WORKSPACE, host: placement.workspace ?? placement.dirs.workspace },
       { inside: SANDBOX_HOME, host: placement.dirs.home },
     ];
+  }
+
+  /** Its own network namespace (loopback only), where berth's egress proxy listens for it. */
+  async netnsPath(): Promise<string> {
+    const ns = this.sb.netns();
+    if (ns === undefined) throw new SandboxNotFoundError(`bwrap sandbox ${this.name} has ended`);
+    if (this.spec.section.network === 'host' && hasOpenNetwork(this.spec)) {
+      throw new BerthError('listen_failed', `bwrap sandbox ${this.name} shares the host's network (bwrap.network: host), where a proxy listener would serve every host process; berth's egress proxy needs egress.mode allowlist or bwrap.network: none`);
+    }
+    return ns.path;
   }
 
   async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {

@@ -46,7 +46,7 @@ import { diskBreachOf } from './disk-usage.js';
 import { describeDiskBound, isStorageOptRefusal } from './disk-bound.js';
 import { SandboxDisks } from './sandbox-disk.js';
 import { installDockerGuard } from '../../egress/docker-guard.js';
-import { writeEgressCa } from './egress-ca.js';
+import { writeEgressCa } from '../plumbing/egress-ca.js';
 import { localLease, SandboxNetworks } from './networks.js';
 import { assertRunsAs, runAsFor } from './run-as.js';
 import { containerUsageWithDisk } from './usage.js';

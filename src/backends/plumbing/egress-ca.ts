@@ -5,8 +5,9 @@ import { EGRESS_CA_BUNDLE, EGRESS_CA_CERT } from '../backend.js';
 
 /*
  * The egress proxy's CA files on the host, bound read-only into sandboxes that use the proxy: one
- * dir per content under the docker sandboxes' root (which berth keeps 0700; the engine, as root,
- * reads it), so every sandbox of an installation binds the same files and a new CA gets a new dir.
+ * dir per content under a backend's sandbox root (docker's, which the engine reads as root;
+ * bwrap's, which sandbox uids may traverse), so every sandbox binds the same files and a new CA
+ * gets a new dir.
  */
 
 /**

@@ -1,0 +1,72 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer, type IncomingMessage, type RequestListener, type Server as HttpServer } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { EgressCa } from '../../src/egress/ca.js';
+import { createTestNet, type TestNet } from './netns.js';
+
+/*
+ * Test hosts for egress through the broker: HTTPS and HTTP echo servers on public-looking
+ * addresses in a network namespace (netns.ts), with certificates of a test CA of their own that
+ * the proxy is told to trust (`egressProxy.upstreamCaFile: caFile`). Names map to addresses
+ * through a profile's `egress.hosts`.
+ */
+
+/** What a test server saw of one request. */
+export interface Seen { host: string | undefined; url: string | undefined; authorization: string | undefined }
+
+export interface EgressHosts {
+  net: TestNet;
+  /** `api.egress.test` (HTTPS and HTTP), `other.egress.test` (HTTPS and HTTP), `evil.egress.test` (HTTPS). */
+  addresses: { api: string; other: string; evil: string };
+  /** The test CA's certificate, for `egressProxy.upstreamCaFile`. */
+  caFile: string;
+  seen: Seen[];
+  /** `egress.hosts` for the three names. */
+  hostsEntry(): Record<string, string>;
+  close(): Promise<void>;
+}
+
+function echo(seen: Seen[]): RequestListener {
+  return (req: IncomingMessage, res) => {
+    seen.push({ host: req.headers.host, url: req.url, authorization: req.headers.authorization });
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.end(`hello from ${req.headers.host ?? '?'}\n`);
+    });
+  };
+}
+
+export async function createEgressHosts(): Promise<EgressHosts> {
+  const net = await createTestNet(3);
+  const [api, other, evil] = net.addresses as [string, string, string];
+  const dir = mkdtempSync(join(tmpdir(), 'berth-egress-hosts-'));
+  const ca = await EgressCa.open(join(dir, 'upstream-ca'));
+  const caFile = join(dir, 'upstream-ca.pem');
+  writeFileSync(caFile, ca.certPem);
+  const seen: Seen[] = [];
+  const servers: HttpServer[] = [];
+  const serve = async (ip: string, port: number, name?: string): Promise<void> => {
+    const server = name === undefined ? createHttpServer(echo(seen))
+      : createHttpsServer(await ca.leafFor(name).then((l) => ({ key: l.keyPem, cert: l.certPem })), echo(seen));
+    const handle = await net.listen(ip, port);
+    await new Promise<void>((resolve) => server.listen(handle, () => resolve()));
+    servers.push(server);
+  };
+  await serve(api, 443, 'api.egress.test');
+  await serve(api, 80);
+  await serve(other, 443, 'other.egress.test');
+  await serve(other, 80);
+  await serve(evil, 443, 'evil.egress.test');
+  return {
+    net, addresses: { api, other, evil }, caFile, seen,
+    hostsEntry: () => ({ 'api.egress.test': api, 'other.egress.test': other, 'evil.egress.test': evil }),
+    close: async () => {
+      for (const s of servers) s.close();
+      await net.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
