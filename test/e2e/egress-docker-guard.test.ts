@@ -1,26 +1,33 @@
 import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { readlinkSync } from 'node:fs';
 import { createServer, type AddressInfo, type Server } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { localLease, SandboxNetworks, type NetworkRef } from '../../src/backends/docker/networks.js';
-import { checkDockerGuard, installDockerGuard, removeDockerGuard } from '../../src/egress/docker-guard.js';
+import { checkDockerGuard, DOCKER_GUARD, installDockerGuard, removeDockerGuard } from '../../src/egress/docker-guard.js';
 import { BRIDGE_NAME_OPTION, guardedBridgeName, unguardedNetworks } from '../../src/egress/guarded-bridges.js';
+import { checkGuard, installGuard, removeGuard } from '../../src/egress/host-guard.js';
 import { iptables } from '../../src/egress/iptables.js';
 import { listenInNetns } from '../../src/egress/netns-listener.js';
 import { removeInstallationContainers, testInstallation } from '../helpers/docker.js';
 import { describeDocker, docker, ensureImage, IMAGE } from '../helpers/docker-e2e.js';
-import { lockHostGuards } from '../helpers/host-guard-lock.js';
+import { lockHostGuards, privateGuard } from '../helpers/host-guards.js';
 import { createTestNet, describeNetns, type TestNet } from '../helpers/netns.js';
 
 /*
  * The docker host guard with real containers on berth networks, a real dockerd and the host's
- * real packet filter. Each reachability assertion is made first without the guard (the target
- * answers: the setup is sound) and then with it, so the suite fails both when the guard is missing
- * and when it blocks everything. The "internet" is a network namespace behind a veth pair with a
- * public-looking address; the metadata address lives there too, routed by the host, so its
- * refusal is the guard's and not a missing route.
+ * real packet filter. Every target is first reached from a container on a plain docker network
+ * (one the guard does not match: the setup is sound), then refused to berth's, while the
+ * "internet" still answers both: the suite fails when the guard is missing and when it blocks
+ * everything. The internet is a network namespace behind a veth pair with a public-looking
+ * address; the metadata address lives there too, routed by the host, so its refusal is the
+ * guard's and not a missing route.
+ *
+ * berth's docker backend installs the real guard beside sandbox creation and leaves it, so other
+ * runs on this machine rely on it: this suite installs it (idempotent) but removes it only if it
+ * was not there when the suite began, and tests removal on a private copy (helpers/host-guards.ts).
  */
 
 const run = promisify(execFile);
@@ -74,21 +81,31 @@ function lastingHostAddresses(): string[] {
     .map((a) => a.address);
 }
 
+/** A container, its network and that network's gateway (an address of the host). */
+interface Sandbox {
+  net: NetworkRef;
+  id: string;
+  gateway: string;
+}
+
 describeDocker('docker host guard: sandboxes reach the internet, never the host', () => describeNetns('with a routed test network', () => {
   const installation = testInstallation('guard');
+  const mine = privateGuard(DOCKER_GUARD, randomBytes(3).toString('hex'));
   let testNet: TestNet;
   let hostSrv: Awaited<ReturnType<typeof lineServer>>;
   const servers: Server[] = [];
   let unlock: (() => void) | undefined;
-  let acme: { net: NetworkRef; id: string; gateway: string };
-  let globex: { net: NetworkRef; id: string; gateway: string };
+  let guardWasThere = true;
+  let acme: Sandbox;
+  let globex: Sandbox;
+  let control: Sandbox & { bridge: string };
   let published: { id: string; port: number };
   let internet: string;
 
   beforeAll(async () => {
     await ensureImage();
     unlock = await lockHostGuards();
-    expect(await removeDockerGuard()).toEqual([]);
+    guardWasThere = (await checkDockerGuard()).ok;
     testNet = await createTestNet(1, [METADATA]);
     internet = testNet.addresses[0]!;
     const inNs = (host: string, port: number) => (s: Server) => testNet.listen(host, port).then((h) => new Promise<void>((r) => s.listen(h, r)));
@@ -109,6 +126,10 @@ describeDocker('docker host guard: sandboxes reach the internet, never the host'
     };
     acme = await join('acme');
     globex = await join('globex');
+    // The control: a plain docker network (the engine names its bridge br-<id>), not guarded.
+    const plain = await docker.createNetwork({ Name: `${installation}-plain`, Driver: 'bridge', Labels: { 'berth.installation': installation } });
+    const plainRef = { id: plain.id, name: `${installation}-plain` };
+    control = { net: plainRef, id: await startContainer(installation, plainRef.name, ['sleep', '600']), gateway: await gatewayOf(plainRef), bridge: `br-${plain.id.slice(0, 12)}` };
     // A non-berth container publishing a port on the host (docker0, docker-proxy and DNAT).
     const id = await startContainer(installation, 'bridge', ['nc', '-ll', '-p', '80', '-e', 'echo', 'published'], { PortBindings: { '80/tcp': [{ HostPort: '' }] } }, { '80/tcp': {} });
     const ports = (await docker.getContainer(id).inspect()).NetworkSettings.Ports['80/tcp'];
@@ -116,7 +137,7 @@ describeDocker('docker host guard: sandboxes reach the internet, never the host'
   });
 
   afterAll(async () => {
-    const left = await removeDockerGuard();
+    const left = [...await removeGuard(mine), ...(guardWasThere ? [] : await removeDockerGuard())];
     await removeInstallationContainers(docker, installation);
     for (const s of servers) s.close();
     await testNet?.close();
@@ -134,54 +155,50 @@ describeDocker('docker host guard: sandboxes reach the internet, never the host'
     // As an older berth made them: labelled as berth's, the engine's own br-<id> bridge.
     const old = await docker.createNetwork({ Name: `${installation}-old`, Driver: 'bridge', Labels: { 'berth.managed': 'true', 'berth.installation': installation } });
     const listed = await docker.listNetworks({ filters: { label: [`berth.installation=${installation}`] } });
-    expect(unguardedNetworks(listed)).toEqual([`${installation}-old`]);
+    expect(unguardedNetworks(listed).sort()).toEqual([`${installation}-old`, `${installation}-plain`]);
     await old.remove();
   });
 
-  it('with the guard: no host address, no other bridge, no published port, no metadata; the internet still answers', async () => {
+  it('no host address, no other bridge, no published or DNAT\'d port, no metadata; the internet still answers', async () => {
     const hostPort = (hostSrv.server.address() as AddressInfo).port;
-    const hostTargets = [...new Set([acme.gateway, globex.gateway, '172.17.0.1', testNet.hostAddress, ...lastingHostAddresses()])];
-    const gatewayOfPublished = '172.17.0.1';
+    const hostTargets = [...new Set([acme.gateway, globex.gateway, control.gateway, '172.17.0.1', testNet.hostAddress, ...lastingHostAddresses()])];
+    const docker0 = '172.17.0.1';
     // A host port forwarded elsewhere by DNAT, as dockerd does for published ports with
     // `userland-proxy: false`: the packet is forwarded, not the host's input.
     const dnatPort = 40000 + Math.floor(Math.random() * 20000);
-    const dnat = ['PREROUTING', '-i', guardedBridgeName(acme.net.name), '-d', acme.gateway, '-p', 'tcp', '--dport', String(dnatPort), '-j', 'DNAT', '--to-destination', `${internet}:8080`];
-    expect((await iptables('ipv4', ['-t', 'nat', '-I', ...dnat])).ok).toBe(true);
+    const dnat = (c: Sandbox, bridge: string) => ['PREROUTING', '-i', bridge, '-d', c.gateway, '-p', 'tcp', '--dport', String(dnatPort), '-j', 'DNAT', '--to-destination', `${internet}:8080`];
+    const rules = [dnat(control, control.bridge), dnat(acme, guardedBridgeName(acme.net.name))];
+    for (const r of rules) expect((await iptables('ipv4', ['-t', 'nat', '-I', ...r])).ok).toBe(true);
     try {
-      expect(await probe(acme.id, acme.gateway, dnatPort)).toBe('internet');
-      await installDockerGuard();
+      expect(await installGuard(mine)).toEqual({ enforced: true });
+      expect(await installGuard(mine)).toEqual({ enforced: true });
+      expect(await checkGuard(mine)).toEqual({ ok: true, missing: [] });
+      expect(await installDockerGuard()).toEqual({ enforced: true });
+      expect(await checkDockerGuard()).toEqual({ ok: true, missing: [] });
+
+      // The control reaches every target: they are there and routed.
+      for (const ip of hostTargets) expect(await probe(control.id, ip, hostPort), `the control to ${ip}`).toBe('host');
+      expect(await probe(control.id, METADATA, 80)).toBe('metadata');
+      expect(await probe(control.id, docker0, published.port)).toBe('published');
+      expect(await probe(control.id, control.gateway, dnatPort)).toBe('internet');
+      expect(await probe(control.id, internet, 8080)).toBe('internet');
+
+      const before = hostSrv.hits();
+      for (const c of [acme, globex]) {
+        for (const ip of hostTargets) expect(await probe(c.id, ip, hostPort), `${ip} from ${c.net.name}`).toMatch(/No route to host/);
+        expect(await probe(c.id, METADATA, 80)).toMatch(/No route to host/);
+        expect(await probe(c.id, docker0, published.port)).toMatch(/No route to host/);
+        expect(await probe(c.id, internet, 8080)).toBe('internet');
+      }
       expect(await probe(acme.id, acme.gateway, dnatPort)).toMatch(/No route to host/);
+      expect(hostSrv.hits()).toBe(before);
     } finally {
-      await iptables('ipv4', ['-t', 'nat', '-D', ...dnat]);
-      await removeDockerGuard();
+      for (const r of rules) await iptables('ipv4', ['-t', 'nat', '-D', ...r]);
     }
-
-    // Without the guard each target answers: the test's setup reaches them all.
-    expect((await checkDockerGuard()).ok).toBe(false);
-    for (const ip of hostTargets) expect(await probe(acme.id, ip, hostPort), `without the guard, ${ip}`).toBe('host');
-    expect(await probe(acme.id, METADATA, 80)).toBe('metadata');
-    expect(await probe(acme.id, gatewayOfPublished, published.port)).toBe('published');
-    expect(await probe(acme.id, internet, 8080)).toBe('internet');
-
-    expect(await installDockerGuard()).toEqual({ enforced: true });
-    expect(await installDockerGuard()).toEqual({ enforced: true });
-    expect(await checkDockerGuard()).toEqual({ ok: true, missing: [] });
-    const before = hostSrv.hits();
-    for (const c of [acme, globex]) {
-      for (const ip of hostTargets) expect(await probe(c.id, ip, hostPort), `${ip} from ${c.net.name}`).toMatch(/No route to host/);
-      expect(await probe(c.id, METADATA, 80)).toMatch(/No route to host/);
-      expect(await probe(c.id, gatewayOfPublished, published.port)).toMatch(/No route to host/);
-      expect(await probe(c.id, internet, 8080)).toBe('internet');
-    }
-    expect(hostSrv.hits()).toBe(before);
-    // The host itself still reaches the metadata stand-in: its refusal above is the guard's.
-    await new Promise<void>((resolve, reject) => {
-      execFile('bash', ['-c', `exec 3<>/dev/tcp/${METADATA}/80 && head -n1 <&3`], (err, out) => (err ? reject(err) : (expect(out).toBe('metadata\n'), resolve())));
-    });
   });
 
-  it('with the guard the host still talks to a sandbox: exec, a connection to its address, a listener in its namespace', async () => {
-    expect(await installDockerGuard()).toEqual({ enforced: true });
+  it('the host still talks to a sandbox: exec, a connection to its address, a listener in its namespace', async () => {
+    expect(await installGuard(mine)).toEqual({ enforced: true });
     await run('docker', ['exec', '-d', acme.id, 'nc', '-ll', '-p', '9000', '-e', 'echo', 'from-sandbox']);
     const ip = String((await docker.getContainer(acme.id).inspect()).NetworkSettings.Networks[acme.net.name]?.IPAddress);
     let answer = '';
@@ -203,16 +220,24 @@ describeDocker('docker host guard: sandboxes reach the internet, never the host'
     }
   });
 
-  it('removal takes out berth\'s chains and jumps and nothing else; what dockerd made stays', async () => {
-    expect(await installDockerGuard()).toEqual({ enforced: true });
-    const dockerUser = (await iptables('ipv4', ['-S', 'DOCKER-USER'])).stdout;
-    expect(await removeDockerGuard()).toEqual([]);
+  it('removal takes out the guard\'s chains and every jump to them, and nothing else', async () => {
+    const others = async () => {
+      const lines: string[] = [];
+      for (const family of ['ipv4', 'ipv6'] as const) {
+        for (const chain of ['INPUT', 'DOCKER-USER']) lines.push(...(await iptables(family, ['-S', chain])).stdout.split('\n'));
+      }
+      return lines.filter((l) => !mine.chains.some((c) => l.includes(c.name)));
+    };
+    expect(await installGuard(mine)).toEqual({ enforced: true });
+    const before = await others();
+    expect(await removeGuard(mine)).toEqual([]);
     const { stdout: v4 } = await iptables('ipv4', ['-S']);
     const { stdout: v6 } = await iptables('ipv6', ['-S']);
-    expect(`${v4}${v6}`).not.toContain('BERTH-GUARD');
-    expect((await iptables('ipv4', ['-S', 'DOCKER-USER'])).stdout).toBe(dockerUser.split('\n').filter((l) => !l.includes('BERTH-GUARD')).join('\n'));
-    expect((await checkDockerGuard()).missing).toContain('iptables -I INPUT 1 -i bth+ -j BERTH-GUARD-INPUT');
-    expect(await probe(acme.id, acme.gateway, (hostSrv.server.address() as AddressInfo).port)).toBe('host');
-    expect(await removeDockerGuard()).toEqual([]);
+    for (const c of mine.chains) expect(`${v4}${v6}`).not.toContain(c.name);
+    expect(await others()).toEqual(before);
+    const check = await checkGuard(mine);
+    expect(check.ok).toBe(false);
+    expect(check.missing).toContain(`iptables -I INPUT 1 -i bth+ -j ${mine.chains[0]!.name}`);
+    expect(await removeGuard(mine)).toEqual([]);
   });
 }));

@@ -1,11 +1,19 @@
 import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import type { HostGuard } from '../../src/egress/host-guard.js';
 
 /*
- * The host guards are one set of iptables chains per host: two test runs on one machine (two
- * worktrees, or a full suite beside a single file) would install and remove each other's. The
- * suites that touch them hold this lock: a directory made atomically, holding the holder's pid
- * (a holder that died leaves a stale lock, which the next taker removes).
+ * The host guards are one set of iptables chains per host, and berth's docker backend installs
+ * its guard whenever it creates a sandbox: test runs on one machine (worktrees side by side, a
+ * full suite beside a single file) would remove each other's. So the suites install, check and
+ * remove a private copy (same rules and matches, chains of their own names), and hold a lock
+ * against each other: a directory made atomically, holding the holder's pid (a holder that died
+ * leaves a stale lock, which the next taker removes).
  */
+
+/** `guard` with chains named `<name>-<tag>` (at most 28 characters: keep `tag` to 6). */
+export function privateGuard(guard: HostGuard, tag: string): HostGuard {
+  return { what: `${guard.what} (test ${tag})`, chains: guard.chains.map((c) => ({ ...c, name: `${c.name}-${tag}` })) };
+}
 
 const LOCK = '/run/berth-test-host-guard.lock';
 
