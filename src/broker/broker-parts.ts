@@ -1,6 +1,9 @@
 import { homedir } from 'node:os';
 import { hostGroupsUnusable } from '../backends/cgroups/cgroup-host.js';
+import { unsetCredentialSources } from '../policy/credential-grants.js';
+import type { SecretValues } from '../policy/env-grants.js';
 import { readSecretsFiles } from '../policy/secrets-file.js';
+import { ConfigError } from '../errors.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import { StagingLedger } from '../files/staging-quota.js';
 import { Logger } from '../logging/logger.js';
@@ -77,6 +80,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   const dockerSockets = dockerSocketsOf(env);
   assertHostBindsAllowed(hostBindsOf(config), { homeDir, stateDir: berthHome, dockerSockets });
   assertAllowedRootsExist(config);
+  assertCredentialSources(config, env, secrets);
   const store = StateStore.open(berthHome, { auditMaxCommandChars: config.audit.maxCommandChars });
 
   const log = opts.log ?? debugSink(env['BERTH_DEBUG'], (line) => void process.stderr.write(line)) ?? (() => {});
@@ -136,6 +140,13 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
     jobs: new BrokerJobs({ resolver, runner, reader, lifecycle }),
     closing: { reapers, lives, closer, warm, removal, backends, egress, store, log },
   };
+}
+
+/** Every credential's source is set somewhere berth reads (a `from` nowhere is a start-up error, not a failed request later). */
+function assertCredentialSources(config: BerthConfig, env: NodeJS.ProcessEnv, secrets: ReadonlyMap<string, SecretValues>): void {
+  const places = [{ profile: undefined, ...config.base }, ...Object.entries(config.profiles).map(([profile, s]) => ({ ...s, profile }))];
+  const problems = [...new Set(places.flatMap((p) => unsetCredentialSources(p, env, secrets)))];
+  if (problems.length > 0) throw new ConfigError(problems.join('; '));
 }
 
 /** The docker engine berth talks to is this machine's (a unix socket), not one over TCP or SSH. */

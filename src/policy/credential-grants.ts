@@ -1,6 +1,6 @@
 import type { CredentialSpec, EgressCredential } from '../egress/credentials.js';
 import { placeholderFor } from '../egress/placeholders.js';
-import { resolveEnvGrants, type EnvGrantInput } from './env-grants.js';
+import { resolveEnvGrants, type EnvGrantInput, type SecretValues } from './env-grants.js';
 
 /*
  * A sandbox's secretless credentials (docs/design.md §7): where each `credentials:` entry's value
@@ -52,4 +52,36 @@ export function resolveCredentialGrants(
     env[s.name] = placeholder;
   }
   return { credentials, env, missing: missing.sort(), withheld: withheld.sort() };
+}
+
+/**
+ * The credentials of a place whose source is set nowhere: not in berth's environment, not in the
+ * place's secrets file (globally or for any user), and not as any user's own variable. Each is a
+ * start-up error, as a typo in `from` would otherwise show only as a failed request much later.
+ *
+ * @example
+ * unsetCredentialSources({ profile: 'bot', credentials, env }, process.env, secrets) // ['config key "profiles.bot.credentials.GH": ...']
+ */
+export function unsetCredentialSources(
+  place: { profile: string | undefined; credentials: readonly CredentialSpec[]; env: { perUserPrefix: string; secretsFile?: string | undefined } },
+  hostEnv: Readonly<Record<string, string | undefined>>,
+  secrets: ReadonlyMap<string, SecretValues>,
+): string[] {
+  const file = place.env.secretsFile === undefined ? undefined : secrets.get(place.env.secretsFile);
+  const names = Object.keys(hostEnv).filter((n) => hostEnv[n] !== undefined && hostEnv[n] !== '');
+  const userRoot = `${place.env.perUserPrefix}_`;
+  const problems: string[] = [];
+  for (const c of place.credentials) {
+    const set = names.includes(c.from)
+      || (file?.global.has(c.from) ?? false)
+      || [...(file?.users.values() ?? [])].some((u) => u.has(c.from))
+      || names.some((n) => n.startsWith(userRoot) && n.endsWith(`_${c.from}`));
+    if (set) continue;
+    const at = place.profile === undefined ? `credentials.${c.name}` : `profiles.${place.profile}.credentials.${c.name}`;
+    problems.push(
+      `config key "${at}": its value "${c.from}" is set nowhere (berth's environment, env.secretsFile, or a user's ${userRoot}<PLATFORM>_<ID>_${c.from}); ` +
+        'set it, or fix "from"',
+    );
+  }
+  return problems;
 }

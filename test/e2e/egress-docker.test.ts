@@ -16,6 +16,7 @@ import { describeNetns, type TestNet } from '../helpers/netns.js';
 
 const DEBIAN_IMAGE = 'berth-sandbox:latest';
 const GH_VALUE = 'ghp_REAL_value_that_never_enters_the_sandbox';
+const USER_42_VALUE = 'ghp_user_42_own_value_never_in_a_sandbox';
 
 /**
  * A TCP service on every address of this host (as a database or berth's own port would be), counting
@@ -65,7 +66,7 @@ describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
         plain: { docker: { image: DEBIAN_IMAGE } },
       },
     });
-    broker = await install.open(config, { env: { PATH: process.env['PATH'], TEST_GH_VALUE: GH_VALUE } });
+    broker = await install.open(config, { env: { PATH: process.env['PATH'], TEST_GH_VALUE: GH_VALUE, BERTH_USER_TELEGRAM_42_TEST_GH_VALUE: USER_42_VALUE } });
     broker.observe({ callEnded: () => {}, refused: () => {}, reaped: () => {}, egress: (e) => events.push(e) });
   }, 180_000);
 
@@ -123,6 +124,14 @@ describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
     expect(r.stdout).toMatch(/^tcp [1-9]/m);
     expect(r.stdout).toMatch(/^udp [1-9]/m);
     expect(r.stdout.trim().split('\n').at(-1)).toBe('0');
+  });
+
+  it('a user\'s own value goes out for that user\'s sandbox only; another user\'s sandbox sends the global one', async () => {
+    const call = (user: string, path: string) => broker.session({ profile: 'bot', user }).exec(`curl -sS https://api.egress.test/${path} -H "Authorization: Bearer $GITHUB_TOKEN"`);
+    expect((await call('telegram:42', 'u42')).stdout).toBe('hello from api.egress.test\n');
+    expect((await call('telegram:43', 'u43')).stdout).toBe('hello from api.egress.test\n');
+    expect(seen.find((s) => s.url === '/u42')?.authorization).toBe(`Bearer ${USER_42_VALUE}`);
+    expect(seen.find((s) => s.url === '/u43')?.authorization).toBe(`Bearer ${GH_VALUE}`);
   });
 
   it('open mode (the default): the internet answers, no service of the host nor the metadata address does', async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { resolveCredentialGrants } from '../../src/policy/credential-grants.js';
+import { resolveCredentialGrants, unsetCredentialSources } from '../../src/policy/credential-grants.js';
 import type { EnvGrantInput } from '../../src/policy/env-grants.js';
 
 const secret = Buffer.alloc(32, 7);
@@ -41,5 +41,24 @@ describe('resolveCredentialGrants', () => {
     const hostEnv = { BERTH_USER_TELEGRAM_42_GH_REAL: 'ghp_user_42_value' };
     expect(resolveCredentialGrants([spec], { ...base, user: 'telegram:43', hostEnv }, secret, 'd'.repeat(64)).missing).toEqual(['GITHUB_TOKEN']);
     expect(resolveCredentialGrants([spec], { ...base, tenant: 'acme', user: 'telegram:42', hostEnv }, secret, 'd'.repeat(64)).missing).toEqual(['GITHUB_TOKEN']);
+  });
+});
+
+describe('unsetCredentialSources', () => {
+  const place = { profile: 'bot', credentials: [spec], env: { perUserPrefix: 'BERTH_USER' } };
+  const none = new Map();
+
+  it('names a credential whose source is set nowhere, with its key and the fix', () => {
+    expect(unsetCredentialSources(place, {}, none)).toEqual([
+      expect.stringMatching(/^config key "profiles\.bot\.credentials\.GITHUB_TOKEN": its value "GH_REAL" is set nowhere .*fix "from"$/),
+    ]);
+    expect(unsetCredentialSources(place, { GH_REAL: '' }, none)).toHaveLength(1);
+  });
+
+  it('a global value, a user\'s own variable or a secrets-file value of any user is enough', () => {
+    expect(unsetCredentialSources(place, { GH_REAL: 'x' }, none)).toEqual([]);
+    expect(unsetCredentialSources(place, { BERTH_USER_TELEGRAM_42_GH_REAL: 'x' }, none)).toEqual([]);
+    const file = { global: new Map(), users: new Map([['local/telegram:1', new Map([['GH_REAL', 'x']])]]) };
+    expect(unsetCredentialSources({ ...place, env: { ...place.env, secretsFile: '/s' } }, {}, new Map([['/s', file]]))).toEqual([]);
   });
 });
