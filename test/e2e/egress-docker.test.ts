@@ -46,7 +46,7 @@ describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
   beforeAll(async () => {
     const images = await docker.listImages({ filters: { reference: [DEBIAN_IMAGE] } });
     if (images.length === 0) throw new Error(`image ${DEBIAN_IMAGE} is missing; build it with: node bin/berth.js image build --variant debian`);
-    hosts = await createEgressHosts();
+    hosts = await createEgressHosts({ gitToken: GH_VALUE });
     ({ net, seen } = hosts);
     apiIp = hosts.addresses.api;
     const install = reg.track();
@@ -90,6 +90,17 @@ describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
     const gh = seen.find((s) => s.url === '/gh');
     expect(gh?.authorization).toBe(`Bearer ${GH_VALUE}`);
     expect(events.some((e) => e.allowed && e.host === 'api.egress.test' && e.credentials.includes('GITHUB_TOKEN'))).toBe(true);
+  });
+
+  it('git clone with the placeholder in the URL arrives upstream with the real value (Basic auth), and the clone has no value in it', async () => {
+    const r = await run('s5', [
+      'cd /tmp && git clone -q "https://x-access-token:$GITHUB_TOKEN@api.egress.test/repo.git" repo 2>&1; echo "clone $?"',
+      'cat /tmp/repo/README',
+      'grep -rc ghp_REAL /tmp/repo/.git/config; true',
+    ].join('; '));
+    expect(r.stdout.split('\n')).toEqual(['clone 0', 'hello from the test repo', '0', '']);
+    const basic = `Basic ${Buffer.from(`x-access-token:${GH_VALUE}`).toString('base64')}`;
+    expect(seen.some((s) => s.url?.startsWith('/repo.git/') === true && s.authorization === basic)).toBe(true);
   });
 
   it('anything else is refused with the proxy\'s 403 naming the host, and audited', async () => {
