@@ -1,8 +1,9 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer, type RequestListener, type Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { chromium } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import type { EgressAuditEntry } from '../../src/broker/broker.js';
 import { EgressCa } from '../../src/egress/ca.js';
@@ -22,6 +23,7 @@ import { SseReader } from '../helpers/sse-reader.js';
  */
 
 const DEBIAN_IMAGE = 'berth-sandbox:latest';
+const CHROMIUM = process.env['BERTH_CHROMIUM'] ?? '/usr/bin/chromium';
 const GH_VALUE = 'ghp_REAL_value_that_never_enters_the_sandbox';
 /** A placeholder, or any run of its hex: what the audit must never hold. */
 const PLACEHOLDER = /berth-ph-[0-9a-f]{6,}/i;
@@ -185,6 +187,32 @@ describeNetns('egress made visible (audit, HTTP, metrics, overview, explain) on 
       expect(carried.find((r) => r.host === 'evil.egress.test')).toMatchObject({ allowed: false, rule: 'not in egress.allow', session: 'chat-1' });
     } finally {
       await stream.body?.cancel().catch(() => {});
+    }
+  }, 180_000);
+
+  it.skipIf(!existsSync(CHROMIUM))(`the dashboard shows the tenant's egress decisions and a session's own (skipped without ${CHROMIUM})`, async () => {
+    const { t, env } = install();
+    const acme = await createToken(t, 'acme', ['bot']);
+    const server = await ServeProcess.start({ dir: t.dir, env });
+    const ran = await server.client(acme).post('/v1/exec', { profile: 'bot', session: 'chat-9', command: TRAFFIC });
+    expect(ran.status, JSON.stringify(ran.body)).toBe(200);
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'] });
+    try {
+      const page = await browser.newPage();
+      await page.goto(server.url);
+      await page.fill('#token', acme);
+      await page.click('#login-button');
+      const evil = page.locator('td.key', { hasText: /^evil\.egress\.test:443$/ });
+      const refused = page.locator('#egress tr[data-decision="refused"]').filter({ has: evil });
+      await refused.first().waitFor({ timeout: 15_000 });
+      expect(await refused.first().locator('td').nth(5).textContent()).toBe('not in egress.allow');
+      await page.locator('#egress tr[data-decision="allowed"]', { hasText: 'GITHUB_TOKEN' }).first().waitFor({ timeout: 5_000 });
+      expect(await page.locator('#egress').textContent()).not.toMatch(PLACEHOLDER);
+      await page.locator('#sandboxes button.session[data-session="chat-9"]').click();
+      await page.locator('#session-egress tr[data-decision="refused"]').filter({ has: evil }).waitFor({ timeout: 10_000 });
+      expect(await page.isVisible('#session-egress-none')).toBe(false);
+    } finally {
+      await browser.close();
     }
   }, 180_000);
 });
