@@ -1,7 +1,10 @@
 import { redactText } from '../kit/redaction.js';
 import type { BrokerObserver, CallKind } from './observer.js';
 import type { ResolvedCall } from './resolve-call.js';
+import type { EgressEvent } from '../egress/types.js';
+import { egressAuditEntry } from './egress-audit.js';
 import type { AuditEntry, AuditTable } from './state/audit-table.js';
+import type { EgressAuditEntry, EgressAuditFilter, EgressTable } from './state/egress-table.js';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
@@ -39,7 +42,11 @@ export type AuditFilter = { tenant: string; profiles?: readonly string[]; user?:
 export class AuditRecorder {
   constructor(
     private readonly entries: Pick<AuditTable, 'add' | 'list' | 'prune'>,
-    private readonly opts: { retentionDays: number; log: (message: string) => void; observer: Pick<BrokerObserver, 'callEnded'> },
+    private readonly opts: {
+      retentionDays: number; log: (message: string) => void; observer: Pick<BrokerObserver, 'callEnded'>;
+      /** Where the egress proxy's decisions go (absent: not kept, as in tests of the call audit alone). */
+      egress?: Pick<EgressTable, 'add' | 'list' | 'prune'>;
+    },
   ) {}
 
   record(r: AuditRecord): void {
@@ -68,10 +75,22 @@ export class AuditRecorder {
     return this.entries.list(filter);
   }
 
-  /** `audit.retentionDays`: entries older than that go (at open and on every sweep). */
+  /** One decision of the egress proxy (see `egressAuditEntry`: never a value or placeholder). */
+  recordEgress(e: EgressEvent): void {
+    this.opts.egress?.add(egressAuditEntry(e));
+  }
+
+  /** Egress decisions of one tenant (of the given profiles only, when `profiles` is set), newest first. */
+  listEgress(filter: EgressAuditFilter): EgressAuditEntry[] {
+    return this.opts.egress?.list(filter) ?? [];
+  }
+
+  /** `audit.retentionDays`: entries and egress decisions older than that go (at open and on every sweep). */
   prune(): void {
+    const before = Date.now() - this.opts.retentionDays * DAY_MS;
     try {
-      this.entries.prune(Date.now() - this.opts.retentionDays * DAY_MS);
+      this.entries.prune(before);
+      this.opts.egress?.prune(before);
     } catch (e) {
       this.opts.log(`pruning old audit entries failed: ${String(e)}`);
     }

@@ -94,7 +94,9 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
     env['BERTH_SESSION'] || undefined,
   );
   const observers = new Observers();
-  const audit = new AuditRecorder(store.audit, { retentionDays: config.audit.retentionDays, log: (m) => log('berth:audit', m), observer: observers });
+  const audit = new AuditRecorder(store.audit, {
+    retentionDays: config.audit.retentionDays, log: (m) => log('berth:audit', m), observer: observers, egress: store.egress,
+  });
   const gate = opts.startGate ?? StartGate.forThisMachine();
   const quota = tenantQuota(config.limits, berthHome);
   const backends = new BackendRegistry({
@@ -110,7 +112,11 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   const probe = new JobProbe({ jobs: store.jobs, ledger });
   const killer = new JobKiller({ jobs: store.jobs, ledger, probe, log: (m) => log('berth:jobs', m) });
   const egress = new SandboxEgress({
-    config, berthHome, resolver, onDecision: (e) => observers.egress(e), log: logger.child('berth:egress'),
+    config, berthHome, resolver, onDecision: (e) => {
+      observers.egress(e);
+      audit.recordEgress(e);
+    },
+    log: logger.child('berth:egress'),
   });
   const removal = new SandboxRemoval({ lives, backends, sandboxes: store.sandboxes, jobs: killer, egress, log });
   const measures = new SandboxMeasures({ config, lives, backends, engines, sandboxes: store.sandboxes, jobs: store.jobs, shutdown: lifecycle.signal, log });

@@ -3,6 +3,7 @@ import { defaultBerthHome, loadConfig } from '../setup/load-config.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
 import type { AuditFilter } from './audit.js';
+import type { EgressAuditEntry, EgressAuditFilter } from './state/egress-table.js';
 import { closeParts } from './broker-lifecycle.js';
 import { buildParts, type BrokerParts } from './broker-parts.js';
 import type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo } from './broker-types.js';
@@ -21,6 +22,7 @@ import type { WarmPoolView } from './warm-pool.js';
 export type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo } from './broker-types.js';
 export type { BrokerObserver, CallObservation, ReapObservation } from './observer.js';
 export type { CloseResult } from './session-close.js';
+export type { EgressAuditEntry, EgressAuditFilter } from './state/egress-table.js';
 export type { WarmPoolView } from './warm-pool.js';
 export type { PooledSandbox } from './sandbox-measures.js';
 export { SessionHandle } from './session-handle.js';
@@ -184,6 +186,17 @@ export class Broker implements AsyncDisposable {
   /** Audit entries of one tenant (of the given profiles only, when `profiles` is set), newest first. */
   audit(filter: AuditFilter) {
     return this.parts.audit.list(filter);
+  }
+
+  /**
+   * Egress decisions of one tenant (of the given profiles only, when `profiles` is set), newest
+   * first: host, port, rule, allowed or refused, bytes, credential names; never a value.
+   *
+   * @example
+   * broker.egressAudit({ tenant: 'local', session: 'chat-42', allowed: false, limit: 20 })
+   */
+  egressAudit(filter: EgressAuditFilter): EgressAuditEntry[] {
+    return this.parts.audit.listEgress(filter);
   }
 
   /**

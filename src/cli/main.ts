@@ -15,7 +15,7 @@ commands:
   rm [scope flags]                   remove a sandbox, persistent or not
   cp [scope flags] SRC DEST          copy files in or out (sandbox side: sandbox:PATH)
   media [scope flags] PATH           print a host path for a file in the sandbox
-  audit [--tenant T] [--user U] [--session S] [--json]   show the audit log
+  audit [--egress [--refused]] [--tenant T] [--user U] [--session S] [--json]   show the audit log (or the egress decisions)
   top [--interval S] [--once] [--json]   live view: every sandbox's CPU, memory and processes, recent calls
   config check [--config FILE]       validate the config and print the effective one
   image build [--variant V] [--force] build a sandbox image without a registry

@@ -5,7 +5,8 @@ import { OverviewStreams, type OverviewStreamOptions } from './overview-stream.j
 /**
  * What feeds the live dashboard of one server: the last hour (`CallHistory`, fed by the broker's
  * calls and by samples of the open sessions, one a minute and on streams' updates) and the open
- * overview streams (told of each call that ended, so the page updates at once). One timer: the
+ * overview streams (told of each call that ended and each egress decision, so the page updates
+ * at once; a stream's own pacing bounds how often). One timer: the
  * minute sampler, stopped by `close`.
  *
  * @example
@@ -34,6 +35,7 @@ export class DashboardFeed {
       reaped: (o) => {
         if (o.tenant !== undefined) this.streams.notify(o.tenant, undefined);
       },
+      egress: (e) => this.streams.notify(e.identity.tenant, e.identity.profile),
     });
     this.sample();
     this.timer = setInterval(() => this.sample(), MINUTE_MS);

@@ -120,6 +120,20 @@ async function showCalls(ref, profile) {
   } catch (e) {
     if (e.message !== 'unauthorized') title.textContent += ': ' + e.message;
   }
+  await showEgress(filter, profile);
+}
+
+/** A session's latest egress decisions (what its sandbox asked the network for, and the answer). */
+async function showEgress(filter, profile) {
+  const body = $('session-egress').querySelector('tbody');
+  body.replaceChildren();
+  try {
+    const decisions = await api('/v1/audit/egress' + query({ ...filter, limit: '20' }));
+    for (const e of decisions.filter((x) => profile === null || x.profile === profile)) body.appendChild(egressRow(e));
+  } catch (e) {
+    if (e.message === 'unauthorized') return;
+  }
+  $('session-egress-none').hidden = body.children.length > 0;
 }
 
 function usersOf(s) {
@@ -235,6 +249,32 @@ function auditRow(e) {
   return tr;
 }
 
+function egressRow(e) {
+  const tr = document.createElement('tr');
+  tr.dataset.decision = e.allowed ? 'allowed' : 'refused';
+  cell(tr, new Date(e.timeMs).toLocaleTimeString());
+  cell(tr, e.allowed ? 'allowed' : 'refused', e.allowed ? 'allowed' : 'refused');
+  cell(tr, e.session === null ? '' : e.session);
+  cell(tr, e.user === null ? '' : e.user);
+  cell(tr, e.host + ':' + e.port, 'key');
+  cell(tr, e.rule + (e.detail === null ? '' : ' (' + e.detail + ')'));
+  cell(tr, e.credentials.join(', '));
+  cell(tr, bytes(e.bytesUp) + ' / ' + bytes(e.bytesDown), 'num');
+  return tr;
+}
+
+function renderEgress() {
+  const f = filters();
+  const body = $('egress').querySelector('tbody');
+  body.replaceChildren();
+  for (const e of view.egress) {
+    if (f.profile && e.profile !== f.profile) continue;
+    if (f.user && e.user !== f.user) continue;
+    body.appendChild(egressRow(e));
+  }
+  $('no-egress').hidden = body.children.length > 0;
+}
+
 function renderAudit() {
   const f = filters();
   const body = $('audit').querySelector('tbody');
@@ -288,6 +328,7 @@ function render() {
   renderSandboxes();
   renderJobs();
   renderAudit();
+  renderEgress();
 }
 
 function onEvent(block) {
@@ -383,6 +424,9 @@ $('session-close').addEventListener('click', () => { $('session-panel').hidden =
 show();
 `;
 
+/** The columns of an egress decision (the page's recent egress and a session's). */
+const EGRESS_HEAD = ['Time', 'Decision', 'Session', 'User', 'Target', 'Rule', 'Credentials', 'Bytes up / down'].map((h) => `<th>${h}</th>`).join('');
+
 const SCRIPT_HASH = createHash('sha256').update(SCRIPT, 'utf8').digest('base64');
 
 export const DASHBOARD_HTML = `<!doctype html>
@@ -405,7 +449,8 @@ export const DASHBOARD_HTML = `<!doctype html>
   .filters label { margin-right: 1rem; } .charts { display: flex; gap: 1.5rem; flex-wrap: wrap; } figure { margin: 0; } figcaption { color: #59636e; }
   svg.chart { width: 360px; height: 100px; } .chart-bg { fill: #f5f6f8; } .line { fill: none; stroke: #2563eb; stroke-width: 2; } .dot { fill: #2563eb; }
   #chart-sessions .line { stroke: #c2410c; } #chart-sessions .dot { fill: #c2410c; } .chart-label { font: 10px system-ui, sans-serif; fill: #59636e; }
-  #session-panel { border: 1px solid #e3e6ea; padding: .5rem; margin-top: 1rem; }
+  #session-panel { border: 1px solid #e3e6ea; padding: .5rem; margin-top: 1rem; } #session-egress { margin-top: .5rem; }
+  td.allowed { color: #11762b; } td.refused { color: #b42318; }
 </style>
 </head>
 <body>
@@ -439,12 +484,17 @@ export const DASHBOARD_HTML = `<!doctype html>
   <div id="session-panel" hidden>
     <strong id="session-calls-title"></strong> <button id="session-close" type="button">hide</button>
     <table id="session-calls"><thead><tr><th>Time</th><th>Kind</th><th>Session</th><th>User</th><th>Sandbox</th><th>Command</th><th>Exit</th><th>Duration</th></tr></thead><tbody></tbody></table>
+    <table id="session-egress"><thead><tr>${EGRESS_HEAD}</tr></thead><tbody></tbody></table>
+    <p id="session-egress-none" hidden>No egress decisions.</p>
   </div>
   <h2>Background jobs</h2>
   <table id="jobs"><thead><tr><th>Job</th><th>Profile</th><th>Session</th><th>User</th><th>Command</th><th>State</th><th>Started</th><th></th></tr></thead><tbody></tbody></table>
   <p id="no-jobs" hidden>No jobs.</p>
   <h2>Recent calls</h2>
   <table id="audit"><thead><tr><th>Time</th><th>Kind</th><th>Session</th><th>User</th><th>Sandbox</th><th>Command</th><th>Exit</th><th>Duration</th></tr></thead><tbody></tbody></table>
+  <h2>Recent egress</h2>
+  <table id="egress"><thead><tr>${EGRESS_HEAD}</tr></thead><tbody></tbody></table>
+  <p id="no-egress" hidden>No egress decisions.</p>
 </section>
 <script>${SCRIPT}</script>
 </body>

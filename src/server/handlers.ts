@@ -154,6 +154,12 @@ export function apiHandlers(deps: HandlerDeps): Handlers {
       const { session, user } = normalizeScope({ tenant, session: query.session, user: query.user });
       return json(c, broker.audit({ tenant, profiles, session, user, limit: query.limit ?? 100 }));
     },
+    egressAudit: async (c, { query }) => {
+      const { tenant, profiles } = c.get('caller');
+      const { session, user } = normalizeScope({ tenant, session: query.session, user: query.user });
+      const allowed = query.decision === undefined ? undefined : query.decision === 'allowed';
+      return json(c, broker.egressAudit({ tenant, profiles, session, user, allowed, limit: query.limit ?? 100 }));
+    },
     startJob: async (c, { body }) => json(c, await broker.jobs.start(scoped(c, body), body.command, { workdir: body.workdir }), 201),
     listJobs: async (c, { query }) => json(c, await broker.jobs.list(scoped(c, query))),
     readJob: async (c, { params, query: { offset, maxBytes, ...scope } }) =>

@@ -1,6 +1,8 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Broker, BrokerObserver, CallObservation, ReapObservation } from '../broker/broker.js';
+import type { EgressEvent } from '../egress/types.js';
 import type { ClosedReason, RefusedLimit } from './connection-guard.js';
+import { egressRuleLabel } from './egress-rule-label.js';
 
 /*
  * `GET /metrics` of one `berth serve`: its own prom-client Registry (never the library's global
@@ -57,6 +59,8 @@ export class ServerMetrics implements BrokerObserver {
   private readonly connectionsOpen: Gauge;
   private readonly connectionsClosed: Counter;
   private readonly connectionsRefused: Counter;
+  private readonly egressRequests: Counter;
+  private readonly egressBytes: Counter;
 
   constructor(private readonly broker: Broker) {
     this.perTenant = broker.config.server.metrics.perTenant;
@@ -88,6 +92,15 @@ export class ServerMetrics implements BrokerObserver {
     // Every series from the start, at 0: a rate over them works before the first closing.
     for (const reason of ['header_timeout', 'keep_alive', 'body_stall'] satisfies ClosedReason[]) this.connectionsClosed.inc({ reason }, 0);
     for (const reason of ['total', 'per_address'] satisfies RefusedLimit[]) this.connectionsRefused.inc({ reason }, 0);
+    this.egressRequests = new Counter({
+      name: 'berth_egress_requests_total', registers, labelNames: ['decision', 'rule', ...t],
+      help: 'Decisions of berth\'s egress proxy (a tunnel, an HTTP request, a refusal), allowed or refused, by the kind of rule that decided',
+    });
+    this.egressBytes = new Counter({
+      name: 'berth_egress_bytes_total', registers, labelNames: ['direction', ...t],
+      help: 'Bytes through berth\'s egress proxy, up (from sandboxes) and down (to them): on the wire for tunnels, bodies for HTTP requests',
+    });
+    if (!this.perTenant) for (const direction of ['up', 'down']) this.egressBytes.inc({ direction }, 0);
     this.poolReady = new Gauge({ name: 'berth_warm_pool_ready', help: "Sandboxes this server's warm pools hold ready, and the size they are kept at, by backend", labelNames: ['backend', 'of'], registers });
   }
 
@@ -101,6 +114,13 @@ export class ServerMetrics implements BrokerObserver {
     if (o.kind !== 'exec') return;
     if (o.timedOut) this.timeouts.inc({ backend: o.backend });
     this.execSeconds.observe({ backend: o.backend, cold: String(o.cold) }, o.durationMs / 1000);
+  }
+
+  egress(e: EgressEvent): void {
+    const tenant = e.identity.tenant;
+    this.egressRequests.inc(this.withTenant({ decision: e.allowed ? 'allowed' : 'refused', rule: egressRuleLabel(e.rule) }, tenant));
+    if (e.bytesUp > 0) this.egressBytes.inc(this.withTenant({ direction: 'up' }, tenant), e.bytesUp);
+    if (e.bytesDown > 0) this.egressBytes.inc(this.withTenant({ direction: 'down' }, tenant), e.bytesDown);
   }
 
   connectionClosed(reason: ClosedReason): void {

@@ -1,4 +1,4 @@
-import type { Broker } from '../broker/broker.js';
+import type { Broker, EgressAuditEntry } from '../broker/broker.js';
 import type { TenantJob } from '../broker/job-runner.js';
 import type { AuditEntry } from '../broker/state/audit-table.js';
 import { cpuPercent, type SandboxUsage } from '../broker/sandbox-usage.js';
@@ -11,6 +11,8 @@ import type { SandboxState } from '../broker/sandbox-measures.js';
 /** Calls and jobs one update carries (the newest). */
 export const RECENT_CALLS = 50;
 export const RECENT_JOBS = 50;
+/** Egress decisions one update carries (the newest). */
+export const RECENT_EGRESS = 50;
 
 /** What a sandbox uses now, as the dashboard shows it; a field the backend cannot measure is null. */
 export interface UsageView {
@@ -29,13 +31,15 @@ export interface OverviewView {
   sandboxes: Array<RemoteSandbox<SandboxInfo & { state: SandboxState }> & { usage: UsageView | null }>;
   jobs: TenantJob[];
   calls: AuditEntry[];
+  /** The latest decisions of berth's egress proxy for these sandboxes (host, rule, allowed or refused; never a value). */
+  egress: EgressAuditEntry[];
   history: HistoryPoint[];
 }
 
 /**
  * Builds the caller's view: its tenant's sandboxes of its profiles (and shared ones, which belong
- * to no profile, as `/v1/sandboxes` lists them) with what each uses, its jobs and calls of those
- * profiles, and the last hour of its profiles. `previous` holds each sandbox's last sample (for
+ * to no profile, as `/v1/sandboxes` lists them) with what each uses, its jobs, calls and egress
+ * decisions of those profiles, and the last hour of its profiles. `previous` holds each sandbox's last sample (for
  * the CPU rate) and is updated.
  */
 export async function overviewView(
@@ -60,6 +64,7 @@ export async function overviewView(
   return {
     tenant, timeMs: Date.now(), sandboxes, jobs,
     calls: broker.audit({ tenant, profiles, limit: RECENT_CALLS }),
+    egress: broker.egressAudit({ tenant, profiles, limit: RECENT_EGRESS }),
     history: history.lastHour(tenant, profiles),
   };
 }

@@ -45,6 +45,16 @@ export const Binding = z.object({
   cwd: z.string(),
   envNames: z.array(z.string()),
   envMissing: z.array(z.string()),
+  egress: z.object({
+    mode: z.enum(['open', 'allowlist', 'none']).describe('open: any host on the internet; allowlist: only what allow names, through berth\'s proxy; none: no network'),
+    allow: z.array(z.union([z.string(), z.object({ host: z.string() }), z.object({ cidr: z.string() })])).optional()
+      .describe('allowlist entries as the config writes them: a name, "*.name", {host: "name:port"}, {cidr: "a.b.c.d/n"}'),
+    deny: z.array(z.union([z.string(), z.object({ host: z.string() }), z.object({ cidr: z.string() })])).optional().describe('entries that beat allow'),
+    hosts: z.record(z.string(), z.array(z.string())).optional().describe('static names the proxy resolves itself'),
+    proxy: z.boolean().describe('berth\'s egress proxy serves the sandbox (allowlist mode, or credentials in any mode)'),
+    credentials: z.array(z.object({ name: z.string(), hosts: z.array(z.string()) }))
+      .describe('each credential the sandbox holds a placeholder for under `name`; the proxy puts the real value in only on requests to `hosts`'),
+  }).describe('the egress policy of the sandbox; never a credential value or placeholder'),
 }).meta({ id: 'Binding' });
 
 export const Sandbox = z.object({
@@ -81,6 +91,26 @@ export const AuditEntry = z.object({
   exitCode: z.number().int().nullable(),
   durationMs: z.number().int().nullable(),
 }).meta({ id: 'AuditEntry' });
+
+export const EgressAuditEntry = z.object({
+  timeMs: z.number().int(),
+  tenant: z.string(),
+  profile: z.string(),
+  session: z.string().nullable(),
+  user: z.string().nullable(),
+  sandboxKey: z.string(),
+  host: z.string().describe('the name or address the sandbox asked for'),
+  port: z.number().int(),
+  channel: z.enum(['tls-tunnel', 'tcp-tunnel', 'http', 'intercepted'])
+    .describe('a TLS tunnel, a raw TCP tunnel, a plain HTTP request, or a request inside an intercepted (credential host) session'),
+  allowed: z.boolean(),
+  rule: z.string().describe('what decided: an egress entry (`allow api.github.com`, `deny cidr:10.0.0.0/8`), the mode, `not in egress.allow`, an always-denied class, `exfiltration`, `host mismatch`, `fronting`, `lookup failed`, `upstream failed`'),
+  detail: z.string().nullable().describe('what the rule found (an address, the credential whose placeholder was seen); never a value'),
+  bytesUp: z.number().int(),
+  bytesDown: z.number().int(),
+  credentials: z.array(z.string()).describe('names of the credentials whose values the request carried upstream'),
+  status: z.number().int().nullable().describe('the HTTP status the sandbox got (HTTP requests and refusals)'),
+}).meta({ id: 'EgressAuditEntry' });
 
 const JobStatus = z.enum(['running', 'exited', 'killed', 'unknown']);
 

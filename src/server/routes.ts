@@ -1,11 +1,11 @@
 import { OpenAPIHono, type RouteConfig } from '@hono/zod-openapi';
 import type { z } from 'zod';
 import {
-  AuditEntry, Binding, Closed, ErrorAnswer, ExecResult, Export, Health, JobKilled, JobRead, JobStarted, JobSummary, Sandbox, Whoami, Written,
+  AuditEntry, Binding, EgressAuditEntry, Closed, ErrorAnswer, ExecResult, Export, Health, JobKilled, JobRead, JobStarted, JobSummary, Sandbox, Whoami, Written,
 } from './response-schemas.js';
 import { operationsOf, routeSpec, type RouteSpec } from './route-spec.js';
 import {
-  AuditQuery, EmptyQuery, ExecBody, ExportBody, ExportIdParams, FileGetQuery, FilePutQuery, JobIdParams, JobReadQuery, JobStartBody, ScopeBody,
+  AuditQuery, EgressAuditQuery, EmptyQuery, ExecBody, ExportBody, ExportIdParams, FileGetQuery, FilePutQuery, JobIdParams, JobReadQuery, JobStartBody, ScopeBody,
   ScopeQuery,
 } from './schemas.js';
 
@@ -109,6 +109,13 @@ export const ROUTES = {
   audit: routeSpec({
     method: 'get', path: '/v1/audit', query: AuditQuery, callSlot: true,
     doc: { summary: 'The tenant\'s audit log for the token\'s profiles, newest first', responses: { 200: json('entries', AuditEntry.array()), ...errors } },
+  }),
+  egressAudit: routeSpec({
+    method: 'get', path: '/v1/audit/egress', query: EgressAuditQuery, callSlot: true,
+    doc: {
+      summary: 'The egress decisions of the tenant\'s sandboxes of the token\'s profiles, newest first: host, port, allowed or refused, the rule, bytes, credential names (never a value)',
+      responses: { 200: json('decisions', EgressAuditEntry.array()), ...errors },
+    },
   }),
   startJob: routeSpec({
     method: 'post', path: '/v1/jobs', body: JobStartBody, callSlot: true,

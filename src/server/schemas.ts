@@ -71,6 +71,13 @@ export const AuditQuery = z.strictObject({
   limit: wholeNumber.pipe(z.number().int().min(1).max(1000)).optional(),
 });
 
+export const EgressAuditQuery = z.strictObject({
+  session: scopeString.optional(),
+  user: scopeString.optional(),
+  decision: z.enum(['allowed', 'refused']).optional().describe('only allowed or only refused requests'),
+  limit: wholeNumber.pipe(z.number().int().min(1).max(1000)).optional(),
+});
+
 export const FilePutQuery = z.strictObject({ ...queryScopeFields, path: sandboxPath });
 export const FileGetQuery = z.strictObject({ ...queryScopeFields, path: sandboxPath, maxBytes: wholeNumber.optional() });
 export const EmptyQuery = z.strictObject({});

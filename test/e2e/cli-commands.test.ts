@@ -17,7 +17,7 @@ const FIRST_HELP_LINE: Record<CommandName, string> = {
   image: 'usage: berth image build [--variant debian|minimal] [--image NAME] [--force]',
   cp: 'usage: berth cp [scope flags] [--json] SRC DEST',
   media: 'usage: berth media [scope flags] [--json] PATH',
-  audit: 'usage: berth audit [--tenant T] [--user PLATFORM:ID] [--session S] [--limit N] [--json]',
+  audit: 'usage: berth audit [--egress [--refused]] [--tenant T] [--user PLATFORM:ID] [--session S] [--limit N] [--json]',
   top: 'usage: berth top [--interval S] [--once] [--calls N] [--json]',
   serve: 'usage: berth serve [--port N] [--host ADDR] [--grace SECONDS] [--config FILE]',
   token: 'usage: berth token create --tenant T [--profile P ...]',

@@ -154,7 +154,7 @@ describe('berth CLI on the local backend (real processes)', () => {
     expect(r.code).toBe(0);
     const b = JSON.parse(r.stdout) as Record<string, unknown>;
     expect(Object.keys(b).sort()).toEqual([
-      'backend', 'cwd', 'envMissing', 'envNames', 'isolation', 'kill', 'mount', 'mountReason', 'note', 'persistent', 'profile', 'rule', 'sandboxKey', 'tenant',
+      'backend', 'cwd', 'egress', 'envMissing', 'envNames', 'isolation', 'kill', 'mount', 'mountReason', 'note', 'persistent', 'profile', 'rule', 'sandboxKey', 'tenant',
     ].sort());
     expect(b).toMatchObject({ backend: 'local', tenant: 'local', profile: 'default', sandboxKey: 'session:e1', rule: 'auto:5', persistent: false, mount: null });
     // The host backend isolates nothing, and explain says so.
@@ -162,6 +162,8 @@ describe('berth CLI on the local backend (real processes)', () => {
     const text = await runBerth(['explain', '--session', 'e1'], { env: t.env, cwd: t.dir });
     expect(text.stdout).toMatch(/^isolation +none\n/m);
     expect(text.stdout).toMatch(/^note +runs on this host as berth's user, without isolation/m);
+    // No egress section: open, no proxy, no credentials.
+    expect(text.stdout).toMatch(/^egress +open\negressProxy +no\n$/m);
     expect(existsSync(join(t.home, 'sandboxes'))).toBe(false);
   });
 

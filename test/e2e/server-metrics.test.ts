@@ -85,7 +85,7 @@ describeDocker('GET /metrics on berth serve (docker)', () => {
     // Nothing that names who or what: no session, user, command text, tenant or token.
     for (const secret of [session, '998877', 'cmd-marker', 'acme', tenantToken, mToken, 'mcp-']) expect(text).not.toContain(secret);
     const labelNames = new Set([...families.values()].flatMap((f) => f.samples.flatMap((s) => Object.keys(s.labels))));
-    expect([...labelNames].sort()).toEqual(['backend', 'code', 'cold', 'kind', 'le', 'lifecycle', 'reason', 'state'].filter((l) => labelNames.has(l)));
+    expect([...labelNames].sort()).toEqual(['backend', 'code', 'cold', 'direction', 'kind', 'le', 'lifecycle', 'reason', 'state'].filter((l) => labelNames.has(l)));
     expect(labelNames.has('tenant')).toBe(false);
 
     // A closed session's sandbox is gone from the gauge.

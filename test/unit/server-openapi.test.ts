@@ -89,6 +89,20 @@ describe('OpenAPI document', () => {
     expect(text).toContain('"mounted"');
     expect(doc.paths['/v1/files/exports/{id}']?.['get']).toBeDefined();
   });
+
+  it('describes the egress audit route with its filters and entries, and the egress policy of explain\'s Binding', () => {
+    const full = doc as unknown as {
+      paths: Record<string, Record<string, { parameters?: { name: string }[] }>>;
+      components: { schemas: Record<string, { properties: Record<string, { properties?: Record<string, unknown> }> }> };
+    };
+    const route = full.paths['/v1/audit/egress']?.['get'];
+    expect(route?.parameters?.map((p) => p.name).sort()).toEqual(['decision', 'limit', 'session', 'user']);
+    expect(Object.keys(full.components.schemas['EgressAuditEntry']!.properties)).toEqual(expect.arrayContaining([
+      'tenant', 'session', 'user', 'host', 'port', 'allowed', 'rule', 'bytesUp', 'bytesDown', 'credentials', 'status',
+    ]));
+    expect(Object.keys(full.components.schemas['Binding']!.properties['egress']!.properties!).sort())
+      .toEqual(['allow', 'credentials', 'deny', 'hosts', 'mode', 'proxy']);
+  });
 });
 
 describe('strict query strings', () => {

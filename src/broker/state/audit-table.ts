@@ -1,5 +1,6 @@
 import { capAuditText } from './audit-text.js';
 import type { Statements } from './statements.js';
+import { WriteQueue } from './write-queue.js';
 
 export interface AuditEntry {
   timeMs: number;
@@ -25,19 +26,12 @@ CREATE INDEX IF NOT EXISTS audit_time ON audit (time_ms);
 const AUDIT_COLUMNS = `time_ms AS timeMs, tenant, profile, user, session, sandbox_key AS sandboxKey, kind,
   command, exit_code AS exitCode, duration_ms AS durationMs`;
 
-/** Entries queued at most before they are written at once. */
-const MAX_QUEUED = 200;
-/** How long an entry may wait in the queue. */
-const FLUSH_AFTER_MS = 50;
-
 /**
- * The audit log: every call and close, newest first when read. Entries are queued and written in
- * one transaction within FLUSH_AFTER_MS (and at close, and before any read), so recording a call
- * costs the hot path no disk write of its own.
+ * The audit log: every call and close, newest first when read. Entries are queued (`WriteQueue`),
+ * so recording a call costs the hot path no disk write of its own.
  */
 export class AuditTable {
-  private queue: AuditEntry[] = [];
-  private timer: NodeJS.Timeout | undefined;
+  private readonly queue = new WriteQueue<AuditEntry>((batch) => this.write(batch));
 
   /**
    * @param maxCommandChars `audit.maxCommandChars`: a recorded command text longer than this is
@@ -47,20 +41,15 @@ export class AuditTable {
 
   add(e: AuditEntry): void {
     const command = e.command === null ? null : capAuditText(e.command, this.maxCommandChars);
-    this.queue.push(command === e.command ? e : { ...e, command });
-    if (this.queue.length >= MAX_QUEUED) this.flush();
-    else if (this.timer === undefined) {
-      this.timer = setTimeout(() => this.flush(), FLUSH_AFTER_MS);
-      this.timer.unref();
-    }
+    this.queue.add(command === e.command ? e : { ...e, command });
   }
 
   flush(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    this.timer = undefined;
-    const batch = this.queue;
-    if (batch.length === 0 || !this.sql.db.open) return;
-    this.queue = [];
+    this.queue.flush();
+  }
+
+  private write(batch: readonly AuditEntry[]): void {
+    if (!this.sql.db.open) return;
     const insert = this.sql.q(`INSERT INTO audit (time_ms, tenant, profile, user, session, sandbox_key, kind, command, exit_code, duration_ms)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
     this.sql.db.transaction(() => {

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type Database from 'better-sqlite3';
 import { AUDIT_SCHEMA, AuditTable } from './audit-table.js';
 import { openStateDb } from './berth-home.js';
+import { EGRESS_AUDIT_SCHEMA, EgressTable } from './egress-table.js';
 import { JOB_SCHEMA, JobTable, migrateJobs } from './job-table.js';
 import { LEASE_SCHEMA, LeaseTable } from './lease-table.js';
 import { migrateSandboxColumns, SANDBOX_SCHEMA, SandboxTable } from './sandbox-table.js';
@@ -35,6 +36,7 @@ export class StateStore {
   readonly sessions: SessionTable;
   readonly scopes: ScopeRecords;
   readonly audit: AuditTable;
+  readonly egress: EgressTable;
   readonly jobs: JobTable;
   readonly leases: LeaseTable;
 
@@ -44,6 +46,7 @@ export class StateStore {
     this.sessions = new SessionTable(sql);
     this.scopes = new ScopeRecords(sql);
     this.audit = new AuditTable(sql, opts.auditMaxCommandChars ?? Number.POSITIVE_INFINITY);
+    this.egress = new EgressTable(sql);
     this.jobs = new JobTable(sql);
     this.leases = new LeaseTable(sql);
     const row = db.prepare('SELECT v FROM meta WHERE k = ?').get('installation') as { v: string } | undefined;
@@ -59,7 +62,7 @@ export class StateStore {
   /** Opens (creating if needed) the store in `berthHome`; berth's files there are made private. */
   static open(berthHome: string, opts: StateStoreOptions = {}): StateStore {
     const db = openStateDb(berthHome);
-    db.exec([META_SCHEMA, LEASE_SCHEMA, SANDBOX_SCHEMA, SESSION_SCHEMA, SCOPE_RECORDS_SCHEMA, AUDIT_SCHEMA, JOB_SCHEMA].join('\n'));
+    db.exec([META_SCHEMA, LEASE_SCHEMA, SANDBOX_SCHEMA, SESSION_SCHEMA, SCOPE_RECORDS_SCHEMA, AUDIT_SCHEMA, EGRESS_AUDIT_SCHEMA, JOB_SCHEMA].join('\n'));
     migrateJobs(db);
     migrateSandboxColumns(db);
     return new StateStore(db, opts);
@@ -77,6 +80,7 @@ export class StateStore {
   close(): void {
     if (!this.db.open) return;
     this.audit.flush();
+    this.egress.flush();
     this.db.close();
   }
 }

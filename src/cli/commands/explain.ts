@@ -1,3 +1,4 @@
+import type { Binding } from '../../broker/resolve-call.js';
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
 import type { CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
@@ -5,7 +6,9 @@ import { withBroker } from '../with-broker.js';
 export const EXPLAIN_HELP = `usage: berth explain [scope flags] [--json]
 
 Shows the binding for a call: backend and its isolation, how a timeout ends a command's processes
-(kill: cgroup or tags), sandbox key, rule, mount, cwd and env names.
+(kill: cgroup or tags), sandbox key, rule, mount, cwd and env names, and the egress policy: the
+mode, what the network may reach, whether berth's proxy serves the sandbox, and each credential
+with the hosts its value goes to (the sandbox holds only a placeholder).
 Pure policy: it contacts no engine and creates nothing (--parent registers its alias).
 
 ${SCOPE_HELP}
@@ -27,8 +30,24 @@ export async function explainCommand(argv: string[], io: CliIo): Promise<number>
         ['persistent', String(b.persistent)], ['mount', b.mount ?? '(none)'], ['mountReason', b.mountReason], ['cwd', b.cwd],
         ['envNames', b.envNames.join(', ') || '(none)'], ['envMissing', b.envMissing.join(', ') || '(none)'],
       ];
-      for (const [k, v] of rows) io.out(`${k.padEnd(12)} ${v}\n`);
+      for (const [k, v] of [...rows, ...egressRows(b.egress)]) io.out(`${k.padEnd(12)} ${v}\n`);
     }
     return 0;
   });
+}
+
+/**
+ * The egress lines of explain: the mode, the lists it uses, the proxy, and one line per credential
+ * (`GITHUB_TOKEN -> api.github.com, github.com (placeholder)`).
+ */
+export function egressRows(e: Binding['egress']): [string, string][] {
+  const entry = (x: unknown): string => typeof x === 'string' ? x : Object.entries(x as Record<string, string>).map(([k, v]) => `${k}:${v}`).join(' ');
+  return [
+    ['egress', e.mode],
+    ...(e.allow === undefined ? [] : [['egressAllow', e.allow.map(entry).join(', ')] as [string, string]]),
+    ...(e.deny === undefined ? [] : [['egressDeny', e.deny.map(entry).join(', ')] as [string, string]]),
+    ...(e.hosts === undefined ? [] : [['egressHosts', Object.entries(e.hosts).map(([n, ips]) => `${n}=${ips.join('|')}`).join(', ')] as [string, string]]),
+    ['egressProxy', e.proxy ? 'yes' : 'no'],
+    ...e.credentials.map((c): [string, string] => ['credential', `${c.name} -> ${c.hosts.join(', ')} (placeholder)`]),
+  ];
 }
