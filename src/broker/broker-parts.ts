@@ -7,7 +7,7 @@ import { ConfigError } from '../errors.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import { StagingLedger } from '../files/staging-quota.js';
 import { Logger } from '../logging/logger.js';
-import { debugSink } from '../logging/debug-sink.js';
+import { envLogSink } from '../logging/log-sink.js';
 import { assertAllowedRootsExist } from '../policy/allowed-roots.js';
 import { assertHostBindsAllowed } from '../policy/volumes.js';
 import { hostBindsOf } from '../setup/host-binds.js';
@@ -83,7 +83,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   assertCredentialSources(config, env, secrets);
   const store = StateStore.open(berthHome, { auditMaxCommandChars: config.audit.maxCommandChars });
 
-  const log = opts.log ?? debugSink(env['BERTH_DEBUG'], (line) => void process.stderr.write(line)) ?? (() => {});
+  const log = opts.log ?? envLogSink(env, 'warn', process.stderr.isTTY, (line) => void process.stderr.write(line)) ?? (() => {});
   const logger = new Logger(log);
   const lifecycle = new BrokerLifecycle();
   const owner = opts.holdSessions === false ? null : ownerToken();

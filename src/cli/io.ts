@@ -1,4 +1,5 @@
-import { debugSink } from '../logging/debug-sink.js';
+import { envLogSink, type LogThreshold } from '../logging/log-sink.js';
+import type { LogSink } from '../logging/logger.js';
 
 /** What a command needs from the process; passed in so commands stay thin and testable. */
 export interface CliIo {
@@ -41,13 +42,16 @@ export function processIo(): CliIo {
   };
 }
 
-/** Writes one namespaced log line. */
-export type CliLog = (namespace: string, message: string) => void;
+/** Writes one namespaced log line (`LogSink`: a debug line unless a record says otherwise). */
+export type CliLog = LogSink;
 
 /**
- * The log lines BERTH_DEBUG asks for (`*`, or a namespace prefix such as `berth:shell`), on
- * stderr; undefined when it asks for none.
+ * The log lines BERTH_LOG_LEVEL (default `fallback`: `warn` for a command, `info` for a server)
+ * and BERTH_DEBUG (`*`, or namespace prefixes such as `berth:shell`) ask for, on stderr: JSON
+ * lines unless stderr is a terminal. Undefined when they ask for none.
+ *
+ * @throws ConfigError when BERTH_LOG_LEVEL names no level.
  */
-export function debugLog(io: CliIo): CliLog | undefined {
-  return debugSink(io.env['BERTH_DEBUG'], io.err);
+export function cliLog(io: CliIo, fallback: LogThreshold = 'warn'): CliLog | undefined {
+  return envLogSink(io.env, fallback, io.errColumns !== undefined, io.err);
 }

@@ -1,5 +1,5 @@
 import { Broker } from '../broker/broker.js';
-import { debugLog, type CliIo, type CliLog } from './io.js';
+import { cliLog, type CliIo, type CliLog } from './io.js';
 
 /** How a command's broker lives; the defaults are those of a one-shot command (`berth exec`). */
 export interface CliBrokerOptions {
@@ -37,7 +37,7 @@ export async function withBroker<T>(
     holdSessions: serving,
     spillOutput: serving,
     warmPool: serving,
-    log: opts.log ?? debugLog(io),
+    log: opts.log ?? cliLog(io),
     ...(opts.reap === undefined ? {} : { reap: opts.reap }),
   });
   try {

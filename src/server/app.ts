@@ -15,6 +15,8 @@ import { holdsCallSlot, honoPath, readInput, type RouteSpec } from './route-spec
 import { openApiDocument, ROUTES, type RouteId } from './routes.js';
 import type { MetricsEdge } from './metrics.js';
 import type { OverviewStreams } from './overview-stream.js';
+import type { Logger } from '../logging/logger.js';
+import type { RequestFault } from './request-log.js';
 import { TenantLimiter } from './tenant-limits.js';
 import type { TokenGrant, TokenStore } from './tokens.js';
 
@@ -36,7 +38,9 @@ export interface AppDeps {
    * before the request is served, so what a revoked token held (an MCP session) is let go first.
    */
   tokensChanged: () => void;
-  log: (namespace: string, message: string) => void;
+  log: Logger;
+  /** Where the error answer leaves what went wrong, for the request's line (`RequestLog`). */
+  faults: WeakMap<IncomingMessage, RequestFault>;
 }
 
 /** An authenticated route once routed, given its path parameters. */
@@ -128,8 +132,9 @@ export function createApp(deps: AppDeps): ApiApp {
     if (e.status >= 500 && !(err instanceof HttpError)) {
       // One line for what a sandbox or an engine did (a tenant can repeat it at will); a stack
       // only for berth's own faults, which are rare and need it.
-      const what = isBerthError(err) && err.code !== 'internal' ? `${err.code}: ${err.message}` : err instanceof Error ? err.stack ?? err.message : String(err);
-      deps.log('berth:server', `${c.env.incoming.method ?? ''} ${pathOf(c.env.incoming.url ?? '')}: ${what}`);
+      deps.faults.set(c.env.incoming, isBerthError(err) && err.code !== 'internal'
+        ? { error: `${err.code}: ${err.message}` }
+        : { error: `internal: ${err instanceof Error ? err.message : String(err)}`, stack: err instanceof Error ? err.stack : undefined });
     }
     if (c.env.outgoing.headersSent) {
       c.env.outgoing.end();
@@ -238,7 +243,7 @@ export function createApp(deps: AppDeps): ApiApp {
       const serve = direct.get(`${req.method ?? ''} ${routingPath(req.url ?? '')}`);
       if (serve === undefined || !adapterTakesAsIs(req)) return false;
       serveDirect(new DirectContext(req, res), serve).catch((err: unknown) => {
-        deps.log('berth:server', `${req.method ?? ''} ${pathOf(req.url ?? '')}: answering an error failed: ${String(err)}`);
+        deps.log.error(`${req.method ?? ''} ${pathOf(req.url ?? '')}: answering an error failed`, { stack: err instanceof Error ? err.stack : String(err) });
         res.destroy();
       });
       return true;

@@ -10,6 +10,8 @@ import { errorBody, HttpError } from './http-error.js';
 import { createMcpHttpHandler, type McpHttpHandler } from './mcp/http.js';
 import { ServerMetrics } from './metrics.js';
 import type { TokenStore } from './tokens.js';
+import { Logger, type LogSink } from '../logging/logger.js';
+import { RequestLog } from './request-log.js';
 
 export interface ServerOptions {
   broker: Broker;
@@ -18,7 +20,8 @@ export interface ServerOptions {
   host?: string;
   /** Default 7878; 0 picks a free port. */
   port?: number;
-  log?: (namespace: string, message: string) => void;
+  /** Where the server's lines go: one per request at info (refusals warn, faults error), its own troubles at warn. */
+  log?: LogSink;
   /**
    * The metrics `GET /metrics` answers, already observing the broker (`berth serve` makes it
    * before its start-up orphan pass, so that pass is counted). Default: the server makes its own.
@@ -47,7 +50,9 @@ export class BerthServer {
   private readonly http: Server;
   private readonly mcp: McpHttpHandler;
   private readonly callers = new WeakMap<IncomingMessage, Caller>();
-  private readonly log: (namespace: string, message: string) => void;
+  private readonly log: LogSink;
+  private readonly logger: Logger;
+  private readonly requests: RequestLog;
   private readonly stopObserving: () => void;
   private readonly dashboard: DashboardFeed;
   private readonly connections: ConnectionGuard;
@@ -58,6 +63,8 @@ export class BerthServer {
 
   private constructor(opts: ServerOptions) {
     this.log = opts.log ?? (() => undefined);
+    this.logger = new Logger(opts.log, 'berth:server');
+    this.requests = new RequestLog(this.logger, (req) => this.callers.get(req)?.tenant);
     const metrics = opts.metrics ?? new ServerMetrics(opts.broker);
     this.stopObserving = opts.metrics === undefined ? opts.broker.observe(metrics) : () => undefined;
     this.mcp = createMcpHttpHandler(opts.broker, {
@@ -68,10 +75,10 @@ export class BerthServer {
       refused: (o: { code: string; tenant: string | undefined }) => metrics.refused(o),
       render: () => metrics.render({ inflight: this.inflight, mcpSessions: this.mcp.sessionCount, connections: this.connections.open }),
     };
-    this.dashboard = new DashboardFeed(opts.broker, (m) => this.log('berth:server', m), opts.overview);
+    this.dashboard = new DashboardFeed(opts.broker, (m) => this.logger.warn(m), opts.overview);
     const app = createApp({
       broker: opts.broker, tokens: opts.tokens, mcp: this.mcp, callers: this.callers, metrics: edge, overview: this.dashboard.streams,
-      draining: () => this.draining, tokensChanged: () => this.mcp.tokensChanged(), log: this.log,
+      draining: () => this.draining, tokensChanged: () => this.mcp.tokensChanged(), log: this.logger, faults: this.requests.faults,
     });
     // Bodies are read (or drained) by the app itself, from the Node request: the adapter must not
     // cut them short. The global Request and Response stay Node's own: berth may run inside an
@@ -83,9 +90,10 @@ export class BerthServer {
     const settings = opts.broker.config.server;
     this.connections = new ConnectionGuard(settings, {
       closed: (reason) => metrics.connectionClosed(reason), refused: (limit) => metrics.connectionRefused(limit),
-    }, (m) => this.log('berth:server', m));
+    }, (m) => this.logger.warn(m));
     this.http = createServer(httpServerOptions(settings), (req, res) => {
       this.connections.request(req, res);
+      this.requests.track(req, res);
       this.track(req, res);
       if (!app.direct(req, res)) void listener(req, res);
     });
@@ -145,7 +153,7 @@ export class BerthServer {
       ]);
       clearTimeout(timer);
     }
-    await this.mcp.close().catch((e: unknown) => this.log('berth:server', `closing MCP sessions: ${String(e)}`));
+    await this.mcp.close().catch((e: unknown) => this.logger.warn(`closing MCP sessions: ${String(e)}`));
     this.http.closeAllConnections();
     await closed;
     this.stopObserving();
@@ -177,7 +185,7 @@ export class BerthServer {
     const e = err instanceof RequestError
       ? new HttpError('bad_request', `malformed request (${err.message}); send a path as the request target and a host name as Host`)
       : new HttpError('internal', 'berth failed to handle this request; the server log has the details');
-    if (!(err instanceof RequestError)) this.log('berth:server', `adapter: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
+    if (!(err instanceof RequestError)) this.logger.error('the HTTP adapter failed', { stack: err instanceof Error ? err.stack ?? err.message : String(err) });
     return new Response(errorBody(e), { status: e.status, headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store', connection: 'close' } });
   }
 }

@@ -7,6 +7,7 @@ import type { OverviewStreams } from '../../src/server/overview-stream.js';
 import { TokenStore } from '../../src/server/tokens.js';
 import { startStubServer, stubBroker } from '../helpers/stub-server.js';
 import { rawStatus, sendRaw } from '../helpers/raw-http.js';
+import { Logger } from '../../src/logging/logger.js';
 
 /*
  * The hot routes (an authenticated route with a fixed path, POST /v1/exec first) are served
@@ -19,7 +20,7 @@ describe('routes served without Hono', () => {
     const broker = stubBroker();
     const tokens = TokenStore.open(broker.berthHome);
     const { direct } = createApp({
-      broker, tokens, mcp: async () => undefined, callers: new WeakMap(), draining: () => false, tokensChanged: () => undefined, log: () => undefined,
+      broker, tokens, mcp: async () => undefined, callers: new WeakMap(), draining: () => false, tokensChanged: () => undefined, log: Logger.silent(), faults: new WeakMap(),
       metrics: { refused: () => undefined } as unknown as MetricsEdge, overview: {} as OverviewStreams,
     });
     // What the app does not serve directly answers 599 here (in berth, it goes on to the adapter).

@@ -10,6 +10,7 @@ import { toHttpError } from '../../src/server/http-error.js';
 import { BerthError, PolicyRefusedError, UsageError } from '../../src/errors.js';
 import { HostBackendForbiddenError, ProfileForbiddenError } from '../../src/server/caller.js';
 import { startStubServer, stubBroker } from '../helpers/stub-server.js';
+import { Logger } from '../../src/logging/logger.js';
 
 const METHODS = ['get', 'post', 'put', 'delete', 'patch'];
 
@@ -31,7 +32,7 @@ describe('OpenAPI document', () => {
   it('describes every route of the app, method by method', () => {
     // Handlers are never called here: the app's routing table is read.
     const { hono: app } = createApp({
-      broker: {} as Broker, tokens: {} as TokenStore, mcp: async () => undefined, callers: new WeakMap(), draining: () => false, tokensChanged: () => undefined, log: () => undefined,
+      broker: {} as Broker, tokens: {} as TokenStore, mcp: async () => undefined, callers: new WeakMap(), draining: () => false, tokensChanged: () => undefined, log: Logger.silent(), faults: new WeakMap(),
       metrics: {} as MetricsEdge, overview: {} as OverviewStreams,
     });
     const withMethods = new Set(app.routes.filter((r) => r.method !== 'ALL').map((r) => r.path));

@@ -1,12 +1,11 @@
 import { readFile } from 'node:fs/promises';
-import { debuglog } from 'node:util';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
 import { BerthError, ConfigError } from '../../errors.js';
+import { Logger } from '../../logging/logger.js';
 import { ConnectionLostError, endpointOf, fromSshError } from './errors.js';
 import { HostKeyCheck } from './host-key-check.js';
 import type { PoolSettings, SshTarget } from './target.js';
 
-const debug = debuglog('berth:ssh');
 
 /** How long a closing connection may take to say goodbye before its socket is destroyed. */
 const CLOSE_GRACE_MS = 2_000;
@@ -67,6 +66,7 @@ export class SshConnection implements AsyncDisposable {
     readonly endpoint: string,
     private readonly target: SshTarget,
     private readonly client: Client,
+    private readonly logger: Logger,
   ) {
     let lastError: Error | undefined;
     client.on('error', (err: Error & { level?: string }) => {
@@ -91,7 +91,7 @@ export class SshConnection implements AsyncDisposable {
    * Connects, checks the host key (refusing an unknown, changed or revoked one with a
    * `HostKeyError`) and authenticates. Any failure is a `BerthError` naming host, port and cause.
    */
-  static async open(id: number, target: SshTarget, settings: PoolSettings): Promise<SshConnection> {
+  static async open(id: number, target: SshTarget, settings: PoolSettings, log = Logger.silent()): Promise<SshConnection> {
     const endpoint = endpointOf(target.host, target.port);
     const check = await HostKeyCheck.load({
       host: target.host,
@@ -137,7 +137,7 @@ export class SshConnection implements AsyncDisposable {
         fail(err);
       }
     });
-    const conn = new SshConnection(id, endpoint, target, client);
+    const conn = new SshConnection(id, endpoint, target, client, log);
     conn.log('connected');
     return conn;
   }
@@ -196,7 +196,7 @@ export class SshConnection implements AsyncDisposable {
   }
 
   private log(msg: string): void {
-    debug(`${this.endpoint}#${this.id}: ${msg}`);
+    this.logger.debug(`${this.endpoint}#${this.id}: ${msg}`);
   }
 }
 

@@ -1,5 +1,6 @@
 import type { ClientChannel } from 'ssh2';
 import { BerthError } from '../../errors.js';
+import { Logger } from '../../logging/logger.js';
 import { endpointOf } from './errors.js';
 import { SshConnection } from './connection.js';
 import { DEFAULT_POOL_SETTINGS, targetKey, type PoolSettings, type SshTarget } from './target.js';
@@ -44,7 +45,7 @@ export class SshConnectionPool implements AsyncDisposable {
   private closed = false;
   private refused = 0;
 
-  constructor(settings: Partial<PoolSettings> = {}) {
+  constructor(settings: Partial<PoolSettings> = {}, private readonly log: Logger = Logger.silent()) {
     this.settings = { ...DEFAULT_POOL_SETTINGS, ...settings };
     if (!(Number.isInteger(this.settings.maxSessions) && this.settings.maxSessions >= 1)) {
       throw new BerthError('config_invalid', `ssh maxSessions must be a whole number >= 1, got ${this.settings.maxSessions}`);
@@ -142,7 +143,7 @@ export class SshConnectionPool implements AsyncDisposable {
       const at = list.indexOf(entry);
       if (at >= 0) list.splice(at, 1);
     };
-    entry.ready = SshConnection.open(this.nextId++, target, this.settings).then(
+    entry.ready = SshConnection.open(this.nextId++, target, this.settings, this.log).then(
       (conn) => {
         entry.conn = conn;
         conn.onLost(drop);

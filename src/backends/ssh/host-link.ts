@@ -1,3 +1,4 @@
+import type { Logger } from '../../logging/logger.js';
 import { RemoteAccounts } from './accounts.js';
 import { SshConnectionPool } from './connections.js';
 import { endpointOf } from './errors.js';
@@ -15,9 +16,9 @@ export class HostLink implements AsyncDisposable {
   readonly pool: SshConnectionPool;
   private readonly accounts = new Map<string, RemoteAccounts>();
 
-  constructor(readonly settings: SshSettings) {
+  constructor(readonly settings: SshSettings, log: Logger) {
     this.target = targetOf(settings);
-    this.pool = new SshConnectionPool(poolSettingsOf(settings));
+    this.pool = new SshConnectionPool(poolSettingsOf(settings), log);
   }
 
   /** What tells two settings apart that need their own connections. */

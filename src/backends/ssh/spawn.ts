@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { PassThrough, type Readable, type Writable } from 'node:stream';
-import { debuglog } from 'node:util';
 import type { ClientChannel } from 'ssh2';
 import { BerthError, SandboxNotFoundError } from '../../errors.js';
+import type { Logger } from '../../logging/logger.js';
 import type { SpawnOptions } from '../backend.js';
 import { isAccountName } from './account-name.js';
 import type { SshConnectionPool } from './connections.js';
@@ -12,7 +12,6 @@ import { encodeSpawnRequest, KILL_SCRIPT, LAUNCHER_SCRIPT, SPAWN_READY } from '.
 import { remoteRunner, scriptCommand } from './remote-exec.js';
 import type { SshTarget } from './target.js';
 
-const debug = debuglog('berth:ssh');
 
 /** How a remote process ended. `error` is set when no exit status came (connection lost). */
 export interface RemoteExit {
@@ -44,6 +43,8 @@ export interface RemoteProcess extends AsyncDisposable {
 
 export interface SpawnContext {
   pool: SshConnectionPool;
+  /** The backend's logger (`berth:ssh`); default silent. */
+  log?: Logger | undefined;
   target: SshTarget;
   /** Root of sandbox homes on the host (accounts.ts `homeRoot`). */
   homeRoot: string;
@@ -92,7 +93,7 @@ export async function spawnAs(ctx: SpawnContext, account: string, argv: readonly
   const request = encodeSpawnRequest({ cwd: opts.cwd, tag, env: opts.env, argv });
   const launch = scriptCommand(LAUNCHER_SCRIPT, 'berth-launch', [account, ctx.homeRoot, String(maxProcesses), String(tmpSizeMb)]);
   const { channel, connection } = await ctx.pool.exec(ctx.target, launch);
-  channel.on('error', (err: Error) => debug(`${account}: channel: ${err.message}`));
+  channel.on('error', (err: Error) => ctx.log?.debug(`${account}: channel: ${err.message}`));
   channel.write(request);
   const exited = exitOf(channel, connection);
   const stdout = new PassThrough();
@@ -247,9 +248,9 @@ class SpawnedProcess implements RemoteProcess {
   private async doKill(): Promise<void> {
     try {
       const r = await remoteRunner(this.ctx.pool, this.ctx.target)(KILL_SCRIPT, [this.account, String(this.pid), this.tag], { timeoutMs: KILL_TIMEOUT_MS });
-      debug(`${this.account}: killed ${r.stdout.trim()} process(es) of spawn ${this.pid}`);
+      this.ctx.log?.debug(`${this.account}: killed ${r.stdout.trim()} process(es) of spawn ${this.pid}`);
     } catch (err) {
-      debug(`${this.account}: could not kill spawn ${this.pid}: ${String(err)}`);
+      this.ctx.log?.debug(`${this.account}: could not kill spawn ${this.pid}: ${String(err)}`);
     }
     this.channel.close();
     let timer: NodeJS.Timeout | undefined;

@@ -53,7 +53,7 @@ export class SshBackend implements Backend<SshSettings> {
     const fresh = spec.ephemeral && knownRef === undefined;
     const account = await accounts.ensure({ name, installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral, fresh });
     const ref = formatRef({ user: link.target.user, host: link.target.host, port: link.target.port, account: name, homeRoot: s.homeRoot });
-    const ctx = { pool: link.pool, target: link.target, homeRoot: s.homeRoot, maxProcesses: s.maxProcesses, tmpSizeMb: s.tmpSizeMb };
+    const ctx = { pool: link.pool, log: this.log, target: link.target, homeRoot: s.homeRoot, maxProcesses: s.maxProcesses, tmpSizeMb: s.tmpSizeMb };
     return new SshProcessSandbox(new SshSandboxHandle(spec, ref, account, ctx, knownRef !== undefined && account.created));
   }
 
@@ -116,7 +116,7 @@ export class SshBackend implements Backend<SshSettings> {
     const key = HostLink.keyOf(s);
     let link = this.links.get(key);
     if (link === undefined) {
-      link = new HostLink(s);
+      link = new HostLink(s, this.log);
       this.links.set(key, link);
     }
     return link;

@@ -2,7 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { UsageError } from '../../errors.js';
 import { serveMcpStdio } from '../../server/mcp/stdio.js';
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
-import { debugLog, type CliIo } from '../io.js';
+import { Logger } from '../../logging/logger.js';
+import { cliLog, type CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
 
 export const MCP_HELP = `usage: berth mcp [scope flags]
@@ -26,7 +27,8 @@ export async function mcpCommand(argv: string[], io: CliIo): Promise<number> {
   }
   const scope = scopeFromFlags(values, io.env, io.cwd);
   scope.session ??= `mcp-${randomBytes(6).toString('hex')}`;
-  const log = debugLog(io) ?? ((): void => undefined);
+  const sink = cliLog(io, 'info');
+  const log = sink ?? ((): void => undefined);
   // This process holds its session: if it dies, the next berth reaps the sandbox.
   const stop = new AbortController();
   const onSignal = (): void => stop.abort();
@@ -35,7 +37,7 @@ export async function mcpCommand(argv: string[], io: CliIo): Promise<number> {
       process.once('SIGTERM', onSignal);
       process.once('SIGINT', onSignal);
       try {
-        log('berth:mcp', `serving session ${scope.session} over stdio`);
+        new Logger(sink, 'berth:mcp').info(`serving session ${scope.session} over stdio`);
         await serveMcpStdio(broker, scope, { signal: stop.signal, log });
         return 0;
       } finally {

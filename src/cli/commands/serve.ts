@@ -4,7 +4,7 @@ import { ServerMetrics } from '../../server/metrics.js';
 import { assertHostExposureAllowed, hostExposureWarnings } from '../../server/caller.js';
 import { TokenStore } from '../../server/tokens.js';
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
-import { debugLog, type CliIo } from '../io.js';
+import { cliLog, type CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
 
 export const SERVE_HELP = `usage: berth serve [--port N] [--host ADDR] [--grace SECONDS] [--config FILE]
@@ -45,12 +45,7 @@ export async function serveCommand(argv: string[], io: CliIo): Promise<number> {
     throw new UsageError(`--grace "${values.grace}" is not a number of seconds between 0 and 3600`);
   }
   const host = values.host ?? '127.0.0.1';
-  const debug = debugLog(io);
-  const log = (ns: string, msg: string): void => {
-    // Server errors are always worth a line; the rest on request.
-    if (ns === 'berth:server') io.err(`${ns} ${msg}\n`);
-    else debug?.(ns, msg);
-  };
+  const log = cliLog(io, 'info');
   // The server's routing comes only from requests: BERTH_SESSION (a CLI convenience) must not
   // become the session of every request that names none.
   const { BERTH_SESSION: _ignored, ...env } = io.env;
