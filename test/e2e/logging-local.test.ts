@@ -38,8 +38,11 @@ describe('one logger through every part (local backend)', () => {
     using t = tempInstall('backend: local\npersistent: false\n');
     const r = await runBerth(['exec', '--session', 'dbg', '--', 'true'], { env: { ...t.env, BERTH_DEBUG: 'berth:shell' }, cwd: t.dir });
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stderr).toMatch(/^berth:shell session:dbg session_dbg-[0-9a-f]{12}: \[[^\]]+\] shell started \(pid \d+, cwd /m);
+    // Off a terminal each line is one JSON record with its level, component and sandbox.
+    const records = r.stderr.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { level: string; component: string; msg: string; sandbox?: string; ref?: string });
+    expect(records.some((x) => x.level === 'debug' && x.sandbox === 'session:dbg' && /^session_dbg-[0-9a-f]{12}$/.test(x.ref ?? '')
+      && /^\[[^\]]+\] shell started \(pid \d+, cwd /.test(x.msg)), r.stderr).toBe(true);
     // Only what was asked for.
-    expect(r.stderr.split('\n').filter((l) => l !== '' && !l.startsWith('berth:shell '))).toEqual([]);
+    expect(records.filter((x) => x.component !== 'berth:shell')).toEqual([]);
   });
 });

@@ -193,7 +193,7 @@ describe('berth mcp over stdio', () => {
     const ran = messages.find((m) => m.id === 2)!;
     expect(ran.result?.content[0]?.text).toMatch(/^exit code 0\n[^]*\[stdout\]\nto-stdout\n[^]*\[stderr\]\nto-stderr\n/);
     expect(messages.find((m) => m.id === 3)?.error?.code).toBe(-32602);
-    expect(stderr).toMatch(/berth:mcp serving session mcp-[0-9a-f]{12} over stdio/);
+    expect(stderr).toMatch(/"component":"berth:mcp","msg":"serving session mcp-[0-9a-f]{12} over stdio/);
     expect(stderr).toMatch(/session closed; removed \[session:mcp-[0-9a-f]{12}\]/);
     expect(existsSync(join(t.home, 'sandboxes', 'local', dirs[0]!))).toBe(false);
   });

@@ -202,7 +202,7 @@ export class BwrapBackend implements Backend<BwrapSettings> {
   private hostGuard(s: BwrapSettings): Promise<void> {
     this.guard ??= (async () => {
       const status = process.getuid?.() === 0 ? await installBwrapGuard(s.uids) : { enforced: false, reason: 'berth is not root, so its bwrap sandboxes run as its own uid' };
-      if (!status.enforced) this.log.debug(`host guard not enforced: ${status.reason ?? 'unknown'}; sandboxes on the host network may reach this host's services`);
+      if (!status.enforced) this.log.warn(`host guard not enforced: ${status.reason ?? 'unknown'}; sandboxes on the host network may reach this host's services`);
     })();
     return this.guard;
   }

@@ -184,7 +184,7 @@ export class DockerBackend implements Backend<DockerSettings> {
     this.guard ??= (async () => {
       const remote = process.env['DOCKER_HOST'] !== undefined && process.env['DOCKER_HOST'] !== '' && !process.env['DOCKER_HOST'].startsWith('unix://');
       const status = remote ? { enforced: false, reason: 'the docker engine is not on this host' } : await installDockerGuard();
-      if (!status.enforced) this.logger.debug(`host guard not enforced: ${status.reason ?? 'unknown'}; sandboxes may reach this host's services`);
+      if (!status.enforced) this.logger.warn(`host guard not enforced: ${status.reason ?? 'unknown'}; sandboxes may reach this host's services`);
     })();
     return this.guard;
   }
