@@ -34,12 +34,18 @@ export const EGRESS_CA_CERT = `${EGRESS_CA_DIR}/berth-ca.pem`;
 /**
  * A sandbox's network as the broker asks for it. `open`: the backend's own network (never the
  * host's services: the host guard). `allowlist` and `none`: loopback only, no route anywhere; in
- * `allowlist` berth's proxy listens on the sandbox's loopback (`Sandbox.netnsPath`).
+ * `allowlist` berth's proxy listens on the sandbox's loopback (`Sandbox.netns`).
  */
 export interface SandboxEgress {
   mode: 'open' | 'allowlist' | 'none';
   /** The CA files (PEM) to place read-only at EGRESS_CA_DIR; absent when no proxy serves the sandbox. */
   ca?: { bundlePem: string; caPem: string } | undefined;
+}
+
+/** A sandbox's network namespace: where to open it, and which one it must be. */
+export interface NetnsRef {
+  path: string;
+  ns: string;
 }
 
 /** Whether `spec`'s sandbox has a network of its own beyond loopback. */
@@ -115,10 +121,11 @@ export interface SandboxHandle {
    */
   hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined;
   /**
-   * The path of the sandbox's network namespace on this host (`/proc/<pid>/ns/net`), where berth's
-   * egress proxy listens for it; absent on a backend whose sandboxes berth cannot enter.
+   * The sandbox's network namespace on this host, where berth's egress proxy listens for it: a
+   * path to it (`/proc/<pid>/ns/net`) and the namespace that path must still name when opened
+   * (`net:[inode]`: a pid reused meanwhile names another); absent on a backend berth cannot enter.
    */
-  netnsPath?(): Promise<string>;
+  netns?(): Promise<NetnsRef>;
 }
 
 /** A running sandbox as the shell, warden, files and jobs use it: a handle plus the plumbing. */

@@ -11,7 +11,7 @@ import type { BerthConfig, ProfileSettings } from '../setup/berth-config.js';
 import { settingsFor } from '../config/types.js';
 import { ConfigError, PolicyRefusedError, UsageError } from '../errors.js';
 import { resolveStartCwd } from '../policy/cwd.js';
-import { resolveEnvGrants } from '../policy/env-grants.js';
+import { resolveEnvGrants, type EnvGrants } from '../policy/env-grants.js';
 import { hostMountFs, resolveMount, type MountDecision } from '../policy/mount.js';
 import { wouldCreateCycle } from '../scope/aliases.js';
 import type { AttachedWorkspace, CallScope } from '../scope/call-scope.js';
@@ -117,6 +117,17 @@ export interface ResolveContext {
   egress?: EgressFiles | undefined;
 }
 
+/** `grants` without the variables in `names` (their values stay in the redaction list). */
+function withoutNames(grants: EnvGrants, names: ReadonlySet<string>): EnvGrants {
+  if (names.size === 0 || !grants.names.some((n) => names.has(n))) return grants;
+  return {
+    ...grants,
+    env: Object.fromEntries(Object.entries(grants.env).filter(([n]) => !names.has(n))),
+    names: grants.names.filter((n) => !names.has(n)),
+    secretNames: grants.secretNames.filter((n) => !names.has(n)),
+  };
+}
+
 /** Whether berth's egress proxy serves `settings`' sandboxes. */
 export function usesEgressProxy(settings: Pick<ProfileSettings, 'egress' | 'credentials'>): boolean {
   return settings.egress.mode === 'allowlist' || settings.credentials.length > 0;
@@ -144,6 +155,14 @@ function overriddenSettings(config: BerthConfig, base: ProfileSettings, scope: C
     throw new PolicyRefusedError(`task "${scope.task}" asks for backend "${override.backend}", which profile "${scope.profile}" does not allow; use "${base.backend}"`);
   }
   const backend = override.backend ?? base.backend;
+  // The profile's egress holds on the task's backend too, or the task is refused (never an open network by override).
+  const modes = config.backends.traits(backend).egressModes ?? ['open'];
+  if (!modes.includes(base.egress.mode) || (base.credentials.length > 0 && !modes.includes('allowlist'))) {
+    throw new PolicyRefusedError(
+      `task "${scope.task}" asks for backend "${backend}", which cannot enforce profile "${scope.profile}"'s egress (mode ${base.egress.mode}` +
+        `${base.credentials.length > 0 ? ', with credentials' : ''}); use "${base.backend}"`,
+    );
+  }
   const settings: ProfileSettings = { ...base, backend };
   if (override.image === undefined) return settings;
   const module: BackendModule = config.backends.module(backend);
@@ -232,7 +251,9 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   // listed as missing, since every shell in a sandbox can read every other's /proc/*/environ.
   const ownUserSandbox = scope.user !== undefined && (keyed.rule === 'auto:3' || keyed.rule === 'user');
   const grantInput = { env: settings.env, tenant: scope.tenant, user: scope.user, hostEnv: ctx.hostEnv, secrets, deliverUserValues: ownUserSandbox };
-  const grants = resolveEnvGrants(grantInput);
+  // A credential's value goes to the proxy only: a plain grant under its name or its source (a
+  // forward pattern, a secrets-file value, the user's own variable) never reaches the sandbox.
+  const grants = withoutNames(resolveEnvGrants(grantInput), new Set(settings.credentials.flatMap((c) => [c.name, c.from])));
   const proxied = usesEgressProxy(settings);
   if (proxied && ctx.egress === undefined) throw new Error(`profile "${scope.profile}" uses berth's egress proxy, which this broker did not prepare`);
   const creds = proxied ? resolveCredentialGrants(settings.credentials, grantInput, ctx.egress!.secret, digest) : undefined;

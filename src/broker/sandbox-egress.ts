@@ -75,7 +75,7 @@ export class SandboxEgress {
   async attach(call: ResolvedCall, sandbox: Sandbox): Promise<void> {
     if (call.egress === undefined) return;
     if (this.service === undefined) throw new Error('berth egress was not opened');
-    if (sandbox.netnsPath === undefined) throw new Error(`backend ${call.settings.backend} gives no network namespace for berth's egress proxy`);
+    if (sandbox.netns === undefined) throw new Error(`backend ${call.settings.backend} gives no network namespace for berth's egress proxy`);
     const context: EgressSandbox = {
       identity: {
         tenant: call.scope.tenant, profile: call.scope.profile, sandboxKey: call.binding.sandboxKey,
@@ -92,7 +92,7 @@ export class SandboxEgress {
         }
       },
     };
-    await this.service.attach(sandbox.ref, await sandbox.netnsPath(), context);
+    await this.service.attach(sandbox.ref, await sandbox.netns(), context);
   }
 
   /** The sandbox `ref` is going: its listener and connections go. */

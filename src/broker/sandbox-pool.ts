@@ -107,7 +107,7 @@ export class SandboxPool {
           this.assertMountFits(call, c.record);
           return { claim: c, sandbox: await this.ensureClaimed(call, backend, c), warm: undefined };
         });
-      await this.opts.egress.attach(call, sandbox);
+      await this.attachEgress(call, claim, sandbox, backend);
       const now = Date.now();
       const record: SandboxRecord = {
         ...claim.record, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: now,
@@ -127,6 +127,26 @@ export class SandboxPool {
       links.link(call, live);
       return live;
     });
+  }
+
+  /**
+   * berth's egress proxy listens in the sandbox before it is live. When it cannot, the claim this
+   * call made goes (left behind it would hold the identity) and an ephemeral sandbox with it;
+   * a recorded or persistent one stays for the next call to try again.
+   */
+  private async attachEgress(call: ResolvedCall, claim: Claim, sandbox: Sandbox, backend: Backend): Promise<void> {
+    try {
+      await this.opts.egress.attach(call, sandbox);
+    } catch (err) {
+      if (claim.mine) {
+        // An ephemeral one goes; a persistent one keeps its files (the next call adopts it again).
+        if (call.spec.ephemeral) {
+          await backend.remove(sandbox.ref, sandbox.hostDir).catch((e: unknown) => this.opts.log.warn(`remove ${call.binding.sandboxKey} after its egress failed: ${String(e)}`));
+        }
+        this.opts.sandboxes.delete(call.spec.digest);
+      }
+      throw err;
+    }
   }
 
   /** A job's sandbox if it still exists (live, or recorded and reattached); never creates one. */

@@ -14,7 +14,13 @@ import type { UpstreamTrust } from './upstream-trust.js';
  */
 
 /** Opens a listening socket inside a network namespace (see netns-listener.ts); injectable for tests. */
-export type NetnsListen = (netnsPath: string, opts: { host: string; port: number; maxConnections: number }) => Promise<Server>;
+export type NetnsListen = (netnsPath: string, opts: { host: string; port: number; maxConnections: number; expectNs: string }) => Promise<Server>;
+
+/** A sandbox's network namespace: a path to open, and the namespace (`net:[inode]`) it must name. */
+export interface Netns {
+  path: string;
+  ns: string;
+}
 
 export interface EgressServiceOptions {
   /** Where the CA and the placeholder secret live (`$BERTH_HOME/egress`). */
@@ -31,7 +37,7 @@ export interface EgressServiceOptions {
 }
 
 interface Attached {
-  netnsPath: string;
+  ns: string;
   server: Server;
   sandbox: EgressSandbox;
 }
@@ -66,19 +72,19 @@ export class EgressService implements AsyncDisposable {
   }
 
   /**
-   * Listens for sandbox `ref` inside `netnsPath` and sends what arrives to the proxy with
-   * `sandbox`. Again for the same namespace: only the context is replaced (a later call's
-   * credentials); for a new namespace (the sandbox's processes were started again) the old
-   * listener goes first.
+   * Listens for sandbox `ref` inside `netns` and sends what arrives to the proxy with `sandbox`.
+   * Again for the same namespace: only the context is replaced (a later call's credentials); for
+   * a new namespace (the sandbox's processes were started again) the old listener goes first.
+   * The namespace is compared by identity, never by path (a pid can be reused).
    */
-  async attach(ref: string, netnsPath: string, sandbox: EgressSandbox): Promise<void> {
+  async attach(ref: string, netns: Netns, sandbox: EgressSandbox): Promise<void> {
     for (;;) {
       const pending = this.attaching.get(ref);
       if (pending === undefined) break;
       await pending.catch(() => undefined);
     }
     const current = this.attached.get(ref);
-    if (current !== undefined && current.netnsPath === netnsPath) {
+    if (current !== undefined && current.ns === netns.ns) {
       current.sandbox = sandbox;
       return;
     }
@@ -86,8 +92,8 @@ export class EgressService implements AsyncDisposable {
       if (current !== undefined) await this.detach(ref);
       if (this.closed) throw new Error('berth egress is closed');
       const proxy = await this.proxyNow();
-      const server = await this.o.listen(netnsPath, { host: '127.0.0.1', port: this.o.port, maxConnections: this.o.maxConnectionsPerSandbox });
-      const entry: Attached = { netnsPath, server, sandbox };
+      const server = await this.o.listen(netns.path, { host: '127.0.0.1', port: this.o.port, maxConnections: this.o.maxConnectionsPerSandbox, expectNs: netns.ns });
+      const entry: Attached = { ns: netns.ns, server, sandbox };
       server.on('connection', (socket: Socket) => proxy.handle(socket, entry.sandbox));
       server.on('error', (e) => this.o.log.debug(`sandbox ${ref}: egress listener: ${e.message}`));
       this.attached.set(ref, entry);
@@ -98,11 +104,6 @@ export class EgressService implements AsyncDisposable {
     } finally {
       this.attaching.delete(ref);
     }
-  }
-
-  /** Whether sandbox `ref` has a listener in `netnsPath`. */
-  isAttached(ref: string, netnsPath: string): boolean {
-    return this.attached.get(ref)?.netnsPath === netnsPath;
   }
 
   /** Stops listening for sandbox `ref` and ends its connections (the sandbox is going). */

@@ -142,6 +142,9 @@ describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
     expect((await call('telegram:42', 'u42')).stdout).toBe('hello from api.egress.test\n');
     expect((await call('telegram:43', 'u43')).stdout).toBe('hello from api.egress.test\n');
     expect(seen.find((s) => s.url === '/u42')?.authorization).toBe(`Bearer ${USER_42_VALUE}`);
+    // The user's own variable (the credential's source) is not also granted as a plain variable.
+    const inside = await broker.session({ profile: 'bot', user: 'telegram:42' }).exec('cat /proc/self/environ | tr "\\0" "\\n" | grep -c -e ghp_ -e "^TEST_GH_VALUE="; true');
+    expect(inside.stdout).toBe('0\n');
     expect(seen.find((s) => s.url === '/u43')?.authorization).toBe(`Bearer ${GH_VALUE}`);
   });
 

@@ -366,6 +366,8 @@ export class DockerBackend implements Backend<DockerSettings> {
   private async preparePooled(shape: PoolShape<DockerSettings>): Promise<Sandbox> {
     this.assertOpen();
     const spec = poolSpec(this.installation, shape);
+    // A pool sandbox is handed out without `ensure`: the host guard is in place before it exists.
+    await this.hostGuard();
     const caps = await this.probe();
     const limits = this.limitsFor(spec.section, caps, false);
     const runAs = await runAsFor(spec, undefined, caps.userns, this.hostUser);

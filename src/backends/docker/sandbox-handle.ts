@@ -1,10 +1,10 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, readlink } from 'node:fs/promises';
 import path from 'node:path';
 import { BackendUnavailableError } from '../../errors.js';
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { Logger } from '../../logging/logger.js';
-import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../backend.js';
+import type { NetnsRef, SandboxHandle, SandboxSpec, SpawnOptions } from '../backend.js';
 import type { ShellTransport, SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { SHELL_TAG_ENV } from './exec-stream.js';
@@ -86,22 +86,29 @@ export class DockerSandboxHandle implements SandboxHandle {
    * engine now (a restarted container has a new one). Only for an engine on this host, checked by
    * the process's cgroup naming the container.
    */
-  async netnsPath(): Promise<string> {
+  async netns(): Promise<NetnsRef> {
     const info = await this.docker.getContainer(this.ref).inspect();
     const pid = info.State?.Pid ?? 0;
+    const path = `/proc/${pid}/ns/net`;
+    // The namespace first, then the check that the pid is the container's: a pid reused after the
+    // check names another namespace, which the listener refuses when it opens the path.
+    let ns = '';
     let cgroup = '';
     try {
-      cgroup = pid > 0 ? await readFile(`/proc/${pid}/cgroup`, 'utf8') : '';
+      if (pid > 0) {
+        ns = await readlink(path);
+        cgroup = await readFile(`/proc/${pid}/cgroup`, 'utf8');
+      }
     } catch {
       // Not a process of this host.
     }
-    if (!cgroup.includes(this.ref)) {
+    if (ns === '' || !cgroup.includes(this.ref)) {
       throw new BackendUnavailableError(
         `sandbox container ${this.ref.slice(0, 12)} is ${pid > 0 ? 'not on this host' : 'not running'}, so berth's egress proxy cannot listen in its network; ` +
           'egress allowlist and credentials need the docker engine on the host berth runs on',
       );
     }
-    return `/proc/${pid}/ns/net`;
+    return { path, ns };
   }
 
   async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {

@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import type { Sandbox, SandboxHandle, SpawnOptions } from '../backend.js';
+import type { NetnsRef, Sandbox, SandboxHandle, SpawnOptions } from '../backend.js';
 import type { ExecOnceOptions, ExecOnceResult, ProcessGroups, ShellTransport, SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxSpec } from '../backend.js';
 import { execOnce } from './exec-once.js';
@@ -46,8 +46,8 @@ export class ProcessSandbox implements Sandbox {
     return this.handle.processCount?.() ?? Promise.resolve(undefined);
   }
 
-  get netnsPath(): (() => Promise<string>) | undefined {
-    return this.handle.netnsPath === undefined ? undefined : () => this.handle.netnsPath!();
+  get netns(): (() => Promise<NetnsRef>) | undefined {
+    return this.handle.netns === undefined ? undefined : () => this.handle.netns!();
   }
 
   hostPathOf(sandboxPath: string): { hostPath: string; hostRoot: string } | undefined {
