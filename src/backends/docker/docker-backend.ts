@@ -185,6 +185,11 @@ export class DockerBackend implements Backend<DockerSettings> {
       const remote = process.env['DOCKER_HOST'] !== undefined && process.env['DOCKER_HOST'] !== '' && !process.env['DOCKER_HOST'].startsWith('unix://');
       const status = remote ? { enforced: false, reason: 'the docker engine is not on this host' } : await installDockerGuard();
       if (!status.enforced) this.logger.warn(`host guard not enforced: ${status.reason ?? 'unknown'}; sandboxes may reach this host's services`);
+      const old = await this.networks.unguarded().catch(() => []);
+      if (old.length > 0) {
+        this.logger.warn(`networks ${old.join(', ')} were made before berth named its bridges for the host guard, so their sandboxes may reach this host's services; ` +
+          'they go once no sandbox uses them (berth rm their sandboxes), and new ones are guarded');
+      }
     })();
     return this.guard;
   }

@@ -1,7 +1,7 @@
 import type Dockerode from 'dockerode';
 import { hasOpenNetwork, type Lease, type SandboxSpec } from '../backend.js';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
-import { BRIDGE_NAME_OPTION, guardedBridgeName } from '../../egress/guarded-bridges.js';
+import { BRIDGE_NAME_OPTION, guardedBridgeName, unguardedNetworks } from '../../egress/guarded-bridges.js';
 import { KeyedLock } from '../../kit/keyed-lock.js';
 import { LABEL } from './container-spec.js';
 import { bounded, ENGINE_REQUEST_TIMEOUT_MS, engineMessage, fromDockerError, statusOf } from './engine.js';
@@ -155,6 +155,19 @@ export class SandboxNetworks {
    * no create of this process is about to use. Returns their names. `timeoutMs` bounds each
    * request (a closing process asks with a short one).
    */
+  /**
+   * This installation's networks whose bridge the host guard does not match (made by a berth
+   * before bridges were named `bth…`): a sandbox on one reaches the host's services.
+   */
+  async unguarded(): Promise<string[]> {
+    try {
+      const list = await this.req('list networks', (abortSignal) => this.o.docker.listNetworks({ filters: { label: [`${LABEL.managed}=true`, `${LABEL.installation}=${this.o.installation}`] }, abortSignal }));
+      return unguardedNetworks(list);
+    } catch (err) {
+      throw fromDockerError(this.o.docker, err, 'list networks');
+    }
+  }
+
   async reapIdle(timeoutMs = ENGINE_REQUEST_TIMEOUT_MS): Promise<string[]> {
     let networks: Dockerode.NetworkInspectInfo[];
     let containers: Dockerode.ContainerInfo[];
