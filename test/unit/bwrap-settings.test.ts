@@ -62,6 +62,7 @@ describe('the bwrap: config section', () => {
   it('the HTTP binding schema admits the isolation of every registered backend', () => {
     const base = {
       backend: 'x', kill: 'tags', tenant: 't', profile: 'p', sandboxKey: 'k', rule: 'r', persistent: true, mounted: false, mountReason: '', cwd: '/', envNames: [], envMissing: [],
+      egress: { mode: 'open', proxy: false, credentials: [] },
     };
     for (const m of BUILTIN_BACKENDS.modules) expect(Binding.safeParse({ ...base, isolation: m.traits.isolation }).success, m.name).toBe(true);
   });

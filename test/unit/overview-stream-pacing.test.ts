@@ -48,6 +48,7 @@ function brokerStub(): { broker: Broker; builds: () => number } {
     },
     jobs: { ofTenant: async () => [] },
     audit: () => [],
+    egressAudit: () => [],
   } as unknown as Broker;
   return { broker, builds: () => builds };
 }
