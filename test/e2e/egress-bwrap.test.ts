@@ -2,7 +2,6 @@ import { execFile, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createSocket } from 'node:dgram';
 import { createServer, type AddressInfo, type Server } from 'node:net';
-import { networkInterfaces } from 'node:os';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { hostSystemPaths } from '../../src/backends/bwrap/system-paths.js';
@@ -12,7 +11,7 @@ import { iptables } from '../../src/egress/iptables.js';
 import { EGRESS_PROXY_PORT, listenInNetns } from '../../src/egress/netns-listener.js';
 import { describeBwrap, IS_ROOT, sh, tempRoot, testRange, testSandbox } from '../helpers/bwrap.js';
 import { lockHostGuards, privateGuard } from '../helpers/host-guards.js';
-import { createTestNet, describeNetns, type TestNet } from '../helpers/netns.js';
+import { createTestNet, describeNetns, lastingHostAddresses, type TestNet } from '../helpers/netns.js';
 
 /*
  * bwrap sandboxes and egress, with real sandboxes: one on its own loopback-only network gets a
@@ -33,18 +32,6 @@ const guard = privateGuard(bwrapGuard(range), randomBytes(3).toString('hex'));
 async function probe(sb: Parameters<typeof sh>[0], ip: string, port: number): Promise<string> {
   const r = await sh(sb, `timeout 8 bash -c 'exec 3<>"/dev/tcp/$0/$1" && head -n1 <&3' ${ip} ${port} 2>&1`);
   return r.stdout.trim();
-}
-
-/**
- * The host's IPv4 addresses but loopback, on links that outlive a test (not the test networks,
- * bridges and veths that other runs on this machine make and remove meanwhile).
- */
-function lastingHostAddresses(): string[] {
-  return Object.entries(networkInterfaces())
-    .filter(([name]) => !/^(beg|bth|bgp|br-|veth)/.test(name))
-    .flatMap(([, l]) => l ?? [])
-    .filter((a) => a.family === 'IPv4' && !a.internal)
-    .map((a) => a.address);
 }
 
 function lineServer(line: string): Server {

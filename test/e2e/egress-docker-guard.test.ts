@@ -2,7 +2,6 @@ import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readlinkSync } from 'node:fs';
 import { createServer, type AddressInfo, type Server } from 'node:net';
-import { networkInterfaces } from 'node:os';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { localLease, SandboxNetworks, type NetworkRef } from '../../src/backends/docker/networks.js';
@@ -14,7 +13,7 @@ import { listenInNetns } from '../../src/egress/netns-listener.js';
 import { removeInstallationContainers, testInstallation } from '../helpers/docker.js';
 import { describeDocker, docker, ensureImage, IMAGE } from '../helpers/docker-e2e.js';
 import { lockHostGuards, privateGuard } from '../helpers/host-guards.js';
-import { createTestNet, describeNetns, type TestNet } from '../helpers/netns.js';
+import { createTestNet, describeNetns, lastingHostAddresses, type TestNet } from '../helpers/netns.js';
 
 /*
  * The docker host guard with real containers on berth networks, a real dockerd and the host's
@@ -67,18 +66,6 @@ async function startContainer(installation: string, network: string, cmd: string
 async function gatewayOf(network: NetworkRef): Promise<string> {
   const info = await docker.getNetwork(network.id).inspect();
   return String(info.IPAM?.Config?.[0]?.Gateway);
-}
-
-/**
- * The host's IPv4 addresses but loopback, on links that outlive a test (not the test networks,
- * bridges and veths that other runs on this machine make and remove meanwhile).
- */
-function lastingHostAddresses(): string[] {
-  return Object.entries(networkInterfaces())
-    .filter(([name]) => !/^(beg|bth|bgp|br-|veth)/.test(name))
-    .flatMap(([, l]) => l ?? [])
-    .filter((a) => a.family === 'IPv4' && !a.internal)
-    .map((a) => a.address);
 }
 
 /** A container, its network and that network's gateway (an address of the host). */

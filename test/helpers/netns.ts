@@ -1,6 +1,7 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import type { Server } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import { describe, it } from 'vitest';
 
 /*
@@ -125,4 +126,16 @@ export async function createTestNet(count = 4, routed: readonly string[] = []): 
       ip('netns', 'del', ns);
     },
   };
+}
+
+/**
+ * The host's IPv4 addresses but loopback, on links that outlive a test (not the test networks,
+ * bridges and veths that other runs on this machine make and remove meanwhile).
+ */
+export function lastingHostAddresses(): string[] {
+  return Object.entries(networkInterfaces())
+    .filter(([name]) => !/^(beg|bth|bgp|br-|veth)/.test(name))
+    .flatMap(([, l]) => l ?? [])
+    .filter((a) => a.family === 'IPv4' && !a.internal)
+    .map((a) => a.address);
 }
