@@ -48,9 +48,12 @@ export interface NetnsRef {
   ns: string;
 }
 
-/** Whether `spec`'s sandbox has a network of its own beyond loopback. */
-export function hasOpenNetwork(spec: Pick<SandboxSpec, 'egress'>): boolean {
-  return (spec.egress?.mode ?? 'open') === 'open';
+/**
+ * The network a sandbox gets: its backend section's (`docker.network`, `bwrap.network`) in egress
+ * mode `open`; `none` (loopback only) in `allowlist` and `none`, whatever the section says.
+ */
+export function networkOf<N extends string>(spec: { egress?: SandboxEgress | undefined; section: { network: N } }): N | 'none' {
+  return (spec.egress?.mode ?? 'open') === 'open' ? spec.section.network : 'none';
 }
 
 /**

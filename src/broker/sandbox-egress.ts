@@ -1,15 +1,14 @@
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
 import type { Sandbox } from '../backends/backend.js';
 import { listenInNetns, EGRESS_PROXY_PORT } from '../egress/netns-listener.js';
 import { openPlaceholderSecret } from '../egress/placeholders.js';
 import { caBundle } from '../egress/sandbox-setup.js';
-import { EgressService } from '../egress/service.js';
+import { egressDir, EgressService } from '../egress/service.js';
 import type { EgressEvent, EgressSandbox } from '../egress/types.js';
 import { systemBundlePem } from '../egress/upstream-trust.js';
 import { ConfigError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
 import type { BerthConfig } from '../setup/berth-config.js';
-import { readFileSync } from 'node:fs';
 import { usesEgressProxy, type EgressFiles, type ResolvedCall } from './resolve-call.js';
 
 /** What the egress part asks of the call resolver: the proxy's files, once they are read. */
@@ -50,7 +49,7 @@ export class SandboxEgress {
    */
   async open(): Promise<void> {
     if (!this.needed) return;
-    const dir = join(this.o.berthHome, 'egress');
+    const dir = egressDir(this.o.berthHome);
     const { upstreamCaFile, maxConnectionsPerSandbox } = this.o.config.egressProxy;
     let extraCaPem: string | undefined;
     if (upstreamCaFile !== undefined) {

@@ -3,7 +3,7 @@ import { mkdirSync, readdirSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { BackendUnavailableError, isBerthError, PolicyRefusedError, SandboxNotFoundError } from '../../errors.js';
 import { Logger } from '../../logging/logger.js';
-import { EGRESS_CA_DIR, hasOpenNetwork, type Backend, type ManagedSandbox, type PoolShape, type Sandbox, type SandboxSpec, type WarmCapability } from '../backend.js';
+import { EGRESS_CA_DIR, networkOf, type Backend, type ManagedSandbox, type PoolShape, type Sandbox, type SandboxSpec, type WarmCapability } from '../backend.js';
 import { pidLevelOf } from '../cgroups/cgroup-host.js';
 import { HostCgroups } from '../cgroups/host-cgroups.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
@@ -154,7 +154,7 @@ export class BwrapBackend implements Backend<BwrapSettings> {
     try {
       writeMeta(planned.root, meta);
       placement = placeSandbox({ root, name, range: s.uids, attached: spec.mount ?? undefined });
-      const network = hasOpenNetwork(spec) ? s.network : 'none';
+      const network = networkOf(spec);
       if (network === 'host') await this.hostGuard(s);
       const caDir = spec.egress?.ca === undefined ? undefined : await writeEgressCa(root, spec.egress.ca);
       sb = await startSandbox({

@@ -1,7 +1,7 @@
 import { readdirSync } from 'node:fs';
 import { join, posix } from 'node:path';
 import { BerthError, SandboxNotFoundError } from '../../errors.js';
-import { hasOpenNetwork, type NetnsRef, type SandboxHandle, type SandboxSpec, type SpawnOptions } from '../backend.js';
+import { networkOf, type NetnsRef, type SandboxHandle, type SandboxSpec, type SpawnOptions } from '../backend.js';
 import type { SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { fromSpawnError } from '../plumbing/spawn-errors.js';
@@ -56,7 +56,7 @@ export class BwrapSandboxHandle implements SandboxHandle {
   async netns(): Promise<NetnsRef> {
     const ns = this.sb.netns();
     if (ns === undefined) throw new SandboxNotFoundError(`bwrap sandbox ${this.name} has ended`);
-    if (this.spec.section.network === 'host' && hasOpenNetwork(this.spec)) {
+    if (networkOf(this.spec) === 'host') {
       throw new BerthError('listen_failed', `bwrap sandbox ${this.name} shares the host's network (bwrap.network: host), where a proxy listener would serve every host process; berth's egress proxy needs egress.mode allowlist or bwrap.network: none`);
     }
     return ns;

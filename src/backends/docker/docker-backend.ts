@@ -5,7 +5,7 @@ import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type Dockerode from 'dockerode';
 import { BackendUnavailableError, BerthError, ConfigError, PolicyRefusedError } from '../../errors.js';
-import { hasOpenNetwork, type Backend, type Lease, type ManagedSandbox, type PoolShape, type Sandbox, type SandboxSpec, type SandboxUsage, type WarmCapability } from '../backend.js';
+import { networkOf, type Backend, type Lease, type ManagedSandbox, type PoolShape, type Sandbox, type SandboxSpec, type SandboxUsage, type WarmCapability } from '../backend.js';
 import {
   LABEL,
   WORKSPACE,
@@ -182,7 +182,8 @@ export class DockerBackend implements Backend<DockerSettings> {
    */
   private hostGuard(): Promise<void> {
     this.guard ??= (async () => {
-      const remote = process.env['DOCKER_HOST'] !== undefined && process.env['DOCKER_HOST'] !== '' && !process.env['DOCKER_HOST'].startsWith('unix://');
+      // The client's own endpoint (an injected client, DOCKER_HOST or the default socket): a unix socket is this host's engine.
+      const remote = !describeEndpoint(this.docker).startsWith('unix://');
       const status = remote ? { enforced: false, reason: 'the docker engine is not on this host' } : await installDockerGuard();
       if (!status.enforced) this.logger.warn(`host guard not enforced: ${status.reason ?? 'unknown'}; sandboxes may reach this host's services`);
       const old = await this.networks.unguarded().catch(() => []);
@@ -481,7 +482,7 @@ export class DockerBackend implements Backend<DockerSettings> {
    */
   private async createAndStart(spec: SandboxSpec<DockerSettings>, plan: Omit<CreatePlanInput, 'networkMode'>): Promise<Dockerode.ContainerInspectInfo> {
     for (let attempt = 1; ; attempt++) {
-      const joined = spec.section.network === 'none' || !hasOpenNetwork(spec) ? undefined : await this.networks.join(spec.identity.tenant);
+      const joined = networkOf(spec) === 'none' ? undefined : await this.networks.join(spec.identity.tenant);
       try {
         const egressCaDir = spec.egress?.ca === undefined ? undefined : await writeEgressCa(sandboxesRoot(this.berthHome), spec.egress.ca);
         return await this.createAndStartOnce(spec, createOptions({ ...plan, networkMode: joined?.network.id ?? 'none', egressCaDir }));

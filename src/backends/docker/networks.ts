@@ -1,5 +1,5 @@
 import type Dockerode from 'dockerode';
-import { hasOpenNetwork, type Lease, type SandboxSpec } from '../backend.js';
+import { networkOf, type Lease, type SandboxSpec } from '../backend.js';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
 import { BRIDGE_NAME_OPTION, guardedBridgeName, unguardedNetworks } from '../../egress/guarded-bridges.js';
 import { KeyedLock } from '../../kit/keyed-lock.js';
@@ -109,8 +109,7 @@ export class SandboxNetworks {
    * moved onto its tenant's network. Returns the container as it is now.
    */
   async place(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo): Promise<Dockerode.ContainerInspectInfo> {
-    // An allowlist or no network: loopback only (berth's proxy listens there), whatever docker.network says.
-    const want = hasOpenNetwork(spec) ? spec.section.network : 'none';
+    const want = networkOf(spec);
     const isolated = info.HostConfig.NetworkMode === 'none';
     if (want === 'none' || isolated) {
       if (want === 'none' && isolated) return info;
