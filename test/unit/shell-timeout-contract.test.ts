@@ -202,7 +202,8 @@ describe('timeout in a sandbox out of pids (real bash; the pids observation stan
     leftovers.push(job);
     shell = await PersistentShell.start(fx.options({ killer: warden }));
     await shell.run(`export KEEP=kept; sleep ${job} &`, T);
-    expect(pidsWithArg(job)).toHaveLength(1);
+    // The job's fork returns before its exec: until then /proc shows bash, not `sleep <job>`.
+    await vi.waitFor(() => expect(pidsWithArg(job)).toHaveLength(1), { timeout: 5_000 });
     const r = await shell.run('sleep 30', { timeoutMs: 500 });
     expect(r.exitCode).toBe(124);
     expect(r.stderr).toMatch(/a new shell took over in .* with the exported variables, functions and aliases of the old one \(unexported variables, shell options and traps are not kept\); the sandbox had no room for a new shell, so the old shell's background jobs were killed too\n$/);
