@@ -223,6 +223,50 @@ export interface WarmCapability<S = unknown> {
   claim(prepared: Sandbox, spec: SandboxSpec<S>): Promise<Sandbox>;
 }
 
+/** A saved copy of a sandbox, as its backend keeps it. */
+export interface SnapshotRef {
+  /** The backend's reference (an image id and a host dir, a dir, an archive path), recorded in the store. */
+  ref: string;
+  /** What it takes on the host, as the tenant's snapshot bytes count it. */
+  bytes: number;
+}
+
+/** A value that must never be part of a snapshot (a granted secret's), named for the error. */
+export interface ForbiddenValue {
+  name: string;
+  value: string;
+}
+
+/**
+ * A backend that can save a sandbox's files and make a sandbox from them again (snapshots,
+ * restore, fork). A snapshot holds the sandbox's filesystem, with the berth-managed host dirs bound
+ * into it, and so its shells' saved state in `stateDir` (the broker closes its shells first).
+ */
+export interface SnapshotCapability<S = unknown> {
+  /**
+   * Saves `sandbox` as snapshot `id` of this installation; the sandbox keeps running. A snapshot
+   * that would hold one of `forbidden` is refused (`policy_refused`, naming the variable and the
+   * path, never the value) and removed. On any failure nothing is left behind.
+   */
+  create(sandbox: Sandbox, id: string, forbidden: readonly ForbiddenValue[]): Promise<SnapshotRef>;
+  /**
+   * Rejects, naming what is missing or damaged, unless snapshot `ref` is there and whole. A
+   * restore or fork asks first, before it touches anything.
+   */
+  verify(ref: string): Promise<void>;
+  /**
+   * Creates the sandbox of `spec` from snapshot `ref`, as `ensure` creates a new one (same
+   * mounts, limits, network and labels). With `replacing` (a restore), the sandbox it names is
+   * removed only once the new one runs, and the new one then takes its name and host dir; on any
+   * failure the old one is untouched and whatever was made is removed.
+   */
+  createFrom(spec: SandboxSpec<S>, ref: string, replacing: { ref: string; hostDir: string | undefined } | undefined): Promise<Sandbox>;
+  /** Removes snapshot `ref`. "Already gone" is success. */
+  remove(ref: string): Promise<void>;
+  /** The refs of this installation's snapshots the backend holds (the reaper removes those no record names). */
+  list(): Promise<string[]>;
+}
+
 /**
  * The narrow seam between the broker and an engine: lifecycle, plus `spawn` on each sandbox's
  * handle. What a backend cannot do throws `UnsupportedError`; nothing ever falls back to the host.
@@ -268,6 +312,8 @@ export interface Backend<S = unknown> extends AsyncDisposable {
   usage?(refs: readonly string[]): Promise<Map<string, SandboxUsage>>;
   /** Warm pools of started, unassigned sandboxes; absent where the backend has none. */
   readonly warm?: WarmCapability<S>;
+  /** Snapshots, restore and fork; absent where the backend cannot (the broker refuses them there). */
+  readonly snapshots?: SnapshotCapability<S>;
   /** Release engine connections. Idempotent; `[Symbol.asyncDispose]` does the same. */
   close(): Promise<void>;
 }
