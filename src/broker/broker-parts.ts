@@ -125,7 +125,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
     calls: sessionCalls, lives, removal, links, sessions: store.sessions, sandboxes: store.sandboxes, scopes: store.scopes, audit, berthHome, owner, log,
   });
   const reapers = new Reapers({
-    config, sandboxes: store.sandboxes, sessions: store.sessions, lives, engines, removal, closer, links, measures, warm, jobs: probe, audit,
+    config, sandboxes: store.sandboxes, sessions: store.sessions, lives, engines, removal, closer, links, measures, warm, jobs: probe, runningJobs: store.jobs, audit,
     observer: observers, reap: opts.reap ?? true, shutdown: lifecycle.signal, log,
   });
   const pool = new SandboxPool({

@@ -1,5 +1,6 @@
 import { BerthError, SandboxNotFoundError } from '../errors.js';
 import { mapWorkdir } from '../policy/cwd.js';
+import { resumeReport } from './resume-report.js';
 import type { BrokerExecResult, ExecOptions } from './broker-types.js';
 import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
 import type { ResolvedCall } from './resolve-call.js';
@@ -71,6 +72,10 @@ export class CommandRunner {
         // Reported once, on the call that found the sandbox gone.
         if (live.recreatedUnreported || gone) out.sandboxRecreated = true;
         live.recreatedUnreported = false;
+        if (live.resumedUnreported !== undefined) {
+          out.sandboxResumed = resumeReport(live.resumedUnreported.hibernatedMs, ls.shell.loadedSavedState, live.sandbox.volatileDirs ?? []);
+          live.resumedUnreported = undefined;
+        }
         return out;
       } catch (err) {
         // The sandbox vanished (or was stopped) out of band between calls: re-ensure once (a

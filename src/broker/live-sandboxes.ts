@@ -12,12 +12,17 @@ export interface LiveSandbox {
   readonly record: SandboxRecord;
   /** What its backend does (its processes die with it, its engine lists it, ...). */
   readonly traits: Readonly<BackendTraits>;
+  /** An ephemeral sandbox idle this long is removed. */
   readonly idleMs: number;
+  /** A persistent sandbox idle this long is hibernated; 0: never. */
+  readonly hibernateMs: number;
   /** Calls running on it now (counted by `LiveSandboxes.enter` and `leave`). */
   inflight: number;
   lastActivityMs: number;
   /** The backend recreated a sandbox removed out of band; the next result says so. */
   recreatedUnreported: boolean;
+  /** It was brought up from hibernation (when it was hibernated); the next result says so. */
+  resumedUnreported: { hibernatedMs: number } | undefined;
   /** Its persistent shells and its warden. */
   readonly shells: SandboxShells;
   /** Sessions linked to this sandbox by this process, with when `last_seen` was last written. */

@@ -19,9 +19,9 @@ export interface CallObservation {
   errorCode: string | undefined;
 }
 
-/** A sandbox a reaper removed (or, idle and persistent, stopped). */
+/** A sandbox a reaper removed (orphan, idle and ephemeral) or hibernated (idle and persistent). */
 export interface ReapObservation {
-  reason: 'idle' | 'orphan';
+  reason: 'idle' | 'orphan' | 'hibernated';
   tenant: string | undefined;
   backend: string | undefined;
 }

@@ -1,4 +1,5 @@
 import type { Sandbox } from '../backends/backend.js';
+import { settingsFor } from '../config/types.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import type { AuditRecorder } from './audit.js';
 import type { Engines } from './engines.js';
@@ -10,7 +11,8 @@ import type { SandboxMeasures } from './sandbox-measures.js';
 import type { SandboxRemoval } from './sandbox-removal.js';
 import type { SessionCloser } from './session-close.js';
 import type { SessionLinks } from './session-links.js';
-import type { SandboxTable } from './state/sandbox-table.js';
+import type { JobTable } from './state/job-table.js';
+import type { SandboxRecord, SandboxTable } from './state/sandbox-table.js';
 import type { SessionTable } from './state/session-table.js';
 
 /** What a broker's reapers offer its users: the passes on demand, and a place for periodic work. */
@@ -51,7 +53,9 @@ export interface ReapersOptions {
   sessions: Pick<SessionTable, 'ofSandbox' | 'sandboxCountOf'>;
   lives: Pick<LiveSandboxes, 'get' | 'all'>;
   engines: Pick<Engines, 'names' | 'listManaged' | 'reapIdleNetworks' | 'releaseIdleDisks' | 'reapIdleGroups'>;
-  removal: Pick<SandboxRemoval, 'remove' | 'removeManaged' | 'stopIdle'>;
+  removal: Pick<SandboxRemoval, 'remove' | 'removeManaged' | 'hibernate' | 'hibernateUnheld'>;
+  /** The jobs the store says still run in a sandbox (one never hibernates with a job running). */
+  runningJobs: Pick<JobTable, 'runningIn'>;
   closer: Pick<SessionCloser, 'closeRef'>;
   links: Pick<SessionLinks, 'hasLiveSession'>;
   measures: Pick<SandboxMeasures, 'enforceDiskLimits'>;
@@ -214,10 +218,13 @@ export class Reapers implements BrokerReapers {
     for (const live of lives.all()) {
       if (shutdown.aborted) return;
       const now = Date.now();
-      if (!(await this.isIdle(live, now)) || shutdown.aborted) continue;
-      log('berth:reaper', `sandbox ${live.record.key} idle for ${Math.round((now - live.lastActivityMs) / 1000)}s`);
-      this.opts.observer.reaped({ reason: 'idle', tenant: live.record.tenant, backend: live.record.backend });
+      // An ephemeral sandbox goes after idleSeconds; a persistent one hibernates after hibernateSeconds (0: never).
+      const afterMs = live.record.ephemeral ? live.idleMs : live.hibernateMs;
+      if (afterMs === 0 || !(await this.isIdle(live, now, afterMs)) || shutdown.aborted) continue;
+      const idleFor = `idle for ${Math.round((now - live.lastActivityMs) / 1000)}s`;
       if (live.record.ephemeral) {
+        log('berth:reaper', `sandbox ${live.record.key} ${idleFor}; removing it`);
+        this.opts.observer.reaped({ reason: 'idle', tenant: live.record.tenant, backend: live.record.backend });
         // Only this sandbox goes; a session is closed only once it has no other sandbox left,
         // so an idle sandbox never takes a busy one of the same session with it.
         const open = sessions.ofSandbox(live.digest).filter((x) => x.closedMs === null);
@@ -227,10 +234,13 @@ export class Reapers implements BrokerReapers {
             await closer.closeRef(x.tenant, x.profile, x.session).catch(() => undefined);
           }
         }
-      } else {
-        await removal.stopIdle(live);
+      } else if (await removal.hibernate(live, () => this.isIdle(live, Date.now(), afterMs))) {
+        log('berth:reaper', `sandbox ${live.record.key} ${idleFor}; hibernated`);
+        this.opts.observer.reaped({ reason: 'hibernated', tenant: live.record.tenant, backend: live.record.backend });
       }
     }
+    if (shutdown.aborted) return;
+    await this.hibernateUnheld();
     if (shutdown.aborted) return;
     this.opts.audit.prune();
     if (this.opts.reap) await this.reapOrphans().catch((e) => log('berth:reaper', String(e)));
@@ -242,16 +252,49 @@ export class Reapers implements BrokerReapers {
    * counts from its end: a job's output stays readable for `idleSeconds` after it ended, instead
    * of going with its sandbox in the sweep that first saw it end.
    */
-  private async isIdle(live: LiveSandbox, now: number): Promise<boolean> {
-    if (live.inflight > 0 || now - live.lastActivityMs < live.idleMs) return false;
+  private async isIdle(live: LiveSandbox, now: number, afterMs: number): Promise<boolean> {
+    if (live.inflight > 0 || now - live.lastActivityMs < afterMs) return false;
     if ((await live.shells.busy()) || (await this.opts.jobs.activeIn(live.digest, live.sandbox).catch(() => true))) {
       live.lastActivityMs = Math.max(live.lastActivityMs, now);
       return false;
     }
     return live.inflight === 0;
   }
+
+  /**
+   * Hibernates the persistent sandboxes that no live process holds (the one that brought each up
+   * ended: a CLI call, a berth that crashed) once idle for their `hibernateSeconds`, unless a job
+   * still runs in one. The idle time counts from the store's `last used`.
+   */
+  private async hibernateUnheld(): Promise<void> {
+    const { sandboxes, removal, shutdown, log } = this.opts;
+    for (const rec of sandboxes.list()) {
+      if (shutdown.aborted) return;
+      if (!this.unheldAndIdle(rec, Date.now())) continue;
+      const stillUnheld = (): boolean => {
+        const now = sandboxes.get(rec.digest);
+        return now !== undefined && now.ref === rec.ref && this.unheldAndIdle(now, Date.now());
+      };
+      if (await removal.hibernateUnheld(rec, stillUnheld)) {
+        log('berth:reaper', `sandbox ${rec.key} unused since ${new Date(rec.lastUsedMs).toISOString()} by a process that ended; hibernated`);
+        this.opts.observer.reaped({ reason: 'hibernated', tenant: rec.tenant, backend: rec.backend });
+      }
+    }
+  }
+
+  private unheldAndIdle(rec: SandboxRecord, now: number): boolean {
+    if (rec.ephemeral || rec.ref === '' || (rec.hibernatedMs ?? null) !== null || this.opts.lives.get(rec.digest) !== undefined) return false;
+    const afterMs = settingsFor(this.opts.config, rec.profile ?? 'default').lifecycle.hibernateSeconds * 1000;
+    if (afterMs === 0 || now - rec.lastUsedMs < afterMs) return false;
+    if (rec.heldBy !== null && rec.heldBy !== undefined && ownerAlive(rec.heldBy)) return false;
+    return this.opts.runningJobs.runningIn(rec.digest).length === 0;
+  }
 }
 
+/** The shortest time after which some sandbox is removed or hibernated: the sweep runs at a quarter of it. */
 function minIdleMs(config: BerthConfig): number {
-  return Math.min(config.base.lifecycle.idleSeconds, ...Object.values(config.profiles).map((p) => p.lifecycle.idleSeconds)) * 1000;
+  const times = [config.base, ...Object.values(config.profiles)]
+    .flatMap((p) => [p.lifecycle.idleSeconds, p.lifecycle.hibernateSeconds])
+    .filter((t) => t > 0);
+  return Math.min(...times) * 1000;
 }

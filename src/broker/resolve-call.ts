@@ -63,6 +63,15 @@ export interface Binding {
     proxy: boolean;
     credentials: { name: string; hosts: string[] }[];
   };
+  /** What idleness does to the sandbox (docs/design.md §6), and whether it hibernates now. */
+  lifecycle: {
+    /** An ephemeral sandbox is removed; a persistent one hibernated, or kept running (`never`: hibernateSeconds 0). */
+    whenIdle: 'removed' | 'hibernated' | 'never';
+    /** After how many seconds without a call, command or job (0 with `never`). */
+    afterSeconds: number;
+    /** When the store records the sandbox hibernated (ms since the epoch): the next call resumes it. `explain` only. */
+    hibernatedMs?: number;
+  };
 }
 
 /** Everything the broker needs to run a call; `binding` is its public face. */
@@ -281,6 +290,7 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
         ...policyView(settings.egress), proxy: proxied,
         credentials: (creds?.credentials ?? []).map((c) => ({ name: c.name, hosts: [...c.hosts] })),
       },
+      lifecycle: lifecycleOf(keyed.ephemeral, settings.lifecycle),
     },
     scope, settings, traits, spec, shared: keyed.shared, shell, isSubagent, sessionRef: sessionRefOf(scope), defaultCwd,
     env, secretNames: grants.secretNames, redactValues,
@@ -318,4 +328,10 @@ function inheritedCwd(scopes: CwdLookup, scope: CallScope, isSubagent: boolean):
   if (own !== undefined) return own;
   if (scope.session === undefined) return undefined;
   return scopes.getCwd(shellIdentity({ ...scope, task: undefined, parentTask: undefined }, false).digest);
+}
+
+/** What idleness does to a sandbox of these settings (`Binding.lifecycle`, without the store's word). */
+function lifecycleOf(ephemeral: boolean, l: { idleSeconds: number; hibernateSeconds: number }): Binding['lifecycle'] {
+  if (ephemeral) return { whenIdle: 'removed', afterSeconds: l.idleSeconds };
+  return l.hibernateSeconds === 0 ? { whenIdle: 'never', afterSeconds: 0 } : { whenIdle: 'hibernated', afterSeconds: l.hibernateSeconds };
 }

@@ -9,7 +9,12 @@ import type { JobRecord } from './state/job-table.js';
 /** Time one disk-check pass may take (a measurement costs the engine a walk of the writable layer). */
 const DISK_CHECK_BUDGET_MS = 10_000;
 
-export type SandboxState = 'active' | 'running' | 'stopped' | 'missing' | 'unknown';
+/**
+ * `active`: open in this process; `running`; `hibernated`: stopped by berth with its files and
+ * shells' state kept, resumed by the next call; `stopped`: stopped otherwise (the next call starts
+ * it again); `missing`: its record is there, the sandbox is not; `unknown`: its engine did not answer.
+ */
+export type SandboxState = 'active' | 'running' | 'hibernated' | 'stopped' | 'missing' | 'unknown';
 
 /** One unclaimed warm-pool sandbox as its engine lists it. */
 export interface PooledSandbox {
@@ -98,9 +103,10 @@ export class SandboxMeasures {
       const seen = managed.get(rec.backend);
       if (seen === undefined) return 'unknown';
       // A backend whose engine keeps no list: a sandbox with a host dir is there while its dir is.
-      if (!listed(rec.backend)) return rec.hostDir === null ? 'unknown' : existsSync(rec.hostDir) ? 'stopped' : 'missing';
+      const down = (rec.hibernatedMs ?? null) !== null ? 'hibernated' : 'stopped';
+      if (!listed(rec.backend)) return rec.hostDir === null ? 'unknown' : existsSync(rec.hostDir) ? down : 'missing';
       const m = seen.find((x) => x.ref === rec.ref);
-      return m === undefined ? 'missing' : m.running ? 'running' : 'stopped';
+      return m === undefined ? 'missing' : m.running ? 'running' : down;
     };
   }
 

@@ -111,12 +111,16 @@ export class SandboxPool {
       const now = Date.now();
       const record: SandboxRecord = {
         ...claim.record, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: now,
+        hibernatedMs: null, heldBy: this.processToken,
       };
+      const hibernatedMs = known?.hibernatedMs ?? null;
       sandboxes.put(record);
       warm?.recorded();
       const live: LiveSandbox = {
-        digest: call.spec.digest, sandbox, record, traits: call.traits, idleMs: call.settings.lifecycle.idleSeconds * 1000,
+        digest: call.spec.digest, sandbox, record, traits: call.traits,
+        idleMs: call.settings.lifecycle.idleSeconds * 1000, hibernateMs: call.settings.lifecycle.hibernateSeconds * 1000,
         inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, sessions: new Map(), diskCheckedMs: 0,
+        resumedUnreported: hibernatedMs !== null && !sandbox.recreated ? { hibernatedMs } : undefined,
         shells: new SandboxShells(sandbox, {
           mayKillAll: call.traits.ownsProcessTable,
           log: this.opts.log.child('berth:shell').with({ key: call.binding.sandboxKey, ref: sandbox.ref }),

@@ -15,9 +15,10 @@ export interface BackendByName {
   get(name: string): Promise<Backend>;
 }
 
-/** What removal changes in the store: a sandbox's record goes with it. */
+/** What removal changes in the store: a sandbox's record goes with it, or says it hibernates. */
 export interface SandboxRecords {
   delete(digest: string): void;
+  markHibernated(digest: string, nowMs: number): void;
 }
 
 export interface SandboxRemovalOptions {
@@ -33,7 +34,7 @@ export interface SandboxRemovalOptions {
 /**
  * Takes sandboxes down: removes one with its record (under the identity's lock), removes one an
  * engine has and the store does not want, retires one recorded under a backend its identity no
- * longer resolves to, stops an idle persistent one; and, at close, removes the engine objects
+ * longer resolves to, hibernates an idle persistent one; and, at close, removes the engine objects
  * left unused on the backends where this process removed a sandbox.
  */
 export class SandboxRemoval {
@@ -89,12 +90,49 @@ export class SandboxRemoval {
     sandboxes.delete(rec.digest);
   }
 
-  /** Stops a persistent sandbox that went idle (forgotten first; the next call starts it again). */
-  async stopIdle(live: LiveSandbox): Promise<void> {
+  /**
+   * Hibernates a persistent sandbox that went idle, under its identity's lock: unless a call
+   * began on it meanwhile (`stillIdle` is asked again under the lock), its shells save their state
+   * and end, its processes stop and its engine resources go; its files stay, and the next call
+   * resumes it. True when it was hibernated.
+   */
+  async hibernate(live: LiveSandbox, stillIdle: () => Promise<boolean>): Promise<boolean> {
     const { lives, log } = this.opts;
-    await lives.forget(live);
-    await this.opts.egress.detach(live.record.ref);
-    await lives.backendOf(live).stop(live.record.ref).catch((e) => log('berth:reaper', `stop ${live.record.key}: ${String(e)}`));
+    return lives.underLock(live.digest, async () => {
+      if (lives.get(live.digest) !== live || !(await stillIdle())) return false;
+      // Closing a shell dumps its state into the sandbox's state dir, which a stop keeps.
+      await lives.forget(live);
+      await this.opts.egress.detach(live.record.ref);
+      try {
+        await lives.backendOf(live).stop(live.record.ref);
+      } catch (e) {
+        // Its shells are closed already: the next call starts them again from their saved state.
+        log('berth:reaper', `hibernate ${live.record.key}: ${String(e)}`);
+        return false;
+      }
+      this.opts.sandboxes.markHibernated(live.digest, Date.now());
+      return true;
+    });
+  }
+
+  /**
+   * Hibernates a persistent sandbox no process of this installation holds (the one that brought
+   * it up ended: a CLI call, a berth that crashed), under its identity's lock, unless a process
+   * brought it up meanwhile.
+   */
+  async hibernateUnheld(rec: SandboxRecord, stillUnheld: () => boolean): Promise<boolean> {
+    const { lives, backends, log } = this.opts;
+    return lives.underLock(rec.digest, async () => {
+      if (lives.get(rec.digest) !== undefined || !stillUnheld()) return false;
+      try {
+        await (await backends.get(rec.backend)).stop(rec.ref);
+      } catch (e) {
+        log('berth:reaper', `hibernate ${rec.key}: ${String(e)}`);
+        return false;
+      }
+      this.opts.sandboxes.markHibernated(rec.digest, Date.now());
+      return true;
+    });
   }
 
   /**

@@ -30,9 +30,14 @@ export interface ScopeCallsOptions {
 export class ScopeCalls {
   constructor(private readonly opts: ScopeCallsOptions) {}
 
-  /** The binding for a call: pure policy, no engine contacted (`--parent` registers its alias). */
+  /**
+   * The binding for a call: pure policy and the store's records, no engine contacted (`--parent`
+   * registers its alias); with when its sandbox was hibernated, when it is.
+   */
   explain(scope: CallScopeInput): Binding {
-    return this.opts.resolver.resolve(scope).binding;
+    const call = this.opts.resolver.resolve(scope);
+    const hibernatedMs = this.opts.sandboxes.get(call.spec.digest)?.hibernatedMs ?? null;
+    return hibernatedMs === null ? call.binding : { ...call.binding, lifecycle: { ...call.binding.lifecycle, hibernatedMs } };
   }
 
   /** Sets per-task overrides (image, backend, cwd, cwd source) for a task of this scope. */

@@ -54,7 +54,10 @@ const execShape = {
   timeoutSeconds: integer(1, 86_400),
   maxOutputChars: integer(1000, 10_000_000),
 };
-const lifecycleShape = { idleSeconds: integer(10) };
+/** 0 turns hibernation off; otherwise at least 10 s, as `idleSeconds` (the sweep runs at most every 2.5 s). */
+const hibernateSeconds = z.number({ error: '0 (off) or an integer of at least 10' }).int({ error: '0 (off) or an integer of at least 10' })
+  .refine((v) => v === 0 || v >= 10, { error: '0 (off) or an integer of at least 10' }).optional();
+const lifecycleShape = { idleSeconds: integer(10), hibernateSeconds };
 /** Sandboxes kept started ahead for new ephemeral sessions without a mount (0: none). */
 export const WARM_POOL_MAX = 64;
 const warmPoolShape = { size: integer(0, WARM_POOL_MAX) };

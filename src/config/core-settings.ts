@@ -21,7 +21,10 @@ export function defaultCore(backend: string): CoreSettings {
     userSandbox: true,
     workspace: { mount: false, allowedRoots: [] },
     exec: { timeoutSeconds: 180, maxOutputChars: 50_000 },
-    lifecycle: { idleSeconds: 3600 },
+    // An idle persistent sandbox hibernates after 10 minutes: a resume costs about a container
+    // start (docs/design.md §6), which a conversation quiet for that long does not notice, and a
+    // hibernated sandbox holds no engine resources (a running one ~18 engine descriptors).
+    lifecycle: { idleSeconds: 3600, hibernateSeconds: 600 },
     warmPool: { size: 0 },
     files: { maxBytes: 100 * 1024 * 1024, mediaMode: 'copy' },
     env: { static: {}, forward: [], perUserPrefix: 'BERTH_USER', redact: true },
@@ -84,7 +87,10 @@ export function mergeCore(base: CoreSettings, raw: RawProfile, source: string | 
       timeoutSeconds: raw.exec?.timeoutSeconds ?? base.exec.timeoutSeconds,
       maxOutputChars: raw.exec?.maxOutputChars ?? base.exec.maxOutputChars,
     },
-    lifecycle: { idleSeconds: raw.lifecycle?.idleSeconds ?? base.lifecycle.idleSeconds },
+    lifecycle: {
+      idleSeconds: raw.lifecycle?.idleSeconds ?? base.lifecycle.idleSeconds,
+      hibernateSeconds: raw.lifecycle?.hibernateSeconds ?? base.lifecycle.hibernateSeconds,
+    },
     warmPool: { size: raw.warmPool?.size ?? base.warmPool.size },
     files: {
       maxBytes: raw.files?.maxBytes ?? base.files.maxBytes,

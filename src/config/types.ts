@@ -38,7 +38,12 @@ export interface CoreSettings {
     allowedRoots: readonly string[];
   };
   exec: { timeoutSeconds: number; maxOutputChars: number };
-  lifecycle: { idleSeconds: number };
+  /**
+   * `idleSeconds`: an ephemeral sandbox with no activity for this long is removed.
+   * `hibernateSeconds`: a persistent one is hibernated (stopped, files and shell state kept, resumed
+   * by the next call); 0: never.
+   */
+  lifecycle: { idleSeconds: number; hibernateSeconds: number };
   /**
    * Sandboxes a long-lived broker keeps created and started for this profile's new ephemeral
    * sessions without a host mount (broker/warm-pool.ts); 0 (the default): none.

@@ -26,6 +26,11 @@ export const ExecResult = z.object({
   sandboxKey: z.string(),
   shellReplaced: z.boolean().optional(),
   sandboxRecreated: z.boolean().optional(),
+  sandboxResumed: z.object({
+    hibernatedMs: z.number().int().describe('when the sandbox was hibernated (ms since the epoch)'),
+    restored: z.array(z.string()).describe('what came back: files; cwd, exported variables, functions and aliases when the shell loaded its saved state'),
+    lost: z.array(z.string()).describe('what did not: running processes, unexported variables, shell options, traps, tmpfs contents'),
+  }).optional().describe('set on the first result after the sandbox was resumed from hibernation'),
 }).meta({ id: 'ExecResult' });
 
 export const Binding = z.object({
@@ -55,6 +60,12 @@ export const Binding = z.object({
     credentials: z.array(z.object({ name: z.string(), hosts: z.array(z.string()) }))
       .describe('each credential the sandbox holds a placeholder for under `name`; the proxy puts the real value in only on requests to `hosts`'),
   }).describe('the egress policy of the sandbox; never a credential value or placeholder'),
+  lifecycle: z.object({
+    whenIdle: z.enum(['removed', 'hibernated', 'never'])
+      .describe('removed: an ephemeral sandbox goes; hibernated: a persistent one is stopped with its files and shell state kept and resumed by the next call; never: kept running (hibernateSeconds 0)'),
+    afterSeconds: z.number().int().describe('after this long without a call, command or running job (0 with never)'),
+    hibernatedMs: z.number().int().optional().describe('set when the sandbox is hibernated now (ms since the epoch)'),
+  }),
 }).meta({ id: 'Binding' });
 
 export const Sandbox = z.object({
@@ -68,7 +79,8 @@ export const Sandbox = z.object({
   mounted: z.boolean(),
   createdMs: z.number().int(),
   lastUsedMs: z.number().int(),
-  state: z.enum(['active', 'running', 'stopped', 'missing', 'unknown']),
+  state: z.enum(['active', 'running', 'hibernated', 'stopped', 'missing', 'unknown'])
+    .describe('active: open in this server; hibernated: stopped by berth with its files and shell state kept, resumed by the next call; stopped: stopped otherwise'),
   sessions: z.array(z.object({ session: z.string(), open: z.boolean() })),
 }).meta({ id: 'Sandbox' });
 

@@ -124,6 +124,11 @@ export class PersistentShell implements AsyncDisposable {
     return this.conn !== undefined && !this.conn.isDead;
   }
 
+  /** Whether the running shell loaded a saved state (a snapshot) when it started. */
+  get loadedSavedState(): boolean {
+    return (this.conn?.loadedFrom ?? '') !== '';
+  }
+
   /** Running background jobs started by earlier commands, as last reported by the shell. */
   backgroundJobCount(): number {
     return this.jobs.length;

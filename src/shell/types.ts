@@ -23,6 +23,18 @@ export interface ExecResult {
   shellReplaced?: boolean;
   /** Set when the sandbox had been removed out of band and was recreated for this call. */
   sandboxRecreated?: boolean;
+  /** Set on the first result after the sandbox was resumed from hibernation: what came back and what did not. */
+  sandboxResumed?: ResumeReport;
+}
+
+/** What a resumed sandbox kept of the one that was hibernated (docs/design.md §6). */
+export interface ResumeReport {
+  /** When it was hibernated (ms since the epoch). */
+  hibernatedMs: number;
+  /** What came back: its files always; the shell's cwd, exported variables, functions and aliases when its saved state loaded. */
+  restored: string[];
+  /** What did not: processes, unexported variables, shell options and traps, and what tmpfs dirs held. */
+  lost: string[];
 }
 
 export interface ShellOptions {

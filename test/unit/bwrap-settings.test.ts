@@ -63,6 +63,7 @@ describe('the bwrap: config section', () => {
     const base = {
       backend: 'x', kill: 'tags', tenant: 't', profile: 'p', sandboxKey: 'k', rule: 'r', persistent: true, mounted: false, mountReason: '', cwd: '/', envNames: [], envMissing: [],
       egress: { mode: 'open', proxy: false, credentials: [] },
+      lifecycle: { whenIdle: 'removed', afterSeconds: 3600 },
     };
     for (const m of BUILTIN_BACKENDS.modules) expect(Binding.safeParse({ ...base, isolation: m.traits.isolation }).success, m.name).toBe(true);
   });

@@ -24,6 +24,13 @@ export interface SandboxRecord {
   /** What it may take of the host (its backend's `reservation`), counted against its tenant's limits; null: unbounded or not known. */
   memoryMb?: number | null;
   diskMb?: number | null;
+  /** When it was hibernated (stopped with its files and shells' state kept); null while it runs. */
+  hibernatedMs?: number | null;
+  /**
+   * The process that last brought it up (`pid:starttime`): while that process lives, only it
+   * hibernates the sandbox (it may be running a command there); once it is gone, any long-lived one.
+   */
+  heldBy?: string | null;
 }
 
 /** A tenant's bounds on the sandboxes it holds (`limits.sandboxes`, `limits.memoryMb`, `limits.diskMb`). */
@@ -51,6 +58,7 @@ interface SandboxRow {
   digest: string; backend: string; tenant: string; profile: string | null; key: string; rule: string;
   ephemeral: number; ref: string; name: string; host_dir: string | null; mount: string | null;
   created_ms: number; last_used_ms: number; claim_owner?: string | null; memory_mb?: number | null; disk_mb?: number | null;
+  hibernated_ms?: number | null; held_by?: string | null;
 }
 
 function toSandbox(r: SandboxRow): SandboxRecord {
@@ -58,16 +66,17 @@ function toSandbox(r: SandboxRow): SandboxRecord {
     digest: r.digest, backend: r.backend, tenant: r.tenant, profile: r.profile, key: r.key, rule: r.rule,
     ephemeral: r.ephemeral === 1, ref: r.ref, name: r.name, hostDir: r.host_dir, mount: r.mount,
     createdMs: r.created_ms, lastUsedMs: r.last_used_ms, claimOwner: r.claim_owner ?? null,
-    memoryMb: r.memory_mb ?? null, diskMb: r.disk_mb ?? null,
+    memoryMb: r.memory_mb ?? null, diskMb: r.disk_mb ?? null, hibernatedMs: r.hibernated_ms ?? null, heldBy: r.held_by ?? null,
   };
 }
 
 /**
  * Columns added to `sandboxes` after its first version, for stores made before them: the claim's
- * process (null: a claim judged by age) and what a sandbox reserves (null: not counted).
+ * process (null: a claim judged by age), what a sandbox reserves (null: not counted), when it was
+ * hibernated and which process last brought it up (null: running, or not known).
  */
 export function migrateSandboxColumns(db: Database.Database): void {
-  const added = [['claim_owner', 'TEXT'], ['memory_mb', 'INTEGER'], ['disk_mb', 'INTEGER']] as const;
+  const added = [['claim_owner', 'TEXT'], ['memory_mb', 'INTEGER'], ['disk_mb', 'INTEGER'], ['hibernated_ms', 'INTEGER'], ['held_by', 'TEXT']] as const;
   const missing = () => {
     const have = new Set((db.prepare('PRAGMA table_info(sandboxes)').all() as Array<{ name: string }>).map((c) => c.name));
     return added.filter(([name]) => !have.has(name));
@@ -87,12 +96,18 @@ export class SandboxTable {
     return row ? toSandbox(row) : undefined;
   }
 
+  /** Records a sandbox brought up (created, adopted or resumed): running, held by `r.heldBy`. */
   put(r: SandboxRecord): void {
-    this.sql.q(`INSERT INTO sandboxes (digest, backend, tenant, profile, key, rule, ephemeral, ref, name, host_dir, mount, created_ms, last_used_ms)
-      VALUES (@digest, @backend, @tenant, @profile, @key, @rule, @ephemeral, @ref, @name, @hostDir, @mount, @createdMs, @lastUsedMs)
+    this.sql.q(`INSERT INTO sandboxes (digest, backend, tenant, profile, key, rule, ephemeral, ref, name, host_dir, mount, created_ms, last_used_ms, held_by)
+      VALUES (@digest, @backend, @tenant, @profile, @key, @rule, @ephemeral, @ref, @name, @hostDir, @mount, @createdMs, @lastUsedMs, @heldBy)
       ON CONFLICT (digest) DO UPDATE SET ref = excluded.ref, name = excluded.name, host_dir = excluded.host_dir,
-        mount = excluded.mount, rule = excluded.rule, last_used_ms = excluded.last_used_ms`)
-      .run({ ...r, ephemeral: r.ephemeral ? 1 : 0 });
+        mount = excluded.mount, rule = excluded.rule, last_used_ms = excluded.last_used_ms, held_by = excluded.held_by, hibernated_ms = NULL`)
+      .run({ ...r, ephemeral: r.ephemeral ? 1 : 0, heldBy: r.heldBy ?? null });
+  }
+
+  /** Marks a sandbox hibernated (its ref unchanged: the next call resumes it). */
+  markHibernated(digest: string, nowMs: number): void {
+    this.sql.q('UPDATE sandboxes SET hibernated_ms = ? WHERE digest = ?').run(nowMs, digest);
   }
 
   /**

@@ -1,4 +1,5 @@
 import type { Broker } from '../../broker/broker.js';
+import { describeResume } from '../../broker/resume-report.js';
 import { UsageError } from '../../errors.js';
 import type { CallScopeInput } from '../../scope/call-scope.js';
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
@@ -63,9 +64,11 @@ async function run(
       timedOut: r.timedOut, truncated: r.truncated, durationMs: r.durationMs,
       ...(r.shellReplaced ? { shellReplaced: true } : {}),
       ...(r.sandboxRecreated ? { sandboxRecreated: true } : {}),
+      ...(r.sandboxResumed ? { sandboxResumed: r.sandboxResumed } : {}),
     })}\n`);
   } else {
     if (r.sandboxRecreated) io.err(`berth: sandbox "${r.sandboxKey}" had been removed outside berth; it was recreated for this command\n`);
+    if (r.sandboxResumed) io.err(`berth: ${describeResume(r.sandboxKey, r.sandboxResumed)}\n`);
     if (r.timedOut) io.err(`berth: command timed out and its process tree was killed (exit 124)\n`);
   }
   return r.exitCode;

@@ -8,7 +8,9 @@ export const EXPLAIN_HELP = `usage: berth explain [scope flags] [--json]
 Shows the binding for a call: backend and its isolation, how a timeout ends a command's processes
 (kill: cgroup or tags), sandbox key, rule, mount, cwd and env names, and the egress policy: the
 mode, what the network may reach, whether berth's proxy serves the sandbox, and each credential
-with the hosts its value goes to (the sandbox holds only a placeholder).
+with the hosts its value goes to (the sandbox holds only a placeholder); and its lifecycle: what
+idleness does to it (an ephemeral one is removed, a persistent one hibernated) and whether it is
+hibernated now.
 Pure policy: it contacts no engine and creates nothing (--parent registers its alias).
 
 ${SCOPE_HELP}
@@ -30,7 +32,7 @@ export async function explainCommand(argv: string[], io: CliIo): Promise<number>
         ['persistent', String(b.persistent)], ['mount', b.mount ?? '(none)'], ['mountReason', b.mountReason], ['cwd', b.cwd],
         ['envNames', b.envNames.join(', ') || '(none)'], ['envMissing', b.envMissing.join(', ') || '(none)'],
       ];
-      for (const [k, v] of [...rows, ...egressRows(b.egress)]) io.out(`${k.padEnd(12)} ${v}\n`);
+      for (const [k, v] of [...rows, lifecycleRow(b.lifecycle), ...egressRows(b.egress)]) io.out(`${k.padEnd(12)} ${v}\n`);
     }
     return 0;
   });
@@ -50,4 +52,11 @@ export function egressRows(e: Binding['egress']): [string, string][] {
     ['egressProxy', e.proxy ? 'yes' : 'no'],
     ...e.credentials.map((c): [string, string] => ['credential', `${c.name} -> ${c.hosts.join(', ')} (placeholder)`]),
   ];
+}
+
+/** The lifecycle line of explain: what idleness does to the sandbox, and whether it is hibernated now. */
+function lifecycleRow(l: Binding['lifecycle']): [string, string] {
+  const now = l.hibernatedMs === undefined ? '' : `; hibernated since ${new Date(l.hibernatedMs).toISOString()}, the next call resumes it`;
+  if (l.whenIdle === 'never') return ['lifecycle', `kept running when idle (hibernateSeconds 0)${now}`];
+  return ['lifecycle', `${l.whenIdle} after ${l.afterSeconds} s idle${now}`];
 }

@@ -1,6 +1,7 @@
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { BrokerExecResult } from '../../broker/broker.js';
 import type { BerthError } from '../../errors.js';
+import { describeResume } from '../../broker/resume-report.js';
 
 /*
  * Formatting for agents, done once at the MCP edge: a text block the model reads, plus
@@ -28,6 +29,7 @@ export function execResult(r: BrokerExecResult, timeoutSeconds: number): CallToo
   if (r.truncated) head.push('output truncated: the middle was cut, the head and tail are kept');
   if (r.shellReplaced) head.push('the shell was replaced; cwd and exported variables were restored');
   if (r.sandboxRecreated) head.push(`sandbox "${r.sandboxKey}" had been removed outside berth and was recreated empty for this command`);
+  if (r.sandboxResumed) head.push(describeResume(r.sandboxKey, r.sandboxResumed));
   const body = [head.join('\n')];
   if (r.stdout !== '') body.push(`[stdout]\n${r.stdout}`);
   if (r.stderr !== '') body.push(`[stderr]\n${r.stderr}`);
@@ -37,6 +39,7 @@ export function execResult(r: BrokerExecResult, timeoutSeconds: number): CallToo
     sandboxKey: r.sandboxKey,
     ...(r.shellReplaced ? { shellReplaced: true } : {}),
     ...(r.sandboxRecreated ? { sandboxRecreated: true } : {}),
+    ...(r.sandboxResumed ? { sandboxResumed: r.sandboxResumed } : {}),
   }, r.exitCode !== 0 || r.timedOut);
 }
 

@@ -1,0 +1,133 @@
+import { afterEach, expect, it } from 'vitest';
+import type { Broker } from '../../src/broker/broker.js';
+import { runBerth } from '../helpers/cli.js';
+import { containerFor, containerState, describeDocker, dockerConfig, dockerConfigYaml, installs, waitFor } from '../helpers/docker-e2e.js';
+import { bwrapInstall, describeBwrap, testRange } from '../helpers/bwrap.js';
+import { call, stdioConn } from '../helpers/mcp-clients.js';
+import { createToken, ServeProcess, stopAll } from '../helpers/serve.js';
+
+/*
+ * Hibernation on real engines: a persistent sandbox idle for `hibernateSeconds` is stopped with
+ * its files and its shells' saved state; the next call resumes it and says what came back and what
+ * did not; a sandbox with a running job never hibernates; a sandbox whose process ended (a CLI
+ * call) is hibernated by a long-lived berth; a berth restart resumes it. 10 s is the shortest
+ * hibernateSeconds, so each test waits about that long.
+ */
+
+const reg = installs('berth-hib-');
+afterEach(stopAll);
+
+/** One persistent sandbox per session, hibernated after 10 s; its session stays open (idleSeconds) across that. */
+const HIBERNATING = { scope: 'session', persistent: true, lifecycle: { idleSeconds: 3600, hibernateSeconds: 10 } };
+
+/** Leaves cwd, an exported variable, a function, an alias, an unexported variable and a file. */
+const SET_UP = "mkdir -p ~/sub && cd ~/sub && export KEEP=kept && f() { echo fn-ok; } && alias al='echo alias-ok' && LOCAL=lost && echo data > file";
+/** Prints what survived, one line each. */
+const CHECK = 'pwd; echo "$KEEP"; f; al; echo "[${LOCAL-}]"; cat file';
+
+function expectResumedWithState(r: Awaited<ReturnType<Broker['exec']>>, home: string): void {
+  expect(r.stdout).toBe(`${home}/sub\nkept\nfn-ok\nalias-ok\n[]\ndata\n`);
+  expect(r.sandboxResumed?.restored).toEqual(['files', 'cwd', 'exported variables', 'functions', 'aliases']);
+  expect(r.sandboxResumed?.lost).toEqual(expect.arrayContaining(['running processes', 'unexported variables', 'shell options', 'traps']));
+}
+
+describeDocker('hibernation on docker', () => {
+  afterEach(() => reg.cleanupAll());
+
+  it('an idle persistent sandbox hibernates and resumes with files, cwd and exported state, in this broker and after a restart; one with a job never does', async () => {
+    const t = reg.track();
+    // Its sessions outlive it (as a CLI's or a crashed server's do): a closing broker that holds
+    // them closes them, and a closed session starts again in the default cwd.
+    const b = await t.open(dockerConfig(HIBERNATING), { holdSessions: false });
+    for (const session of ['a', 'restart']) expect((await b.exec({ session }, SET_UP)).exitCode).toBe(0);
+    const job = await b.session({ session: 'busy' }).jobs.start('sleep 120');
+    expect(job.jobId).toBeTruthy();
+    const [a, restart, busy] = await Promise.all(['a', 'restart', 'busy'].map((s) => containerFor(t.installation, `session:${s}`)));
+
+    const hibernated = await waitFor(async () => (await containerState(a!.id))?.running === false && (await containerState(restart!.id))?.running === false, 40_000, 500);
+    expect(hibernated).toBe(true);
+    expect((await containerState(busy!.id))?.running).toBe(true);
+    const states = Object.fromEntries((await b.listWithState('local')).map((s) => [s.sandboxKey, s.state]));
+    expect(states).toMatchObject({ 'session:a': 'hibernated', 'session:restart': 'hibernated' });
+    expect(states['session:busy']).toBe('active');
+    expect(b.explain({ session: 'a' }).lifecycle).toMatchObject({ whenIdle: 'hibernated', afterSeconds: 10, hibernatedMs: expect.any(Number) });
+
+    const resumed = await b.exec({ session: 'a' }, CHECK);
+    expectResumedWithState(resumed, '/root');
+    expect(resumed.sandboxResumed?.lost).toContain('/tmp (tmpfs)');
+    expect((await containerState(a!.id))?.running).toBe(true);
+    expect((await b.exec({ session: 'a' }, 'true')).sandboxResumed).toBeUndefined();
+    expect(b.explain({ session: 'a' }).lifecycle.hibernatedMs).toBeUndefined();
+
+    await b.close();
+    const next = await t.open(dockerConfig(HIBERNATING));
+    expectResumedWithState(await next.exec({ session: 'restart' }, CHECK), '/root');
+    expect((await containerFor(t.installation, 'session:restart')).id).toBe(restart!.id);
+  }, 90_000);
+
+  it('a sandbox a CLI call left running is hibernated by a long-lived berth; the next CLI call resumes it and says so', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml(HIBERNATING));
+    const first = await runBerth(['exec', '--session', 'cli', '--', SET_UP], { env: t.env, cwd: t.dir });
+    expect(first.code, first.stderr).toBe(0);
+    const c = await containerFor(t.installation, 'session:cli');
+    expect((await containerState(c.id))?.running).toBe(true);
+
+    const keeper = await t.open(dockerConfig(HIBERNATING), { holdSessions: true });
+    expect(await waitFor(async () => (await containerState(c.id))?.running === false, 40_000, 500)).toBe(true);
+    await keeper.close();
+
+    const explained = await runBerth(['explain', '--session', 'cli'], { env: t.env, cwd: t.dir });
+    expect(explained.stdout).toMatch(/^lifecycle +hibernated after 10 s idle; hibernated since \S+, the next call resumes it$/m);
+    const again = await runBerth(['exec', '--session', 'cli', '--', CHECK], { env: t.env, cwd: t.dir });
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toBe('/root/sub\nkept\nfn-ok\nalias-ok\n[]\ndata\n');
+    expect(again.stderr).toMatch(/^berth: sandbox "session:cli" was hibernated \d+ s ago and resumed for this command: kept files, cwd, exported variables, functions, aliases; not kept: running processes, unexported variables, shell options, traps/m);
+    const json = await runBerth(['exec', '--session', 'cli', '--json', '--', 'true'], { env: t.env, cwd: t.dir });
+    expect(JSON.parse(json.stdout)).not.toHaveProperty('sandboxResumed');
+  }, 90_000);
+
+  it('through HTTP and MCP: the sandbox list says hibernated, the next result says resumed and what was kept', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml(HIBERNATING));
+    const server = await ServeProcess.start(t);
+    const api = server.client(await createToken(t, 'acme'));
+    const set = await api.post<{ exitCode: number }>('/v1/exec', { session: 'h', command: SET_UP });
+    expect(set.status, JSON.stringify(set.body)).toBe(200);
+    const mcp = await stdioConn({ cwd: t.dir, env: t.env });
+    try {
+      expect((await call(mcp, 'terminal', { command: 'cd /tmp && export VIA=mcp' })).isError).toBe(false);
+      const stateOf = async (): Promise<string | undefined> =>
+        ((await api.get<Array<{ sandboxKey: string; state: string }>>('/v1/sandboxes')).body).find((s) => s.sandboxKey === 'session:h')?.state;
+      expect(await waitFor(async () => (await stateOf()) === 'hibernated', 40_000, 500)).toBe(true);
+      const r = await api.post<{ stdout: string; sandboxResumed?: { restored: string[]; lost: string[] } }>('/v1/exec', { session: 'h', command: CHECK });
+      expect(r.body.stdout).toBe('/root/sub\nkept\nfn-ok\nalias-ok\n[]\ndata\n');
+      expect(r.body.sandboxResumed?.restored).toEqual(['files', 'cwd', 'exported variables', 'functions', 'aliases']);
+
+      const mcpSandbox = (await t.containers()).find((c) => c.labels['berth.key'] !== 'session:h');
+      expect(mcpSandbox).toBeDefined();
+      expect(await waitFor(async () => (await containerState(mcpSandbox!.id))?.running === false, 40_000, 500)).toBe(true);
+      const back = await call(mcp, 'terminal', { command: 'pwd; echo "$VIA"' });
+      expect(back.text).toMatch(/was hibernated \d+ s ago and resumed for this command: kept files, cwd, exported variables/);
+      expect(back.text).toContain('/tmp\nmcp\n');
+      expect(back.structured['sandboxResumed']).toMatchObject({ restored: expect.arrayContaining(['cwd']) });
+    } finally {
+      await mcp.close();
+    }
+  }, 120_000);
+});
+
+describeBwrap('hibernation on bwrap', () => {
+  it('an idle persistent sandbox hibernates (its processes end, its dir stays) and resumes with files and shell state; one with a job never does', async () => {
+    const install = bwrapInstall('berth-hib-bwrap-', testRange());
+    const b = await install.open(HIBERNATING);
+    expect((await b.exec({ session: 'a' }, SET_UP)).exitCode).toBe(0);
+    await b.session({ session: 'busy' }).jobs.start('sleep 120');
+    expect(await waitFor(async () => (await b.listWithState('local')).find((s) => s.sandboxKey === 'session:a')?.state === 'hibernated', 40_000, 500)).toBe(true);
+    expect((await b.listWithState('local')).find((s) => s.sandboxKey === 'session:busy')?.state).toBe('active');
+    const home = (await b.exec({ session: 'busy' }, 'echo ~')).stdout.trim();
+    const r = await b.exec({ session: 'a' }, CHECK);
+    expectResumedWithState(r, home);
+    expect(r.sandboxResumed?.lost).toEqual(expect.arrayContaining(['/dev/shm (tmpfs)']));
+  }, 90_000);
+});
