@@ -228,7 +228,9 @@ describeBwrap('bwrap isolation: what a sandboxed command cannot reach or do', (h
 
   it('cannot open the FIFOs of a process berth has not started yet (to read its output or write to its stdin later)', async () => {
     const { sb } = await testSandbox(host, tempRoot(), range, 'a');
-    const r = await sh(sb, 'n=0; for f in /run/berth/*; do n=$((n+1)); { : <>"$f"; } 2>/dev/null && echo "opened $f"; chmod 666 "$f" 2>/dev/null && echo "chmod $f"; done; echo "tried $n"');
+    // This shell's own FIFOs are open to it until berth, told it runs, unlinks them: it waits (bounded) for that first.
+    const r = await sh(sb, 'own=$(readlink /proc/$$/fd/1); for i in $(seq 500); do [ -p "$own" ] || break; sleep 0.02; done; ' +
+      'n=0; for f in /run/berth/*; do n=$((n+1)); { : <>"$f"; } 2>/dev/null && echo "opened $f"; chmod 666 "$f" 2>/dev/null && echo "chmod $f"; done; echo "tried $n"');
     expect(r.stdout).not.toMatch(/opened|chmod/);
     expect(Number(/tried (\d+)/.exec(r.stdout)?.[1])).toBeGreaterThan(4);
   });
