@@ -146,7 +146,9 @@ describeBwrap('bwrap isolation: what a sandboxed command cannot reach or do', (h
     const root = tempRoot();
     const a = await testSandbox(host, root, range, 'a');
     const b = await testSandbox(host, root, range, 'b');
-    await sh(b.sb, 'echo b-private > /workspace/secret; echo b-tmp > /tmp/t; (exec -a b-marker sleep 60 >/dev/null 2>&1 &)');
+    // Returns once the marker has exec'd (its fork returns first, showing bash until then), so A looks for a process that is there.
+    await sh(b.sb, 'echo b-private > /workspace/secret; echo b-tmp > /tmp/t; (exec -a b-marker sleep 60 >/dev/null 2>&1 &); ' +
+      "for i in $(seq 500); do ps -eo args= | grep -q '^[b]-marker' && break; sleep 0.02; done");
     const r = await sh(
       a.sb,
       `cat ${b.placement.dirs.workspace}/secret; echo "path=$?"; cat /tmp/t; echo "tmp=$?"; ps -eo args= | grep -c '^[b]-marker'; ls /workspace | wc -l`,
