@@ -146,7 +146,9 @@ describeBwrap('bwrap isolation: what a sandboxed command cannot reach or do', (h
     const root = tempRoot();
     const a = await testSandbox(host, root, range, 'a');
     const b = await testSandbox(host, root, range, 'b');
-    await sh(b.sb, 'echo b-private > /workspace/secret; echo b-tmp > /tmp/t; (exec -a b-marker sleep 60 >/dev/null 2>&1 &)');
+    // Returns once the marker has exec'd (its fork returns first, showing bash until then), so A looks for a process that is there.
+    await sh(b.sb, 'echo b-private > /workspace/secret; echo b-tmp > /tmp/t; (exec -a b-marker sleep 60 >/dev/null 2>&1 &); ' +
+      "for i in $(seq 500); do ps -eo args= | grep -q '^[b]-marker' && break; sleep 0.02; done");
     const r = await sh(
       a.sb,
       `cat ${b.placement.dirs.workspace}/secret; echo "path=$?"; cat /tmp/t; echo "tmp=$?"; ps -eo args= | grep -c '^[b]-marker'; ls /workspace | wc -l`,
@@ -228,7 +230,9 @@ describeBwrap('bwrap isolation: what a sandboxed command cannot reach or do', (h
 
   it('cannot open the FIFOs of a process berth has not started yet (to read its output or write to its stdin later)', async () => {
     const { sb } = await testSandbox(host, tempRoot(), range, 'a');
-    const r = await sh(sb, 'n=0; for f in /run/berth/*; do n=$((n+1)); { : <>"$f"; } 2>/dev/null && echo "opened $f"; chmod 666 "$f" 2>/dev/null && echo "chmod $f"; done; echo "tried $n"');
+    // This shell's own FIFOs are open to it until berth, told it runs, unlinks them: it waits (bounded) for that first.
+    const r = await sh(sb, 'own=$(readlink /proc/$$/fd/1); for i in $(seq 500); do [ -p "$own" ] || break; sleep 0.02; done; ' +
+      'n=0; for f in /run/berth/*; do n=$((n+1)); { : <>"$f"; } 2>/dev/null && echo "opened $f"; chmod 666 "$f" 2>/dev/null && echo "chmod $f"; done; echo "tried $n"');
     expect(r.stdout).not.toMatch(/opened|chmod/);
     expect(Number(/tried (\d+)/.exec(r.stdout)?.[1])).toBeGreaterThan(4);
   });

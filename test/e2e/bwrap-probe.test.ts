@@ -60,6 +60,20 @@ describeBwrap('bwrap start-up probe', (host) => {
     expect((err as Error).message).toMatch(/bubblewrap cannot make a sandbox on this host.*No permissions to create a new namespace.*sysctl -w kernel\.unprivileged_userns_clone=1/);
   });
 
+  it('names what bwrap said though its exit is seen before its last words are read', async () => {
+    const root = tempRoot();
+    // Exits at once; what it says reaches the pipe only later (a child of it still holds stderr).
+    const late = standIn(
+      root,
+      'late-words-bwrap',
+      '[ "$1" = --version ] && { echo "bubblewrap 0.8.0"; exit 0; }\n' +
+        '{ sleep 0.5; echo "bwrap: No permissions to create a new namespace, said late." >&2; } & exit 1',
+    );
+    const err = await probeBwrap({ bwrapPath: late, root, user, seccomp: seccompProgram(), facts: fine }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BackendUnavailableError);
+    expect((err as Error).message).toContain('could not start the sandbox: bwrap: No permissions to create a new namespace, said late.)');
+  });
+
   it('fails when the syscall filter does not take hold, and passes the same bwrap with the explicit opt-out', async () => {
     const root = tempRoot();
     // Drops "--seccomp N" and runs the real bwrap: a sandbox that would start without its filter.

@@ -1,5 +1,5 @@
 import { readdirSync, readFileSync } from 'node:fs';
-import { afterEach, expect, it } from 'vitest';
+import { afterEach, expect, it, vi } from 'vitest';
 import { sshModule } from '../../src/backends/ssh/module.js';
 import { Broker } from '../../src/broker/broker.js';
 import { StateStore } from '../../src/broker/state/state-store.js';
@@ -107,8 +107,10 @@ describeSsh('the ssh backend through the broker (real sshd)', () => {
     // killed as a dropped network would.
     const sshd = sshdAbove(hostPidOf(uid, nsPid));
     expect(commOf(sshd)).toBe('sshd');
-    const during = broker.exec(s, 'sleep 30; echo never');
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    const long = `30.${process.pid}${Math.floor(Math.random() * 1000)}`;
+    const during = broker.exec(s, `sleep ${long}; echo never`);
+    // Cut once the command runs: cut before, the call would find the shell gone and run it on a new one.
+    await vi.waitFor(() => expect(pidsWithArg(long)).toHaveLength(1), { timeout: 20_000 });
     process.kill(sshd, 'SIGKILL');
     const cut = await during.then((r) => r, (e: unknown) => e);
     if (cut instanceof BerthError) {

@@ -64,15 +64,20 @@ for (const mode of ['warden', 'helper'] as const) {
     it('runs nothing more of a timed-out line, and a new shell carries the state on', async () => {
       const sh = await start();
       const marker = join(fx.dir, 'not-reached');
-      await sh.run('export KEEP=kept; kf() { echo kf-ok; }; cd /tmp', T);
-      const r = await sh.run(`echo partial; sleep 2; echo not-reached; touch ${marker}`, { timeoutMs: 500 });
+      const long = unique(304);
+      leftovers.push(long);
+      const old = Number((await sh.run('export KEEP=kept; kf() { echo kf-ok; }; cd /tmp; echo $$', T)).stdout);
+      // The timeout leaves room for `echo partial` to run first on a loaded host.
+      const r = await sh.run(`echo partial; sleep ${long}; echo not-reached; touch ${marker}`, { timeoutMs: 2_000 });
       expect(r.exitCode).toBe(124);
       expect(r.timedOut).toBe(true);
       expect(r.stdout).toBe('partial\n');
       expect(r.shellReplaced).toBe(true);
-      expect(r.stderr).toMatch(/berth: timed out after 500 ms; the command's processes were killed and a new shell took over in \/tmp with the exported variables, functions and aliases of the old one \(unexported variables, shell options and traps are not kept\)\n$/);
-      // Longer than the sleep: had the line gone on, the marker would exist by now.
-      await sleep(2_500);
+      expect(r.stderr).toMatch(/berth: timed out after 2000 ms; the command's processes were killed and a new shell took over in \/tmp with the exported variables, functions and aliases of the old one \(unexported variables, shell options and traps are not kept\)\n$/);
+      // The sleep is killed and the shell that ran the line is gone: nothing is left to run the rest of it.
+      expect(old).toBeGreaterThan(0);
+      expect(alive(old)).toBe(false);
+      expect(pidsWithArg(long).filter(alive)).toEqual([]);
       expect(existsSync(marker)).toBe(false);
       const after = await sh.run('echo "$KEEP"; kf; pwd', T);
       expect(after.stdout).toBe('kept\nkf-ok\n/tmp\n');
@@ -84,7 +89,8 @@ for (const mode of ['warden', 'helper'] as const) {
       const pidfile = join(fx.dir, 'grandchild.pid');
       const [grand, fg] = [unique(300), unique(301)];
       leftovers.push(grand, fg);
-      const r = await sh.run(`(sleep ${grand} & echo $! > ${pidfile}; wait) & sleep ${fg}`, { timeoutMs: 500 });
+      // The timeout leaves room for the grandchild to start and be written down first on a loaded host.
+      const r = await sh.run(`(sleep ${grand} & echo $! > ${pidfile}; wait) & sleep ${fg}`, { timeoutMs: 2_000 });
       expect(r.exitCode).toBe(124);
       const pid = Number(readFileSync(pidfile, 'utf8'));
       expect(pid).toBeGreaterThan(0);
@@ -118,8 +124,10 @@ for (const mode of ['warden', 'helper'] as const) {
       await first.close();
       const sh = await start();
       const marker = join(fx.dir, 'after-trap-removed');
+      // Set by a command of its own, so that both are in place before the timed command starts.
       // (`trap - USR1` would not do: with an EXIT trap set, bash catches it to run that trap, which dumps.)
-      const r = await sh.run(`export LATER=1; trap '' USR1; sleep 2; touch ${marker}`, { timeoutMs: 500 });
+      await sh.run(`export LATER=1; trap '' USR1`, T);
+      const r = await sh.run(`sleep 2; touch ${marker}`, { timeoutMs: 500 });
       expect(r.exitCode).toBe(124);
       expect(r.shellReplaced).toBe(true);
       expect(r.stderr).toContain(`the old shell could not save its state: a new shell took over in ${fx.dir} with the exported variables, ` +

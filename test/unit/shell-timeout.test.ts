@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { PersistentShell } from '../../src/shell/persistent-shell.js';
 import { KILL_TREE_SCRIPT } from '../../src/shell/kill-tree.js';
 import { execOnceLocal, killAll, makeFixture, pidsWithArg, type Fixture } from './shell-local-transport.js';
@@ -36,19 +36,23 @@ describe('PersistentShell timeouts (real bash, real processes)', () => {
     await sh.run(`sleep ${earlier} &`, T);
     expect(sh.backgroundJobCount()).toBe(1);
     await other.run(`sleep ${foreign} &`, T);
+    // A job's fork returns before its exec: until then /proc shows bash, not `sleep <arg>`.
+    await vi.waitFor(() => expect([pidsWithArg(earlier), pidsWithArg(foreign)]).toEqual([[expect.any(Number)], [expect.any(Number)]]), { timeout: 5_000 });
     await sh.run('cd /tmp; export KEEP=kept', T);
 
-    const r = await sh.run(`echo partial; (sleep ${grand} &); setsid sleep ${escaped} & sleep ${fg}`, { timeoutMs: 600 });
+    // The timeout leaves room for the whole line to start first on a loaded host.
+    const r = await sh.run(`echo partial; (sleep ${grand} &); setsid sleep ${escaped} & sleep ${fg}`, { timeoutMs: 2_000 });
     expect(r.exitCode).toBe(124);
     expect(r.timedOut).toBe(true);
     expect(r.stdout).toBe('partial\n');
     // Nothing more of a timed-out line may run, so the shell ends after its trap saved the state.
     expect(r.shellReplaced).toBe(true);
-    expect(r.stderr).toContain("berth: timed out after 600 ms; the command's processes were killed and a new shell took over in /tmp " +
+    expect(r.stderr).toContain("berth: timed out after 2000 ms; the command's processes were killed and a new shell took over in /tmp " +
       'with the exported variables, functions and aliases of the old one (unexported variables, shell options and traps are not kept); ' +
       "1 background job(s) of earlier commands keep running, outside the new shell's job table\n");
     expect(r.cwd).toBe('/tmp');
-    expect(r.durationMs).toBeLessThan(5_000);
+    // It did not wait for the sleeps (each 30 s or more).
+    expect(r.durationMs).toBeLessThan(30_000);
 
     expect(pidsWithArg(grand)).toEqual([]);
     expect(pidsWithArg(escaped)).toEqual([]);
@@ -86,7 +90,8 @@ describe('PersistentShell timeouts (real bash, real processes)', () => {
     const sh = await PersistentShell.start(fx.options(), FAST);
     shells.push(sh);
     await sh.run(`cd /usr; export LOOPV=v1; lf() { echo lf-ok; }; alias la='echo la-ok'`, T);
-    const r = await sh.run('echo spinning; while :; do :; done', { timeoutMs: 500 });
+    // The timeout leaves room for `echo spinning` to run first on a loaded host.
+    const r = await sh.run('echo spinning; while :; do :; done', { timeoutMs: 2_000 });
     expect(r.exitCode).toBe(124);
     expect(r.timedOut).toBe(true);
     expect(r.shellReplaced).toBe(true);

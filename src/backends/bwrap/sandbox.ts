@@ -53,6 +53,8 @@ const DEFAULT_START_TIMEOUT_MS = 10_000;
 const SPAWN_TIMEOUT_MS = 10_000;
 const STDERR_KEEP = 4096;
 const GONE_WAIT_MS = 5_000;
+/* How long a failed start waits for the rest of what bwrap wrote on stderr after its exit was seen. */
+const LAST_WORDS_WAIT_MS = 2_000;
 /* fd numbers in bwrap's process; 3 and 4 reach the init loop, the rest bwrap consumes. */
 const FD = { control: 3, events: 4, info: 5, seccomp: 6, passwd: 7, group: 8, hosts: 9, nsswitch: 10 } as const;
 
@@ -112,6 +114,7 @@ export class BwrapSandbox implements AsyncDisposable {
   private readonly waiters = new Map<string, (e: InitEvent | { kind: 'gone' }) => void>();
   private ready: (() => void) | undefined;
   private stderrTail = '';
+  private readonly stderrClosed: Promise<void>;
   private ended = false;
 
   constructor(
@@ -135,6 +138,7 @@ export class BwrapSandbox implements AsyncDisposable {
     stderr.on('data', (s: string) => {
       this.stderrTail = (this.stderrTail + s).slice(-STDERR_KEEP);
     });
+    this.stderrClosed = new Promise((resolve) => stderr.once('close', resolve));
     readInitEvents(fdStream(child, FD.events) as Readable, (e) => this.onEvent(e));
   }
 
@@ -175,8 +179,9 @@ export class BwrapSandbox implements AsyncDisposable {
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new TimeoutError(`a bwrap sandbox did not start within ${timeoutMs} ms`)), timeoutMs);
     });
-    const died = this.exited.then(() => {
-      throw new BerthError('sandbox_start_failed', `bwrap could not start the sandbox: ${this.stderrTail.trim() || `exit code ${this.child.exitCode}`}`);
+    const died = this.exited.then(async () => {
+      const said = await this.lastWords();
+      throw new BerthError('sandbox_start_failed', `bwrap could not start the sandbox: ${said || `exit code ${this.child.exitCode}`}`);
     });
     try {
       await Promise.race([ready, died, timeout, spawnError]);
@@ -188,6 +193,18 @@ export class BwrapSandbox implements AsyncDisposable {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /**
+   * What bwrap wrote on stderr. Its exit can be seen before the last of that is read (the pipe and
+   * the exit are reported apart), so this waits for the pipe to close; bounded, as a process bwrap
+   * left could hold it open.
+   */
+  private async lastWords(): Promise<string> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.stderrClosed, new Promise((r) => (timer = setTimeout(r, LAST_WORDS_WAIT_MS)))]);
+    clearTimeout(timer);
+    return this.stderrTail.trim();
   }
 
   private onEvent(e: InitEvent): void {
