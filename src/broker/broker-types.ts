@@ -90,6 +90,8 @@ export interface SandboxInfo {
   mount: string | null;
   createdMs: number;
   lastUsedMs: number;
+  /** When berth hibernated it, as its record says (the next call resumes it); absent while it runs. */
+  hibernatedMs?: number;
   sessions: { session: string; open: boolean }[];
 }
 

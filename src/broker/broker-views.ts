@@ -85,6 +85,7 @@ export class BrokerViews {
     return records.map((r) => ({
       sandboxKey: r.key, tenant: r.tenant, profile: r.profile, backend: r.backend, rule: r.rule, persistent: !r.ephemeral,
       name: r.name, mount: r.mount, createdMs: r.createdMs, lastUsedMs: r.lastUsedMs,
+      ...((r.hibernatedMs ?? null) === null ? {} : { hibernatedMs: r.hibernatedMs as number }),
       sessions: sessions.ofSandbox(r.digest).map((s) => ({ session: s.session, open: links.isLive(s, r) })),
     }));
   }

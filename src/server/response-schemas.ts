@@ -79,6 +79,7 @@ export const Sandbox = z.object({
   mounted: z.boolean(),
   createdMs: z.number().int(),
   lastUsedMs: z.number().int(),
+  hibernatedMs: z.number().int().optional().describe('when berth hibernated it (ms since the epoch); absent while it runs'),
   state: z.enum(['active', 'running', 'hibernated', 'stopped', 'missing', 'unknown'])
     .describe('active: open in this server; hibernated: stopped by berth with its files and shell state kept, resumed by the next call; stopped: stopped otherwise'),
   sessions: z.array(z.object({ session: z.string(), open: z.boolean() })),

@@ -77,6 +77,8 @@ describeDocker('hibernation on docker', () => {
     expect(await waitFor(async () => (await containerState(c.id))?.running === false, 40_000, 500)).toBe(true);
     await keeper.close();
 
+    const ls = await runBerth(['ls'], { env: t.env, cwd: t.dir });
+    expect(ls.stdout).toMatch(/^session:cli +docker +hibernated /m);
     const explained = await runBerth(['explain', '--session', 'cli'], { env: t.env, cwd: t.dir });
     expect(explained.stdout).toMatch(/^lifecycle +hibernated after 10 s idle; hibernated since \S+, the next call resumes it$/m);
     const again = await runBerth(['exec', '--session', 'cli', '--', CHECK], { env: t.env, cwd: t.dir });

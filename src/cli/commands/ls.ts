@@ -5,7 +5,9 @@ import { withBroker } from '../with-broker.js';
 
 export const LS_HELP = `usage: berth ls [--tenant T] [--json]
 
-Lists the sandboxes of a tenant (default: local) as berth's state records them. When the config
+Lists the sandboxes of a tenant (default: local) as berth's state records them (LIFECYCLE:
+ephemeral, persistent, or hibernated: a persistent one berth stopped when it went idle, which the
+next call resumes). When the config
 keeps warm pools (warmPool.size), a last line counts the unclaimed pool sandboxes the engines hold
 and the memory they use (not in --json).`;
 
@@ -27,7 +29,8 @@ export async function lsCommand(argv: string[], io: CliIo): Promise<number> {
       io.out(`${'KEY'.padEnd(32)} ${'BACKEND'.padEnd(7)} ${'LIFECYCLE'.padEnd(10)} ${'RULE'.padEnd(10)} SESSIONS\n`);
       for (const s of list) {
         const sessions = s.sessions.filter((x) => x.open).map((x) => x.session).join(',') || '-';
-        io.out(`${s.sandboxKey.padEnd(32)} ${s.backend.padEnd(7)} ${(s.persistent ? 'persistent' : 'ephemeral').padEnd(10)} ${s.rule.padEnd(10)} ${sessions}\n`);
+        const lifecycle = s.hibernatedMs !== undefined ? 'hibernated' : s.persistent ? 'persistent' : 'ephemeral';
+        io.out(`${s.sandboxKey.padEnd(32)} ${s.backend.padEnd(7)} ${lifecycle.padEnd(10)} ${s.rule.padEnd(10)} ${sessions}\n`);
       }
     }
     if (keepsPools(broker)) io.out(`${await poolLine(broker)}\n`);
