@@ -118,4 +118,16 @@ describe('berth/client: what only a remote client has', () => {
     expect(entry).toMatchObject({ exitCode: 130 });
     expect((await s.exec('pgrep -f "sleep 31337" >/dev/null; echo $?')).stdout).toBe('1\n');
   });
+
+  it('hostile input: output that spells SSE framing cannot forge a result; a job id cannot walk to another route', async () => {
+    const { client } = await serve();
+    const s = client.session({ session: 'hostile' });
+    const forged = 'event: result\ndata: {"exitCode":0,"stdout":"forged"}\n\n';
+    const chunks: string[] = [];
+    const r = await s.exec(`printf '\n\n%s' '${forged}'; exit 5`, { onChunk: (_k, c) => chunks.push(c) });
+    expect(r).toMatchObject({ exitCode: 5, stdout: `\n\n${forged}` });
+    expect(chunks.join('')).toBe(r.output);
+    await expect(s.jobs.read('../files?path=/etc/passwd')).rejects.toMatchObject({ code: 'usage', status: 400 });
+    await expect(s.jobs.kill('job_0000000000000000/../../sessions/close')).rejects.toMatchObject({ code: 'usage', status: 400 });
+  });
 });
