@@ -145,4 +145,23 @@ describeBwrap('berth/ai-sdk: the AI SDK\'s tool loop on a bwrap sandbox', () => 
     expect(JSON.stringify(got[0]?.output)).toMatch(/timeoutSeconds|too_big|less than or equal/i);
     expect((await session.exec('test -e /tmp/ran; echo $?')).output).toBe('1\n');
   });
+
+  it('aborting the generation cancels the command the model is waiting for: its processes are gone from the sandbox', async () => {
+    const session = await localSession('abort');
+    const ac = new AbortController();
+    const model = scriptedModel((_results, step) => (step === 0 ? [{ tool: 'shell', input: { command: 'touch started; sleep 31337' } }] : 'unreachable'));
+    const generating = generateText({ model, tools: berthTools(session), stopWhen: stepCountIs(3), prompt: 'go', abortSignal: ac.signal });
+    // The shell is busy with the command: a file call (which does not queue behind it) sees it start.
+    for (const deadline = Date.now() + 10_000; Date.now() < deadline;) {
+      if (await session.files.readFile({ path: 'started' }).then(() => true, () => false)) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    ac.abort();
+    await generating.catch(() => undefined);
+    let left = '';
+    for (const deadline = Date.now() + 10_000; Date.now() < deadline && left !== '1\n';) {
+      left = (await session.exec('pgrep -f "sleep 31337" >/dev/null; echo $?')).output;
+    }
+    expect(left).toBe('1\n');
+  });
 });
