@@ -22,6 +22,8 @@ const FLOORS = [
   { name: 'setup', path: '^src/setup/', is: "the config assembled from berth's keys and the registry's modules" },
   { name: 'broker', path: '^src/broker/', is: 'the broker' },
   { name: 'server', path: '^src/(server/|server\\.ts$|mcp\\.ts$)', is: 'the HTTP server and MCP' },
+  { name: 'client', path: '^src/(client/|client\\.ts$)', is: 'the remote client of a berth server, built on its schemas' },
+  { name: 'agent-tools', path: '^src/(ai-sdk/|ai-sdk\\.ts$)', is: 'agent-framework tools over a session, local or remote' },
   { name: 'cli', path: '^src/cli/', is: 'the CLI' },
   { name: 'library', path: '^src/index\\.ts$', is: "the library's front door" },
 ];
@@ -29,7 +31,7 @@ const FLOORS = [
 /** Which floor files and setup share: neither needs the other, both sit between the backends and the broker. */
 const SAME_LEVEL = { files: 'setup', setup: 'files' };
 
-const ENTRY_POINTS = '^src/(index|server|mcp)\\.ts$|^src/cli/main\\.ts$|^src/egress/index\\.ts$';
+const ENTRY_POINTS = '^src/(index|server|mcp|client|ai-sdk)\\.ts$|^src/cli/main\\.ts$|^src/egress/index\\.ts$';
 
 const BACKEND_FOLDER = '^src/backends/(?!plumbing/|cgroups/)[^/]+/';
 
@@ -82,6 +84,22 @@ module.exports = {
       comment: 'the server and MCP are edges over the broker: they use what the broker offers (and its types), never the backends or the shell inside',
       from: { path: '^src/(server/|server\\.ts$|mcp\\.ts$)' },
       to: { path: '^src/(backends|shell)/' },
+    },
+    {
+      name: 'client-knows-the-wire-only',
+      severity: 'error',
+      comment:
+        "the remote client speaks HTTP to a server: it uses the server's schemas and error table (its types and its checks of each " +
+        'answer), never the broker, the engines or the request handling, so importing it loads none of them',
+      from: { path: '^src/(client/|client\\.ts$)' },
+      to: { path: '^src/(broker|backends|shell|files|setup|policy|egress|cli)/|^src/server/(?!response-schemas|schemas|http-error|routes)' },
+    },
+    {
+      name: 'agent-tools-over-a-session',
+      severity: 'error',
+      comment: 'agent-framework tools take a session, local or remote, by the shape they declare: they import neither the broker nor the client',
+      from: { path: '^src/(ai-sdk/|ai-sdk\\.ts$)' },
+      to: { path: '^src/', pathNot: '^src/(errors\\.ts|ai-sdk/)' },
     },
     {
       name: 'backends-know-no-broker',

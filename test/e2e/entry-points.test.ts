@@ -31,4 +31,17 @@ describe('entry points of the built package', () => {
     expect(mcp.modules.some(isMcpSdk)).toBe(true);
     expect(mcp.modules.some((u) => u.endsWith('/dist/server/server.js'))).toBe(false);
   });
+
+  it('"berth/client" loads the server\'s schemas and nothing of the broker, the engines or the server itself; "berth/ai-sdk" loads no SDK', async () => {
+    const client = await modulesLoadedBy(importing('berth/client'));
+    expect(client.stderr).toBe('');
+    expect(client.code).toBe(0);
+    expect(client.modules.some((u) => u.endsWith('/dist/server/response-schemas.js'))).toBe(true);
+    const heavy = (u: string): boolean => /\/dist\/(broker|backends|shell|setup)\/|\/dist\/server\/(server|app|routes)\.js$|\/node_modules\/(hono|@hono|dockerode|better-sqlite3)\//.test(u);
+    expect(client.modules.filter(heavy)).toEqual([]);
+    const tools = await modulesLoadedBy(importing('berth/ai-sdk'));
+    expect(tools.code).toBe(0);
+    expect(tools.modules.some((u) => u.endsWith('/dist/ai-sdk/berth-tools.js'))).toBe(true);
+    expect(tools.modules.filter((u) => heavy(u) || /\/node_modules\/(ai|@ai-sdk)\//.test(u) || u.includes('/dist/client/'))).toEqual([]);
+  });
 });

@@ -4,7 +4,8 @@ import { describe, expect, it } from 'vitest';
 
 /*
  * The public API of each entry point, name by name: a name that appears, disappears or moves
- * between `berth`, `berth/server` and `berth/mcp` fails here and has to be decided on purpose.
+ * between `berth`, `berth/server`, `berth/mcp`, `berth/client` and `berth/ai-sdk` fails here and
+ * has to be decided on purpose.
  */
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -38,6 +39,21 @@ const ENTRY_POINTS = {
     values: ['createMcpHttpHandler', 'createMcpServer', 'describeSandbox', 'serveMcpStdio'],
     types: ['McpHttpHandler', 'McpHttpOptions', 'McpServerInfo', 'McpStdioOptions', 'SandboxDescription'],
     load: () => import('../../src/mcp.js'),
+  },
+  'berth/client': {
+    file: 'src/client.ts',
+    values: ['BerthClient', 'RemoteCallError', 'RemoteFiles', 'RemoteJobs', 'RemoteSession'],
+    types: [
+      'BerthClientOptions', 'RemoteBinding', 'RemoteCloseResult', 'RemoteExecOptions', 'RemoteExecResult', 'RemoteExport', 'RemoteJobRead',
+      'RemoteJobStarted', 'RemoteJobSummary', 'RemoteScope', 'RemoteWritten',
+    ],
+    load: () => import('../../src/client.js'),
+  },
+  'berth/ai-sdk': {
+    file: 'src/ai-sdk.ts',
+    values: ['berthTools'],
+    types: ['BerthToolsOptions', 'JobReadOutput', 'ShellInput', 'ShellOutput', 'ToolFailure', 'ToolSession'],
+    load: () => import('../../src/ai-sdk.js'),
   },
 } as const;
 
