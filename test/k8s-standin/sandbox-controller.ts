@@ -19,6 +19,8 @@ export interface ControllerHost {
   /** Pod Security violations of a pod spec (empty: admitted). */
   admit(spec: V1PodSpec): string[];
   startPod(key: string, pod: Obj): void;
+  /** Runs `fn` after `ms` (a timer the server clears when it stops). */
+  later(ms: number, fn: () => void): void;
 }
 
 export const NAME_HASH_LABEL = 'agents.x-k8s.io/sandbox-name-hash';

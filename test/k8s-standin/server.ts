@@ -13,7 +13,8 @@ import { bridgeExec, type ExecBridge } from './exec-bridge.js';
 import { parseLabelSelector } from './label-selector.js';
 import { restrictedViolations } from './pod-security.js';
 import { reconcileSandbox, sandboxStatus, type ControllerHost } from './sandbox-controller.js';
-import { bindClaim, fillPool } from './warm-pool-controller.js';
+import { UPSTREAM_DEFAULT_LABEL_DOMAINS } from './claim-metadata.js';
+import { claimStatus, fillPool, reconcileClaim, type ClaimControllerOptions } from './warm-pool-controller.js';
 import { claimDir, containerOptions, runningStatus, STANDIN_LABEL, terminatedStatus, waitingStatus, type PodRuntimeOptions } from './pod-runtime.js';
 import { alreadyExists, apiError, notFound, type StatusBody } from './status.js';
 
@@ -33,6 +34,15 @@ export interface StandinOptions {
   podPidsLimit?: number;
   /** Refuse pods that break Pod Security "restricted" (our transcription, pod-security.ts), as a namespace enforcing it would. Default true. */
   enforceRestricted?: boolean;
+  /**
+   * The claim controller's label domain allowlist, as an operator configures it (default: the
+   * controller's own, `sandbox.users.io`, which admits none of berth's labels).
+   */
+  allowedLabelDomains?: readonly string[];
+  /** From a claim's creation to its binding. Default 300 ms. */
+  claimBindDelayMs?: number;
+  /** From a claim's binding to its metadata on the pod. Default 300 ms. */
+  claimPodMetadataDelayMs?: number;
 }
 
 type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
@@ -75,6 +85,9 @@ export class StandinApiServer implements AsyncDisposable {
   private readonly protocols: readonly string[];
   private readonly enforceRestricted: boolean;
   private readonly pending = new Set<Promise<unknown>>();
+  private readonly timers = new Set<NodeJS.Timeout>();
+  /** The claim controller sketch's settings; a test may change them (its allowlist, say) between claims. */
+  readonly claimController: ClaimControllerOptions;
   private resourceVersion = 1;
   private server: Server | undefined;
   private validator: ManifestValidator | undefined;
@@ -84,6 +97,11 @@ export class StandinApiServer implements AsyncDisposable {
     this.token = opts.token ?? randomBytes(16).toString('hex');
     this.protocols = opts.protocols ?? ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
     this.enforceRestricted = opts.enforceRestricted ?? true;
+    this.claimController = {
+      allowedLabelDomains: opts.allowedLabelDomains ?? UPSTREAM_DEFAULT_LABEL_DOMAINS,
+      bindDelayMs: opts.claimBindDelayMs ?? 300,
+      podMetadataDelayMs: opts.claimPodMetadataDelayMs ?? 300,
+    };
     this.runtime = {
       docker,
       instance: this.instance,
@@ -161,6 +179,8 @@ export class StandinApiServer implements AsyncDisposable {
 
   /** Stops serving and removes every container this server started. Idempotent. */
   async stop(): Promise<void> {
+    for (const t of this.timers) clearTimeout(t);
+    this.timers.clear();
     for (const b of this.bridges) b.drop();
     for (const s of this.sockets) s.destroy();
     await new Promise<void>((resolve) => (this.server === undefined ? resolve() : this.server.close(() => resolve())));
@@ -244,7 +264,7 @@ export class StandinApiServer implements AsyncDisposable {
     if (r.plural === 'pods') this.track(this.startPod(key, obj));
     if (r.plural === 'sandboxes') reconcileSandbox(this.controllerHost(), namespace, obj);
     if (r.plural === 'sandboxwarmpools') fillPool(this.controllerHost(), namespace, obj);
-    if (r.plural === 'sandboxclaims') bindClaim(this.controllerHost(), namespace, obj);
+    if (r.plural === 'sandboxclaims') reconcileClaim(this.controllerHost(), namespace, obj, this.claimController);
     this.reply(res, 201, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
   }
 
@@ -300,6 +320,7 @@ export class StandinApiServer implements AsyncDisposable {
       if (!matches((obj.metadata['labels'] ?? {}) as Record<string, string>)) continue;
       if (r.plural === 'pods') await this.refresh(key, obj);
       if (r.plural === 'sandboxes') sandboxStatus(this.controllerHost(), namespace, obj);
+      if (r.plural === 'sandboxclaims') claimStatus(this.controllerHost(), namespace, obj);
       items.push(obj);
     }
     this.reply(res, 200, { kind: `${r.kind}List`, apiVersion: r.prefix.replace(/^\/apis?\//, ''), metadata: { resourceVersion: String(this.resourceVersion) }, items });
@@ -311,6 +332,7 @@ export class StandinApiServer implements AsyncDisposable {
     if (obj === undefined) return this.reply(res, 404, notFound(r.plural, name));
     if (r.plural === 'pods') await this.refresh(key, obj);
     if (r.plural === 'sandboxes') sandboxStatus(this.controllerHost(), namespace, obj);
+    if (r.plural === 'sandboxclaims') claimStatus(this.controllerHost(), namespace, obj);
     this.reply(res, 200, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
   }
 
@@ -338,6 +360,13 @@ export class StandinApiServer implements AsyncDisposable {
       nextVersion: () => String(this.resourceVersion++),
       admit: (spec) => (this.enforceRestricted ? restrictedViolations(spec) : []),
       startPod: (key, pod) => this.track(this.startPod(key, pod)),
+      later: (ms, fn) => {
+        const t = setTimeout(() => {
+          this.timers.delete(t);
+          fn();
+        }, ms);
+        this.timers.add(t);
+      },
     };
   }
 
