@@ -40,6 +40,9 @@ describe('kubernetes settings section', () => {
     expect(kubernetesSettingsProblems(s({ mode: 'agent-sandbox', warmPool: 'p' }), at, true).join('\n')).toContain('set persistent: false');
     expect(kubernetesSettingsProblems(s({ mode: 'agent-sandbox', warmPool: 'p' }), at, false)).toEqual([]);
     expect(kubernetesSettingsProblems(s({ network: 'none', networkPolicy: false }), at, true).join('\n')).toContain('would have no effect');
+    expect(kubernetesSettingsProblems(s({ mode: 'agent-sandbox', warmPool: 'p', network: 'none' }), at, false)).toEqual([
+      'config key "kubernetes.network": "none" cannot be guaranteed for warm-pool pods, because the SandboxTemplate\'s own NetworkPolicy (agent-sandbox\'s default admits public egress) adds to berth\'s; remove warmPool, or use network: egress and deny egress in the template\'s networkPolicy',
+    ]);
     expect(kubernetesSettingsProblems(KUBERNETES_DEFAULTS, at, true)).toEqual([]);
   });
 });

@@ -136,6 +136,13 @@ export function kubernetesSettingsProblems(s: KubernetesSettings, at: string, pe
   if (s.warmPool !== undefined && persistent) {
     problems.push(`config key "${at}.warmPool": a warm pool hands out interchangeable sandboxes, which cannot be found again by name as persistent ones must; set persistent: false or remove warmPool`);
   }
+  if (s.warmPool !== undefined && s.network === 'none') {
+    // NetworkPolicies add up: the pool's SandboxTemplate has a policy of its own (agent-sandbox's
+    // default admits public egress), which berth's deny-all policy cannot take away.
+    problems.push(
+      `config key "${at}.network": "none" cannot be guaranteed for warm-pool pods, because the SandboxTemplate's own NetworkPolicy (agent-sandbox's default admits public egress) adds to berth's; remove warmPool, or use network: egress and deny egress in the template's networkPolicy`,
+    );
+  }
   if (s.network === 'none' && !s.networkPolicy) {
     problems.push(`config key "${at}.network": "none" is enforced by berth's NetworkPolicy and networkPolicy is false, so it would have no effect; remove one of them`);
   }
