@@ -4,7 +4,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import { KubeConfig, type V1Pod, type V1PodSpec } from '@kubernetes/client-node';
 import Dockerode from 'dockerode';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { TEST_IMAGE } from '../helpers/docker.js';
@@ -12,6 +12,7 @@ import { loadValidator, type ManifestValidator } from '../schemas/validate.js';
 import { bridgeExec, type ExecBridge } from './exec-bridge.js';
 import { parseLabelSelector } from './label-selector.js';
 import { restrictedViolations } from './pod-security.js';
+import { applyLimitRanges, quotaRefusal, type LimitRangeItem } from './quota-admission.js';
 import { reconcileSandbox, sandboxStatus, type ControllerHost } from './sandbox-controller.js';
 import { UPSTREAM_DEFAULT_LABEL_DOMAINS } from './claim-metadata.js';
 import { claimStatus, fillPool, reconcileClaim, type ClaimControllerOptions } from './warm-pool-controller.js';
@@ -52,11 +53,15 @@ interface Resource {
   plural: string;
   kind: string;
   prefix: string;
+  /** False: no vendored schema (the stand-in stores it as sent). */
+  schema?: false;
 }
 
 const RESOURCES: Resource[] = [
   { plural: 'pods', kind: 'Pod', prefix: '/api/v1' },
   { plural: 'persistentvolumeclaims', kind: 'PersistentVolumeClaim', prefix: '/api/v1' },
+  { plural: 'resourcequotas', kind: 'ResourceQuota', prefix: '/api/v1', schema: false },
+  { plural: 'limitranges', kind: 'LimitRange', prefix: '/api/v1', schema: false },
   { plural: 'networkpolicies', kind: 'NetworkPolicy', prefix: '/apis/networking.k8s.io/v1' },
   { plural: 'sandboxes', kind: 'Sandbox', prefix: '/apis/agents.x-k8s.io/v1beta1' },
   { plural: 'sandboxclaims', kind: 'SandboxClaim', prefix: '/apis/extensions.agents.x-k8s.io/v1beta1' },
@@ -227,26 +232,32 @@ export class StandinApiServer implements AsyncDisposable {
     }
     const namespace = m[2] as string;
     const name = m[4];
-    if (req.method === 'POST' && name === undefined) return this.create(res, resource, namespace, await readJson(req));
+    if (req.method === 'POST' && name === undefined) return this.create(res, resource, namespace, await readJson(req), url.searchParams.get('fieldValidation'));
     if (req.method === 'GET' && name === undefined) return this.list(res, resource, namespace, url.searchParams.get('labelSelector'));
     if (req.method === 'GET' && name !== undefined) return this.get(res, resource, namespace, name);
     if (req.method === 'DELETE' && name !== undefined) return this.remove(res, resource, namespace, name);
     return this.reply(res, 405, apiError(405, 'MethodNotAllowed', `${req.method} is not supported on ${url.pathname}`));
   }
 
-  private async create(res: ServerResponse, r: Resource, namespace: string, body: unknown): Promise<void> {
+  private async create(res: ServerResponse, r: Resource, namespace: string, body: unknown, fieldValidation: string | null): Promise<void> {
     const obj = body as Obj;
-    const errors = this.validator!.errors(obj);
+    const errors = r.schema === false ? [] : this.validator!.errors(obj);
+    // A real API server decodes first: an unknown field is a 400 under Strict (and silently
+    // dropped otherwise, which the stand-in refuses too, so a berth that stops asking for Strict fails here).
+    const unknown = errors.map(unknownFieldOf).filter((f) => f !== undefined);
+    if (unknown.length > 0) {
+      const said = unknown.map((f) => `unknown field ${JSON.stringify(f)}`).join(', ');
+      const why = fieldValidation === 'Strict' ? `strict decoding error: ${said}` : `${said} would be dropped without fieldValidation=Strict; the stand-in refuses it`;
+      return this.reply(res, 400, apiError(400, 'BadRequest', why));
+    }
     if (errors.length > 0) return this.reply(res, 422, apiError(422, 'Invalid', `${r.kind} is invalid: ${errors.join('; ')}`));
     const name = String(obj.metadata['name']);
     if (obj.metadata['namespace'] !== undefined && obj.metadata['namespace'] !== namespace) {
       return this.reply(res, 400, apiError(400, 'BadRequest', 'the namespace of the provided object does not match the namespace sent on the request'));
     }
-    if (r.plural === 'pods' && this.enforceRestricted) {
-      const violations = restrictedViolations((obj as unknown as V1Pod).spec!);
-      if (violations.length > 0) {
-        return this.reply(res, 403, apiError(403, 'Forbidden', `pods "${name}" is forbidden: violates PodSecurity "restricted:latest": ${violations.join(', ')}`));
-      }
+    if (r.plural === 'pods') {
+      const refused = this.admitPod(namespace, (obj as unknown as V1Pod).spec!);
+      if (refused !== undefined) return this.reply(res, 403, apiError(403, 'Forbidden', `pods "${name}" is forbidden: ${refused}`));
     }
     const store = this.store(r.plural);
     const key = `${namespace}/${name}`;
@@ -266,6 +277,22 @@ export class StandinApiServer implements AsyncDisposable {
     if (r.plural === 'sandboxwarmpools') fillPool(this.controllerHost(), namespace, obj);
     if (r.plural === 'sandboxclaims') reconcileClaim(this.controllerHost(), namespace, obj, this.claimController);
     this.reply(res, 201, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
+  }
+
+  /**
+   * Admission of a new pod in `namespace`, in the API server's order: LimitRanger's defaults and
+   * bounds (mutating `spec`), Pod Security "restricted", then ResourceQuota. Why it is refused, or undefined.
+   */
+  private admitPod(namespace: string, spec: V1PodSpec): string | undefined {
+    const inNamespace = (plural: string): Obj[] => [...this.store(plural)].filter(([k]) => k.startsWith(`${namespace}/`)).map(([, o]) => o);
+    const ranges = inNamespace('limitranges').flatMap((l) => ((l['spec'] as { limits?: LimitRangeItem[] } | undefined)?.limits ?? []));
+    const bounds = applyLimitRanges(spec, ranges);
+    if (bounds.length > 0) return `[${bounds.join(', ')}]`;
+    const violations = this.enforceRestricted ? restrictedViolations(spec) : [];
+    if (violations.length > 0) return `violates PodSecurity "restricted:latest": ${violations.join(', ')}`;
+    const quotas = inNamespace('resourcequotas').map((q) => ({ name: String(q.metadata['name']), hard: (q['spec'] as { hard?: Record<string, string> } | undefined)?.hard ?? {} }));
+    const counting = inNamespace('pods').filter((p) => !['Failed', 'Succeeded'].includes(String((p['status'] as { phase?: string } | undefined)?.phase))).map((p) => (p as unknown as V1Pod).spec!);
+    return quotaRefusal(spec, counting, quotas);
   }
 
   /** A SelfSubjectAccessReview: allowed unless the permission is in `denied` (no RBAC evaluation; no vendored schema for its kind). */
@@ -358,7 +385,7 @@ export class StandinApiServer implements AsyncDisposable {
     return {
       store: (plural) => this.store(plural),
       nextVersion: () => String(this.resourceVersion++),
-      admit: (spec) => (this.enforceRestricted ? restrictedViolations(spec) : []),
+      admit: (namespace, spec) => this.admitPod(namespace, spec),
       startPod: (key, pod) => this.track(this.startPod(key, pod)),
       later: (ms, fn) => {
         const t = setTimeout(() => {
@@ -435,6 +462,15 @@ export class StandinApiServer implements AsyncDisposable {
       this.track(bridge.done.finally(() => this.bridges.delete(bridge)));
     });
   }
+}
+
+/** The dotted path of an unknown field from a validator error (`/spec/containers/0: ... (unknown field "x")` is `spec.containers[0].x`), else undefined. */
+function unknownFieldOf(error: string): string | undefined {
+  const m = /^(\S*): .*\(unknown field "([^"]+)"\)$/.exec(error);
+  if (m === null) return undefined;
+  const parts = (m[1] as string).split('/').filter((p) => p !== '');
+  const path = parts.reduce((acc, p) => (/^\d+$/.test(p) ? `${acc}[${p}]` : acc === '' ? p : `${acc}.${p}`), '');
+  return path === '' ? m[2] : `${path}.${m[2] as string}`;
 }
 
 async function readJson(req: IncomingMessage): Promise<unknown> {
