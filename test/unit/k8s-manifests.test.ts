@@ -156,11 +156,16 @@ describe('kubernetes pod security', () => {
 });
 
 describe('kubernetes manifests follow the settings', () => {
-  it('resources: requests equal limits, from the profile', () => {
-    const c = specOf(input({ k: EVERYTHING })).containers[0]!;
-    const amounts = { cpu: '1.5', memory: '2048Mi', 'ephemeral-storage': '4096Mi' };
-    expect(c.resources).toEqual({ requests: amounts, limits: amounts });
-    expect(specOf(input()).containers[0]!.resources).toBeUndefined();
+  it('resources: requests and limits for cpu, memory and ephemeral storage by default, each from the profile when set', () => {
+    expect(specOf(input()).containers[0]!.resources).toEqual({
+      requests: { cpu: '250m', memory: '256Mi', 'ephemeral-storage': '512Mi' },
+      limits: { cpu: '2', memory: '2048Mi', 'ephemeral-storage': '4096Mi' },
+    });
+    const c = specOf(input({ k: { ...EVERYTHING, cpuRequest: 1, memoryRequestMb: 1024, ephemeralStorageRequestMb: 100 } })).containers[0]!;
+    expect(c.resources).toEqual({
+      requests: { cpu: '1', memory: '1024Mi', 'ephemeral-storage': '100Mi' },
+      limits: { cpu: '1500m', memory: '2048Mi', 'ephemeral-storage': '4096Mi' },
+    });
   });
 
   it('runtimeClassName, nodeSelector, serviceAccountName and image when set, absent otherwise', () => {
