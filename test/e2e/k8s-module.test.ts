@@ -88,10 +88,10 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     const { backend } = await backendOn(home);
     await backend.check(configOf().base.kubernetes);
     c().server.denied.add('create /pods/exec');
-    c().server.denied.add('list /persistentvolumeclaims');
+    c().server.denied.add('get /persistentvolumeclaims');
     const err = await errorOf(backend.check(configOf().base.kubernetes));
     expect(err.code).toBe('backend_unavailable');
-    expect(err.message).toContain('berth may not create pods/exec, list persistentvolumeclaims in namespace "berth"');
+    expect(err.message).toContain('berth may not create pods/exec, get persistentvolumeclaims in namespace "berth"');
     expect(err.message).toContain('apply deploy/rbac.yaml');
     // Mode agent-sandbox with a warm pool asks about Sandboxes and claims, not PVCs.
     c().server.denied.clear();
