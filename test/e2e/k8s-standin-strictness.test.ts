@@ -1,6 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { V1Pod } from '@kubernetes/client-node';
+import { BackendUnavailableError } from '../../src/errors.js';
 import { sandboxPod } from '../../src/backends/kubernetes/manifests.js';
+import { tenantPolicyName } from '../../src/backends/kubernetes/names.js';
+import { ensurePodSandbox } from '../../src/backends/kubernetes/pod-sandboxes.js';
 import { createEphemeralPod, deletePod, waitForPodGone, waitForRunning } from '../../src/backends/kubernetes/pods.js';
 import { describeStandin, ensureStandinImage } from '../k8s-standin/describe-standin.js';
 import { sandboxInput, standinClient } from '../k8s-standin/fixtures.js';
@@ -100,5 +104,16 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     const refused = await statusOf(client.core.createNamespacedPod({ namespace: ns, body: sandboxPod(big), fieldValidation: 'Strict' }));
     expect(refused).toMatchObject({ code: 403, body: { message: `pods "${big.name}" is forbidden: [maximum cpu usage per Container is 1, but limit is 2]` } });
     await waitForPodGone(client, input.name, 30_000, 50);
+  });
+
+  it('a create in a namespace that does not exist is 404 on the namespace; berth says so and names the fix instead of "not found"', async () => {
+    await using only = await StandinApiServer.start({ namespaces: ['berth'] });
+    const client = standinClient(only, 'absent');
+    const input = sandboxInput('inst', { k: { namespace: 'absent' } });
+    const err = await ensurePodSandbox(client, { ...input, knownName: undefined, unique: () => randomBytes(6).toString('hex') }).then(() => undefined, (e: unknown) => e);
+    expect(err).toBeInstanceOf(BackendUnavailableError);
+    expect((err as Error).message).toBe(
+      `kubernetes: could not create networkpolicy ${tenantPolicyName('inst', 'local', 'egress')}: namespace "absent" does not exist at ${only.url}; create it (kubectl apply -f deploy/namespace.yaml, or kubectl create namespace absent) or fix kubernetes.namespace`,
+    );
   });
 });

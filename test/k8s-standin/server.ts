@@ -40,6 +40,8 @@ export interface StandinOptions {
    * controller's own, `sandbox.users.io`, which admits none of berth's labels).
    */
   allowedLabelDomains?: readonly string[];
+  /** The namespaces that exist (a create elsewhere is 404, as for a missing namespace); default: every one. */
+  namespaces?: readonly string[];
   /** From a claim's creation to its binding. Default 300 ms. */
   claimBindDelayMs?: number;
   /** From a claim's binding to its metadata on the pod. Default 300 ms. */
@@ -89,6 +91,7 @@ export class StandinApiServer implements AsyncDisposable {
   private readonly wss: WebSocketServer;
   private readonly protocols: readonly string[];
   private readonly enforceRestricted: boolean;
+  private readonly namespaces: readonly string[] | undefined;
   private readonly pending = new Set<Promise<unknown>>();
   private readonly timers = new Set<NodeJS.Timeout>();
   /** The claim controller sketch's settings; a test may change them (its allowlist, say) between claims. */
@@ -102,6 +105,7 @@ export class StandinApiServer implements AsyncDisposable {
     this.token = opts.token ?? randomBytes(16).toString('hex');
     this.protocols = opts.protocols ?? ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
     this.enforceRestricted = opts.enforceRestricted ?? true;
+    this.namespaces = opts.namespaces;
     this.claimController = {
       allowedLabelDomains: opts.allowedLabelDomains ?? UPSTREAM_DEFAULT_LABEL_DOMAINS,
       bindDelayMs: opts.claimBindDelayMs ?? 300,
@@ -252,6 +256,7 @@ export class StandinApiServer implements AsyncDisposable {
     }
     if (errors.length > 0) return this.reply(res, 422, apiError(422, 'Invalid', `${r.kind} is invalid: ${errors.join('; ')}`));
     const name = String(obj.metadata['name']);
+    if (this.namespaces !== undefined && !this.namespaces.includes(namespace)) return this.reply(res, 404, notFound('namespaces', namespace));
     if (obj.metadata['namespace'] !== undefined && obj.metadata['namespace'] !== namespace) {
       return this.reply(res, 400, apiError(400, 'BadRequest', 'the namespace of the provided object does not match the namespace sent on the request'));
     }
