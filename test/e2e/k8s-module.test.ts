@@ -16,6 +16,8 @@ import { runBerth } from '../helpers/cli.js';
 import { waitNoneWithArg, waitSomeWithArg } from '../helpers/processes.js';
 import { describeDocker, ensureImage, waitFor } from '../helpers/docker-e2e.js';
 import { BerthOnStandin } from '../k8s-standin/berth-on-standin.js';
+import { StandinApiServer } from '../k8s-standin/server.js';
+import { KubernetesBackend } from '../../src/backends/kubernetes/kubernetes-backend.js';
 import { sandboxInput } from '../k8s-standin/fixtures.js';
 import { loadValidator } from '../schemas/validate.js';
 
@@ -98,6 +100,18 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     c().server.denied.add('create extensions.agents.x-k8s.io/sandboxclaims');
     const agent = configOf({ mode: 'agent-sandbox', warmPool: 'pool' }, { persistent: false }).base.kubernetes;
     expect((await errorOf(backend.check(agent))).message).toContain('berth may not create extensions.agents.x-k8s.io/sandboxclaims');
+  });
+
+  it('check: in mode agent-sandbox, an API server without the agent-sandbox CRDs is a start-up error naming the fix', async () => {
+    const home = c().newHome();
+    const { backend } = await backendOn(home, { mode: 'agent-sandbox' });
+    await backend.check(configOf({ mode: 'agent-sandbox' }).base.kubernetes);
+    await using bare = await StandinApiServer.start({ agentSandbox: false });
+    const other = new KubernetesBackend({ installation: 'inst', kubeConfig: bare.kubeConfig('berth') });
+    await other.check(configOf().base.kubernetes);
+    const err = await errorOf(other.check(configOf({ mode: 'agent-sandbox', warmPool: 'py' }, { persistent: false }).base.kubernetes));
+    expect(err.code).toBe('backend_unavailable');
+    expect(err.message).toBe(`kubernetes: the API server at ${bare.url} does not serve sandboxes.agents.x-k8s.io/v1beta1; install kubernetes-sigs/agent-sandbox v0.5 (its CRDs and controller), or set kubernetes.mode: pods`);
   });
 
   it('the CLI against an API server that does not answer exits 125 with one line naming it; nothing falls back', async () => {

@@ -40,6 +40,8 @@ export interface StandinOptions {
    * controller's own, `sandbox.users.io`, which admits none of berth's labels).
    */
   allowedLabelDomains?: readonly string[];
+  /** False: agent-sandbox's CRDs are not installed (its resources answer 404). Default true. */
+  agentSandbox?: boolean;
   /** The namespaces that exist (a create elsewhere is 404, as for a missing namespace); default: every one. */
   namespaces?: readonly string[];
   /** From a claim's creation to its binding. Default 300 ms. */
@@ -92,6 +94,7 @@ export class StandinApiServer implements AsyncDisposable {
   private readonly protocols: readonly string[];
   private readonly enforceRestricted: boolean;
   private readonly namespaces: readonly string[] | undefined;
+  private readonly agentSandbox: boolean;
   private readonly pending = new Set<Promise<unknown>>();
   private readonly timers = new Set<NodeJS.Timeout>();
   /** The claim controller sketch's settings; a test may change them (its allowlist, say) between claims. */
@@ -106,6 +109,7 @@ export class StandinApiServer implements AsyncDisposable {
     this.protocols = opts.protocols ?? ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
     this.enforceRestricted = opts.enforceRestricted ?? true;
     this.namespaces = opts.namespaces;
+    this.agentSandbox = opts.agentSandbox ?? true;
     this.claimController = {
       allowedLabelDomains: opts.allowedLabelDomains ?? UPSTREAM_DEFAULT_LABEL_DOMAINS,
       bindDelayMs: opts.claimBindDelayMs ?? 300,
@@ -230,7 +234,7 @@ export class StandinApiServer implements AsyncDisposable {
     if (url.pathname === '/version') return this.reply(res, 200, { major: '1', minor: '35', gitVersion: 'v1.35.0-berth-standin' });
     if (req.method === 'POST' && url.pathname === ACCESS_REVIEW_PATH) return this.reviewAccess(res, await readJson(req));
     const m = PATH_RE.exec(url.pathname);
-    const resource = m === null ? undefined : RESOURCES.find((r) => r.prefix === m[1] && r.plural === m[3]);
+    const resource = m === null ? undefined : RESOURCES.find((r) => r.prefix === m[1] && r.plural === m[3] && (this.agentSandbox || !r.prefix.includes('agents.x-k8s.io')));
     if (m === null || resource === undefined || m[5] !== undefined) {
       return this.reply(res, 404, apiError(404, 'NotFound', `the server could not find the requested resource (${req.method} ${url.pathname})`));
     }
