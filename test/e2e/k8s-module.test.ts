@@ -16,6 +16,8 @@ import { runBerth } from '../helpers/cli.js';
 import { waitNoneWithArg, waitSomeWithArg } from '../helpers/processes.js';
 import { describeDocker, ensureImage, waitFor } from '../helpers/docker-e2e.js';
 import { BerthOnStandin } from '../k8s-standin/berth-on-standin.js';
+import { StandinApiServer } from '../k8s-standin/server.js';
+import { KubernetesBackend } from '../../src/backends/kubernetes/kubernetes-backend.js';
 import { sandboxInput } from '../k8s-standin/fixtures.js';
 import { loadValidator } from '../schemas/validate.js';
 
@@ -25,6 +27,9 @@ import { loadValidator } from '../schemas/validate.js';
  * SandboxClaims on a warm pool), and an exec stream the API server drops mid-session.
  */
 
+/** agent-sandbox's claim controller as an operator configures it for berth (deploy/README.md), with the stand-in's default delays. */
+const CLAIM_CONTROLLER = { allowedLabelDomains: ['berth.dev'], bindDelayMs: 300, podMetadataDelayMs: 300 };
+
 describeDocker('kubernetes module (stand-in API server)', () => {
   let cluster: BerthOnStandin | undefined;
   const brokers: Broker[] = [];
@@ -32,11 +37,13 @@ describeDocker('kubernetes module (stand-in API server)', () => {
   beforeAll(async () => {
     await ensureImage();
     cluster = await BerthOnStandin.start();
+    Object.assign(cluster.server.claimController, CLAIM_CONTROLLER);
   }, 120_000);
   afterEach(async () => {
     for (const b of brokers.splice(0)) await b.close({ graceMs: 2_000 }).catch(() => undefined);
     for (const b of backends.splice(0)) await b.close().catch(() => undefined);
     c().server.denied.clear();
+    Object.assign(c().server.claimController, CLAIM_CONTROLLER);
     await c().reset();
   }, 120_000);
   afterAll(async () => {
@@ -83,16 +90,28 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     const { backend } = await backendOn(home);
     await backend.check(configOf().base.kubernetes);
     c().server.denied.add('create /pods/exec');
-    c().server.denied.add('list /persistentvolumeclaims');
+    c().server.denied.add('get /persistentvolumeclaims');
     const err = await errorOf(backend.check(configOf().base.kubernetes));
     expect(err.code).toBe('backend_unavailable');
-    expect(err.message).toContain('berth may not create pods/exec, list persistentvolumeclaims in namespace "berth"');
+    expect(err.message).toContain('berth may not create pods/exec, get persistentvolumeclaims in namespace "berth"');
     expect(err.message).toContain('apply deploy/rbac.yaml');
     // Mode agent-sandbox with a warm pool asks about Sandboxes and claims, not PVCs.
     c().server.denied.clear();
     c().server.denied.add('create extensions.agents.x-k8s.io/sandboxclaims');
     const agent = configOf({ mode: 'agent-sandbox', warmPool: 'pool' }, { persistent: false }).base.kubernetes;
     expect((await errorOf(backend.check(agent))).message).toContain('berth may not create extensions.agents.x-k8s.io/sandboxclaims');
+  });
+
+  it('check: in mode agent-sandbox, an API server without the agent-sandbox CRDs is a start-up error naming the fix', async () => {
+    const home = c().newHome();
+    const { backend } = await backendOn(home, { mode: 'agent-sandbox' });
+    await backend.check(configOf({ mode: 'agent-sandbox' }).base.kubernetes);
+    await using bare = await StandinApiServer.start({ agentSandbox: false });
+    const other = new KubernetesBackend({ installation: 'inst', kubeConfig: bare.kubeConfig('berth') });
+    await other.check(configOf().base.kubernetes);
+    const err = await errorOf(other.check(configOf({ mode: 'agent-sandbox', warmPool: 'py' }, { persistent: false }).base.kubernetes));
+    expect(err.code).toBe('backend_unavailable');
+    expect(err.message).toBe(`kubernetes: the API server at ${bare.url} does not serve sandboxes.agents.x-k8s.io/v1beta1; install kubernetes-sigs/agent-sandbox v0.5 (its CRDs and controller), or set kubernetes.mode: pods`);
   });
 
   it('the CLI against an API server that does not answer exits 125 with one line naming it; nothing falls back', async () => {
@@ -162,7 +181,8 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     expect((await backend.listManaged()).map((m) => [m.ref, m.ephemeral]).sort()).toEqual([[first.ref, true], [other.ref, true]].sort());
   });
 
-  it('agent-sandbox with a warm pool: a session claims a pre-made Sandbox (every manifest valid against the CRDs), runs in its pod, and its close deletes the claim and the Sandbox', async () => {
+  /** A SandboxTemplate of berth's pod spec and a SandboxWarmPool `py` of one replica on it, valid against the CRDs; the pre-made Sandbox's name. */
+  const warmPool = async (): Promise<string> => {
     const validator = loadValidator();
     const template = {
       apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxTemplate', metadata: { name: 'berth-sandbox', namespace: 'berth' },
@@ -177,38 +197,69 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     await create('sandboxwarmpools', pool);
     const premade = (await c().client.custom.listNamespacedCustomObject({ group: 'agents.x-k8s.io', version: 'v1beta1', namespace: 'berth', plural: 'sandboxes' })) as { items: { metadata: { name: string } }[] };
     expect(premade.items.map((s) => s.metadata.name)).toEqual([expect.stringMatching(/^py-/)]);
-    const warm = premade.items[0]!.metadata.name;
+    return premade.items[0]!.metadata.name;
+  };
+  const claimsLeft = async (): Promise<object[]> =>
+    ((await c().client.custom.listNamespacedCustomObject({ group: 'extensions.agents.x-k8s.io', version: 'v1beta1', namespace: 'berth', plural: 'sandboxclaims' })) as { items: object[] }).items;
+
+  it('agent-sandbox with a warm pool: the controller binds the claim late and copies the labels later still; the session waits for both, runs in the pre-made pod under the tenant\'s NetworkPolicy, and its close deletes the claim and the Sandbox', async () => {
+    const validator = loadValidator();
+    const warm = await warmPool();
+    // Longer than a single look would wait: berth must wait for the labels, not check once.
+    c().server.claimController.bindDelayMs = 700;
+    c().server.claimController.podMetadataDelayMs = 1_500;
 
     const broker = await open({ mode: 'agent-sandbox', warmPool: 'py' }, { persistent: false });
     const s = { session: 'claimed' };
     const r = await broker.exec(s, 'id -u; echo mine > /workspace/mark');
     expect(r).toMatchObject({ exitCode: 0, stdout: '1000\n' });
-    const claims = (await c().client.custom.listNamespacedCustomObject({ group: 'extensions.agents.x-k8s.io', version: 'v1beta1', namespace: 'berth', plural: 'sandboxclaims' })) as { items: object[] };
-    expect(claims.items).toHaveLength(1);
-    validator.assertValid({ ...claims.items[0], status: undefined, metadata: { name: (claims.items[0] as { metadata: { name: string } }).metadata.name, labels: (claims.items[0] as { metadata: { labels: object } }).metadata.labels } });
+    const claims = (await claimsLeft()) as { metadata: { name: string; labels: object } }[];
+    expect(claims).toHaveLength(1);
+    validator.assertValid({ ...claims[0], status: undefined, metadata: { name: claims[0]!.metadata.name, labels: claims[0]!.metadata.labels } });
     // The command ran in the pre-made Sandbox's pod, which now carries this identity's labels.
     expect((await execOnceInPod({ client: c().client, pod: warm, container: CONTAINER_NAME }, ['cat', '/workspace/mark'])).stdout.toString()).toBe('mine\n');
     const pod = await c().client.core.readNamespacedPod({ namespace: 'berth', name: warm });
-    expect(pod.metadata?.labels?.['berth.lifecycle']).toBe('ephemeral');
+    expect(pod.metadata?.labels?.['berth.dev/lifecycle']).toBe('ephemeral');
+    // The tenant's NetworkPolicy exists and selects the pool pod.
+    const policies = (await c().client.networking.listNamespacedNetworkPolicy({ namespace: 'berth' })).items;
+    expect(policies.filter((np) => Object.entries(np.spec!.podSelector!.matchLabels ?? {}).every(([k, v]) => pod.metadata?.labels?.[k] === v)).map((np) => np.metadata!.name))
+      .toEqual([expect.stringMatching(/-egress$/)]);
     // The pool was filled again.
     const after = (await c().client.custom.listNamespacedCustomObject({ group: 'agents.x-k8s.io', version: 'v1beta1', namespace: 'berth', plural: 'sandboxes', labelSelector: 'agents.x-k8s.io/warm-pool=py' })) as { items: object[] };
     expect(after.items).toHaveLength(1);
 
     expect(await broker.removeSandboxOf(s)).toBe(true);
     await expect(c().client.core.readNamespacedPod({ namespace: 'berth', name: warm })).rejects.toMatchObject({ code: 404 });
-    const left = (await c().client.custom.listNamespacedCustomObject({ group: 'extensions.agents.x-k8s.io', version: 'v1beta1', namespace: 'berth', plural: 'sandboxclaims' })) as { items: object[] };
-    expect(left.items).toEqual([]);
+    expect(await claimsLeft()).toEqual([]);
   });
 
-  it('a pod that is not the claimed Sandbox\'s own, or not this identity\'s, is never used', async () => {
+  it('a claim the controller refuses (berth\'s label domain not on its allowlist) fails at once with the controller\'s reason and the fix, leaving no claim', async () => {
+    await warmPool();
+    c().server.claimController.allowedLabelDomains = ['sandbox.users.io'];
     const home = c().newHome();
-    const { backend, spec } = await backendOn(home, { mode: 'agent-sandbox', warmPool: 'none-here', podStartTimeoutSeconds: 2 }, { persistent: false });
-    // No such pool: the claim is never bound, and the create fails in time, leaving no claim behind.
+    const { backend, spec } = await backendOn(home, { mode: 'agent-sandbox', warmPool: 'py', podStartTimeoutSeconds: 30 }, { persistent: false });
+    const started = Date.now();
+    const err = await errorOf(backend.ensure(spec('session:refused', true), undefined));
+    expect(Date.now() - started).toBeLessThan(15_000);
+    expect(err.code).toBe('backend_unavailable');
+    expect(err.message).toMatch(/cannot be bound: the controller says InvalidMetadata: invalid additionalPodMetadata: failed to validate label "berth\.dev\/[a-z]+": label domain "berth\.dev" is not in the allowlist; add berth\.dev to the agent-sandbox controller's allowed label domains/);
+    expect(await claimsLeft()).toEqual([]);
+  });
+
+  it('a claim on a pool that does not exist fails at once with the controller\'s reason; one never bound times out saying what the controller last said, leaving no claim', async () => {
+    const home = c().newHome();
+    const { backend, spec } = await backendOn(home, { mode: 'agent-sandbox', warmPool: 'none-here', podStartTimeoutSeconds: 30 }, { persistent: false });
     const err = await errorOf(backend.ensure(spec('session:unbound', true), undefined));
-    expect(err.code).toBe('timeout');
-    expect(err.message).toContain('was not bound to a sandbox within 2 s');
-    const left = (await c().client.custom.listNamespacedCustomObject({ group: 'extensions.agents.x-k8s.io', version: 'v1beta1', namespace: 'berth', plural: 'sandboxclaims' })) as { items: object[] };
-    expect(left.items).toEqual([]);
+    expect(err.code).toBe('backend_unavailable');
+    expect(err.message).toContain('cannot be bound: the controller says WarmPoolNotFound: SandboxWarmPool "none-here" not found; create the SandboxWarmPool or fix kubernetes.warmPool');
+    expect(await claimsLeft()).toEqual([]);
+    // The controller has not looked at the claim yet when the deadline comes.
+    c().server.claimController.bindDelayMs = 5_000;
+    const slow = await backendOn(home, { mode: 'agent-sandbox', warmPool: 'none-here', podStartTimeoutSeconds: 1 }, { persistent: false });
+    const late = await errorOf(slow.backend.ensure(slow.spec('session:late', true), undefined));
+    expect(late.code).toBe('timeout');
+    expect(late.message).toContain('was not bound to a sandbox within 1 s (the controller has not reported on it)');
+    expect(await claimsLeft()).toEqual([]);
   });
 
   // -- the exec stream ------------------------------------------------------------------------

@@ -56,7 +56,7 @@ export class BerthOnStandin {
 
   /** Every object of the namespace deleted (pods waited out) and the homes removed: the next test starts clean. */
   async reset(): Promise<void> {
-    for (const plural of ['sandboxclaims', 'sandboxes']) {
+    for (const plural of ['sandboxclaims', 'sandboxwarmpools', 'sandboxtemplates', 'sandboxes']) {
       const group = plural === 'sandboxes' ? 'agents.x-k8s.io' : 'extensions.agents.x-k8s.io';
       const list = (await this.client.custom.listNamespacedCustomObject({ group, version: 'v1beta1', namespace: 'berth', plural })) as { items: { metadata: { name: string } }[] };
       for (const o of list.items) await this.client.custom.deleteNamespacedCustomObject({ group, version: 'v1beta1', namespace: 'berth', plural, name: o.metadata.name }).catch(() => undefined);

@@ -16,9 +16,11 @@ type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
 export interface ControllerHost {
   store(plural: string): Map<string, Obj>;
   nextVersion(): string;
-  /** Pod Security violations of a pod spec (empty: admitted). */
-  admit(spec: V1PodSpec): string[];
+  /** Why admission refuses a pod of this spec in `namespace` (LimitRange defaults are filled in), or undefined. */
+  admit(namespace: string, spec: V1PodSpec): string | undefined;
   startPod(key: string, pod: Obj): void;
+  /** Runs `fn` after `ms` (a timer the server clears when it stops). */
+  later(ms: number, fn: () => void): void;
 }
 
 export const NAME_HASH_LABEL = 'agents.x-k8s.io/sandbox-name-hash';
@@ -55,9 +57,9 @@ export function reconcileSandbox(host: ControllerHost, namespace: string, sandbo
     });
   }
   const podSpec: V1PodSpec = { ...spec.podTemplate.spec, volumes: [...(spec.podTemplate.spec.volumes ?? []).filter((v) => !volumes.some((c) => c.name === v.name)), ...volumes] };
-  const violations = host.admit(podSpec);
-  if (violations.length > 0) {
-    setReady(sandbox, false, 'PodCreationFailed', `pods "${name}" is forbidden: violates PodSecurity "restricted:latest": ${violations.join(', ')}`);
+  const refused = host.admit(namespace, podSpec);
+  if (refused !== undefined) {
+    setReady(sandbox, false, 'PodCreationFailed', `pods "${name}" is forbidden: ${refused}`);
     return;
   }
   const pod: Obj = {

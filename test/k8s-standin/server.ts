@@ -4,7 +4,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import { KubeConfig, type V1Pod, type V1PodSpec } from '@kubernetes/client-node';
 import Dockerode from 'dockerode';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { TEST_IMAGE } from '../helpers/docker.js';
@@ -12,8 +12,10 @@ import { loadValidator, type ManifestValidator } from '../schemas/validate.js';
 import { bridgeExec, type ExecBridge } from './exec-bridge.js';
 import { parseLabelSelector } from './label-selector.js';
 import { restrictedViolations } from './pod-security.js';
+import { applyLimitRanges, quotaRefusal, type LimitRangeItem } from './quota-admission.js';
 import { reconcileSandbox, sandboxStatus, type ControllerHost } from './sandbox-controller.js';
-import { bindClaim, fillPool } from './warm-pool-controller.js';
+import { UPSTREAM_DEFAULT_LABEL_DOMAINS } from './claim-metadata.js';
+import { claimStatus, fillPool, reconcileClaim, type ClaimControllerOptions } from './warm-pool-controller.js';
 import { claimDir, containerOptions, runningStatus, STANDIN_LABEL, terminatedStatus, waitingStatus, type PodRuntimeOptions } from './pod-runtime.js';
 import { alreadyExists, apiError, notFound, type StatusBody } from './status.js';
 
@@ -33,6 +35,19 @@ export interface StandinOptions {
   podPidsLimit?: number;
   /** Refuse pods that break Pod Security "restricted" (our transcription, pod-security.ts), as a namespace enforcing it would. Default true. */
   enforceRestricted?: boolean;
+  /**
+   * The claim controller's label domain allowlist, as an operator configures it (default: the
+   * controller's own, `sandbox.users.io`, which admits none of berth's labels).
+   */
+  allowedLabelDomains?: readonly string[];
+  /** False: agent-sandbox's CRDs are not installed (its resources answer 404). Default true. */
+  agentSandbox?: boolean;
+  /** The namespaces that exist (a create elsewhere is 404, as for a missing namespace); default: every one. */
+  namespaces?: readonly string[];
+  /** From a claim's creation to its binding. Default 300 ms. */
+  claimBindDelayMs?: number;
+  /** From a claim's binding to its metadata on the pod. Default 300 ms. */
+  claimPodMetadataDelayMs?: number;
 }
 
 type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
@@ -42,11 +57,15 @@ interface Resource {
   plural: string;
   kind: string;
   prefix: string;
+  /** False: no vendored schema (the stand-in stores it as sent). */
+  schema?: false;
 }
 
 const RESOURCES: Resource[] = [
   { plural: 'pods', kind: 'Pod', prefix: '/api/v1' },
   { plural: 'persistentvolumeclaims', kind: 'PersistentVolumeClaim', prefix: '/api/v1' },
+  { plural: 'resourcequotas', kind: 'ResourceQuota', prefix: '/api/v1', schema: false },
+  { plural: 'limitranges', kind: 'LimitRange', prefix: '/api/v1', schema: false },
   { plural: 'networkpolicies', kind: 'NetworkPolicy', prefix: '/apis/networking.k8s.io/v1' },
   { plural: 'sandboxes', kind: 'Sandbox', prefix: '/apis/agents.x-k8s.io/v1beta1' },
   { plural: 'sandboxclaims', kind: 'SandboxClaim', prefix: '/apis/extensions.agents.x-k8s.io/v1beta1' },
@@ -74,7 +93,12 @@ export class StandinApiServer implements AsyncDisposable {
   private readonly wss: WebSocketServer;
   private readonly protocols: readonly string[];
   private readonly enforceRestricted: boolean;
+  private readonly namespaces: readonly string[] | undefined;
+  private readonly agentSandbox: boolean;
   private readonly pending = new Set<Promise<unknown>>();
+  private readonly timers = new Set<NodeJS.Timeout>();
+  /** The claim controller sketch's settings; a test may change them (its allowlist, say) between claims. */
+  readonly claimController: ClaimControllerOptions;
   private resourceVersion = 1;
   private server: Server | undefined;
   private validator: ManifestValidator | undefined;
@@ -84,6 +108,13 @@ export class StandinApiServer implements AsyncDisposable {
     this.token = opts.token ?? randomBytes(16).toString('hex');
     this.protocols = opts.protocols ?? ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
     this.enforceRestricted = opts.enforceRestricted ?? true;
+    this.namespaces = opts.namespaces;
+    this.agentSandbox = opts.agentSandbox ?? true;
+    this.claimController = {
+      allowedLabelDomains: opts.allowedLabelDomains ?? UPSTREAM_DEFAULT_LABEL_DOMAINS,
+      bindDelayMs: opts.claimBindDelayMs ?? 300,
+      podMetadataDelayMs: opts.claimPodMetadataDelayMs ?? 300,
+    };
     this.runtime = {
       docker,
       instance: this.instance,
@@ -161,6 +192,8 @@ export class StandinApiServer implements AsyncDisposable {
 
   /** Stops serving and removes every container this server started. Idempotent. */
   async stop(): Promise<void> {
+    for (const t of this.timers) clearTimeout(t);
+    this.timers.clear();
     for (const b of this.bridges) b.drop();
     for (const s of this.sockets) s.destroy();
     await new Promise<void>((resolve) => (this.server === undefined ? resolve() : this.server.close(() => resolve())));
@@ -201,32 +234,39 @@ export class StandinApiServer implements AsyncDisposable {
     if (url.pathname === '/version') return this.reply(res, 200, { major: '1', minor: '35', gitVersion: 'v1.35.0-berth-standin' });
     if (req.method === 'POST' && url.pathname === ACCESS_REVIEW_PATH) return this.reviewAccess(res, await readJson(req));
     const m = PATH_RE.exec(url.pathname);
-    const resource = m === null ? undefined : RESOURCES.find((r) => r.prefix === m[1] && r.plural === m[3]);
+    const resource = m === null ? undefined : RESOURCES.find((r) => r.prefix === m[1] && r.plural === m[3] && (this.agentSandbox || !r.prefix.includes('agents.x-k8s.io')));
     if (m === null || resource === undefined || m[5] !== undefined) {
       return this.reply(res, 404, apiError(404, 'NotFound', `the server could not find the requested resource (${req.method} ${url.pathname})`));
     }
     const namespace = m[2] as string;
     const name = m[4];
-    if (req.method === 'POST' && name === undefined) return this.create(res, resource, namespace, await readJson(req));
+    if (req.method === 'POST' && name === undefined) return this.create(res, resource, namespace, await readJson(req), url.searchParams.get('fieldValidation'));
     if (req.method === 'GET' && name === undefined) return this.list(res, resource, namespace, url.searchParams.get('labelSelector'));
     if (req.method === 'GET' && name !== undefined) return this.get(res, resource, namespace, name);
     if (req.method === 'DELETE' && name !== undefined) return this.remove(res, resource, namespace, name);
     return this.reply(res, 405, apiError(405, 'MethodNotAllowed', `${req.method} is not supported on ${url.pathname}`));
   }
 
-  private async create(res: ServerResponse, r: Resource, namespace: string, body: unknown): Promise<void> {
+  private async create(res: ServerResponse, r: Resource, namespace: string, body: unknown, fieldValidation: string | null): Promise<void> {
     const obj = body as Obj;
-    const errors = this.validator!.errors(obj);
+    const errors = r.schema === false ? [] : this.validator!.errors(obj);
+    // A real API server decodes first: an unknown field is a 400 under Strict (and silently
+    // dropped otherwise, which the stand-in refuses too, so a berth that stops asking for Strict fails here).
+    const unknown = errors.map(unknownFieldOf).filter((f) => f !== undefined);
+    if (unknown.length > 0) {
+      const said = unknown.map((f) => `unknown field ${JSON.stringify(f)}`).join(', ');
+      const why = fieldValidation === 'Strict' ? `strict decoding error: ${said}` : `${said} would be dropped without fieldValidation=Strict; the stand-in refuses it`;
+      return this.reply(res, 400, apiError(400, 'BadRequest', why));
+    }
     if (errors.length > 0) return this.reply(res, 422, apiError(422, 'Invalid', `${r.kind} is invalid: ${errors.join('; ')}`));
     const name = String(obj.metadata['name']);
+    if (this.namespaces !== undefined && !this.namespaces.includes(namespace)) return this.reply(res, 404, notFound('namespaces', namespace));
     if (obj.metadata['namespace'] !== undefined && obj.metadata['namespace'] !== namespace) {
       return this.reply(res, 400, apiError(400, 'BadRequest', 'the namespace of the provided object does not match the namespace sent on the request'));
     }
-    if (r.plural === 'pods' && this.enforceRestricted) {
-      const violations = restrictedViolations((obj as unknown as V1Pod).spec!);
-      if (violations.length > 0) {
-        return this.reply(res, 403, apiError(403, 'Forbidden', `pods "${name}" is forbidden: violates PodSecurity "restricted:latest": ${violations.join(', ')}`));
-      }
+    if (r.plural === 'pods') {
+      const refused = this.admitPod(namespace, (obj as unknown as V1Pod).spec!);
+      if (refused !== undefined) return this.reply(res, 403, apiError(403, 'Forbidden', `pods "${name}" is forbidden: ${refused}`));
     }
     const store = this.store(r.plural);
     const key = `${namespace}/${name}`;
@@ -244,8 +284,24 @@ export class StandinApiServer implements AsyncDisposable {
     if (r.plural === 'pods') this.track(this.startPod(key, obj));
     if (r.plural === 'sandboxes') reconcileSandbox(this.controllerHost(), namespace, obj);
     if (r.plural === 'sandboxwarmpools') fillPool(this.controllerHost(), namespace, obj);
-    if (r.plural === 'sandboxclaims') bindClaim(this.controllerHost(), namespace, obj);
+    if (r.plural === 'sandboxclaims') reconcileClaim(this.controllerHost(), namespace, obj, this.claimController);
     this.reply(res, 201, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
+  }
+
+  /**
+   * Admission of a new pod in `namespace`, in the API server's order: LimitRanger's defaults and
+   * bounds (mutating `spec`), Pod Security "restricted", then ResourceQuota. Why it is refused, or undefined.
+   */
+  private admitPod(namespace: string, spec: V1PodSpec): string | undefined {
+    const inNamespace = (plural: string): Obj[] => [...this.store(plural)].filter(([k]) => k.startsWith(`${namespace}/`)).map(([, o]) => o);
+    const ranges = inNamespace('limitranges').flatMap((l) => ((l['spec'] as { limits?: LimitRangeItem[] } | undefined)?.limits ?? []));
+    const bounds = applyLimitRanges(spec, ranges);
+    if (bounds.length > 0) return `[${bounds.join(', ')}]`;
+    const violations = this.enforceRestricted ? restrictedViolations(spec) : [];
+    if (violations.length > 0) return `violates PodSecurity "restricted:latest": ${violations.join(', ')}`;
+    const quotas = inNamespace('resourcequotas').map((q) => ({ name: String(q.metadata['name']), hard: (q['spec'] as { hard?: Record<string, string> } | undefined)?.hard ?? {} }));
+    const counting = inNamespace('pods').filter((p) => !['Failed', 'Succeeded'].includes(String((p['status'] as { phase?: string } | undefined)?.phase))).map((p) => (p as unknown as V1Pod).spec!);
+    return quotaRefusal(spec, counting, quotas);
   }
 
   /** A SelfSubjectAccessReview: allowed unless the permission is in `denied` (no RBAC evaluation; no vendored schema for its kind). */
@@ -300,6 +356,7 @@ export class StandinApiServer implements AsyncDisposable {
       if (!matches((obj.metadata['labels'] ?? {}) as Record<string, string>)) continue;
       if (r.plural === 'pods') await this.refresh(key, obj);
       if (r.plural === 'sandboxes') sandboxStatus(this.controllerHost(), namespace, obj);
+      if (r.plural === 'sandboxclaims') claimStatus(this.controllerHost(), namespace, obj);
       items.push(obj);
     }
     this.reply(res, 200, { kind: `${r.kind}List`, apiVersion: r.prefix.replace(/^\/apis?\//, ''), metadata: { resourceVersion: String(this.resourceVersion) }, items });
@@ -311,6 +368,7 @@ export class StandinApiServer implements AsyncDisposable {
     if (obj === undefined) return this.reply(res, 404, notFound(r.plural, name));
     if (r.plural === 'pods') await this.refresh(key, obj);
     if (r.plural === 'sandboxes') sandboxStatus(this.controllerHost(), namespace, obj);
+    if (r.plural === 'sandboxclaims') claimStatus(this.controllerHost(), namespace, obj);
     this.reply(res, 200, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
   }
 
@@ -336,8 +394,15 @@ export class StandinApiServer implements AsyncDisposable {
     return {
       store: (plural) => this.store(plural),
       nextVersion: () => String(this.resourceVersion++),
-      admit: (spec) => (this.enforceRestricted ? restrictedViolations(spec) : []),
+      admit: (namespace, spec) => this.admitPod(namespace, spec),
       startPod: (key, pod) => this.track(this.startPod(key, pod)),
+      later: (ms, fn) => {
+        const t = setTimeout(() => {
+          this.timers.delete(t);
+          fn();
+        }, ms);
+        this.timers.add(t);
+      },
     };
   }
 
@@ -406,6 +471,15 @@ export class StandinApiServer implements AsyncDisposable {
       this.track(bridge.done.finally(() => this.bridges.delete(bridge)));
     });
   }
+}
+
+/** The dotted path of an unknown field from a validator error (`/spec/containers/0: ... (unknown field "x")` is `spec.containers[0].x`), else undefined. */
+function unknownFieldOf(error: string): string | undefined {
+  const m = /^(\S*): .*\(unknown field "([^"]+)"\)$/.exec(error);
+  if (m === null) return undefined;
+  const parts = (m[1] as string).split('/').filter((p) => p !== '');
+  const path = parts.reduce((acc, p) => (/^\d+$/.test(p) ? `${acc}[${p}]` : acc === '' ? p : `${acc}.${p}`), '');
+  return path === '' ? m[2] : `${path}.${m[2] as string}`;
 }
 
 async function readJson(req: IncomingMessage): Promise<unknown> {

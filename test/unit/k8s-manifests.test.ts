@@ -3,6 +3,7 @@ import type { V1PodSpec } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 import { sandboxClaimResource, sandboxResource } from '../../src/backends/kubernetes/agent-sandbox-manifests.js';
 import { identitySelector, LABEL, labelValue } from '../../src/backends/kubernetes/labels.js';
+import { LABEL as ENGINE_LABEL } from '../../src/backends/labels.js';
 import {
   BLOCKED_V4,
   HOME,
@@ -155,11 +156,16 @@ describe('kubernetes pod security', () => {
 });
 
 describe('kubernetes manifests follow the settings', () => {
-  it('resources: requests equal limits, from the profile', () => {
-    const c = specOf(input({ k: EVERYTHING })).containers[0]!;
-    const amounts = { cpu: '1.5', memory: '2048Mi', 'ephemeral-storage': '4096Mi' };
-    expect(c.resources).toEqual({ requests: amounts, limits: amounts });
-    expect(specOf(input()).containers[0]!.resources).toBeUndefined();
+  it('resources: requests and limits for cpu, memory and ephemeral storage by default, each from the profile when set', () => {
+    expect(specOf(input()).containers[0]!.resources).toEqual({
+      requests: { cpu: '250m', memory: '256Mi', 'ephemeral-storage': '512Mi' },
+      limits: { cpu: '2', memory: '2048Mi', 'ephemeral-storage': '4096Mi' },
+    });
+    const c = specOf(input({ k: { ...EVERYTHING, cpuRequest: 1, memoryRequestMb: 1024, ephemeralStorageRequestMb: 100 } })).containers[0]!;
+    expect(c.resources).toEqual({
+      requests: { cpu: '1', memory: '1024Mi', 'ephemeral-storage': '100Mi' },
+      limits: { cpu: '1500m', memory: '2048Mi', 'ephemeral-storage': '4096Mi' },
+    });
   });
 
   it('runtimeClassName, nodeSelector, serviceAccountName and image when set, absent otherwise', () => {
@@ -216,10 +222,25 @@ describe('kubernetes names and labels', () => {
     }
   });
 
+  it('every label and annotation key is under berth\'s domain (berth.dev/), the names docker\'s labels use', () => {
+    const i = input({ ephemeral: true, k: { mode: 'agent-sandbox', warmPool: 'python-pool' } });
+    const claim = sandboxClaimResource(i);
+    const keys = [
+      ...Object.keys(sandboxPod(i).metadata!.labels!), ...Object.keys(sandboxPod(i).metadata!.annotations!),
+      ...Object.keys(claim.metadata.labels!), ...Object.keys(claim.metadata.annotations!),
+      ...Object.keys(claim.spec.additionalPodMetadata.labels), ...Object.keys(claim.spec.additionalPodMetadata.annotations),
+      ...Object.keys(tenantNetworkPolicy('inst', 't', i.kubernetes).metadata!.labels!),
+    ];
+    for (const k of keys) expect(k).toMatch(/^berth\.dev\/[a-z-]+$/);
+    expect(Object.values(LABEL).sort()).toEqual(Object.values(ENGINE_LABEL).map((k) => k.replace(/^berth\./, 'berth.dev/')).sort());
+    // The claim gives the pool pod the network label too, so the tenant's NetworkPolicy selects it.
+    expect(claim.spec.additionalPodMetadata.labels).toEqual(sandboxPod(i).metadata!.labels);
+  });
+
   it('labels like docker\'s, each a valid label value whatever the key, tenant or profile', () => {
     const i = input({ identity: { installation: 'inst', tenant: 'Tenant.With.Dots-', profile: 'p'.repeat(64), key: 'user:telegram:12345/../x' } });
     const labels = sandboxPod(i).metadata!.labels!;
-    expect(Object.keys(labels).sort()).toEqual([...Object.values(LABEL), 'berth.network'].sort());
+    expect(Object.keys(labels).sort()).toEqual([...Object.values(LABEL), 'berth.dev/network'].sort());
     for (const [k, v] of Object.entries(labels)) expect(labelValueErrors(v, k)).toEqual([]);
     expect(labels[LABEL.key]).toMatch(/^h\.[0-9a-f]{40}$/);
     expect(labels[LABEL.lifecycle]).toBe('persistent');
@@ -227,7 +248,7 @@ describe('kubernetes names and labels', () => {
     const annotations = sandboxPod(i).metadata!.annotations!;
     expect(annotations[LABEL.key]).toBe('user:telegram:12345/../x');
     expect(annotations[LABEL.tenant]).toBe('Tenant.With.Dots-');
-    expect(annotations['berth.identity']).toBe(i.digest);
+    expect(annotations['berth.dev/identity']).toBe(i.digest);
   });
 
   it('readable values stay verbatim in labels when they fit', () => {
@@ -249,7 +270,7 @@ describe('kubernetes names and labels', () => {
 describe('kubernetes tenant network policy', () => {
   it('selects exactly one tenant of one installation and admits no ingress', () => {
     const np = tenantNetworkPolicy('inst-1', 'acme', KUBERNETES_DEFAULTS);
-    expect(np.spec!.podSelector!.matchLabels).toEqual({ [LABEL.managed]: 'true', [LABEL.installation]: 'inst-1', [LABEL.tenant]: 'acme', 'berth.network': 'egress' });
+    expect(np.spec!.podSelector!.matchLabels).toEqual({ [LABEL.managed]: 'true', [LABEL.installation]: 'inst-1', [LABEL.tenant]: 'acme', 'berth.dev/network': 'egress' });
     expect(np.spec!.policyTypes).toEqual(['Ingress', 'Egress']);
     expect(np.spec!.ingress).toEqual([]);
     const pod = sandboxPod(input({ identity: { installation: 'inst-1', tenant: 'acme', profile: 'default', key: 'default' } }));

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { isolationNoteOf } from '../../src/backends/module.js';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { settingsFor } from '../../src/config/types.js';
@@ -17,6 +18,13 @@ function errorOf(raw: unknown): string {
 }
 
 describe('the kubernetes module in the config', () => {
+  it('explain\'s note names the pod\'s requests and limits, defaults or the profile\'s', () => {
+    const module = BUILTIN_BACKENDS.module('kubernetes');
+    const config = parseConfig({ backend: 'kubernetes', kubernetes: { kubeconfig: '/k' }, profiles: { big: { kubernetes: { cpus: 4, memoryMb: 8192, memoryRequestMb: 1024 } } } });
+    expect(isolationNoteOf(module, config.base)).toContain('it requests cpu 250m, memory 256Mi, ephemeral-storage 512Mi and is limited to cpu 2, memory 2048Mi, ephemeral-storage 4096Mi');
+    expect(isolationNoteOf(module, settingsFor(config, 'big'))).toContain('it requests cpu 250m, memory 1024Mi, ephemeral-storage 512Mi and is limited to cpu 4, memory 8192Mi, ephemeral-storage 4096Mi');
+  });
+
   it('is a registered backend whose section merges per profile, defaults applied', () => {
     const config = parseConfig({
       backend: 'kubernetes',

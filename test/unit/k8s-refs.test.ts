@@ -31,9 +31,10 @@ describe('the permissions a start-up check asks for', () => {
     expect(names({ networkPolicy: false }).some((x) => x.includes('networkpolicies'))).toBe(false);
   });
 
-  it('mode agent-sandbox: Sandboxes, and claims and pools only with a warm pool', () => {
+  it('mode agent-sandbox: Sandboxes, and claims only with a warm pool (pools are never read)', () => {
     expect(names({ mode: 'agent-sandbox' })).toEqual(expect.arrayContaining(['create agents.x-k8s.io/sandboxes', 'create /pods/exec']));
     expect(names({ mode: 'agent-sandbox' }).some((x) => x.includes('sandboxclaims') || x.includes('persistentvolumeclaims'))).toBe(false);
-    expect(names({ mode: 'agent-sandbox', warmPool: 'p' })).toEqual(expect.arrayContaining(['create extensions.agents.x-k8s.io/sandboxclaims', 'get extensions.agents.x-k8s.io/sandboxwarmpools']));
+    expect(names({ mode: 'agent-sandbox', warmPool: 'p' })).toEqual(expect.arrayContaining(['create extensions.agents.x-k8s.io/sandboxclaims', 'list extensions.agents.x-k8s.io/sandboxclaims']));
+    expect(names({ mode: 'agent-sandbox', warmPool: 'p' }).some((n) => n.includes('sandboxwarmpools'))).toBe(false);
   });
 });

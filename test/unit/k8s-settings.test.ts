@@ -11,7 +11,7 @@ describe('kubernetes settings section', () => {
   it('accepts every documented key', () => {
     expect(issues({
       kubeconfig: '/etc/berth/kubeconfig', context: 'prod', namespace: 'berth-sandboxes', mode: 'agent-sandbox', warmPool: 'python-pool',
-      image: 'ghcr.io/x/y:1', imagePullPolicy: 'Always', memoryMb: 1024, cpus: 0.5, ephemeralStorageMb: 2048, tmpSizeMb: 256, storageMb: 4096,
+      image: 'ghcr.io/x/y:1', imagePullPolicy: 'Always', memoryMb: 1024, cpus: 0.5, ephemeralStorageMb: 2048, memoryRequestMb: 512, cpuRequest: 0.1, ephemeralStorageRequestMb: 256, tmpSizeMb: 256, storageMb: 4096,
       storageClassName: 'standard', runtimeClassName: 'gvisor', nodeSelector: { pool: 'agents' }, serviceAccountName: 'sandbox',
       runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, network: 'none', networkPolicy: true, podStartTimeoutSeconds: 60,
     })).toEqual([]);
@@ -40,6 +40,13 @@ describe('kubernetes settings section', () => {
     expect(kubernetesSettingsProblems(s({ mode: 'agent-sandbox', warmPool: 'p' }), at, true).join('\n')).toContain('set persistent: false');
     expect(kubernetesSettingsProblems(s({ mode: 'agent-sandbox', warmPool: 'p' }), at, false)).toEqual([]);
     expect(kubernetesSettingsProblems(s({ network: 'none', networkPolicy: false }), at, true).join('\n')).toContain('would have no effect');
+    expect(kubernetesSettingsProblems(s({ mode: 'agent-sandbox', warmPool: 'p', network: 'none' }), at, false)).toEqual([
+      'config key "kubernetes.network": "none" cannot be guaranteed for warm-pool pods, because the SandboxTemplate\'s own NetworkPolicy (agent-sandbox\'s default admits public egress) adds to berth\'s; remove warmPool, or use network: egress and deny egress in the template\'s networkPolicy',
+    ]);
+    expect(kubernetesSettingsProblems(s({ cpuRequest: 4 }), at, true)).toEqual([
+      'config key "kubernetes.cpuRequest": 4 is more than the limit cpus (2), which Kubernetes refuses; lower cpuRequest or raise cpus',
+    ]);
+    expect(kubernetesSettingsProblems(s({ memoryMb: 128 }), at, true).join('\n')).toContain('"kubernetes.memoryRequestMb": 256 is more than the limit memoryMb (128)');
     expect(kubernetesSettingsProblems(KUBERNETES_DEFAULTS, at, true)).toEqual([]);
   });
 });

@@ -23,8 +23,7 @@ export function permissionsFor(k: KubernetesSettings): Permission[] {
       case 'persistentvolumeclaims': return k.mode === 'pods';
       case 'networkpolicies': return k.networkPolicy;
       case 'sandboxes': return k.mode === 'agent-sandbox';
-      case 'sandboxclaims':
-      case 'sandboxwarmpools': return k.mode === 'agent-sandbox' && k.warmPool !== undefined;
+      case 'sandboxclaims': return k.mode === 'agent-sandbox' && k.warmPool !== undefined;
       default: return true;
     }
   };

@@ -77,7 +77,8 @@ export function sandboxClaimResource(input: SandboxManifestInput): SandboxClaimR
     metadata: { name: input.name, namespace: k.namespace, labels, annotations },
     spec: {
       warmPoolRef: { name: k.warmPool },
-      additionalPodMetadata: { labels: { ...labels }, annotations: { ...annotations } },
+      // The pod's labels include its network reach, so the tenant's NetworkPolicy selects it.
+      additionalPodMetadata: { labels: sandboxPodLabels(input), annotations: { ...annotations } },
       lifecycle: { shutdownPolicy: 'Delete' },
     },
   };

@@ -6,7 +6,7 @@ import type { ExecTarget } from './spawn.js';
 import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
 import { assertNoHostMount, CONTAINER_NAME, tenantNetworkPolicy } from './manifests.js';
 import { ephemeralPodName, persistentPodName } from './names.js';
-import { ensureNetworkPolicy, notOwnedBy, waitForRunning, type AdoptResult, type Owner } from './pods.js';
+import { ensureNetworkPolicy, notOwnedBy, ownerKeysMissing, waitForRunning, type AdoptResult, type Owner } from './pods.js';
 import type { KubernetesSettings } from './settings.js';
 
 /*
@@ -93,11 +93,23 @@ export async function ensureAgentSandbox(client: KubeClient, input: EnsureSandbo
   return { name, target: { client, pod: name, container: CONTAINER_NAME }, created: !adopted };
 }
 
-/** Waits for the controller's pod of Sandbox `name` and checks it is that Sandbox's (owner reference) and `owner`'s (labels). */
+/**
+ * Waits for the controller's pod of Sandbox `name` to run and to carry `owner`'s labels and
+ * annotations, which a claim's controller copies onto a warm-pool pod only after binding it. A
+ * pod that is not that Sandbox's (owner reference) or that carries someone else's labels is
+ * refused at once; one whose labels never arrive is a TimeoutError saying so.
+ */
 export async function podOfOwnSandbox(client: KubeClient, name: string, uid: string | undefined, owner: Owner, timeoutMs: number): Promise<ExecTarget> {
-  const pod = await waitForRunning(client, name, timeoutMs, undefined, { mayNotExistYet: true });
-  const why = podOfSandbox(pod, name, uid) ? notOwnedBy(pod.metadata, owner) : 'it was not made by the agent-sandbox controller for that sandbox';
-  if (why !== undefined) throw new BackendUnavailableError(`kubernetes: pod ${name} of sandbox ${name} cannot be used: ${why}; refusing to run commands in it`);
+  const refuse = (why: string): never => {
+    throw new BackendUnavailableError(`kubernetes: pod ${name} of sandbox ${name} cannot be used: ${why}; refusing to run commands in it`);
+  };
+  const lacks = (pod: V1Pod): string | undefined => {
+    if (!podOfSandbox(pod, name, uid)) return refuse('it was not made by the agent-sandbox controller for that sandbox');
+    if (ownerKeysMissing(pod.metadata)) return `the controller has not copied berth's labels and annotations onto it yet`;
+    const why = notOwnedBy(pod.metadata, owner);
+    return why === undefined ? undefined : refuse(why);
+  };
+  await waitForRunning(client, name, timeoutMs, undefined, { mayNotExistYet: true, lacks });
   return { client, pod: name, container: CONTAINER_NAME };
 }
 

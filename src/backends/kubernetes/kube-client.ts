@@ -56,18 +56,33 @@ export function apiStatusOf(err: unknown): number | undefined {
   return err instanceof ApiException ? (err.code as number) : undefined;
 }
 
-/** The API server's own message from an error's Status body, if it sent one. */
-function apiMessage(err: unknown): string | undefined {
+interface StatusBody {
+  message?: string;
+  details?: { kind?: string; name?: string };
+}
+
+/** An error's Status body, if the API server sent one. */
+function apiBody(err: unknown): StatusBody | string | undefined {
   if (!(err instanceof ApiException)) return undefined;
   const body = err.body as unknown;
-  if (typeof body === 'string') {
-    try {
-      return (JSON.parse(body) as { message?: string }).message;
-    } catch {
-      return body.slice(0, 500);
-    }
+  if (typeof body !== 'string') return body as StatusBody | undefined;
+  try {
+    return JSON.parse(body) as StatusBody;
+  } catch {
+    return body.slice(0, 500);
   }
-  return (body as { message?: string } | undefined)?.message;
+}
+
+/** The API server's own message from an error's Status body, if it sent one. */
+function apiMessage(err: unknown): string | undefined {
+  const body = apiBody(err);
+  return typeof body === 'string' ? body : body?.message;
+}
+
+/** True when a 404 says the namespace itself is missing (a create in it), not the object. */
+function namespaceMissing(err: unknown): boolean {
+  const body = apiBody(err);
+  return typeof body === 'object' && body.details?.kind === 'namespaces';
 }
 
 /**
@@ -94,6 +109,12 @@ export function fromKubeError(client: Pick<KubeClient, 'server' | 'namespace'>, 
         { cause: err },
       );
     case 404:
+      if (namespaceMissing(err)) {
+        return new BackendUnavailableError(
+          `kubernetes: could not ${doing}: namespace "${client.namespace}" does not exist at ${client.server}; create it (kubectl apply -f deploy/namespace.yaml, or kubectl create namespace ${client.namespace}) or fix kubernetes.namespace`,
+          { cause: err },
+        );
+      }
       return new SandboxNotFoundError(`kubernetes: could not ${doing} in namespace "${client.namespace}" (404)${said}`, { cause: err });
     default:
       return new BerthError('engine_refused', `kubernetes: could not ${doing}: the API server answered ${status}${said}`, { cause: err });

@@ -5,6 +5,7 @@ import { Logger } from '../../logging/logger.js';
 import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { checkAccess } from './access-check.js';
+import { checkAgentSandboxCrds } from './crd-check.js';
 import { deleteSandbox, ensureAgentSandbox, ensureEphemeralSandbox, listSandboxes } from './agent-sandboxes.js';
 import type { ExecTarget } from './spawn.js';
 import { kubeClient, kubeConfigFor, type KubeClient } from './kube-client.js';
@@ -65,7 +66,9 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
   }
 
   async check(k: KubernetesSettings): Promise<void> {
-    await checkAccess(this.clientFor(k), k);
+    const client = this.clientFor(k);
+    await checkAccess(client, k);
+    await checkAgentSandboxCrds(client, k);
   }
 
   async ensure(spec: SandboxSpec<KubernetesSettings>, knownRef: string | undefined): Promise<Sandbox> {

@@ -1,17 +1,34 @@
 import { createHash } from 'node:crypto';
 import type { SandboxIdentity } from '../../scope/naming.js';
-import { LABEL } from '../labels.js';
+import type { LABEL as ENGINE_LABEL } from '../labels.js';
 
 /**
- * Label keys, the same as the Docker containers' (`berth.managed`, ...). Kubernetes label values
- * are at most 63 characters of `[A-Za-z0-9._-]`, starting and ending with an alphanumeric: a
- * value that does not fit (a key such as `session:s1`) is carried as `h.<40 hex of its sha256>`
- * in the label and verbatim in the annotation of the same name.
+ * The domain of every label and annotation key berth puts on cluster objects. Keys carry it as
+ * their prefix (`berth.dev/managed`): Kubernetes reserves unprefixed keys for the user, and
+ * agent-sandbox's claim controller copies only prefixed label keys whose domain its operator
+ * allowed (its allowed-label-domains list), so a warm-pool pod can carry berth's labels at all.
  */
-export { LABEL };
+export const KEY_DOMAIN = 'berth.dev';
+
+/**
+ * Label keys: the same names as the Docker containers' (`berth.managed` there), under berth's
+ * domain. Kubernetes label values are at most 63 characters of `[A-Za-z0-9._-]`, starting and
+ * ending with an alphanumeric: a value that does not fit (a key such as `session:s1`) is carried
+ * as `h.<40 hex of its sha256>` in the label and verbatim in the annotation of the same name.
+ */
+export const LABEL = {
+  managed: `${KEY_DOMAIN}/managed`,
+  installation: `${KEY_DOMAIN}/installation`,
+  identity: `${KEY_DOMAIN}/identity`,
+  key: `${KEY_DOMAIN}/key`,
+  tenant: `${KEY_DOMAIN}/tenant`,
+  profile: `${KEY_DOMAIN}/profile`,
+  scope: `${KEY_DOMAIN}/scope`,
+  lifecycle: `${KEY_DOMAIN}/lifecycle`,
+} as const satisfies Record<keyof typeof ENGINE_LABEL, string>;
 
 /** Annotation carrying the full identity digest (the label has its first `IDENTITY_LABEL_CHARS`). */
-export const IDENTITY_ANNOTATION = 'berth.identity';
+export const IDENTITY_ANNOTATION = `${KEY_DOMAIN}/identity`;
 
 /** 160 bits of the digest: a label value holds at most 63 characters. */
 export const IDENTITY_LABEL_CHARS = 40;
@@ -87,7 +104,7 @@ export function identitySelector(installation: string, digest: string): string {
  * The network reach a pod was made for (`egress` or `none`): NetworkPolicies add up, so each
  * reach has its own policy and a pod is picked by exactly one.
  */
-export const NETWORK_LABEL = 'berth.network';
+export const NETWORK_LABEL = `${KEY_DOMAIN}/network`;
 
 /** Labels that pick one tenant's sandboxes of one installation with one network reach (the NetworkPolicy's pod selector). */
 export function tenantMatchLabels(installation: string, tenant: string, network: string): Record<string, string> {

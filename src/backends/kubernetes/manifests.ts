@@ -56,14 +56,17 @@ function mib(n: number): string {
   return `${n}Mi`;
 }
 
-function resourcesOf(k: KubernetesSettings): V1ResourceRequirements | undefined {
-  const amounts: Record<string, string> = {};
-  if (k.cpus !== undefined) amounts['cpu'] = String(k.cpus);
-  if (k.memoryMb !== undefined) amounts['memory'] = mib(k.memoryMb);
-  if (k.ephemeralStorageMb !== undefined) amounts['ephemeral-storage'] = mib(k.ephemeralStorageMb);
-  if (Object.keys(amounts).length === 0) return undefined;
-  // Requests equal to limits: the scheduler reserves what the sandbox may use (no overcommit).
-  return { requests: { ...amounts }, limits: { ...amounts } };
+/** CPU as Kubernetes writes it: whole cores, or millicores (`250m`) for a fraction. */
+export function cpuQuantity(cores: number): string {
+  return Number.isInteger(cores) ? String(cores) : `${Math.round(cores * 1000)}m`;
+}
+
+/** Requests and limits of the sandbox container (settings.ts says what each bounds). */
+export function resourcesOf(k: KubernetesSettings): V1ResourceRequirements {
+  return {
+    requests: { cpu: cpuQuantity(k.cpuRequest), memory: mib(k.memoryRequestMb), 'ephemeral-storage': mib(k.ephemeralStorageRequestMb) },
+    limits: { cpu: cpuQuantity(k.cpus), memory: mib(k.memoryMb), 'ephemeral-storage': mib(k.ephemeralStorageMb) },
+  };
 }
 
 function volumesOf(input: SandboxManifestInput, data: DataSource): { volumes: V1Volume[]; mounts: V1VolumeMount[] } {
@@ -105,8 +108,7 @@ function containerOf(input: SandboxManifestInput, mounts: V1VolumeMount[]): V1Co
     tty: false,
   };
   if (k.imagePullPolicy !== undefined) container.imagePullPolicy = k.imagePullPolicy;
-  const resources = resourcesOf(k);
-  if (resources !== undefined) container.resources = resources;
+  container.resources = resourcesOf(k);
   return container;
 }
 

@@ -1,5 +1,5 @@
 import { defineBackend } from '../module.js';
-import { WORKSPACE } from './manifests.js';
+import { resourcesOf, WORKSPACE } from './manifests.js';
 import { kubernetesSettings } from './settings.js';
 
 /**
@@ -24,7 +24,12 @@ export const kubernetesModule = defineBackend({
   images: { of: (s) => s.image, with: (s, image) => ({ ...s, image }) },
   // Cluster resources, not this host's: counted only where the settings bound them.
   reservation: (s) => ({ memoryMb: s.memoryMb, diskMb: s.ephemeralStorageMb }),
-  isolationNote: 'runs in a pod on a Kubernetes cluster (non-root, restricted security context, no service-account token, a per-tenant NetworkPolicy); host dirs are never mounted',
+  isolationNoteFor: (s) => {
+    const r = resourcesOf(s);
+    const amounts = (a: Record<string, string> | undefined): string => Object.entries(a ?? {}).map(([k, v]) => `${k} ${v}`).join(', ');
+    return 'runs in a pod on a Kubernetes cluster (non-root, restricted security context, no service-account token, a per-tenant NetworkPolicy); host dirs are never mounted; ' +
+      `it requests ${amounts(r.requests)} and is limited to ${amounts(r.limits)}`;
+  },
   words: {
     where: (b) => b.persistent
       ? `Commands run in a pod on a Kubernetes cluster, isolated from berth's host (sandbox "${b.sandboxKey}"), starting in ${b.cwd}.`

@@ -7,9 +7,9 @@
 export const REQUIRED_PERMISSIONS: readonly { apiGroup: string; resource: string; verbs: readonly string[] }[] = [
   { apiGroup: '', resource: 'pods', verbs: ['create', 'delete', 'get', 'list'] },
   { apiGroup: '', resource: 'pods/exec', verbs: ['create', 'get'] },
-  { apiGroup: '', resource: 'persistentvolumeclaims', verbs: ['create', 'delete', 'get', 'list'] },
-  { apiGroup: 'networking.k8s.io', resource: 'networkpolicies', verbs: ['create', 'delete', 'get', 'list'] },
+  { apiGroup: '', resource: 'persistentvolumeclaims', verbs: ['create', 'delete', 'get'] },
+  // Created once per tenant and network reach, never read back or deleted by berth.
+  { apiGroup: 'networking.k8s.io', resource: 'networkpolicies', verbs: ['create'] },
   { apiGroup: 'agents.x-k8s.io', resource: 'sandboxes', verbs: ['create', 'delete', 'get', 'list'] },
   { apiGroup: 'extensions.agents.x-k8s.io', resource: 'sandboxclaims', verbs: ['create', 'delete', 'get', 'list'] },
-  { apiGroup: 'extensions.agents.x-k8s.io', resource: 'sandboxwarmpools', verbs: ['get'] },
 ];

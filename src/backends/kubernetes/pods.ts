@@ -29,6 +29,13 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+/** True when an object carries none of berth's ownership keys yet (a controller has still to copy them onto it). */
+export function ownerKeysMissing(meta: { labels?: Record<string, string>; annotations?: Record<string, string> } | undefined): boolean {
+  const labels = meta?.labels ?? {};
+  const annotations = meta?.annotations ?? {};
+  return labels[LABEL.managed] === undefined || labels[LABEL.installation] === undefined || annotations[LABEL.installation] === undefined || annotations[IDENTITY_ANNOTATION] === undefined;
+}
+
 /** Why an object of this name is not `owner`'s, or undefined when it is. Checks the verbatim annotations, not the (possibly hashed) labels. */
 export function notOwnedBy(meta: { labels?: Record<string, string>; annotations?: Record<string, string> } | undefined, owner: Owner): string | undefined {
   const labels = meta?.labels ?? {};
@@ -147,14 +154,16 @@ function describe(pod: V1Pod | undefined): string {
  * Waits until the pod runs with its container ready. A pod that ended, vanished, or whose
  * container cannot start (image pull failures and the like) fails at once; one still pending
  * at the deadline is a TimeoutError saying where it stands. `mayNotExistYet`: a controller
- * makes the pod (agent-sandbox), so its absence is waited out too.
+ * makes the pod (agent-sandbox), so its absence is waited out too. `lacks`: what a running pod
+ * still lacks (labels a controller copies onto it later), waited for like readiness; it may
+ * throw to refuse the pod outright.
  */
 export async function waitForRunning(
   client: KubeClient,
   name: string,
   timeoutMs: number,
   pollMs = DEFAULT_POLL_MS,
-  opts: { mayNotExistYet?: boolean } = {},
+  opts: { mayNotExistYet?: boolean; lacks?: (pod: V1Pod) => string | undefined } = {},
 ): Promise<V1Pod> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -164,7 +173,8 @@ export async function waitForRunning(
       continue;
     }
     const ready = pod?.status?.containerStatuses?.[0]?.ready === true;
-    if (pod?.status?.phase === 'Running' && ready) return pod;
+    const lacking = pod === undefined || opts.lacks === undefined ? undefined : opts.lacks(pod);
+    if (pod?.status?.phase === 'Running' && ready && lacking === undefined) return pod;
     const reason = pod?.status?.containerStatuses?.[0]?.state?.waiting?.reason;
     const over = pod === undefined || pod.metadata?.deletionTimestamp !== undefined || pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
     if (over || (reason !== undefined && HOPELESS.has(reason))) {
@@ -172,7 +182,7 @@ export async function waitForRunning(
     }
     if (Date.now() >= deadline) {
       throw new TimeoutError(
-        `kubernetes: pod ${name} was not running within ${Math.round(timeoutMs / 1000)} s (${describe(pod)}); raise kubernetes.podStartTimeoutSeconds or see kubectl describe pod ${name} -n ${client.namespace}`,
+        `kubernetes: pod ${name} was not running within ${Math.round(timeoutMs / 1000)} s (${describe(pod)}${lacking === undefined ? '' : `; ${lacking}`}); raise kubernetes.podStartTimeoutSeconds or see kubectl describe pod ${name} -n ${client.namespace}`,
       );
     }
     await sleep(Math.min(pollMs, Math.max(1, deadline - Date.now())));

@@ -5,10 +5,10 @@ import { AGENT_SANDBOX_EXTENSIONS_API, sandboxClaimResource } from './agent-sand
 import { podOfOwnSandbox } from './agent-sandboxes.js';
 import type { ExecTarget } from './spawn.js';
 import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
-import { IDENTITY_ANNOTATION } from './labels.js';
-import { assertNoHostMount } from './manifests.js';
+import { IDENTITY_ANNOTATION, KEY_DOMAIN } from './labels.js';
+import { assertNoHostMount, tenantNetworkPolicy } from './manifests.js';
 import { ephemeralPodName } from './names.js';
-import { notOwnedBy } from './pods.js';
+import { ensureNetworkPolicy, notOwnedBy } from './pods.js';
 import type { KubernetesSettings } from './settings.js';
 
 /*
@@ -25,9 +25,36 @@ const VERSION = AGENT_SANDBOX_EXTENSIONS_API.split('/')[1] as string;
 const PLURAL = 'sandboxclaims';
 const POLL_MS = 250;
 
+interface ClaimCondition {
+  type: string;
+  status: string;
+  reason?: string;
+  message?: string;
+}
+
 interface ClaimObject {
   metadata: V1ObjectMeta;
-  status?: { sandbox?: { name?: string } };
+  status?: { sandbox?: { name?: string }; conditions?: ClaimCondition[] };
+}
+
+/**
+ * Ready reasons with which the claim controller gives up on a claim (it never binds it): waiting
+ * longer cannot help, so berth fails at once with the controller's own words and the fix.
+ */
+const HOPELESS_REASONS: Readonly<Record<string, string>> = {
+  InvalidMetadata: `add ${KEY_DOMAIN} to the agent-sandbox controller's allowed label domains (the file /etc/sandbox-config/allowed-label-domains in its pod, see deploy/README.md)`,
+  WarmPoolNotFound: 'create the SandboxWarmPool or fix kubernetes.warmPool',
+  TemplateNotFound: 'create the SandboxTemplate the warm pool names',
+  EnvVarsInjectionRejected: 'check the SandboxTemplate\'s envVarsInjectionPolicy',
+  VolumeClaimTemplatesError: 'check the SandboxTemplate\'s volumeClaimTemplates policy',
+};
+
+function readyOf(claim: ClaimObject): ClaimCondition | undefined {
+  return claim.status?.conditions?.find((c) => c.type === 'Ready');
+}
+
+function said(c: ClaimCondition | undefined): string {
+  return c === undefined ? 'the controller has not reported on it' : `the controller says ${c.reason ?? '?'}${c.message === undefined ? '' : `: ${c.message}`}`;
 }
 
 async function readClaim(client: KubeClient, name: string): Promise<ClaimObject | undefined> {
@@ -53,6 +80,11 @@ export async function claimedSandbox(client: KubeClient, claim: string): Promise
   return (await readClaim(client, claim))?.status?.sandbox?.name;
 }
 
+/**
+ * Waits until the controller bound the claim (`status.sandbox.name`). A Ready condition whose
+ * reason means the controller gave up fails at once, naming its reason and the fix; at the
+ * deadline the error says what the controller last reported.
+ */
 async function waitForBinding(client: KubeClient, claim: string, timeoutMs: number, pool: string): Promise<string> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -60,9 +92,14 @@ async function waitForBinding(client: KubeClient, claim: string, timeoutMs: numb
     if (found === undefined) throw new BackendUnavailableError(`kubernetes: sandboxclaim ${claim} vanished before the agent-sandbox controller bound it`);
     const bound = found.status?.sandbox?.name;
     if (bound !== undefined && bound !== '') return bound;
+    const ready = readyOf(found);
+    const fix = ready?.status === 'False' && ready.reason !== undefined ? HOPELESS_REASONS[ready.reason] : undefined;
+    if (fix !== undefined) {
+      throw new BackendUnavailableError(`kubernetes: sandboxclaim ${claim} on warm pool ${pool} cannot be bound: ${said(ready)}; ${fix}`);
+    }
     if (Date.now() >= deadline) {
       throw new TimeoutError(
-        `kubernetes: sandboxclaim ${claim} on warm pool ${pool} was not bound to a sandbox within ${Math.round(timeoutMs / 1000)} s; check the pool (kubectl get sandboxwarmpool ${pool} -n ${client.namespace}) and the agent-sandbox controller, or raise kubernetes.podStartTimeoutSeconds`,
+        `kubernetes: sandboxclaim ${claim} on warm pool ${pool} was not bound to a sandbox within ${Math.round(timeoutMs / 1000)} s (${said(ready)}); check the pool (kubectl get sandboxwarmpool ${pool} -n ${client.namespace}) and the agent-sandbox controller, or raise kubernetes.podStartTimeoutSeconds`,
       );
     }
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
@@ -94,6 +131,8 @@ export async function ensureClaimedSandbox(client: KubeClient, input: ClaimInput
       return { claim: input.knownName, target: await podOfOwnSandbox(client, bound, undefined, owner, timeoutMs), recreated: false };
     }
   }
+  // Before the claim: the pool pod is under the tenant's policy from the moment it carries berth's labels.
+  if (k.networkPolicy) await ensureNetworkPolicy(client, tenantNetworkPolicy(input.identity.installation, input.identity.tenant, k));
   const claim = ephemeralPodName(input.digest, input.unique());
   const body = sandboxClaimResource({ identity: input.identity, digest: input.digest, ephemeral: true, rule: input.rule, name: claim, mount: null, kubernetes: k });
   try {

@@ -32,11 +32,21 @@ export interface KubernetesSettings {
   warmPool: string | undefined;
   image: string;
   imagePullPolicy: 'Always' | 'IfNotPresent' | 'Never' | undefined;
-  /** Requests and limits of the sandbox container; undefined: none set (the namespace's LimitRange applies). */
-  memoryMb: number | undefined;
-  cpus: number | undefined;
-  /** ephemeral-storage limit (writable layer + emptyDirs): the kubelet evicts a pod over it. */
-  ephemeralStorageMb: number | undefined;
+  /**
+   * Limits of the sandbox container: memory is a hard cap (the OOM killer), cpu a throttle, and
+   * ephemeral-storage (writable layer + emptyDirs) the bound over which the kubelet evicts the pod.
+   */
+  memoryMb: number;
+  cpus: number;
+  ephemeralStorageMb: number;
+  /**
+   * What the scheduler reserves for it (requests, at most the limits): an idle agent shell needs
+   * little, so many fit on a node while each may burst to its limits. Set, they also let the pod
+   * into a namespace whose ResourceQuota tracks compute resources.
+   */
+  memoryRequestMb: number;
+  cpuRequest: number;
+  ephemeralStorageRequestMb: number;
   /** Size of the emptyDir volumes of an ephemeral sandbox (/workspace, home) and of /tmp. */
   tmpSizeMb: number;
   /** Size of a persistent sandbox's PersistentVolumeClaim (/workspace and home). */
@@ -65,9 +75,12 @@ export const KUBERNETES_DEFAULTS: Readonly<KubernetesSettings> = Object.freeze({
   warmPool: undefined,
   image: 'berth-sandbox:latest',
   imagePullPolicy: undefined,
-  memoryMb: undefined,
-  cpus: undefined,
-  ephemeralStorageMb: undefined,
+  memoryMb: 2048,
+  cpus: 2,
+  ephemeralStorageMb: 4096,
+  memoryRequestMb: 256,
+  cpuRequest: 0.25,
+  ephemeralStorageRequestMb: 512,
   tmpSizeMb: 512,
   storageMb: 1024,
   storageClassName: undefined,
@@ -107,6 +120,9 @@ const kubernetesShape = {
   memoryMb: positiveInteger(),
   cpus: positiveNumber(),
   ephemeralStorageMb: positiveInteger(),
+  memoryRequestMb: positiveInteger(),
+  cpuRequest: positiveNumber(),
+  ephemeralStorageRequestMb: positiveInteger(),
   tmpSizeMb: positiveInteger(),
   storageMb: positiveInteger(),
   storageClassName: dnsSubdomain('a StorageClass name (a lowercase DNS subdomain)'),
@@ -135,6 +151,16 @@ export function kubernetesSettingsProblems(s: KubernetesSettings, at: string, pe
   }
   if (s.warmPool !== undefined && persistent) {
     problems.push(`config key "${at}.warmPool": a warm pool hands out interchangeable sandboxes, which cannot be found again by name as persistent ones must; set persistent: false or remove warmPool`);
+  }
+  for (const [request, limit] of [['memoryRequestMb', 'memoryMb'], ['cpuRequest', 'cpus'], ['ephemeralStorageRequestMb', 'ephemeralStorageMb']] as const) {
+    if (s[request] > s[limit]) problems.push(`config key "${at}.${request}": ${s[request]} is more than the limit ${limit} (${s[limit]}), which Kubernetes refuses; lower ${request} or raise ${limit}`);
+  }
+  if (s.warmPool !== undefined && s.network === 'none') {
+    // NetworkPolicies add up: the pool's SandboxTemplate has a policy of its own (agent-sandbox's
+    // default admits public egress), which berth's deny-all policy cannot take away.
+    problems.push(
+      `config key "${at}.network": "none" cannot be guaranteed for warm-pool pods, because the SandboxTemplate's own NetworkPolicy (agent-sandbox's default admits public egress) adds to berth's; remove warmPool, or use network: egress and deny egress in the template's networkPolicy`,
+    );
   }
   if (s.network === 'none' && !s.networkPolicy) {
     problems.push(`config key "${at}.network": "none" is enforced by berth's NetworkPolicy and networkPolicy is false, so it would have no effect; remove one of them`);

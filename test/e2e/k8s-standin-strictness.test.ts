@@ -1,0 +1,119 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { V1Pod } from '@kubernetes/client-node';
+import { BackendUnavailableError } from '../../src/errors.js';
+import { sandboxPod } from '../../src/backends/kubernetes/manifests.js';
+import { tenantPolicyName } from '../../src/backends/kubernetes/names.js';
+import { ensurePodSandbox } from '../../src/backends/kubernetes/pod-sandboxes.js';
+import { createEphemeralPod, deletePod, waitForPodGone, waitForRunning } from '../../src/backends/kubernetes/pods.js';
+import { describeStandin, ensureStandinImage } from '../k8s-standin/describe-standin.js';
+import { sandboxInput, standinClient } from '../k8s-standin/fixtures.js';
+import { StandinApiServer } from '../k8s-standin/server.js';
+
+/*
+ * Where the stand-in is as strict as a real API server, and berth's pods pass: unknown fields
+ * under strict field validation (400, not 422), and a namespace's compute ResourceQuota and
+ * LimitRange (403 Forbidden from admission). Each pod is created through berth's own call.
+ */
+
+describeStandin('stand-in API server strictness, with berth\'s pods', () => {
+  let server: StandinApiServer;
+
+  beforeAll(async () => {
+    await ensureStandinImage();
+    server = await StandinApiServer.start();
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  const statusOf = async (p: Promise<unknown>): Promise<{ code: number; body: { reason?: string; message?: string } }> => {
+    const err = (await p.then(() => undefined, (e: unknown) => e)) as { code: number; body: string } | undefined;
+    if (err === undefined) throw new Error('expected the API server to refuse');
+    return { code: err.code, body: JSON.parse(err.body) as { reason?: string; message?: string } };
+  };
+
+  it('an unknown field under fieldValidation=Strict is 400 BadRequest naming it; an invalid value is 422 Invalid', async () => {
+    // The typed client drops fields its model lacks, so the pod goes raw, as kubectl would send it.
+    const post = async (body: object): Promise<{ code: number; body: { reason?: string; message?: string } }> => {
+      const res = await fetch(`${server.url}/api/v1/namespaces/strict/pods?fieldValidation=Strict`, {
+        method: 'POST', headers: { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' }, body: JSON.stringify(body),
+      });
+      return { code: res.status, body: (await res.json()) as { reason?: string; message?: string } };
+    };
+    const pod = sandboxPod(sandboxInput('inst', { k: { namespace: 'strict' } }));
+    const unknown = structuredClone(pod) as V1Pod & { spec: { containers: { bogus?: boolean }[] } };
+    unknown.spec.containers[0]!.bogus = true;
+    expect(await post(unknown)).toMatchObject({ code: 400, body: { reason: 'BadRequest', message: 'strict decoding error: unknown field "spec.containers[0].bogus"' } });
+    const invalid = structuredClone(pod);
+    invalid.metadata!.name = 'Not_A_Name';
+    expect(await post(invalid)).toMatchObject({ code: 422, body: { reason: 'Invalid' } });
+    // Custom resources go as sent through the client berth uses for them.
+    const client = standinClient(server, 'strict');
+    const sandbox = { apiVersion: 'agents.x-k8s.io/v1beta1', kind: 'Sandbox', metadata: { name: 'x' }, spec: { podTemplate: { spec: pod.spec }, bogus: 1 } };
+    const refused = await statusOf(client.custom.createNamespacedCustomObject({ group: 'agents.x-k8s.io', version: 'v1beta1', namespace: 'strict', plural: 'sandboxes', body: sandbox, fieldValidation: 'Strict' }));
+    expect(refused).toMatchObject({ code: 400, body: { message: 'strict decoding error: unknown field "spec.bogus"' } });
+  });
+
+  it('a compute ResourceQuota refuses a pod without requests and limits, admits berth\'s, and refuses what would exceed it', async () => {
+    const ns = 'quota';
+    const client = standinClient(server, ns);
+    await client.core.createNamespacedResourceQuota({
+      namespace: ns,
+      body: { apiVersion: 'v1', kind: 'ResourceQuota', metadata: { name: 'compute' }, spec: { hard: { 'requests.cpu': '1', 'requests.memory': '1Gi', 'limits.cpu': '4', 'limits.memory': '4Gi' } } },
+    });
+    const input = sandboxInput('inst', { k: { namespace: ns } });
+    const bare = sandboxPod(input);
+    delete bare.spec!.containers[0]!.resources;
+    const refused = await statusOf(client.core.createNamespacedPod({ namespace: ns, body: bare, fieldValidation: 'Strict' }));
+    expect(refused.code).toBe(403);
+    expect(refused.body.message).toBe(`pods "${input.name}" is forbidden: failed quota: compute: must specify requests.cpu for: sandbox; requests.memory for: sandbox; limits.cpu for: sandbox; limits.memory for: sandbox`);
+
+    await createEphemeralPod(client, sandboxPod(input));
+    await waitForRunning(client, input.name, 60_000, 50);
+    // A second berth pod would take the namespace past limits.cpu 4 (2 + 2 fits; a third does not).
+    const second = sandboxInput('inst', { k: { namespace: ns } });
+    await createEphemeralPod(client, sandboxPod(second));
+    const third = sandboxInput('inst', { k: { namespace: ns } });
+    const over = await statusOf(client.core.createNamespacedPod({ namespace: ns, body: sandboxPod(third), fieldValidation: 'Strict' }));
+    expect(over.code).toBe(403);
+    expect(over.body.message).toContain('exceeded quota: compute, limits.cpu: requested 2, used 4, limited 4');
+    for (const name of [input.name, second.name]) {
+      await deletePod(client, name);
+      await waitForPodGone(client, name, 30_000, 50);
+    }
+  });
+
+  it('a LimitRange fills in what a pod leaves out and refuses a container over its max', async () => {
+    const ns = 'ranged';
+    const client = standinClient(server, ns);
+    // The client's model names `default` `_default` and serializes it as `default`.
+    await client.core.createNamespacedLimitRange({
+      namespace: ns,
+      body: { apiVersion: 'v1', kind: 'LimitRange', metadata: { name: 'sandboxes' }, spec: { limits: [{ type: 'Container', _default: { memory: '512Mi' }, max: { cpu: '1' } }] } },
+    });
+    const input = sandboxInput('inst', { k: { namespace: ns, cpus: 1, cpuRequest: 0.5 } });
+    const made = await client.core.createNamespacedPod({ namespace: ns, body: (() => {
+      const p = sandboxPod(input);
+      delete p.spec!.containers[0]!.resources!.limits!['memory'];
+      return p;
+    })(), fieldValidation: 'Strict' });
+    expect(made.spec!.containers[0]!.resources!.limits!['memory']).toBe('512Mi');
+    await deletePod(client, input.name);
+    const big = sandboxInput('inst', { k: { namespace: ns } });
+    const refused = await statusOf(client.core.createNamespacedPod({ namespace: ns, body: sandboxPod(big), fieldValidation: 'Strict' }));
+    expect(refused).toMatchObject({ code: 403, body: { message: `pods "${big.name}" is forbidden: [maximum cpu usage per Container is 1, but limit is 2]` } });
+    await waitForPodGone(client, input.name, 30_000, 50);
+  });
+
+  it('a create in a namespace that does not exist is 404 on the namespace; berth says so and names the fix instead of "not found"', async () => {
+    await using only = await StandinApiServer.start({ namespaces: ['berth'] });
+    const client = standinClient(only, 'absent');
+    const input = sandboxInput('inst', { k: { namespace: 'absent' } });
+    const err = await ensurePodSandbox(client, { ...input, knownName: undefined, unique: () => randomBytes(6).toString('hex') }).then(() => undefined, (e: unknown) => e);
+    expect(err).toBeInstanceOf(BackendUnavailableError);
+    expect((err as Error).message).toBe(
+      `kubernetes: could not create networkpolicy ${tenantPolicyName('inst', 'local', 'egress')}: namespace "absent" does not exist at ${only.url}; create it (kubectl apply -f deploy/namespace.yaml, or kubectl create namespace absent) or fix kubernetes.namespace`,
+    );
+  });
+});
