@@ -139,8 +139,12 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
     const value = `forbidden-${randomBytes(12).toString('hex')}`;
     // Split across a read boundary (1 MiB) so only a scan that overlaps its chunks finds it.
     await c().sh(s, `mkdir -p ${s.defaultCwd}/deep && head -c 1048570 /dev/zero > ${s.defaultCwd}/deep/x.bin && printf %s ${value} >> ${s.defaultCwd}/deep/x.bin`);
+    // A FIFO (a scan that opened it would hang) and a link to a host file holding a forbidden
+    // line (a scan that followed it would refuse for HOST_LINE): neither is read.
+    await c().sh(s, `mkfifo ${s.defaultCwd}/fifo && ln -s /etc/passwd ${s.defaultCwd}/host-link`);
+    const forbidden = [{ name: 'CONF_TOKEN', value }, { name: 'HOST_LINE', value: 'root:x:0:0:' }];
     const sid = id();
-    const err = await snaps(b).create(s, sid, [{ name: 'CONF_TOKEN', value }]).catch((e: unknown) => e);
+    const err = await snaps(b).create(s, sid, forbidden).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BerthError);
     expect((err as BerthError).code).toBe('policy_refused');
     expect((err as Error).message).toContain('CONF_TOKEN');
@@ -149,7 +153,7 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
     await assertNoneLeft(home, b);
     // Without the value in its files, the same sandbox snapshots.
     await c().sh(s, `rm ${s.defaultCwd}/deep/x.bin`);
-    const ok = await snaps(b).create(s, sid, [{ name: 'CONF_TOKEN', value }]);
+    const ok = await snaps(b).create(s, sid, forbidden);
     await snaps(b).remove(ok.ref);
     await b.remove(s.ref, s.hostDir);
     await assertNoneLeft(home, b);
