@@ -3,6 +3,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, expect, it } from 'vitest';
 import { DockerBackend } from '../../src/backends/docker/docker-backend.js';
+import { defaultDocker } from '../../src/backends/docker/engine.js';
 import { BerthError } from '../../src/errors.js';
 import { testSpec } from '../helpers/docker.js';
 import { describeDocker, docker, dockerSuiteHooks, imagesOf, installs } from '../helpers/docker-e2e.js';
@@ -24,7 +25,8 @@ describeDocker('docker snapshots', () => {
 
   const setup = () => {
     const install = reg.track();
-    const backend = new DockerBackend({ docker, installation: install.installation, berthHome: install.home });
+    // The default client names the socket, as berth's own does: the engine is this host's.
+    const backend = new DockerBackend({ docker: defaultDocker(), installation: install.installation, berthHome: install.home });
     backends.push(backend);
     return { install, backend };
   };
@@ -34,7 +36,7 @@ describeDocker('docker snapshots', () => {
     return r.stdout.toString();
   };
 
-  it('a granted value reaches the shell but neither the container\'s config nor the committed image\'s', async () => {
+  it('a granted value given to a shell reaches neither the container\'s config nor the committed image\'s', async () => {
     const { install, backend } = setup();
     const s = await backend.ensure(testSpec(install.installation, { ephemeral: true }), undefined);
     const value = `granted-${randomBytes(12).toString('hex')}`;

@@ -168,15 +168,19 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     const container = this.host.docker.getContainer(ref);
     const info = await this.host.request(`inspect container ${ref.slice(0, 12)}`, (abortSignal) => container.inspect({ abortSignal }));
     const upper = forbidden.length === 0 ? undefined : this.upperDirOf(info, id);
+    const base = await this.host.request(`inspect image ${info.Image}`, () => this.host.docker.getImage(info.Image).inspect());
+    const baseUser = base.Config?.User ?? '';
     await this.host.request(`pause container ${ref.slice(0, 12)}`, (abortSignal) => container.pause({ abortSignal }));
     try {
       if (upper !== undefined) {
         const hit = await findForbidden([{ hostDir: upper, sandboxDir: '/' }], forbidden);
         if (hit !== undefined) throw refusal(id, hit);
       }
-      const labels = `LABEL ${LABEL.managed}=true ${LABEL.installation}=${this.host.installation} ${SNAPSHOT_LABEL}=${id}`;
+      // The commit keeps the container's config; its user goes back to the base image's, so a
+      // sandbox made from it runs as its own spec says (`User` unset means the image's).
+      const changes = [`LABEL ${LABEL.managed}=true ${LABEL.installation}=${this.host.installation} ${SNAPSHOT_LABEL}=${id}`, `USER ${baseUser || '0:0'}`];
       const out = await this.host.request(`commit container ${ref.slice(0, 12)}`, (abortSignal) => container.commit({
-        repo: SNAPSHOT_REPO, tag: this.tagOf(id), pause: false, changes: labels, comment: `berth snapshot ${id}`, abortSignal,
+        repo: SNAPSHOT_REPO, tag: this.tagOf(id), pause: false, changes, comment: `berth snapshot ${id}`, abortSignal,
       })) as { Id: string };
       return out.Id;
     } catch (err) {
