@@ -13,11 +13,12 @@ import { kubernetesBench } from './kubernetes.js';
 import { mcpBench } from './mcp.js';
 import { startupBench } from './startup.js';
 import { scaleBench } from './scale.js';
+import { snapshotBench } from './snapshot.js';
 import { sshBench } from './ssh.js';
 import { uploadRssBench } from './upload-rss.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
-/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, bwrap, ssh, kubernetes, http, mcp, upload, egress, scale) runs only those parts; scale (1,000 and 2,000 docker sessions, several minutes) runs only when named. */
+/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, bwrap, ssh, kubernetes, http, mcp, upload, egress, snapshot, scale) runs only those parts; scale (1,000 and 2,000 docker sessions, several minutes) runs only when named. */
 const ONLY = new Set((process.env['BENCH_ONLY'] ?? '').split(',').map((s) => s.trim()).filter((s) => s !== ''));
 const wanted = (part: string): boolean => ONLY.size === 0 || ONLY.has(part);
 
@@ -52,4 +53,5 @@ if (wanted('http')) await httpBench();
 if (wanted('mcp')) await mcpBench(N);
 if (wanted('upload')) await uploadRssBench();
 if (wanted('egress')) await egressBench();
+if (wanted('snapshot')) await snapshotBench();
 if (ONLY.has('scale')) await scaleBench();

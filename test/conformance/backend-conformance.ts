@@ -11,6 +11,7 @@ import { BerthError } from '../../src/errors.js';
 import { Logger } from '../../src/logging/logger.js';
 import { pidsWithArg, waitNoneWithArg, waitSomeWithArg } from '../helpers/processes.js';
 import { filesConformance } from './files-conformance.js';
+import { SNAPSHOT_TESTS, snapshotConformance } from './snapshot-conformance.js';
 
 /*
  * One suite, run against every backend (local, docker, and the fake one the broker's own tests
@@ -33,6 +34,10 @@ export interface ConformanceTarget {
   removeOutOfBand(ref: string): Promise<void>;
   /** Removes what the target's installations left (sandboxes, networks, dirs). */
   cleanup(): Promise<void>;
+  /** Damages a snapshot behind berth's back; returns what `verify` must name (see snapshot-conformance.ts). */
+  damageSnapshot?(ref: string): Promise<string>;
+  /** The installation's snapshot objects the engine still holds (images), tagged or not. */
+  leftoverSnapshots?(home: string): Promise<string[]>;
 }
 
 export interface ConformanceOptions {
@@ -59,6 +64,7 @@ export const CONFORMANCE_TESTS = {
   jobsDie: 'removing a sandbox leaves none of its jobs running',
   reapDead: 'reaper: an ephemeral sandbox whose session a dead process held is removed; a persistent one is kept',
   reapLost: 'reaper: a sandbox whose record is lost is removed; another installation\'s never is',
+  ...SNAPSHOT_TESTS,
 } as const;
 
 /** `sleep <marker>`: a process a test can find on the host by its argument. */
@@ -369,6 +375,17 @@ export function runBackendConformance(o: ConformanceOptions): void {
       expect((await mineAfter.listManaged()).map((m) => m.ref)).not.toContain(refs[0]);
       expect((await theirsAfter.listManaged()).map((m) => m.ref)).toContain(refs[1]);
     });
+
+    // -- snapshots -------------------------------------------------------------------------
+
+    snapshotConformance(test, () => ({
+      newHome: () => t().newHome(),
+      backendOn,
+      specOn,
+      sh,
+      damageSnapshot: t().damageSnapshot,
+      leftoverSnapshots: t().leftoverSnapshots,
+    }));
 
     // -- files -----------------------------------------------------------------------------
 

@@ -32,6 +32,11 @@ describeBwrap('bwrap', () => {
           await killHolders(ref);
           rmSync(ref, { recursive: true, force: true });
         },
+        // A snapshot's copied home deleted behind berth's back: verify names the dir.
+        damageSnapshot: async (ref) => {
+          rmSync(join(ref, 'home'), { recursive: true, force: true });
+          return join(ref, 'home');
+        },
         cleanup: async () => {
           for (const h of homes.splice(0)) rmSync(h, { recursive: true, force: true });
           rmSync(dir, { recursive: true, force: true });

@@ -1,6 +1,7 @@
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { runBackendConformance } from '../conformance/backend-conformance.js';
-import { describeDocker, docker, dockerSuiteHooks, IMAGE, installs } from '../helpers/docker-e2e.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
+import { describeDocker, docker, dockerSuiteHooks, IMAGE, imagesOf, installs } from '../helpers/docker-e2e.js';
 
 const reg = installs('berth-conf-docker-');
 
@@ -22,6 +23,20 @@ describeDocker('docker', () => {
       },
       cleanup: async () => {
         await reg.cleanupAll();
+      },
+      // A snapshot's image removed behind berth's back (`docker rmi -f`): verify names the image.
+      damageSnapshot: async (ref) => {
+        const image = ref.slice(ref.indexOf('@') + 1);
+        await docker.getImage(image).remove({ force: true });
+        return `image ${image.slice(7, 19)} is gone`;
+      },
+      leftoverSnapshots: async (home) => {
+        const store = StateStore.open(home);
+        try {
+          return await imagesOf(store.installationId);
+        } finally {
+          store.close();
+        }
       },
     }),
   });

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { CONFORMANCE_TESTS as T, runBackendConformance } from '../conformance/backend-conformance.js';
+import { SNAPSHOT_TESTS } from '../conformance/snapshot-conformance.js';
 
 runBackendConformance({
   name: 'local',
@@ -35,6 +36,10 @@ runBackendConformance({
     {
       reason: 'local has no engine to ask whether its dir is still there; a shell in a removed dir runs on',
       tests: [T.outOfBand],
+    },
+    {
+      reason: 'local has no snapshots: its sandbox is a host dir the user reaches anyway, with no isolation a snapshot could keep',
+      tests: Object.values(SNAPSHOT_TESTS),
     },
   ],
 });

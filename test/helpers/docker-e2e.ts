@@ -115,6 +115,19 @@ export async function networksOf(installation: string): Promise<NetworkSummary[]
   return list.map((n) => ({ id: n.Id, name: n.Name, labels: n.Labels ?? {}, options: n.Options ?? {} }));
 }
 
+/** Every image labelled with this installation (snapshots), tagged or not. */
+export async function imagesOf(installation: string): Promise<string[]> {
+  const list = await docker.listImages({ all: true, filters: JSON.stringify({ label: [`berth.installation=${installation}`] }) });
+  return list.map((i) => i.Id);
+}
+
+/** Remove every image of an installation (after its containers); returns the ids removed. */
+export async function removeImagesOf(installation: string): Promise<string[]> {
+  const ids = await imagesOf(installation);
+  for (const id of ids) await docker.getImage(id).remove({ force: true }).catch(() => undefined);
+  return ids;
+}
+
 /** Remove every network of an installation (after its containers); returns the names removed. */
 export async function removeNetworksOf(installation: string): Promise<string[]> {
   const removed: string[] = [];
@@ -248,6 +261,7 @@ export class TestInstall {
     for (const b of this.brokers.splice(0)) await b.close({ graceMs: 2_000 }).catch(() => undefined);
     const removed = await removeContainersOf(this.installation);
     removed.push(...(await removeNetworksOf(this.installation)));
+    removed.push(...(await removeImagesOf(this.installation)));
     // Persistent sandboxes' disk images are mounted under BERTH_HOME: down before the dirs go.
     removed.push(...unmountAllUnder(this.root));
     rmSync(this.root, { recursive: true, force: true });

@@ -20,6 +20,8 @@ import { BwrapSandboxHandle } from './sandbox-handle.js';
 import { seccompProgram } from './seccomp.js';
 import { defaultBwrapRoot, type BwrapSettings } from './settings.js';
 import { claimUid, releaseStaleClaims, releaseUid } from './uid-claims.js';
+import { BwrapSnapshots } from './snapshots.js';
+import type { SandboxDirs } from './layout.js';
 
 /** Chars of the sandbox's readable dir name kept in its bwrap dir name (the digest follows). */
 const STEM_CHARS = 60;
@@ -69,8 +71,56 @@ export class BwrapBackend implements Backend<BwrapSettings> {
     claim: async (prepared, spec) => this.claimPooled(prepared, spec),
   };
 
+  /** Snapshots: copies of a sandbox's own dirs (snapshots.ts). */
+  readonly snapshots: BwrapSnapshots;
+
   constructor(private readonly opts: { berthHome: string; installation: string; log?: Logger }) {
     this.log = opts.log ?? Logger.silent();
+    this.snapshots = new BwrapSnapshots({
+      berthHome: opts.berthHome, installation: opts.installation, log: this.log,
+      dirsOf: (ref) => this.located(ref).dirs,
+      newName: (spec) => this.nameFor(spec),
+      startFilled: (spec, name, fill) => this.startFilled(spec, name, fill),
+      startExisting: async (spec, name) => new ProcessSandbox((await this.start(spec, await this.hostFor(spec.section), spec.section, this.rootOf(spec.section), name, false)).handle),
+      stopAll: async (ref) => {
+        const { dirs } = this.located(ref);
+        await this.running.get(dirs.root)?.sb.stop();
+        if (isRealDir(dirs.root)) await killHolders(dirs.root);
+      },
+      removeSandbox: (ref) => this.remove(ref, undefined),
+    });
+  }
+
+  /** A new sandbox's dir name: the identity's for a persistent one, unique per creation for an ephemeral one. */
+  private nameFor(spec: SandboxSpec<BwrapSettings>): string {
+    // A persistent name ends in 24 hex with no "-" among them, an ephemeral one in 12: the two never meet.
+    return spec.ephemeral ? `${stemOf(spec)}-${randomBytes(6).toString('hex')}` : `${stemOf(spec)}-${spec.digest.slice(0, 24)}`;
+  }
+
+  /**
+   * A new sandbox whose dirs `fill` fills before it starts (a snapshot's copies); refused if its dir
+   * exists, and removed whole (dirs and uid) when anything fails.
+   */
+  private async startFilled(
+    spec: SandboxSpec<BwrapSettings>, name: string, fill: (dirs: SandboxDirs, owner: { uid: number; gid: number } | undefined) => Promise<void>,
+  ): Promise<Sandbox> {
+    const s = spec.section;
+    const host = await this.hostFor(s);
+    const root = this.rootOf(s);
+    const planned = sandboxDirs(root, name);
+    if (isRealDir(planned.root)) {
+      throw new PolicyRefusedError(`sandbox "${spec.identity.key}" exists already (${planned.root}); a snapshot makes only a new sandbox: restore it into that one, or remove it first (berth rm)`);
+    }
+    mkdirSync(planned.root, { mode: 0o711, recursive: true });
+    try {
+      writeMeta(planned.root, { installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral, name: spec.dirName });
+      const placement = placeSandbox({ root, name, range: s.uids, attached: spec.mount ?? undefined });
+      await fill(placement.dirs, placement.user);
+      return new ProcessSandbox((await this.start(spec, host, s, root, name, false)).handle);
+    } catch (err) {
+      removeSandbox(root, planned);
+      throw err;
+    }
   }
 
   /** The probe (see probe.ts): fails closed with what is missing and the fix; never falls back to the host. */
@@ -87,15 +137,14 @@ export class BwrapBackend implements Backend<BwrapSettings> {
     let name: string;
     let recreated = false;
     if (!spec.ephemeral) {
-      name = `${stemOf(spec)}-${spec.digest.slice(0, 24)}`;
+      name = this.nameFor(spec);
       recreated = knownRef !== undefined && readMeta(sandboxDirs(root, name).root) === undefined;
     } else if (knownRef !== undefined && this.isOurs(root, knownRef, spec.digest)) {
       name = basename(knownRef);
     } else {
       // An ephemeral sandbox is found again only by its recorded ref: without one it is a new one.
       recreated = knownRef !== undefined;
-      // Unique per creation; a persistent name ends in 24 hex with no "-" among them, so the two never meet.
-      name = `${stemOf(spec)}-${randomBytes(6).toString('hex')}`;
+      name = this.nameFor(spec);
     }
     const dir = sandboxDirs(root, name).root;
     const live = this.running.get(dir);

@@ -54,6 +54,7 @@ import { POOL_LABEL } from '../labels.js';
 import { dockerShapeOf, poolLabels, poolName, poolSpec } from './pool-shape.js';
 import { Logger } from '../../logging/logger.js';
 import type { DockerSettings } from './settings.js';
+import { DockerSnapshots } from './snapshots.js';
 
 const STOP_TIMEOUT_SECONDS = 3;
 /** Inspect/create rounds when racing another process for a persistent name. */
@@ -133,6 +134,9 @@ export class DockerBackend implements Backend<DockerSettings> {
     claim: (prepared, spec) => this.claimPooled(prepared, spec),
   };
 
+  /** Snapshots: an image committed from the container, plus copies of its own dirs (snapshots.ts). */
+  readonly snapshots: DockerSnapshots;
+
   constructor(opts: DockerBackendOptions) {
     this.docker = opts.docker ?? defaultDocker();
     this.installation = opts.installation;
@@ -150,6 +154,28 @@ export class DockerBackend implements Backend<DockerSettings> {
       root: sandboxesRoot(this.berthHome), lease, log: this.logger,
       host: { uid: process.getuid?.(), endpoint: describeEndpoint(this.docker) },
     });
+    this.snapshots = new DockerSnapshots({
+      docker: this.docker, installation: this.installation, berthHome: this.berthHome, log: this.logger,
+      request: (doing, run) => this.request(doing, run),
+      planFor: (spec, hostDir) => this.planFor(spec, hostDir),
+      createAndStart: async (spec, plan) => (await Promise.all([this.createAndStart(spec, plan), this.hostGuard()]))[0],
+      sandboxOf: (spec, info, hostDir) => this.sandbox(spec, info, hostDir, false),
+      withHostDir: (spec, hostDir, fn) => this.disks.hold(hostDir, async () => {
+        await this.disks.attach(hostDir, spec.section.diskMb ?? LIMIT_DEFAULTS.diskMb);
+        return fn();
+      }),
+      makeHostDirs: (dir, runAs) => this.makeHostDirs(dir, runAs),
+      removeSandbox: (ref, hostDir) => this.remove(ref, hostDir),
+    });
+  }
+
+  /** What `ensure` would create for `spec` with its host dir: its limits and the user it runs as. */
+  private async planFor(spec: SandboxSpec<DockerSettings>, hostDir: string | undefined): Promise<Omit<CreatePlanInput, 'networkMode' | 'name' | 'image'>> {
+    this.assertOpen();
+    this.assertOwn(spec);
+    const caps = await this.probe();
+    const limits = this.limitsFor(spec.section, caps, false);
+    return { spec, hostDir, limits, runAs: await runAsFor(spec, hostDir, caps.userns, this.hostUser) };
   }
 
   async check(section: DockerSettings): Promise<void> {

@@ -1,0 +1,372 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { readFile, rename, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import type Dockerode from 'dockerode';
+import { BerthError, PolicyRefusedError } from '../../errors.js';
+import type { Logger } from '../../logging/logger.js';
+import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotCapability, SnapshotRef } from '../backend.js';
+import { findForbidden, type ScannedTree } from '../plumbing/forbidden-scan.js';
+import {
+  assertSnapshotId, copyTree, isEmptyDir, makeSnapshotDir, packDir, removeSnapshotDir, snapshotsRoot, treeBytes, unpackAs,
+} from '../plumbing/snapshot-files.js';
+import { ephemeralName, HOME, hostBindsOf, hostDirFor, LABEL, persistentName, WORKSPACE, type CreatePlanInput } from './container-spec.js';
+import { describeEndpoint, fromDockerError, statusOf } from './engine.js';
+import type { DockerSettings } from './settings.js';
+
+/*
+ * A docker sandbox's snapshot: an image committed from its container (its writable layer: what
+ * the sandbox changed outside its own dirs), tagged `berth-snapshot:<installation>-<id>` and
+ * labelled with the installation and the id, plus a copy of the sandbox's own dirs (home and
+ * workspace: host dirs of a persistent sandbox, tmpfs of an ephemeral one) under
+ * `$BERTH_HOME/snapshots/docker/<id>/`. A workspace the user attached, and the operator's volumes,
+ * are the user's files, not the sandbox's: they are never copied, and the snapshot's meta.json
+ * says which were left out. The ref is `<id>@<image id>`.
+ */
+
+/** The snapshot label (its value: the snapshot id). */
+export const SNAPSHOT_LABEL = 'berth.snapshot';
+/** The repository of every snapshot image; the tag names the installation and the snapshot. */
+export const SNAPSHOT_REPO = 'berth-snapshot';
+const META = 'meta.json';
+
+/** A sandbox's own dirs a snapshot copies, by their name in the snapshot dir. */
+const OWN_DIRS = [{ name: 'home', target: HOME }, { name: 'workspace', target: WORKSPACE }] as const;
+type OwnDirName = (typeof OWN_DIRS)[number]['name'];
+
+interface SnapshotMeta {
+  id: string;
+  installation: string;
+  image: string;
+  dirs: OwnDirName[];
+  /** In-sandbox dirs the snapshot does not hold, with why. */
+  excluded: string[];
+}
+
+/** What the snapshots need of the docker backend that owns them. */
+export interface DockerSnapshotHost {
+  docker: Dockerode;
+  installation: string;
+  berthHome: string;
+  log: Logger;
+  /** One bounded engine request (the backend's `request`). */
+  request<T>(doing: string, run: (abortSignal: AbortSignal) => Promise<T>): Promise<T>;
+  /** What `ensure` would create for `spec` (limits, user), with `image` and `name` in place of its own. */
+  planFor(spec: SandboxSpec<DockerSettings>, hostDir: string | undefined): Promise<Omit<CreatePlanInput, 'networkMode' | 'name' | 'image'>>;
+  createAndStart(spec: SandboxSpec<DockerSettings>, plan: Omit<CreatePlanInput, 'networkMode'>): Promise<Dockerode.ContainerInspectInfo>;
+  sandboxOf(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): Sandbox;
+  /** Runs `fn` with the persistent sandbox's own dirs ready (its disk image mounted) and leased. */
+  withHostDir<T>(spec: SandboxSpec<DockerSettings>, hostDir: string, fn: () => Promise<T>): Promise<T>;
+  /** Makes `dir`'s home and workspace, owned by the user the sandbox runs as. */
+  makeHostDirs(dir: string, runAs: { uid: number; gid: number } | undefined): Promise<void>;
+  removeSandbox(ref: string, hostDir: string | undefined): Promise<void>;
+}
+
+export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
+  private readonly root: string;
+
+  constructor(private readonly host: DockerSnapshotHost) {
+    this.root = snapshotsRoot(host.berthHome, 'docker');
+  }
+
+  async create(sandbox: Sandbox, id: string, forbidden: readonly ForbiddenValue[]): Promise<SnapshotRef> {
+    assertSnapshotId(id);
+    const spec = sandbox.spec as SandboxSpec<DockerSettings>;
+    const dir = await makeSnapshotDir(this.root, id);
+    let image: string | undefined;
+    try {
+      const { dirs, excluded } = await this.copyOwnDirs(sandbox, spec, dir);
+      const trees: ScannedTree[] = dirs.map((d) => ({ hostDir: path.join(dir, d), sandboxDir: targetOf(d) }));
+      const hit = await findForbidden(trees, forbidden);
+      if (hit !== undefined) throw refusal(id, hit);
+      image = await this.commit(sandbox.ref, id, forbidden);
+      const meta: SnapshotMeta = { id, installation: this.host.installation, image, dirs, excluded };
+      await writeFile(path.join(dir, META), `${JSON.stringify(meta, null, 2)}\n`, { mode: 0o600 });
+      const bytes = (await this.layerBytes(image)) + (await treeBytes(dir));
+      this.host.log.with({ ref: sandbox.ref }).debug(`snapshot ${id}: image ${image.slice(7, 19)}, dirs ${dirs.join(', ') || 'none'}`);
+      return { ref: `${id}@${image}`, bytes };
+    } catch (err) {
+      if (image !== undefined) await this.removeImage(image, id).catch((e: unknown) => this.host.log.debug(`could not remove the image of failed snapshot ${id}: ${String(e)}`));
+      await removeSnapshotDir(this.root, id);
+      throw err;
+    }
+  }
+
+  async verify(ref: string): Promise<void> {
+    const { id, image } = parseRef(ref);
+    let info: Dockerode.ImageInspectInfo;
+    try {
+      info = await this.host.request(`inspect image ${image}`, () => this.host.docker.getImage(image).inspect());
+    } catch (err) {
+      if (statusOf(err) === 404) throw damaged(id, `its image ${image.slice(7, 19)} is gone (removed outside berth)`);
+      throw fromDockerError(this.host.docker, err, `inspect image ${image}`);
+    }
+    const labels = info.Config?.Labels ?? {};
+    if (labels[SNAPSHOT_LABEL] !== id || labels[LABEL.installation] !== this.host.installation) {
+      throw damaged(id, `image ${image.slice(7, 19)} is not this installation's snapshot ${id}`);
+    }
+    const meta = await this.readMeta(id);
+    for (const d of meta.dirs) {
+      if (!existsSync(path.join(this.root, id, d))) throw damaged(id, `its copy of ${targetOf(d)} (${path.join(this.root, id, d)}) is gone`);
+    }
+  }
+
+  async createFrom(
+    spec: SandboxSpec<DockerSettings>, ref: string, replacing: { ref: string; hostDir: string | undefined } | undefined,
+  ): Promise<Sandbox> {
+    await this.verify(ref);
+    const { id, image } = parseRef(ref);
+    const meta = await this.readMeta(id);
+    if (spec.ephemeral) return this.ephemeralFrom(spec, id, image, meta, replacing);
+    const hostDir = hostDirFor(this.host.berthHome, spec);
+    return this.host.withHostDir(spec, hostDir, () => (replacing === undefined
+      ? this.persistentFrom(spec, id, image, meta, hostDir)
+      : this.persistentReplacing(spec, id, image, meta, hostDir, replacing.ref)));
+  }
+
+  async remove(ref: string): Promise<void> {
+    const { id, image } = parseRef(ref);
+    await this.removeImage(image, id);
+    await removeSnapshotDir(this.root, id);
+  }
+
+  async list(): Promise<string[]> {
+    let images: Dockerode.ImageInfo[];
+    try {
+      images = await this.host.request('list images', () => this.host.docker.listImages({
+        filters: JSON.stringify({ label: [`${LABEL.installation}=${this.host.installation}`, SNAPSHOT_LABEL] }),
+      }));
+    } catch (err) {
+      throw fromDockerError(this.host.docker, err, 'list images');
+    }
+    // Only tagged ones: an image a removed snapshot left untagged (a fork's container still uses it) is no snapshot.
+    return images
+      .filter((i) => i.Labels?.[LABEL.installation] === this.host.installation && (i.RepoTags ?? []).includes(`${SNAPSHOT_REPO}:${this.tagOf(i.Labels[SNAPSHOT_LABEL] ?? '')}`))
+      .map((i) => `${i.Labels[SNAPSHOT_LABEL] ?? ''}@${i.Id}`);
+  }
+
+  /** Copies the sandbox's own dirs into the snapshot: host dirs by `cp`, tmpfs through the sandbox's archive. */
+  private async copyOwnDirs(sandbox: Sandbox, spec: SandboxSpec<DockerSettings>, dir: string): Promise<{ dirs: OwnDirName[]; excluded: string[] }> {
+    const binds = hostBindsOf(spec, sandbox.hostDir);
+    const dirs: OwnDirName[] = [];
+    const excluded = binds.filter((b) => b.kind !== 'own').map((b) => `${b.target}: ${b.kind === 'workspace' ? 'the attached workspace' : 'a volume'} ${b.source} is the user's, not part of the snapshot`);
+    for (const { name, target } of OWN_DIRS) {
+      const bind = binds.find((b) => b.target === target);
+      if (bind?.kind === 'own') await copyTree(bind.source, path.join(dir, name));
+      else if (bind === undefined) await unpackAs(await sandbox.getArchive(target), path.join(dir, name));
+      else continue;
+      dirs.push(name);
+    }
+    return { dirs, excluded };
+  }
+
+  /**
+   * Commits the container with it paused, after reading its writable layer for forbidden values
+   * in the same pause, so what is read is what the image holds.
+   */
+  private async commit(ref: string, id: string, forbidden: readonly ForbiddenValue[]): Promise<string> {
+    const container = this.host.docker.getContainer(ref);
+    const info = await this.host.request(`inspect container ${ref.slice(0, 12)}`, (abortSignal) => container.inspect({ abortSignal }));
+    const upper = forbidden.length === 0 ? undefined : this.upperDirOf(info, id);
+    const base = await this.host.request(`inspect image ${info.Image}`, () => this.host.docker.getImage(info.Image).inspect());
+    const baseUser = base.Config?.User ?? '';
+    await this.host.request(`pause container ${ref.slice(0, 12)}`, (abortSignal) => container.pause({ abortSignal }));
+    try {
+      if (upper !== undefined) {
+        const hit = await findForbidden([{ hostDir: upper, sandboxDir: '/' }], forbidden);
+        if (hit !== undefined) throw refusal(id, hit);
+      }
+      // The commit keeps the container's config; its user goes back to the base image's, so a
+      // sandbox made from it runs as its own spec says (`User` unset means the image's).
+      const changes = [`LABEL ${LABEL.managed}=true ${LABEL.installation}=${this.host.installation} ${SNAPSHOT_LABEL}=${id}`, `USER ${baseUser || '0:0'}`];
+      const out = await this.host.request(`commit container ${ref.slice(0, 12)}`, (abortSignal) => container.commit({
+        repo: SNAPSHOT_REPO, tag: this.tagOf(id), pause: false, changes, comment: `berth snapshot ${id}`, abortSignal,
+      })) as { Id: string };
+      return out.Id;
+    } catch (err) {
+      throw fromDockerError(this.host.docker, err, `commit container ${ref.slice(0, 12)} as snapshot ${id}`);
+    } finally {
+      await this.host.request(`unpause container ${ref.slice(0, 12)}`, (abortSignal) => container.unpause({ abortSignal }))
+        .catch((e: unknown) => this.host.log.debug(`could not unpause ${ref.slice(0, 12)}: ${String(e)}`));
+    }
+  }
+
+  /** The container's writable layer on this host, where berth can read it; otherwise a snapshot with secrets is refused. */
+  private upperDirOf(info: Dockerode.ContainerInspectInfo, id: string): string {
+    const endpoint = describeEndpoint(this.host.docker);
+    const upper = (info.GraphDriver?.Data as Record<string, string> | undefined)?.['UpperDir'];
+    let why: string | undefined;
+    if (!endpoint.startsWith('unix://')) why = `the engine is not on this host (${endpoint})`;
+    else if (upper === undefined) why = `the engine's storage driver (${info.GraphDriver?.Name ?? 'unknown'}) does not show a writable layer berth can read`;
+    else if (!existsSync(upper)) why = `its writable layer ${upper} is not readable by berth`;
+    if (why === undefined && upper !== undefined) return upper;
+    throw new PolicyRefusedError(
+      `snapshot ${id} refused: the sandbox holds granted secrets and berth cannot check that its files do not contain them (${why ?? 'unknown'}); ` +
+        'snapshot a sandbox without secret grants, or run berth on the engine\'s host with overlay2',
+    );
+  }
+
+  /** Bytes of the one layer the commit added (the first history entry). */
+  private async layerBytes(image: string): Promise<number> {
+    const history = await this.host.request(`history of ${image}`, () => this.host.docker.getImage(image).history()) as Array<{ Size?: number }>;
+    return history[0]?.Size ?? 0;
+  }
+
+  private async removeImage(image: string, id: string): Promise<void> {
+    try {
+      await this.host.request(`remove image ${image}`, (abortSignal) => this.host.docker.getImage(image).remove({ abortSignal }));
+    } catch (err) {
+      const status = statusOf(err);
+      if (status === 404) return;
+      // A container made from it (a fork) still uses it: the tag goes, so it is no longer a snapshot.
+      if (status !== 409) throw fromDockerError(this.host.docker, err, `remove image ${image}`);
+      const tagged = `${SNAPSHOT_REPO}:${this.tagOf(id)}`;
+      await this.host.request(`untag ${tagged}`, (abortSignal) => this.host.docker.getImage(tagged).remove({ noprune: true, abortSignal }))
+        .catch((e: unknown) => { if (statusOf(e) !== 404) throw fromDockerError(this.host.docker, e, `untag ${tagged}`); });
+    }
+  }
+
+  private async readMeta(id: string): Promise<SnapshotMeta> {
+    const file = path.join(this.root, id, META);
+    const text = await readFile(file, 'utf8').catch(() => undefined);
+    if (text === undefined) throw damaged(id, `its files ${path.join(this.root, id)} are gone`);
+    try {
+      return JSON.parse(text) as SnapshotMeta;
+    } catch {
+      throw damaged(id, `${file} is not valid JSON`);
+    }
+  }
+
+  /** `<installation>-<id>`: berth's and this installation's at a glance in `docker images`. */
+  private tagOf(id: string): string {
+    return `${this.host.installation.replace(/[^A-Za-z0-9_.-]/g, '').slice(0, 12)}-${id}`;
+  }
+
+  /** An ephemeral sandbox: its own dirs are tmpfs, filled from the snapshot once it runs. */
+  private async ephemeralFrom(
+    spec: SandboxSpec<DockerSettings>, id: string, image: string, meta: SnapshotMeta, replacing: { ref: string; hostDir: string | undefined } | undefined,
+  ): Promise<Sandbox> {
+    const plan = await this.host.planFor(spec, undefined);
+    const name = ephemeralName(spec.digest, randomBytes(4).toString('hex'));
+    const info = await this.host.createAndStart(spec, { ...plan, name, image });
+    const sandbox = this.host.sandboxOf(spec, info, undefined);
+    try {
+      const binds = hostBindsOf(spec, undefined);
+      for (const d of meta.dirs) {
+        const target = targetOf(d);
+        if (binds.some((b) => b.target === target)) continue;
+        await sandbox.putArchive(target, packDir(path.join(this.root, id, d)));
+      }
+    } catch (err) {
+      await this.host.removeSandbox(info.Id, undefined).catch((e: unknown) => this.host.log.debug(`could not remove ${name}: ${String(e)}`));
+      throw err;
+    }
+    if (replacing !== undefined) await this.host.removeSandbox(replacing.ref, replacing.hostDir);
+    return sandbox;
+  }
+
+  /** A new persistent sandbox (a fork): its own dirs must be new, and are copies of the snapshot's. */
+  private async persistentFrom(spec: SandboxSpec<DockerSettings>, id: string, image: string, meta: SnapshotMeta, hostDir: string): Promise<Sandbox> {
+    const name = persistentName(spec.digest);
+    const taken = await this.host.request(`inspect container ${name}`, () => this.host.docker.getContainer(name).inspect()).catch(() => undefined);
+    const used = [];
+    for (const d of OWN_DIRS) if (!(await isEmptyDir(path.join(hostDir, d.name)))) used.push(d.target);
+    if (taken !== undefined || used.length > 0) {
+      throw new BerthError('policy_refused', `sandbox "${spec.identity.key}" exists already (${taken !== undefined ? `container ${name}` : `files in ${used.join(', ')}`}); ` +
+        'a snapshot makes only a new sandbox: restore it into that one, or remove it first (berth rm)');
+    }
+    const plan = await this.host.planFor(spec, hostDir);
+    try {
+      await this.fillOwnDirs(spec, id, meta, hostDir, hostDir, plan.runAs);
+      const info = await this.host.createAndStart(spec, { ...plan, name, image });
+      return this.host.sandboxOf(spec, info, hostDir);
+    } catch (err) {
+      for (const d of OWN_DIRS) await rm(path.join(hostDir, d.name), { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /**
+   * A restore of a persistent sandbox: the new dirs are copied beside the old ones, the old
+   * container is stopped and set aside under another name, the dirs swapped by rename, and the new
+   * container created under the sandbox's name. Only once it runs do the old container and dirs
+   * go; on any failure they are put back and the old container started again.
+   */
+  private async persistentReplacing(
+    spec: SandboxSpec<DockerSettings>, id: string, image: string, meta: SnapshotMeta, hostDir: string, oldRef: string,
+  ): Promise<Sandbox> {
+    const name = persistentName(spec.digest);
+    const suffix = randomBytes(4).toString('hex');
+    const stage = path.join(hostDir, `.restore-${suffix}`);
+    const plan = await this.host.planFor(spec, hostDir);
+    await this.fillOwnDirs(spec, id, meta, hostDir, stage, plan.runAs);
+    const old = this.host.docker.getContainer(oldRef);
+    const oldInfo = await this.host.request(`inspect container ${oldRef.slice(0, 12)}`, () => old.inspect()).catch(() => undefined);
+    const swapped: string[] = [];
+    try {
+      if (oldInfo !== undefined) {
+        await this.host.request(`stop container ${oldRef.slice(0, 12)}`, (abortSignal) => old.stop({ t: 3, abortSignal })).catch((e: unknown) => {
+          if (statusOf(e) !== 304) throw e;
+        });
+        await this.host.request(`rename container ${oldRef.slice(0, 12)}`, (abortSignal) => old.rename({ name: `${name}-replaced-${suffix}`, abortSignal }));
+      }
+      for (const d of OWN_DIRS) {
+        if (!existsSync(path.join(stage, d.name))) continue;
+        await rename(path.join(hostDir, d.name), path.join(stage, `old-${d.name}`)).catch((e: NodeJS.ErrnoException) => { if (e.code !== 'ENOENT') throw e; });
+        await rename(path.join(stage, d.name), path.join(hostDir, d.name));
+        swapped.push(d.name);
+      }
+      const info = await this.host.createAndStart(spec, { ...plan, name, image });
+      if (oldInfo !== undefined) await this.host.removeSandbox(oldInfo.Id, undefined);
+      await rm(stage, { recursive: true, force: true });
+      return this.host.sandboxOf(spec, info, hostDir);
+    } catch (err) {
+      await this.putBack(hostDir, stage, swapped, name, oldInfo).catch((e: unknown) => this.host.log.debug(`could not put sandbox ${name} back after a failed restore: ${String(e)}`));
+      throw err;
+    }
+  }
+
+  private async putBack(hostDir: string, stage: string, swapped: readonly string[], name: string, oldInfo: Dockerode.ContainerInspectInfo | undefined): Promise<void> {
+    for (const d of swapped) {
+      await rm(path.join(hostDir, d), { recursive: true, force: true });
+      await rename(path.join(stage, `old-${d}`), path.join(hostDir, d)).catch((e: NodeJS.ErrnoException) => { if (e.code !== 'ENOENT') throw e; });
+    }
+    await rm(stage, { recursive: true, force: true });
+    if (oldInfo === undefined) return;
+    const old = this.host.docker.getContainer(oldInfo.Id);
+    await this.host.request(`rename container ${oldInfo.Id.slice(0, 12)}`, (abortSignal) => old.rename({ name, abortSignal }));
+    if (oldInfo.State.Running) await this.host.request(`start container ${oldInfo.Id.slice(0, 12)}`, (abortSignal) => old.start({ abortSignal }));
+  }
+
+  /** The new sandbox's own dirs under `into`: the snapshot's copies of those it binds, empty ones for the rest. */
+  private async fillOwnDirs(
+    spec: SandboxSpec<DockerSettings>, id: string, meta: SnapshotMeta, hostDir: string, into: string, runAs: { uid: number; gid: number } | undefined,
+  ): Promise<void> {
+    await this.host.makeHostDirs(into, runAs);
+    for (const bind of hostBindsOf(spec, hostDir).filter((b) => b.kind === 'own')) {
+      const d = OWN_DIRS.find((o) => o.target === bind.target)?.name;
+      if (d === undefined || !meta.dirs.includes(d)) continue;
+      await rm(path.join(into, d), { recursive: true, force: true });
+      await copyTree(path.join(this.root, id, d), path.join(into, d));
+    }
+  }
+}
+
+function targetOf(d: OwnDirName): string {
+  return d === 'home' ? HOME : WORKSPACE;
+}
+
+function parseRef(ref: string): { id: string; image: string } {
+  const m = /^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})@(sha256:[0-9a-f]{64})$/.exec(ref);
+  if (m === null) throw new BerthError('invalid_ref', `"${ref}" is not a docker snapshot ref (<id>@sha256:<image id>); the record belongs to another backend`);
+  return { id: m[1] as string, image: m[2] as string };
+}
+
+function refusal(id: string, hit: { name: string; sandboxPath: string }): PolicyRefusedError {
+  return new PolicyRefusedError(`snapshot ${id} refused: ${hit.sandboxPath} holds the value of granted variable ${hit.name}; ` +
+    'remove it from the sandbox (or grant it per command) and take the snapshot again');
+}
+
+function damaged(id: string, what: string): BerthError {
+  return new BerthError('not_found', `snapshot ${id} cannot be used: ${what}; nothing was changed. Remove it (berth snapshot rm) and take a new one`);
+}

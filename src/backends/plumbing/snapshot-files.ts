@@ -1,0 +1,136 @@
+import { execFile, spawn } from 'node:child_process';
+import { mkdir, readdir, rename, rm } from 'node:fs/promises';
+import path from 'node:path';
+import { PassThrough, type Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { BerthError } from '../../errors.js';
+
+/*
+ * The host side of a snapshot: `$BERTH_HOME/snapshots/<backend>/<id>/`, private to berth (0700),
+ * holding copies of a sandbox's own dirs. Copies are `cp -a --reflink=auto`: a clone of each
+ * file's blocks where the filesystem has it (btrfs, xfs), a plain copy elsewhere; owners, modes,
+ * times and links kept, links never followed.
+ */
+
+const COPY_TIMEOUT_MS = 30 * 60_000;
+
+/** The dir every snapshot of `backend` lives in. */
+export function snapshotsRoot(berthHome: string, backend: string): string {
+  return path.join(path.resolve(berthHome), 'snapshots', backend);
+}
+
+/** A snapshot id goes into paths and engine names: refused unless it is a plain name. */
+export function assertSnapshotId(id: string): void {
+  if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(id)) {
+    throw new BerthError('invalid_ref', `snapshot id "${id}" is not a plain name (letters, digits, "_", ".", "-", at most 64)`);
+  }
+}
+
+/** Makes the snapshot's dir, new and private; one that exists already is an error (ids are unique). */
+export async function makeSnapshotDir(root: string, id: string): Promise<string> {
+  assertSnapshotId(id);
+  await mkdir(root, { recursive: true, mode: 0o700 });
+  const dir = path.join(root, id);
+  try {
+    await mkdir(dir, { mode: 0o700 });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') throw new BerthError('internal', `snapshot ${id} exists already at ${dir}`);
+    throw err;
+  }
+  return dir;
+}
+
+/** Copies the tree `src` to `dst` (which must not exist), as the module comment says. */
+export function copyTree(src: string, dst: string): Promise<void> {
+  return run('cp', ['-a', '--reflink=auto', '--no-target-directory', '--', src, dst]);
+}
+
+/** Bytes the tree takes on disk (`du`), 0 when it is gone. */
+export async function treeBytes(dir: string): Promise<number> {
+  const out = await runOut('du', ['-s', '-B1', '-x', '--', dir]).catch(() => '0');
+  return Number(out.split(/\s/)[0]) || 0;
+}
+
+/** Whether `dir` is an existing dir with nothing in it (or does not exist). */
+export async function isEmptyDir(dir: string): Promise<boolean> {
+  const entries = await readdir(dir).catch((err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? [] : Promise.reject(err)));
+  return entries.length === 0;
+}
+
+/**
+ * Unpacks a sandbox's archive of one dir (`./<base>` and what is below it, as
+ * `Sandbox.getArchive` gives it) as `dst` on the host (which must not exist). GNU tar refuses
+ * members outside its dir and sets links last, so an archive cannot write through a link it
+ * made; it unpacks into a fresh private dir beside `dst`, never bound into a sandbox.
+ */
+export async function unpackAs(archive: Readable, dst: string): Promise<void> {
+  const staging = `${dst}.unpack`;
+  await mkdir(staging, { mode: 0o700 });
+  try {
+    await untar(archive, staging);
+    const [base, ...more] = await readdir(staging);
+    if (base === undefined || more.length > 0) throw new BerthError('transfer_failed', `the sandbox's archive of ${path.basename(dst)} held ${more.length + (base === undefined ? 0 : 1)} top entries, not one`);
+    await rename(path.join(staging, base), dst);
+  } finally {
+    await rm(staging, { recursive: true, force: true });
+  }
+}
+
+async function untar(archive: Readable, dir: string): Promise<void> {
+  const tar = spawn('tar', ['-x', '-f', '-', '-C', dir, '--same-owner', '--numeric-owner', '--delay-directory-restore'], {
+    stdio: ['pipe', 'ignore', 'pipe'],
+  });
+  const stderr: Buffer[] = [];
+  tar.stderr.on('data', (b: Buffer) => stderr.push(b));
+  const exited = new Promise<number | null>((resolve) => tar.on('close', resolve));
+  try {
+    await pipeline(archive, tar.stdin);
+  } catch (err) {
+    tar.kill('SIGKILL');
+    await exited;
+    throw new BerthError('transfer_failed', `could not copy a sandbox dir into the snapshot: ${(err as Error).message}`, { cause: err });
+  }
+  const code = await exited;
+  if (code !== 0) throw new BerthError('transfer_failed', `tar could not unpack a sandbox dir into the snapshot: ${lastLine(stderr) ?? `exit ${code}`}`);
+}
+
+/**
+ * A tar stream of what is inside `dir` (entries `./…`), for `Sandbox.putArchive` into the dir it
+ * came from; it errors when tar could not read all of it.
+ */
+export function packDir(dir: string): Readable {
+  const out = new PassThrough();
+  const tar = spawn('tar', ['-c', '-f', '-', '-C', dir, '--numeric-owner', '.'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const stderr: Buffer[] = [];
+  tar.stderr.on('data', (b: Buffer) => stderr.push(b));
+  tar.stdout.pipe(out, { end: false });
+  tar.on('close', (code) => {
+    if (code === 0) out.end();
+    else out.destroy(new BerthError('transfer_failed', `tar could not read the snapshot's ${dir}: ${lastLine(stderr) ?? `exit ${code}`}`));
+  });
+  out.on('close', () => tar.kill('SIGKILL'));
+  return out;
+}
+
+function lastLine(chunks: Buffer[]): string | undefined {
+  return Buffer.concat(chunks).toString().trim().split('\n').at(-1) || undefined;
+}
+
+/** Removes `dir` under `root` (a snapshot's), gone is success. */
+export async function removeSnapshotDir(root: string, id: string): Promise<void> {
+  assertSnapshotId(id);
+  await rm(path.join(root, id), { recursive: true, force: true });
+}
+
+function run(cmd: string, args: readonly string[]): Promise<void> {
+  return runOut(cmd, args).then(() => undefined);
+}
+
+function runOut(cmd: string, args: readonly string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(cmd, args, { timeout: COPY_TIMEOUT_MS, maxBuffer: 1 << 20 }, (err, out, stderr) => {
+      if (err) reject(new BerthError('transfer_failed', `${cmd}: ${stderr.trim().split('\n').at(-1) || err.message}`, { cause: err }));
+      else resolve(out);
+    });
+  });
+}

@@ -1,0 +1,92 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, expect, it } from 'vitest';
+import { DockerBackend } from '../../src/backends/docker/docker-backend.js';
+import { defaultDocker } from '../../src/backends/docker/engine.js';
+import { BerthError } from '../../src/errors.js';
+import { testSpec } from '../helpers/docker.js';
+import { describeDocker, docker, dockerSuiteHooks, imagesOf, installs } from '../helpers/docker-e2e.js';
+
+/*
+ * What only docker's snapshots do: the image commit (the container's config and its writable
+ * layer) and the attached workspace left out. The capability's common promises are the
+ * conformance suite's (backend-conformance-docker.test.ts).
+ */
+
+const reg = installs('berth-snap-docker-');
+
+describeDocker('docker snapshots', () => {
+  dockerSuiteHooks(reg);
+  const backends: DockerBackend[] = [];
+  afterEach(async () => {
+    for (const b of backends.splice(0)) await b.close();
+  });
+
+  const setup = () => {
+    const install = reg.track();
+    // The default client names the socket, as berth's own does: the engine is this host's.
+    const backend = new DockerBackend({ docker: defaultDocker(), installation: install.installation, berthHome: install.home });
+    backends.push(backend);
+    return { install, backend };
+  };
+  const sh = async (s: { execOnce(a: string[]): Promise<{ exitCode: number | null; stdout: Buffer; stderr: Buffer }> }, script: string): Promise<string> => {
+    const r = await s.execOnce(['sh', '-c', script]);
+    expect(r.exitCode, r.stderr.toString()).toBe(0);
+    return r.stdout.toString();
+  };
+
+  it('a granted value given to a shell reaches neither the container\'s config nor the committed image\'s', async () => {
+    const { install, backend } = setup();
+    const s = await backend.ensure(testSpec(install.installation, { ephemeral: true }), undefined);
+    const value = `granted-${randomBytes(12).toString('hex')}`;
+    const shell = await s.openShell({ env: { GRANTED_TOKEN: value }, cwd: s.defaultCwd });
+    try {
+      const snap = await backend.snapshots.create(s, 'env-check', [{ name: 'GRANTED_TOKEN', value }]);
+      const image = await docker.getImage(snap.ref.slice(snap.ref.indexOf('@') + 1)).inspect();
+      const container = await docker.getContainer(s.ref).inspect();
+      expect(JSON.stringify(container.Config)).not.toContain(value);
+      expect(JSON.stringify(image.Config)).not.toContain(value);
+      expect(image.Config.Env).toEqual(container.Config.Env);
+      // Labelled and tagged as berth's, never as a user image.
+      expect(image.Config.Labels).toMatchObject({ 'berth.managed': 'true', 'berth.installation': install.installation, 'berth.snapshot': 'env-check' });
+      expect(image.RepoTags).toEqual([`berth-snapshot:${install.installation.slice(0, 12)}-env-check`]);
+      await backend.snapshots.remove(snap.ref);
+    } finally {
+      await shell.kill();
+    }
+  }, 120_000);
+
+  it('a value the sandbox wrote outside its own dirs (the writable layer) refuses the snapshot, naming the path, and leaves no image', async () => {
+    const { install, backend } = setup();
+    const s = await backend.ensure(testSpec(install.installation, { ephemeral: true }), undefined);
+    const value = `layer-${randomBytes(12).toString('hex')}`;
+    await sh(s, `mkdir -p /etc/app && printf 'token=%s\\n' ${value} > /etc/app/conf`);
+    const err = await backend.snapshots.create(s, 'layer', [{ name: 'APP_TOKEN', value }]).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BerthError);
+    expect((err as Error).message).toContain('/etc/app/conf');
+    expect((err as Error).message).toContain('APP_TOKEN');
+    expect((err as Error).message).not.toContain(value);
+    expect(await imagesOf(install.installation)).toEqual([]);
+    expect(existsSync(join(install.home, 'snapshots', 'docker', 'layer'))).toBe(false);
+    // The container was paused for the scan and runs again.
+    expect((await docker.getContainer(s.ref).inspect()).State.Paused).toBe(false);
+    expect(await sh(s, 'echo alive')).toBe('alive\n');
+  }, 120_000);
+
+  it('an attached workspace is not part of the snapshot, and the snapshot says so', async () => {
+    const { install, backend } = setup();
+    const ws = install.userDir('project');
+    writeFileSync(join(ws, 'user-file.txt'), 'the user\'s\n');
+    const s = await backend.ensure(testSpec(install.installation, { ephemeral: true, mount: ws }), undefined);
+    await sh(s, 'echo in-home > ~/h.txt');
+    const snap = await backend.snapshots.create(s, 'attached', []);
+    const dir = join(install.home, 'snapshots', 'docker', 'attached');
+    expect(readdirSync(dir).sort()).toEqual(['home', 'meta.json']);
+    expect(readFileSync(join(dir, 'meta.json'), 'utf8')).toContain(`/workspace: the attached workspace ${ws} is the user's, not part of the snapshot`);
+    const fork = await backend.snapshots.createFrom(testSpec(install.installation, { ephemeral: true }), snap.ref, undefined);
+    expect(await sh(fork, 'cat ~/h.txt; ls /workspace')).toBe('in-home\n');
+    for (const x of [s, fork]) await backend.remove(x.ref, x.hostDir);
+    await backend.snapshots.remove(snap.ref);
+  }, 120_000);
+});
