@@ -149,8 +149,8 @@ export class Broker implements AsyncDisposable {
    * bases whose sandbox went, abandoned reservations, and backend snapshots no record names.
    * Returns what it removed.
    */
-  sweepSnapshots(): Promise<string[]> {
-    return this.parts.snapshotSweep.sweep();
+  sweepSnapshots(nowMs?: number): Promise<string[]> {
+    return this.parts.snapshotSweep.sweep(nowMs);
   }
 
   /** Sandboxes of a tenant as the store knows them (no engine contacted). */

@@ -175,8 +175,8 @@ export class SnapshotCalls {
           await this.opts.egress.detach(rec.ref);
           sandboxes.put({ ...rec, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: Date.now() });
         }
-        await this.carryShellState(call, sandbox, snap);
-        return { name, sandboxKey: call.binding.sandboxKey, cwd: snap.cwd };
+        const cwd = await this.carryShellState(call, sandbox, snap, call.defaultCwd);
+        return { name, sandboxKey: call.binding.sandboxKey, cwd };
       }));
     });
   }
@@ -226,9 +226,9 @@ export class SnapshotCalls {
         const from = (named ?? base) as SnapshotRecord;
         const sandbox = await this.opts.lives.underLock(target.spec.digest, () => this.opts.starts.run(() => caps.createFrom(target.spec, from.ref, undefined)));
         made = sandbox;
-        await this.carryShellState(target, sandbox, from);
+        const cwd = await this.carryShellState(target, sandbox, from, call.defaultCwd);
         this.recordCreated(target, claim.record, sandbox);
-        return { session: a.toSession, sandboxKey: target.binding.sandboxKey, from: named?.name ?? null, cwd: from.cwd };
+        return { session: a.toSession, sandboxKey: target.binding.sandboxKey, from: named?.name ?? null, cwd };
       } catch (err) {
         if (made !== undefined) {
           const sandbox = made;
@@ -302,18 +302,20 @@ export class SnapshotCalls {
    * snapshot's, and its saved state (exported variables, functions, aliases) is the snapshot
    * shell's, copied inside the new sandbox when the shell identity differs (a fork's new session).
    */
-  private async carryShellState(call: ResolvedCall, sandbox: Sandbox, snap: SnapshotRecord): Promise<void> {
-    if (snap.cwd !== null) {
+  private async carryShellState(call: ResolvedCall, sandbox: Sandbox, snap: SnapshotRecord, sourceCwd: string): Promise<string | null> {
+    const cwd = snap.cwd === null ? null : rebased(snap.cwd, sourceCwd, call.defaultCwd);
+    if (cwd !== null) {
       this.opts.scopes.putCwd(call.shell.digest, {
-        tenant: call.scope.tenant, profile: call.scope.profile, session: call.scope.session ?? null, cwd: snap.cwd, backend: call.settings.backend,
+        tenant: call.scope.tenant, profile: call.scope.profile, session: call.scope.session ?? null, cwd, backend: call.settings.backend,
       }, Date.now());
     }
-    if (snap.shellStem === null || snap.shellStem === call.shell.fileStem) return;
+    if (snap.shellStem === null || snap.shellStem === call.shell.fileStem) return cwd;
     const from = snapshotPathOf(sandbox.stateDir, snap.shellStem);
     const to = snapshotPathOf(sandbox.stateDir, call.shell.fileStem);
     // Run in the sandbox as its user; `mv` replaces a link planted at the target instead of writing through it.
     const r = await sandbox.execOnce(['sh', '-c', '[ -f "$1" ] || exit 0; umask 077; cat -- "$1" > "$2.fork" && mv -f -- "$2.fork" "$2"', 'sh', from, to], { timeoutMs: 10_000 });
     if (r.exitCode !== 0) throw new BerthError('transfer_failed', `the shell state could not be copied in the new sandbox (exit ${r.exitCode}): ${r.stderr.toString('utf8').slice(0, 200)}`);
+    return cwd;
   }
 
   /** Removes a snapshot from its backend, then its record. */
@@ -398,6 +400,17 @@ function forbiddenOf(call: ResolvedCall): ForbiddenValue[] {
     const value = call.env[name];
     return value === undefined || value === '' ? [] : [{ name, value }];
   });
+}
+
+/**
+ * A cwd under the source sandbox's default dir, moved under the new sandbox's: the same path where
+ * sandboxes share their layout (a container's /workspace), the new dir where a sandbox's paths
+ * are its own host dir.
+ */
+function rebased(cwd: string, from: string, to: string): string {
+  if (from === to) return cwd;
+  if (cwd === from) return to;
+  return cwd.startsWith(`${from}/`) ? to + cwd.slice(from.length) : cwd;
 }
 
 function busy(call: ResolvedCall, verb: string, why: string): BerthError {

@@ -40,7 +40,7 @@ export class FakeSnapshots implements SnapshotCapability {
         throw new PolicyRefusedError(`the snapshot would hold the value of secret ${found.name} (in ${found.path}); ` +
           'remove that file or the value from it, then snapshot again');
       }
-      writeFileSync(join(ref, COMPLETE), '');
+      writeFileSync(join(ref, COMPLETE), c.dir);
       return { ref, bytes: bytesUnder(ref) };
     } catch (err) {
       await removeUnder(this.root, ref);
@@ -64,6 +64,7 @@ export class FakeSnapshots implements SnapshotCapability {
     });
     try {
       cpSync(ref, made.dir, { recursive: true, verbatimSymlinks: true, force: true });
+      rebaseShellState(made.dir, readFileSync(join(ref, COMPLETE), 'utf8'), final);
       if (replacing !== undefined) {
         await this.engine.remove(replacing.ref);
         this.engine.rename(made.ref, name, final);
@@ -86,6 +87,20 @@ export class FakeSnapshots implements SnapshotCapability {
 
   private sandbox(spec: SandboxSpec, c: FakeContainer): Sandbox {
     return new ProcessSandbox(new FakeSandboxHandle(spec, c, this.engine, false));
+  }
+}
+
+/**
+ * A container's paths stay the same in a copy of it; a fake sandbox's are its host dir, so the
+ * shells' saved state (HOME, a cwd) names the dir it was saved in: a copy elsewhere gets them
+ * rewritten to its own dir, as a container's would need no rewrite at all.
+ */
+function rebaseShellState(dir: string, from: string, to: string): void {
+  const shells = join(dir, '.berth', 'shells');
+  if (from === to || !existsSync(shells)) return;
+  for (const f of readdirSync(shells).filter((n) => n.endsWith('.sh'))) {
+    const p = join(shells, f);
+    writeFileSync(p, readFileSync(p, 'utf8').split(from).join(to));
   }
 }
 
