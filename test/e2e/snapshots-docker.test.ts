@@ -1,3 +1,5 @@
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { expect, it } from 'vitest';
 import { runBerth } from '../helpers/cli.js';
 import { describeDocker, docker, dockerConfigYaml, dockerSuiteHooks, installs, type TestInstall } from '../helpers/docker-e2e.js';
@@ -67,9 +69,11 @@ describeDocker('snapshots, restore and fork (docker)', () => {
     const ls = await berth('snapshot', 'ls', '--json');
     expect((JSON.parse(ls.stdout) as { name: string }[]).map((s) => s.name)).toEqual(['one']);
 
-    // The operator removes the snapshot's image behind berth's back: the restore refuses and changes nothing.
+    // The operator removes the snapshots behind berth's back (their images, which the engine keeps
+    // while a container runs from one, and their dirs): the restore refuses and changes nothing.
     const images = await docker.listImages({ all: true, filters: JSON.stringify({ label: [`berth.installation=${t.installation}`] }) });
     for (const i of images) await docker.getImage(i.Id).remove({ force: true }).catch(() => undefined);
+    rmSync(join(t.home, 'snapshots', 'docker'), { recursive: true, force: true });
     const failed = await berth('snapshot', 'restore', '--session', 's1', 'one');
     expect(failed.code).not.toBe(0);
     expect(failed.stderr).toMatch(/snapshot "one" cannot be restored: .*; sandbox "session:s1" and snapshot "one" are as they were/);
