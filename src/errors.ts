@@ -19,6 +19,7 @@ export type ErrorCode =
   | 'too_large'
   | 'tenant_limit'
   | 'disk_limit_exceeded'
+  | 'sandbox_busy'
   | 'unsupported'
   | 'backend_unavailable'
   | 'shutting_down'
@@ -83,6 +84,8 @@ export const ERROR_CATEGORY: Readonly<Record<ErrorCode, ErrorCategory>> = {
   too_large: 'bound',
   tenant_limit: 'bound',
   disk_limit_exceeded: 'bound',
+  // A command or job runs in the sandbox a snapshot, restore or fork needs idle: retrying after it ends works.
+  sandbox_busy: 'gone',
   unsupported: 'unsupported',
   backend_unavailable: 'gone',
   shutting_down: 'gone',

@@ -17,6 +17,8 @@ export type { BrokerFiles } from './broker/file-calls.js';
 export type { BrokerJobs } from './broker/job-calls.js';
 export type { BrokerReapers } from './broker/reapers.js';
 export type { SessionFiles, SessionJobs } from './broker/session-handle.js';
+export type { SessionSnapshots } from './broker/session-snapshots.js';
+export type { ForkResult, RestoreResult, SnapshotCalls, SnapshotInfo } from './broker/snapshot-calls.js';
 export type { Binding, Isolation } from './broker/resolve-call.js';
 export type { TaskOverride } from './broker/task-override.js';
 export { parseConfig } from './setup/parse-config.js';

@@ -8,7 +8,7 @@ import type { EgressAuditEntry, EgressAuditFilter, EgressTable } from './state/e
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
-/** What the audit log records: a call on a sandbox, or a session's close. */
+/** What the audit log records: a call on a sandbox, a session's close, or a snapshot action. */
 export type AuditRecord =
   | {
     kind: CallKind;
@@ -20,7 +20,9 @@ export type AuditRecord =
     /** What the observers are told besides (never written to the log). */
     outcome?: CallOutcome;
   }
-  | { kind: 'close'; tenant: string; profile: string; user: string | null; sessionRef: string; startedMs: number };
+  | { kind: 'close'; tenant: string; profile: string; user: string | null; sessionRef: string; startedMs: number }
+  /** A snapshot, restore or fork of the call's sandbox (`action`: `snapshot create NAME`, ...); `errorCode` when it failed. */
+  | { kind: 'snapshot'; call: ResolvedCall; action: string; startedMs: number; errorCode: string | undefined };
 
 /** How a call went, for the observers: its sandbox came up for it, it timed out, it failed. */
 export interface CallOutcome {
@@ -55,6 +57,15 @@ export class AuditRecorder {
       this.entries.add({
         timeMs: r.startedMs, tenant: r.tenant, profile: r.profile, user: r.user, session: r.sessionRef, sandboxKey: null,
         kind: 'close', command: null, exitCode: null, durationMs,
+      });
+      return;
+    }
+    if (r.kind === 'snapshot') {
+      const { scope, binding } = r.call;
+      this.entries.add({
+        timeMs: r.startedMs, tenant: scope.tenant, profile: scope.profile, user: scope.user ?? null, session: scope.session ?? null,
+        sandboxKey: binding.sandboxKey, kind: 'snapshot', command: r.errorCode === undefined ? r.action : `${r.action} (failed: ${r.errorCode})`,
+        exitCode: r.errorCode === undefined ? 0 : null, durationMs,
       });
       return;
     }

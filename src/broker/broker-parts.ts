@@ -45,7 +45,9 @@ import { spillDirOf } from './spill.js';
 import { StartGate } from './start-gate.js';
 import { StateStore } from './state/state-store.js';
 import { storeLease } from './store-lease.js';
-import { tenantQuota } from './tenant-quota.js';
+import { SnapshotCalls } from './snapshot-calls.js';
+import { SnapshotSweep } from './snapshot-sweep.js';
+import { snapshotQuota, tenantQuota } from './tenant-quota.js';
 import { WarmPool } from './warm-pool.js';
 
 const DOCKER_SOCKETS = ['/var/run/docker.sock', '/run/docker.sock'];
@@ -65,6 +67,8 @@ export interface BrokerParts {
   files: BrokerFiles;
   jobs: BrokerJobs;
   egress: SandboxEgress;
+  snapshots: SnapshotCalls;
+  snapshotSweep: SnapshotSweep;
   /** What the close takes down, in its order. */
   closing: ClosingParts;
 }
@@ -136,8 +140,17 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   const commands = new CommandRunner({ gate: sessionGate, lives, shells, recovery: new SandboxRecovery({ lives, log }), shutdown: lifecycle.signal, log });
   const reader = new JobReader({ ledger, probe, sandboxes: pool, resolver });
   const runner = new JobRunner({ jobs: store.jobs, ledger, reader, killer, sandboxes: pool, commands, audit });
+  const snapshots = new SnapshotCalls({
+    config, resolver, gate: sessionGate, lives, backends, sandboxes: store.sandboxes, sessions: store.sessions, snapshots: store.snapshots,
+    scopes: store.scopes, jobs: probe, egress, audit, starts: gate, quota, snapshotQuota: snapshotQuota(config.limits, berthHome), owner, lifecycle,
+  });
+  const snapshotSweep = new SnapshotSweep({
+    snapshots: store.snapshots, sandboxes: store.sandboxes, calls: snapshots, backends, log,
+    backendNames: [...new Set([config.base.backend, ...Object.values(config.profiles).map((p) => p.backend)])],
+    retentionDays: config.limits.snapshotRetentionDays,
+  });
   return {
-    store, lifecycle, measures, pool, warm, reapers, audit, observers, egress,
+    store, lifecycle, measures, pool, warm, reapers, audit, observers, egress, snapshots, snapshotSweep,
     calls: new ScopeCalls({ resolver, commands, audit, closer, removal, sandboxes: store.sandboxes, scopes: store.scopes, lifecycle }),
     views: new BrokerViews({ sandboxes: store.sandboxes, sessions: store.sessions, audit: store.audit, links, measures, quota }),
     files: new BrokerFiles({

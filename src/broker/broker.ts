@@ -15,6 +15,7 @@ import type { Binding } from './resolve-call.js';
 import type { PooledSandbox, SandboxState } from './sandbox-measures.js';
 import type { CloseResult } from './session-close.js';
 import { SessionHandle } from './session-handle.js';
+import type { SnapshotCalls } from './snapshot-calls.js';
 import { cleanSpillDir, spillDirOf, spillMaxAgeMs } from './spill.js';
 import type { TaskOverride } from './task-override.js';
 import type { WarmPoolView } from './warm-pool.js';
@@ -24,8 +25,12 @@ export type { BrokerObserver, CallObservation, ReapObservation } from './observe
 export type { CloseResult } from './session-close.js';
 export type { EgressAuditEntry, EgressAuditFilter } from './state/egress-table.js';
 export type { WarmPoolView } from './warm-pool.js';
+export type { ForkResult, RestoreResult, SnapshotCalls, SnapshotInfo } from './snapshot-calls.js';
 export type { PooledSandbox } from './sandbox-measures.js';
 export { SessionHandle } from './session-handle.js';
+
+/** How often a long-lived broker runs the snapshot pass (retention is in days: once an hour would do; orphans go sooner). */
+const SNAPSHOT_SWEEP_MS = 10 * 60 * 1000;
 
 /**
  * The composition root: config, state store, backends, sandboxes and shells for one installation.
@@ -47,12 +52,15 @@ export class Broker implements AsyncDisposable {
   readonly jobs: BrokerJobs;
   /** The orphan reaper and disk checks on demand, and periodic tasks that stop with the broker. */
   readonly reapers: BrokerReapers;
+  /** Snapshots of a call's sandbox, restore and fork: create, list, remove, restore, fork. */
+  readonly snapshots: SnapshotCalls;
 
   private constructor(readonly config: BerthConfig, readonly berthHome: string, private readonly parts: BrokerParts) {
     this.installationId = parts.store.installationId;
     this.files = parts.files;
     this.jobs = parts.jobs;
     this.reapers = parts.reapers;
+    this.snapshots = parts.snapshots;
   }
 
   /**
@@ -81,6 +89,7 @@ export class Broker implements AsyncDisposable {
       throw err;
     }
     parts.reapers.start();
+    if (opts.reap ?? true) parts.reapers.every('snapshot sweep', SNAPSHOT_SWEEP_MS, async () => void (await parts.snapshotSweep.sweep()));
     return broker;
   }
 
@@ -133,6 +142,15 @@ export class Broker implements AsyncDisposable {
   /** Removes the call's sandbox (persistent ones too) after closing its shells. */
   removeSandboxOf(scope: CallScopeInput): Promise<boolean> {
     return this.parts.calls.removeSandboxOf(scope);
+  }
+
+  /**
+   * The snapshot pass of the periodic sweep, now: retention (`limits.snapshotRetentionDays`), fork
+   * bases whose sandbox went, abandoned reservations, and backend snapshots no record names.
+   * Returns what it removed.
+   */
+  sweepSnapshots(nowMs?: number): Promise<string[]> {
+    return this.parts.snapshotSweep.sweep(nowMs);
   }
 
   /** Sandboxes of a tenant as the store knows them (no engine contacted). */

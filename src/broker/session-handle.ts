@@ -6,6 +6,8 @@ import type { JobReadResult } from './job-reader.js';
 import type { JobSummary } from './job-runner.js';
 import type { Binding } from './resolve-call.js';
 import type { CloseResult } from './session-close.js';
+import { SessionSnapshots } from './session-snapshots.js';
+import type { ForkResult, SnapshotCalls } from './snapshot-calls.js';
 
 /** What a session handle needs of its broker. */
 export interface SessionHost {
@@ -14,6 +16,7 @@ export interface SessionHost {
   closeSession(scope: CallScopeInput): Promise<CloseResult>;
   readonly files: BrokerFiles;
   readonly jobs: BrokerJobs;
+  readonly snapshots: SnapshotCalls;
 }
 
 /** `broker.files` bound to one scope (see `BrokerFiles` for each call). */
@@ -84,10 +87,13 @@ export class SessionHandle implements AsyncDisposable {
   readonly files: SessionFiles;
   /** Background jobs of the session. */
   readonly jobs: SessionJobs;
+  /** Snapshots of the session's sandbox, and restoring one. */
+  readonly snapshots: SessionSnapshots;
 
   constructor(private readonly broker: SessionHost, readonly scope: CallScopeInput) {
     this.files = new SessionFiles(broker.files, scope);
     this.jobs = new SessionJobs(broker.jobs, scope);
+    this.snapshots = new SessionSnapshots(broker.snapshots, scope);
   }
 
   exec(command: string, opts?: ExecOptions): Promise<BrokerExecResult> {
@@ -96,6 +102,15 @@ export class SessionHandle implements AsyncDisposable {
 
   explain(): Binding {
     return this.broker.explain(this.scope);
+  }
+
+  /**
+   * A new session `toSession` whose sandbox starts from this one's current state (or from its
+   * snapshot `from`), its shell in this shell's cwd with its variables; a handle on it follows
+   * with `broker.session({ ...scope, session: toSession })`.
+   */
+  fork(a: { toSession: string; from?: string }): Promise<ForkResult> {
+    return this.broker.snapshots.fork(this.scope, a);
   }
 
   close(): Promise<CloseResult> {

@@ -2,6 +2,7 @@ import { statfsSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import type { TenantLimits } from '../config/types.js';
 import type { TenantQuota } from './state/sandbox-table.js';
+import type { SnapshotQuota } from './state/snapshot-table.js';
 
 const MIB = 1024 * 1024;
 
@@ -17,6 +18,11 @@ export function tenantQuota(limits: TenantLimits, berthHome: string): TenantQuot
     memoryMb: limits.memoryMb ?? Math.floor(totalmem() / MIB),
     diskMb: limits.diskMb ?? diskSizeMb(berthHome),
   };
+}
+
+/** The bounds on one tenant's snapshots: by default their bytes may add up to the size of the filesystem that holds `BERTH_HOME`. */
+export function snapshotQuota(limits: TenantLimits, berthHome: string): SnapshotQuota {
+  return { count: limits.snapshots, bytes: limits.snapshotBytes ?? diskSizeMb(berthHome) * MIB };
 }
 
 function diskSizeMb(path: string): number {

@@ -13,6 +13,8 @@ commands:
   ls [--tenant T] [--json]           list sandboxes
   close [scope flags]                close a session (removes its ephemeral sandboxes)
   rm [scope flags]                   remove a sandbox, persistent or not
+  snapshot create|ls|rm|restore [scope flags] [NAME]   save a sandbox, list, remove, or go back to a snapshot
+  fork [scope flags] --to-session S2 [--from NAME]   a new session from this one's sandbox (or its snapshot)
   cp [scope flags] SRC DEST          copy files in or out (sandbox side: sandbox:PATH)
   media [scope flags] PATH           print a host path for a file in the sandbox
   audit [--egress [--refused]] [--tenant T] [--user U] [--session S] [--json]   show the audit log (or the egress decisions)

@@ -126,6 +126,9 @@ const limitsShape = {
   sandboxes: integer(1, 1_000_000),
   memoryMb: integer(1),
   diskMb: integer(1),
+  snapshots: integer(0, 1_000_000),
+  snapshotBytes: integer(1024),
+  snapshotRetentionDays: integer(1, 36_500),
 };
 const auditShape = { maxCommandChars: integer(64, 1_000_000), retentionDays: integer(1, 36_500) };
 
@@ -163,6 +166,7 @@ export type RawConfig = RawProfile & {
   limits?: {
     concurrentCalls?: number | undefined; uploadBytesInFlight?: number | undefined; stagingBytes?: number | undefined; mcpSessions?: number | undefined;
     sandboxes?: number | undefined; memoryMb?: number | undefined; diskMb?: number | undefined;
+    snapshots?: number | undefined; snapshotBytes?: number | undefined; snapshotRetentionDays?: number | undefined;
   } | undefined;
   audit?: { maxCommandChars?: number | undefined; retentionDays?: number | undefined } | undefined;
   egressProxy?: { upstreamCaFile?: string | undefined; maxConnectionsPerSandbox?: number | undefined } | undefined;

@@ -57,6 +57,11 @@ export const DEFAULT_LIMITS: TenantLimits = {
   sandboxes: 50,
   memoryMb: undefined,
   diskMb: undefined,
+  // Two checkpoints for each sandbox a tenant may hold by default (limits.sandboxes).
+  snapshots: 100,
+  snapshotBytes: undefined,
+  // As long as the audit keeps the entries that say who made them: no snapshot outlives its record.
+  snapshotRetentionDays: 30,
 };
 
 export const DEFAULT_AUDIT: AuditSettings = { maxCommandChars: 4096, retentionDays: 30 };

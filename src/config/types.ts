@@ -129,6 +129,12 @@ export interface TenantLimits {
    * undefined: the size of the filesystem that holds `BERTH_HOME`.
    */
   diskMb: number | undefined;
+  /** Snapshots one tenant may keep (named ones and fork bases); past it a snapshot or fork is refused (0: none at all). */
+  snapshots: number;
+  /** Bytes one tenant's snapshots may take on the host; undefined: the size of the filesystem that holds `BERTH_HOME`. */
+  snapshotBytes: number | undefined;
+  /** A named snapshot older than this many days is removed by the periodic sweep. */
+  snapshotRetentionDays: number;
 }
 
 /** The audit log (top level only). */

@@ -16,6 +16,7 @@ import { remoteBinding, remoteSandbox } from './remote-view.js';
 import type { RouteInput } from './route-spec.js';
 import type { RouteId, ROUTES } from './routes.js';
 import { scopeOf, type ScopeFields } from './schemas.js';
+import { snapshotHandlers } from './snapshot-routes.js';
 import { SseStream } from './sse.js';
 import type { TenantLimiter } from './tenant-limits.js';
 
@@ -198,5 +199,6 @@ export function apiHandlers(deps: HandlerDeps): Handlers {
       await deps.mcp(c);
       return RESPONSE_ALREADY_SENT;
     },
+    ...snapshotHandlers(broker, answer, scoped),
   };
 }

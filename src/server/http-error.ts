@@ -68,6 +68,8 @@ const STATUS_OF_CODE: Readonly<Partial<Record<HttpCode, number>>> = {
   too_many_bytes: 429,
   // The session was closed under the call: a conflict with the caller's own close, not an outage.
   session_closed: 409,
+  // A snapshot, restore or fork of a sandbox a command runs in: a conflict with the caller's own call.
+  sandbox_busy: 409,
   // A wait that ran out.
   timeout: 504,
   // A sandbox over its disk bound.

@@ -4,6 +4,7 @@ import {
   AuditEntry, Binding, EgressAuditEntry, Closed, ErrorAnswer, ExecResult, Export, Health, JobKilled, JobRead, JobStarted, JobSummary, Sandbox, Whoami, Written,
 } from './response-schemas.js';
 import { operationsOf, routeSpec, type RouteSpec } from './route-spec.js';
+import { SNAPSHOT_ROUTES } from './snapshot-routes.js';
 import {
   AuditQuery, EgressAuditQuery, EmptyQuery, ExecBody, ExportBody, ExportIdParams, FileGetQuery, FilePutQuery, JobIdParams, JobReadQuery, JobStartBody, ScopeBody,
   ScopeQuery,
@@ -182,6 +183,7 @@ export const ROUTES = {
     method: 'all', path: '/mcp', methods: ['get', 'post', 'delete'], callSlot: ['post', 'delete'],
     doc: { summary: 'MCP streamable HTTP (GET: the server-to-client stream; POST: JSON-RPC requests; DELETE: end the MCP session)', responses: { 200: { description: 'MCP' }, ...errors } },
   }),
+  ...SNAPSHOT_ROUTES,
 } satisfies Record<string, RouteSpec>;
 
 export type RouteId = keyof typeof ROUTES;

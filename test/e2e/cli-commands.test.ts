@@ -13,6 +13,8 @@ const FIRST_HELP_LINE: Record<CommandName, string> = {
   ls: 'usage: berth ls [--tenant T] [--json]',
   close: 'usage: berth close [scope flags] [--json]',
   rm: 'usage: berth rm [scope flags]',
+  snapshot: 'usage: berth snapshot create [scope flags] [--name N] [--json]',
+  fork: 'usage: berth fork [scope flags] --to-session S2 [--from NAME] [--json]',
   config: 'usage: berth config check [--config FILE]',
   image: 'usage: berth image build [--variant debian|minimal] [--image NAME] [--force]',
   cp: 'usage: berth cp [scope flags] [--json] SRC DEST',

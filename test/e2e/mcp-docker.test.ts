@@ -128,7 +128,7 @@ describeDocker('MCP server on the real docker engine', () => {
         expect(terminal?.description).toMatch(/Docker container created for this session, isolated from the host/);
         expect(terminal?.description).toMatch(/files vanish when this session closes/);
         expect(terminal?.inputSchema).toMatchObject({ required: ['command'], additionalProperties: false });
-        expect(tools.tools.map((x) => x.name).sort()).toEqual(['export_file', 'process', 'read_file', 'terminal', 'write_file']);
+        expect(tools.tools.map((x) => x.name).sort()).toEqual(['export_file', 'process', 'read_file', 'snapshot_create', 'snapshot_list', 'snapshot_restore', 'terminal', 'write_file']);
         expect(a.client.getInstructions()).toContain(`sandbox "${keyA}"`);
       });
 

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../../src/backends/backend.js';
+import type { Backend, ManagedSandbox, Sandbox, SandboxSpec, SnapshotCapability } from '../../src/backends/backend.js';
 import { ProcessSandbox } from '../../src/backends/plumbing/process-sandbox.js';
 import { BackendUnavailableError, BerthError, PolicyRefusedError } from '../../src/errors.js';
 import { Logger } from '../../src/logging/logger.js';
@@ -23,6 +23,8 @@ export class FakeBackend implements Backend {
     /** Where this installation's fake sandboxes keep their dirs: `$BERTH_HOME/sandboxes/<name>`. */
     private readonly root: string,
     private readonly log: Logger = Logger.silent(),
+    /** Snapshots (copies of a sandbox's dir), when the module was made with them. */
+    readonly snapshots?: SnapshotCapability,
   ) {}
 
   async check(): Promise<void> {

@@ -1,4 +1,4 @@
-import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, renameSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { removeUnder } from '../../src/backends/plumbing/remove-under.js';
 
@@ -26,6 +26,8 @@ export interface FakeContainer {
 export class FakeEngine {
   private readonly sandboxes = new Map<string, FakeContainer>();
   private counter = 0;
+  /** Set by a test: every create fails with this message (an engine that cannot create now). */
+  refuseCreates: string | undefined;
 
   byName(name: string): FakeContainer | undefined {
     return [...this.sandboxes.values()].find((c) => c.name === name);
@@ -45,6 +47,7 @@ export class FakeEngine {
   }
 
   create(c: Omit<FakeContainer, 'ref' | 'running'>): FakeContainer {
+    if (this.refuseCreates !== undefined) throw new Error(this.refuseCreates);
     if (this.byName(c.name) !== undefined) throw new Error(`name ${c.name} is taken`);
     this.counter += 1;
     const ref = `fake${String(this.counter).padStart(8, '0')}${c.digest.slice(0, 8)}`;
@@ -53,6 +56,16 @@ export class FakeEngine {
     const made = { ...c, ref, dir, running: true };
     this.sandboxes.set(ref, made);
     return made;
+  }
+
+  /** A sandbox takes another name and dir (a restore's new sandbox taking over its old one's); the dir moves with it. */
+  rename(ref: string, name: string, dir: string): void {
+    const c = this.sandboxes.get(ref);
+    if (c === undefined) throw new Error(`no fake sandbox ${ref}`);
+    if (this.byName(name) !== undefined) throw new Error(`name ${name} is taken`);
+    renameSync(c.dir, dir);
+    c.name = name;
+    c.dir = dir;
   }
 
   start(ref: string): void {

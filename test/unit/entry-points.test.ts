@@ -21,7 +21,8 @@ const ENTRY_POINTS = {
     ],
     types: [
       'AttachedWorkspace', 'AuditEntry', 'Backend', 'BackendName', 'BerthConfig', 'Binding', 'BrokerExecResult', 'BrokerFiles',
-      'BrokerJobs', 'BrokerOptions', 'BrokerReapers', 'SessionFiles', 'SessionJobs',
+      'BrokerJobs', 'BrokerOptions', 'BrokerReapers', 'SessionFiles', 'SessionJobs', 'SessionSnapshots', 'SnapshotCalls', 'SnapshotInfo',
+      'ForkResult', 'RestoreResult',
       'CallScope', 'CallScopeInput', 'CloseResult', 'CwdSource', 'DockerSettings', 'EnvSettings', 'ErrorCode', 'ExecOptions', 'ExecResult',
       'Isolation', 'JobReadResult', 'JobStatus', 'JobSummary', 'ManagedSandbox', 'ProfileSettings', 'Sandbox', 'SandboxIdentity',
       'SandboxInfo', 'SandboxPathPolicy', 'SandboxSpec', 'ScopeMode', 'SecretsFile', 'ShellTransport', 'TaskOverride',

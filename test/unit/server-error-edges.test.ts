@@ -36,6 +36,7 @@ const ANSWERS: Readonly<Record<ErrorCode, readonly [status: number, exit: number
   too_large: [413, 125],
   tenant_limit: [429, 125],
   disk_limit_exceeded: [507, 125],
+  sandbox_busy: [409, 125],
   unsupported: [422, 125],
   backend_unavailable: [503, 125],
   shutting_down: [503, 125],

@@ -8,6 +8,7 @@ import { LEASE_SCHEMA, LeaseTable } from './lease-table.js';
 import { migrateSandboxColumns, SANDBOX_SCHEMA, SandboxTable } from './sandbox-table.js';
 import { SCOPE_RECORDS_SCHEMA, ScopeRecords } from './scope-records.js';
 import { SESSION_SCHEMA, SessionTable } from './session-table.js';
+import { SNAPSHOT_SCHEMA, SnapshotTable } from './snapshot-table.js';
 import { Statements } from './statements.js';
 
 const META_SCHEMA = 'CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);';
@@ -39,6 +40,7 @@ export class StateStore {
   readonly egress: EgressTable;
   readonly jobs: JobTable;
   readonly leases: LeaseTable;
+  readonly snapshots: SnapshotTable;
 
   private constructor(private readonly db: Database.Database, opts: StateStoreOptions) {
     const sql = new Statements(db);
@@ -49,6 +51,7 @@ export class StateStore {
     this.egress = new EgressTable(sql);
     this.jobs = new JobTable(sql);
     this.leases = new LeaseTable(sql);
+    this.snapshots = new SnapshotTable(sql);
     const row = db.prepare('SELECT v FROM meta WHERE k = ?').get('installation') as { v: string } | undefined;
     if (row) {
       this.installationId = row.v;
@@ -62,7 +65,7 @@ export class StateStore {
   /** Opens (creating if needed) the store in `berthHome`; berth's files there are made private. */
   static open(berthHome: string, opts: StateStoreOptions = {}): StateStore {
     const db = openStateDb(berthHome);
-    db.exec([META_SCHEMA, LEASE_SCHEMA, SANDBOX_SCHEMA, SESSION_SCHEMA, SCOPE_RECORDS_SCHEMA, AUDIT_SCHEMA, EGRESS_AUDIT_SCHEMA, JOB_SCHEMA].join('\n'));
+    db.exec([META_SCHEMA, LEASE_SCHEMA, SANDBOX_SCHEMA, SESSION_SCHEMA, SCOPE_RECORDS_SCHEMA, AUDIT_SCHEMA, EGRESS_AUDIT_SCHEMA, JOB_SCHEMA, SNAPSHOT_SCHEMA].join('\n'));
     migrateJobs(db);
     migrateSandboxColumns(db);
     return new StateStore(db, opts);

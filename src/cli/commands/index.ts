@@ -13,6 +13,8 @@ export const COMMANDS = {
   ls: () => import('./ls.js').then((m) => m.lsCommand),
   close: () => import('./close.js').then((m) => m.closeCommand),
   rm: () => import('./rm.js').then((m) => m.rmCommand),
+  snapshot: () => import('./snapshot.js').then((m) => m.snapshotCommand),
+  fork: () => import('./fork.js').then((m) => m.forkCommand),
   config: () => import('./config-check.js').then((m) => m.configCommand),
   image: () => import('./image.js').then((m) => m.imageCommand),
   cp: () => import('./cp.js').then((m) => m.cpCommand),

@@ -11,6 +11,7 @@ import { downloadRoute, exportIdOf } from '../export-download.js';
 import { isRefusal } from '../http-error.js';
 import { assertImageFits, imageMimeOf, MAX_IMAGE_BYTES } from './image-content.js';
 import { progressStream } from './progress.js';
+import { addSnapshotTools } from './snapshot-tools.js';
 import type { SandboxDescription } from './sandbox-description.js';
 import { bugResult, decodeBytes, execResult, refusal, text } from './tool-results.js';
 import { ExportFileArgs, ProcessArgs, ReadFileArgs, TerminalArgs, WriteFileArgs } from './tool-schemas.js';
@@ -49,7 +50,7 @@ export const JOBS_RESOURCE = 'berth://session/jobs';
 
 /**
  * An MCP server whose tools run in one berth session: `terminal`, `process`, `read_file`,
- * `write_file`, `export_file`; and one resource, the session's background jobs (`JOBS_RESOURCE`). Connect it to one transport; closing the berth session when the
+ * `write_file`, `export_file`, `snapshot_create`, `snapshot_list`, `snapshot_restore`; and one resource, the session's background jobs (`JOBS_RESOURCE`). Connect it to one transport; closing the berth session when the
  * connection ends is the caller's job (see `serveMcpStdio`, `createMcpHttpHandler`).
  *
  * Bad arguments (wrong type, unknown field, missing field) are JSON-RPC errors (-32602): a tool's
@@ -191,6 +192,8 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     }
     return text(`exported ${r.kind} ${a.path} (${r.bytes} bytes) to host path ${r.hostPath}`, { hostPath: r.hostPath, bytes: r.bytes, kind: r.kind });
   });
+
+  addSnapshotTools(add, broker, scope);
 
   // The same list as process {action: "list"}, for clients that show resources rather than call tools.
   mcp.registerResource('jobs', JOBS_RESOURCE, {

@@ -1,0 +1,425 @@
+import { randomBytes } from 'node:crypto';
+import type { Backend, ForbiddenValue, Sandbox, SnapshotCapability } from '../backends/backend.js';
+import { reservationOf } from '../backends/module.js';
+import { BerthError, isBerthError, PolicyRefusedError, UnsupportedError, UsageError } from '../errors.js';
+import type { CallScopeInput } from '../scope/call-scope.js';
+import type { BerthConfig } from '../setup/berth-config.js';
+import { snapshotPathOf } from '../shell/persistent-shell.js';
+import type { AuditRecorder } from './audit.js';
+import type { CallResolver } from './call-resolver.js';
+import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
+import { ownerToken } from './process-owner.js';
+import type { JobActivity } from './reapers.js';
+import type { ResolvedCall } from './resolve-call.js';
+import { claimOrAwait } from './sandbox-claim.js';
+import type { BackendByName } from './sandbox-removal.js';
+import type { SessionGate } from './session-gate.js';
+import type { StartGate } from './start-gate.js';
+import type { SandboxTable, TenantQuota } from './state/sandbox-table.js';
+import type { ScopeRecords } from './state/scope-records.js';
+import type { SessionTable } from './state/session-table.js';
+import type { SnapshotQuota, SnapshotRecord, SnapshotTable } from './state/snapshot-table.js';
+
+/** A name a caller may give a snapshot (a base snapshot's starts with `@`, which this never does). */
+const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+/** A snapshot as the library, CLI, HTTP and MCP show it: never a host path or backend ref. */
+export interface SnapshotInfo {
+  name: string;
+  sandboxKey: string;
+  profile: string;
+  session: string | null;
+  user: string | null;
+  backend: string;
+  bytes: number;
+  createdMs: number;
+}
+
+/** What a restore did. */
+export interface RestoreResult {
+  name: string;
+  sandboxKey: string;
+  /** The cwd the next command of the restoring shell starts in (the snapshot's), when it recorded one. */
+  cwd: string | null;
+}
+
+/** What a fork made. */
+export interface ForkResult {
+  session: string;
+  sandboxKey: string;
+  /** The named snapshot it started from, or null: the source's state at the fork (kept as the fork's base until its sandbox goes). */
+  from: string | null;
+  cwd: string | null;
+}
+
+export interface SnapshotCallsOptions {
+  config: BerthConfig;
+  resolver: Pick<CallResolver, 'resolve' | 'normalize'>;
+  /** Registers each call as one of its session's and gets its sandbox. */
+  gate: Pick<SessionGate, 'run' | 'acquire'>;
+  lives: Pick<LiveSandboxes, 'get' | 'forget' | 'underLock'>;
+  backends: BackendByName;
+  sandboxes: Pick<SandboxTable, 'get' | 'put' | 'delete' | 'claim' | 'tenantUsage' | 'takeOverClaim'>;
+  sessions: Pick<SessionTable, 'open'>;
+  snapshots: SnapshotTable;
+  scopes: Pick<ScopeRecords, 'getCwd' | 'putCwd'>;
+  /** Whether a background job runs in a sandbox (then no snapshot is made of it). */
+  jobs: JobActivity;
+  /** The egress listener of a sandbox a restore replaced goes with it. */
+  egress: { detach(ref: string): Promise<void> };
+  audit: Pick<AuditRecorder, 'record'>;
+  /** Bounds sandbox creations at once (shared with the pool). */
+  starts: Pick<StartGate, 'run'>;
+  /** The tenant bounds on sandboxes (a fork makes one) and on snapshots, host defaults filled in. */
+  quota: TenantQuota;
+  snapshotQuota: SnapshotQuota;
+  /** This process's token on the sessions it opens (a fork's new session), null when it holds none (the CLI). */
+  owner: string | null;
+  lifecycle: { assertOpen(): void };
+}
+
+/**
+ * Snapshots, restore and fork of a call's sandbox (`broker.snapshots`): the one place every surface
+ * (library, CLI, HTTP, MCP) goes through. A snapshot is made with no command running, under the
+ * identity's lock, after the sandbox's shells closed (their state saved in the sandbox, so the
+ * snapshot carries cwd, exported variables, functions and aliases); it never holds a value of a
+ * secret the call was granted. A restore or fork that fails leaves the sandbox and the snapshot as
+ * they were and says so. Every action is audited.
+ *
+ * @example
+ * await broker.snapshots.create({ session: 's1' }, { name: 'before-migration' });
+ * await broker.snapshots.restore({ session: 's1' }, 'before-migration');
+ * await broker.snapshots.fork({ session: 's1' }, { toSession: 's1-try-b' });
+ */
+export class SnapshotCalls {
+  private readonly processToken = ownerToken();
+
+  constructor(private readonly opts: SnapshotCallsOptions) {}
+
+  /** Snapshots the call's sandbox now (brought up if it is not running); refused while a command runs in it. */
+  async create(scope: CallScopeInput, a: { name?: string | undefined } = {}): Promise<SnapshotInfo> {
+    this.opts.lifecycle.assertOpen();
+    const call = this.opts.resolver.resolve(scope);
+    const name = a.name ?? `snap-${new Date().toISOString().replace(/[-:]/g, '').replace(/\..*$/, '').replace('T', '-')}-${randomBytes(2).toString('hex')}`;
+    return this.audited(call, `snapshot create ${name}`, async () => {
+      assertName(name);
+      const caps = await this.capabilityOf(call);
+      const rec = await this.opts.gate.run(call, async (sc) => {
+        await this.opts.gate.acquire(call, sc);
+        return this.snapshotNow(call, caps, { name, kind: 'named', baseOf: null });
+      });
+      return infoOf(rec);
+    });
+  }
+
+  /** The tenant a scope's calls belong to (its own, `BERTH_SESSION` and `runWithScope` applied). */
+  tenantOf(scope: CallScopeInput): string {
+    return this.opts.resolver.normalize(scope).tenant;
+  }
+
+  /**
+   * The tenant's named snapshots, oldest first; of one sandbox's when `of` names a scope (its
+   * tenant is the one listed).
+   */
+  list(tenant: string, of?: CallScopeInput): SnapshotInfo[] {
+    this.opts.lifecycle.assertOpen();
+    const digest = of === undefined ? undefined : this.opts.resolver.resolve({ ...of, tenant }).spec.digest;
+    return this.opts.snapshots.list(tenant, digest).filter((r) => r.ref !== '').map(infoOf);
+  }
+
+  /** Removes a named snapshot of the call's sandbox; false when it has none of that name. */
+  async remove(scope: CallScopeInput, name: string): Promise<boolean> {
+    this.opts.lifecycle.assertOpen();
+    const call = this.opts.resolver.resolve(scope);
+    return this.audited(call, `snapshot rm ${name}`, async () => {
+      assertName(name);
+      const snap = this.opts.snapshots.byName(call.scope.tenant, call.spec.digest, name);
+      if (snap === undefined || snap.ref === '') return false;
+      await this.removeSnapshot(snap);
+      return true;
+    });
+  }
+
+  /**
+   * Puts the call's sandbox back to snapshot `name`: the snapshot is verified first, then a new
+   * sandbox made from it replaces the current one (its shells restart from the snapshot's state,
+   * the call's shell in the snapshot's cwd). On any failure both are as they were, and the error says so.
+   */
+  async restore(scope: CallScopeInput, name: string): Promise<RestoreResult> {
+    this.opts.lifecycle.assertOpen();
+    const call = this.opts.resolver.resolve(scope);
+    return this.audited(call, `snapshot restore ${name}`, async () => {
+      assertName(name);
+      const caps = await this.capabilityOf(call);
+      const snap = this.namedSnapshot(call, name);
+      const { lives, sandboxes } = this.opts;
+      return this.opts.gate.run(call, () => lives.underLock(call.spec.digest, async () => {
+        const live = lives.get(call.spec.digest);
+        if (live !== undefined) await this.assertIdle(call, live, 'restored');
+        const untouched = `sandbox "${call.binding.sandboxKey}" and snapshot "${name}" are as they were`;
+        await caps.verify(snap.ref).catch((err: unknown) => {
+          throw failed(`snapshot "${name}" cannot be restored`, err, untouched);
+        });
+        const rec = sandboxes.get(call.spec.digest);
+        if (rec !== undefined && rec.ref === '') throw busy(call, 'restored', 'it is being created');
+        if (live !== undefined) await lives.forget(live);
+        let sandbox: Sandbox;
+        try {
+          sandbox = rec === undefined
+            ? await this.createFromSnapshot(call, caps, snap.ref)
+            : await this.opts.starts.run(() => caps.createFrom(call.spec, snap.ref, { ref: rec.ref, hostDir: rec.hostDir ?? undefined }));
+        } catch (err) {
+          throw failed(`restoring snapshot "${name}" failed`, err, untouched);
+        }
+        if (rec !== undefined) {
+          await this.opts.egress.detach(rec.ref);
+          sandboxes.put({ ...rec, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: Date.now() });
+        }
+        const cwd = await this.carryShellState(call, sandbox, snap, call.defaultCwd);
+        return { name, sandboxKey: call.binding.sandboxKey, cwd };
+      }));
+    });
+  }
+
+  /**
+   * Makes session `toSession`'s sandbox from the call's sandbox as it is now (a base snapshot
+   * made for it, kept until the forked sandbox goes), or from its named snapshot `from`; the new
+   * session's shell starts in the source shell's cwd with its variables. Refused when `toSession`
+   * resolves to the call's own sandbox (a scope shared across sessions) or already has one.
+   */
+  async fork(scope: CallScopeInput, a: { toSession: string; from?: string | undefined }): Promise<ForkResult> {
+    this.opts.lifecycle.assertOpen();
+    const call = this.opts.resolver.resolve(scope);
+    const what = `fork --to-session ${a.toSession}${a.from === undefined ? '' : ` --from ${a.from}`}`;
+    return this.audited(call, what, async () => {
+      if (a.from !== undefined) assertName(a.from);
+      const target = this.opts.resolver.resolve({ ...scope, tenant: call.scope.tenant, session: a.toSession });
+      if (target.scope.session === undefined) throw new UsageError('a fork needs --to-session S: the session the new sandbox is for');
+      if (target.spec.digest === call.spec.digest) {
+        throw new PolicyRefusedError(`session "${a.toSession}" resolves to the same sandbox "${call.binding.sandboxKey}" as the source ` +
+          `(rule ${call.binding.rule}: one sandbox shared across sessions), so a fork would be the sandbox itself; ` +
+          'fork from a profile whose sandboxes are kept per session (scope: session, or not persistent)');
+      }
+      const caps = await this.capabilityOf(call);
+      if (this.opts.sandboxes.get(target.spec.digest) !== undefined) {
+        throw new PolicyRefusedError(`session "${a.toSession}" already has sandbox "${target.binding.sandboxKey}"; ` +
+          `close that session (berth close --session ${a.toSession}) or fork to a new one`);
+      }
+      const named = a.from === undefined ? undefined : this.namedSnapshot(call, a.from);
+      const untouched = `sandbox "${call.binding.sandboxKey}" and its snapshots are as they were`;
+      if (named !== undefined) {
+        await caps.verify(named.ref).catch((err: unknown) => {
+          throw failed(`snapshot "${named.name}" cannot be forked from`, err, untouched);
+        });
+      }
+      // The new sandbox's record first: it claims the identity, and it names the base snapshot's
+      // owner, so no sweep takes the base for one whose fork is gone.
+      const claim = await claimOrAwait(this.opts.sandboxes, this.processToken, target, call.settings.backend, undefined, this.limitsOf(target));
+      if (!claim.mine) throw new PolicyRefusedError(`session "${a.toSession}" got sandbox "${target.binding.sandboxKey}" meanwhile; fork to a new session`);
+      let base: SnapshotRecord | undefined;
+      let made: Sandbox | undefined;
+      try {
+        base = named === undefined ? await this.opts.gate.run(call, async (sc) => {
+          await this.opts.gate.acquire(call, sc);
+          return this.snapshotNow(call, caps, { name: `@fork-${randomBytes(6).toString('hex')}`, kind: 'base', baseOf: target.spec.digest });
+        }) : undefined;
+        const from = (named ?? base) as SnapshotRecord;
+        const sandbox = await this.opts.lives.underLock(target.spec.digest, () => this.opts.starts.run(() => caps.createFrom(target.spec, from.ref, undefined)));
+        made = sandbox;
+        const cwd = await this.carryShellState(target, sandbox, from, call.defaultCwd);
+        this.recordCreated(target, claim.record, sandbox);
+        return { session: a.toSession, sandboxKey: target.binding.sandboxKey, from: named?.name ?? null, cwd };
+      } catch (err) {
+        if (made !== undefined) {
+          const sandbox = made;
+          await this.opts.backends.get(call.settings.backend).then((b) => b.remove(sandbox.ref, sandbox.hostDir)).catch(() => undefined);
+        }
+        this.opts.sandboxes.delete(target.spec.digest);
+        if (base !== undefined) await this.removeSnapshot(base).catch(() => undefined);
+        throw failed(`fork of sandbox "${call.binding.sandboxKey}" to session "${a.toSession}" failed`, err, untouched);
+      }
+    });
+  }
+
+  /**
+   * Under the identity's lock: refused while the sandbox is busy; its shells close (their state
+   * saved in it; calls that come meanwhile wait for the lock and bring it up again after), then
+   * the backend saves it. Counted against the tenant's limits before and after it is made.
+   */
+  private snapshotNow(call: ResolvedCall, caps: SnapshotCapability, what: Pick<SnapshotRecord, 'name' | 'kind' | 'baseOf'>): Promise<SnapshotRecord> {
+    const { lives, snapshots, snapshotQuota } = this.opts;
+    return lives.underLock(call.spec.digest, async () => {
+      const live = lives.get(call.spec.digest);
+      if (live === undefined) throw new BerthError('sandbox_busy', `sandbox "${call.binding.sandboxKey}" went down while the snapshot began; try again`);
+      await this.assertIdle(call, live, 'snapshotted');
+      const cwd = this.opts.scopes.getCwd(call.shell.digest)?.cwd ?? null;
+      const rec: SnapshotRecord = {
+        id: randomBytes(12).toString('hex'), tenant: call.scope.tenant, user: call.scope.user ?? null, profile: call.scope.profile,
+        session: call.scope.session ?? null, digest: call.spec.digest, sandboxKey: call.binding.sandboxKey, ...what,
+        backend: call.settings.backend, ref: '', bytes: 0, createdMs: Date.now(), cwd, shellStem: call.shell.fileStem,
+      };
+      const reserved = snapshots.reserve(rec, snapshotQuota);
+      if (reserved === 'taken') throw new UsageError(`sandbox "${call.binding.sandboxKey}" already has a snapshot "${rec.name}"; pick another name or remove it first (berth snapshot rm)`);
+      if (reserved === 'over') throw this.overLimit(call.scope.tenant);
+      try {
+        await lives.forget(live);
+        const made = await caps.create(live.sandbox, rec.id, forbiddenOf(call));
+        if (!snapshots.complete(rec.id, made.ref, made.bytes, snapshotQuota.bytes)) {
+          await caps.remove(made.ref).catch(() => undefined);
+          throw this.overLimit(call.scope.tenant, made.bytes);
+        }
+        return { ...rec, ref: made.ref, bytes: made.bytes };
+      } catch (err) {
+        snapshots.delete(rec.tenant, rec.id);
+        throw err;
+      }
+    });
+  }
+
+  /** A sandbox for `call` made from snapshot `ref` where none is recorded: claimed, created, recorded, linked to the call's session. */
+  private async createFromSnapshot(call: ResolvedCall, caps: SnapshotCapability, ref: string): Promise<Sandbox> {
+    const claim = await claimOrAwait(this.opts.sandboxes, this.processToken, call, call.settings.backend, undefined, this.limitsOf(call));
+    if (!claim.mine) throw busy(call, 'restored', 'another process created it meanwhile');
+    try {
+      const sandbox = await this.opts.starts.run(() => caps.createFrom(call.spec, ref, undefined));
+      this.recordCreated(call, claim.record, sandbox);
+      return sandbox;
+    } catch (err) {
+      this.opts.sandboxes.delete(call.spec.digest);
+      throw err;
+    }
+  }
+
+  /** The record of a sandbox made from a snapshot, and its session's link (an ephemeral one lives while its session does). */
+  private recordCreated(call: ResolvedCall, claimed: Parameters<SandboxTable['put']>[0], sandbox: Sandbox): void {
+    const now = Date.now();
+    this.opts.sandboxes.put({ ...claimed, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: now });
+    this.opts.sessions.open(call.scope.tenant, call.scope.profile, call.sessionRef, call.spec.digest, this.opts.owner, now);
+  }
+
+  /**
+   * The shell of `call` starts where the snapshot's shell left off: its cwd record is the
+   * snapshot's, and its saved state (exported variables, functions, aliases) is the snapshot
+   * shell's, copied inside the new sandbox when the shell identity differs (a fork's new session).
+   */
+  private async carryShellState(call: ResolvedCall, sandbox: Sandbox, snap: SnapshotRecord, sourceCwd: string): Promise<string | null> {
+    const cwd = snap.cwd === null ? null : rebased(snap.cwd, sourceCwd, call.defaultCwd);
+    if (cwd !== null) {
+      this.opts.scopes.putCwd(call.shell.digest, {
+        tenant: call.scope.tenant, profile: call.scope.profile, session: call.scope.session ?? null, cwd, backend: call.settings.backend,
+      }, Date.now());
+    }
+    if (snap.shellStem === null || snap.shellStem === call.shell.fileStem) return cwd;
+    const from = snapshotPathOf(sandbox.stateDir, snap.shellStem);
+    const to = snapshotPathOf(sandbox.stateDir, call.shell.fileStem);
+    // Run in the sandbox as its user; `mv` replaces a link planted at the target instead of writing through it.
+    const r = await sandbox.execOnce(['sh', '-c', '[ -f "$1" ] || exit 0; umask 077; cat -- "$1" > "$2.fork" && mv -f -- "$2.fork" "$2"', 'sh', from, to], { timeoutMs: 10_000 });
+    if (r.exitCode !== 0) throw new BerthError('transfer_failed', `the shell state could not be copied in the new sandbox (exit ${r.exitCode}): ${r.stderr.toString('utf8').slice(0, 200)}`);
+    return cwd;
+  }
+
+  /** Removes a snapshot from its backend, then its record. */
+  async removeSnapshot(snap: SnapshotRecord): Promise<void> {
+    if (snap.ref !== '') {
+      const backend = await this.opts.backends.get(snap.backend);
+      await backend.snapshots?.remove(snap.ref);
+    }
+    this.opts.snapshots.delete(snap.tenant, snap.id);
+  }
+
+  /** A snapshot's call runs on an idle sandbox: no command, no shell's background job, no job. */
+  private async assertIdle(call: ResolvedCall, live: LiveSandbox, verb: string): Promise<void> {
+    if (live.inflight > 0 || (await live.shells.busy())) throw busy(call, verb, 'a command or a background job of its shell runs in it');
+    if (await this.opts.jobs.activeIn(live.digest, live.sandbox).catch(() => true)) throw busy(call, verb, 'a job runs in it (berth jobs)');
+  }
+
+  private namedSnapshot(call: ResolvedCall, name: string): SnapshotRecord {
+    const snap = this.opts.snapshots.byName(call.scope.tenant, call.spec.digest, name);
+    if (snap === undefined || snap.kind !== 'named' || snap.ref === '') {
+      throw new BerthError('not_found', `sandbox "${call.binding.sandboxKey}" has no snapshot "${name}"; list them with berth snapshot ls`);
+    }
+    return snap;
+  }
+
+  /** The call's backend's snapshots, or the refusal naming the backend and those of this config that keep them. */
+  private async capabilityOf(call: ResolvedCall): Promise<SnapshotCapability> {
+    const backend = await this.opts.backends.get(call.settings.backend);
+    if (backend.snapshots !== undefined) return backend.snapshots;
+    const used = [...new Set([this.opts.config.base.backend, ...Object.values(this.opts.config.profiles).map((p) => p.backend)])];
+    const can: string[] = [];
+    for (const name of used) {
+      const b: Backend | undefined = await this.opts.backends.get(name).catch(() => undefined);
+      if (b?.snapshots !== undefined) can.push(name);
+    }
+    throw new UnsupportedError(`backend "${call.settings.backend}" keeps no snapshots, so it cannot snapshot, restore or fork a sandbox; ` +
+      (can.length > 0 ? `${can.join(', ')} of this config can: give profile "${call.scope.profile}" that backend`
+        : 'docker and bwrap can: give the profile one of them'));
+  }
+
+  private overLimit(tenant: string, adding?: number): BerthError {
+    const { count, bytes } = this.opts.snapshots.usage(tenant);
+    const q = this.opts.snapshotQuota;
+    const what = adding === undefined && count >= q.count
+      ? `tenant "${tenant}" keeps ${count} snapshots, its limit (limits.snapshots = ${q.count})`
+      : `tenant "${tenant}"'s snapshots take ${bytes} bytes${adding === undefined ? '' : ` and this one ${adding}`}, past its limit (limits.snapshotBytes = ${q.bytes})`;
+    return new BerthError('tenant_limit', `snapshot not made: ${what}; remove snapshots (berth snapshot rm NAME) or raise the limit`);
+  }
+
+  private limitsOf(call: ResolvedCall): { quota: TenantQuota; reserves: ReturnType<typeof reservationOf> } {
+    return { quota: this.opts.quota, reserves: reservationOf(this.opts.config.backends.module(call.settings.backend), call.settings) };
+  }
+
+  /** Runs one snapshot action and writes its audit entry, whether it succeeded or failed. */
+  private async audited<T>(call: ResolvedCall, action: string, fn: () => Promise<T>): Promise<T> {
+    const startedMs = Date.now();
+    let errorCode: string | undefined;
+    try {
+      return await fn();
+    } catch (err) {
+      errorCode = isBerthError(err) ? err.code : 'internal';
+      throw err;
+    } finally {
+      this.opts.audit.record({ kind: 'snapshot', call, action, startedMs, errorCode });
+    }
+  }
+}
+
+function assertName(name: string): void {
+  if (!SNAPSHOT_NAME.test(name)) {
+    throw new UsageError(`snapshot name "${name}" is not valid; use 1 to 64 letters, digits, ".", "_" or "-", starting with a letter or digit`);
+  }
+}
+
+function infoOf(r: SnapshotRecord): SnapshotInfo {
+  return { name: r.name, sandboxKey: r.sandboxKey, profile: r.profile, session: r.session, user: r.user, backend: r.backend, bytes: r.bytes, createdMs: r.createdMs };
+}
+
+/** The values of the secrets the call was granted: no snapshot may hold one. */
+function forbiddenOf(call: ResolvedCall): ForbiddenValue[] {
+  return call.secretNames.flatMap((name) => {
+    const value = call.env[name];
+    return value === undefined || value === '' ? [] : [{ name, value }];
+  });
+}
+
+/**
+ * A cwd under the source sandbox's default dir, moved under the new sandbox's: the same path where
+ * sandboxes share their layout (a container's /workspace), the new dir where a sandbox's paths
+ * are its own host dir.
+ */
+function rebased(cwd: string, from: string, to: string): string {
+  if (from === to) return cwd;
+  if (cwd === from) return to;
+  return cwd.startsWith(`${from}/`) ? to + cwd.slice(from.length) : cwd;
+}
+
+function busy(call: ResolvedCall, verb: string, why: string): BerthError {
+  return new BerthError('sandbox_busy', `sandbox "${call.binding.sandboxKey}" cannot be ${verb} now: ${why}; wait for it to end (or kill it), then try again`);
+}
+
+/** A restore's or fork's failure, keeping its cause's code, saying that nothing changed. */
+function failed(what: string, err: unknown, untouched: string): BerthError {
+  const code = isBerthError(err) ? err.code : 'internal';
+  const msg = err instanceof Error ? err.message : String(err);
+  return new BerthError(code, `${what}: ${msg}; ${untouched}`, { cause: err });
+}
