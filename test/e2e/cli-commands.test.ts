@@ -52,12 +52,12 @@ describe('the CLI command map', () => {
     expect(r.modules.filter((u) => /\/dist\/(broker|backends|server)\//.test(u))).toEqual([]);
   });
 
-  it('berth --version prints the package version, loading no command module and no broker', async () => {
+  it('berth --version prints the package version, loading nothing of berth but the version', async () => {
     const { version } = JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8')) as { version: string };
     const r = await modulesLoadedBy([BERTH_BIN, '--version']);
     expect({ code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ code: 0, stdout: `berth ${version}\n`, stderr: '' });
-    expect(commandModules(r.modules)).toEqual([]);
-    expect(r.modules.filter((u) => /\/dist\/(broker|backends|server|setup)\//.test(u) || u.includes('/node_modules/'))).toEqual([]);
+    // The CLI itself is not loaded: only the module that reads the version.
+    expect(r.modules.filter((u) => u.includes('/dist/') || u.includes('/node_modules/'))).toEqual([expect.stringMatching(/\/dist\/kit\/version\.js$/)]);
   });
 
   it('berth explain loads the broker but neither the HTTP server nor the MCP SDK', async () => {
