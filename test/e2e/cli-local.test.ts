@@ -41,6 +41,17 @@ describe('berth CLI on the local backend (real processes)', () => {
     expect(r.stderr).toMatch(/^berth: .*\/no\/such\/dir.*\n$/);
   });
 
+  it('a timeout is said once, in one berth line on stderr, and exits 124', async () => {
+    using t = tempInstall(LOCAL);
+    const r = await runBerth(['exec', '--session', 'slow', '--timeout', '1', '--', 'echo started; sleep 30; echo never'], { env: t.env, cwd: t.dir });
+    expect(r.code).toBe(124);
+    expect(r.stdout).toBe('started\n');
+    const berthLines = r.stderr.split('\n').filter((l) => l.startsWith('berth:'));
+    expect(berthLines).toHaveLength(1);
+    expect(berthLines[0]).toMatch(/^berth: timed out after 1000 ms; the command's processes were killed/);
+    await runBerth(['close', '--session', 'slow'], { env: t.env, cwd: t.dir });
+  });
+
   it('a cd in one berth exec is seen by the next one in the same session, not by another session', async () => {
     using t = tempInstall(LOCAL);
     const first = await runBerth(['exec', '--session', 's1', '--', 'mkdir -p deep/er && cd deep/er'], { env: t.env, cwd: t.dir });
