@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
-import { row } from './stats.js';
+import { row, verdict } from './stats.js';
 
 const run = promisify(execFile);
 const ROOT = resolve(import.meta.dirname, '..');
@@ -34,7 +34,8 @@ async function sample(n: number, fn: () => Promise<number>): Promise<number[]> {
 
 /**
  * Start-up costs of the built package (`dist/`): what `import 'berth'` costs against the broker
- * module alone in the same run, and how long `berth --help` and `berth explain` take as processes.
+ * module alone in the same run, and how long `berth --version`, `berth --help` and `berth explain`
+ * take as processes.
  */
 export async function startupBench(n = Number(process.env['BENCH_STARTUP_N'] ?? 30)): Promise<void> {
   console.log(`\n# start-up (built dist/, fresh node per sample, n=${n})`);
@@ -49,6 +50,8 @@ export async function startupBench(n = Number(process.env['BENCH_STARTUP_N'] ?? 
       await run(process.execPath, ['-e', '0'], { env });
       return Number(process.hrtime.bigint() - t) / 1e6;
     }));
+    const version = row('berth --version (process)', await sample(n, () => cliMs(['--version'], env)));
+    console.log(`  berth --version p50 ${version.p50.toFixed(0)} ms   ${verdict('< 150 ms', version.p50 < 150)}`);
     row('berth --help (process)', await sample(n, () => cliMs(['--help'], env)));
     row('berth explain --session bench (process)', await sample(n, () => cliMs(['explain', '--session', 'bench'], env)));
   } finally {

@@ -8,18 +8,32 @@
 #   2. else bwrap, when berth's own bubblewrap probe passes here (no daemon to install or start);
 #   3. else docker after installing/starting it (scripts/ensure-docker.sh: root on Debian);
 #   4. else an error naming both ways to get a sandbox.
+# On docker it builds (or reuses) the image your own config names (docker.image, by default
+# berth-sandbox:latest), so the `berth exec` you run next finds it. It installs only what is
+# missing, in one line each, with apt's output in a log file.
 set -euo pipefail
+user_cwd=$PWD
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
+export BERTH_APT_LOG=${BERTH_APT_LOG:-/tmp/berth-demo-apt.log}
 
 [ -d node_modules ] || npm ci
 [ -f dist/cli/main.js ] || npm run build
+
+berth() { node "$repo/bin/berth.js" "$@"; }
+# The image a `berth exec` run from your directory uses (your berth.yaml or $BERTH_HOME/config.yaml, else the default).
+your_image() {
+  (cd "$user_cwd" && berth config check) | node -e '
+    let text = "";
+    process.stdin.on("data", (d) => (text += d)).on("end", () => console.log(require("yaml").parse(text).docker.image));'
+}
+image=$(your_image)
+user_berth_home=${BERTH_HOME-}
 
 demo=$(mktemp -d)
 # bwrap resolves its binds as each sandbox's unprivileged uid: the dir above its root must be traversable.
 chmod 711 "$demo"
 export BERTH_HOME="$demo/home"
-berth() { node "$repo/bin/berth.js" "$@"; }
 cleanup() {
   berth close --session alice >/dev/null 2>&1 || true
   berth close --session bob >/dev/null 2>&1 || true
@@ -27,13 +41,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Builds (or reuses) the image your next `berth exec` uses: the debian variant, built with debootstrap.
 docker_config() {
-  node bin/berth.js image build --variant minimal
-  cat > "$demo/berth.yaml" <<'YAML'
+  command -v debootstrap >/dev/null 2>&1 || bash scripts/apt-install.sh "to build the sandbox image $image" debootstrap
+  (cd "$user_cwd" && BERTH_HOME=${user_berth_home} berth image build --image "$image")
+  cat > "$demo/berth.yaml" <<YAML
 backend: docker
 persistent: false
 docker:
-  image: berth-sandbox:minimal
+  image: $image
 YAML
 }
 
@@ -66,11 +82,14 @@ if [ -z "$backend" ]; then
   fi
 fi
 case $backend in
-  docker) bash scripts/ensure-docker.sh 3>/dev/null; docker_config ;;
+  docker) docker info >/dev/null 2>&1 || bash scripts/ensure-docker.sh 3>/dev/null; docker_config ;;
   bwrap) bwrap_config ;;
   *) echo "demo: BERTH_DEMO_BACKEND must be docker or bwrap, not \"$backend\"" >&2; exit 2 ;;
 esac
-echo "demo: backend $backend" >&2
+case $backend in
+  docker) echo "demo: backend docker, image $image (the one your berth exec uses)" >&2 ;;
+  *) echo "demo: backend $backend" >&2 ;;
+esac
 cd "$demo"
 
 show() {
@@ -87,3 +106,9 @@ show ls
 show close --session alice
 show close --session bob
 show ls
+
+if [ "$backend" = docker ]; then
+  printf '\ndemo: done. Next, from the quick start, a real command in %s:\n  node bin/berth.js exec --session s1 -- uname -a\n' "$image"
+else
+  printf '\ndemo: done. berth exec uses docker unless a berth.yaml says "backend: bwrap" (see the quick start)\n'
+fi

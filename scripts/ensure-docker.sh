@@ -4,18 +4,7 @@
 # nothing when an engine was already running) on fd 3, so callers can stop what they started.
 set -euo pipefail
 
-need_apt=()
-command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
-command -v busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
-command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
-command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)
-# The storage-quota suite runs a private dockerd on a btrfs loop filesystem.
-command -v mkfs.btrfs >/dev/null 2>&1 || need_apt+=(btrfs-progs)
-if [ "${#need_apt[@]}" -gt 0 ]; then
-  echo "ensure-docker: installing ${need_apt[*]}" >&2
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >&2
-fi
+command -v dockerd >/dev/null 2>&1 || bash "$(dirname "$0")/apt-install.sh" "the Docker engine" docker.io
 
 if docker info >/dev/null 2>&1; then
   exit 0

@@ -1,5 +1,6 @@
 import type Database from 'better-sqlite3';
 import { defaultBerthHome, loadConfig } from '../setup/load-config.js';
+import { assertParsedConfig } from '../setup/parse-config.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
 import type { AuditFilter } from './audit.js';
@@ -76,6 +77,7 @@ export class Broker implements AsyncDisposable {
     const env = opts.env ?? process.env;
     const berthHome = opts.berthHome ?? defaultBerthHome(env);
     const config = opts.config ?? loadConfig({ configFlag: opts.configPath, cwd: opts.cwd ?? process.cwd(), berthHome });
+    assertParsedConfig(config);
     const parts = buildParts(config, berthHome, opts);
     const broker = new Broker(config, berthHome, parts);
 

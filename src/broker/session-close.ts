@@ -13,6 +13,8 @@ export interface CloseResult {
   removed: string[];
   /** Keys of the sandboxes kept (persistent, or still used by another open session). */
   kept: string[];
+  /** Whether the session (or a subagent of it) was open: false when there was nothing to close. */
+  wasOpen: boolean;
 }
 
 /** What a close asks of the removal part: a sandbox goes with its record. */
@@ -62,7 +64,7 @@ export class SessionCloser {
     results.push(await this.closeRef(s.tenant, s.profile, ref, s));
     const removed = [...new Set(results.flatMap((r) => r.removed))];
     const kept = [...new Set(results.flatMap((r) => r.kept))].filter((k) => !removed.includes(k));
-    return { removed, kept };
+    return { removed, kept, wasOpen: results.some((r) => r.wasOpen) };
   }
 
   /** Closes one session by its ref (`sessionRefOf`); `scope` names the user for the audit entry. */
@@ -79,9 +81,9 @@ export class SessionCloser {
       live.sessions.delete(id);
       await live.shells.closeSession(tenant, profile, sessionRef);
     }
-    const digests = sessions.close(tenant, profile, sessionRef, Date.now());
+    const { wasOpen, digests } = sessions.close(tenant, profile, sessionRef, Date.now());
     await removeSessionStaging(berthHome, { tenant, profile, sessionRef }).catch((e) => this.opts.log('berth:files', `remove staging of ${sessionRef}: ${String(e)}`));
-    const result: CloseResult = { removed: [], kept: [] };
+    const result: CloseResult = { removed: [], kept: [], wasOpen };
     for (const digest of digests) {
       const rec = sandboxes.get(digest);
       if (rec === undefined) continue;

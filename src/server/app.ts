@@ -173,6 +173,7 @@ export function createApp(deps: AppDeps): ApiApp {
       allow: methods.join(', '),
     });
 
+  const publicGets = new Set<string>();
   app.use('*', async (c, next) => {
     if (deps.draining()) throw shuttingDown();
     const target = c.env.incoming.url ?? '';
@@ -182,10 +183,11 @@ export function createApp(deps: AppDeps): ApiApp {
       callerOf(c);
       throw notFound(c);
     }
-    // Hono answers HEAD with the GET route; berth serves no HEAD, so it is refused as any other
-    // method a route does not serve (after the token, like every 405).
+    // Hono answers HEAD with the GET route. A public GET route (the dashboard page, health, the
+    // OpenAPI document) answers HEAD as it answers GET, without the body; any other route serves no
+    // HEAD, so it is refused as any other method a route does not serve (after the token, like every 405).
     const methods = allowed.get(routePath(c, -1));
-    if (c.env.incoming.method === 'HEAD' && methods !== undefined) {
+    if (c.env.incoming.method === 'HEAD' && methods !== undefined && !publicGets.has(routePath(c, -1))) {
       callerOf(c);
       throw methodNotAllowed(c, methods);
     }
@@ -198,7 +200,10 @@ export function createApp(deps: AppDeps): ApiApp {
     const path = honoPath(spec.path);
     const method = spec.method.toUpperCase();
     const answer: MiddlewareHandler<ApiEnv> = async (c) => handler(c, await readInput(spec, c.env.incoming, c.req.param()));
-    if (spec.public === true) app.on(method, path, publicRoute, answer);
+    if (spec.public === true) {
+      app.on(method, path, publicRoute, answer);
+      if (method === 'GET') publicGets.add(path);
+    }
     else if (spec.metricsOnly === true) app.on(method, path, authenticateMetrics, answer);
     else {
       const serve = authenticated(spec, handler);

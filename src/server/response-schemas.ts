@@ -145,7 +145,7 @@ export const JobRead = z.object({
 
 export const JobStarted = z.object({ jobId: z.string(), sandboxKey: z.string() });
 export const JobKilled = z.object({ killed: z.boolean() });
-export const Closed = z.object({ removed: z.array(z.string()), kept: z.array(z.string()) });
+export const Closed = z.object({ removed: z.array(z.string()), kept: z.array(z.string()), wasOpen: z.boolean() });
 export const Whoami = z.object({ tenant: z.string(), profiles: z.array(z.string()) });
 export const Health = z.object({ ok: z.literal(true) });
 export const Written = z.object({ path: z.string(), bytes: z.number().int() });

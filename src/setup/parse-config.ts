@@ -110,3 +110,14 @@ export function parseConfig(raw: unknown, source?: string, opts: ParseOptions = 
   // The catalog is immutable by construction; freezing it would reach into zod's schema objects.
   return Object.freeze({ ...settled, backends });
 }
+
+/**
+ * Throws a ConfigError when `config` is not what parseConfig returns: a plain object written by
+ * hand would otherwise fail deep inside with a TypeError.
+ */
+export function assertParsedConfig(config: unknown): asserts config is BerthConfig {
+  const backends = (config as { backends?: { module?: unknown } } | null | undefined)?.backends;
+  if (typeof backends?.module !== 'function') {
+    throw new ConfigError('the config passed to Broker.open is a plain object, not a parsed config; pass parseConfig({ ... }) (it checks the keys and fills in the defaults), or leave config out to read berth.yaml');
+  }
+}

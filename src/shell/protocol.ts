@@ -237,10 +237,11 @@ export function buildInit(i: InitInput): string {
   // __bs: per-command prologue (the frame's text is dropped, tag + secrets afresh). Must return 0 (a user may `set -e`).
   const reexport = secrets.map((n) => `[ -n "\${__bsv_${n}+x}" ] && builtin export ${n}="$__bsv_${n}";`).join(' ');
   lines.push(`__bs(){ builtin unset -v __bc __bn; builtin export ${TAG_VAR}=$1; ${reexport} return 0; }`);
-  // __bw: one-off workdir.
+  // __bw: one-off workdir. A missing one is berth not running the command: 125, as env(1) and
+  // timeout(1) answer for their own failures, never a code the command itself could have given.
   lines.push(
     `__bw(){ __bwp=\${PWD-}; __bwo=\${OLDPWD-}; CDPATH= builtin cd -- "$1" 2>/dev/null && return 0; ` +
-      `builtin printf 'berth: workdir %s does not exist or is not a directory; the command was not run\\n' "$1" >&2; return 1; }`,
+      `builtin printf 'berth: workdir %s does not exist or is not a directory; the command was not run\\n' "$1" >&2; return 125; }`,
   );
   // __be: epilogue, trailers on stdout and stderr.
   lines.push(

@@ -61,7 +61,7 @@ describe('Broker on the local backend', () => {
       await using broker = await open(h, { persistent: false }, {}, false);
       await broker.exec({ session: 's' }, 'mkdir -p a b');
       const w = await broker.exec({ session: 's' }, 'pwd', { workdir: '/nonexistent-berth-workdir' });
-      expect(w.exitCode).toBe(1); // a missing workdir is an error result, the shell unaffected
+      expect(w.exitCode).toBe(125); // a missing workdir is an error result (berth did not run it), the shell unaffected
       const cd = await broker.exec({ session: 's' }, 'cd a');
       expect(cd.cwd).toMatch(/\/a$/);
       const wd = await broker.exec({ session: 's' }, 'pwd', { workdir: cd.cwd.replace(/\/a$/, '/b') });

@@ -1,6 +1,8 @@
-import { describe, expect, it } from 'vitest';
 import { COMMANDS, type CommandName } from '../../src/cli/commands/index.js';
-import { BERTH_BIN, tempInstall } from '../helpers/cli.js';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { BERTH_BIN, REPO, tempInstall } from '../helpers/cli.js';
 import { modulesLoadedBy } from '../helpers/loaded-modules.js';
 
 /*
@@ -50,6 +52,14 @@ describe('the CLI command map', () => {
     expect(r.modules.some((u) => u.endsWith('/dist/cli/main.js'))).toBe(true);
     expect(commandModules(r.modules)).toEqual([]);
     expect(r.modules.filter((u) => /\/dist\/(broker|backends|server)\//.test(u))).toEqual([]);
+  });
+
+  it('berth --version prints the package version, loading nothing of berth but the version', async () => {
+    const { version } = JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8')) as { version: string };
+    const r = await modulesLoadedBy([BERTH_BIN, '--version']);
+    expect({ code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ code: 0, stdout: `berth ${version}\n`, stderr: '' });
+    // The CLI itself is not loaded: only the module that reads the version.
+    expect(r.modules.filter((u) => u.includes('/dist/') || u.includes('/node_modules/'))).toEqual([expect.stringMatching(/\/dist\/kit\/version\.js$/)]);
   });
 
   it('berth explain loads the broker but neither the HTTP server nor the MCP SDK', async () => {

@@ -20,6 +20,38 @@ describe('berth CLI on the local backend (real processes)', () => {
     expect(a2).toMatchObject({ code: 0, stdout: 'from-alice\n' });
   });
 
+  it('close of a session nobody opened says there was nothing to close; an open one is closed', async () => {
+    using t = tempInstall(LOCAL);
+    const unknown = await runBerth(['close', '--session', 'never-opened'], { env: t.env, cwd: t.dir });
+    expect(unknown).toEqual({ code: 0, stdout: 'no open session by that name: nothing to close\n', stderr: '' });
+    const json = await runBerth(['close', '--session', 'never-opened', '--json'], { env: t.env, cwd: t.dir });
+    expect(JSON.parse(json.stdout)).toEqual({ removed: [], kept: [], wasOpen: false });
+    expect((await runBerth(['exec', '--session', 's1', '--', 'true'], { env: t.env, cwd: t.dir })).code).toBe(0);
+    const open = await runBerth(['close', '--session', 's1'], { env: t.env, cwd: t.dir });
+    expect(open).toEqual({ code: 0, stdout: 'closed; removed: session:s1; kept: (none)\n', stderr: '' });
+    const again = await runBerth(['close', '--session', 's1'], { env: t.env, cwd: t.dir });
+    expect(again.stdout).toBe('no open session by that name: nothing to close\n');
+  });
+
+  it('--workdir naming a directory that does not exist is berth refusing the call (exit 125), not the command failing', async () => {
+    using t = tempInstall(LOCAL);
+    const r = await runBerth(['exec', '--session', 'w', '--workdir', '/no/such/dir', '--', 'echo ran'], { env: t.env, cwd: t.dir });
+    expect(r.code).toBe(125);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(/^berth: .*\/no\/such\/dir.*\n$/);
+  });
+
+  it('a timeout is said once, in one berth line on stderr, and exits 124', async () => {
+    using t = tempInstall(LOCAL);
+    const r = await runBerth(['exec', '--session', 'slow', '--timeout', '1', '--', 'echo started; sleep 30; echo never'], { env: t.env, cwd: t.dir });
+    expect(r.code).toBe(124);
+    expect(r.stdout).toBe('started\n');
+    const berthLines = r.stderr.split('\n').filter((l) => l.startsWith('berth:'));
+    expect(berthLines).toHaveLength(1);
+    expect(berthLines[0]).toMatch(/^berth: timed out after 1000 ms; the command's processes were killed/);
+    await runBerth(['close', '--session', 'slow'], { env: t.env, cwd: t.dir });
+  });
+
   it('a cd in one berth exec is seen by the next one in the same session, not by another session', async () => {
     using t = tempInstall(LOCAL);
     const first = await runBerth(['exec', '--session', 's1', '--', 'mkdir -p deep/er && cd deep/er'], { env: t.env, cwd: t.dir });

@@ -217,12 +217,12 @@ describeDocker('broker on the real docker engine', () => {
     await b.exec({}, 'echo kept > /workspace/keep');
     const eph = await containerFor(t.installation, 'session:eph');
     const dflt = await containerFor(t.installation, 'default');
-    expect(await b.closeSession({ session: 'eph' })).toEqual({ removed: ['session:eph'], kept: [] });
+    expect(await b.closeSession({ session: 'eph' })).toEqual({ removed: ['session:eph'], kept: [], wasOpen: true });
     expect(await containerState(eph.id), `container ${eph.id.slice(0, 12)} should be gone`).toBeUndefined();
     const dockerDirs = join(t.home, 'sandboxes', 'docker');
     // (Disk images, where berth makes them, live in `.disks` beside the sandbox dirs.)
     expect(readdirSync(dockerDirs).filter((n) => n !== '.disks')).toEqual(['default']);
-    expect(await b.closeSession({})).toEqual({ removed: [], kept: ['default'] });
+    expect(await b.closeSession({})).toEqual({ removed: [], kept: ['default'], wasOpen: true });
     expect((await containerState(dflt.id))?.running, `container ${dflt.id.slice(0, 12)}`).toBe(true);
     expect(readFileSync(join(dockerDirs, 'default', 'workspace', 'keep'), 'utf8')).toBe('kept\n');
 

@@ -32,7 +32,7 @@ describeDocker('berth close of a parent task closes its subagents (docker CLI)',
     await ok(t, ['exec', '--task', 'kid', '--parent', 'parent', '--', 'true']);
     const c = await containerFor(t.installation, 'parent');
     const close = await ok(t, ['close', '--task', 'parent', '--json']);
-    expect(JSON.parse(close.stdout)).toEqual({ removed: ['parent'], kept: [] });
+    expect(JSON.parse(close.stdout)).toEqual({ removed: ['parent'], kept: [], wasOpen: true });
     expect(await containerState(c.id), `container ${c.id.slice(0, 12)}`).toBeUndefined();
     const left = await t.containers();
     expect(left, describeContainers(left)).toEqual([]);
@@ -45,7 +45,7 @@ describeDocker('berth close of a parent task closes its subagents (docker CLI)',
     await ok(t, ['exec', '--task', 'kid', '--parent', 'parent', '--', 'true']);
     await ok(t, ['exec', '--task', 'grandkid', '--parent', 'kid', '--', 'true']);
     const close = await ok(t, ['close', '--task', 'parent', '--json']);
-    expect(JSON.parse(close.stdout)).toEqual({ removed: ['parent'], kept: [] });
+    expect(JSON.parse(close.stdout)).toEqual({ removed: ['parent'], kept: [], wasOpen: true });
     const left = await t.containers();
     expect(left, describeContainers(left)).toEqual([]);
   }, 120_000);
@@ -56,9 +56,9 @@ describeDocker('berth close of a parent task closes its subagents (docker CLI)',
     await ok(t, ['exec', '--task', 'parent', '--', 'true']);
     await ok(t, ['exec', '--task', 'kid', '--parent', 'parent', '--', 'true']);
     const c = await containerFor(t.installation, 'parent');
-    expect(JSON.parse((await ok(t, ['close', '--task', 'kid', '--json'])).stdout)).toEqual({ removed: [], kept: ['parent'] });
+    expect(JSON.parse((await ok(t, ['close', '--task', 'kid', '--json'])).stdout)).toEqual({ removed: [], kept: ['parent'], wasOpen: true });
     expect((await containerState(c.id))?.running).toBe(true);
-    expect(JSON.parse((await ok(t, ['close', '--task', 'parent', '--json'])).stdout)).toEqual({ removed: ['parent'], kept: [] });
+    expect(JSON.parse((await ok(t, ['close', '--task', 'parent', '--json'])).stdout)).toEqual({ removed: ['parent'], kept: [], wasOpen: true });
     expect(await containerState(c.id)).toBeUndefined();
   }, 120_000);
 

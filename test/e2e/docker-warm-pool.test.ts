@@ -159,8 +159,8 @@ describeDocker('warm pool (docker)', () => {
     const families = parsePrometheusText((await metrics.render({ inflight: 0, mcpSessions: 0 })).body);
     expect(sampleValue(families, 'berth_warm_pool_claims_total', { backend: 'docker', result: 'hit' })).toBe(1);
     expect(sampleValue(families, 'berth_warm_pool_claims_total', { backend: 'docker', result: 'miss' })).toBe(1);
-    expect(sampleValue(families, 'berth_warm_pool_ready', { backend: 'docker', of: 'size' })).toBe(1);
-    expect(sampleValue(families, 'berth_warm_pool_ready', { backend: 'docker', of: 'ready' })).toBe(1);
+    expect(sampleValue(families, 'berth_warm_pool_target', { backend: 'docker' })).toBe(1);
+    expect(sampleValue(families, 'berth_warm_pool_ready', { backend: 'docker' })).toBe(1);
   }, 120_000);
 
   it('berth serve fills its pools, a new session over HTTP claims one, and stopping it leaves no pool container', async () => {

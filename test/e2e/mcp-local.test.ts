@@ -75,6 +75,16 @@ describe('MCP over streamable HTTP: tenants, sessions, headers', () => {
     expect(again.structured['sandboxKey']).toBe(`session:mcp-${sid}`);
   });
 
+  it('a terminal result carries stdout and stderr apart in its structured content, as in its text', async () => {
+    const { mcp } = await localHttp();
+    const a = await httpConn(mcp.url, 'acme');
+    open.push(a);
+    const r = await call(a, 'terminal', { command: 'echo to-out; echo to-err >&2; exit 3' });
+    expect(r.isError).toBe(true);
+    expect(r.structured).toMatchObject({ exitCode: 3, stdout: 'to-out\n', stderr: 'to-err\n', timedOut: false });
+    expect(r.text).toContain('[stdout]\nto-out\n');
+  });
+
   it('a request without a session id must be an initialize POST', async () => {
     const { mcp } = await localHttp();
     const get = await fetch(mcp.url, { headers: { 'x-test-tenant': 'acme', accept: 'text/event-stream' } });

@@ -24,7 +24,7 @@ describeDocker('berth serve: a session close racing its first exec (docker)', ()
     await new Promise((r) => setTimeout(r, 150));
     const close = await api.post('/v1/sessions/close', { session: 's1' });
     expect(close.status).toBe(200);
-    expect(close.body).toEqual({ removed: ['session:s1'], kept: [] });
+    expect(close.body).toEqual({ removed: ['session:s1'], kept: [], wasOpen: true });
     // The exec was overtaken while its sandbox was being created: it says so (or, on an engine
     // fast enough to finish first, it ran before the close).
     const r = await exec;
@@ -43,7 +43,7 @@ describeDocker('berth serve: a session close racing its first exec (docker)', ()
     const api = server.client(token);
     expect((await api.post('/v1/exec', { session: 's1', command: 'echo hi' })).body.stdout).toBe('hi\n');
     const close = await api.post('/v1/sessions/close', { session: 's1' });
-    expect(close.body).toEqual({ removed: ['session:s1'], kept: [] });
+    expect(close.body).toEqual({ removed: ['session:s1'], kept: [], wasOpen: true });
     const left = await t.containers();
     expect(left, describeContainers(left)).toEqual([]);
   }, 60_000);
@@ -67,7 +67,7 @@ describeDocker('berth serve: a session close racing its first exec (docker)', ()
     }
     expect(text).toContain('started');
     const close = await api.post('/v1/sessions/close', { session: 's1' });
-    expect(close.body).toEqual({ removed: ['session:s1'], kept: [] });
+    expect(close.body).toEqual({ removed: ['session:s1'], kept: [], wasOpen: true });
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;

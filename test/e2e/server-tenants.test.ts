@@ -73,7 +73,7 @@ describeDocker('berth serve: tenants, concurrency and streaming on the real engi
 
     // close: B closing "s1" removes B's sandbox only
     const closed = await B.post('/v1/sessions/close', { session: 's1' });
-    expect(closed.body).toEqual({ removed: ['session:s1'], kept: [] });
+    expect(closed.body).toEqual({ removed: ['session:s1'], kept: [], wasOpen: true });
     expect((await t.containers()).map((c) => c.labels['berth.tenant'])).toEqual(['acme']);
     expect((await A.post('/v1/exec', { session: 's1', command: 'cat /root/mine' })).body.stdout).toBe('acme-secret\n');
     expect((await A.get(`/v1/jobs/${id}${qs({ session: 's1' })}`)).body.status).toBe('running');

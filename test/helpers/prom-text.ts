@@ -36,7 +36,8 @@ function familyOf(sample: string, families: Map<string, Family>): Family | undef
 function parseValue(text: string, line: number): number {
   if (text === '+Inf') return Infinity;
   if (text === '-Inf') return -Infinity;
-  if (text === 'NaN') return NaN;
+  // Prometheus reads values with Go's ParseFloat, which takes NaN in any case (prom-client writes "Nan").
+  if (/^nan$/i.test(text)) return NaN;
   if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(text)) throw new Error(`line ${line}: "${text}" is not a sample value`);
   return Number(text);
 }

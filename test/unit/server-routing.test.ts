@@ -7,7 +7,7 @@ import { startStubServer, stubBroker, type StubServer } from '../helpers/stub-se
  * on a raw socket, so nothing between the test and the server rewrites the target.
  */
 
-async function raw(s: StubServer, method: string, target: string, withToken: boolean): Promise<{ status: number; allow?: string; code?: string }> {
+async function raw(s: StubServer, method: string, target: string, withToken: boolean): Promise<{ status: number; allow?: string; code?: string; body?: string }> {
   const port = new URL(s.url).port;
   const text = await new Promise<string>((resolve, reject) => {
     const socket = connect(Number(port), '127.0.0.1');
@@ -20,17 +20,20 @@ async function raw(s: StubServer, method: string, target: string, withToken: boo
   const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1]);
   const allow = /\r\nallow: ([^\r]*)/i.exec(text)?.[1];
   const code = /"code":"([a-z_]+)"/.exec(text)?.[1];
-  return { status, ...(allow !== undefined ? { allow } : {}), ...(code !== undefined ? { code } : {}) };
+  const body = method === 'HEAD' ? { body: text.slice(text.indexOf('\r\n\r\n') + 4) } : {};
+  return { status, ...(allow !== undefined ? { allow } : {}), ...(code !== undefined ? { code } : {}), ...body };
 }
 
 describe('routing', () => {
-  it('HEAD is a method no route serves: 401 without a token (even on a public route), then 405 naming the methods', async () => {
+  it('HEAD on a public page answers as GET does, without a token and without a body; elsewhere 401 without a token, then 405 naming the methods', async () => {
     const s = await startStubServer(stubBroker(), onTestFinished);
-    expect(await raw(s, 'HEAD', '/v1/health', false)).toEqual({ status: 401 });
-    expect(await raw(s, 'HEAD', '/v1/health', true)).toEqual({ status: 405, allow: 'GET' });
-    expect(await raw(s, 'HEAD', '/', true)).toEqual({ status: 405, allow: 'GET' });
-    expect(await raw(s, 'HEAD', '/v1/jobs/job_0123456789abcdef', true)).toEqual({ status: 405, allow: 'GET, DELETE' });
-    expect(await raw(s, 'HEAD', '/v1/nothing', true)).toEqual({ status: 404 });
+    for (const withToken of [false, true]) {
+      expect(await raw(s, 'HEAD', '/', withToken)).toEqual({ status: 200, body: '' });
+      expect(await raw(s, 'HEAD', '/v1/health', withToken)).toEqual({ status: 200, body: '' });
+    }
+    expect(await raw(s, 'HEAD', '/v1/jobs/job_0123456789abcdef', false)).toMatchObject({ status: 401 });
+    expect(await raw(s, 'HEAD', '/v1/jobs/job_0123456789abcdef', true)).toMatchObject({ status: 405, allow: 'GET, DELETE' });
+    expect(await raw(s, 'HEAD', '/v1/nothing', true)).toMatchObject({ status: 404 });
   });
 
   it('empty segments and a trailing slash do not matter', async () => {

@@ -72,8 +72,10 @@ export class SessionTable {
    * Marks a session closed and forgets what berth remembered for its calls (cwd records, aliases,
    * task overrides) and its links; returns the digests of the sandboxes it was linked to.
    */
-  close(tenant: string, profile: string, session: string, nowMs: number): string[] {
+  close(tenant: string, profile: string, session: string, nowMs: number): { wasOpen: boolean; digests: string[] } {
     return this.sql.db.transaction(() => {
+      const wasOpen = this.sql.q('SELECT 1 FROM sessions WHERE tenant = ? AND profile = ? AND session = ? AND closed_ms IS NULL')
+        .get(tenant, profile, session) !== undefined;
       this.sql.q('UPDATE sessions SET closed_ms = ?, owner = NULL WHERE tenant = ? AND profile = ? AND session = ?')
         .run(nowMs, tenant, profile, session);
       this.sql.q('DELETE FROM cwd_records WHERE tenant = ? AND profile = ? AND session = ?').run(tenant, profile, session);
@@ -82,7 +84,7 @@ export class SessionTable {
       const digests = this.sql.q('SELECT digest FROM session_sandboxes WHERE tenant = ? AND profile = ? AND session = ?')
         .all(tenant, profile, session) as { digest: string }[];
       this.sql.q('DELETE FROM session_sandboxes WHERE tenant = ? AND profile = ? AND session = ?').run(tenant, profile, session);
-      return digests.map((d) => d.digest);
+      return { wasOpen, digests: digests.map((d) => d.digest) };
     })();
   }
 

@@ -19,6 +19,7 @@ export async function closeCommand(argv: string[], io: CliIo): Promise<number> {
   return withBroker(io, values.config, async (broker) => {
     const r = await broker.closeSession(scopeFromFlags(values, io.env, io.cwd));
     if (values.json) io.out(`${JSON.stringify(r)}\n`);
+    else if (!r.wasOpen && r.removed.length === 0 && r.kept.length === 0) io.out('no open session by that name: nothing to close\n');
     else io.out(`closed; removed: ${r.removed.join(', ') || '(none)'}; kept: ${r.kept.join(', ') || '(none)'}\n`);
     return 0;
   });

@@ -67,9 +67,9 @@ async function run(
       ...(r.sandboxResumed ? { sandboxResumed: r.sandboxResumed } : {}),
     })}\n`);
   } else {
+    // A timeout says so once, in the shell's own notice at the end of stderr.
     if (r.sandboxRecreated) io.err(`berth: sandbox "${r.sandboxKey}" had been removed outside berth; it was recreated for this command\n`);
     if (r.sandboxResumed) io.err(`berth: ${describeResume(r.sandboxKey, r.sandboxResumed)}\n`);
-    if (r.timedOut) io.err(`berth: command timed out and its process tree was killed (exit 124)\n`);
   }
   return r.exitCode;
 }

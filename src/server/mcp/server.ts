@@ -15,6 +15,7 @@ import { addSnapshotTools } from './snapshot-tools.js';
 import type { SandboxDescription } from './sandbox-description.js';
 import { bugResult, decodeBytes, execResult, refusal, text } from './tool-results.js';
 import { ExportFileArgs, ProcessArgs, ReadFileArgs, TerminalArgs, WriteFileArgs } from './tool-schemas.js';
+import { BERTH_VERSION } from '../../kit/version.js';
 
 export interface McpServerInfo {
   /** What the scope resolves to (`describeSandbox`): tool descriptions and instructions come from it. */
@@ -42,8 +43,6 @@ interface ToolDef {
   schema: z.ZodType<Record<string, unknown>>;
   run: (args: never, ctx: ToolContext) => Promise<CallToolResult>;
 }
-
-const BERTH_VERSION = '0.1.0';
 
 /** The resource listing the session's background jobs. */
 export const JOBS_RESOURCE = 'berth://session/jobs';

@@ -35,7 +35,7 @@ export function execResult(r: BrokerExecResult, timeoutSeconds: number): CallToo
   if (r.stderr !== '') body.push(`[stderr]\n${r.stderr}`);
   if (r.stdout === '' && r.stderr === '') body.push('(no output)');
   return text(body.join('\n'), {
-    exitCode: r.exitCode, cwd: r.cwd, timedOut: r.timedOut, truncated: r.truncated, durationMs: r.durationMs,
+    exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr, cwd: r.cwd, timedOut: r.timedOut, truncated: r.truncated, durationMs: r.durationMs,
     sandboxKey: r.sandboxKey,
     ...(r.shellReplaced ? { shellReplaced: true } : {}),
     ...(r.sandboxRecreated ? { sandboxRecreated: true } : {}),
