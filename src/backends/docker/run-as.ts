@@ -88,7 +88,9 @@ export function userOption(runAs: { uid: number; gid: number } | undefined): str
 
 /** The user is fixed at create: refuse a container that runs as someone else than its binds now require. */
 export function assertRunsAs(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo, runAs: { uid: number; gid: number } | undefined): void {
-  const have = info.Config.User ?? '';
+  // Root written out (a snapshot's image says `USER 0:0`) is root, as an unset user is.
+  const said = info.Config.User ?? '';
+  const have = ['0', '0:0', 'root', 'root:root'].includes(said) ? '' : said;
   const want = userOption(runAs);
   if (have === want) return;
   throw new PolicyRefusedError(
