@@ -465,6 +465,7 @@ describe('installation-wide sections and the trust-boundary settings (issue 8)',
     });
     expect(c.limits).toEqual({
       concurrentCalls: 16, uploadBytesInFlight: 256 * 1024 * 1024, stagingBytes: 1024 * 1024 * 1024, mcpSessions: 32, sandboxes: 50, memoryMb: undefined, diskMb: undefined,
+      snapshots: 100, snapshotBytes: undefined, snapshotRetentionDays: 30,
     });
     expect(c.audit).toEqual({ maxCommandChars: 4096, retentionDays: 30 });
     expect(c.base.workspace.allowedRoots).toEqual([]);

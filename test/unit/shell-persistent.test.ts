@@ -205,7 +205,7 @@ describe('PersistentShell (real bash)', () => {
     expect(r.cwd).toBe(fx.dir);
     expect((await sh.run('pwd; echo $W', T)).stdout).toBe(`${fx.dir}\n1\n`);
     const missing = await sh.run('echo should-not-run', { ...T, workdir: join(fx.dir, 'nope') });
-    expect(missing.exitCode).toBe(1);
+    expect(missing.exitCode).toBe(125);
     expect(missing.stdout).toBe('');
     expect(missing.stderr).toContain(join(fx.dir, 'nope'));
     expect(missing.stderr).toMatch(/^berth: workdir .* does not exist/);
