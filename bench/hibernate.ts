@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { loadavg, tmpdir } from 'node:os';
@@ -9,6 +9,7 @@ import type { LiveSandboxes } from '../src/broker/live-sandboxes.js';
 import type { SandboxRemoval } from '../src/broker/sandbox-removal.js';
 import { StartGate } from '../src/broker/start-gate.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
+import { mountsUnder } from '../src/backends/docker/mount-table.js';
 import { probeBwrap, type BwrapHost } from '../src/backends/bwrap/probe.js';
 import { seccompProgram } from '../src/backends/bwrap/seccomp.js';
 import { parseConfig } from '../src/setup/parse-config.js';
@@ -87,6 +88,18 @@ async function removeInstallation(docker: Dockerode, installation: string): Prom
   return containers.length;
 }
 
+/** Removes a bench's berth home, unmounting first what a failed part left mounted in it (a persistent sandbox's disk). */
+async function removeHome(home: string): Promise<void> {
+  for (const m of (await mountsUnder(home)).reverse()) {
+    try {
+      execFileSync('umount', ['-l', '--', m.target]);
+    } catch {
+      // not ours to unmount, or gone already: the rm below says so
+    }
+  }
+  rmSync(home, { recursive: true, force: true });
+}
+
 /** Asserts a resumed result: the command answered and the result says it was resumed. */
 function expectResumed(r: Awaited<ReturnType<Broker['exec']>>, what: string): void {
   if (r.exitCode !== 0 || r.sandboxResumed === undefined) throw new Error(`${what}: exit ${r.exitCode}, resumed ${r.sandboxResumed !== undefined}: ${r.output}`);
@@ -139,7 +152,7 @@ async function dockerResume(docker: Dockerode): Promise<void> {
     await broker.removeSandboxOf({ session: 'resume' }).catch(() => undefined);
     await broker.close();
     await removeInstallation(docker, broker.installationId);
-    rmSync(home, { recursive: true, force: true });
+    await removeHome(home);
   }
 }
 
@@ -182,13 +195,13 @@ async function bwrapResume(): Promise<void> {
       bare.push(performance.now() - b);
       await sb.remove();
     }
-    const f = row('floor: new bwrap sandbox + bash + first command', bare);
+    const f = row('floor: new bwrap sandbox, bash, 1st command', bare);
     const o = row('berth: hibernated -> first command answered', ours);
     resumeVerdict(o, f);
   } finally {
     await broker.removeSandboxOf({ session: 'resume' }).catch(() => undefined);
     await broker.close();
-    rmSync(home, { recursive: true, force: true });
+    await removeHome(home);
     r.cleanup();
   }
 }
@@ -261,7 +274,7 @@ async function density(docker: Dockerode): Promise<void> {
     await inBatches([...ids, 'density-warm'], (s) => broker.removeSandboxOf({ session: s }).catch(() => undefined));
     await broker.close();
     const left = await removeInstallation(docker, broker.installationId);
-    rmSync(home, { recursive: true, force: true });
+    await removeHome(home);
     console.log(`  removed ${ids.length + 1} sandboxes in ${((performance.now() - t) / 1000).toFixed(1)} s${left > 0 ? ` (${left} left over, removed by label)` : ''}`);
   }
 }
@@ -349,6 +362,7 @@ async function crashRecovery(docker: Dockerode, persistent: boolean): Promise<vo
     limits: { concurrentCalls: 100_000, sandboxes: 1_000_000, memoryMb: 1_000_000_000, diskMb: 1_000_000_000 } };
   let installation: string | undefined;
   const calls = countEngineCalls();
+  let broker: Broker | undefined;
   try {
     const fillMs = await timed(async () => {
       const holder = await startHolder(home, raw);
@@ -361,7 +375,6 @@ async function crashRecovery(docker: Dockerode, persistent: boolean): Promise<vo
     console.log(`  holder brought up ${CRASH_M} in ${(fillMs / 1000).toFixed(1)} s and was killed; ${before.length} running containers left`);
     const probe = engineProbe();
     calls.reset();
-    let broker: Broker | undefined;
     const ms = await timed(async () => {
       broker = await Broker.open({ config: parseConfig(raw), berthHome: home, env: PATH, reap: true });
       if (!persistent) {
@@ -381,11 +394,16 @@ async function crashRecovery(docker: Dockerode, persistent: boolean): Promise<vo
     console.log(`  engine /_ping every 200 ms throughout: ${p.n} answered, ${p.failed} failed, slowest ${fmt(p.maxMs)} ${verdict('no failure, < 1 s', p.failed === 0 && p.maxMs < 1000)}`);
     const width = StartGate.forThisMachine().width;
     console.log(`  berth's engine requests in flight at most ${calls.peak()} (the start gate's width: ${width}) ${verdict(`<= ${width}`, calls.peak() <= width)}`);
-    await broker?.close();
   } finally {
     calls.undo();
+    // A persistent sandbox's disk is released by its removal through berth; the label sweep catches the rest.
+    if (persistent && broker !== undefined) await inBatches(Array.from({ length: CRASH_M }, (_, i) => `crash-${i}`), (s) => broker!.removeSandboxOf({ session: s }).catch(() => undefined));
+    await broker?.close().catch(() => undefined);
+    // A holder that failed before it said its installation left it in its home's state.
+    installation ??= await Broker.open({ config: parseConfig(raw), berthHome: home, env: PATH, reap: false })
+      .then(async (b) => (await b.close(), b.installationId), () => undefined);
     if (installation !== undefined) await removeInstallation(docker, installation);
-    rmSync(home, { recursive: true, force: true });
+    await removeHome(home);
   }
 }
 
