@@ -307,29 +307,37 @@ function engineProbe(): { stop(): Promise<{ n: number; failed: number; maxMs: nu
 
 /**
  * Counts the engine requests this process has in flight (every dockerode client dials through
- * docker-modem; a hijacked stream counts until the engine answered the upgrade). Returns the
- * highest count seen since the last reset, and a function that undoes the counting.
+ * docker-modem; a hijacked stream counts until the engine answered the upgrade): the highest count
+ * since the last reset, and what was in flight at that moment (method and path, ids left out).
  */
-function countEngineCalls(): { peak(): number; reset(): void; undo(): void } {
-  const modem = createRequire(import.meta.url)('docker-modem') as { prototype: { dial: (opts: unknown, cb?: (...a: unknown[]) => void) => unknown } };
+function countEngineCalls(): { peak(): number; atPeak(): string; reset(): void; undo(): void } {
+  type Dial = (opts: { method?: string; path?: string }, cb?: (...a: unknown[]) => void) => unknown;
+  const modem = createRequire(import.meta.url)('docker-modem') as { prototype: { dial: Dial } };
   const original = modem.prototype.dial;
-  let now = 0;
+  const inFlight = new Map<number, string>();
+  let next = 0;
   let peak = 0;
-  modem.prototype.dial = function (this: unknown, opts: unknown, cb?: (...a: unknown[]) => void): unknown {
-    now++;
-    peak = Math.max(peak, now);
-    let ended = false;
-    const end = (): void => {
-      if (!ended) now--;
-      ended = true;
-    };
+  let atPeak: string[] = [];
+  modem.prototype.dial = function (this: unknown, opts, cb): unknown {
+    const id = next++;
+    inFlight.set(id, `${opts.method ?? 'GET'} ${(opts.path ?? '').split('?')[0]!.replace(/[0-9a-f]{12,}/g, ':id').replace(/berth-[\w-]+/g, ':name')}`);
+    if (inFlight.size > peak) {
+      peak = inFlight.size;
+      atPeak = [...inFlight.values()];
+    }
+    const end = (): void => void inFlight.delete(id);
     if (typeof cb !== 'function') return Promise.resolve(original.call(this, opts)).finally(end);
     return original.call(this, opts, (...a: unknown[]) => {
       end();
       cb(...a);
     });
   };
-  return { peak: () => peak, reset: () => (peak = now), undo: () => (modem.prototype.dial = original) };
+  const summary = (): string => {
+    const counts = new Map<string, number>();
+    for (const p of atPeak) counts.set(p, (counts.get(p) ?? 0) + 1);
+    return [...counts].sort((a, b) => b[1] - a[1]).map(([p, n]) => `${p} x${n}`).join(', ');
+  };
+  return { peak: () => peak, atPeak: summary, reset: () => ((peak = inFlight.size), (atPeak = [...inFlight.values()])), undo: () => (modem.prototype.dial = original) };
 }
 
 /** Starts the crash holder (bench/crash-holder-process.mjs, the library from dist/) and waits for its M sandboxes; its pid and installation. */
@@ -393,7 +401,7 @@ async function crashRecovery(docker: Dockerode, persistent: boolean): Promise<vo
     console.log(`  next broker: ${persistent ? 're-adopted all' : 'reaped all'} in ${(ms / 1000).toFixed(1)} s; ${outcome}`);
     console.log(`  engine /_ping every 200 ms throughout: ${p.n} answered, ${p.failed} failed, slowest ${fmt(p.maxMs)} ${verdict('no failure, < 1 s', p.failed === 0 && p.maxMs < 1000)}`);
     const width = StartGate.forThisMachine().width;
-    console.log(`  berth's engine requests in flight at most ${calls.peak()} (the start gate's width: ${width}) ${verdict(`<= ${width}`, calls.peak() <= width)}`);
+    console.log(`  berth's engine requests in flight at most ${calls.peak()} (the start gate's width: ${width}) ${verdict(`<= ${width}`, calls.peak() <= width)}; then: ${calls.atPeak()}`);
   } finally {
     calls.undo();
     // A persistent sandbox's disk is released by its removal through berth; the label sweep catches the rest.
