@@ -24,7 +24,7 @@ import { fmt, percentile, row, verdict } from './stats.js';
  * mostly hibernated, in steps (BENCH_HIB_STEPS, default 250,1000,2500,5000; BENCH_HIB_MAX stops
  * early; BENCH_HIB_LIVE of them stay live, default 1,000); and a berth process SIGKILLed while it
  * holds BENCH_HIB_CRASH live sandboxes (default 100), then the next broker on its home.
- * BENCH_HIB_PARTS (resume, density, crash) picks parts. Alone:
+ * BENCH_HIB_PARTS (resume, density, crash; or crash-ephemeral, crash-persistent) picks parts. Alone:
  * npm run build && node --expose-gc --import tsx bench/run.ts with BENCH_ONLY=hibernate.
  *
  * Hibernation is driven through the broker's own removal part (the sweep's hibernate, under the
@@ -428,8 +428,6 @@ export async function hibernateBench(): Promise<void> {
     return;
   }
   if (PARTS.has('density')) await density(docker);
-  if (PARTS.has('crash')) {
-    await crashRecovery(docker, false);
-    await crashRecovery(docker, true);
-  }
+  if (PARTS.has('crash') || PARTS.has('crash-ephemeral')) await crashRecovery(docker, false);
+  if (PARTS.has('crash') || PARTS.has('crash-persistent')) await crashRecovery(docker, true);
 }
