@@ -25,7 +25,7 @@ import { fmt, percentile, row, verdict } from './stats.js';
  * early; BENCH_HIB_LIVE of them stay live, default 1,000); and a berth process SIGKILLed while it
  * holds BENCH_HIB_CRASH live sandboxes (default 100), then the next broker on its home.
  * BENCH_HIB_PARTS (resume, density, crash; or crash-ephemeral, crash-persistent) picks parts. Alone:
- * npm run build && node --expose-gc --import tsx bench/run.ts with BENCH_ONLY=hibernate.
+ * BENCH_ONLY=hibernate npm run bench (it builds dist/ first: the crash holder runs the library from there).
  *
  * Hibernation is driven through the broker's own removal part (the sweep's hibernate, under the
  * identity's lock: the shells save their state, the sandbox stops), called at once instead of
