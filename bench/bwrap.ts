@@ -54,7 +54,7 @@ class StreamShell {
   }
 }
 
-function root(): { root: string; cleanup: () => void } {
+export function root(): { root: string; cleanup: () => void } {
   const dir = mkdtempSync(join(tmpdir(), 'berth-bench-bwrap-'));
   chmodSync(dir, 0o711);
   const r = join(dir, 'root');
@@ -62,7 +62,7 @@ function root(): { root: string; cleanup: () => void } {
   return { root: r, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
-async function start(host: BwrapHost, r: string, name: string): Promise<{ sb: BwrapSandbox; shell: StreamShell; remove: () => Promise<void> }> {
+export async function start(host: BwrapHost, r: string, name: string): Promise<{ sb: BwrapSandbox; shell: StreamShell; remove: () => Promise<void> }> {
   const placement = placeSandbox({ root: r, name, range: RANGE });
   const sb = await startSandbox({
     ...host,

@@ -26,7 +26,7 @@ function dockerCliExec(container: string): Promise<void> {
  * berth uses (an exec attached through the Engine API, stdout and stderr multiplexed), a nonce
  * printed after each command, nothing else.
  */
-class BareAttachShell {
+export class BareAttachShell {
   private buf = '';
   private errBuf = '';
   private waiter: { key: string; resolve: () => void } | undefined;

@@ -8,6 +8,7 @@ import { row, verdict, timeMany } from './stats.js';
 import { bwrapBench } from './bwrap.js';
 import { dockerBench } from './docker.js';
 import { egressBench } from './egress.js';
+import { hibernateBench } from './hibernate.js';
 import { httpBench } from './http.js';
 import { kubernetesBench } from './kubernetes.js';
 import { mcpBench } from './mcp.js';
@@ -18,7 +19,7 @@ import { sshBench } from './ssh.js';
 import { uploadRssBench } from './upload-rss.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
-/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, bwrap, ssh, kubernetes, http, mcp, upload, egress, snapshot, scale) runs only those parts; scale (1,000 and 2,000 docker sessions, several minutes) runs only when named. */
+/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, bwrap, ssh, kubernetes, http, mcp, upload, egress, snapshot, scale, hibernate) runs only those parts; scale (1,000 and 2,000 docker sessions, several minutes) and hibernate (resume, density from 250 docker sandboxes, crash recovery; see bench/hibernate.ts) run only when named. */
 const ONLY = new Set((process.env['BENCH_ONLY'] ?? '').split(',').map((s) => s.trim()).filter((s) => s !== ''));
 const wanted = (part: string): boolean => ONLY.size === 0 || ONLY.has(part);
 
@@ -55,3 +56,4 @@ if (wanted('upload')) await uploadRssBench();
 if (wanted('egress')) await egressBench();
 if (wanted('snapshot')) await snapshotBench();
 if (ONLY.has('scale')) await scaleBench();
+if (ONLY.has('hibernate')) await hibernateBench();

@@ -57,8 +57,8 @@ export interface SandboxPoolOptions {
  * image; then held as live and linked to the call's session.
  */
 export class SandboxPool {
-  /** Backend, profile and image combinations whose check passed. */
-  private readonly checkedKeys = new Set<string>();
+  /** Backend, profile and image combinations: the check made (or under way) for each. */
+  private readonly checkedKeys = new Map<string, Promise<void>>();
   /** This process (`pid:starttime`), on the creation claims it makes. */
   private readonly processToken = ownerToken();
 
@@ -217,11 +217,16 @@ export class SandboxPool {
     const module = this.opts.config.backends.module(call.settings.backend);
     const image = module.images === undefined ? '' : module.images.of(sectionOf(module, call.settings));
     const checkKey = `${call.settings.backend}:${call.scope.profile}:${image}`;
-    if (!this.checkedKeys.has(checkKey)) {
-      await backend.check(call.spec.section);
-      this.checkedKeys.add(checkKey);
-      await this.opts.firstUse.reapOrphansOnce(call.settings.backend);
+    // One check per key however many first calls arrive at once (a burst of resumes after a
+    // restart asked the engine once per call); a failed check is asked again by the next call.
+    let checking = this.checkedKeys.get(checkKey);
+    if (checking === undefined) {
+      checking = backend.check(call.spec.section);
+      this.checkedKeys.set(checkKey, checking);
+      checking.catch(() => this.checkedKeys.delete(checkKey));
     }
+    await checking;
+    await this.opts.firstUse.reapOrphansOnce(call.settings.backend);
     return backend;
   }
 
