@@ -85,7 +85,9 @@ describeDocker('GET /metrics on berth serve (docker)', () => {
     // Nothing that names who or what: no session, user, command text, tenant or token.
     for (const secret of [session, '998877', 'cmd-marker', 'acme', tenantToken, mToken, 'mcp-']) expect(text).not.toContain(secret);
     const labelNames = new Set([...families.values()].flatMap((f) => f.samples.flatMap((s) => Object.keys(s.labels))));
-    expect([...labelNames].sort()).toEqual(['backend', 'code', 'cold', 'direction', 'kind', 'le', 'lifecycle', 'reason', 'state'].filter((l) => labelNames.has(l)));
+    // berth's own labels, the runtime metrics' (node's version, heap space, gc type) and build info's version: never an id.
+    const allowed = ['backend', 'code', 'cold', 'direction', 'kind', 'le', 'lifecycle', 'major', 'minor', 'patch', 'reason', 'space', 'state', 'type', 'version'];
+    expect([...labelNames].sort()).toEqual(allowed.filter((l) => labelNames.has(l)));
     expect(labelNames.has('tenant')).toBe(false);
 
     // A closed session's sandbox is gone from the gauge.
