@@ -186,14 +186,16 @@ describe('berth CLI on the local backend (real processes)', () => {
     expect(r.code).toBe(0);
     const b = JSON.parse(r.stdout) as Record<string, unknown>;
     expect(Object.keys(b).sort()).toEqual([
-      'backend', 'cwd', 'egress', 'envMissing', 'envNames', 'isolation', 'kill', 'mount', 'mountReason', 'note', 'persistent', 'profile', 'rule', 'sandboxKey', 'tenant',
+      'backend', 'cwd', 'egress', 'envMissing', 'envNames', 'isolation', 'kill', 'lifecycle', 'mount', 'mountReason', 'note', 'persistent', 'profile', 'rule', 'sandboxKey', 'tenant',
     ].sort());
+    expect(b['lifecycle']).toEqual({ whenIdle: 'removed', afterSeconds: 3600 });
     expect(b).toMatchObject({ backend: 'local', tenant: 'local', profile: 'default', sandboxKey: 'session:e1', rule: 'auto:5', persistent: false, mount: null });
     // The host backend isolates nothing, and explain says so.
     expect(b).toMatchObject({ isolation: 'none', note: expect.stringMatching(/^runs on this host as berth's user, without isolation/) });
     const text = await runBerth(['explain', '--session', 'e1'], { env: t.env, cwd: t.dir });
     expect(text.stdout).toMatch(/^isolation +none\n/m);
     expect(text.stdout).toMatch(/^note +runs on this host as berth's user, without isolation/m);
+    expect(text.stdout).toMatch(/^lifecycle +removed after 3600 s idle\n/m);
     // No egress section: open, no proxy, no credentials.
     expect(text.stdout).toMatch(/^egress +open\negressProxy +no\n$/m);
     expect(existsSync(join(t.home, 'sandboxes'))).toBe(false);
