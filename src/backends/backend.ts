@@ -244,7 +244,10 @@ export interface ForbiddenValue {
  */
 export interface SnapshotCapability<S = unknown> {
   /**
-   * Saves `sandbox` as snapshot `id` of this installation; the sandbox keeps running. A snapshot
+   * Saves `sandbox` as snapshot `id` of this installation. No process of the sandbox runs while
+   * its files are copied (one could swap a dir for a symlink to host files mid-copy): docker pauses
+   * it and it runs on after; a backend that cannot freeze it ends its processes (bwrap), and the
+   * caller brings it up again with `ensure`, as after a hibernation. A snapshot
    * that would hold one of `forbidden` is refused (`policy_refused`, naming the variable and the
    * path, never the value) and removed. On any failure nothing is left behind.
    */

@@ -44,6 +44,11 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
   const plant = async (s: Sandbox): Promise<string> => c().sh(s,
     `head -c 3145728 /dev/urandom > ${s.defaultCwd}/big.bin && mkdir -p ${s.homeDir}/d && echo home-file > ${s.homeDir}/d/h.txt && ` +
     `ln -s big.bin ${s.defaultCwd}/link && sha256sum ${s.defaultCwd}/big.bin ${s.homeDir}/d/h.txt && readlink ${s.defaultCwd}/link`);
+  /**
+   * The sandbox again after a snapshot of it: a backend that cannot freeze a sandbox while it
+   * copies ends its processes (bwrap), and the caller brings it up again, as the broker does.
+   */
+  const again = (b: Backend, s: Sandbox): Promise<Sandbox> => b.ensure(s.spec, s.ref);
   const sums = (s: Sandbox): Promise<string> => c().sh(s, `sha256sum ${s.defaultCwd}/big.bin ${s.homeDir}/d/h.txt && readlink ${s.defaultCwd}/link`);
   /** Nothing of the installation's snapshots left: none listed, no files, no engine objects. */
   const assertNoneLeft = async (home: string, b: Backend): Promise<void> => {
@@ -62,15 +67,16 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
     const home = c().newHome();
     const b = await c().backendOn(home);
     for (const ephemeral of [true, false]) {
-      const src = await b.ensure(c().specOn(home, ephemeral ? 'session:snap-src' : 'snap-src', ephemeral), undefined);
+      let src = await b.ensure(c().specOn(home, ephemeral ? 'session:snap-src' : 'snap-src', ephemeral), undefined);
       const before = await plant(src);
       const snap = await snaps(b).create(src, id(), []);
+      src = await again(b, src);
       expect(snap.bytes).toBeGreaterThan(3 * 1024 * 1024);
       await snaps(b).verify(snap.ref);
       const fork = await snaps(b).createFrom(c().specOn(home, ephemeral ? 'session:snap-fork' : 'snap-fork', ephemeral), snap.ref, undefined);
       expect(fork.ref).not.toBe(src.ref);
       expect(await sums(fork)).toBe(before);
-      // The source runs on, untouched.
+      // The source, brought up again where the snapshot ended its processes (bwrap), is untouched.
       expect(await sums(src)).toBe(before);
       for (const s of [src, fork]) await b.remove(s.ref, s.hostDir);
       await snaps(b).remove(snap.ref);
@@ -81,9 +87,10 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
   test(SNAPSHOT_TESTS.snapIndependent, async () => {
     const home = c().newHome();
     const b = await c().backendOn(home);
-    const src = await b.ensure(c().specOn(home, 'session:ind-src', true), undefined);
+    let src = await b.ensure(c().specOn(home, 'session:ind-src', true), undefined);
     await c().sh(src, `echo v1 > ${src.defaultCwd}/f.txt`);
     const snap = await snaps(b).create(src, id(), []);
+    src = await again(b, src);
     await c().sh(src, `echo v2 > ${src.defaultCwd}/f.txt && touch ${src.defaultCwd}/later.txt`);
     const [a, z] = [
       await snaps(b).createFrom(c().specOn(home, 'session:ind-a', true), snap.ref, undefined),
@@ -104,10 +111,12 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
     const b = await c().backendOn(home);
     for (const ephemeral of [true, false]) {
       const spec = c().specOn(home, ephemeral ? 'session:rs' : 'rs', ephemeral);
-      const old = await b.ensure(spec, undefined);
+      let old = await b.ensure(spec, undefined);
       await c().sh(old, `echo snapped > ${old.defaultCwd}/f.txt`);
       const good = await snaps(b).create(old, id(), []);
+      old = await again(b, old);
       const bad = await snaps(b).create(old, id(), []);
+      old = await again(b, old);
       await c().sh(old, `echo current > ${old.defaultCwd}/f.txt && touch ${old.homeDir}/after`);
 
       // Damaged behind berth's back: verify names what is gone; the restore fails before touching anything.
@@ -135,7 +144,7 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
   test(SNAPSHOT_TESTS.snapForbidden, async () => {
     const home = c().newHome();
     const b = await c().backendOn(home);
-    const s = await b.ensure(c().specOn(home, 'session:forbid', true), undefined);
+    let s = await b.ensure(c().specOn(home, 'session:forbid', true), undefined);
     const value = `forbidden-${randomBytes(12).toString('hex')}`;
     // Split across a read boundary (1 MiB) so only a scan that overlaps its chunks finds it.
     await c().sh(s, `mkdir -p ${s.defaultCwd}/deep && head -c 1048570 /dev/zero > ${s.defaultCwd}/deep/x.bin && printf %s ${value} >> ${s.defaultCwd}/deep/x.bin`);
@@ -152,6 +161,7 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
     expect((err as Error).message).not.toContain(value);
     await assertNoneLeft(home, b);
     // Without the value in its files, the same sandbox snapshots.
+    s = await again(b, s);
     await c().sh(s, `rm ${s.defaultCwd}/deep/x.bin`);
     const ok = await snaps(b).create(s, sid, forbidden);
     await snaps(b).remove(ok.ref);

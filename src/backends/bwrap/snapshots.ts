@@ -64,6 +64,11 @@ export class BwrapSnapshots implements SnapshotCapability<BwrapSettings> {
     try {
       const attached = sandbox.spec.mount !== null;
       const kept = OWN_DIRS.filter((d) => d.name !== 'workspace' || !attached);
+      // No process of the sandbox may run while `cp` opens its paths on the host (one swapping a
+      // dir for a symlink mid-copy could point it at host files): its processes end first, as at
+      // a hibernation (the broker closed its shells and refuses a snapshot while a job runs), and
+      // the next call starts it again.
+      await this.host.stopAll(sandbox.ref);
       for (const d of kept) await copyTree(dirs[d.name], path.join(dir, d.name));
       const hit = await findForbidden(kept.map((d) => ({ hostDir: path.join(dir, d.name), sandboxDir: d.target })), forbidden);
       if (hit !== undefined) {

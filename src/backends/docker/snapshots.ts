@@ -152,12 +152,26 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     const excluded = binds.filter((b) => b.kind !== 'own').map((b) => `${b.target}: ${b.kind === 'workspace' ? 'the attached workspace' : 'a volume'} ${b.source} is the user's, not part of the snapshot`);
     for (const { name, target } of OWN_DIRS) {
       const bind = binds.find((b) => b.target === target);
-      if (bind?.kind === 'own') await copyTree(bind.source, path.join(dir, name));
+      // Copied with the container paused: `cp` opens paths on the host, so a process of the
+      // sandbox swapping a dir for a symlink mid-copy could otherwise point it at host files.
+      if (bind?.kind === 'own') await this.paused(sandbox.ref, () => copyTree(bind.source, path.join(dir, name)));
       else if (bind === undefined) await unpackAs(await sandbox.getArchive(target), path.join(dir, name));
       else continue;
       dirs.push(name);
     }
     return { dirs, excluded };
+  }
+
+  /** Runs `fn` with the container paused (no process of it runs meanwhile), unpausing it after. */
+  private async paused<T>(ref: string, fn: () => Promise<T>): Promise<T> {
+    const container = this.host.docker.getContainer(ref);
+    await this.host.request(`pause container ${ref.slice(0, 12)}`, (abortSignal) => container.pause({ abortSignal }));
+    try {
+      return await fn();
+    } finally {
+      await this.host.request(`unpause container ${ref.slice(0, 12)}`, (abortSignal) => container.unpause({ abortSignal }))
+        .catch((e: unknown) => this.host.log.debug(`could not unpause ${ref.slice(0, 12)}: ${String(e)}`));
+    }
   }
 
   /**
