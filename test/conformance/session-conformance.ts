@@ -15,7 +15,7 @@ export interface SessionUnderTest {
   }): Promise<{ exitCode: number; stdout: string; stderr: string; output: string; cwd: string; timedOut: boolean; sandboxKey: string }>;
   /** Synchronous in the library, a promise over HTTP: the suite awaits either. */
   explain(): { sandboxKey: string; cwd: string; persistent: boolean } | Promise<{ sandboxKey: string; cwd: string; persistent: boolean }>;
-  close(): Promise<{ removed: string[]; kept: string[] }>;
+  close(): Promise<{ removed: string[]; kept: string[]; wasOpen: boolean }>;
   files: {
     upload(a: { path: string; data: Buffer }): Promise<{ path: string; bytes: number }>;
     uploadStream(a: { path: string; size: number; stream: AsyncIterable<Uint8Array> }): Promise<{ path: string; bytes: number }>;
@@ -97,7 +97,7 @@ export function sessionConformance(target: SessionTarget): void {
     const s = inst.session({ session: 'closing' });
     expect(await s.explain()).toMatchObject({ sandboxKey: 'session:closing', persistent: false });
     await s.exec('echo here > mark');
-    expect(await s.close()).toEqual({ removed: ['session:closing'], kept: [] });
+    expect(await s.close()).toEqual({ removed: ['session:closing'], kept: [], wasOpen: true });
     expect((await s.exec('test -e mark; echo $?')).stdout).toBe('1\n');
   });
 

@@ -191,10 +191,10 @@ describeDocker('reapers and installations on the real docker engine', () => {
     expect((await a.containers()).map((c) => c.labels['berth.key'])).toEqual(['default']);
   });
 
-  it('idle reaper: ephemeral removed, persistent stopped then restarted with its files, a background job keeps its sandbox', async () => {
+  it('idle reaper: ephemeral removed, persistent hibernated then resumed with its files, a background job keeps its sandbox', async () => {
     const t = reg.track();
     // idleSeconds 10 (the minimum) makes the broker sweep every 2.5 s.
-    const b = await t.open(dockerConfig({ persistent: false, lifecycle: { idleSeconds: 10 } }));
+    const b = await t.open(dockerConfig({ persistent: false, lifecycle: { idleSeconds: 10, hibernateSeconds: 10 } }));
     // The busy session goes first, so it is idle-eligible before the others are swept.
     const busy = await b.exec({ session: 'busy' }, 'sleep 30 > /dev/null 2>&1 &');
     expect(busy.exitCode).toBe(0);
@@ -215,6 +215,7 @@ describeDocker('reapers and installations on the real docker engine', () => {
     const again = await b.exec({}, 'cat /workspace/keep');
     expect(again, ids).toMatchObject({ exitCode: 0, stdout: 'kept\n' });
     expect(again.sandboxRecreated).toBeUndefined();
+    expect(again.sandboxResumed?.restored).toContain('files');
     expect((await containerState(dflt.id))?.running, ids).toBe(true);
     expect(readFileSync(join(t.home, 'sandboxes', 'docker', 'default', 'workspace', 'keep'), 'utf8')).toBe('kept\n');
     const stillBusy = await b.exec({ session: 'busy' }, 'jobs | wc -l');
