@@ -2,11 +2,11 @@ import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { BerthError, PolicyRefusedError } from '../../errors.js';
+import { BerthError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
 import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotCapability, SnapshotRef } from '../backend.js';
-import { findForbidden } from '../plumbing/forbidden-scan.js';
-import { assertSnapshotId, copyTree, makeSnapshotDir, removeSnapshotDir, snapshotsRoot, treeBytes } from '../plumbing/snapshot-files.js';
+import { findForbidden, forbiddenRefusal } from '../plumbing/forbidden-scan.js';
+import { assertSnapshotId, copyTree, damagedSnapshot, makeSnapshotDir, removeSnapshotDir, snapshotsRoot, treeBytes } from '../plumbing/snapshot-files.js';
 import { SANDBOX_HOME, SANDBOX_WORKSPACE, type SandboxDirs } from './layout.js';
 import type { BwrapSettings } from './settings.js';
 
@@ -71,10 +71,7 @@ export class BwrapSnapshots implements SnapshotCapability<BwrapSettings> {
       await this.host.stopAll(sandbox.ref);
       for (const d of kept) await copyTree(dirs[d.name], path.join(dir, d.name));
       const hit = await findForbidden(kept.map((d) => ({ hostDir: path.join(dir, d.name), sandboxDir: d.target })), forbidden);
-      if (hit !== undefined) {
-        throw new PolicyRefusedError(`snapshot ${id} refused: ${hit.sandboxPath} holds the value of granted variable ${hit.name}; ` +
-          'remove it from the sandbox (or grant it per command) and take the snapshot again');
-      }
+      if (hit !== undefined) throw forbiddenRefusal(id, hit);
       const meta: SnapshotMeta = {
         id, installation: this.host.installation, dirs: kept.map((d) => d.name),
         excluded: attached ? [`${SANDBOX_WORKSPACE}: the attached workspace ${sandbox.spec.mount ?? ''} is the user's, not part of the snapshot`] : [],
@@ -91,7 +88,7 @@ export class BwrapSnapshots implements SnapshotCapability<BwrapSettings> {
     const { id, dir } = this.parseRef(ref);
     const meta = await this.readMeta(id, dir);
     for (const d of meta.dirs) {
-      if (!existsSync(path.join(dir, d))) throw damaged(id, `its copy of ${targetOf(d)} (${path.join(dir, d)}) is gone`);
+      if (!existsSync(path.join(dir, d))) throw damagedSnapshot(id, `its copy of ${targetOf(d)} (${path.join(dir, d)}) is gone`);
     }
   }
 
@@ -167,11 +164,11 @@ export class BwrapSnapshots implements SnapshotCapability<BwrapSettings> {
 
   private async readMeta(id: string, dir: string): Promise<SnapshotMeta> {
     const text = await readFile(path.join(dir, META), 'utf8').catch(() => undefined);
-    if (text === undefined) throw damaged(id, `its files ${dir} are gone`);
+    if (text === undefined) throw damagedSnapshot(id, `its files ${dir} are gone`);
     try {
       return JSON.parse(text) as SnapshotMeta;
     } catch {
-      throw damaged(id, `${path.join(dir, META)} is not valid JSON`);
+      throw damagedSnapshot(id, `${path.join(dir, META)} is not valid JSON`);
     }
   }
 }
@@ -197,8 +194,4 @@ function chownTree(dir: string, owner: { uid: number; gid: number }): Promise<vo
 
 function targetOf(d: OwnDirName): string {
   return d === 'home' ? SANDBOX_HOME : SANDBOX_WORKSPACE;
-}
-
-function damaged(id: string, what: string): BerthError {
-  return new BerthError('not_found', `snapshot ${id} cannot be used: ${what}; nothing was changed. Remove it (berth snapshot rm) and take a new one`);
 }

@@ -6,9 +6,9 @@ import type Dockerode from 'dockerode';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
 import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotCapability, SnapshotRef } from '../backend.js';
-import { findForbidden, type ScannedTree } from '../plumbing/forbidden-scan.js';
+import { findForbidden, forbiddenRefusal, type ScannedTree } from '../plumbing/forbidden-scan.js';
 import {
-  assertSnapshotId, copyTree, isEmptyDir, makeSnapshotDir, packDir, removeSnapshotDir, snapshotsRoot, treeBytes, unpackAs,
+  assertSnapshotId, copyTree, damagedSnapshot, isEmptyDir, makeSnapshotDir, packDir, removeSnapshotDir, snapshotsRoot, treeBytes, unpackAs,
 } from '../plumbing/snapshot-files.js';
 import { ephemeralName, HOME, hostBindsOf, hostDirFor, LABEL, persistentName, WORKSPACE, type CreatePlanInput } from './container-spec.js';
 import { describeEndpoint, fromDockerError, statusOf } from './engine.js';
@@ -78,7 +78,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
       const { dirs, excluded } = await this.copyOwnDirs(sandbox, spec, dir);
       const trees: ScannedTree[] = dirs.map((d) => ({ hostDir: path.join(dir, d), sandboxDir: targetOf(d) }));
       const hit = await findForbidden(trees, forbidden);
-      if (hit !== undefined) throw refusal(id, hit);
+      if (hit !== undefined) throw forbiddenRefusal(id, hit);
       image = await this.commit(sandbox.ref, id, forbidden);
       const meta: SnapshotMeta = { id, installation: this.host.installation, image, dirs, excluded };
       await writeFile(path.join(dir, META), `${JSON.stringify(meta, null, 2)}\n`, { mode: 0o600 });
@@ -98,16 +98,16 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     try {
       info = await this.host.request(`inspect image ${image}`, () => this.host.docker.getImage(image).inspect());
     } catch (err) {
-      if (statusOf(err) === 404) throw damaged(id, `its image ${image.slice(7, 19)} is gone (removed outside berth)`);
+      if (statusOf(err) === 404) throw damagedSnapshot(id, `its image ${image.slice(7, 19)} is gone (removed outside berth)`);
       throw fromDockerError(this.host.docker, err, `inspect image ${image}`);
     }
     const labels = info.Config?.Labels ?? {};
     if (labels[SNAPSHOT_LABEL] !== id || labels[LABEL.installation] !== this.host.installation) {
-      throw damaged(id, `image ${image.slice(7, 19)} is not this installation's snapshot ${id}`);
+      throw damagedSnapshot(id, `image ${image.slice(7, 19)} is not this installation's snapshot ${id}`);
     }
     const meta = await this.readMeta(id);
     for (const d of meta.dirs) {
-      if (!existsSync(path.join(this.root, id, d))) throw damaged(id, `its copy of ${targetOf(d)} (${path.join(this.root, id, d)}) is gone`);
+      if (!existsSync(path.join(this.root, id, d))) throw damagedSnapshot(id, `its copy of ${targetOf(d)} (${path.join(this.root, id, d)}) is gone`);
     }
   }
 
@@ -188,7 +188,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     try {
       if (upper !== undefined) {
         const hit = await findForbidden([{ hostDir: upper, sandboxDir: '/' }], forbidden);
-        if (hit !== undefined) throw refusal(id, hit);
+        if (hit !== undefined) throw forbiddenRefusal(id, hit);
       }
       // The commit keeps the container's config; its user goes back to the base image's, so a
       // sandbox made from it runs as its own spec says (`User` unset means the image's).
@@ -243,11 +243,11 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
   private async readMeta(id: string): Promise<SnapshotMeta> {
     const file = path.join(this.root, id, META);
     const text = await readFile(file, 'utf8').catch(() => undefined);
-    if (text === undefined) throw damaged(id, `its files ${path.join(this.root, id)} are gone`);
+    if (text === undefined) throw damagedSnapshot(id, `its files ${path.join(this.root, id)} are gone`);
     try {
       return JSON.parse(text) as SnapshotMeta;
     } catch {
-      throw damaged(id, `${file} is not valid JSON`);
+      throw damagedSnapshot(id, `${file} is not valid JSON`);
     }
   }
 
@@ -376,11 +376,3 @@ function parseRef(ref: string): { id: string; image: string } {
   return { id: m[1] as string, image: m[2] as string };
 }
 
-function refusal(id: string, hit: { name: string; sandboxPath: string }): PolicyRefusedError {
-  return new PolicyRefusedError(`snapshot ${id} refused: ${hit.sandboxPath} holds the value of granted variable ${hit.name}; ` +
-    'remove it from the sandbox (or grant it per command) and take the snapshot again');
-}
-
-function damaged(id: string, what: string): BerthError {
-  return new BerthError('not_found', `snapshot ${id} cannot be used: ${what}; nothing was changed. Remove it (berth snapshot rm) and take a new one`);
-}

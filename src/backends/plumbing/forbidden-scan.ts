@@ -2,7 +2,7 @@ import { constants } from 'node:fs';
 import { lstat, open, readdir, readlink } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { BerthError } from '../../errors.js';
+import { BerthError, PolicyRefusedError } from '../../errors.js';
 import type { ForbiddenValue } from '../backend.js';
 import { MIN_REDACT_LENGTH } from '../../kit/redaction.js';
 
@@ -119,4 +119,10 @@ async function needleInFile(file: string, needles: readonly Needle[]): Promise<s
     stream.destroy();
   }
   return undefined;
+}
+
+/** The refusal of snapshot `id` because `hit` holds a granted value: names the variable and path, never the value. */
+export function forbiddenRefusal(id: string, hit: Pick<ForbiddenHit, 'name' | 'sandboxPath'>): PolicyRefusedError {
+  return new PolicyRefusedError(`snapshot ${id} refused: ${hit.sandboxPath} holds the value of granted variable ${hit.name}; ` +
+    'remove it from the sandbox (or grant it per command) and take the snapshot again');
 }

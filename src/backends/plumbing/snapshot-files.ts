@@ -134,3 +134,8 @@ function runOut(cmd: string, args: readonly string[]): Promise<string> {
     });
   });
 }
+
+/** Snapshot `id` is missing or damaged (`what`): a restore or fork from it changes nothing. */
+export function damagedSnapshot(id: string, what: string): BerthError {
+  return new BerthError('not_found', `snapshot ${id} cannot be used: ${what}; nothing was changed. Remove it (berth snapshot rm) and take a new one`);
+}
