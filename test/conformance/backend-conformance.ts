@@ -9,7 +9,7 @@ import { parseConfig } from '../../src/setup/parse-config.js';
 import { sectionOf } from '../../src/backends/module.js';
 import { BerthError } from '../../src/errors.js';
 import { Logger } from '../../src/logging/logger.js';
-import { pidsWithArg, waitNoneWithArg, waitSomeWithArg } from '../helpers/processes.js';
+import { pidsWithArg, waitExactArgv, waitNoneWithArg, waitSomeWithArg } from '../helpers/processes.js';
 import { filesConformance } from './files-conformance.js';
 import { SNAPSHOT_TESTS, snapshotConformance } from './snapshot-conformance.js';
 
@@ -235,7 +235,8 @@ export function runBackendConformance(o: ConformanceOptions): void {
       const m = marker();
       const p = await sandbox.spawn(['sleep', m], { env: { CONF_SECRET: secret }, stdin: false });
       try {
-        const [pid] = await waitSomeWithArg(m);
+        // The process itself, not a wrapper on its way to exec it (which has the same arguments).
+        const [pid] = await waitExactArgv(['sleep', m]);
         expect(pid, `sleep ${m} in ${sandbox.name}`).toBeDefined();
         // Delivered: in the process's own environment.
         expect(readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0')).toContain(`CONF_SECRET=${secret}`);

@@ -36,6 +36,26 @@ export async function waitSomeWithArg(needle: string, timeoutMs = 10_000): Promi
   return pidsWithArg(needle);
 }
 
+/**
+ * Waits (bounded) until some live process's argv is exactly `argv`, and returns those pids. A
+ * wrapper that will `exec` the command can carry the same arguments before it does (kubernetes'
+ * spawn prelude is `sh -c … sleep <m>`): this waits for the command itself.
+ */
+export async function waitExactArgv(argv: string[], timeoutMs = 10_000): Promise<number[]> {
+  const want = argv.join('\0');
+  const exact = () =>
+    pidsWithArg(argv[argv.length - 1] ?? '').filter((p) => {
+      try {
+        return readFileSync(`/proc/${p}/cmdline`, 'utf8').replace(/\0$/, '') === want;
+      } catch {
+        return false;
+      }
+    });
+  const deadline = Date.now() + timeoutMs;
+  while (exact().length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  return exact();
+}
+
 export function killAll(pids: number[]): void {
   for (const p of pids) {
     try {
