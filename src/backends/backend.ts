@@ -2,6 +2,7 @@ import type { Readable } from 'node:stream';
 import type { BerthError } from '../errors.js';
 import type { SandboxIdentity } from '../scope/naming.js';
 import type { ExecOnceOptions, ExecOnceResult, ProcessGroups, ShellTransport, SpawnedProcess } from '../shell/transport.js';
+import type { GuardStatus } from '../egress/host-guard.js';
 
 /**
  * What the broker asks a backend to create or adopt. Pure data, no I/O. `S` is the backend
@@ -313,6 +314,13 @@ export interface Backend<S = unknown> extends AsyncDisposable {
    * the answer could not be measured. Absent where the engine cannot tell.
    */
   usage?(refs: readonly string[]): Promise<Map<string, SandboxUsage>>;
+  /**
+   * Whether the host guard (egress/host-guard.ts) keeps this backend's sandboxes from the host's
+   * services now; with `repair`, rules someone removed are put back first (and logged). Undefined
+   * where no guard applies (yet): no sandbox of this process is on a network the guard covers.
+   * The periodic sweep repairs; `explain` only reads.
+   */
+  hostGuard?(repair: boolean): Promise<GuardStatus | undefined>;
   /** Warm pools of started, unassigned sandboxes; absent where the backend has none. */
   readonly warm?: WarmCapability<S>;
   /** Snapshots, restore and fork; absent where the backend cannot (the broker refuses them there). */

@@ -69,6 +69,7 @@ export interface BrokerParts {
   egress: SandboxEgress;
   snapshots: SnapshotCalls;
   snapshotSweep: SnapshotSweep;
+  engines: Engines;
   /** What the close takes down, in its order. */
   closing: ClosingParts;
 }
@@ -150,7 +151,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
     retentionDays: config.limits.snapshotRetentionDays,
   });
   return {
-    store, lifecycle, measures, pool, warm, reapers, audit, observers, egress, snapshots, snapshotSweep,
+    store, lifecycle, measures, pool, warm, reapers, audit, observers, egress, snapshots, snapshotSweep, engines,
     calls: new ScopeCalls({ resolver, commands, audit, closer, removal, sandboxes: store.sandboxes, scopes: store.scopes, lifecycle }),
     views: new BrokerViews({ sandboxes: store.sandboxes, sessions: store.sessions, audit: store.audit, links, measures, quota }),
     files: new BrokerFiles({

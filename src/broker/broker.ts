@@ -3,6 +3,7 @@ import { defaultBerthHome, loadConfig } from '../setup/load-config.js';
 import { assertParsedConfig } from '../setup/parse-config.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
+import type { GuardStatus } from '../egress/host-guard.js';
 import type { AuditFilter } from './audit.js';
 import type { EgressAuditEntry, EgressAuditFilter } from './state/egress-table.js';
 import { closeParts } from './broker-lifecycle.js';
@@ -103,6 +104,15 @@ export class Broker implements AsyncDisposable {
   /** The binding for a call: pure policy, no engine contacted (`--parent` registers its alias). */
   explain(scope: CallScopeInput = {}): Binding {
     return this.parts.calls.explain(scope);
+  }
+
+  /**
+   * Whether the host guard keeps the call's sandbox from this host's services and the metadata
+   * address (egress/host-guard.ts), read now and changed in nothing; undefined where no guard
+   * applies (local, ssh, kubernetes; bwrap until a sandbox on the host's network started here).
+   */
+  async hostGuard(scope: CallScopeInput = {}): Promise<GuardStatus | undefined> {
+    return this.parts.engines.hostGuard(this.explain(scope).backend, false);
   }
 
   /** Sets per-task overrides (image, backend, cwd, cwd source) for a task of this scope. */

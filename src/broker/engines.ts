@@ -1,4 +1,5 @@
 import type { Backend, ManagedSandbox } from '../backends/backend.js';
+import type { GuardStatus } from '../egress/host-guard.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import type { SandboxRecord } from './state/sandbox-table.js';
 
@@ -58,6 +59,11 @@ export class Engines {
   /** Takes down the host mounts of this installation's sandboxes that no sandbox uses any more (disk images). */
   async releaseIdleDisks(engine: string): Promise<void> {
     await (await this.opts.backends.get(engine)).releaseIdleDisks?.();
+  }
+
+  /** The engine's host guard now, repaired first with `repair` (see `Backend.hostGuard`); undefined where none applies. */
+  async hostGuard(engine: string, repair: boolean): Promise<GuardStatus | undefined> {
+    return (await this.opts.backends.get(engine)).hostGuard?.(repair);
   }
 
   /** Removes the engine's process groups that no process is in any more (see `Backend.reapIdleGroups`). */

@@ -52,7 +52,7 @@ export interface ReapersOptions {
   sandboxes: Pick<SandboxTable, 'list' | 'get' | 'delete'>;
   sessions: Pick<SessionTable, 'ofSandbox' | 'sandboxCountOf'>;
   lives: Pick<LiveSandboxes, 'get' | 'all'>;
-  engines: Pick<Engines, 'names' | 'listManaged' | 'reapIdleNetworks' | 'releaseIdleDisks' | 'reapIdleGroups'>;
+  engines: Pick<Engines, 'names' | 'listManaged' | 'reapIdleNetworks' | 'releaseIdleDisks' | 'reapIdleGroups' | 'hostGuard'>;
   removal: Pick<SandboxRemoval, 'remove' | 'removeManaged' | 'hibernate' | 'hibernateUnheld'>;
   /** The jobs the store says still run in a sandbox (one never hibernates with a job running). */
   runningJobs: Pick<JobTable, 'runningIn'>;
@@ -198,6 +198,8 @@ export class Reapers implements BrokerReapers {
       await engineParts.reapIdleNetworks(engine).catch((e) => log('berth:reaper', `reap ${engine} networks: ${String(e)}`));
       await engineParts.releaseIdleDisks(engine).catch((e) => log('berth:reaper', `release ${engine} disks: ${String(e)}`));
       await engineParts.reapIdleGroups(engine).catch((e) => log('berth:reaper', `reap ${engine} process groups: ${String(e)}`));
+      // A firewall reload removes the host guard's rules long after berth installed them.
+      await engineParts.hostGuard(engine, true).catch((e) => log('berth:reaper', `keep ${engine} host guard: ${String(e)}`));
     }
     return removed;
   }

@@ -1,5 +1,5 @@
 import { GUARDED_BRIDGE_PREFIX } from './guarded-bridges.js';
-import { checkGuard, installGuard, removeGuard, type GuardCheck, type GuardStatus, type HostGuard } from './host-guard.js';
+import { checkGuard, installGuard, keepGuard, removeGuard, type GuardCheck, type GuardStatus, type HostGuard } from './host-guard.js';
 import type { Family } from './iptables.js';
 
 /*
@@ -46,6 +46,11 @@ export function installBwrapGuard(uids: { first: number; count: number }): Promi
 
 export function checkBwrapGuard(uids: { first: number; count: number }): Promise<GuardCheck> {
   return checkGuard(bwrapGuard(uids));
+}
+
+/** The bwrap guard for `uids` now, put back first with `repair` (see `keepGuard`). */
+export function keepBwrapGuard(uids: { first: number; count: number }, repair: boolean): Promise<GuardStatus & { restored: string[] }> {
+  return keepGuard(bwrapGuard(uids), repair);
 }
 
 /** Removes the bwrap guard's chain and every jump to it (whatever uid range it was for). */

@@ -1,5 +1,5 @@
 import { GUARDED_BRIDGE_PREFIX } from './guarded-bridges.js';
-import { checkGuard, installGuard, removeGuard, type GuardCheck, type GuardStatus, type HostGuard } from './host-guard.js';
+import { checkGuard, installGuard, keepGuard, removeGuard, type GuardCheck, type GuardStatus, type HostGuard } from './host-guard.js';
 
 /*
  * The host guard of docker sandboxes, in every egress mode: a sandbox reaches the internet (what
@@ -71,6 +71,11 @@ export function installDockerGuard(): Promise<GuardStatus> {
 /** Which docker guard rules are not in place (e.g. after someone flushed INPUT). */
 export function checkDockerGuard(): Promise<GuardCheck> {
   return checkGuard(DOCKER_GUARD);
+}
+
+/** The docker guard now, put back first with `repair` (see `keepGuard`). */
+export function keepDockerGuard(repair: boolean): Promise<GuardStatus & { restored: string[] }> {
+  return keepGuard(DOCKER_GUARD, repair);
 }
 
 /** Removes the docker guard's chains and jumps; returns what could not be removed. */

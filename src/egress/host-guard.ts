@@ -103,6 +103,21 @@ export async function checkGuard(guard: HostGuard): Promise<GuardCheck> {
 }
 
 /**
+ * The guard as it stands now; with `repair`, what is missing is put back first (a firewall reload
+ * or `iptables -F INPUT` removes rules berth installed long ago). `restored` lists what was put
+ * back, for the caller's warning; without `repair` a missing part is reported, not fixed.
+ */
+export async function keepGuard(guard: HostGuard, repair: boolean): Promise<GuardStatus & { restored: string[] }> {
+  const cannot = cannotInstall(guard);
+  if (cannot !== undefined) return { enforced: false, reason: cannot, restored: [] };
+  const check = await checkGuard(guard);
+  if (check.ok) return { enforced: true, restored: [] };
+  if (!repair) return { enforced: false, reason: `the host guard of ${guard.what} is missing ${check.missing.length} of its rules (${check.missing.join('; ')}); berth puts them back at its next sweep or sandbox start`, restored: [] };
+  const status = await installGuard(guard);
+  return { ...status, restored: status.enforced ? check.missing : [] };
+}
+
+/**
  * Removes `guard`'s chains and every jump to them (also jumps with another match, such as an
  * earlier uid range). What is already gone is fine. Returns what could not be removed.
  */

@@ -7,11 +7,12 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { localLease, SandboxNetworks, type NetworkRef } from '../../src/backends/docker/networks.js';
 import { checkDockerGuard, DOCKER_GUARD, installDockerGuard, removeDockerGuard } from '../../src/egress/docker-guard.js';
 import { BRIDGE_NAME_OPTION, guardedBridgeName, unguardedNetworks } from '../../src/egress/guarded-bridges.js';
-import { checkGuard, installGuard, removeGuard } from '../../src/egress/host-guard.js';
+import { checkGuard, installGuard, keepGuard, removeGuard } from '../../src/egress/host-guard.js';
 import { iptables } from '../../src/egress/iptables.js';
 import { listenInNetns } from '../../src/egress/netns-listener.js';
 import { removeInstallationContainers, testInstallation } from '../helpers/docker.js';
-import { describeDocker, docker, ensureImage, IMAGE } from '../helpers/docker-e2e.js';
+import { describeDocker, docker, ensureImage, IMAGE, TestInstall } from '../helpers/docker-e2e.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
 import { lockHostGuards, privateGuard } from '../helpers/host-guards.js';
 import { createTestNet, describeNetns, lastingHostAddresses, type TestNet } from '../helpers/netns.js';
 
@@ -226,5 +227,39 @@ describeDocker('docker host guard: sandboxes reach the internet, never the host'
     expect(check.ok).toBe(false);
     expect(check.missing).toContain(`iptables -I INPUT 1 -i bth+ -j ${mine.chains[0]!.name}`);
     expect(await removeGuard(mine)).toEqual([]);
+  });
+
+  it('a rule removed behind berth\'s back (a firewall reload) is reported by a read and put back by a repair', async () => {
+    expect(await installGuard(mine)).toEqual({ enforced: true });
+    const jump = ['INPUT', '-i', 'bth+', '-j', mine.chains[0]!.name];
+    expect((await iptables('ipv4', ['-D', ...jump])).ok).toBe(true);
+    const seen = await keepGuard(mine, false);
+    expect(seen).toMatchObject({ enforced: false, restored: [] });
+    expect(seen.reason).toContain(`iptables -I INPUT 1 -i bth+ -j ${mine.chains[0]!.name}`);
+    expect((await iptables('ipv4', ['-C', ...jump])).ok).toBe(false); // a read changes nothing
+    expect(await keepGuard(mine, true)).toEqual({ enforced: true, restored: [`iptables -I INPUT 1 -i bth+ -j ${mine.chains[0]!.name}`] });
+    expect(await checkGuard(mine)).toEqual({ ok: true, missing: [] });
+    expect(await keepGuard(mine, true)).toEqual({ enforced: true, restored: [] });
+    expect(await removeGuard(mine)).toEqual([]);
+  });
+
+  it('the broker\'s sweep puts the docker guard back, and the broker says whether it holds', async () => {
+    // The real guard: another berth process that starts a docker sandbox meanwhile installs it
+    // too, so only what that cannot fake is asserted (the private copy above pins the read).
+    const t = new TestInstall('berth-guard-kept-');
+    try {
+      const broker = await t.open(parseConfig({ backend: 'docker', persistent: false, docker: { image: IMAGE } }), { reap: false });
+      const s = { session: 'guarded' };
+      expect((await broker.exec(s, 'true')).exitCode).toBe(0);
+      expect(await broker.hostGuard(s)).toEqual({ enforced: true });
+      expect((await iptables('ipv4', ['-D', 'INPUT', '-i', 'bth+', '-j', 'BERTH-GUARD-INPUT'])).ok).toBe(true);
+      await broker.reapers.reapOrphans();
+      expect(await checkDockerGuard()).toEqual({ ok: true, missing: [] });
+      expect(await broker.hostGuard(s)).toEqual({ enforced: true });
+      expect(await broker.hostGuard({ session: 'guarded', profile: 'default' })).toEqual({ enforced: true });
+    } finally {
+      if (!(await checkDockerGuard()).ok) await installDockerGuard();
+      expect(await t.cleanup()).toEqual([]);
+    }
   });
 }));

@@ -140,6 +140,8 @@ describeNetns('egress made visible (audit, HTTP, metrics, overview, explain) on 
     expect(explained.stdout).toMatch(/^egressAllow +api\.egress\.test$/m);
     expect(explained.stdout).toMatch(/^egressProxy +yes$/m);
     expect(explained.stdout).toMatch(/^credential +GITHUB_TOKEN -> api\.egress\.test \(placeholder\)$/m);
+    // The host guard as read now (this run's docker sandboxes installed it).
+    expect(explained.stdout).toMatch(/^hostGuard +enforced: no host service or metadata address reachable$/m);
     expect(explained.stdout).not.toContain(GH_VALUE);
   }, 180_000);
 

@@ -7,7 +7,8 @@ import { EGRESS_CA_DIR, networkOf, type Backend, type ManagedSandbox, type PoolS
 import { pidLevelOf } from '../cgroups/cgroup-host.js';
 import { HostCgroups } from '../cgroups/host-cgroups.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
-import { installBwrapGuard } from '../../egress/bwrap-guard.js';
+import { installBwrapGuard, keepBwrapGuard } from '../../egress/bwrap-guard.js';
+import type { GuardStatus } from '../../egress/host-guard.js';
 import { writeEgressCa } from '../plumbing/egress-ca.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { knownRootsFile, readKnownRoots, rememberRoot } from './known-roots.js';
@@ -46,6 +47,9 @@ interface Running {
  * processes. Removing a sandbox ends every bwrap over its dirs, whichever process started it:
  * each one is recorded in the dir by the host pid of its pid 1 and that pid's namespace.
  */
+/** Why the guard cannot hold when berth is not root (no rule may single out berth's own uid). */
+const NOT_ROOT = 'berth is not root, so its bwrap sandboxes run as its own uid';
+
 export class BwrapBackend implements Backend<BwrapSettings> {
   readonly name = 'bwrap' as const;
   private readonly running = new Map<string, Running>();
@@ -59,6 +63,8 @@ export class BwrapBackend implements Backend<BwrapSettings> {
   /** Where its sandboxes' cgroups go, read at the first start (see backends/cgroups). */
   private cgroups: HostCgroups | { unavailable: string } | undefined;
   private guard: Promise<void> | undefined;
+  /** The uid range the host guard was installed for (the first host-network sandbox's settings). */
+  private guardedUids: BwrapSettings['uids'] | undefined;
 
   /**
    * Warm pools: a sandbox started (dirs, uid, namespaces) before a session asks; a claim relabels
@@ -204,7 +210,7 @@ export class BwrapBackend implements Backend<BwrapSettings> {
       writeMeta(planned.root, meta);
       placement = placeSandbox({ root, name, range: s.uids, attached: spec.mount ?? undefined });
       const network = networkOf(spec);
-      if (network === 'host') await this.hostGuard(s);
+      if (network === 'host') await this.installHostGuard(s);
       const caDir = spec.egress?.ca === undefined ? undefined : await writeEgressCa(root, spec.egress.ca);
       sb = await startSandbox({
         ...host,
@@ -248,12 +254,22 @@ export class BwrapBackend implements Backend<BwrapSettings> {
    * process before the first such sandbox starts; where berth cannot (not root: its sandboxes then
    * run as berth's own uid, which no rule may single out) the debug log says so.
    */
-  private hostGuard(s: BwrapSettings): Promise<void> {
+  private installHostGuard(s: BwrapSettings): Promise<void> {
+    this.guardedUids ??= s.uids;
     this.guard ??= (async () => {
-      const status = process.getuid?.() === 0 ? await installBwrapGuard(s.uids) : { enforced: false, reason: 'berth is not root, so its bwrap sandboxes run as its own uid' };
+      const status = process.getuid?.() === 0 ? await installBwrapGuard(s.uids) : { enforced: false, reason: NOT_ROOT };
       if (!status.enforced) this.log.warn(`host guard not enforced: ${status.reason ?? 'unknown'}; sandboxes on the host network may reach this host's services`);
     })();
     return this.guard;
+  }
+
+  /** Applies once a sandbox on the host's network started in this process (the others have no route to the host). */
+  async hostGuard(repair: boolean): Promise<GuardStatus | undefined> {
+    if (this.guardedUids === undefined) return undefined;
+    if (process.getuid?.() !== 0) return { enforced: false, reason: NOT_ROOT };
+    const status = await keepBwrapGuard(this.guardedUids, repair);
+    if (status.restored.length > 0) this.log.warn(`host guard rules were missing and are put back: ${status.restored.join('; ')}`);
+    return { enforced: status.enforced, ...(status.reason === undefined ? {} : { reason: status.reason }) };
   }
 
   /**

@@ -45,7 +45,8 @@ import { capabilitiesFromInfo, LIMIT_DEFAULTS, planLimits, type EngineCapabiliti
 import { diskBreachOf } from './disk-usage.js';
 import { describeDiskBound, isStorageOptRefusal } from './disk-bound.js';
 import { SandboxDisks } from './sandbox-disk.js';
-import { installDockerGuard } from '../../egress/docker-guard.js';
+import { installDockerGuard, keepDockerGuard } from '../../egress/docker-guard.js';
+import type { GuardStatus } from '../../egress/host-guard.js';
 import { writeEgressCa } from '../plumbing/egress-ca.js';
 import { localLease, SandboxNetworks } from './networks.js';
 import { assertRunsAs, runAsFor } from './run-as.js';
@@ -101,6 +102,9 @@ export interface DockerBackendOptions {
  * const sandbox = await backend.ensure(spec, undefined);
  * const shell = await sandbox.openShell({ env: {}, cwd: sandbox.defaultCwd }); // through its handle's spawn
  */
+/** Why the guard cannot hold for an engine on another machine (its rules would be that host's). */
+const REMOTE_ENGINE = 'the docker engine is not on this host';
+
 export class DockerBackend implements Backend<DockerSettings> {
   readonly name = 'docker' as const;
 
@@ -158,7 +162,7 @@ export class DockerBackend implements Backend<DockerSettings> {
       docker: this.docker, installation: this.installation, berthHome: this.berthHome, log: this.logger,
       request: (doing, run) => this.request(doing, run),
       planFor: (spec, hostDir) => this.planFor(spec, hostDir),
-      createAndStart: async (spec, plan) => (await Promise.all([this.createAndStart(spec, plan), this.hostGuard()]))[0],
+      createAndStart: async (spec, plan) => (await Promise.all([this.createAndStart(spec, plan), this.installHostGuard()]))[0],
       sandboxOf: (spec, info, hostDir) => this.sandbox(spec, info, hostDir, false),
       withHostDir: (spec, hostDir, fn) => this.disks.hold(hostDir, async () => {
         await this.disks.attach(hostDir, spec.section.diskMb ?? LIMIT_DEFAULTS.diskMb);
@@ -196,7 +200,7 @@ export class DockerBackend implements Backend<DockerSettings> {
     // sandbox is handed out before it is in place.
     const [sandbox] = await Promise.all([
       spec.ephemeral ? this.ensureEphemeral(spec, knownRef, limits, caps) : this.ensurePersistent(spec, knownRef, limits, caps),
-      this.hostGuard(),
+      this.installHostGuard(),
     ]);
     return sandbox;
   }
@@ -206,11 +210,9 @@ export class DockerBackend implements Backend<DockerSettings> {
    * metadata address, in any egress mode. Installed once per process (the rules are the host's and
    * outlive it); where berth lacks the right, or the engine is another machine's, it says why.
    */
-  private hostGuard(): Promise<void> {
+  private installHostGuard(): Promise<void> {
     this.guard ??= (async () => {
-      // The client's own endpoint (an injected client, DOCKER_HOST or the default socket): a unix socket is this host's engine.
-      const remote = !describeEndpoint(this.docker).startsWith('unix://');
-      const status = remote ? { enforced: false, reason: 'the docker engine is not on this host' } : await installDockerGuard();
+      const status = this.engineIsRemote() ? { enforced: false, reason: REMOTE_ENGINE } : await installDockerGuard();
       if (!status.enforced) this.logger.warn(`host guard not enforced: ${status.reason ?? 'unknown'}; sandboxes may reach this host's services`);
       const old = await this.networks.unguarded().catch(() => []);
       if (old.length > 0) {
@@ -219,6 +221,19 @@ export class DockerBackend implements Backend<DockerSettings> {
       }
     })();
     return this.guard;
+  }
+
+  /** The client's own endpoint (an injected client, DOCKER_HOST or the default socket): a unix socket is this host's engine. */
+  private engineIsRemote(): boolean {
+    return !describeEndpoint(this.docker).startsWith('unix://');
+  }
+
+  /** Every docker sandbox is on a guarded network, so the guard applies from the first call on. */
+  async hostGuard(repair: boolean): Promise<GuardStatus> {
+    if (this.engineIsRemote()) return { enforced: false, reason: REMOTE_ENGINE };
+    const status = await keepDockerGuard(repair);
+    if (status.restored.length > 0) this.logger.warn(`host guard rules were missing and are put back: ${status.restored.join('; ')}`);
+    return { enforced: status.enforced, ...(status.reason === undefined ? {} : { reason: status.reason }) };
   }
 
   async remove(ref: string, hostDir: string | undefined): Promise<void> {
@@ -399,7 +414,7 @@ export class DockerBackend implements Backend<DockerSettings> {
     this.assertOpen();
     const spec = poolSpec(this.installation, shape);
     // A pool sandbox is handed out without `ensure`: the host guard is in place before it exists.
-    await this.hostGuard();
+    await this.installHostGuard();
     const caps = await this.probe();
     const limits = this.limitsFor(spec.section, caps, false);
     const runAs = await runAsFor(spec, undefined, caps.userns, this.hostUser);

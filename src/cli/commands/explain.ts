@@ -1,4 +1,5 @@
 import type { Binding } from '../../broker/resolve-call.js';
+import type { GuardStatus } from '../../egress/host-guard.js';
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
 import type { CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
@@ -10,8 +11,9 @@ Shows the binding for a call: backend and its isolation, how a timeout ends a co
 mode, what the network may reach, whether berth's proxy serves the sandbox, and each credential
 with the hosts its value goes to (the sandbox holds only a placeholder); and its lifecycle: what
 idleness does to it (an ephemeral one is removed, a persistent one hibernated) and whether it is
-hibernated now.
-Pure policy: it contacts no engine and creates nothing (--parent registers its alias).
+hibernated now; and whether the host guard keeps the sandbox from this host's services (docker:
+its iptables rules read now; a missing rule is reported, berth's next sweep puts it back).
+Pure policy otherwise: it contacts no engine and creates nothing (--parent registers its alias).
 
 ${SCOPE_HELP}
   --json              one single-line JSON object`;
@@ -22,17 +24,19 @@ export async function explainCommand(argv: string[], io: CliIo): Promise<number>
     io.out(`${EXPLAIN_HELP}\n`);
     return 0;
   }
-  return withBroker(io, values.config, (broker) => {
-    const b = broker.explain(scopeFromFlags(values, io.env, io.cwd));
+  return withBroker(io, values.config, async (broker) => {
+    const scope = scopeFromFlags(values, io.env, io.cwd);
+    const b = broker.explain(scope);
+    const guard = await broker.hostGuard(scope);
     if (values.json) {
-      io.out(`${JSON.stringify(b)}\n`);
+      io.out(`${JSON.stringify(guard === undefined ? b : { ...b, hostGuard: guard })}\n`);
     } else {
       const rows: [string, string][] = [
         ['backend', b.backend], ['isolation', b.isolation], ...(b.note === undefined ? [] : [['note', b.note] as [string, string]]), ...(b.host === undefined ? [] : [['host', b.host] as [string, string]]), ['kill', b.kill], ['tenant', b.tenant], ['profile', b.profile], ['sandboxKey', b.sandboxKey], ['rule', b.rule],
         ['persistent', String(b.persistent)], ['mount', b.mount ?? '(none)'], ['mountReason', b.mountReason], ['cwd', b.cwd],
         ['envNames', b.envNames.join(', ') || '(none)'], ['envMissing', b.envMissing.join(', ') || '(none)'],
       ];
-      for (const [k, v] of [...rows, lifecycleRow(b.lifecycle), ...egressRows(b.egress)]) io.out(`${k.padEnd(12)} ${v}\n`);
+      for (const [k, v] of [...rows, lifecycleRow(b.lifecycle), ...egressRows(b.egress), ...guardRows(guard)]) io.out(`${k.padEnd(12)} ${v}\n`);
     }
     return 0;
   });
@@ -52,6 +56,12 @@ export function egressRows(e: Binding['egress']): [string, string][] {
     ['egressProxy', e.proxy ? 'yes' : 'no'],
     ...e.credentials.map((c): [string, string] => ['credential', `${c.name} -> ${c.hosts.join(', ')} (placeholder)`]),
   ];
+}
+
+/** The host guard line of explain, where a guard applies. */
+function guardRows(g: GuardStatus | undefined): [string, string][] {
+  if (g === undefined) return [];
+  return [['hostGuard', g.enforced ? 'enforced: no host service or metadata address reachable' : `NOT enforced: ${g.reason ?? 'unknown'}`]];
 }
 
 /** The lifecycle line of explain: what idleness does to the sandbox, and whether it is hibernated now. */
