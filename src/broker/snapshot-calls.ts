@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { Backend, ForbiddenValue, Sandbox, SnapshotCapability } from '../backends/backend.js';
+import type { Backend, ForbiddenValue, Sandbox, SnapshotBudget, SnapshotCapability } from '../backends/backend.js';
 import { reservationOf } from '../backends/module.js';
 import { BerthError, isBerthError, PolicyRefusedError, UnsupportedError, UsageError } from '../errors.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
@@ -263,7 +263,7 @@ export class SnapshotCalls {
       if (reserved === 'over') throw this.overLimit(call.scope.tenant);
       try {
         await lives.forget(live);
-        const made = await caps.create(live.sandbox, rec.id, forbiddenOf(call));
+        const made = await caps.create(live.sandbox, rec.id, forbiddenOf(call), this.budgetOf(call.scope.tenant));
         if (!snapshots.complete(rec.id, made.ref, made.bytes, snapshotQuota.bytes)) {
           await caps.remove(made.ref).catch(() => undefined);
           throw this.overLimit(call.scope.tenant, made.bytes);
@@ -354,6 +354,13 @@ export class SnapshotCalls {
     throw new UnsupportedError(`backend "${call.settings.backend}" keeps no snapshots, so it cannot snapshot, restore or fork a sandbox; ` +
       (can.length > 0 ? `${can.join(', ')} of this config can: give profile "${call.scope.profile}" that backend`
         : 'docker and bwrap can: give the profile one of them'));
+  }
+
+  /** What one more snapshot of `tenant` may take: the rest of its `limits.snapshotBytes`. */
+  private budgetOf(tenant: string): SnapshotBudget {
+    const q = this.opts.snapshotQuota.bytes;
+    const maxBytes = Math.max(0, q - this.opts.snapshots.usage(tenant).bytes);
+    return { maxBytes, limit: `tenant "${tenant}" may keep ${maxBytes} more bytes of snapshots, limits.snapshotBytes = ${q}` };
   }
 
   private overLimit(tenant: string, adding?: number): BerthError {
