@@ -59,7 +59,7 @@ export interface SnapshotCallsOptions {
   gate: Pick<SessionGate, 'run' | 'acquire'>;
   lives: Pick<LiveSandboxes, 'get' | 'forget' | 'underLock'>;
   backends: BackendByName;
-  sandboxes: Pick<SandboxTable, 'get' | 'put' | 'delete' | 'claim' | 'tenantUsage' | 'takeOverClaim'>;
+  sandboxes: Pick<SandboxTable, 'get' | 'put' | 'delete' | 'claim' | 'tenantUsage' | 'takeOverClaim' | 'markReplacing'>;
   sessions: Pick<SessionTable, 'open'>;
   snapshots: SnapshotTable;
   scopes: Pick<ScopeRecords, 'getCwd' | 'putCwd'>;
@@ -164,11 +164,14 @@ export class SnapshotCalls {
         if (rec !== undefined && rec.ref === '') throw busy(call, 'restored', 'it is being created');
         if (live !== undefined) await lives.forget(live);
         let sandbox: Sandbox;
+        // The new sandbox exists before the record names it: no orphan pass of any process may take it meanwhile.
+        if (rec !== undefined) sandboxes.markReplacing(call.spec.digest, this.processToken);
         try {
           sandbox = rec === undefined
             ? await this.createFromSnapshot(call, caps, snap.ref)
             : await this.opts.starts.run(() => caps.createFrom(call.spec, snap.ref, { ref: rec.ref, hostDir: rec.hostDir ?? undefined }));
         } catch (err) {
+          if (rec !== undefined) sandboxes.markReplacing(call.spec.digest, null);
           throw failed(`restoring snapshot "${name}" failed`, err, untouched);
         }
         if (rec !== undefined) {

@@ -114,6 +114,24 @@ describe('snapshot and restore on the fake backend', () => {
     expect(engine.all()).toHaveLength(1);
   });
 
+  it('an orphan pass while a restore swaps the sandbox leaves the new one alone (its record names it only after)', async () => {
+    const { broker, engine } = await open();
+    await broker.exec(S1, 'echo before > "$HOME/file"');
+    await broker.snapshots.create(S1, { name: 'x' });
+    await broker.exec(S1, 'echo after > "$HOME/file"');
+    let reaped: string[] | undefined;
+    engine.midRestore = async () => {
+      reaped = await broker.reapers.reapOrphans();
+    };
+    await broker.snapshots.restore(S1, 'x');
+    engine.midRestore = undefined;
+    expect(reaped).toEqual([]);
+    expect(engine.all()).toHaveLength(1);
+    const r = await broker.exec(S1, 'cat "$HOME/file"');
+    expect(r.stdout).toBe('before\n');
+    expect(r.sandboxRecreated ?? false).toBe(false);
+  });
+
   it('no snapshot while a command runs in the sandbox (the identity is busy): refused, and nothing is kept', async () => {
     const { broker, home } = await open();
     await broker.exec(S1, 'true');
