@@ -12,6 +12,7 @@ import { ownerToken } from './process-owner.js';
 import type { JobActivity } from './reapers.js';
 import type { ResolvedCall } from './resolve-call.js';
 import { claimOrAwait } from './sandbox-claim.js';
+import { pidOf, type SandboxHolders } from './sandbox-holders.js';
 import type { BackendByName } from './sandbox-removal.js';
 import type { SessionGate } from './session-gate.js';
 import type { StartGate } from './start-gate.js';
@@ -65,6 +66,8 @@ export interface SnapshotCallsOptions {
   scopes: Pick<ScopeRecords, 'getCwd' | 'putCwd'>;
   /** Whether a background job runs in a sandbox (then no snapshot is made of it). */
   jobs: JobActivity;
+  /** Another live berth process holding a sandbox (it may run a command there): then it is neither snapshotted nor restored. */
+  holders: Pick<SandboxHolders, 'other'>;
   /** The egress listener of a sandbox a restore replaced goes with it. */
   egress: { detach(ref: string): Promise<void> };
   audit: Pick<AuditRecorder, 'record'>;
@@ -156,6 +159,7 @@ export class SnapshotCalls {
       return this.opts.gate.run(call, () => lives.underLock(call.spec.digest, async () => {
         const live = lives.get(call.spec.digest);
         if (live !== undefined) await this.assertIdle(call, live, 'restored');
+        else this.assertNotHeldElsewhere(call, 'restored');
         const untouched = `sandbox "${call.binding.sandboxKey}" and snapshot "${name}" are as they were`;
         await caps.verify(snap.ref).catch((err: unknown) => {
           throw failed(`snapshot "${name}" cannot be restored`, err, untouched);
@@ -332,8 +336,15 @@ export class SnapshotCalls {
 
   /** A snapshot's call runs on an idle sandbox: no command, no shell's background job, no job. */
   private async assertIdle(call: ResolvedCall, live: LiveSandbox, verb: string): Promise<void> {
+    this.assertNotHeldElsewhere(call, verb);
     if (live.inflight > 0 || (await live.shells.busy())) throw busy(call, verb, 'a command or a background job of its shell runs in it');
     if (await this.opts.jobs.activeIn(live.digest, live.sandbox).catch(() => true)) throw busy(call, verb, 'a job runs in it (berth jobs)');
+  }
+
+  /** A snapshot or restore stops or replaces the sandbox: refused while another live berth process holds it. */
+  private assertNotHeldElsewhere(call: ResolvedCall, verb: string): void {
+    const other = this.opts.holders.other(call.spec.digest);
+    if (other !== undefined) throw busy(call, verb, `another berth process (pid ${pidOf(other)}) holds it and may be running a command in it`);
   }
 
   private namedSnapshot(call: ResolvedCall, name: string): SnapshotRecord {

@@ -57,6 +57,7 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   digest TEXT PRIMARY KEY, backend TEXT NOT NULL, tenant TEXT NOT NULL, profile TEXT,
   key TEXT NOT NULL, rule TEXT NOT NULL, ephemeral INTEGER NOT NULL, ref TEXT NOT NULL,
   name TEXT NOT NULL, host_dir TEXT, mount TEXT, created_ms INTEGER NOT NULL, last_used_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sandbox_holders (digest TEXT NOT NULL, owner TEXT NOT NULL, PRIMARY KEY (digest, owner));
 `;
 
 interface SandboxRow {
@@ -110,6 +111,21 @@ export class SandboxTable {
       ON CONFLICT (digest) DO UPDATE SET ref = excluded.ref, name = excluded.name, host_dir = excluded.host_dir,
         mount = excluded.mount, rule = excluded.rule, last_used_ms = excluded.last_used_ms, held_by = excluded.held_by, hibernated_ms = NULL, replaced_by = NULL`)
       .run({ ...r, ephemeral: r.ephemeral ? 1 : 0, heldBy: r.heldBy ?? null });
+  }
+
+  /** Process `owner` (`pid:starttime`) holds the sandbox live now: it may run commands in it until it lets go. */
+  hold(digest: string, owner: string): void {
+    this.sql.q('INSERT INTO sandbox_holders (digest, owner) VALUES (?, ?) ON CONFLICT DO NOTHING').run(digest, owner);
+  }
+
+  /** Process `owner` no longer holds the sandbox. */
+  release(digest: string, owner: string): void {
+    this.sql.q('DELETE FROM sandbox_holders WHERE digest = ? AND owner = ?').run(digest, owner);
+  }
+
+  /** The processes that hold the sandbox live (a crashed one stays listed: ask `ownerAlive`). */
+  holders(digest: string): string[] {
+    return (this.sql.q('SELECT owner FROM sandbox_holders WHERE digest = ?').all(digest) as Array<{ owner: string }>).map((r) => r.owner);
   }
 
   /** Marks a recorded sandbox as being replaced by process `owner` (a restore), or no longer (null); `put` clears it too. */
@@ -166,6 +182,7 @@ export class SandboxTable {
     this.sql.db.transaction(() => {
       this.sql.q('DELETE FROM sandboxes WHERE digest = ?').run(digest);
       this.sql.q('DELETE FROM session_sandboxes WHERE digest = ?').run(digest);
+      this.sql.q('DELETE FROM sandbox_holders WHERE digest = ?').run(digest);
     })();
   }
 
