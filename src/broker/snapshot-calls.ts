@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Backend, ForbiddenValue, Sandbox, SnapshotBudget, SnapshotCapability } from '../backends/backend.js';
 import { reservationOf } from '../backends/module.js';
 import { BerthError, isBerthError, PolicyRefusedError, UnsupportedError, UsageError } from '../errors.js';
+import { KeyedLock } from '../kit/keyed-lock.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import { snapshotPathOf } from '../shell/persistent-shell.js';
@@ -96,6 +97,8 @@ export interface SnapshotCallsOptions {
  */
 export class SnapshotCalls {
   private readonly processToken = ownerToken();
+  /** Per snapshot id: a restore or fork from it and its removal (rm, retention, the sweep) never overlap in this process. */
+  private readonly inUse = new KeyedLock();
 
   constructor(private readonly opts: SnapshotCallsOptions) {}
 
@@ -156,7 +159,7 @@ export class SnapshotCalls {
       const caps = await this.capabilityOf(call);
       const snap = this.namedSnapshot(call, name);
       const { lives, sandboxes } = this.opts;
-      return this.opts.gate.run(call, () => lives.underLock(call.spec.digest, async () => {
+      return this.opts.gate.run(call, () => lives.underLock(call.spec.digest, () => this.inUse.run(snap.id, async () => {
         const live = lives.get(call.spec.digest);
         if (live !== undefined) await this.assertIdle(call, live, 'restored');
         else this.assertNotHeldElsewhere(call, 'restored');
@@ -184,7 +187,7 @@ export class SnapshotCalls {
         }
         const cwd = await this.carryShellState(call, sandbox, snap, call.defaultCwd);
         return { name, sandboxKey: call.binding.sandboxKey, cwd };
-      }));
+      })));
     });
   }
 
@@ -231,7 +234,11 @@ export class SnapshotCalls {
           return this.snapshotNow(call, caps, { name: `@fork-${randomBytes(6).toString('hex')}`, kind: 'base', baseOf: target.spec.digest });
         }) : undefined;
         const from = (named ?? base) as SnapshotRecord;
-        const sandbox = await this.opts.lives.underLock(target.spec.digest, () => this.opts.starts.run(() => caps.createFrom(target.spec, from.ref, undefined)));
+        const sandbox = await this.inUse.run(from.id, () => this.opts.lives.underLock(target.spec.digest, async () => {
+          // A removal that ran while this fork waited took the snapshot: nothing is made from a removed one.
+          if (this.opts.snapshots.byName(from.tenant, from.digest, from.name)?.id !== from.id) throw new BerthError('not_found', `snapshot "${from.name}" was removed meanwhile`);
+          return this.opts.starts.run(() => caps.createFrom(target.spec, from.ref, undefined));
+        }));
         made = sandbox;
         const cwd = await this.carryShellState(target, sandbox, from, call.defaultCwd);
         this.recordCreated(target, claim.record, sandbox);
@@ -325,13 +332,15 @@ export class SnapshotCalls {
     return cwd;
   }
 
-  /** Removes a snapshot from its backend, then its record. */
-  async removeSnapshot(snap: SnapshotRecord): Promise<void> {
-    if (snap.ref !== '') {
-      const backend = await this.opts.backends.get(snap.backend);
-      await backend.snapshots?.remove(snap.ref);
-    }
-    this.opts.snapshots.delete(snap.tenant, snap.id);
+  /** Removes a snapshot from its backend, then its record; after any restore or fork from it under way here. */
+  removeSnapshot(snap: SnapshotRecord): Promise<void> {
+    return this.inUse.run(snap.id, async () => {
+      if (snap.ref !== '') {
+        const backend = await this.opts.backends.get(snap.backend);
+        await backend.snapshots?.remove(snap.ref);
+      }
+      this.opts.snapshots.delete(snap.tenant, snap.id);
+    });
   }
 
   /** A snapshot's call runs on an idle sandbox: no command, no shell's background job, no job. */
