@@ -232,6 +232,14 @@ export interface SnapshotRef {
   bytes: number;
 }
 
+/** What one snapshot may take of the host (the rest of its tenant's `limits.snapshotBytes`). */
+export interface SnapshotBudget {
+  /** Bytes, by apparent size: a sparse file counts in full, as a commit or an archive writes it out. */
+  maxBytes: number;
+  /** Where the bound comes from, for the refusal: `tenant "t" may keep 1024 more bytes (limits.snapshotBytes = 4096)`. */
+  limit: string;
+}
+
 /** A value that must never be part of a snapshot (a granted secret's), named for the error. */
 export interface ForbiddenValue {
   name: string;
@@ -250,9 +258,12 @@ export interface SnapshotCapability<S = unknown> {
    * it and it runs on after; a backend that cannot freeze it ends its processes (bwrap), and the
    * caller brings it up again with `ensure`, as after a hibernation. A snapshot
    * that would hold one of `forbidden` is refused (`policy_refused`, naming the variable and the
-   * path, never the value) and removed. On any failure nothing is left behind.
+   * path, never the value) and removed. One past `budget` is refused (`tenant_limit`, naming the
+   * part, its size and the limit) before that part is copied: each part is measured by apparent
+   * size with the sandbox frozen, and what cannot be measured first is copied through a cap. On
+   * any failure nothing is left behind.
    */
-  create(sandbox: Sandbox, id: string, forbidden: readonly ForbiddenValue[]): Promise<SnapshotRef>;
+  create(sandbox: Sandbox, id: string, forbidden: readonly ForbiddenValue[], budget: SnapshotBudget): Promise<SnapshotRef>;
   /**
    * Rejects, naming what is missing or damaged, unless snapshot `ref` is there and whole. A
    * restore or fork asks first, before it touches anything.

@@ -34,6 +34,7 @@ import { SandboxEgress } from './sandbox-egress.js';
 import { SandboxMeasures } from './sandbox-measures.js';
 import { SandboxPool } from './sandbox-pool.js';
 import { SandboxRecovery } from './sandbox-recovery.js';
+import { SandboxHolders } from './sandbox-holders.js';
 import { SandboxRemoval } from './sandbox-removal.js';
 import { ScopeCalls } from './scope-calls.js';
 import { SessionCalls } from './session-calls.js';
@@ -109,7 +110,8 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
     log: logger, lease: storeLease(store.leases), profiles: [config.base, ...Object.values(config.profiles)],
   });
   const warm = new WarmPool({ config, backends, gate, fill: opts.warmPool === true, observer: observers, log: logger.child('berth:pool') });
-  const lives = new LiveSandboxes();
+  const processToken = ownerToken();
+  const lives = new LiveSandboxes((digest) => store.sandboxes.release(digest, processToken));
   const engines = new Engines({ config, backends, sandboxes: store.sandboxes });
   const links = new SessionLinks({ sessions: store.sessions, sandboxes: store.sandboxes, config, owner });
 
@@ -123,7 +125,8 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
     },
     log: logger.child('berth:egress'),
   });
-  const removal = new SandboxRemoval({ lives, backends, sandboxes: store.sandboxes, jobs: killer, egress, log });
+  const holders = new SandboxHolders({ sandboxes: store.sandboxes, sessions: store.sessions });
+  const removal = new SandboxRemoval({ lives, backends, sandboxes: store.sandboxes, holders, jobs: killer, egress, log });
   const measures = new SandboxMeasures({ config, lives, backends, engines, sandboxes: store.sandboxes, jobs: store.jobs, shutdown: lifecycle.signal, log });
   const sessionCalls = new SessionCalls();
   const closer = new SessionCloser({
@@ -143,7 +146,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   const runner = new JobRunner({ jobs: store.jobs, ledger, reader, killer, sandboxes: pool, commands, audit });
   const snapshots = new SnapshotCalls({
     config, resolver, gate: sessionGate, lives, backends, sandboxes: store.sandboxes, sessions: store.sessions, snapshots: store.snapshots,
-    scopes: store.scopes, jobs: probe, egress, audit, starts: gate, quota, snapshotQuota: snapshotQuota(config.limits, berthHome), owner, lifecycle,
+    scopes: store.scopes, jobs: probe, holders, egress, audit, starts: gate, quota, snapshotQuota: snapshotQuota(config.limits, berthHome), owner, lifecycle,
   });
   const snapshotSweep = new SnapshotSweep({
     snapshots: store.snapshots, sandboxes: store.sandboxes, calls: snapshots, backends, log,

@@ -46,6 +46,9 @@ export class LiveSandboxes {
   private inflight = 0;
   private drainedWaiters: Array<() => void> = [];
 
+  /** `released` is told of each sandbox this process lets go of (the store's hold on it ends). */
+  constructor(private readonly released: (digest: string) => void = () => undefined) {}
+
   get(digest: string): LiveSandbox | undefined {
     return this.live.get(digest);
   }
@@ -76,7 +79,10 @@ export class LiveSandboxes {
   /** Drops a live sandbox from memory (its shells are closed), e.g. after it vanished. */
   async forget(live: LiveSandbox): Promise<void> {
     await live.shells.close();
-    if (this.live.get(live.digest) === live) this.live.delete(live.digest);
+    if (this.live.get(live.digest) === live) {
+      this.live.delete(live.digest);
+      this.released(live.digest);
+    }
   }
 
   /** A call begins on `live`: it is busy until the matching `leave`. */
@@ -101,6 +107,7 @@ export class LiveSandboxes {
   /** Closes every shell and forgets every sandbox (they stay as they are). */
   async closeAll(): Promise<void> {
     for (const live of this.live.values()) await live.shells.close();
+    for (const digest of this.live.keys()) this.released(digest);
     this.live.clear();
   }
 }

@@ -177,6 +177,8 @@ export class Reapers implements BrokerReapers {
         const abandoned = rec !== undefined && m.ephemeral && rec.ref === '' && claimAbandoned(rec, Date.now());
         if (rec === undefined || (rec.ref !== '' && rec.ref !== m.ref) || abandoned) {
           if (lives.get(digest) !== undefined) continue;
+          // A restore under way: its new sandbox exists before its record names it.
+          if (rec?.replacedBy != null && ownerAlive(rec.replacedBy)) continue;
           await removal.removeManaged(engine, m.ref).catch((e) => log('berth:reaper', `remove ${m.name}: ${String(e)}`));
           if (abandoned) sandboxes.delete(digest);
           removed.push(m.name);

@@ -35,7 +35,7 @@ export interface SandboxPoolOptions {
   config: BerthConfig;
   lives: Pick<LiveSandboxes, 'get' | 'add' | 'backendOf' | 'underLock'>;
   backends: BackendByName;
-  sandboxes: Pick<SandboxTable, 'get' | 'put' | 'delete' | 'claim' | 'tenantUsage' | 'takeOverClaim'>;
+  sandboxes: Pick<SandboxTable, 'get' | 'put' | 'delete' | 'claim' | 'tenantUsage' | 'takeOverClaim' | 'hold'>;
   links: SessionLinker;
   firstUse: FirstUseOfEngine;
   removal: SandboxRetirer;
@@ -115,6 +115,7 @@ export class SandboxPool {
       };
       const hibernatedMs = known?.hibernatedMs ?? null;
       sandboxes.put(record);
+      sandboxes.hold(record.digest, this.processToken);
       warm?.recorded();
       const live: LiveSandbox = {
         digest: call.spec.digest, sandbox, record, traits: call.traits,

@@ -1,5 +1,6 @@
 import type { Backend, Sandbox } from '../backends/backend.js';
 import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
+import type { SandboxHolders } from './sandbox-holders.js';
 import type { SandboxRecord } from './state/sandbox-table.js';
 
 /** Bound of each engine request of the close pass that removes networks no sandbox uses. */
@@ -25,6 +26,8 @@ export interface SandboxRemovalOptions {
   lives: Pick<LiveSandboxes, 'get' | 'backendOf' | 'forget' | 'underLock'>;
   backends: BackendByName;
   sandboxes: SandboxRecords;
+  /** Another live berth process holding a sandbox: then it is not hibernated. */
+  holders: Pick<SandboxHolders, 'other'>;
   jobs: JobsEnder;
   /** The egress proxy's listener of a sandbox goes with it. */
   egress: { detach(ref: string): Promise<void> };
@@ -94,12 +97,14 @@ export class SandboxRemoval {
    * Hibernates a persistent sandbox that went idle, under its identity's lock: unless a call
    * began on it meanwhile (`stillIdle` is asked again under the lock), its shells save their state
    * and end, its processes stop and its engine resources go; its files stay, and the next call
-   * resumes it. True when it was hibernated.
+   * resumes it. One that another live berth process holds is left alone: idle here, it may be
+   * running a command there. True when it was hibernated.
    */
   async hibernate(live: LiveSandbox, stillIdle: () => Promise<boolean>): Promise<boolean> {
     const { lives, log } = this.opts;
     return lives.underLock(live.digest, async () => {
       if (lives.get(live.digest) !== live || !(await stillIdle())) return false;
+      if (this.opts.holders.other(live.digest) !== undefined) return false;
       // Closing a shell dumps its state into the sandbox's state dir, which a stop keeps.
       await lives.forget(live);
       await this.opts.egress.detach(live.record.ref);
@@ -123,7 +128,7 @@ export class SandboxRemoval {
   async hibernateUnheld(rec: SandboxRecord, stillUnheld: () => boolean): Promise<boolean> {
     const { lives, backends, log } = this.opts;
     return lives.underLock(rec.digest, async () => {
-      if (lives.get(rec.digest) !== undefined || !stillUnheld()) return false;
+      if (lives.get(rec.digest) !== undefined || !stillUnheld() || this.opts.holders.other(rec.digest) !== undefined) return false;
       try {
         await (await backends.get(rec.backend)).stop(rec.ref);
       } catch (e) {

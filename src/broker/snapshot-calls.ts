@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import type { Backend, ForbiddenValue, Sandbox, SnapshotCapability } from '../backends/backend.js';
+import type { Backend, ForbiddenValue, Sandbox, SnapshotBudget, SnapshotCapability } from '../backends/backend.js';
 import { reservationOf } from '../backends/module.js';
 import { BerthError, isBerthError, PolicyRefusedError, UnsupportedError, UsageError } from '../errors.js';
+import { KeyedLock } from '../kit/keyed-lock.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import { snapshotPathOf } from '../shell/persistent-shell.js';
@@ -12,6 +13,7 @@ import { ownerToken } from './process-owner.js';
 import type { JobActivity } from './reapers.js';
 import type { ResolvedCall } from './resolve-call.js';
 import { claimOrAwait } from './sandbox-claim.js';
+import { pidOf, type SandboxHolders } from './sandbox-holders.js';
 import type { BackendByName } from './sandbox-removal.js';
 import type { SessionGate } from './session-gate.js';
 import type { StartGate } from './start-gate.js';
@@ -59,12 +61,14 @@ export interface SnapshotCallsOptions {
   gate: Pick<SessionGate, 'run' | 'acquire'>;
   lives: Pick<LiveSandboxes, 'get' | 'forget' | 'underLock'>;
   backends: BackendByName;
-  sandboxes: Pick<SandboxTable, 'get' | 'put' | 'delete' | 'claim' | 'tenantUsage' | 'takeOverClaim'>;
+  sandboxes: Pick<SandboxTable, 'get' | 'put' | 'delete' | 'claim' | 'tenantUsage' | 'takeOverClaim' | 'markReplacing'>;
   sessions: Pick<SessionTable, 'open'>;
   snapshots: SnapshotTable;
   scopes: Pick<ScopeRecords, 'getCwd' | 'putCwd'>;
   /** Whether a background job runs in a sandbox (then no snapshot is made of it). */
   jobs: JobActivity;
+  /** Another live berth process holding a sandbox (it may run a command there): then it is neither snapshotted nor restored. */
+  holders: Pick<SandboxHolders, 'other'>;
   /** The egress listener of a sandbox a restore replaced goes with it. */
   egress: { detach(ref: string): Promise<void> };
   audit: Pick<AuditRecorder, 'record'>;
@@ -93,6 +97,8 @@ export interface SnapshotCallsOptions {
  */
 export class SnapshotCalls {
   private readonly processToken = ownerToken();
+  /** Per snapshot id: a restore or fork from it and its removal (rm, retention, the sweep) never overlap in this process. */
+  private readonly inUse = new KeyedLock();
 
   constructor(private readonly opts: SnapshotCallsOptions) {}
 
@@ -153,9 +159,10 @@ export class SnapshotCalls {
       const caps = await this.capabilityOf(call);
       const snap = this.namedSnapshot(call, name);
       const { lives, sandboxes } = this.opts;
-      return this.opts.gate.run(call, () => lives.underLock(call.spec.digest, async () => {
+      return this.opts.gate.run(call, () => lives.underLock(call.spec.digest, () => this.inUse.run(snap.id, async () => {
         const live = lives.get(call.spec.digest);
         if (live !== undefined) await this.assertIdle(call, live, 'restored');
+        else this.assertNotHeldElsewhere(call, 'restored');
         const untouched = `sandbox "${call.binding.sandboxKey}" and snapshot "${name}" are as they were`;
         await caps.verify(snap.ref).catch((err: unknown) => {
           throw failed(`snapshot "${name}" cannot be restored`, err, untouched);
@@ -164,11 +171,14 @@ export class SnapshotCalls {
         if (rec !== undefined && rec.ref === '') throw busy(call, 'restored', 'it is being created');
         if (live !== undefined) await lives.forget(live);
         let sandbox: Sandbox;
+        // The new sandbox exists before the record names it: no orphan pass of any process may take it meanwhile.
+        if (rec !== undefined) sandboxes.markReplacing(call.spec.digest, this.processToken);
         try {
           sandbox = rec === undefined
             ? await this.createFromSnapshot(call, caps, snap.ref)
             : await this.opts.starts.run(() => caps.createFrom(call.spec, snap.ref, { ref: rec.ref, hostDir: rec.hostDir ?? undefined }));
         } catch (err) {
+          if (rec !== undefined) sandboxes.markReplacing(call.spec.digest, null);
           throw failed(`restoring snapshot "${name}" failed`, err, untouched);
         }
         if (rec !== undefined) {
@@ -177,7 +187,7 @@ export class SnapshotCalls {
         }
         const cwd = await this.carryShellState(call, sandbox, snap, call.defaultCwd);
         return { name, sandboxKey: call.binding.sandboxKey, cwd };
-      }));
+      })));
     });
   }
 
@@ -224,7 +234,11 @@ export class SnapshotCalls {
           return this.snapshotNow(call, caps, { name: `@fork-${randomBytes(6).toString('hex')}`, kind: 'base', baseOf: target.spec.digest });
         }) : undefined;
         const from = (named ?? base) as SnapshotRecord;
-        const sandbox = await this.opts.lives.underLock(target.spec.digest, () => this.opts.starts.run(() => caps.createFrom(target.spec, from.ref, undefined)));
+        const sandbox = await this.inUse.run(from.id, () => this.opts.lives.underLock(target.spec.digest, async () => {
+          // A removal that ran while this fork waited took the snapshot: nothing is made from a removed one.
+          if (this.opts.snapshots.byName(from.tenant, from.digest, from.name)?.id !== from.id) throw new BerthError('not_found', `snapshot "${from.name}" was removed meanwhile`);
+          return this.opts.starts.run(() => caps.createFrom(target.spec, from.ref, undefined));
+        }));
         made = sandbox;
         const cwd = await this.carryShellState(target, sandbox, from, call.defaultCwd);
         this.recordCreated(target, claim.record, sandbox);
@@ -263,7 +277,7 @@ export class SnapshotCalls {
       if (reserved === 'over') throw this.overLimit(call.scope.tenant);
       try {
         await lives.forget(live);
-        const made = await caps.create(live.sandbox, rec.id, forbiddenOf(call));
+        const made = await caps.create(live.sandbox, rec.id, forbiddenOf(call), this.budgetOf(call.scope.tenant));
         if (!snapshots.complete(rec.id, made.ref, made.bytes, snapshotQuota.bytes)) {
           await caps.remove(made.ref).catch(() => undefined);
           throw this.overLimit(call.scope.tenant, made.bytes);
@@ -318,19 +332,28 @@ export class SnapshotCalls {
     return cwd;
   }
 
-  /** Removes a snapshot from its backend, then its record. */
-  async removeSnapshot(snap: SnapshotRecord): Promise<void> {
-    if (snap.ref !== '') {
-      const backend = await this.opts.backends.get(snap.backend);
-      await backend.snapshots?.remove(snap.ref);
-    }
-    this.opts.snapshots.delete(snap.tenant, snap.id);
+  /** Removes a snapshot from its backend, then its record; after any restore or fork from it under way here. */
+  removeSnapshot(snap: SnapshotRecord): Promise<void> {
+    return this.inUse.run(snap.id, async () => {
+      if (snap.ref !== '') {
+        const backend = await this.opts.backends.get(snap.backend);
+        await backend.snapshots?.remove(snap.ref);
+      }
+      this.opts.snapshots.delete(snap.tenant, snap.id);
+    });
   }
 
   /** A snapshot's call runs on an idle sandbox: no command, no shell's background job, no job. */
   private async assertIdle(call: ResolvedCall, live: LiveSandbox, verb: string): Promise<void> {
+    this.assertNotHeldElsewhere(call, verb);
     if (live.inflight > 0 || (await live.shells.busy())) throw busy(call, verb, 'a command or a background job of its shell runs in it');
     if (await this.opts.jobs.activeIn(live.digest, live.sandbox).catch(() => true)) throw busy(call, verb, 'a job runs in it (berth jobs)');
+  }
+
+  /** A snapshot or restore stops or replaces the sandbox: refused while another live berth process holds it. */
+  private assertNotHeldElsewhere(call: ResolvedCall, verb: string): void {
+    const other = this.opts.holders.other(call.spec.digest);
+    if (other !== undefined) throw busy(call, verb, `another berth process (pid ${pidOf(other)}) holds it and may be running a command in it`);
   }
 
   private namedSnapshot(call: ResolvedCall, name: string): SnapshotRecord {
@@ -354,6 +377,13 @@ export class SnapshotCalls {
     throw new UnsupportedError(`backend "${call.settings.backend}" keeps no snapshots, so it cannot snapshot, restore or fork a sandbox; ` +
       (can.length > 0 ? `${can.join(', ')} of this config can: give profile "${call.scope.profile}" that backend`
         : 'docker and bwrap can: give the profile one of them'));
+  }
+
+  /** What one more snapshot of `tenant` may take: the rest of its `limits.snapshotBytes`. */
+  private budgetOf(tenant: string): SnapshotBudget {
+    const q = this.opts.snapshotQuota.bytes;
+    const maxBytes = Math.max(0, q - this.opts.snapshots.usage(tenant).bytes);
+    return { maxBytes, limit: `tenant "${tenant}" may keep ${maxBytes} more bytes of snapshots, limits.snapshotBytes = ${q}` };
   }
 
   private overLimit(tenant: string, adding?: number): BerthError {

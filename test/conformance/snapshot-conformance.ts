@@ -18,7 +18,11 @@ export const SNAPSHOT_TESTS = {
   snapRestore: 'snapshots: a restore replaces the sandbox\'s files; from a damaged snapshot it fails naming what is gone and the old sandbox still answers',
   snapForbidden: 'snapshots: a forbidden value in a file refuses the snapshot, naming the variable and the path but never the value, and leaves nothing',
   snapList: 'snapshots: list names this installation\'s only; remove is idempotent and leaves nothing',
+  snapBudget: 'snapshots: a sparse file past the budget refuses the snapshot before it is copied, naming the dir and the limit, and leaves nothing',
 } as const;
+
+/** A budget no test snapshot comes near. */
+export const UNBOUNDED = { maxBytes: Number.MAX_SAFE_INTEGER, limit: 'no limit (test)' };
 
 /** What the suite gives the snapshot tests. */
 export interface SnapshotContext {
@@ -69,7 +73,7 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
     for (const ephemeral of [true, false]) {
       let src = await b.ensure(c().specOn(home, ephemeral ? 'session:snap-src' : 'snap-src', ephemeral), undefined);
       const before = await plant(src);
-      const snap = await snaps(b).create(src, id(), []);
+      const snap = await snaps(b).create(src, id(), [], UNBOUNDED);
       src = await again(b, src);
       expect(snap.bytes).toBeGreaterThan(3 * 1024 * 1024);
       await snaps(b).verify(snap.ref);
@@ -89,7 +93,7 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
     const b = await c().backendOn(home);
     let src = await b.ensure(c().specOn(home, 'session:ind-src', true), undefined);
     await c().sh(src, `echo v1 > ${src.defaultCwd}/f.txt`);
-    const snap = await snaps(b).create(src, id(), []);
+    const snap = await snaps(b).create(src, id(), [], UNBOUNDED);
     src = await again(b, src);
     await c().sh(src, `echo v2 > ${src.defaultCwd}/f.txt && touch ${src.defaultCwd}/later.txt`);
     const [a, z] = [
@@ -113,9 +117,9 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
       const spec = c().specOn(home, ephemeral ? 'session:rs' : 'rs', ephemeral);
       let old = await b.ensure(spec, undefined);
       await c().sh(old, `echo snapped > ${old.defaultCwd}/f.txt`);
-      const good = await snaps(b).create(old, id(), []);
+      const good = await snaps(b).create(old, id(), [], UNBOUNDED);
       old = await again(b, old);
-      const bad = await snaps(b).create(old, id(), []);
+      const bad = await snaps(b).create(old, id(), [], UNBOUNDED);
       old = await again(b, old);
       await c().sh(old, `echo current > ${old.defaultCwd}/f.txt && touch ${old.homeDir}/after`);
 
@@ -153,7 +157,7 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
     await c().sh(s, `mkfifo ${s.defaultCwd}/fifo && ln -s /etc/passwd ${s.defaultCwd}/host-link`);
     const forbidden = [{ name: 'CONF_TOKEN', value }, { name: 'HOST_LINE', value: 'root:x:0:0:' }];
     const sid = id();
-    const err = await snaps(b).create(s, sid, forbidden).catch((e: unknown) => e);
+    const err = await snaps(b).create(s, sid, forbidden, UNBOUNDED).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BerthError);
     expect((err as BerthError).code).toBe('policy_refused');
     expect((err as Error).message).toContain('CONF_TOKEN');
@@ -163,7 +167,7 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
     // Without the value in its files, the same sandbox snapshots.
     s = await again(b, s);
     await c().sh(s, `rm ${s.defaultCwd}/deep/x.bin`);
-    const ok = await snaps(b).create(s, sid, forbidden);
+    const ok = await snaps(b).create(s, sid, forbidden, UNBOUNDED);
     await snaps(b).remove(ok.ref);
     await b.remove(s.ref, s.hostDir);
     await assertNoneLeft(home, b);
@@ -174,8 +178,8 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
     const [mine, theirs] = [await c().backendOn(home), await c().backendOn(otherHome)];
     const s = await mine.ensure(c().specOn(home, 'session:list', true), undefined);
     const x = await theirs.ensure(c().specOn(otherHome, 'session:list', true), undefined);
-    const [a, z] = [await snaps(mine).create(s, id(), []), await snaps(mine).create(s, id(), [])];
-    const other = await snaps(theirs).create(x, id(), []);
+    const [a, z] = [await snaps(mine).create(s, id(), [], UNBOUNDED), await snaps(mine).create(s, id(), [], UNBOUNDED)];
+    const other = await snaps(theirs).create(x, id(), [], UNBOUNDED);
     expect((await snaps(mine).list()).sort()).toEqual([a.ref, z.ref].sort());
     expect(await snaps(theirs).list()).toEqual([other.ref]);
     await snaps(mine).remove(a.ref);
@@ -187,5 +191,23 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
     await theirs.remove(x.ref, x.hostDir);
     await assertNoneLeft(home, mine);
     await assertNoneLeft(otherHome, theirs);
+  }, 180_000);
+
+  test(SNAPSHOT_TESTS.snapBudget, async () => {
+    const home = c().newHome();
+    const b = await c().backendOn(home);
+    for (const ephemeral of [true, false]) {
+      let s = await b.ensure(c().specOn(home, ephemeral ? 'session:budget' : 'budget', ephemeral), undefined);
+      // 256 MiB that take no disk: a copy, an archive or a commit that wrote it out would take them all.
+      await c().sh(s, `truncate -s 268435456 ${s.defaultCwd}/sparse`);
+      const err = await snaps(b).create(s, id(), [], { maxBytes: 1 << 20, limit: 'the test\'s 1 MiB' }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(BerthError);
+      expect((err as BerthError).code).toBe('tenant_limit');
+      expect((err as Error).message).toMatch(new RegExp(`refused before copying: ${s.defaultCwd} holds .*bytes .*the test's 1 MiB`));
+      await assertNoneLeft(home, b);
+      s = await again(b, s);
+      expect(await c().sh(s, `ls ${s.defaultCwd}`)).toBe('sparse\n');
+      await b.remove(s.ref, s.hostDir);
+    }
   }, 180_000);
 }

@@ -1,7 +1,7 @@
 import { afterEach, expect, it } from 'vitest';
 import type { Broker } from '../../src/broker/broker.js';
 import { runBerth } from '../helpers/cli.js';
-import { containerFor, containerState, describeDocker, dockerConfig, dockerConfigYaml, installs, waitFor } from '../helpers/docker-e2e.js';
+import { containerFor, containerState, describeDocker, docker, dockerConfig, dockerConfigYaml, installs, waitFor } from '../helpers/docker-e2e.js';
 import { bwrapInstall, describeBwrap, testRange } from '../helpers/bwrap.js';
 import { call, stdioConn } from '../helpers/mcp-clients.js';
 import { createToken, ServeProcess, stopAll } from '../helpers/serve.js';
@@ -88,6 +88,29 @@ describeDocker('hibernation on docker', () => {
     const json = await runBerth(['exec', '--session', 'cli', '--json', '--', 'true'], { env: t.env, cwd: t.dir });
     expect(JSON.parse(json.stdout)).not.toHaveProperty('sandboxResumed');
   }, 90_000);
+
+  it('two berth processes on one home: one never hibernates, snapshots nor restores the sandbox while the other runs a command in it', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml(HIBERNATING));
+    const a = await t.open(dockerConfig(HIBERNATING), { holdSessions: true });
+    expect((await a.exec({ session: 'shared' }, 'echo a > ~/from-a')).exitCode).toBe(0);
+    await a.snapshots.create({ session: 'shared' }, { name: 'before' });
+    // This broker holds it live (idle from now on); another process brings it up too and runs a
+    // command past this broker's hibernateSeconds.
+    expect((await a.exec({ session: 'shared' }, 'true')).exitCode).toBe(0);
+    const other = runBerth(['exec', '--session', 'shared', '--timeout', '80', '--', 'sleep 20; echo b-done'], { env: t.env, cwd: t.dir, timeoutMs: 90_000 });
+    const c = await containerFor(t.installation, 'session:shared');
+    expect(await waitFor(async () => (await docker.getContainer(c!.id).top()).Processes.some((p: string[]) => p.join(' ').includes('sleep 20')), 30_000, 250)).toBe(true);
+    for (const refused of [a.snapshots.restore({ session: 'shared' }, 'before'), a.snapshots.create({ session: 'shared' }, { name: 'during' })]) {
+      const err = await refused.then(() => undefined, (e: unknown) => e);
+      expect((err as { code?: string }).code).toBe('sandbox_busy');
+      expect((err as Error).message).toMatch(/another berth process \(pid \d+\) holds it/);
+    }
+    const b = await other;
+    expect(b.code, b.stderr).toBe(0);
+    expect(b.stdout).toBe('b-done\n');
+    expect((await containerState(c!.id))?.running).toBe(true);
+  }, 120_000);
 
   it('through HTTP and MCP: the sandbox list says hibernated, the next result says resumed and what was kept', async () => {
     const t = reg.track();

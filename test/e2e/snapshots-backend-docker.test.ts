@@ -5,6 +5,7 @@ import { afterEach, expect, it } from 'vitest';
 import { DockerBackend } from '../../src/backends/docker/docker-backend.js';
 import { defaultDocker } from '../../src/backends/docker/engine.js';
 import { BerthError } from '../../src/errors.js';
+import { UNBOUNDED } from '../conformance/snapshot-conformance.js';
 import { testSpec } from '../helpers/docker.js';
 import { describeDocker, docker, dockerSuiteHooks, imagesOf, installs } from '../helpers/docker-e2e.js';
 
@@ -42,7 +43,7 @@ describeDocker('docker snapshots', () => {
     const value = `granted-${randomBytes(12).toString('hex')}`;
     const shell = await s.openShell({ env: { GRANTED_TOKEN: value }, cwd: s.defaultCwd });
     try {
-      const snap = await backend.snapshots.create(s, 'env-check', [{ name: 'GRANTED_TOKEN', value }]);
+      const snap = await backend.snapshots.create(s, 'env-check', [{ name: 'GRANTED_TOKEN', value }], UNBOUNDED);
       const image = await docker.getImage(snap.ref.slice(snap.ref.indexOf('@') + 1)).inspect();
       const container = await docker.getContainer(s.ref).inspect();
       expect(JSON.stringify(container.Config)).not.toContain(value);
@@ -62,7 +63,7 @@ describeDocker('docker snapshots', () => {
     const s = await backend.ensure(testSpec(install.installation, { ephemeral: true }), undefined);
     const value = `layer-${randomBytes(12).toString('hex')}`;
     await sh(s, `mkdir -p /etc/app && printf 'token=%s\\n' ${value} > /etc/app/conf`);
-    const err = await backend.snapshots.create(s, 'layer', [{ name: 'APP_TOKEN', value }]).catch((e: unknown) => e);
+    const err = await backend.snapshots.create(s, 'layer', [{ name: 'APP_TOKEN', value }], UNBOUNDED).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BerthError);
     expect((err as Error).message).toContain('/etc/app/conf');
     expect((err as Error).message).toContain('APP_TOKEN');
@@ -74,13 +75,33 @@ describeDocker('docker snapshots', () => {
     expect(await sh(s, 'echo alive')).toBe('alive\n');
   }, 120_000);
 
+  it('a sparse file in the writable layer past the budget refuses the snapshot before any commit, naming its size', async () => {
+    const { install, backend } = setup();
+    const s = await backend.ensure(testSpec(install.installation, { ephemeral: true }), undefined);
+    // 64 MiB that take no disk; a commit would write them out in full.
+    await sh(s, 'mkdir -p /opt && truncate -s 67108864 /opt/sparse');
+    const sinceS = Math.floor(Date.now() / 1000) - 1;
+    const err = await backend.snapshots.create(s, 'sparse', [], { maxBytes: 1 << 20, limit: 'the test\'s 1 MiB' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BerthError);
+    expect((err as BerthError).code).toBe('tenant_limit');
+    const held = /refused before copying: its writable layer \(files outside its own dirs\) holds (\d+) bytes .*the test's 1 MiB/.exec((err as Error).message);
+    expect(Number(held?.[1])).toBeGreaterThanOrEqual(67108864);
+    // The engine never committed the container.
+    const events = await docker.getEvents({ since: sinceS, until: Math.floor(Date.now() / 1000) + 1, filters: JSON.stringify({ container: [s.ref], event: ['commit'] }) });
+    let seen = '';
+    for await (const chunk of events as AsyncIterable<Buffer>) seen += chunk.toString();
+    expect(seen).toBe('');
+    expect(await imagesOf(install.installation)).toEqual([]);
+    expect((await docker.getContainer(s.ref).inspect()).State.Paused).toBe(false);
+  }, 120_000);
+
   it('an attached workspace is not part of the snapshot, and the snapshot says so', async () => {
     const { install, backend } = setup();
     const ws = install.userDir('project');
     writeFileSync(join(ws, 'user-file.txt'), 'the user\'s\n');
     const s = await backend.ensure(testSpec(install.installation, { ephemeral: true, mount: ws }), undefined);
     await sh(s, 'echo in-home > ~/h.txt');
-    const snap = await backend.snapshots.create(s, 'attached', []);
+    const snap = await backend.snapshots.create(s, 'attached', [], UNBOUNDED);
     const dir = join(install.home, 'snapshots', 'docker', 'attached');
     expect(readdirSync(dir).sort()).toEqual(['home', 'meta.json']);
     expect(readFileSync(join(dir, 'meta.json'), 'utf8')).toContain(`/workspace: the attached workspace ${ws} is the user's, not part of the snapshot`);

@@ -114,6 +114,46 @@ describe('snapshot and restore on the fake backend', () => {
     expect(engine.all()).toHaveLength(1);
   });
 
+  it('an orphan pass while a restore swaps the sandbox leaves the new one alone (its record names it only after)', async () => {
+    const { broker, engine } = await open();
+    await broker.exec(S1, 'echo before > "$HOME/file"');
+    await broker.snapshots.create(S1, { name: 'x' });
+    await broker.exec(S1, 'echo after > "$HOME/file"');
+    let reaped: string[] | undefined;
+    engine.midRestore = async () => {
+      reaped = await broker.reapers.reapOrphans();
+    };
+    await broker.snapshots.restore(S1, 'x');
+    engine.midRestore = undefined;
+    expect(reaped).toEqual([]);
+    expect(engine.all()).toHaveLength(1);
+    const r = await broker.exec(S1, 'cat "$HOME/file"');
+    expect(r.stdout).toBe('before\n');
+    expect(r.sandboxRecreated ?? false).toBe(false);
+  });
+
+  it('a snapshot rm that arrives during a restore from that snapshot waits for it, then removes it', async () => {
+    const { broker, engine } = await open();
+    await broker.exec(S1, 'echo before > "$HOME/file"');
+    await broker.snapshots.create(S1, { name: 'x' });
+    let removal: Promise<boolean> | undefined;
+    let removedDuringRestore = false;
+    engine.midRestore = async () => {
+      removal = broker.snapshots.remove(S1, 'x').then((r) => {
+        removedDuringRestore = true;
+        return r;
+      });
+      // Time for a removal that did not wait to run to its end (the fake's takes a few ms).
+      await new Promise((r) => setTimeout(r, 300));
+    };
+    await broker.snapshots.restore(S1, 'x');
+    engine.midRestore = undefined;
+    expect(removedDuringRestore).toBe(false);
+    expect(await removal).toBe(true);
+    expect(broker.snapshots.list('local')).toEqual([]);
+    expect((await broker.exec(S1, 'cat "$HOME/file"')).stdout).toBe('before\n');
+  });
+
   it('no snapshot while a command runs in the sandbox (the identity is busy): refused, and nothing is kept', async () => {
     const { broker, home } = await open();
     await broker.exec(S1, 'true');

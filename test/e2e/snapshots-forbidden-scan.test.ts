@@ -1,8 +1,9 @@
-import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, openSync, closeSync, symlinkSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { findForbidden } from '../../src/backends/plumbing/forbidden-scan.js';
+import { isBerthError } from '../../src/errors.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 /* The scan a snapshot runs over the files it holds, on real files with the real grep. */
@@ -39,5 +40,44 @@ describe('snapshot forbidden-value scan', () => {
     execFileSync('mkfifo', [join(dir, 'fifo')]);
     writeFileSync(join(dir, 'short'), 'abc');
     expect(await findForbidden([{ hostDir: dir, sandboxDir: '/h' }], [...forbidden, { name: 'SHORT', value: 'abc' }])).toBeUndefined();
+  });
+  /** A newline-free file of `bytes` (sparse zeros) with `value` written at `at`. */
+  const sparseWith = (file: string, bytes: number, at: number): void => {
+    truncateSync(file, 0);
+    truncateSync(file, bytes);
+    const fd = openSync(file, 'r+');
+    writeSync(fd, value, at);
+    closeSync(fd);
+  };
+
+  it('keeps memory bounded on a huge file with no newline (grep would hold it whole) and still finds a value across a read boundary', async () => {
+    const dir = tempDir();
+    writeFileSync(join(dir, 'small.txt'), `token ${value}\n`);
+    const big = join(dir, 'big.bin');
+    writeFileSync(big, '');
+    sparseWith(big, 64 << 20, (40 << 20) - 5);
+    // The real grep, allowed 48 MiB of address space: one that got the 64 MiB line would fail.
+    const bin = tempDir();
+    writeFileSync(join(bin, 'grep'), `#!/bin/sh\nexec prlimit --as=${48 << 20} /usr/bin/grep "$@"\n`);
+    chmodSync(join(bin, 'grep'), 0o755);
+    const path = process.env['PATH'];
+    process.env['PATH'] = `${bin}:${path ?? '/usr/bin:/bin'}`;
+    try {
+      expect(await findForbidden([{ hostDir: dir, sandboxDir: '/w' }], [{ name: 'API_KEY', value }])).toEqual({ name: 'API_KEY', sandboxPath: expect.stringMatching(/^\/w\/(small\.txt|big\.bin)$/) as unknown });
+      writeFileSync(join(dir, 'small.txt'), 'nothing\n');
+      expect(await findForbidden([{ hostDir: dir, sandboxDir: '/w' }], [{ name: 'API_KEY', value }])).toEqual({ name: 'API_KEY', sandboxPath: '/w/big.bin' });
+    } finally {
+      process.env['PATH'] = path;
+    }
+  });
+
+  it('refuses, failing closed, when the scan cannot finish within its deadline', async () => {
+    const dir = tempDir();
+    const big = join(dir, 'big.bin');
+    writeFileSync(big, '');
+    truncateSync(big, 256 << 20);
+    const err = await findForbidden([{ hostDir: dir, sandboxDir: '/w' }], forbidden, 1).then(() => undefined, (e: unknown) => e);
+    expect(isBerthError(err) && err.code).toBe('policy_refused');
+    expect((err as Error).message).toMatch(/could not all be searched for granted values within \d+ s/);
   });
 });

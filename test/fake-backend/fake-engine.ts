@@ -28,6 +28,8 @@ export class FakeEngine {
   private counter = 0;
   /** Set by a test: every create fails with this message (an engine that cannot create now). */
   refuseCreates: string | undefined;
+  /** Set by a test: runs in a restore once the new sandbox is made, before it is returned (and recorded). */
+  midRestore: (() => Promise<void>) | undefined;
 
   byName(name: string): FakeContainer | undefined {
     return [...this.sandboxes.values()].find((c) => c.name === name);

@@ -73,6 +73,7 @@ export class FakeSnapshots implements SnapshotCapability {
       await this.engine.remove(made.ref);
       throw err;
     }
+    if (replacing !== undefined) await this.engine.midRestore?.();
     return this.sandbox(spec, made);
   }
 

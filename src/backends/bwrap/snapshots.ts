@@ -4,8 +4,9 @@ import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/
 import path from 'node:path';
 import { BerthError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
-import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotCapability, SnapshotRef } from '../backend.js';
+import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotBudget, SnapshotCapability, SnapshotRef } from '../backend.js';
 import { findForbidden, forbiddenRefusal } from '../plumbing/forbidden-scan.js';
+import { apparentBytes, BudgetSpender } from '../plumbing/snapshot-budget.js';
 import { assertSnapshotId, copyTree, damagedSnapshot, makeSnapshotDir, removeSnapshotDir, snapshotsRoot, treeBytes } from '../plumbing/snapshot-files.js';
 import { SANDBOX_HOME, SANDBOX_WORKSPACE, type SandboxDirs } from './layout.js';
 import type { BwrapSettings } from './settings.js';
@@ -57,8 +58,9 @@ export class BwrapSnapshots implements SnapshotCapability<BwrapSettings> {
     this.root = snapshotsRoot(host.berthHome, 'bwrap');
   }
 
-  async create(sandbox: Sandbox, id: string, forbidden: readonly ForbiddenValue[]): Promise<SnapshotRef> {
+  async create(sandbox: Sandbox, id: string, forbidden: readonly ForbiddenValue[], budget: SnapshotBudget): Promise<SnapshotRef> {
     assertSnapshotId(id);
+    const spender = new BudgetSpender(id, budget);
     const dirs = this.host.dirsOf(sandbox.ref);
     const dir = await makeSnapshotDir(this.root, id);
     try {
@@ -67,8 +69,9 @@ export class BwrapSnapshots implements SnapshotCapability<BwrapSettings> {
       // No process of the sandbox may run while `cp` opens its paths on the host (one swapping a
       // dir for a symlink mid-copy could point it at host files): its processes end first, as at
       // a hibernation (the broker closed its shells and refuses a snapshot while a job runs), and
-      // the next call starts it again.
+      // the next call starts it again. So what is measured against the budget first is what is copied.
       await this.host.stopAll(sandbox.ref);
+      for (const d of kept) spender.spend(d.target, await apparentBytes(dirs[d.name]));
       for (const d of kept) await copyTree(dirs[d.name], path.join(dir, d.name));
       const hit = await findForbidden(kept.map((d) => ({ hostDir: path.join(dir, d.name), sandboxDir: d.target })), forbidden);
       if (hit !== undefined) throw forbiddenRefusal(id, hit);

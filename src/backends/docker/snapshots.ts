@@ -5,8 +5,9 @@ import path from 'node:path';
 import type Dockerode from 'dockerode';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
-import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotCapability, SnapshotRef } from '../backend.js';
+import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotBudget, SnapshotCapability, SnapshotRef } from '../backend.js';
 import { findForbidden, forbiddenRefusal, type ScannedTree } from '../plumbing/forbidden-scan.js';
+import { apparentBytes, BudgetSpender } from '../plumbing/snapshot-budget.js';
 import {
   assertSnapshotId, copyTree, damagedSnapshot, isEmptyDir, makeSnapshotDir, packDir, removeSnapshotDir, snapshotsRoot, treeBytes, unpackAs,
 } from '../plumbing/snapshot-files.js';
@@ -69,17 +70,18 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     this.root = snapshotsRoot(host.berthHome, 'docker');
   }
 
-  async create(sandbox: Sandbox, id: string, forbidden: readonly ForbiddenValue[]): Promise<SnapshotRef> {
+  async create(sandbox: Sandbox, id: string, forbidden: readonly ForbiddenValue[], budget: SnapshotBudget): Promise<SnapshotRef> {
     assertSnapshotId(id);
     const spec = sandbox.spec as SandboxSpec<DockerSettings>;
+    const spender = new BudgetSpender(id, budget);
     const dir = await makeSnapshotDir(this.root, id);
     let image: string | undefined;
     try {
-      const { dirs, excluded } = await this.copyOwnDirs(sandbox, spec, dir);
+      const { dirs, excluded } = await this.copyOwnDirs(sandbox, spec, dir, spender);
       const trees: ScannedTree[] = dirs.map((d) => ({ hostDir: path.join(dir, d), sandboxDir: targetOf(d) }));
       const hit = await findForbidden(trees, forbidden);
       if (hit !== undefined) throw forbiddenRefusal(id, hit);
-      image = await this.commit(sandbox.ref, id, forbidden);
+      image = await this.commit(sandbox.ref, id, forbidden, spender);
       const meta: SnapshotMeta = { id, installation: this.host.installation, image, dirs, excluded };
       await writeFile(path.join(dir, META), `${JSON.stringify(meta, null, 2)}\n`, { mode: 0o600 });
       const bytes = (await this.layerBytes(image)) + (await treeBytes(dir));
@@ -145,8 +147,14 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
       .map((i) => `${i.Labels[SNAPSHOT_LABEL] ?? ''}@${i.Id}`);
   }
 
-  /** Copies the sandbox's own dirs into the snapshot: host dirs by `cp`, tmpfs through the sandbox's archive. */
-  private async copyOwnDirs(sandbox: Sandbox, spec: SandboxSpec<DockerSettings>, dir: string): Promise<{ dirs: OwnDirName[]; excluded: string[] }> {
+  /**
+   * Copies the sandbox's own dirs into the snapshot within the budget: host dirs by `cp`, measured
+   * first in the same pause; tmpfs through the sandbox's archive, which the host cannot measure
+   * first, so it flows through a cap and what it unpacked to (a sparse member's full size) counts after.
+   */
+  private async copyOwnDirs(
+    sandbox: Sandbox, spec: SandboxSpec<DockerSettings>, dir: string, spender: BudgetSpender,
+  ): Promise<{ dirs: OwnDirName[]; excluded: string[] }> {
     const binds = hostBindsOf(spec, sandbox.hostDir);
     const dirs: OwnDirName[] = [];
     const excluded = binds.filter((b) => b.kind !== 'own').map((b) => `${b.target}: ${b.kind === 'workspace' ? 'the attached workspace' : 'a volume'} ${b.source} is the user's, not part of the snapshot`);
@@ -154,9 +162,17 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
       const bind = binds.find((b) => b.target === target);
       // Copied with the container paused: `cp` opens paths on the host, so a process of the
       // sandbox swapping a dir for a symlink mid-copy could otherwise point it at host files.
-      if (bind?.kind === 'own') await this.paused(sandbox.ref, () => copyTree(bind.source, path.join(dir, name)));
-      else if (bind === undefined) await unpackAs(await sandbox.getArchive(target), path.join(dir, name));
-      else continue;
+      if (bind?.kind === 'own') {
+        await this.paused(sandbox.ref, async () => {
+          spender.spend(target, await apparentBytes(bind.source));
+          await copyTree(bind.source, path.join(dir, name));
+        });
+      } else if (bind === undefined) {
+        await unpackAs(await sandbox.getArchive(target), path.join(dir, name), spender.cap(target));
+        spender.spend(target, await apparentBytes(path.join(dir, name)));
+      } else {
+        continue;
+      }
       dirs.push(name);
     }
     return { dirs, excluded };
@@ -175,10 +191,11 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
   }
 
   /**
-   * Commits the container with it paused, after reading its writable layer for forbidden values
-   * in the same pause, so what is read is what the image holds.
+   * Commits the container with it paused, after measuring its writable layer against the budget
+   * and reading it for forbidden values in the same pause, so what is measured and read is what
+   * the image holds.
    */
-  private async commit(ref: string, id: string, forbidden: readonly ForbiddenValue[]): Promise<string> {
+  private async commit(ref: string, id: string, forbidden: readonly ForbiddenValue[], spender: BudgetSpender): Promise<string> {
     const container = this.host.docker.getContainer(ref);
     const info = await this.host.request(`inspect container ${ref.slice(0, 12)}`, (abortSignal) => container.inspect({ abortSignal }));
     const upper = forbidden.length === 0 ? undefined : this.upperDirOf(info, id);
@@ -186,6 +203,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     const baseUser = base.Config?.User ?? '';
     await this.host.request(`pause container ${ref.slice(0, 12)}`, (abortSignal) => container.pause({ abortSignal }));
     try {
+      spender.spend('its writable layer (files outside its own dirs)', await this.writableBytes(ref, info));
       if (upper !== undefined) {
         const hit = await findForbidden([{ hostDir: upper, sandboxDir: '/' }], forbidden);
         if (hit !== undefined) throw forbiddenRefusal(id, hit);
@@ -198,6 +216,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
       })) as { Id: string };
       return out.Id;
     } catch (err) {
+      if (err instanceof BerthError) throw err;
       throw fromDockerError(this.host.docker, err, `commit container ${ref.slice(0, 12)} as snapshot ${id}`);
     } finally {
       await this.host.request(`unpause container ${ref.slice(0, 12)}`, (abortSignal) => container.unpause({ abortSignal }))
@@ -205,17 +224,35 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     }
   }
 
-  /** The container's writable layer on this host, where berth can read it; otherwise a snapshot with secrets is refused. */
-  private upperDirOf(info: Dockerode.ContainerInspectInfo, id: string): string {
+  /**
+   * Apparent bytes of the container's writable layer (what a commit writes out): measured on this
+   * host where berth can read the layer, else as the engine counts it (`SizeRw`, also apparent).
+   */
+  private async writableBytes(ref: string, info: Dockerode.ContainerInspectInfo): Promise<number> {
+    const upper = this.readableUpper(info);
+    if (typeof upper === 'string') return apparentBytes(upper);
+    // `size` is a query parameter of the engine's inspect that dockerode's types leave out.
+    const inspectSized = (o: { size: boolean; abortSignal: AbortSignal }) => this.host.docker.getContainer(ref).inspect(o as Dockerode.ContainerInspectOptions) as Promise<{ SizeRw?: number }>;
+    const sized = await this.host.request(`measure container ${ref.slice(0, 12)}`, (abortSignal) => inspectSized({ size: true, abortSignal }));
+    return sized.SizeRw ?? 0;
+  }
+
+  /** The container's writable layer on this host where berth can read it, else why not. */
+  private readableUpper(info: Dockerode.ContainerInspectInfo): string | { why: string } {
     const endpoint = describeEndpoint(this.host.docker);
     const upper = (info.GraphDriver?.Data as Record<string, string> | undefined)?.['UpperDir'];
-    let why: string | undefined;
-    if (!endpoint.startsWith('unix://')) why = `the engine is not on this host (${endpoint})`;
-    else if (upper === undefined) why = `the engine's storage driver (${info.GraphDriver?.Name ?? 'unknown'}) does not show a writable layer berth can read`;
-    else if (!existsSync(upper)) why = `its writable layer ${upper} is not readable by berth`;
-    if (why === undefined && upper !== undefined) return upper;
+    if (!endpoint.startsWith('unix://')) return { why: `the engine is not on this host (${endpoint})` };
+    if (upper === undefined) return { why: `the engine's storage driver (${info.GraphDriver?.Name ?? 'unknown'}) does not show a writable layer berth can read` };
+    if (!existsSync(upper)) return { why: `its writable layer ${upper} is not readable by berth` };
+    return upper;
+  }
+
+  /** The container's writable layer on this host, where berth can read it; otherwise a snapshot with secrets is refused. */
+  private upperDirOf(info: Dockerode.ContainerInspectInfo, id: string): string {
+    const upper = this.readableUpper(info);
+    if (typeof upper === 'string') return upper;
     throw new PolicyRefusedError(
-      `snapshot ${id} refused: the sandbox holds granted secrets and berth cannot check that its files do not contain them (${why ?? 'unknown'}); ` +
+      `snapshot ${id} refused: the sandbox holds granted secrets and berth cannot check that its files do not contain them (${upper.why}); ` +
         'snapshot a sandbox without secret grants, or run berth on the engine\'s host with overlay2',
     );
   }

@@ -1,7 +1,7 @@
 import { execFile, spawn } from 'node:child_process';
 import { mkdir, readdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { PassThrough, type Readable } from 'node:stream';
+import { PassThrough, type Readable, type Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { BerthError } from '../../errors.js';
 
@@ -61,13 +61,14 @@ export async function isEmptyDir(dir: string): Promise<boolean> {
  * Unpacks a sandbox's archive of one dir (`./<base>` and what is below it, as
  * `Sandbox.getArchive` gives it) as `dst` on the host (which must not exist). GNU tar refuses
  * members outside its dir and sets links last, so an archive cannot write through a link it
- * made; it unpacks into a fresh private dir beside `dst`, never bound into a sandbox.
+ * made; it unpacks into a fresh private dir beside `dst`, never bound into a sandbox. The archive
+ * flows through `through` (a byte cap) first, when given.
  */
-export async function unpackAs(archive: Readable, dst: string): Promise<void> {
+export async function unpackAs(archive: Readable, dst: string, through?: Transform): Promise<void> {
   const staging = `${dst}.unpack`;
   await mkdir(staging, { mode: 0o700 });
   try {
-    await untar(archive, staging);
+    await untar(archive, staging, through);
     const [base, ...more] = await readdir(staging);
     if (base === undefined || more.length > 0) throw new BerthError('transfer_failed', `the sandbox's archive of ${path.basename(dst)} held ${more.length + (base === undefined ? 0 : 1)} top entries, not one`);
     await rename(path.join(staging, base), dst);
@@ -76,7 +77,7 @@ export async function unpackAs(archive: Readable, dst: string): Promise<void> {
   }
 }
 
-async function untar(archive: Readable, dir: string): Promise<void> {
+async function untar(archive: Readable, dir: string, through: Transform | undefined): Promise<void> {
   const tar = spawn('tar', ['-x', '-f', '-', '-C', dir, '--same-owner', '--numeric-owner', '--delay-directory-restore'], {
     stdio: ['pipe', 'ignore', 'pipe'],
   });
@@ -84,10 +85,11 @@ async function untar(archive: Readable, dir: string): Promise<void> {
   tar.stderr.on('data', (b: Buffer) => stderr.push(b));
   const exited = new Promise<number | null>((resolve) => tar.on('close', resolve));
   try {
-    await pipeline(archive, tar.stdin);
+    await (through === undefined ? pipeline(archive, tar.stdin) : pipeline(archive, through, tar.stdin));
   } catch (err) {
     tar.kill('SIGKILL');
     await exited;
+    if (err instanceof BerthError) throw err;
     throw new BerthError('transfer_failed', `could not copy a sandbox dir into the snapshot: ${(err as Error).message}`, { cause: err });
   }
   const code = await exited;

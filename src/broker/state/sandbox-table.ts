@@ -31,6 +31,11 @@ export interface SandboxRecord {
    * hibernates the sandbox (it may be running a command there); once it is gone, any long-lived one.
    */
   heldBy?: string | null;
+  /**
+   * The process replacing it now (a restore, `pid:starttime`): until it records the new sandbox's
+   * ref, the orphan reaper leaves the identity's engine objects alone while that process lives.
+   */
+  replacedBy?: string | null;
 }
 
 /** A tenant's bounds on the sandboxes it holds (`limits.sandboxes`, `limits.memoryMb`, `limits.diskMb`). */
@@ -52,13 +57,14 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   digest TEXT PRIMARY KEY, backend TEXT NOT NULL, tenant TEXT NOT NULL, profile TEXT,
   key TEXT NOT NULL, rule TEXT NOT NULL, ephemeral INTEGER NOT NULL, ref TEXT NOT NULL,
   name TEXT NOT NULL, host_dir TEXT, mount TEXT, created_ms INTEGER NOT NULL, last_used_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sandbox_holders (digest TEXT NOT NULL, owner TEXT NOT NULL, PRIMARY KEY (digest, owner));
 `;
 
 interface SandboxRow {
   digest: string; backend: string; tenant: string; profile: string | null; key: string; rule: string;
   ephemeral: number; ref: string; name: string; host_dir: string | null; mount: string | null;
   created_ms: number; last_used_ms: number; claim_owner?: string | null; memory_mb?: number | null; disk_mb?: number | null;
-  hibernated_ms?: number | null; held_by?: string | null;
+  hibernated_ms?: number | null; held_by?: string | null; replaced_by?: string | null;
 }
 
 function toSandbox(r: SandboxRow): SandboxRecord {
@@ -67,16 +73,18 @@ function toSandbox(r: SandboxRow): SandboxRecord {
     ephemeral: r.ephemeral === 1, ref: r.ref, name: r.name, hostDir: r.host_dir, mount: r.mount,
     createdMs: r.created_ms, lastUsedMs: r.last_used_ms, claimOwner: r.claim_owner ?? null,
     memoryMb: r.memory_mb ?? null, diskMb: r.disk_mb ?? null, hibernatedMs: r.hibernated_ms ?? null, heldBy: r.held_by ?? null,
+    replacedBy: r.replaced_by ?? null,
   };
 }
 
 /**
  * Columns added to `sandboxes` after its first version, for stores made before them: the claim's
  * process (null: a claim judged by age), what a sandbox reserves (null: not counted), when it was
- * hibernated and which process last brought it up (null: running, or not known).
+ * hibernated and which process last brought it up (null: running, or not known), which process
+ * replaces it now (null: none).
  */
 export function migrateSandboxColumns(db: Database.Database): void {
-  const added = [['claim_owner', 'TEXT'], ['memory_mb', 'INTEGER'], ['disk_mb', 'INTEGER'], ['hibernated_ms', 'INTEGER'], ['held_by', 'TEXT']] as const;
+  const added = [['claim_owner', 'TEXT'], ['memory_mb', 'INTEGER'], ['disk_mb', 'INTEGER'], ['hibernated_ms', 'INTEGER'], ['held_by', 'TEXT'], ['replaced_by', 'TEXT']] as const;
   const missing = () => {
     const have = new Set((db.prepare('PRAGMA table_info(sandboxes)').all() as Array<{ name: string }>).map((c) => c.name));
     return added.filter(([name]) => !have.has(name));
@@ -101,8 +109,28 @@ export class SandboxTable {
     this.sql.q(`INSERT INTO sandboxes (digest, backend, tenant, profile, key, rule, ephemeral, ref, name, host_dir, mount, created_ms, last_used_ms, held_by)
       VALUES (@digest, @backend, @tenant, @profile, @key, @rule, @ephemeral, @ref, @name, @hostDir, @mount, @createdMs, @lastUsedMs, @heldBy)
       ON CONFLICT (digest) DO UPDATE SET ref = excluded.ref, name = excluded.name, host_dir = excluded.host_dir,
-        mount = excluded.mount, rule = excluded.rule, last_used_ms = excluded.last_used_ms, held_by = excluded.held_by, hibernated_ms = NULL`)
+        mount = excluded.mount, rule = excluded.rule, last_used_ms = excluded.last_used_ms, held_by = excluded.held_by, hibernated_ms = NULL, replaced_by = NULL`)
       .run({ ...r, ephemeral: r.ephemeral ? 1 : 0, heldBy: r.heldBy ?? null });
+  }
+
+  /** Process `owner` (`pid:starttime`) holds the sandbox live now: it may run commands in it until it lets go. */
+  hold(digest: string, owner: string): void {
+    this.sql.q('INSERT INTO sandbox_holders (digest, owner) VALUES (?, ?) ON CONFLICT DO NOTHING').run(digest, owner);
+  }
+
+  /** Process `owner` no longer holds the sandbox. */
+  release(digest: string, owner: string): void {
+    this.sql.q('DELETE FROM sandbox_holders WHERE digest = ? AND owner = ?').run(digest, owner);
+  }
+
+  /** The processes that hold the sandbox live (a crashed one stays listed: ask `ownerAlive`). */
+  holders(digest: string): string[] {
+    return (this.sql.q('SELECT owner FROM sandbox_holders WHERE digest = ?').all(digest) as Array<{ owner: string }>).map((r) => r.owner);
+  }
+
+  /** Marks a recorded sandbox as being replaced by process `owner` (a restore), or no longer (null); `put` clears it too. */
+  markReplacing(digest: string, owner: string | null): void {
+    this.sql.q('UPDATE sandboxes SET replaced_by = ? WHERE digest = ?').run(owner, digest);
   }
 
   /** Marks a sandbox hibernated (its ref unchanged: the next call resumes it). */
@@ -154,6 +182,7 @@ export class SandboxTable {
     this.sql.db.transaction(() => {
       this.sql.q('DELETE FROM sandboxes WHERE digest = ?').run(digest);
       this.sql.q('DELETE FROM session_sandboxes WHERE digest = ?').run(digest);
+      this.sql.q('DELETE FROM sandbox_holders WHERE digest = ?').run(digest);
     })();
   }
 

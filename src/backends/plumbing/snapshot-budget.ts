@@ -1,0 +1,67 @@
+import { execFile } from 'node:child_process';
+import { Transform, type TransformCallback } from 'node:stream';
+import { BerthError } from '../../errors.js';
+import type { SnapshotBudget } from '../backend.js';
+
+/*
+ * What a snapshot may take, checked before anything is copied. Sizes are apparent sizes (a
+ * sparse file counts in full: `docker commit` and a tar archive write its holes out as zeros),
+ * measured without following links, with the sandbox frozen (paused, or its processes ended) so
+ * what was measured is what is copied.
+ */
+
+/** How long measuring one tree may take; past it the snapshot is refused (fail closed). */
+export const MEASURE_TIMEOUT_MS = 60_000;
+
+/** Apparent bytes of the tree `dir` (`du --apparent-size`, links not followed, hard links once). */
+export function apparentBytes(dir: string, timeoutMs: number = MEASURE_TIMEOUT_MS): Promise<number> {
+  return new Promise((resolve, reject) => {
+    execFile('du', ['-s', '-B1', '--apparent-size', '-P', '--', dir], { timeout: timeoutMs, maxBuffer: 1 << 16 }, (err, out, stderr) => {
+      if (err === null) {
+        resolve(Number(out.split(/\s/)[0]) || 0);
+      } else {
+        const why = err.killed ? `it did not finish within ${timeoutMs / 1000} s` : stderr.trim().split('\n').at(-1) || err.message;
+        reject(new BerthError('transfer_failed', `could not measure ${dir} before the snapshot (du: ${why}); nothing was copied`, { cause: err }));
+      }
+    });
+  });
+}
+
+/** The part of a budget one snapshot has spent; `spend` refuses it (`tenant_limit`) before a part past the rest is copied. */
+export class BudgetSpender {
+  private spent = 0;
+
+  constructor(private readonly id: string, private readonly budget: SnapshotBudget) {}
+
+  /** Bytes still free. */
+  left(): number {
+    return Math.max(0, this.budget.maxBytes - this.spent);
+  }
+
+  /** Counts `bytes` of `what` (as the sandbox names it), or refuses the snapshot when they do not fit. */
+  spend(what: string, bytes: number): void {
+    if (this.spent + bytes > this.budget.maxBytes) throw this.tooLarge(what, bytes);
+    this.spent += bytes;
+  }
+
+  /** The refusal: names the part, its size, the limit and the fixes. */
+  tooLarge(what: string, bytes: number | undefined): BerthError {
+    const size = bytes === undefined ? `more than ${this.left()} bytes` : `${bytes} bytes`;
+    return new BerthError('tenant_limit', `snapshot ${this.id} refused before copying: ${what} holds ${size} ` +
+      `(apparent size: sparse files count in full)${this.spent > 0 ? ` after ${this.spent} bytes of other parts` : ''}, ` +
+      `past what it may take (${this.budget.limit}); remove files from the sandbox or snapshots (berth snapshot rm NAME), or raise limits.snapshotBytes`);
+  }
+
+  /** A pass-through that fails with the refusal once more than what is left flowed through it (a stream whose size is not known first). */
+  cap(what: string): Transform {
+    let bytes = 0;
+    const max = this.left();
+    return new Transform({
+      transform: (chunk: Buffer, _enc: BufferEncoding, done: TransformCallback) => {
+        bytes += chunk.length;
+        if (bytes > max) done(this.tooLarge(what, undefined));
+        else done(null, chunk);
+      },
+    });
+  }
+}
