@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import type { Backend, SandboxSpec } from '../../src/backends/backend.js';
 import { execOnceInPod } from '../../src/backends/kubernetes/exec-once.js';
+import { deletePod } from '../../src/backends/kubernetes/pods.js';
 import { CONTAINER_NAME, sandboxPodSpec } from '../../src/backends/kubernetes/manifests.js';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { Broker } from '../../src/broker/broker.js';
@@ -166,6 +167,46 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     const fresh = await a.backend.ensure(spec, first.ref);
     expect(fresh.recreated).toBe(true);
     expect((await fresh.execOnce(['sh', '-c', 'cat /workspace/f 2>/dev/null || echo none'])).stdout.toString()).toBe('none\n');
+  });
+
+  it('agent-sandbox: a persistent Sandbox whose pod ended, or was deleted, runs the next call in a new pod from its controller, its files kept; the result says so', async () => {
+    const broker = await open({ mode: 'agent-sandbox' }, { persistent: true });
+    const s = { session: 'agent-ended' };
+    expect((await broker.exec(s, 'echo kept > /workspace/f')).exitCode).toBe(0);
+    const podOf = async (): Promise<{ name: string; uid: string }> => {
+      const pods = (await c().client.core.listNamespacedPod({ namespace: 'berth', labelSelector: 'berth.dev/lifecycle=persistent' })).items;
+      expect(pods).toHaveLength(1);
+      return { name: pods[0]!.metadata!.name!, uid: pods[0]!.metadata!.uid! };
+    };
+    const first = await podOf();
+    // The pod's container ends behind berth's back (restartPolicy Never: it never runs again).
+    await c().server.killPodContainer('berth', first.name);
+    const afterEnd = await broker.exec(s, 'cat /workspace/f');
+    expect(afterEnd, afterEnd.output).toMatchObject({ exitCode: 0, stdout: 'kept\n', sandboxRecreated: true });
+    const second = await podOf();
+    expect(second.uid).not.toBe(first.uid);
+    // Deleted (kubectl delete pod): the controller makes it again, and the next call runs there.
+    await deletePod(c().client, second.name);
+    const running = async (): Promise<boolean> => {
+      const pod = await c().client.core.readNamespacedPod({ namespace: 'berth', name: second.name }).catch(() => undefined);
+      return pod !== undefined && pod.metadata!.uid !== second.uid && pod.status?.phase === 'Running';
+    };
+    expect(await waitFor(running, 30_000)).toBe(true);
+    const afterDelete = await broker.exec(s, 'cat /workspace/f');
+    expect(afterDelete, afterDelete.output).toMatchObject({ exitCode: 0, stdout: 'kept\n' });
+    expect(afterDelete.sandboxRecreated === true || afterDelete.shellReplaced === true, afterDelete.output).toBe(true);
+  });
+
+  it('agent-sandbox: an ephemeral Sandbox whose pod ended is replaced by a new one (its files went with the pod), reported as recreated', async () => {
+    const { backend, spec } = await backendOn(c().newHome(), { mode: 'agent-sandbox' });
+    const s = spec('session:agent-e-ended', true);
+    const first = await backend.ensure(s, undefined);
+    await c().server.killPodContainer('berth', first.name);
+    const next = await backend.ensure(s, first.ref);
+    expect(next.ref).not.toBe(first.ref);
+    expect(next.recreated).toBe(true);
+    expect((await next.execOnce(['echo', 'ran'])).stdout.toString()).toBe('ran\n');
+    expect((await backend.listManaged()).map((m) => m.ref)).toEqual([next.ref]);
   });
 
   it('agent-sandbox without a warm pool: an ephemeral identity gets a new Sandbox, found again only by its recorded ref', async () => {

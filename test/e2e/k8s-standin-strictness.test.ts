@@ -113,7 +113,7 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     const err = await ensurePodSandbox(client, { ...input, knownName: undefined, unique: () => randomBytes(6).toString('hex') }).then(() => undefined, (e: unknown) => e);
     expect(err).toBeInstanceOf(BackendUnavailableError);
     expect((err as Error).message).toBe(
-      `kubernetes: could not create networkpolicy ${tenantPolicyName('inst', 'local', 'egress')}: namespace "absent" does not exist at ${only.url}; create it (kubectl apply -f deploy/namespace.yaml, or kubectl create namespace absent) or fix kubernetes.namespace`,
+      `kubernetes: could not create networkpolicy ${tenantPolicyName('inst', 'local', 'egress')}: namespace "absent" does not exist at ${only.url}; create it (kubectl create namespace absent, then deploy/README.md) or fix kubernetes.namespace`,
     );
   });
 });

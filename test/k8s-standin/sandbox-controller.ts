@@ -7,7 +7,7 @@ import type { V1PodSpec, V1Volume } from '@kubernetes/client-node';
  * per volumeClaimTemplate and a pod named after the Sandbox from its podTemplate, the claim
  * volumes merged in under the templates' names, both owned by the Sandbox (controller owner
  * reference) and labelled with `agents.x-k8s.io/sandbox-name-hash`; the Sandbox's Ready condition
- * follows its pod. Not emulated: operatingMode Suspended, shutdown times, services, warm pools and
+ * follows its pod, and a deleted pod is made again. Not emulated: operatingMode Suspended, shutdown times, services, warm pools and
  * claims (SandboxClaim), updates after create, the controller's own adoption rules.
  */
 
@@ -77,10 +77,27 @@ export function reconcileSandbox(host: ControllerHost, namespace: string, sandbo
   setReady(sandbox, false, 'DependenciesNotReady', 'Pod is not ready');
 }
 
-/** The Sandbox's Ready condition from its pod, as the controller keeps it. */
+/**
+ * The Sandbox's Ready condition from its pod, as the controller keeps it: True while the pod
+ * runs, False with the reason once it ended (the controller leaves an ended pod in place) or
+ * while there is none.
+ */
 export function sandboxStatus(host: ControllerHost, namespace: string, sandbox: Obj): void {
   const pod = host.store('pods').get(`${namespace}/${String(sandbox.metadata['name'])}`);
-  if (pod === undefined) return;
-  const phase = (pod['status'] as { phase?: string } | undefined)?.phase;
-  if (phase === 'Running') setReady(sandbox, true, 'DependenciesReady', 'Pod is Ready');
+  const phase = (pod?.['status'] as { phase?: string } | undefined)?.phase;
+  if (pod === undefined) setReady(sandbox, false, 'DependenciesNotReady', 'Pod does not exist');
+  else if (phase === 'Running') setReady(sandbox, true, 'DependenciesReady', 'Pod is Ready');
+  else if (phase === 'Succeeded') setReady(sandbox, false, 'PodSucceeded', 'Pod completed successfully');
+  else if (phase === 'Failed') setReady(sandbox, false, 'PodFailed', 'Pod failed');
+}
+
+/**
+ * A pod of a Sandbox is gone (deleted, by someone or by garbage collection): its controller,
+ * which watches the pods it owns, makes it again while the Sandbox exists, as the real one does
+ * when it finds no pod. The Sandbox of `ownerUid`, if it still exists, is reconciled.
+ */
+export function podGone(host: ControllerHost, namespace: string, ownerUid: string): void {
+  for (const [key, sandbox] of host.store('sandboxes')) {
+    if (key.startsWith(`${namespace}/`) && sandbox.metadata['uid'] === ownerUid) reconcileSandbox(host, namespace, sandbox);
+  }
 }

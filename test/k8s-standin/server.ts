@@ -13,10 +13,11 @@ import { bridgeExec, type ExecBridge } from './exec-bridge.js';
 import { parseLabelSelector } from './label-selector.js';
 import { restrictedViolations } from './pod-security.js';
 import { applyLimitRanges, quotaRefusal, type LimitRangeItem } from './quota-admission.js';
-import { reconcileSandbox, sandboxStatus, type ControllerHost } from './sandbox-controller.js';
+import { podGone, reconcileSandbox, sandboxStatus, type ControllerHost } from './sandbox-controller.js';
 import { UPSTREAM_DEFAULT_LABEL_DOMAINS } from './claim-metadata.js';
 import { claimStatus, fillPool, reconcileClaim, type ClaimControllerOptions } from './warm-pool-controller.js';
 import { claimDir, containerOptions, runningStatus, STANDIN_LABEL, terminatedStatus, waitingStatus, type PodRuntimeOptions } from './pod-runtime.js';
+import { storedNetworkPolicy } from './network-policy-storage.js';
 import { alreadyExists, apiError, notFound, type StatusBody } from './status.js';
 
 /*
@@ -97,6 +98,8 @@ export class StandinApiServer implements AsyncDisposable {
   private readonly agentSandbox: boolean;
   private readonly pending = new Set<Promise<unknown>>();
   private readonly timers = new Set<NodeJS.Timeout>();
+  /** A mutating admission webhook for NetworkPolicies (create and update): it may change one before it is stored. */
+  mutateNetworkPolicy: ((policy: Record<string, unknown>) => void) | undefined;
   /** The claim controller sketch's settings; a test may change them (its allowlist, say) between claims. */
   readonly claimController: ClaimControllerOptions;
   private resourceVersion = 1;
@@ -243,22 +246,32 @@ export class StandinApiServer implements AsyncDisposable {
     if (req.method === 'POST' && name === undefined) return this.create(res, resource, namespace, await readJson(req), url.searchParams.get('fieldValidation'));
     if (req.method === 'GET' && name === undefined) return this.list(res, resource, namespace, url.searchParams.get('labelSelector'));
     if (req.method === 'GET' && name !== undefined) return this.get(res, resource, namespace, name);
+    if (req.method === 'PUT' && name !== undefined && resource.plural === 'networkpolicies') return this.replace(res, resource, namespace, name, await readJson(req), url.searchParams.get('fieldValidation'));
     if (req.method === 'DELETE' && name !== undefined) return this.remove(res, resource, namespace, name);
     return this.reply(res, 405, apiError(405, 'MethodNotAllowed', `${req.method} is not supported on ${url.pathname}`));
   }
 
-  private async create(res: ServerResponse, r: Resource, namespace: string, body: unknown, fieldValidation: string | null): Promise<void> {
-    const obj = body as Obj;
+  /**
+   * Why a written object is refused before it is stored, or undefined: a real API server decodes
+   * first (an unknown field is a 400 under Strict, and silently dropped otherwise, which the
+   * stand-in refuses too, so a berth that stops asking for Strict fails here), then validates (422).
+   */
+  private decodeRefusal(r: Resource, obj: Obj, fieldValidation: string | null): [number, StatusBody] | undefined {
     const errors = r.schema === false ? [] : this.validator!.errors(obj);
-    // A real API server decodes first: an unknown field is a 400 under Strict (and silently
-    // dropped otherwise, which the stand-in refuses too, so a berth that stops asking for Strict fails here).
     const unknown = errors.map(unknownFieldOf).filter((f) => f !== undefined);
     if (unknown.length > 0) {
       const said = unknown.map((f) => `unknown field ${JSON.stringify(f)}`).join(', ');
       const why = fieldValidation === 'Strict' ? `strict decoding error: ${said}` : `${said} would be dropped without fieldValidation=Strict; the stand-in refuses it`;
-      return this.reply(res, 400, apiError(400, 'BadRequest', why));
+      return [400, apiError(400, 'BadRequest', why)];
     }
-    if (errors.length > 0) return this.reply(res, 422, apiError(422, 'Invalid', `${r.kind} is invalid: ${errors.join('; ')}`));
+    if (errors.length > 0) return [422, apiError(422, 'Invalid', `${r.kind} is invalid: ${errors.join('; ')}`)];
+    return undefined;
+  }
+
+  private async create(res: ServerResponse, r: Resource, namespace: string, body: unknown, fieldValidation: string | null): Promise<void> {
+    let obj = body as Obj;
+    const refused = this.decodeRefusal(r, obj, fieldValidation);
+    if (refused !== undefined) return this.reply(res, ...refused);
     const name = String(obj.metadata['name']);
     if (this.namespaces !== undefined && !this.namespaces.includes(namespace)) return this.reply(res, 404, notFound('namespaces', namespace));
     if (obj.metadata['namespace'] !== undefined && obj.metadata['namespace'] !== namespace) {
@@ -278,6 +291,10 @@ export class StandinApiServer implements AsyncDisposable {
       resourceVersion: String(this.resourceVersion++),
       creationTimestamp: new Date().toISOString(),
     };
+    if (r.plural === 'networkpolicies') {
+      this.mutateNetworkPolicy?.(obj);
+      obj = { ...storedNetworkPolicy(obj), metadata: { ...obj.metadata, generation: 1 } };
+    }
     if (r.plural === 'pods') obj['status'] = { phase: 'Pending' };
     if (r.plural === 'persistentvolumeclaims') obj['status'] = { phase: 'Bound', accessModes: (obj['spec'] as { accessModes?: string[] }).accessModes };
     store.set(key, obj);
@@ -286,6 +303,36 @@ export class StandinApiServer implements AsyncDisposable {
     if (r.plural === 'sandboxwarmpools') fillPool(this.controllerHost(), namespace, obj);
     if (r.plural === 'sandboxclaims') reconcileClaim(this.controllerHost(), namespace, obj, this.claimController);
     this.reply(res, 201, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
+  }
+
+  /**
+   * An update (PUT) of a NetworkPolicy, as `kubectl replace` or `kubectl edit` sends it: decoded and
+   * validated like a create, its name and namespace those of the path, a stale `resourceVersion`
+   * a 409 Conflict, then through the mutating webhook and stored as the server keeps it.
+   */
+  private async replace(res: ServerResponse, r: Resource, namespace: string, name: string, body: unknown, fieldValidation: string | null): Promise<void> {
+    const obj = body as Obj;
+    const refused = this.decodeRefusal(r, obj, fieldValidation);
+    if (refused !== undefined) return this.reply(res, ...refused);
+    const key = `${namespace}/${name}`;
+    const current = this.store(r.plural).get(key);
+    if (current === undefined) return this.reply(res, 404, notFound(r.plural, name));
+    if (obj.metadata['name'] !== name || (obj.metadata['namespace'] ?? namespace) !== namespace) {
+      return this.reply(res, 400, apiError(400, 'BadRequest', 'the name or namespace of the object does not match the request'));
+    }
+    const version = obj.metadata['resourceVersion'];
+    if (version !== undefined && version !== current.metadata['resourceVersion']) {
+      return this.reply(res, 409, apiError(409, 'Conflict', `Operation cannot be fulfilled on ${r.plural} "${name}": the object has been modified; please apply your changes to the latest version and try again`, { name, kind: r.plural }));
+    }
+    this.mutateNetworkPolicy?.(obj);
+    const written = storedNetworkPolicy(obj);
+    const sameSpec = JSON.stringify(written['spec']) === JSON.stringify(current['spec']);
+    const stored = {
+      ...written,
+      metadata: { ...obj.metadata, namespace, uid: current.metadata['uid'], creationTimestamp: current.metadata['creationTimestamp'], resourceVersion: String(this.resourceVersion++), generation: Number(current.metadata['generation'] ?? 1) + (sameSpec ? 0 : 1) },
+    };
+    this.store(r.plural).set(key, stored);
+    this.reply(res, 200, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...stored });
   }
 
   /**
@@ -343,6 +390,14 @@ export class StandinApiServer implements AsyncDisposable {
     pod['status'] = terminatedStatus(pod['status'] as object, c.name, c.image ?? '', info?.State.ExitCode ?? 137, new Date());
   }
 
+  /** A Sandbox's status from its pod as it is now (the pod looked at first, as the controller's watch would have seen it end). */
+  private async refreshSandbox(namespace: string, sandbox: Obj): Promise<void> {
+    const key = `${namespace}/${String(sandbox.metadata['name'])}`;
+    const pod = this.store('pods').get(key);
+    if (pod !== undefined) await this.refresh(key, pod);
+    sandboxStatus(this.controllerHost(), namespace, sandbox);
+  }
+
   private async list(res: ServerResponse, r: Resource, namespace: string, selector: string | null): Promise<void> {
     let matches: (labels: Record<string, string>) => boolean;
     try {
@@ -355,7 +410,7 @@ export class StandinApiServer implements AsyncDisposable {
       if (!key.startsWith(`${namespace}/`)) continue;
       if (!matches((obj.metadata['labels'] ?? {}) as Record<string, string>)) continue;
       if (r.plural === 'pods') await this.refresh(key, obj);
-      if (r.plural === 'sandboxes') sandboxStatus(this.controllerHost(), namespace, obj);
+      if (r.plural === 'sandboxes') await this.refreshSandbox(namespace, obj);
       if (r.plural === 'sandboxclaims') claimStatus(this.controllerHost(), namespace, obj);
       items.push(obj);
     }
@@ -367,7 +422,7 @@ export class StandinApiServer implements AsyncDisposable {
     const obj = this.store(r.plural).get(key);
     if (obj === undefined) return this.reply(res, 404, notFound(r.plural, name));
     if (r.plural === 'pods') await this.refresh(key, obj);
-    if (r.plural === 'sandboxes') sandboxStatus(this.controllerHost(), namespace, obj);
+    if (r.plural === 'sandboxes') await this.refreshSandbox(namespace, obj);
     if (r.plural === 'sandboxclaims') claimStatus(this.controllerHost(), namespace, obj);
     this.reply(res, 200, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
   }
@@ -436,7 +491,10 @@ export class StandinApiServer implements AsyncDisposable {
         if (id !== undefined) await this.docker.getContainer(id).remove({ force: true }).catch(() => undefined);
         this.containers.delete(key);
         rmSync(join(this.dataDir, 'emptydir', String(obj.metadata['uid'])), { recursive: true, force: true });
-        if (store.get(key) === obj) store.delete(key);
+        if (store.get(key) !== obj) return;
+        store.delete(key);
+        const owner = ((obj.metadata['ownerReferences'] ?? []) as { kind?: string; uid?: string; controller?: boolean }[]).find((o) => o.controller === true && o.kind === 'Sandbox');
+        if (owner?.uid !== undefined) podGone(this.controllerHost(), key.slice(0, key.indexOf('/')), owner.uid);
       })());
     }
   }

@@ -18,10 +18,24 @@ function grants(rules: Rule[]): Set<string> {
   return out;
 }
 
+/**
+ * Where `kubectl apply -n <namespace>` puts each object: kubectl refuses a file whose object names
+ * another namespace, and a namespaced RoleBinding's ServiceAccount subject without a namespace is
+ * the one in the binding's own (RBAC's appliesToUser).
+ */
+function appliedIn(namespace: string, all: Record<string, unknown>[]): { kind: string; name: string; namespace: string; subjects?: string[] }[] {
+  return all.map((d) => {
+    const meta = d['metadata'] as { name: string; namespace?: string };
+    if (meta.namespace !== undefined && meta.namespace !== namespace) throw new Error(`kubectl apply -n ${namespace}: ${String(d['kind'])} ${meta.name} names namespace ${meta.namespace}`);
+    const subjects = (d['subjects'] as { kind: string; name: string; namespace?: string }[] | undefined)?.map((s) => `${s.kind} ${s.namespace ?? namespace}/${s.name}`);
+    return { kind: String(d['kind']), name: meta.name, namespace, ...(subjects === undefined ? {} : { subjects }) };
+  });
+}
+
 describe('deploy/ manifests', () => {
   it('every document validates against the vendored schemas', () => {
-    const all = [...docs('namespace.yaml'), ...docs('rbac.yaml')];
-    expect(all.map((d) => d['kind'])).toEqual(['Namespace', 'ServiceAccount', 'Role', 'RoleBinding']);
+    const all = docs('rbac.yaml');
+    expect(all.map((d) => d['kind'])).toEqual(['ServiceAccount', 'Role', 'RoleBinding']);
     for (const d of all) validator.assertValid(d);
   });
 
@@ -31,18 +45,23 @@ describe('deploy/ manifests', () => {
     const needed = new Set(REQUIRED_PERMISSIONS.flatMap((p) => p.verbs.map((v) => `${p.apiGroup}|${p.resource}|${v}`)));
     expect([...granted].sort()).toEqual([...needed].sort());
     expect([...granted].some((g) => g.includes('*'))).toBe(false);
-    // Calls berth never makes are not asked for (policies are only created, pools never read, claims never listed).
-    for (const unused of ['networking.k8s.io|networkpolicies|get', 'networking.k8s.io|networkpolicies|list', 'networking.k8s.io|networkpolicies|delete', '|persistentvolumeclaims|list', 'extensions.agents.x-k8s.io|sandboxwarmpools|get']) {
+    // Calls berth never makes are not asked for (policies are never changed or deleted, pools never read, claims never listed).
+    for (const unused of ['networking.k8s.io|networkpolicies|update', 'networking.k8s.io|networkpolicies|patch', 'networking.k8s.io|networkpolicies|delete', '|persistentvolumeclaims|list', 'extensions.agents.x-k8s.io|sandboxwarmpools|get']) {
       expect(granted.has(unused), unused).toBe(false);
     }
   });
 
-  it('binds the Role to berth\'s service account in the sandbox namespace, and the namespace enforces restricted', () => {
-    const all = docs('rbac.yaml');
-    const binding = all.find((d) => d['kind'] === 'RoleBinding') as { roleRef: { name: string }; subjects: { kind: string; name: string; namespace: string }[] };
-    expect(binding.roleRef.name).toBe('berth-sandboxes');
-    expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: 'berth', namespace: 'berth' }]);
-    const ns = docs('namespace.yaml')[0] as { metadata: { labels: Record<string, string> } };
-    expect(ns.metadata.labels['pod-security.kubernetes.io/enforce']).toBe('restricted');
+  it('applies in any namespace (kubectl apply -n, as the README and the start-up check say): the Role is bound to the ServiceAccount of that namespace', () => {
+    for (const ns of ['berth', 'agents-prod']) {
+      expect(appliedIn(ns, docs('rbac.yaml'))).toEqual([
+        { kind: 'ServiceAccount', name: 'berth', namespace: ns },
+        { kind: 'Role', name: 'berth-sandboxes', namespace: ns },
+        { kind: 'RoleBinding', name: 'berth-sandboxes', namespace: ns, subjects: [`ServiceAccount ${ns}/berth`] },
+      ]);
+    }
+    expect((docs('rbac.yaml')[2] as { roleRef: { name: string } }).roleRef.name).toBe('berth-sandboxes');
+    const readme = readFileSync(new URL('../../deploy/README.md', import.meta.url), 'utf8');
+    expect(readme).toContain('kubectl apply -n "$NS" -f deploy/rbac.yaml');
+    expect(readme).toContain('pod-security.kubernetes.io/enforce=restricted');
   });
 });

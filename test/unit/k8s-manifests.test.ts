@@ -4,8 +4,8 @@ import { describe, expect, it } from 'vitest';
 import { sandboxClaimResource, sandboxResource } from '../../src/backends/kubernetes/agent-sandbox-manifests.js';
 import { identitySelector, LABEL, labelValue } from '../../src/backends/kubernetes/labels.js';
 import { LABEL as ENGINE_LABEL } from '../../src/backends/labels.js';
+import { BLOCKED_V4, BLOCKED_V6 } from '../../src/backends/kubernetes/network-ranges.js';
 import {
-  BLOCKED_V4,
   HOME,
   sandboxDataClaim,
   sandboxPod,
@@ -296,10 +296,11 @@ describe('kubernetes tenant network policy', () => {
     expect(picks(egressPolicy)).toBe(false);
   });
 
-  it('egress: DNS and public addresses only (cloud metadata and cluster ranges blocked); none: nothing', () => {
+  it('egress: DNS and public addresses only (cloud metadata and cluster ranges blocked, in both families); none: nothing', () => {
     const egress = tenantNetworkPolicy('i', 't', KUBERNETES_DEFAULTS).spec!.egress!;
     expect(egress).toHaveLength(2);
-    expect(egress[1]!.to![0]!.ipBlock!.except).toEqual([...BLOCKED_V4]);
+    expect(egress[1]!.to![0]!.ipBlock).toEqual({ cidr: '0.0.0.0/0', except: [...BLOCKED_V4] });
+    expect(egress[1]!.to![1]!.ipBlock).toEqual({ cidr: '::/0', except: [...BLOCKED_V6] });
     expect(BLOCKED_V4).toContain('169.254.0.0/16');
     expect(tenantNetworkPolicy('i', 't', { ...KUBERNETES_DEFAULTS, network: 'none' }).spec!.egress).toEqual([]);
   });

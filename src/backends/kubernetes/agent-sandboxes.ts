@@ -1,12 +1,14 @@
 import type { V1Pod } from '@kubernetes/client-node';
-import { BackendUnavailableError } from '../../errors.js';
+import { BackendUnavailableError, TimeoutError } from '../../errors.js';
 import type { SandboxIdentity } from '../../scope/naming.js';
 import { AGENT_SANDBOX_API, sandboxResource, type SandboxResource } from './agent-sandbox-manifests.js';
 import type { ExecTarget } from './spawn.js';
 import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
 import { assertNoHostMount, CONTAINER_NAME, tenantNetworkPolicy } from './manifests.js';
 import { ephemeralPodName, persistentPodName } from './names.js';
-import { ensureNetworkPolicy, notOwnedBy, ownerKeysMissing, waitForRunning, type AdoptResult, type Owner } from './pods.js';
+import { ensureNetworkPolicy } from './network-policies.js';
+import { podEnded } from './pod-sandboxes.js';
+import { deletePod, notOwnedBy, ownerKeysMissing, readPod, waitForRunning, type AdoptResult, type Owner } from './pods.js';
 import type { KubernetesSettings } from './settings.js';
 
 /*
@@ -19,6 +21,8 @@ import type { KubernetesSettings } from './settings.js';
 const GROUP = 'agents.x-k8s.io';
 const VERSION = AGENT_SANDBOX_API.split('/')[1] as string;
 const PLURAL = 'sandboxes';
+/** How often the wait for an ended pod to go looks again (it takes the kubelet's grace period, 2 s here). */
+const POD_OUT_POLL_MS = 250;
 
 /** The Sandbox of this name, or undefined when there is none. */
 export async function readSandbox(client: KubeClient, name: string): Promise<SandboxResource | undefined> {
@@ -75,22 +79,59 @@ export interface EnsureSandboxInput {
 }
 
 /**
- * A persistent identity's Sandbox, created or adopted, and its pod once it runs. The pod must
- * be the controller's for this very Sandbox, so berth never execs into a look-alike.
+ * An adopted Sandbox's pod that ended (restartPolicy Never: it never runs again) or is going
+ * away, cleared so the controller makes a new one: it leaves an ended pod in place and makes a
+ * pod only where there is none. True when there was such a pod, or none at all. A pod that is
+ * not this Sandbox's is left alone (the wait refuses it).
  */
-export async function ensureAgentSandbox(client: KubeClient, input: EnsureSandboxInput): Promise<{ name: string; target: ExecTarget; created: boolean }> {
+async function clearEndedPod(client: KubeClient, name: string, uid: string | undefined, timeoutMs: number): Promise<boolean> {
+  const pod = await readPod(client, name);
+  if (pod === undefined) return true;
+  if (!podOfSandbox(pod, name, uid)) return false;
+  const going = pod.metadata?.deletionTimestamp !== undefined;
+  if (!going && !podEnded(pod)) return false;
+  if (!going) await deletePod(client, name);
+  await waitForPodOut(client, name, pod.metadata?.uid, timeoutMs);
+  return true;
+}
+
+/**
+ * Waits until the pod `uid` of this name is gone. Not until no pod of the name exists: the
+ * controller makes the next one under the same name as soon as the old one is gone.
+ */
+async function waitForPodOut(client: KubeClient, name: string, uid: string | undefined, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const pod = await readPod(client, name);
+    if (pod === undefined || pod.metadata?.uid !== uid) return;
+    if (Date.now() >= deadline) {
+      throw new TimeoutError(`kubernetes: the ended pod ${name} was still terminating after ${Math.round(timeoutMs / 1000)} s; check it with kubectl describe pod ${name} -n ${client.namespace}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, POD_OUT_POLL_MS));
+  }
+}
+
+/**
+ * A persistent identity's Sandbox, created or adopted, and its pod once it runs. The pod must
+ * be the controller's for this very Sandbox, so berth never execs into a look-alike. An adopted
+ * Sandbox whose pod ended or was deleted gets a new pod from its controller, its files kept on
+ * the claim; `replaced` says so.
+ */
+export async function ensureAgentSandbox(client: KubeClient, input: EnsureSandboxInput): Promise<{ name: string; target: ExecTarget; created: boolean; replaced: boolean }> {
   assertNoHostMount(input.mount);
   const k = input.kubernetes;
+  const timeoutMs = k.podStartTimeoutSeconds * 1000;
   if (k.networkPolicy) await ensureNetworkPolicy(client, tenantNetworkPolicy(input.identity.installation, input.identity.tenant, k));
   const name = persistentPodName(input.digest);
   const owner = { installation: input.identity.installation, digest: input.digest };
   const manifest = sandboxResource({ ...input, ephemeral: false, name });
   const { object, adopted } = await createOrAdoptSandbox(client, manifest, owner);
-  const pod = await waitForRunning(client, name, k.podStartTimeoutSeconds * 1000, undefined, { mayNotExistYet: true });
+  const replaced = adopted && (await clearEndedPod(client, name, object.metadata.uid, timeoutMs));
+  const pod = await waitForRunning(client, name, timeoutMs, undefined, { mayNotExistYet: true });
   if (!podOfSandbox(pod, name, object.metadata.uid)) {
     throw new BackendUnavailableError(`kubernetes: pod ${name} is not the one the agent-sandbox controller made for sandbox ${name}; refusing to use it`);
   }
-  return { name, target: { client, pod: name, container: CONTAINER_NAME }, created: !adopted };
+  return { name, target: { client, pod: name, container: CONTAINER_NAME }, created: !adopted, replaced };
 }
 
 /**
@@ -116,7 +157,8 @@ export async function podOfOwnSandbox(client: KubeClient, name: string, uid: str
 /**
  * An ephemeral identity's Sandbox without a warm pool: a new, uniquely named one per creation,
  * never adopted (a taken name is an error); `knownName` (the caller's record) is reattached when
- * it is still this installation's and this identity's. `recreated`: the recorded one was gone.
+ * it is still this installation's and this identity's and its pod has not ended. `recreated`: the
+ * recorded one was gone or ended.
  */
 export async function ensureEphemeralSandbox(
   client: KubeClient,
@@ -129,7 +171,12 @@ export async function ensureEphemeralSandbox(
   if (input.knownName !== undefined) {
     const known = await readSandbox(client, input.knownName);
     if (known !== undefined && known.metadata.deletionTimestamp === undefined && notOwnedBy(known.metadata as Parameters<typeof notOwnedBy>[0], owner) === undefined) {
-      return { name: input.knownName, target: await podOfOwnSandbox(client, input.knownName, known.metadata.uid, owner, timeoutMs), recreated: false };
+      const pod = await readPod(client, input.knownName);
+      if (pod === undefined || !podEnded(pod)) {
+        return { name: input.knownName, target: await podOfOwnSandbox(client, input.knownName, known.metadata.uid, owner, timeoutMs), recreated: false };
+      }
+      // Its pod ended, and its files with it (emptyDir volumes): a new Sandbox replaces it.
+      await deleteSandbox(client, input.knownName);
     }
   }
   if (k.networkPolicy) await ensureNetworkPolicy(client, tenantNetworkPolicy(input.identity.installation, input.identity.tenant, k));

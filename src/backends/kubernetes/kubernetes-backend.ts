@@ -11,6 +11,7 @@ import type { ExecTarget } from './spawn.js';
 import { kubeClient, kubeConfigFor, type KubeClient } from './kube-client.js';
 import { IDENTITY_ANNOTATION, installationSelector, LABEL } from './labels.js';
 import { dataClaimName } from './names.js';
+import { checkNetworkPolicies } from './network-policies.js';
 import { ensurePodSandbox, listManagedPods } from './pod-sandboxes.js';
 import { PodSandboxHandle } from './sandbox-handle.js';
 import { deleteClaim, deletePod, listPods, waitForPodGone } from './pods.js';
@@ -69,6 +70,7 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
     const client = this.clientFor(k);
     await checkAccess(client, k);
     await checkAgentSandboxCrds(client, k);
+    if (k.networkPolicy) await checkNetworkPolicies(client, this.installation, k);
   }
 
   async ensure(spec: SandboxSpec<KubernetesSettings>, knownRef: string | undefined): Promise<Sandbox> {
@@ -96,8 +98,11 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
     }
     if (!spec.ephemeral) {
       const made = await ensureAgentSandbox(client, input);
-      const recreated = knownName('sandbox') !== undefined && made.created;
-      if (recreated) this.logger.with({ key: spec.identity.key, ref: made.name }).debug('the Sandbox was gone (deleted out of band); a new one was made');
+      const recreated = knownName('sandbox') !== undefined && (made.created || made.replaced);
+      if (recreated) {
+        this.logger.with({ key: spec.identity.key, ref: made.name })
+          .debug(made.created ? 'the Sandbox was gone (deleted out of band); a new one was made' : 'its pod had ended or was gone; the controller made a new one, the files kept on its claim');
+      }
       return handle('sandbox', made.name, made.target, recreated);
     }
     if (k.warmPool !== undefined) {

@@ -115,3 +115,22 @@ export function tenantMatchLabels(installation: string, tenant: string, network:
     [NETWORK_LABEL]: network,
   };
 }
+
+const LABEL_NAME_RE = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+const LABEL_PREFIX_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+/** What is wrong with a label key an operator wrote (`k8s-app`, `example.com/role`), or undefined. */
+export function labelKeyProblem(key: string): string | undefined {
+  const slash = key.lastIndexOf('/');
+  const prefix = slash < 0 ? undefined : key.slice(0, slash);
+  const name = key.slice(slash + 1);
+  if (prefix !== undefined && (prefix.length > 253 || !LABEL_PREFIX_RE.test(prefix))) return `label key "${key}": its prefix is not a lowercase DNS subdomain`;
+  if (name.length > LABEL_VALUE_MAX || !LABEL_NAME_RE.test(name)) return `label key "${key}": its name is not 1 to 63 letters, digits, "-", "_" or "." starting and ending with a letter or digit`;
+  return undefined;
+}
+
+/** What is wrong with a label value an operator wrote, or undefined. */
+export function labelValueProblem(value: string): string | undefined {
+  if (value.length <= LABEL_VALUE_MAX && LABEL_VALUE_RE.test(value)) return undefined;
+  return `label value "${value}" is not at most 63 letters, digits, "-", "_" or "." starting and ending with a letter or digit`;
+}

@@ -9,10 +9,12 @@ import type {
   V1Volume,
   V1VolumeMount,
 } from '@kubernetes/client-node';
+import { formatCidr } from '../../egress/addresses.js';
 import { UnsupportedError } from '../../errors.js';
 import type { SandboxIdentity } from '../../scope/naming.js';
 import { LABEL, labelValue, NETWORK_LABEL, sandboxAnnotations, sandboxLabels, tenantMatchLabels } from './labels.js';
 import { dataClaimName, tenantPolicyName } from './names.js';
+import { BLOCKED_V4, BLOCKED_V6, canonicalCidr } from './network-ranges.js';
 import type { KubernetesSettings } from './settings.js';
 
 /*
@@ -192,26 +194,31 @@ export function sandboxDataClaim(input: SandboxManifestInput): V1PersistentVolum
   return claim;
 }
 
-/**
- * Address ranges a sandbox never reaches with `network: egress`: private, shared (CGNAT),
- * loopback and link-local (cloud metadata at 169.254.169.254) ranges, where pods, services, nodes
- * and the API server usually live.
- */
-export const BLOCKED_V4 = ['10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.168.0.0/16'] as const;
-export const BLOCKED_V6 = ['fc00::/7', 'fe80::/10'] as const;
+/** Well-known label every namespace carries with its own name (Kubernetes 1.21 and later). */
+const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
+
+/** A range as an ipBlock `except` or `cidr` writes it (the canonical form the API server keeps). */
+function cidrsOf(texts: readonly string[], family: 4 | 6): string[] {
+  return texts.map(canonicalCidr).filter((r) => r.family === family).map(formatCidr);
+}
 
 function egressRules(k: KubernetesSettings): V1NetworkPolicyEgressRule[] {
   if (k.network === 'none') return [];
+  const dnsAddresses = [...cidrsOf(k.dnsAddresses, 4), ...cidrsOf(k.dnsAddresses, 6)];
   return [
     {
-      // Name resolution through the cluster DNS, which lives in a blocked range.
-      to: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }],
+      // Name resolution: the cluster's resolver pods (namespace AND labels, one peer), and the
+      // addresses of a node-local cache, all in blocked ranges, on port 53 only.
+      to: [
+        { namespaceSelector: { matchLabels: { [NAMESPACE_NAME_LABEL]: k.dnsNamespace } }, podSelector: { matchLabels: { ...k.dnsPodLabels } } },
+        ...dnsAddresses.map((cidr) => ({ ipBlock: { cidr } })),
+      ],
       ports: [{ protocol: 'UDP', port: 53 }, { protocol: 'TCP', port: 53 }],
     },
     {
       to: [
-        { ipBlock: { cidr: '0.0.0.0/0', except: [...BLOCKED_V4] } },
-        { ipBlock: { cidr: '::/0', except: [...BLOCKED_V6] } },
+        { ipBlock: { cidr: '0.0.0.0/0', except: [...BLOCKED_V4, ...cidrsOf(k.blockedCidrs, 4)] } },
+        { ipBlock: { cidr: '::/0', except: [...BLOCKED_V6, ...cidrsOf(k.blockedCidrs, 6)] } },
       ],
     },
   ];
@@ -220,7 +227,7 @@ function egressRules(k: KubernetesSettings): V1NetworkPolicyEgressRule[] {
 /**
  * The NetworkPolicy of one tenant's sandboxes of one installation made with `k.network`: no
  * ingress at all (so no sandbox reaches another, of this tenant or any other), and egress per
- * `network`: nothing, or DNS plus addresses outside the blocked ranges. Create it before the
+ * `network`: nothing, or DNS plus addresses outside the blocked ranges (network-ranges.ts). Create it before the
  * tenant's first pod, so no pod is ever unguarded.
  */
 export function tenantNetworkPolicy(installation: string, tenant: string, k: KubernetesSettings): V1NetworkPolicy {

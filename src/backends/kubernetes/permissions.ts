@@ -8,8 +8,9 @@ export const REQUIRED_PERMISSIONS: readonly { apiGroup: string; resource: string
   { apiGroup: '', resource: 'pods', verbs: ['create', 'delete', 'get', 'list'] },
   { apiGroup: '', resource: 'pods/exec', verbs: ['create', 'get'] },
   { apiGroup: '', resource: 'persistentvolumeclaims', verbs: ['create', 'delete', 'get'] },
-  // Created once per tenant and network reach, never read back or deleted by berth.
-  { apiGroup: 'networking.k8s.io', resource: 'networkpolicies', verbs: ['create'] },
+  // Created once per tenant and network reach and read back (each one, and the list at start-up) to
+  // compare with what berth writes; never changed or deleted by berth.
+  { apiGroup: 'networking.k8s.io', resource: 'networkpolicies', verbs: ['create', 'get', 'list'] },
   { apiGroup: 'agents.x-k8s.io', resource: 'sandboxes', verbs: ['create', 'delete', 'get', 'list'] },
   { apiGroup: 'extensions.agents.x-k8s.io', resource: 'sandboxclaims', verbs: ['create', 'delete', 'get', 'list'] },
 ];

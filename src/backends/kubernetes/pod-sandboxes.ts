@@ -5,13 +5,13 @@ import type { KubeClient } from './kube-client.js';
 import { IDENTITY_ANNOTATION, installationSelector, LABEL } from './labels.js';
 import { assertNoHostMount, CONTAINER_NAME, sandboxDataClaim, sandboxPod, tenantNetworkPolicy, type SandboxManifestInput } from './manifests.js';
 import { dataClaimName, ephemeralPodName, persistentPodName } from './names.js';
+import { ensureNetworkPolicy } from './network-policies.js';
 import {
   createEphemeralPod,
   createOrAdoptClaim,
   createOrAdoptPod,
   deleteClaim,
   deletePod,
-  ensureNetworkPolicy,
   listPods,
   notOwnedBy,
   waitForPodGone,
@@ -71,7 +71,7 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
 
   if (input.ephemeral && input.knownName !== undefined) {
     const known = await readOwnPod(client, input.knownName, owner);
-    if (known !== undefined && !ended(known)) {
+    if (known !== undefined && !podEnded(known)) {
       await waitForRunning(client, input.knownName, timeoutMs);
       return { name: input.knownName, target: targetOf(client, input.knownName), created: false, recreated: false };
     }
@@ -89,7 +89,7 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
       const claim = await createOrAdoptClaim(client, sandboxDataClaim(manifest), owner);
       if (!claim.adopted) made.push(() => deleteClaim(client, dataClaimName(name)));
       let pod = await createOrAdoptPod(client, sandboxPod(manifest), owner, timeoutMs);
-      if (pod.adopted && ended(pod.object)) {
+      if (pod.adopted && podEnded(pod.object)) {
         input.log?.(`kubernetes: pod ${name} had ended (${pod.object.status?.phase}); replacing it, its files stay on ${dataClaimName(name)}`);
         await deletePod(client, name);
         await waitForPodGone(client, name, timeoutMs);
@@ -112,7 +112,8 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
   }
 }
 
-function ended(pod: V1Pod): boolean {
+/** True when the pod's container ended: with restartPolicy Never such a pod never runs again. */
+export function podEnded(pod: V1Pod): boolean {
   return pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
 }
 

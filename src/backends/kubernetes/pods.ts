@@ -1,4 +1,4 @@
-import type { V1NetworkPolicy, V1PersistentVolumeClaim, V1Pod } from '@kubernetes/client-node';
+import type { V1PersistentVolumeClaim, V1Pod } from '@kubernetes/client-node';
 import { BackendUnavailableError, type BerthError, TimeoutError } from '../../errors.js';
 import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
 import { IDENTITY_ANNOTATION, LABEL, labelValue } from './labels.js';
@@ -54,7 +54,8 @@ function refuseForeign(kind: string, name: string, why: string): BerthError {
   );
 }
 
-async function readPod(client: KubeClient, name: string): Promise<V1Pod | undefined> {
+/** The pod of this name, or undefined when there is none. */
+export async function readPod(client: KubeClient, name: string): Promise<V1Pod | undefined> {
   try {
     return await client.core.readNamespacedPod({ namespace: client.namespace, name });
   } catch (err) {
@@ -217,15 +218,5 @@ export async function deleteClaim(client: KubeClient, name: string): Promise<boo
   } catch (err) {
     if (apiStatusOf(err) === 404) return false;
     throw fromKubeError(client, err, `delete persistentvolumeclaim ${name}`);
-  }
-}
-
-/** Makes sure the tenant's NetworkPolicy exists (created once, by whichever process comes first). */
-export async function ensureNetworkPolicy(client: KubeClient, manifest: V1NetworkPolicy): Promise<void> {
-  const name = manifest.metadata!.name!;
-  try {
-    await client.networking.createNamespacedNetworkPolicy({ namespace: client.namespace, body: manifest, fieldValidation: STRICT });
-  } catch (err) {
-    if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create networkpolicy ${name}`);
   }
 }

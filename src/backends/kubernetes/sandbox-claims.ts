@@ -8,7 +8,8 @@ import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
 import { IDENTITY_ANNOTATION, KEY_DOMAIN } from './labels.js';
 import { assertNoHostMount, tenantNetworkPolicy } from './manifests.js';
 import { ephemeralPodName } from './names.js';
-import { ensureNetworkPolicy, notOwnedBy } from './pods.js';
+import { ensureNetworkPolicy } from './network-policies.js';
+import { notOwnedBy } from './pods.js';
 import type { KubernetesSettings } from './settings.js';
 
 /*

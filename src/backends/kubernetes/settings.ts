@@ -1,5 +1,7 @@
 import * as z from 'zod';
-import { bool, oneOf, positiveInteger, positiveNumber } from '../../config/zod-kit.js';
+import { bool, FULL, oneOf, positiveInteger, positiveNumber } from '../../config/zod-kit.js';
+import { labelKeyProblem, labelValueProblem } from './labels.js';
+import { blockedCidrProblem, dnsAddressProblem } from './network-ranges.js';
 import { mergeWritten, type SectionUse, type SettingsSection } from '../../config/section.js';
 
 /*
@@ -62,6 +64,24 @@ export interface KubernetesSettings {
   network: KubernetesNetwork;
   /** Create the per-tenant NetworkPolicy (false: the operator manages network policy). */
   networkPolicy: boolean;
+  /**
+   * Where the cluster's resolver pods are, for the policy's DNS rule (`network: egress`): their
+   * namespace and pod labels, both required of a peer (CoreDNS keeps kube-dns's `k8s-app` label).
+   */
+  dnsNamespace: string;
+  dnsPodLabels: Readonly<Record<string, string>>;
+  /**
+   * Addresses besides the resolver pods that sandboxes may send DNS to (port 53 only): NodeLocal
+   * DNSCache's link-local address, which no pod selector can pick (its pods use the host network),
+   * and, where that cache intercepts it, the kube-dns Service's ClusterIP. [] for none.
+   */
+  dnsAddresses: readonly string[];
+  /**
+   * Ranges a sandbox never reaches besides the built-in ones (private, loopback, link-local and
+   * their IPv6 and NAT64 forms): the cluster's own pod, service and node ranges when they are
+   * public addresses, as on most IPv6 clusters.
+   */
+  blockedCidrs: readonly string[];
   /** How long a new pod may take to be Running before the create fails. */
   podStartTimeoutSeconds: number;
 }
@@ -92,6 +112,13 @@ export const KUBERNETES_DEFAULTS: Readonly<KubernetesSettings> = Object.freeze({
   fsGroup: 1000,
   network: 'egress',
   networkPolicy: true,
+  dnsNamespace: 'kube-system',
+  dnsPodLabels: Object.freeze({ 'k8s-app': 'kube-dns' }),
+  // On by default: NodeLocal DNSCache's conventional address. Without it, DNS fails on every
+  // cluster that runs the cache (GKE turns it on for Autopilot), and what it opens is port 53 of
+  // one link-local address reserved for that cache; metadata (169.254.169.254) stays blocked.
+  dnsAddresses: Object.freeze(['169.254.20.10']),
+  blockedCidrs: Object.freeze([]),
   podStartTimeoutSeconds: 120,
 });
 
@@ -106,6 +133,14 @@ const dnsSubdomain = (what: string) =>
 const nonRootId = () =>
   z.number({ error: 'a uid/gid of at least 1 (0 is root)' }).int({ error: 'a uid/gid of at least 1 (0 is root)' })
     .min(1, { error: 'a uid/gid of at least 1 (0 is root)' }).max(2_147_483_647, { error: 'a uid/gid below 2^31' }).optional();
+
+/** A zod check from a function that says what is wrong with a value, or undefined. */
+function problemOf(problem: (value: string) => string | undefined) {
+  return (value: string, ctx: z.core.$RefinementCtx<string>): void => {
+    const message = problem(value);
+    if (message !== undefined) ctx.addIssue({ code: 'custom', message, params: FULL });
+  };
+}
 
 /** What a user may write under `kubernetes:` (all optional; see `KubernetesSettings` for meanings). */
 const kubernetesShape = {
@@ -134,6 +169,17 @@ const kubernetesShape = {
   fsGroup: nonRootId(),
   network: oneOf(KUBERNETES_NETWORKS),
   networkPolicy: bool(),
+  dnsNamespace: dnsLabel('a namespace name (lowercase letters, digits and "-", at most 63)'),
+  dnsPodLabels: z.record(z.string(), z.string({ error: 'a label value (a string)' }).superRefine(problemOf(labelValueProblem)), { error: 'a mapping of pod label keys to values' })
+    .superRefine((m, ctx) => {
+      if (Object.keys(m).length === 0) ctx.addIssue({ code: 'custom', message: 'needs at least one label: an empty selector would admit DNS traffic to every pod of the namespace', params: FULL });
+      for (const key of Object.keys(m)) {
+        const message = labelKeyProblem(key);
+        if (message !== undefined) ctx.addIssue({ code: 'custom', path: [key], message, params: FULL });
+      }
+    }).optional(),
+  dnsAddresses: z.array(z.string({ error: 'an IP address (a string)' }).superRefine(problemOf(dnsAddressProblem)), { error: 'a list of IP addresses' }).optional(),
+  blockedCidrs: z.array(z.string({ error: 'a CIDR range (a string)' }).superRefine(problemOf(blockedCidrProblem)), { error: 'a list of CIDR ranges' }).optional(),
   podStartTimeoutSeconds: positiveInteger(),
 };
 
@@ -202,4 +248,7 @@ export const kubernetesSettings: SettingsSection<KubernetesSettings, typeof kube
   defaults: () => ({ ...KUBERNETES_DEFAULTS }),
   merge: (base, written) => mergeWritten(base, written),
   problems: kubernetesUseProblems,
+  // The cluster's resolver and address ranges: one cluster per installation, and every profile's
+  // sandboxes of a tenant share its policy.
+  installationWide: ['dnsNamespace', 'dnsPodLabels', 'dnsAddresses', 'blockedCidrs'],
 };
