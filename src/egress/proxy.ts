@@ -140,8 +140,13 @@ export class EgressProxy implements AsyncDisposable {
       return answer.sandbox;
     }
     const body = unauthenticatedText(answer.refused);
-    if ('writeHead' in to) answerResponse(to, 407, body, { ...PROXY_AUTHENTICATE, connection: 'close' });
-    else answerSocket(to, 407, body, PROXY_AUTHENTICATE);
+    if ('writeHead' in to) {
+      answerResponse(to, 407, body, { ...PROXY_AUTHENTICATE, connection: 'close' });
+    } else {
+      // node:http hands a CONNECT's socket over without its own error handling.
+      to.on('error', () => to.destroy());
+      answerSocket(to, 407, body, PROXY_AUTHENTICATE);
+    }
     if (answer.claimed === undefined) {
       gate.unclaimed(answer.refused, socket.remoteAddress);
       return undefined;
