@@ -111,7 +111,7 @@ const proxyAddress = () => z.string({ error: 'an IP address and a port, e.g. "10
 
 /** Installation-wide egress settings (top level only): what the one proxy of a berth process trusts and bounds. */
 const egressProxyShape = {
-  upstreamCaFile: absolutePath('a PEM bundle of CAs the proxy trusts upstream besides the system store'),
+  upstreamCaFile: absolutePath('a PEM bundle of CAs the proxy trusts upstream besides the system store').optional(),
   maxConnectionsPerSandbox: integer(1, 65_536),
   listen: proxyAddress(),
   advertise: proxyAddress(),
