@@ -4,6 +4,11 @@ import { sandboxPod } from '../../src/backends/kubernetes/manifests.js';
 import { KUBERNETES_DEFAULTS } from '../../src/backends/kubernetes/settings.js';
 import { parseProxyAddress, type ProxyAddress } from '../../src/egress/proxy-address.js';
 import { parseProxyAuthorization, proxyCredential, proxyUrl, tokenMatches } from '../../src/egress/proxy-credential.js';
+import { emptyPolicy } from '../../src/egress/policy.js';
+import type { EgressProxy } from '../../src/egress/proxy.js';
+import { SharedEgressListener } from '../../src/egress/shared-listener.js';
+import type { EgressSandbox } from '../../src/egress/types.js';
+import { Logger } from '../../src/logging/logger.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { sandboxInput } from '../k8s-standin/fixtures.js';
 import { loadValidator } from '../schemas/validate.js';
@@ -104,5 +109,33 @@ describe('egress on kubernetes: the allowlist pod and its NetworkPolicy', () => 
     expect(pod.metadata!.labels!['berth.dev/network']).toBe(proxyReach(address('10.0.0.5:3128')));
     expect(pod.spec!.containers[0]!.volumeMounts!.at(-1)).toEqual({ name: 'berth-egress-ca', mountPath: '/etc/berth-egress', readOnly: true });
     expect(pod.spec!.volumes!.at(-1)).toEqual({ name: 'berth-egress-ca', configMap: { name: 'berth-egress-ca-0123456789abcdef', defaultMode: 0o444 } });
+  });
+});
+
+describe('egress on kubernetes: the shared listener\'s gate', () => {
+  const secret = Buffer.alloc(32, 9);
+  const sandboxOf = (key: string): EgressSandbox => ({
+    identity: { tenant: 'local', profile: 'default', sandboxKey: key }, policy: emptyPolicy('allowlist'), credentials: [], onDecision: () => undefined,
+  });
+  const basic = (user: string, token: string): string => `Basic ${Buffer.from(`${user}:${token}`).toString('base64')}`;
+
+  it('a sandbox gets only its own context; another sandbox\'s token, or a removed sandbox\'s, is refused', async () => {
+    const gate = await SharedEgressListener.start({ handleGated: () => undefined } as unknown as EgressProxy, { host: '127.0.0.1', port: 0, log: Logger.silent() });
+    try {
+      const [a, b] = [sandboxOf('a'), sandboxOf('b')];
+      const [ca, cb] = [proxyCredential(secret, 'a'.repeat(64)), proxyCredential(secret, 'b'.repeat(64))];
+      gate.register('ref-a', ca, a);
+      gate.register('ref-b', cb, b);
+      expect(gate.authenticate(basic(ca.user, ca.token))).toEqual({ sandbox: a });
+      expect(gate.authenticate(basic(cb.user, cb.token))).toEqual({ sandbox: b });
+      // B's own token under A's name: refused, and reported to A (whose name was used).
+      expect(gate.authenticate(basic(ca.user, cb.token))).toEqual({ refused: 'a wrong proxy token for this sandbox', claimed: a });
+      expect(gate.authenticate(undefined)).toEqual({ refused: 'no proxy credential (Proxy-Authorization)' });
+      expect(gate.unregister('ref-a')).toBe(a);
+      expect(gate.authenticate(basic(ca.user, ca.token))).toEqual({ refused: 'a proxy credential of no sandbox berth serves' });
+      expect(gate.size).toBe(1);
+    } finally {
+      await gate.close();
+    }
   });
 });
