@@ -228,6 +228,6 @@ export function sharedProxyProblems(places: readonly Section[], proxy: EgressPro
   return [
     `config key "${keyOf(needing, needing.settings.egress.mode === 'allowlist' ? 'egress.mode' : 'credentials')}": backend "${needing.settings.backend}" runs its sandboxes where berth cannot ` +
       'put a proxy listener of their own, so they reach one shared listener; set egressProxy.listen (an IP:port of this host) and egressProxy.advertise ' +
-      '(the IP:port the sandboxes reach it at, e.g. a node address or a Service\'s cluster IP)',
+      '(the IP:port the sandboxes reach it at: this host\'s address as they see it)',
   ];
 }

@@ -73,7 +73,7 @@ export interface EgressProxySettings {
    * enter (kubernetes pods); they name themselves by their proxy credential.
    */
   listen: string | undefined;
-  /** `IP:port` those sandboxes reach the listener at (a node address, a Service's cluster IP), the only address their NetworkPolicy admits. */
+  /** `IP:port` those sandboxes reach the listener at (this host's address as they see it), the only address their NetworkPolicy admits. */
   advertise: string | undefined;
 }
 
