@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream';
+import type { ProxyAddress } from '../egress/proxy-address.js';
 import type { BerthError } from '../errors.js';
 import type { SandboxIdentity } from '../scope/naming.js';
 import type { ExecOnceOptions, ExecOnceResult, ProcessGroups, ShellTransport, SpawnedProcess } from '../shell/transport.js';
@@ -41,6 +42,12 @@ export interface SandboxEgress {
   mode: 'open' | 'allowlist' | 'none';
   /** The CA files (PEM) to place read-only at EGRESS_CA_DIR; absent when no proxy serves the sandbox. */
   ca?: { bundlePem: string; caPem: string } | undefined;
+  /**
+   * Where the sandbox reaches the proxy's shared listener (`egressProxy.advertise`), for a backend
+   * whose sandboxes reach it shared (`egressProxyReach`): the one address their network admits in
+   * `allowlist`. Absent otherwise.
+   */
+  sharedProxy?: ProxyAddress | undefined;
 }
 
 /** A sandbox's network namespace: where to open it, and which one it must be. */

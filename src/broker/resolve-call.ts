@@ -2,6 +2,8 @@ import { EGRESS_CA_BUNDLE, EGRESS_CA_CERT, type SandboxSpec } from '../backends/
 import type { EgressCredential } from '../egress/credentials.js';
 import { EGRESS_PROXY_PORT } from '../egress/netns-listener.js';
 import { policyView, type EgressMode, type EgressPolicy } from '../egress/policy.js';
+import type { ProxyAddress } from '../egress/proxy-address.js';
+import { proxyCredential, proxyUrl, type ProxyCredential } from '../egress/proxy-credential.js';
 import { egressEnv, egressRedactValues } from '../egress/sandbox-setup.js';
 import { resolveCredentialGrants } from '../policy/credential-grants.js';
 import { isolationNoteOf, sectionOf, withSection, type BackendModule } from '../backends/module.js';
@@ -94,8 +96,11 @@ export interface ResolvedCall {
   env: Record<string, string>;
   secretNames: string[];
   redactValues: string[];
-  /** The proxy's view of the sandbox (policy and credentials with their values), when the proxy serves it. */
-  egress?: { policy: EgressPolicy; credentials: readonly EgressCredential[] } | undefined;
+  /**
+   * The proxy's view of the sandbox (policy and credentials with their values), when the proxy
+   * serves it; with the credential it names itself by on the shared listener, when it reaches that.
+   */
+  egress?: { policy: EgressPolicy; credentials: readonly EgressCredential[]; proxyCredential?: ProxyCredential } | undefined;
 }
 
 /** What the egress proxy needs of every call it serves: read once, when a profile uses it. */
@@ -105,6 +110,8 @@ export interface EgressFiles {
   /** berth's CA (PEM) and the bundle sandboxes trust (the host's system bundle with it appended). */
   caPem: string;
   bundlePem: string;
+  /** Where sandboxes reach the shared listener (`egressProxy.advertise`), when it is configured. */
+  sharedProxy?: ProxyAddress | undefined;
 }
 
 export interface ResolveContext {
@@ -266,13 +273,20 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   const proxied = usesEgressProxy(settings);
   if (proxied && ctx.egress === undefined) throw new Error(`profile "${scope.profile}" uses berth's egress proxy, which this broker did not prepare`);
   const creds = proxied ? resolveCredentialGrants(settings.credentials, grantInput, ctx.egress!.secret, digest) : undefined;
+  const shared = proxied && traits.egressProxyReach === 'shared' ? sharedProxyOf(ctx.egress!, digest) : undefined;
   const env = creds === undefined ? grants.env
-    : { ...grants.env, ...egressEnv(EGRESS_PROXY_PORT, { bundle: EGRESS_CA_BUNDLE, berthCa: EGRESS_CA_CERT }, creds.credentials) };
+    : { ...grants.env, ...egressEnv(shared?.url ?? EGRESS_PROXY_PORT, { bundle: EGRESS_CA_BUNDLE, berthCa: EGRESS_CA_CERT }, creds.credentials) };
+  // The proxy token is no secret of anything upstream, but it is this sandbox's name on the shared listener: never shown.
   const redactValues = creds === undefined ? grants.redactValues
-    : [...new Set([...grants.redactValues, ...egressRedactValues(creds.credentials)])].sort((a, b) => b.length - a.length || (a < b ? -1 : a > b ? 1 : 0));
+    : [...new Set([...grants.redactValues, ...egressRedactValues(creds.credentials), ...(shared === undefined ? [] : [shared.credential.token])])]
+      .sort((a, b) => b.length - a.length || (a < b ? -1 : a > b ? 1 : 0));
   const spec: SandboxSpec = {
     identity, digest, dirName, ephemeral: keyed.ephemeral, mount: mount.mount, rule: keyed.rule, section: sectionOf(module, settings),
-    egress: { mode: settings.egress.mode, ...(proxied ? { ca: { bundlePem: ctx.egress!.bundlePem, caPem: ctx.egress!.caPem } } : {}) },
+    egress: {
+      mode: settings.egress.mode,
+      ...(proxied ? { ca: { bundlePem: ctx.egress!.bundlePem, caPem: ctx.egress!.caPem } } : {}),
+      ...(shared === undefined ? {} : { sharedProxy: shared.address }),
+    },
   };
   const note = isolationNoteOf(module, settings);
   const host = module.host?.(sectionOf(module, settings));
@@ -294,8 +308,17 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
     },
     scope, settings, traits, spec, shared: keyed.shared, shell, isSubagent, sessionRef: sessionRefOf(scope), defaultCwd,
     env, secretNames: grants.secretNames, redactValues,
-    ...(creds === undefined ? {} : { egress: { policy: settings.egress, credentials: creds.credentials } }),
+    ...(creds === undefined ? {} : {
+      egress: { policy: settings.egress, credentials: creds.credentials, ...(shared === undefined ? {} : { proxyCredential: shared.credential }) },
+    }),
   };
+}
+
+/** A sandbox's way to the shared listener: the address, its credential, and the proxy URL holding both. */
+function sharedProxyOf(files: EgressFiles, digest: string): { address: ProxyAddress; credential: ProxyCredential; url: string } {
+  if (files.sharedProxy === undefined) throw new Error('a profile\'s sandboxes reach berth\'s egress proxy shared, and egressProxy.advertise is not set');
+  const credential = proxyCredential(files.secret, digest);
+  return { address: files.sharedProxy, credential, url: proxyUrl(credential, files.sharedProxy.authority) };
 }
 
 /** The records a start cwd is read from: each shell identity's cwd, and each subagent task's parent. */

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { Sandbox } from '../backends/backend.js';
 import { listenInNetns, EGRESS_PROXY_PORT } from '../egress/netns-listener.js';
 import { openPlaceholderSecret } from '../egress/placeholders.js';
+import { parseProxyAddress, type ProxyAddress } from '../egress/proxy-address.js';
 import { caBundle } from '../egress/sandbox-setup.js';
 import { egressDir, EgressService } from '../egress/service.js';
 import type { EgressEvent, EgressSandbox } from '../egress/types.js';
@@ -28,7 +29,8 @@ export interface SandboxEgressOptions {
 /**
  * berth's egress proxy for the broker's sandboxes (docs/egress.md): made at open when a profile
  * uses it (allowlist, or credentials), a listener in each such sandbox's network namespace as the
- * sandbox becomes live, and gone with the sandbox.
+ * sandbox becomes live (or, for sandboxes that reach it shared, the shared listener opened at open
+ * and the sandbox registered on it by its proxy credential), and gone with the sandbox.
  */
 export class SandboxEgress {
   private service: EgressService | undefined;
@@ -64,7 +66,21 @@ export class SandboxEgress {
       ...(extraCaPem === undefined ? {} : { upstreamTrust: { extraCaPem } }),
     });
     const caPem = await this.service.caCertPem();
-    this.o.resolver.setEgressFiles({ secret: openPlaceholderSecret(dir), caPem, bundlePem: caBundle(systemBundlePem(), caPem) });
+    const sharedProxy = await this.openShared();
+    this.o.resolver.setEgressFiles({
+      secret: openPlaceholderSecret(dir), caPem, bundlePem: caBundle(systemBundlePem(), caPem), ...(sharedProxy === undefined ? {} : { sharedProxy }),
+    });
+  }
+
+  /** Opens the shared listener when it is configured; where sandboxes reach it. */
+  private async openShared(): Promise<ProxyAddress | undefined> {
+    const { listen, advertise } = this.o.config.egressProxy;
+    if (listen === undefined || advertise === undefined) return undefined;
+    const at = parseProxyAddress(listen);
+    const reach = parseProxyAddress(advertise);
+    if (typeof at === 'string' || typeof reach === 'string') throw new ConfigError(`egressProxy.listen and egressProxy.advertise ${typeof at === 'string' ? at : reach}`);
+    await this.service!.listenShared(at.ip, at.port);
+    return reach;
   }
 
   /**
@@ -74,7 +90,8 @@ export class SandboxEgress {
   async attach(call: ResolvedCall, sandbox: Sandbox): Promise<void> {
     if (call.egress === undefined) return;
     if (this.service === undefined) throw new Error('berth egress was not opened');
-    if (sandbox.netns === undefined) throw new Error(`backend ${call.settings.backend} gives no network namespace for berth's egress proxy`);
+    const credential = call.egress.proxyCredential;
+    if (credential === undefined && sandbox.netns === undefined) throw new Error(`backend ${call.settings.backend} gives no network namespace for berth's egress proxy`);
     const context: EgressSandbox = {
       identity: {
         tenant: call.scope.tenant, profile: call.scope.profile, sandboxKey: call.binding.sandboxKey,
@@ -91,7 +108,8 @@ export class SandboxEgress {
         }
       },
     };
-    await this.service.attach(sandbox.ref, await sandbox.netns(), context);
+    if (credential !== undefined) this.service.register(sandbox.ref, credential, context);
+    else await this.service.attach(sandbox.ref, await sandbox.netns!(), context);
   }
 
   /** The sandbox `ref` is going: its listener and connections go. */

@@ -42,6 +42,12 @@ export interface BackendTraits {
    * secretless `credentials:` need in any mode.
    */
   egressModes?: readonly EgressMode[];
+  /**
+   * How its sandboxes reach berth's egress proxy: `netns`, a listener in each sandbox's own
+   * network namespace (the default); `shared`, the one listener at `egressProxy.advertise`, each
+   * sandbox naming itself by its proxy credential (berth cannot enter a pod's namespace on a cluster).
+   */
+  egressProxyReach?: 'netns' | 'shared';
 }
 
 /**

@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { checkEgressPolicy } from '../egress/policy.js';
+import { parseProxyAddress } from '../egress/proxy-address.js';
 import { SCOPE_MODES } from './types.js';
 import { absolutePath, bool, FULL, integer, oneOf, section } from './zod-kit.js';
 
@@ -102,10 +103,18 @@ const credentialsSection = z.preprocess(
   z.record(z.string(), z.unknown(), { error: 'a mapping of variable names to { from, hosts }' }),
 ).optional();
 
+/** `IP:port` of the shared listener (egress/proxy-address.ts). */
+const proxyAddress = () => z.string({ error: 'an IP address and a port, e.g. "10.0.0.5:3128"' }).superRefine((v, ctx) => {
+  const parsed = parseProxyAddress(v);
+  if (typeof parsed === 'string') ctx.addIssue({ code: 'custom', message: parsed });
+}).optional();
+
 /** Installation-wide egress settings (top level only): what the one proxy of a berth process trusts and bounds. */
 const egressProxyShape = {
-  upstreamCaFile: absolutePath('a PEM bundle of CAs the proxy trusts upstream besides the system store'),
+  upstreamCaFile: absolutePath('a PEM bundle of CAs the proxy trusts upstream besides the system store').optional(),
   maxConnectionsPerSandbox: integer(1, 65_536),
+  listen: proxyAddress(),
+  advertise: proxyAddress(),
 };
 
 const serverMetricsShape = { perTenant: bool() };
@@ -169,7 +178,9 @@ export type RawConfig = RawProfile & {
     snapshots?: number | undefined; snapshotBytes?: number | undefined; snapshotRetentionDays?: number | undefined;
   } | undefined;
   audit?: { maxCommandChars?: number | undefined; retentionDays?: number | undefined } | undefined;
-  egressProxy?: { upstreamCaFile?: string | undefined; maxConnectionsPerSandbox?: number | undefined } | undefined;
+  egressProxy?: {
+    upstreamCaFile?: string | undefined; maxConnectionsPerSandbox?: number | undefined; listen?: string | undefined; advertise?: string | undefined;
+  } | undefined;
   profiles?: Record<string, RawProfile> | undefined;
 };
 

@@ -35,7 +35,7 @@ export function defaultCore(backend: string): CoreSettings {
   };
 }
 
-export const DEFAULT_EGRESS_PROXY: EgressProxySettings = { upstreamCaFile: undefined, maxConnectionsPerSandbox: 256 };
+export const DEFAULT_EGRESS_PROXY: EgressProxySettings = { upstreamCaFile: undefined, maxConnectionsPerSandbox: 256, listen: undefined, advertise: undefined };
 
 export const DEFAULT_SERVER: ServerSettings = {
   allowHostBackend: false,

@@ -2,7 +2,7 @@ import { isAbsolute } from 'node:path';
 import { checkCredentials } from '../egress/credentials.js';
 import type { BackendTraitsTable } from './backend-traits.js';
 import type { RawCore, RawProfile } from './core-schema.js';
-import type { CoreSettings, ServerSettings } from './types.js';
+import type { CoreSettings, EgressProxySettings, ServerSettings } from './types.js';
 
 /*
  * Cross-field rules of berth's own keys: settings that contradict each other or would be inert are
@@ -207,5 +207,27 @@ export function serverProblems(server: ServerSettings): string[] {
   return [
     `config key "server.maxConnectionsPerAddress": ${server.maxConnectionsPerAddress} is more than server.maxConnections (${server.maxConnections}), ` +
       'so it would have no effect; lower it, or raise server.maxConnections',
+  ];
+}
+
+/**
+ * The shared listener (`egressProxy.listen` and `advertise`): both or neither, and both where a
+ * place puts the proxy in front of sandboxes that reach it shared (kubernetes pods): without an
+ * address they reach, their egress could not be honoured. Checked over the top level and every profile.
+ */
+export function sharedProxyProblems(places: readonly Section[], proxy: EgressProxySettings, backends: BackendTraitsTable): string[] {
+  if ((proxy.listen === undefined) !== (proxy.advertise === undefined)) {
+    const [set, unset] = proxy.listen === undefined ? ['advertise', 'listen'] : ['listen', 'advertise'];
+    return [`config key "egressProxy.${set}" is set and egressProxy.${unset} is not: the shared listener needs where it listens (listen) and where sandboxes reach it (advertise); set both or neither`];
+  }
+  if (proxy.listen !== undefined) return [];
+  // The proxy serves a place in allowlist mode, or with credentials in any mode.
+  const needing = places.find((p) => backends.traits(p.settings.backend).egressProxyReach === 'shared' &&
+    (p.settings.egress.mode === 'allowlist' || p.settings.credentials.length > 0));
+  if (needing === undefined) return [];
+  return [
+    `config key "${keyOf(needing, needing.settings.egress.mode === 'allowlist' ? 'egress.mode' : 'credentials')}": backend "${needing.settings.backend}" runs its sandboxes where berth cannot ` +
+      'put a proxy listener of their own, so they reach one shared listener; set egressProxy.listen (an IP:port of this host) and egressProxy.advertise ' +
+      '(the IP:port the sandboxes reach it at: this host\'s address as they see it)',
   ];
 }

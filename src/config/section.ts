@@ -1,4 +1,5 @@
 import type * as z from 'zod';
+import type { EgressMode } from '../egress/policy.js';
 
 /*
  * A backend module's own config section (`docker:`): what it adds to the schema, its defaults, how
@@ -53,6 +54,8 @@ export interface SectionUse<S> {
   settings: S;
   /** The place's `persistent` setting. */
   persistent: boolean;
+  /** The place's `egress.mode`, and whether berth's proxy serves it (allowlist, or credentials). */
+  egress: { mode: EgressMode; proxied: boolean };
 }
 
 /** How written keys that are not taken as they are become settings: each from what was written and the base's value. */

@@ -68,6 +68,13 @@ export interface EgressProxySettings {
   upstreamCaFile: string | undefined;
   /** Connections one sandbox may hold open to the proxy at once; one more is closed as it arrives. */
   maxConnectionsPerSandbox: number;
+  /**
+   * `IP:port` on this host where the shared listener serves sandboxes whose network berth cannot
+   * enter (kubernetes pods); they name themselves by their proxy credential.
+   */
+  listen: string | undefined;
+  /** `IP:port` those sandboxes reach the listener at (this host's address as they see it), the only address their NetworkPolicy admits. */
+  advertise: string | undefined;
 }
 
 /** `berth serve` settings (top level only). */

@@ -22,26 +22,35 @@ export function hostPort(host: string, port: number): string {
 }
 
 const REASONS: Record<number, string> = {
-  400: 'Bad Request', 403: 'Forbidden', 501: 'Not Implemented', 502: 'Bad Gateway', 504: 'Gateway Timeout',
+  400: 'Bad Request', 403: 'Forbidden', 407: 'Proxy Authentication Required', 501: 'Not Implemented', 502: 'Bad Gateway', 504: 'Gateway Timeout',
 };
 
 /** Answers on a raw socket (a CONNECT, which node:http hands over detached) and closes it. */
-export function answerSocket(socket: Socket, status: number, body: string): void {
+export function answerSocket(socket: Socket, status: number, body: string, headers: Readonly<Record<string, string>> = {}): void {
   if (socket.destroyed) return;
   const bytes = Buffer.from(body, 'utf8');
-  socket.end(`HTTP/1.1 ${status} ${REASONS[status] ?? 'Error'}\r\ncontent-type: text/plain; charset=utf-8\r\n` +
+  const extra = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  socket.end(`HTTP/1.1 ${status} ${REASONS[status] ?? 'Error'}\r\ncontent-type: text/plain; charset=utf-8\r\n${extra}` +
     `content-length: ${bytes.length}\r\nconnection: close\r\n\r\n${body}`);
 }
 
 /** Answers an HTTP request the proxy holds (plain or inside an intercepted session). */
-export function answerResponse(res: ServerResponse, status: number, body: string): void {
+export function answerResponse(res: ServerResponse, status: number, body: string, headers: Readonly<Record<string, string>> = {}): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
-  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body) });
+  res.writeHead(status, { ...headers, 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body) });
   res.end(body);
 }
+
+/** The 407 body: the sandbox's proxy credential is missing or wrong, and what to do. */
+export function unauthenticatedText(what: string): string {
+  return `berth egress: refused, ${what}; use the proxy URL berth put in HTTP_PROXY/HTTPS_PROXY, with its user and token\n`;
+}
+
+/** What a 407 carries besides its body (RFC 9110 §11.7.1). */
+export const PROXY_AUTHENTICATE = { 'proxy-authenticate': 'Basic realm="berth egress"' } as const;
 
 /** A TLS fatal `access_denied` alert (RFC 8446 §6.2): how a tunnel refuses after its 200. */
 export const TLS_ACCESS_DENIED = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);

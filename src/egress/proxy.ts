@@ -1,11 +1,12 @@
-import { createServer, type Server, type ServerOptions } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { Logger } from '../logging/logger.js';
-import { answerSocket } from './answers.js';
+import { answerResponse, answerSocket, PROXY_AUTHENTICATE, unauthenticatedText } from './answers.js';
 import type { EgressCa } from './ca.js';
 import { onConnect } from './connect.js';
 import { onInterceptedRequest } from './intercept.js';
 import { onPlainRequest } from './plain-http.js';
+import { splitHostPort } from './names.js';
 import { ProxyCore } from './proxy-core.js';
 import { boundedLookup, deniedRanges, systemResolver, type ExtraDenied, type Resolver } from './target.js';
 import { DEFAULT_LIMITS, type EgressLimits, type EgressSandbox } from './types.js';
@@ -35,6 +36,19 @@ export interface EgressProxyOptions {
   resolve?: Resolver;
 }
 
+/** What a gate answers for a request's `Proxy-Authorization`: its sandbox, or why not. */
+export type GateAnswer = { sandbox: EgressSandbox } | { refused: string; claimed?: EgressSandbox };
+
+/**
+ * Who decides which sandbox a connection of a shared listener belongs to (shared-listener.ts):
+ * the first request's proxy credential names it, and the connection stays that sandbox's.
+ */
+export interface ProxyGate {
+  authenticate(proxyAuthorization: string | undefined): GateAnswer;
+  /** A refusal that names no sandbox: the gate logs it. */
+  unclaimed(what: string, from: string | undefined): void;
+}
+
 /**
  * Builds the proxy. Nothing listens: call `handle` with each accepted connection.
  *
@@ -60,20 +74,20 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
 
 export class EgressProxy implements AsyncDisposable {
   private readonly front: Server;
+  /** The gate of each connection a shared listener handed over, until its first request names its sandbox. */
+  private readonly gateOf = new WeakMap<Socket, ProxyGate>();
   private closed = false;
 
   /** @internal built by `createEgressProxy`. */
   constructor(private readonly core: ProxyCore, private readonly extraDenied: readonly ExtraDenied[]) {
     this.front = startHeadTimeouts(createServer(serverOptions(core.limits)));
     this.front.on('request', (req, res) => {
-      const sandbox = core.sandboxOf.get(req.socket);
-      if (sandbox === undefined) res.destroy();
-      else onPlainRequest(core, sandbox, req, res).catch((e: unknown) => failed(core, e, res));
+      const sandbox = this.sandboxOf(req, res);
+      if (sandbox !== undefined) onPlainRequest(core, sandbox, req, res).catch((e: unknown) => failed(core, e, res));
     });
     this.front.on('connect', (req, socket: Socket, head: Buffer) => {
-      const sandbox = core.sandboxOf.get(socket);
-      if (sandbox === undefined) socket.destroy();
-      else onConnect(core, sandbox, req, socket, head).catch((e: unknown) => failed(core, e, socket));
+      const sandbox = this.sandboxOf(req, socket);
+      if (sandbox !== undefined) onConnect(core, sandbox, req, socket, head).catch((e: unknown) => failed(core, e, socket));
     });
     this.front.on('upgrade', (_req, socket: Socket) => answerSocket(socket, 501, 'berth egress: protocol upgrades over plain HTTP are not supported; use https:// (CONNECT)\n'));
   }
@@ -92,6 +106,57 @@ export class EgressProxy implements AsyncDisposable {
     this.core.track(sandbox, socket);
     socket.setNoDelay(true);
     this.front.emit('connection', socket);
+  }
+
+  /**
+   * Serves one connection of a shared listener: the sandbox is the one `gate` finds in the first
+   * request's proxy credential (407 without one), and every later request of the connection is
+   * that sandbox's.
+   */
+  handleGated(socket: Socket, gate: ProxyGate): void {
+    if (this.closed) {
+      socket.destroy();
+      return;
+    }
+    this.gateOf.set(socket, gate);
+    socket.setNoDelay(true);
+    this.front.emit('connection', socket);
+  }
+
+  /** The sandbox a request's connection belongs to; undefined once it was answered (407) or dropped. */
+  private sandboxOf(req: IncomingMessage, to: ServerResponse | Socket): EgressSandbox | undefined {
+    const socket = req.socket;
+    const bound = this.core.sandboxOf.get(socket);
+    if (bound !== undefined) return bound;
+    const gate = this.gateOf.get(socket);
+    if (gate === undefined) {
+      to.destroy();
+      return undefined;
+    }
+    const answer = gate.authenticate(req.headers['proxy-authorization']);
+    if ('sandbox' in answer) {
+      this.core.sandboxOf.set(socket, answer.sandbox);
+      this.core.track(answer.sandbox, socket);
+      return answer.sandbox;
+    }
+    const body = unauthenticatedText(answer.refused);
+    if ('writeHead' in to) {
+      answerResponse(to, 407, body, { ...PROXY_AUTHENTICATE, connection: 'close' });
+    } else {
+      // node:http hands a CONNECT's socket over without its own error handling.
+      to.on('error', () => to.destroy());
+      answerSocket(to, 407, body, PROXY_AUTHENTICATE);
+    }
+    if (answer.claimed === undefined) {
+      gate.unclaimed(answer.refused, socket.remoteAddress);
+      return undefined;
+    }
+    const { host, port } = requestTarget(req);
+    this.core.report(answer.claimed, {
+      timeMs: Date.now(), host, port, channel: req.method === 'CONNECT' ? 'tcp-tunnel' : 'http', allowed: false, rule: 'proxy auth',
+      detail: answer.refused, bytesUp: 0, bytesDown: 0, credentials: [], status: 407,
+    });
+    return undefined;
   }
 
   /** The CA certificate (PEM) sandboxes must trust for their intercepted hosts. */
@@ -119,6 +184,17 @@ export class EgressProxy implements AsyncDisposable {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
+  }
+}
+
+/** Where a request wants to go, as far as a refusal names it (`?` and 0 when it does not say). */
+function requestTarget(req: IncomingMessage): { host: string; port: number } {
+  if (req.method === 'CONNECT') return splitHostPort(req.url ?? '') ?? { host: '?', port: 0 };
+  try {
+    const url = new URL(req.url ?? '');
+    return { host: url.hostname, port: Number(url.port || (url.protocol === 'https:' ? 443 : 80)) };
+  } catch {
+    return { host: '?', port: 0 };
   }
 }
 

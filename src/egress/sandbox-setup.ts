@@ -43,16 +43,17 @@ export interface SandboxCaPaths {
 }
 
 /**
- * The variables a sandbox needs to use the proxy at `127.0.0.1:port`: the proxy in every
+ * The variables a sandbox needs to use the proxy (`proxy`: its port on the sandbox's own loopback,
+ * or the URL of the shared listener with the sandbox's proxy credential): the proxy in every
  * spelling programs read, loopback kept off it (always refused there), the CA bundle for every
  * common TLS stack, and each credential's placeholder under its name.
  */
-export function egressEnv(port: number, ca: SandboxCaPaths, credentials: readonly EgressCredential[]): Record<string, string> {
-  const proxy = `http://127.0.0.1:${port}`;
+export function egressEnv(proxy: number | string, ca: SandboxCaPaths, credentials: readonly EgressCredential[]): Record<string, string> {
+  const url = typeof proxy === 'number' ? `http://127.0.0.1:${proxy}` : proxy;
   const env: Record<string, string> = {};
   for (const name of ['HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY']) {
-    env[name] = proxy;
-    env[name.toLowerCase()] = proxy;
+    env[name] = url;
+    env[name.toLowerCase()] = url;
   }
   env['NO_PROXY'] = env['no_proxy'] = 'localhost,127.0.0.1,::1';
   for (const name of ['SSL_CERT_FILE', 'REQUESTS_CA_BUNDLE', 'CURL_CA_BUNDLE', 'GIT_SSL_CAINFO', 'PIP_CERT', 'AWS_CA_BUNDLE', 'CARGO_HTTP_CAINFO', 'DENO_CERT']) {

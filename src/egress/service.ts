@@ -1,7 +1,9 @@
 import type { Server, Socket } from 'node:net';
 import { join } from 'node:path';
 import type { Logger } from '../logging/logger.js';
+import type { ProxyCredential } from './proxy-credential.js';
 import type { EgressProxy } from './proxy.js';
+import type { SharedEgressListener } from './shared-listener.js';
 import type { ExtraDenied } from './target.js';
 import type { EgressSandbox } from './types.js';
 import type { UpstreamTrust } from './upstream-trust.js';
@@ -10,7 +12,9 @@ import type { UpstreamTrust } from './upstream-trust.js';
  * berth's egress for its sandboxes: one proxy for the process, made on first use (it loads the
  * certificate library), and one listener per sandbox inside that sandbox's network namespace, so
  * the sandbox a connection comes from is known from where it arrived. Each connection a listener
- * accepts goes to the proxy with that sandbox's context.
+ * accepts goes to the proxy with that sandbox's context. Sandboxes whose namespace berth cannot
+ * enter (pods on a cluster) reach one shared listener instead and name themselves by their proxy
+ * credential (shared-listener.ts).
  */
 
 /** Opens a listening socket inside a network namespace (see netns-listener.ts); injectable for tests. */
@@ -46,6 +50,7 @@ export class EgressService implements AsyncDisposable {
   private proxy: Promise<EgressProxy> | undefined;
   private readonly attached = new Map<string, Attached>();
   private readonly attaching = new Map<string, Promise<void>>();
+  private shared: SharedEgressListener | undefined;
   private closed = false;
 
   constructor(private readonly o: EgressServiceOptions) {}
@@ -106,8 +111,27 @@ export class EgressService implements AsyncDisposable {
     }
   }
 
+  /**
+   * Opens the shared listener on `host:port` (an address of this host the sandboxes reach).
+   * Once per service; its port (port 0: the system's choice) is returned.
+   */
+  async listenShared(host: string, port: number): Promise<number> {
+    if (this.shared !== undefined) return this.shared.port;
+    const { SharedEgressListener } = await import('./shared-listener.js');
+    this.shared = await SharedEgressListener.start(await this.proxyNow(), { host, port, log: this.o.log });
+    return this.shared.port;
+  }
+
+  /** Serves sandbox `ref` on the shared listener under `credential` (again: only the context is replaced). */
+  register(ref: string, credential: ProxyCredential, sandbox: EgressSandbox): void {
+    if (this.shared === undefined) throw new Error('berth egress has no shared listener (listenShared)');
+    this.shared.register(ref, credential, sandbox);
+  }
+
   /** Stops listening for sandbox `ref` and ends its connections (the sandbox is going). */
   async detach(ref: string): Promise<void> {
+    const registered = this.shared?.unregister(ref);
+    if (registered !== undefined && this.proxy !== undefined) (await this.proxy.catch(() => undefined))?.release(registered);
     const a = this.attached.get(ref);
     if (a === undefined) return;
     this.attached.delete(ref);
@@ -125,6 +149,7 @@ export class EgressService implements AsyncDisposable {
     this.closed = true;
     await Promise.all([...this.attaching.values()].map((p) => p.catch(() => undefined)));
     await Promise.all([...this.attached.keys()].map((ref) => this.detach(ref)));
+    await this.shared?.close();
     if (this.proxy !== undefined) await (await this.proxy.catch(() => undefined))?.close();
   }
 

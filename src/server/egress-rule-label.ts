@@ -6,7 +6,7 @@
 
 export const EGRESS_RULE_LABELS = [
   'allow', 'deny', 'mode_open', 'mode_none', 'not_allowed', 'always_denied', 'exfiltration', 'host_mismatch', 'fronting',
-  'bad_client_hello', 'lookup_failed', 'upstream_failed', 'other',
+  'bad_client_hello', 'lookup_failed', 'upstream_failed', 'proxy_auth', 'other',
 ] as const;
 
 export type EgressRuleLabel = (typeof EGRESS_RULE_LABELS)[number];
@@ -14,6 +14,7 @@ export type EgressRuleLabel = (typeof EGRESS_RULE_LABELS)[number];
 const EXACT: Record<string, EgressRuleLabel> = {
   'mode open': 'mode_open', 'mode none': 'mode_none', 'not in egress.allow': 'not_allowed', exfiltration: 'exfiltration',
   'host mismatch': 'host_mismatch', fronting: 'fronting', 'bad client hello': 'bad_client_hello', 'lookup failed': 'lookup_failed',
+  'proxy auth': 'proxy_auth',
 };
 const PREFIXES: [string, EgressRuleLabel][] = [
   ['allow ', 'allow'], ['deny ', 'deny'], ['always denied', 'always_denied'], ['upstream failed', 'upstream_failed'],

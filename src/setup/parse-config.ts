@@ -3,7 +3,7 @@ import { sectionOf, type BackendModule } from '../backends/module.js';
 import { BUILTIN_BACKENDS, DEFAULT_BACKEND } from '../backends/registry.js';
 import type { RawProfile } from '../config/core-schema.js';
 import { DEFAULT_AUDIT, DEFAULT_EGRESS_PROXY, DEFAULT_LIMITS, DEFAULT_SERVER, defaultCore, mergeCore } from '../config/core-settings.js';
-import { crossFieldProblems, serverProblems, type Section } from '../config/cross-field-rules.js';
+import { crossFieldProblems, serverProblems, sharedProxyProblems, type Section } from '../config/cross-field-rules.js';
 import { issueMessages, protoKeyProblems, within } from '../config/issue-messages.js';
 import type { ServerSettings } from '../config/types.js';
 import { definedOnly } from '../config/zod-kit.js';
@@ -88,7 +88,11 @@ export function parseConfig(raw: unknown, source?: string, opts: ParseOptions = 
     ...definedOnly(server),
     metrics: { ...DEFAULT_SERVER.metrics, ...definedOnly(server?.metrics) },
   };
-  const problems = [...crossFieldProblems(top, profileSections, backends), ...sectionProblems(top, profileSections, backends), ...serverProblems(serverSettings)];
+  const egressProxySettings = { ...DEFAULT_EGRESS_PROXY, ...definedOnly(egressProxy) };
+  const problems = [
+    ...crossFieldProblems(top, profileSections, backends), ...sectionProblems(top, profileSections, backends), ...serverProblems(serverSettings),
+    ...sharedProxyProblems([top, ...profileSections], egressProxySettings, backends),
+  ];
   if (problems.length > 0) {
     throw new ConfigError(problems.map((p) => `${p}${within(source)}`).join('; '));
   }
@@ -102,7 +106,7 @@ export function parseConfig(raw: unknown, source?: string, opts: ParseOptions = 
     server: serverSettings,
     limits: { ...DEFAULT_LIMITS, ...definedOnly(limits) },
     audit: { ...DEFAULT_AUDIT, ...definedOnly(audit) },
-    egressProxy: { ...DEFAULT_EGRESS_PROXY, ...definedOnly(egressProxy) },
+    egressProxy: egressProxySettings,
     base,
     profiles,
     source,

@@ -69,8 +69,12 @@ function moduleProblems(top: Place, profiles: readonly Place[], backends: Backen
   for (const m of backends.modules) {
     if (m.settings?.problems === undefined) continue;
     const uses = [top, ...profiles]
-      .filter((s) => s.settings.backend === m.name && (s.profile === undefined || [m.name, 'backend', 'persistent'].some((k) => (s.written as Record<string, unknown>)[k] !== undefined)))
-      .map((s) => ({ at: keyOf(s, m.name), settings: sectionOf(m, s.settings), persistent: s.settings.persistent }));
+      .filter((s) => s.settings.backend === m.name && (s.profile === undefined ||
+        [m.name, 'backend', 'persistent', 'egress', 'credentials'].some((k) => (s.written as Record<string, unknown>)[k] !== undefined)))
+      .map((s) => ({
+        at: keyOf(s, m.name), settings: sectionOf(m, s.settings), persistent: s.settings.persistent,
+        egress: { mode: s.settings.egress.mode, proxied: s.settings.egress.mode === 'allowlist' || s.settings.credentials.length > 0 },
+      }));
     if (uses.length > 0) problems.push(...m.settings.problems(uses));
   }
   return problems;

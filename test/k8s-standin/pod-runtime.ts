@@ -1,4 +1,4 @@
-import { chownSync, chmodSync, mkdirSync } from 'node:fs';
+import { chownSync, chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1Pod, V1PodStatus } from '@kubernetes/client-node';
 import type Dockerode from 'dockerode';
@@ -10,7 +10,9 @@ import type Dockerode from 'dockerode';
  * the kubelet enforces it by eviction, later); a PVC becomes a host directory owned by the pod's
  * fsGroup (setgid, group writable, as the kubelet's fsGroup ownership change leaves it),
  * subPaths subdirectories of it; `shareProcessNamespace` becomes Docker's init as PID 1 (both
- * reap orphans). The container has no network (NetworkPolicy is not enforced here anyway).
+ * reap orphans). A configMap volume becomes a host directory holding its keys as files, bound
+ * read-only. The container has no network unless the server was given one (`podNetwork`);
+ * NetworkPolicy is never enforced here.
  */
 
 export const STANDIN_LABEL = 'berth.k8s-standin';
@@ -25,6 +27,10 @@ export interface PodRuntimeOptions {
   imageFor: (image: string) => string;
   /** The node's per-pod process limit (kubelet `podPidsLimit`), applied to every pod. */
   podPidsLimit: number;
+  /** The Docker network every pod joins (`none`: no network). */
+  network: string;
+  /** A stored ConfigMap's data, for configMap volumes (undefined: no such map, as a kubelet then waits). */
+  configMap: (namespace: string, name: string) => Record<string, string> | undefined;
 }
 
 function quantityBytes(q: string | undefined): number | undefined {
@@ -78,6 +84,13 @@ export function containerOptions(pod: V1Pod, opts: PodRuntimeOptions, name: stri
       mkdirSync(dir, { recursive: true });
       chmodSync(dir, 0o777);
       binds.push(`${dir}:${m.mountPath}`);
+    } else if (vol?.configMap !== undefined) {
+      const data = opts.configMap(ns, vol.configMap.name ?? '');
+      if (data === undefined) throw new Error(`configmap "${vol.configMap.name}" not found`);
+      const dir = emptyDirOf(opts.dataDir, pod, vol.name);
+      mkdirSync(dir, { recursive: true });
+      for (const [file, text] of Object.entries(data)) writeFileSync(join(dir, file), text, { mode: vol.configMap.defaultMode ?? 0o644 });
+      binds.push(`${dir}:${m.mountPath}:ro`);
     } else if (vol?.persistentVolumeClaim !== undefined) {
       const root = claimDir(opts.dataDir, ns, vol.persistentVolumeClaim.claimName);
       ownByGroup(root, podSc.fsGroup);
@@ -101,7 +114,7 @@ export function containerOptions(pod: V1Pod, opts: PodRuntimeOptions, name: stri
     OpenStdin: false,
     HostConfig: {
       Init: spec.shareProcessNamespace === true,
-      NetworkMode: 'none',
+      NetworkMode: opts.network,
       CapDrop: sc.capabilities?.drop ?? [],
       CapAdd: sc.capabilities?.add ?? [],
       SecurityOpt: sc.allowPrivilegeEscalation === false ? ['no-new-privileges:true'] : [],

@@ -49,6 +49,11 @@ export interface StandinOptions {
   claimBindDelayMs?: number;
   /** From a claim's binding to its metadata on the pod. Default 300 ms. */
   claimPodMetadataDelayMs?: number;
+  /**
+   * The Docker network pods join (default `none`: no network). NetworkPolicies are never enforced:
+   * a test that gives pods a network checks the policy objects berth writes, not the traffic they would stop.
+   */
+  podNetwork?: string;
 }
 
 type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
@@ -67,6 +72,7 @@ const RESOURCES: Resource[] = [
   { plural: 'persistentvolumeclaims', kind: 'PersistentVolumeClaim', prefix: '/api/v1' },
   { plural: 'resourcequotas', kind: 'ResourceQuota', prefix: '/api/v1', schema: false },
   { plural: 'limitranges', kind: 'LimitRange', prefix: '/api/v1', schema: false },
+  { plural: 'configmaps', kind: 'ConfigMap', prefix: '/api/v1', schema: false },
   { plural: 'networkpolicies', kind: 'NetworkPolicy', prefix: '/apis/networking.k8s.io/v1' },
   { plural: 'sandboxes', kind: 'Sandbox', prefix: '/apis/agents.x-k8s.io/v1beta1' },
   { plural: 'sandboxclaims', kind: 'SandboxClaim', prefix: '/apis/extensions.agents.x-k8s.io/v1beta1' },
@@ -124,6 +130,8 @@ export class StandinApiServer implements AsyncDisposable {
       dataDir,
       imageFor: opts.imageFor ?? (() => TEST_IMAGE),
       podPidsLimit: opts.podPidsLimit ?? 1024,
+      network: opts.podNetwork ?? 'none',
+      configMap: (namespace, name) => (this.store('configmaps').get(`${namespace}/${name}`)?.['data'] as Record<string, string> | undefined),
     };
     this.wss = new WebSocketServer({
       noServer: true,

@@ -52,7 +52,7 @@ describe('egress and credentials in the config', () => {
 
   it('allowlist, none or credentials on a backend that cannot confine its network is an error naming the backends that can', () => {
     expect(problem({ backend: 'ssh', ssh: { host: 'h' }, egress: { mode: 'allowlist', allow: ['a.example'] } }))
-      .toMatch(/backend "ssh" cannot enforce egress mode allowlist.*use backend: docker or bwrap/);
+      .toMatch(/backend "ssh" cannot enforce egress mode allowlist.*use backend: docker, bwrap or kubernetes/);
     expect(problem({ backend: 'local', egress: { mode: 'none' } })).toMatch(/backend "local" cannot enforce egress mode none/);
     expect(problem({ backend: 'local', credentials: { T: { hosts: ['a.example'] } } })).toMatch(/config key "credentials": backend "local" cannot put berth's egress proxy/);
     expect(problem({ backend: 'bwrap', egress: { mode: 'allowlist', allow: ['a.example'] } })).toBe('');

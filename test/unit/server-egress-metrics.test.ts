@@ -78,7 +78,7 @@ describe('egress metrics', () => {
       ['deny cidr:10.0.0.0/8', 'deny'], ['deny evil.example', 'deny'], ['mode open', 'mode_open'], ['mode none', 'mode_none'],
       ['not in egress.allow', 'not_allowed'], ['always denied: loopback', 'always_denied'], ['exfiltration', 'exfiltration'],
       ['host mismatch', 'host_mismatch'], ['fronting', 'fronting'], ['bad client hello', 'bad_client_hello'], ['lookup failed', 'lookup_failed'],
-      ['upstream failed (ECONNREFUSED: connect)', 'upstream_failed'], ['something new', 'other'], ['allowance', 'other'],
+      ['upstream failed (ECONNREFUSED: connect)', 'upstream_failed'], ['proxy auth', 'proxy_auth'], ['something new', 'other'], ['allowance', 'other'],
     ];
     for (const [rule, label] of rules) expect([rule, egressRuleLabel(rule)]).toEqual([rule, label]);
     expect(new Set(rules.map(([, l]) => l))).toEqual(new Set(EGRESS_RULE_LABELS));

@@ -15,12 +15,15 @@ export interface Permission {
  * The permissions these settings use (a subset of REQUIRED_PERMISSIONS, which deploy/rbac.yaml
  * grants): pods and their exec always (agent-sandbox execs into the controller's pod too), claims
  * in mode pods, Sandboxes in mode agent-sandbox, SandboxClaims with a warm pool, NetworkPolicies
- * when berth makes them.
+ * when berth makes them. ConfigMaps (egress allowlist) are not asked for here: a refusal shows at
+ * the first allowlist sandbox, naming the permission.
  */
 export function permissionsFor(k: KubernetesSettings): Permission[] {
   const used = (resource: string): boolean => {
     switch (resource) {
       case 'persistentvolumeclaims': return k.mode === 'pods';
+      // Only a profile with egress allowlist uses it, which these settings do not tell.
+      case 'configmaps': return false;
       case 'networkpolicies': return k.networkPolicy;
       case 'sandboxes': return k.mode === 'agent-sandbox';
       case 'sandboxclaims': return k.mode === 'agent-sandbox' && k.warmPool !== undefined;

@@ -15,9 +15,18 @@ import { checkNetworkPolicies } from './network-policies.js';
 import { ensurePodSandbox, listManagedPods } from './pod-sandboxes.js';
 import { PodSandboxHandle } from './sandbox-handle.js';
 import { deleteClaim, deletePod, listPods, waitForPodGone } from './pods.js';
+import type { PodProxyEgress } from './proxy-egress.js';
 import { formatRef, parseRef, type SandboxRef } from './refs.js';
 import { claimedSandbox, deleteClaimResource, ensureClaimedSandbox, listClaims } from './sandbox-claims.js';
 import { connectionOf, type KubernetesSettings } from './settings.js';
+
+/** What an allowlist pod needs of berth's proxy; undefined when the proxy does not serve it (config rules make both or neither present). */
+function podProxyEgress(spec: SandboxSpec<KubernetesSettings>): PodProxyEgress | undefined {
+  const e = spec.egress;
+  if (e?.mode !== 'allowlist') return undefined;
+  if (e.sharedProxy === undefined || e.ca === undefined) throw new ConfigError('kubernetes: egress mode allowlist needs berth\'s shared proxy listener; set egressProxy.listen and egressProxy.advertise');
+  return { proxy: e.sharedProxy, ca: e.ca };
+}
 
 /** How long `remove` waits for a pod to be gone (its processes ended) before it reports success. */
 const REMOVE_WAIT_MS = 60_000;
@@ -78,8 +87,10 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
     if (spec.identity.installation !== this.installation) {
       throw new BerthError('internal', `sandbox of installation ${spec.identity.installation} asked of the backend of installation ${this.installation}`);
     }
-    const k = spec.section;
+    // Egress mode none is the no-egress NetworkPolicy, whatever `network` says; allowlist, the proxy's.
+    const k: KubernetesSettings = spec.egress?.mode === 'none' ? { ...spec.section, network: 'none' } : spec.section;
     const client = this.clientFor(k);
+    const egress = podProxyEgress(spec);
     const known = knownRef === undefined ? undefined : parseRef(knownRef);
     const input = { identity: spec.identity, digest: spec.digest, rule: spec.rule, mount: spec.mount, kubernetes: k };
     const unique = (): string => randomBytes(6).toString('hex');
@@ -89,13 +100,14 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
       this.handleOf(spec, formatRef({ kind, namespace: k.namespace, name }), target, recreated);
 
     if (k.mode === 'pods') {
-      const pod = await ensurePodSandbox(client, { ...input, ephemeral: spec.ephemeral, knownName: knownName('pod'), unique, log: this.log });
+      const pod = await ensurePodSandbox(client, { ...input, ephemeral: spec.ephemeral, knownName: knownName('pod'), unique, egress, log: this.log });
       const ref = formatRef({ kind: 'pod', namespace: k.namespace, name: pod.name });
       const recreated = pod.recreated && !this.stopped.has(ref);
       this.stopped.delete(ref);
       if (recreated) this.logger.with({ key: spec.identity.key, ref }).debug('the sandbox pod was gone (deleted out of band or ended); a new one was made');
       return handle('pod', pod.name, pod.target, recreated);
     }
+    if (egress !== undefined) throw new ConfigError(`kubernetes: berth's egress proxy serves sandboxes in mode pods only, and this profile's mode is ${k.mode}; set kubernetes.mode: pods`);
     if (!spec.ephemeral) {
       const made = await ensureAgentSandbox(client, input);
       const recreated = knownName('sandbox') !== undefined && (made.created || made.replaced);

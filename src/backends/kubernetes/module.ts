@@ -19,6 +19,10 @@ export const kubernetesModule = defineBackend({
     containerKeying: true,
     hostPaths: false,
     ownsProcessTable: true,
+    // allowlist: the pod's NetworkPolicy admits only the shared listener of berth's proxy (berth
+    // cannot enter a pod's network namespace on a cluster node); none: it admits nothing.
+    egressModes: ['open', 'allowlist', 'none'],
+    egressProxyReach: 'shared',
   },
   settings: kubernetesSettings,
   images: { of: (s) => s.image, with: (s, image) => ({ ...s, image }) },

@@ -2,7 +2,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import type { SandboxIdentity } from '../../scope/naming.js';
 import type { ExecTarget } from './spawn.js';
 import type { KubeClient } from './kube-client.js';
-import { IDENTITY_ANNOTATION, installationSelector, LABEL } from './labels.js';
+import { IDENTITY_ANNOTATION, installationSelector, LABEL, NETWORK_LABEL } from './labels.js';
 import { assertNoHostMount, CONTAINER_NAME, sandboxDataClaim, sandboxPod, tenantNetworkPolicy, type SandboxManifestInput } from './manifests.js';
 import { dataClaimName, ephemeralPodName, persistentPodName } from './names.js';
 import { ensureNetworkPolicy } from './network-policies.js';
@@ -17,6 +17,7 @@ import {
   waitForPodGone,
   waitForRunning,
 } from './pods.js';
+import { egressCaConfigMap, ensureEgressCaConfigMap, proxyNetworkPolicy, withProxyEgress, type PodProxyEgress } from './proxy-egress.js';
 import type { KubernetesSettings } from './settings.js';
 
 /*
@@ -29,7 +30,9 @@ import type { KubernetesSettings } from './settings.js';
  * - Ephemeral: a new uniquely named pod per creation, recorded by the caller; reattached only by
  *   that recorded name, never found by identity.
  * - A recorded pod that is gone (deleted out of band) or whose container ended (restartPolicy
- *   Never: such a pod never runs again) is replaced once, and `recreated` says so. A failed
+ *   Never: such a pod never runs again) is replaced once, and `recreated` says so; so is one made
+ *   for another network reach (the profile's egress changed): its policy is not this one's.
+ * - In egress mode allowlist (`egress`), the pod reaches berth's proxy only (proxy-egress.ts). A failed
  *   create removes what it created and reports the original error.
  */
 
@@ -44,6 +47,8 @@ export interface EnsurePodInput {
   knownName: string | undefined;
   /** 8-16 lowercase hex for a new ephemeral pod's name (the caller's id source). */
   unique: () => string;
+  /** Egress mode allowlist: the pod reaches only berth's proxy, and trusts its CA. */
+  egress?: PodProxyEgress | undefined;
   log?: (msg: string) => void;
 }
 
@@ -67,11 +72,23 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
   const k = input.kubernetes;
   const owner = { installation: input.identity.installation, digest: input.digest };
   const timeoutMs = k.podStartTimeoutSeconds * 1000;
-  if (k.networkPolicy) await ensureNetworkPolicy(client, tenantNetworkPolicy(input.identity.installation, input.identity.tenant, k));
+  const { installation, tenant } = input.identity;
+  const egress = input.egress;
+  if (k.networkPolicy) {
+    await ensureNetworkPolicy(client, egress === undefined ? tenantNetworkPolicy(installation, tenant, k) : proxyNetworkPolicy(installation, tenant, k, egress.proxy));
+  }
+  let podOf = sandboxPod;
+  if (egress !== undefined) {
+    const map = egressCaConfigMap(installation, k.namespace, egress.ca);
+    await ensureEgressCaConfigMap(client, map);
+    podOf = (m) => withProxyEgress(sandboxPod(m), egress.proxy, map.metadata!.name!);
+  }
+  const network = (m: SandboxManifestInput): string | undefined => podOf(m).metadata?.labels?.[NETWORK_LABEL];
 
   if (input.ephemeral && input.knownName !== undefined) {
     const known = await readOwnPod(client, input.knownName, owner);
-    if (known !== undefined && !podEnded(known)) {
+    const wanted = network({ identity: input.identity, digest: input.digest, ephemeral: true, rule: input.rule, name: input.knownName, mount: null, kubernetes: k });
+    if (known !== undefined && !podEnded(known) && known.metadata?.labels?.[NETWORK_LABEL] === wanted) {
       await waitForRunning(client, input.knownName, timeoutMs);
       return { name: input.knownName, target: targetOf(client, input.knownName), created: false, recreated: false };
     }
@@ -83,17 +100,19 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
   try {
     let adopted = false;
     if (input.ephemeral) {
-      await createEphemeralPod(client, sandboxPod(manifest));
+      await createEphemeralPod(client, podOf(manifest));
       made.push(() => deletePod(client, name));
     } else {
       const claim = await createOrAdoptClaim(client, sandboxDataClaim(manifest), owner);
       if (!claim.adopted) made.push(() => deleteClaim(client, dataClaimName(name)));
-      let pod = await createOrAdoptPod(client, sandboxPod(manifest), owner, timeoutMs);
-      if (pod.adopted && podEnded(pod.object)) {
-        input.log?.(`kubernetes: pod ${name} had ended (${pod.object.status?.phase}); replacing it, its files stay on ${dataClaimName(name)}`);
+      let pod = await createOrAdoptPod(client, podOf(manifest), owner, timeoutMs);
+      const otherReach = pod.object.metadata?.labels?.[NETWORK_LABEL] !== network(manifest);
+      if (pod.adopted && (podEnded(pod.object) || otherReach)) {
+        const why = otherReach ? `was made for network reach ${pod.object.metadata?.labels?.[NETWORK_LABEL] ?? '(none)'}, not ${network(manifest)}` : `had ended (${pod.object.status?.phase})`;
+        input.log?.(`kubernetes: pod ${name} ${why}; replacing it, its files stay on ${dataClaimName(name)}`);
         await deletePod(client, name);
         await waitForPodGone(client, name, timeoutMs);
-        pod = await createOrAdoptPod(client, sandboxPod(manifest), owner, timeoutMs);
+        pod = await createOrAdoptPod(client, podOf(manifest), owner, timeoutMs);
       }
       adopted = pod.adopted;
       if (!adopted) made.unshift(() => deletePod(client, name));

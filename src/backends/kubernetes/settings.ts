@@ -3,6 +3,7 @@ import { bool, FULL, oneOf, positiveInteger, positiveNumber } from '../../config
 import { labelKeyProblem, labelValueProblem } from './labels.js';
 import { blockedCidrProblem, dnsAddressProblem } from './network-ranges.js';
 import { mergeWritten, type SectionUse, type SettingsSection } from '../../config/section.js';
+import type { EgressMode } from '../../egress/policy.js';
 
 /*
  * The `kubernetes:` config section: where the cluster is, which namespace, the pod template pieces
@@ -214,6 +215,28 @@ export function kubernetesSettingsProblems(s: KubernetesSettings, at: string, pe
   return problems;
 }
 
+/**
+ * What a place's `egress:` asks of its pods that berth's NetworkPolicy cannot give: `allowlist` and
+ * `none` are enforced by that policy alone (none without it, none with a warm pool's template
+ * policy added); the proxy serves plain pods (mode pods) in allowlist mode.
+ */
+export function egressUseProblems(s: KubernetesSettings, at: string, egress: { mode: EgressMode; proxied: boolean }): string[] {
+  const problems: string[] = [];
+  if (egress.mode !== 'open' && !s.networkPolicy) {
+    problems.push(`config key "${at}.networkPolicy": false, and egress mode ${egress.mode} is enforced by berth's NetworkPolicy; remove networkPolicy: false, or use egress mode open`);
+  }
+  if (egress.mode !== 'open' && s.warmPool !== undefined) {
+    problems.push(`config key "${at}.warmPool": a warm pool's SandboxTemplate has a NetworkPolicy of its own, which adds to berth's, so egress mode ${egress.mode} cannot be guaranteed; remove warmPool, or use egress mode open`);
+  }
+  if (egress.proxied && s.mode !== 'pods') {
+    problems.push(`config key "${at}.mode": berth's egress proxy (egress mode allowlist, or credentials) serves kubernetes sandboxes in mode pods only; set ${at}.mode: pods, or remove the allowlist and credentials`);
+  }
+  if (egress.proxied && egress.mode === 'open') {
+    problems.push(`config key "${at}": credentials on kubernetes need egress mode allowlist (the pod's NetworkPolicy then admits berth's proxy and nothing else); set egress.mode: allowlist with the hosts the sandbox needs`);
+  }
+  return problems;
+}
+
 /** How a place reaches its cluster: the parts of the settings that pick the API server and credentials. */
 export function connectionOf(s: KubernetesSettings): string {
   return JSON.stringify(s.inCluster ? ['in-cluster'] : [s.kubeconfig ?? '(default kubeconfig)', s.context ?? '(current context)']);
@@ -230,7 +253,7 @@ function describeConnection(s: KubernetesSettings): string {
  * the installation again from a ref alone (a ref names the namespace and the object, not the cluster).
  */
 export function kubernetesUseProblems(uses: readonly SectionUse<KubernetesSettings>[]): string[] {
-  const problems = uses.flatMap((u) => kubernetesSettingsProblems(u.settings, u.at, u.persistent));
+  const problems = uses.flatMap((u) => [...kubernetesSettingsProblems(u.settings, u.at, u.persistent), ...egressUseProblems(u.settings, u.at, u.egress)]);
   const first = uses[0];
   for (const u of uses.slice(1)) {
     if (first === undefined || connectionOf(u.settings) === connectionOf(first.settings)) continue;

@@ -1,0 +1,104 @@
+import { createHash } from 'node:crypto';
+import type { V1ConfigMap, V1NetworkPolicy, V1Pod } from '@kubernetes/client-node';
+import type { ProxyAddress } from '../../egress/proxy-address.js';
+import { EGRESS_CA_BUNDLE, EGRESS_CA_CERT, EGRESS_CA_DIR } from '../backend.js';
+import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
+import { LABEL, labelValue, NETWORK_LABEL, tenantMatchLabels } from './labels.js';
+import { tenantPolicyName } from './names.js';
+import type { KubernetesSettings } from './settings.js';
+
+/*
+ * A pod in egress mode allowlist (docs/design.md, "Egress"): berth cannot enter its network
+ * namespace on a cluster node, so its tenant's NetworkPolicy for this reach admits one thing, TCP
+ * to the address of the proxy's shared listener (no DNS, no other address, no ingress), and the
+ * pod names itself to the proxy by its credential. berth's CA reaches the pod read-only through a
+ * ConfigMap mounted at EGRESS_CA_DIR, one per CA content, shared by every such pod.
+ */
+
+/** What a pod served by the proxy gets: where the proxy is, and the CA files (PEM). */
+export interface PodProxyEgress {
+  proxy: ProxyAddress;
+  ca: { bundlePem: string; caPem: string };
+}
+
+const CA_VOLUME = 'berth-egress-ca';
+
+/**
+ * The pod's network reach label: `proxy-` and a digest of the proxy address, so a new address
+ * gets a new policy (berth creates policies, never updates them) and pods made for the old one keep theirs.
+ */
+export function proxyReach(proxy: ProxyAddress): string {
+  return `proxy-${createHash('sha256').update(proxy.authority, 'utf8').digest('hex').slice(0, 12)}`;
+}
+
+/** The ConfigMap holding berth's CA and the bundle: named after its content, so a new CA is a new map. */
+export function egressCaConfigMap(installation: string, namespace: string, ca: PodProxyEgress['ca']): V1ConfigMap {
+  const digest = createHash('sha256').update(ca.bundlePem).update('\0').update(ca.caPem).digest('hex').slice(0, 16);
+  return {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: {
+      name: `berth-egress-ca-${digest}`,
+      namespace,
+      labels: { [LABEL.managed]: 'true', [LABEL.installation]: labelValue(installation) },
+      annotations: { [LABEL.installation]: installation },
+    },
+    data: { [baseName(EGRESS_CA_BUNDLE)]: ca.bundlePem, [baseName(EGRESS_CA_CERT)]: ca.caPem },
+    immutable: true,
+  };
+}
+
+/**
+ * The NetworkPolicy of one tenant's allowlist pods: no ingress, and egress only over TCP to the
+ * proxy's address (a /32 or /128). Not even DNS: the proxy resolves names itself.
+ */
+export function proxyNetworkPolicy(installation: string, tenant: string, k: KubernetesSettings, proxy: ProxyAddress): V1NetworkPolicy {
+  const reach = proxyReach(proxy);
+  return {
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'NetworkPolicy',
+    metadata: {
+      name: tenantPolicyName(installation, tenant, reach),
+      namespace: k.namespace,
+      labels: { [LABEL.managed]: 'true', [LABEL.installation]: labelValue(installation), [LABEL.tenant]: labelValue(tenant), [NETWORK_LABEL]: reach },
+      annotations: { [LABEL.installation]: installation, [LABEL.tenant]: tenant },
+    },
+    spec: {
+      podSelector: { matchLabels: tenantMatchLabels(installation, tenant, reach) },
+      policyTypes: ['Ingress', 'Egress'],
+      ingress: [],
+      egress: [{
+        to: [{ ipBlock: { cidr: `${proxy.ip}/${proxy.family === 4 ? 32 : 128}` } }],
+        ports: [{ protocol: 'TCP', port: proxy.port }],
+      }],
+    },
+  };
+}
+
+/** `pod` made for the proxy: its reach label, and berth's CA mounted read-only from `caMap`. */
+export function withProxyEgress(pod: V1Pod, proxy: ProxyAddress, caMap: string): V1Pod {
+  const spec = pod.spec!;
+  const container = spec.containers[0]!;
+  return {
+    ...pod,
+    metadata: { ...pod.metadata, labels: { ...pod.metadata?.labels, [NETWORK_LABEL]: proxyReach(proxy) } },
+    spec: {
+      ...spec,
+      volumes: [...spec.volumes ?? [], { name: CA_VOLUME, configMap: { name: caMap, defaultMode: 0o444 } }],
+      containers: [{ ...container, volumeMounts: [...container.volumeMounts ?? [], { name: CA_VOLUME, mountPath: EGRESS_CA_DIR, readOnly: true }] }, ...spec.containers.slice(1)],
+    },
+  };
+}
+
+/** Creates the CA ConfigMap unless it is there (same name, same content). */
+export async function ensureEgressCaConfigMap(client: KubeClient, map: V1ConfigMap): Promise<void> {
+  try {
+    await client.core.createNamespacedConfigMap({ namespace: client.namespace, body: map, fieldValidation: 'Strict' });
+  } catch (err) {
+    if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create configmap ${map.metadata!.name!}`);
+  }
+}
+
+function baseName(path: string): string {
+  return path.slice(path.lastIndexOf('/') + 1);
+}

@@ -1,0 +1,100 @@
+import { createServer, type Server, type Socket } from 'node:net';
+import { BerthError } from '../errors.js';
+import type { Logger } from '../logging/logger.js';
+import { parseProxyAuthorization, tokenMatches, type ProxyCredential } from './proxy-credential.js';
+import type { EgressProxy, ProxyGate, GateAnswer } from './proxy.js';
+import type { EgressSandbox } from './types.js';
+
+/*
+ * One listener for every sandbox whose network namespace berth cannot enter (pods on a cluster):
+ * on an address the sandboxes reach (their NetworkPolicy lets them reach nothing else), and the
+ * sandbox a connection belongs to is the one whose proxy credential its first request carries
+ * (proxy-credential.ts), never the address it comes from. A missing or wrong credential is
+ * answered 407 and reported (to the sandbox it names, when it names one).
+ */
+
+interface Registered {
+  ref: string;
+  token: string;
+  sandbox: EgressSandbox;
+}
+
+export interface SharedListenerOptions {
+  host: string;
+  port: number;
+  log: Logger;
+}
+
+export class SharedEgressListener implements ProxyGate {
+  private readonly byUser = new Map<string, Registered>();
+  private readonly userOf = new Map<string, string>();
+
+  private constructor(private readonly server: Server, private readonly log: Logger) {}
+
+  /**
+   * Listens on `host:port` and hands each connection to `proxy`, gated by this listener.
+   *
+   * @throws BerthError `listen_failed` naming the address and the fix.
+   */
+  static async start(proxy: EgressProxy, o: SharedListenerOptions): Promise<SharedEgressListener> {
+    const server = createServer();
+    const listener = new SharedEgressListener(server, o.log);
+    server.on('connection', (socket: Socket) => proxy.handleGated(socket, listener));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', (e: NodeJS.ErrnoException) => reject(new BerthError('listen_failed',
+        `berth's egress proxy cannot listen on ${o.host}:${o.port} (egressProxy.listen): ${e.code ?? e.message}; ` +
+        'give an address of this host that is free, or stop what listens there', { cause: e })));
+      server.listen({ host: o.host, port: o.port, exclusive: true }, () => resolve());
+    });
+    server.on('error', (e) => o.log.debug(`shared egress listener: ${e.message}`));
+    return listener;
+  }
+
+  /** The port it listens on (the configured one, or the one the system chose for port 0). */
+  get port(): number {
+    return (this.server.address() as { port: number }).port;
+  }
+
+  /** Serves sandbox `ref` under `credential` from now on (again: its context is replaced). */
+  register(ref: string, credential: ProxyCredential, sandbox: EgressSandbox): void {
+    const before = this.userOf.get(ref);
+    if (before !== undefined && before !== credential.user) this.byUser.delete(before);
+    this.byUser.set(credential.user, { ref, token: credential.token, sandbox });
+    this.userOf.set(ref, credential.user);
+  }
+
+  /** Stops serving sandbox `ref`; its context, for the caller to release its connections. */
+  unregister(ref: string): EgressSandbox | undefined {
+    const user = this.userOf.get(ref);
+    if (user === undefined) return undefined;
+    this.userOf.delete(ref);
+    const r = this.byUser.get(user);
+    if (r?.ref !== ref) return undefined;
+    this.byUser.delete(user);
+    return r.sandbox;
+  }
+
+  get size(): number {
+    return this.byUser.size;
+  }
+
+  authenticate(header: string | undefined): GateAnswer {
+    const given = parseProxyAuthorization(header);
+    if (given === undefined) return { refused: header === undefined ? 'no proxy credential (Proxy-Authorization)' : 'a proxy credential that is not Basic user:password' };
+    const r = this.byUser.get(given.user);
+    if (r === undefined) return { refused: 'a proxy credential of no sandbox berth serves' };
+    if (!tokenMatches(given.password, r.token)) return { refused: 'a wrong proxy token for this sandbox', claimed: r.sandbox };
+    return { sandbox: r.sandbox };
+  }
+
+  /** Logs a refusal that names no sandbox (nobody else hears of it). */
+  unclaimed(what: string, from: string | undefined): void {
+    this.log.warn(`egress: refused a connection from ${from ?? 'an unknown address'} with ${what}`);
+  }
+
+  async close(): Promise<void> {
+    this.byUser.clear();
+    this.userOf.clear();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+}

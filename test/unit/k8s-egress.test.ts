@@ -1,0 +1,141 @@
+import { describe, expect, it } from 'vitest';
+import { proxyNetworkPolicy, proxyReach, withProxyEgress } from '../../src/backends/kubernetes/proxy-egress.js';
+import { sandboxPod } from '../../src/backends/kubernetes/manifests.js';
+import { KUBERNETES_DEFAULTS } from '../../src/backends/kubernetes/settings.js';
+import { parseProxyAddress, type ProxyAddress } from '../../src/egress/proxy-address.js';
+import { parseProxyAuthorization, proxyCredential, proxyUrl, tokenMatches } from '../../src/egress/proxy-credential.js';
+import { emptyPolicy } from '../../src/egress/policy.js';
+import type { EgressProxy } from '../../src/egress/proxy.js';
+import { SharedEgressListener } from '../../src/egress/shared-listener.js';
+import type { EgressSandbox } from '../../src/egress/types.js';
+import { Logger } from '../../src/logging/logger.js';
+import { parseConfig } from '../../src/setup/parse-config.js';
+import { sandboxInput } from '../k8s-standin/fixtures.js';
+import { loadValidator } from '../schemas/validate.js';
+
+/*
+ * Egress on kubernetes, the pure parts: the start-up rules, the proxy credential and address,
+ * and the NetworkPolicy and pod berth writes for an allowlist pod (validated against the vendored
+ * schemas). The traffic itself: test/e2e/egress-kubernetes.test.ts.
+ */
+
+function problem(raw: unknown): string {
+  try {
+    parseConfig(raw, 'berth.yaml');
+    return '';
+  } catch (e) {
+    return (e as Error).message;
+  }
+}
+
+const allowlist = { mode: 'allowlist', allow: ['api.github.com'] };
+const proxy = { listen: '10.0.0.5:3128', advertise: '10.0.0.5:3128' };
+const address = (text: string): ProxyAddress => parseProxyAddress(text) as ProxyAddress;
+
+describe('egress on kubernetes: start-up rules', () => {
+  it('allowlist and credentials parse with egressProxy.listen and advertise', () => {
+    expect(problem({ backend: 'kubernetes', egress: allowlist, egressProxy: proxy, credentials: { T: { hosts: ['api.github.com'] } } })).toBe('');
+    expect(problem({ backend: 'kubernetes', egress: { mode: 'none' } })).toBe('');
+  });
+
+  it('allowlist or credentials on kubernetes without the shared listener is an error naming both keys', () => {
+    expect(problem({ backend: 'kubernetes', egress: allowlist }))
+      .toMatch(/config key "egress\.mode": backend "kubernetes" .* set egressProxy\.listen .* and egressProxy\.advertise/);
+    expect(problem({ profiles: { bot: { backend: 'kubernetes', egress: allowlist } } })).toMatch(/config key "profiles\.bot\.egress\.mode"/);
+  });
+
+  it('listen without advertise (or the reverse), and an address that is a name, are errors', () => {
+    expect(problem({ egressProxy: { listen: '10.0.0.5:3128' } })).toMatch(/"egressProxy\.listen" is set and egressProxy\.advertise is not/);
+    expect(problem({ egressProxy: { listen: '0.0.0.0:3128', advertise: 'berth.berth.svc:3128' } })).toMatch(/egressProxy\.advertise.*must be an IP address and a port/);
+    expect(problem({ egressProxy: { listen: '[fd00::5]:3128', advertise: 'fd00::5:3128' } })).toMatch(/egressProxy\.advertise.*must be an IP address and a port/);
+  });
+
+  it('what berth\'s NetworkPolicy cannot give is an error: no policy, a warm pool, agent-sandbox mode, credentials in open mode', () => {
+    expect(problem({ backend: 'kubernetes', egress: allowlist, egressProxy: proxy, kubernetes: { networkPolicy: false } })).toMatch(/"kubernetes\.networkPolicy": false, and egress mode allowlist/);
+    expect(problem({ backend: 'kubernetes', egress: { mode: 'none' }, kubernetes: { networkPolicy: false } })).toMatch(/"kubernetes\.networkPolicy": false, and egress mode none/);
+    expect(problem({ backend: 'kubernetes', egress: allowlist, egressProxy: proxy, kubernetes: { mode: 'agent-sandbox' } })).toMatch(/"kubernetes\.mode": .*mode pods only/);
+    expect(problem({ backend: 'kubernetes', egressProxy: proxy, credentials: { T: { hosts: ['api.github.com'] } } })).toMatch(/credentials on kubernetes need egress mode allowlist/);
+    expect(problem({ backend: 'kubernetes', egress: { mode: 'none' }, persistent: false, kubernetes: { mode: 'agent-sandbox', warmPool: 'p' } })).toMatch(/"kubernetes\.warmPool": .*egress mode none cannot be guaranteed/);
+  });
+});
+
+describe('egress on kubernetes: the proxy credential', () => {
+  const secret = Buffer.alloc(32, 7);
+  const a = 'a'.repeat(64);
+  const b = 'b'.repeat(64);
+
+  it('is derived from the sandbox digest under the secret: stable, distinct per sandbox and per secret', () => {
+    expect(proxyCredential(secret, a)).toEqual(proxyCredential(secret, a));
+    expect(proxyCredential(secret, a).user).toBe(`s${'a'.repeat(32)}`);
+    expect(proxyCredential(secret, a).token).toMatch(/^[0-9a-f]{32}$/);
+    expect(proxyCredential(secret, a).token).not.toBe(proxyCredential(secret, b).token);
+    expect(proxyCredential(secret, a).token).not.toBe(proxyCredential(Buffer.alloc(32, 8), a).token);
+  });
+
+  it('travels as Basic user:token in Proxy-Authorization, and only that shape is read', () => {
+    const c = proxyCredential(secret, a);
+    const url = new URL(proxyUrl(c, '[fd00::5]:3128'));
+    expect([url.username, url.password, url.host]).toEqual([c.user, c.token, '[fd00::5]:3128']);
+    const header = `Basic ${Buffer.from(`${c.user}:${c.token}`).toString('base64')}`;
+    expect(parseProxyAuthorization(header)).toEqual({ user: c.user, password: c.token });
+    expect(parseProxyAuthorization(undefined)).toBeUndefined();
+    expect(parseProxyAuthorization(`Bearer ${c.token}`)).toBeUndefined();
+    expect(parseProxyAuthorization(`Basic ${Buffer.from('no-colon').toString('base64')}`)).toBeUndefined();
+    expect(tokenMatches(c.token, c.token)).toBe(true);
+    expect(tokenMatches(c.token.slice(0, -1), c.token)).toBe(false);
+    expect(tokenMatches(`${c.token.slice(0, -1)}x`, c.token)).toBe(false);
+  });
+});
+
+describe('egress on kubernetes: the allowlist pod and its NetworkPolicy', () => {
+  const validator = loadValidator();
+
+  it('admits TCP to the proxy address alone (/32 or /128), no DNS, no ingress, and validates', () => {
+    for (const [text, cidr] of [['10.0.0.5:3128', '10.0.0.5/32'], ['[fd00::5]:8443', 'fd00::5/128']] as const) {
+      const p = address(text);
+      const policy = proxyNetworkPolicy('inst-1', 'acme', KUBERNETES_DEFAULTS, p);
+      validator.assertValid(policy);
+      expect(policy.spec!.ingress).toEqual([]);
+      expect(policy.spec!.egress).toEqual([{ to: [{ ipBlock: { cidr } }], ports: [{ protocol: 'TCP', port: p.port }] }]);
+      expect(policy.spec!.podSelector!.matchLabels!['berth.dev/network']).toBe(proxyReach(p));
+    }
+  });
+
+  it('a new proxy address is a new reach (a new policy); the pod carries the reach and mounts the CA read-only, and validates', () => {
+    expect(proxyReach(address('10.0.0.5:3128'))).not.toBe(proxyReach(address('10.0.0.6:3128')));
+    const input = sandboxInput('inst-1', { ephemeral: true });
+    const pod = withProxyEgress(sandboxPod(input), address('10.0.0.5:3128'), 'berth-egress-ca-0123456789abcdef');
+    validator.assertValid(pod);
+    expect(pod.metadata!.labels!['berth.dev/network']).toBe(proxyReach(address('10.0.0.5:3128')));
+    expect(pod.spec!.containers[0]!.volumeMounts!.at(-1)).toEqual({ name: 'berth-egress-ca', mountPath: '/etc/berth-egress', readOnly: true });
+    expect(pod.spec!.volumes!.at(-1)).toEqual({ name: 'berth-egress-ca', configMap: { name: 'berth-egress-ca-0123456789abcdef', defaultMode: 0o444 } });
+  });
+});
+
+describe('egress on kubernetes: the shared listener\'s gate', () => {
+  const secret = Buffer.alloc(32, 9);
+  const sandboxOf = (key: string): EgressSandbox => ({
+    identity: { tenant: 'local', profile: 'default', sandboxKey: key }, policy: emptyPolicy('allowlist'), credentials: [], onDecision: () => undefined,
+  });
+  const basic = (user: string, token: string): string => `Basic ${Buffer.from(`${user}:${token}`).toString('base64')}`;
+
+  it('a sandbox gets only its own context; another sandbox\'s token, or a removed sandbox\'s, is refused', async () => {
+    const gate = await SharedEgressListener.start({ handleGated: () => undefined } as unknown as EgressProxy, { host: '127.0.0.1', port: 0, log: Logger.silent() });
+    try {
+      const [a, b] = [sandboxOf('a'), sandboxOf('b')];
+      const [ca, cb] = [proxyCredential(secret, 'a'.repeat(64)), proxyCredential(secret, 'b'.repeat(64))];
+      gate.register('ref-a', ca, a);
+      gate.register('ref-b', cb, b);
+      expect(gate.authenticate(basic(ca.user, ca.token))).toEqual({ sandbox: a });
+      expect(gate.authenticate(basic(cb.user, cb.token))).toEqual({ sandbox: b });
+      // B's own token under A's name: refused, and reported to A (whose name was used).
+      expect(gate.authenticate(basic(ca.user, cb.token))).toEqual({ refused: 'a wrong proxy token for this sandbox', claimed: a });
+      expect(gate.authenticate(undefined)).toEqual({ refused: 'no proxy credential (Proxy-Authorization)' });
+      expect(gate.unregister('ref-a')).toBe(a);
+      expect(gate.authenticate(basic(ca.user, ca.token))).toEqual({ refused: 'a proxy credential of no sandbox berth serves' });
+      expect(gate.size).toBe(1);
+    } finally {
+      await gate.close();
+    }
+  });
+});
