@@ -3,7 +3,6 @@ import { bool, FULL, oneOf, positiveInteger, positiveNumber } from '../../config
 import { labelKeyProblem, labelValueProblem } from './labels.js';
 import { blockedCidrProblem, dnsAddressProblem } from './network-ranges.js';
 import { mergeWritten, type SectionUse, type SettingsSection } from '../../config/section.js';
-import type { EgressMode } from '../../egress/policy.js';
 
 /*
  * The `kubernetes:` config section: where the cluster is, which namespace, the pod template pieces
@@ -220,7 +219,7 @@ export function kubernetesSettingsProblems(s: KubernetesSettings, at: string, pe
  * `none` are enforced by that policy alone (none without it, none with a warm pool's template
  * policy added); the proxy serves plain pods (mode pods) in allowlist mode.
  */
-export function egressUseProblems(s: KubernetesSettings, at: string, egress: { mode: EgressMode; proxied: boolean }): string[] {
+export function egressUseProblems(s: KubernetesSettings, at: string, egress: SectionUse<KubernetesSettings>['egress']): string[] {
   const problems: string[] = [];
   if (egress.mode !== 'open' && !s.networkPolicy) {
     problems.push(`config key "${at}.networkPolicy": false, and egress mode ${egress.mode} is enforced by berth's NetworkPolicy; remove networkPolicy: false, or use egress mode open`);
