@@ -13,7 +13,7 @@ usage: berth <command> [flags]
 commands:
   exec [scope flags] [--workdir DIR] [--timeout S] [--json] -- CMD...   run a command
   explain [scope flags] [--json]     show the binding (sandbox key, mount, cwd, env names)
-  ls [--tenant T] [--json]           list sandboxes
+  ls [--tenant T | --all-tenants] [--json]   list sandboxes (of a tenant, or every tenant's)
   close [scope flags] [--json]       close a session (removes its ephemeral sandboxes)
   rm [scope flags]                   remove a sandbox, persistent or not
   snapshot create|ls|rm|restore [scope flags] [--name N] [--json] [NAME]

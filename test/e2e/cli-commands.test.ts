@@ -12,7 +12,7 @@ import { modulesLoadedBy } from '../helpers/loaded-modules.js';
 const FIRST_HELP_LINE: Record<CommandName, string> = {
   exec: 'usage: berth exec [scope flags] [--workdir DIR] [--timeout SECONDS] [--json] -- CMD...',
   explain: 'usage: berth explain [scope flags] [--json]',
-  ls: 'usage: berth ls [--tenant T] [--json]',
+  ls: 'usage: berth ls [--tenant T | --all-tenants] [--json]',
   close: 'usage: berth close [scope flags] [--json]',
   rm: 'usage: berth rm [scope flags]',
   snapshot: 'usage: berth snapshot create [scope flags] [--name N] [--json]',

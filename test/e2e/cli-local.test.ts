@@ -226,6 +226,26 @@ describe('berth CLI on the local backend (real processes)', () => {
     expect(JSON.parse(after.stdout)).toEqual([]);
   });
 
+  it('ls --all-tenants lists every tenant\'s sandboxes with a TENANT column; plain ls shows tenant local only', async () => {
+    using t = tempInstall(LOCAL);
+    for (const tenant of ['local', 'acme']) {
+      expect((await runBerth(['exec', '--tenant', tenant, '--session', `s-${tenant}`, '--', 'true'], { env: t.env, cwd: t.dir })).code).toBe(0);
+    }
+    const all = await runBerth(['ls', '--all-tenants'], { env: t.env, cwd: t.dir });
+    expect(all.code).toBe(0);
+    const lines = all.stdout.trimEnd().split('\n');
+    expect(lines[0]).toMatch(/^TENANT +KEY +BACKEND +LIFECYCLE +RULE +SESSIONS$/);
+    expect(lines.slice(1).map((l) => l.split(/ +/).slice(0, 2)).sort()).toEqual([['acme', 'session:s-acme'], ['local', 'session:s-local']]);
+    const json = JSON.parse((await runBerth(['ls', '--all-tenants', '--json'], { env: t.env, cwd: t.dir })).stdout) as { tenant: string }[];
+    expect(json.map((s) => s.tenant).sort()).toEqual(['acme', 'local']);
+    const plain = await runBerth(['ls'], { env: t.env, cwd: t.dir });
+    expect(plain.stdout).not.toMatch(/TENANT|acme/);
+    expect(plain.stdout).toMatch(/^session:s-local /m);
+    const both = await runBerth(['ls', '--tenant', 'acme', '--all-tenants'], { env: t.env, cwd: t.dir });
+    expect(both).toEqual({ code: 2, stdout: '', stderr: 'berth: --tenant and --all-tenants contradict each other: give one of them\n' });
+    for (const tenant of ['local', 'acme']) await runBerth(['close', '--tenant', tenant, '--session', `s-${tenant}`], { env: t.env, cwd: t.dir });
+  });
+
   it('an unknown command, even one named like an Object property, is a usage error (exit 2)', async () => {
     for (const name of ['constructor', 'toString', '__proto__', 'nope']) {
       const r = await runBerth([name]);
