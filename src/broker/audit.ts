@@ -1,4 +1,5 @@
 import { redactText } from '../kit/redaction.js';
+import type { CallScope } from '../scope/call-scope.js';
 import type { BrokerObserver, CallKind } from './observer.js';
 import type { ResolvedCall } from './resolve-call.js';
 import type { EgressEvent } from '../egress/types.js';
@@ -22,7 +23,12 @@ export type AuditRecord =
   }
   | { kind: 'close'; tenant: string; profile: string; user: string | null; sessionRef: string; startedMs: number }
   /** A snapshot, restore or fork of the call's sandbox (`action`: `snapshot create NAME`, ...); `errorCode` when it failed. */
-  | { kind: 'snapshot'; call: ResolvedCall; action: string; startedMs: number; errorCode: string | undefined };
+  | { kind: 'snapshot'; call: ResolvedCall; action: string; startedMs: number; errorCode: string | undefined }
+  /** A kill of a background job by a call of its session: the job, its sandbox (when found) and what came of it. */
+  | { kind: 'kill'; scope: CallScope; jobId: string; sandboxKey: string | null; outcome: JobKillOutcome; startedMs: number };
+
+/** What a job kill did: ended the job, found it ended already, or failed with an error code. */
+export type JobKillOutcome = { killed: boolean } | { errorCode: string };
 
 /** How a call went, for the observers: its sandbox came up for it, it timed out, it failed. */
 export interface CallOutcome {
@@ -57,6 +63,15 @@ export class AuditRecorder {
       this.entries.add({
         timeMs: r.startedMs, tenant: r.tenant, profile: r.profile, user: r.user, session: r.sessionRef, sandboxKey: null,
         kind: 'close', command: null, exitCode: null, durationMs,
+      });
+      return;
+    }
+    if (r.kind === 'kill') {
+      const { scope } = r;
+      const outcome = 'errorCode' in r.outcome ? `failed: ${r.outcome.errorCode}` : r.outcome.killed ? 'killed' : 'had already ended';
+      this.entries.add({
+        timeMs: r.startedMs, tenant: scope.tenant, profile: scope.profile, user: scope.user ?? null, session: scope.session ?? null,
+        sandboxKey: r.sandboxKey, kind: 'kill', command: `job ${r.jobId} (${outcome})`, exitCode: null, durationMs,
       });
       return;
     }

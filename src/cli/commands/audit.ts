@@ -9,8 +9,9 @@ import { withBroker } from '../with-broker.js';
 
 export const AUDIT_HELP = `usage: berth audit [--egress [--refused]] [--tenant T] [--user PLATFORM:ID] [--session S] [--limit N] [--json]
 
-Prints the audit log of one tenant (default: local), newest first: every exec, upload, export,
-read, media lookup and close, with granted secret values redacted from the command text.
+Prints the audit log of one tenant (default: local), newest first: every exec, background job,
+upload, export, read, media lookup, job kill (KIND kill: the job and what came of it), snapshot
+action and close, with granted secret values redacted from the command text.
 With --egress, the decisions of berth's egress proxy instead: host and port, allowed or refused,
 the rule that decided, bytes up and down, the credentials put in (names only, never a value).
 
