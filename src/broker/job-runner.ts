@@ -176,8 +176,9 @@ export class JobRunner {
   }
 }
 
+/** What a job keeps of its call's scope: the fields that find its session again (not the token it came with). */
 function storedScope(s: CallScope): CallScope {
-  const { workspace: _workspace, parentTask: _parent, ...rest } = s;
+  const { workspace: _workspace, parentTask: _parent, token: _token, ...rest } = s;
   return rest;
 }
 

@@ -24,7 +24,7 @@ const FIRST_HELP_LINE: Record<CommandName, string> = {
   audit: 'usage: berth audit [--egress [--refused]] [--tenant T] [--user PLATFORM:ID] [--session S] [--limit N] [--json]',
   top: 'usage: berth top [--interval S] [--once] [--calls N] [--json]',
   serve: 'usage: berth serve [--port N] [--host ADDR] [--grace SECONDS] [--config FILE]',
-  token: 'usage: berth token create --tenant T [--profile P ...]',
+  token: 'usage: berth token create --tenant T [--profile P ...] [--name N]',
   mcp: 'usage: berth mcp [scope flags]',
 };
 
