@@ -49,6 +49,8 @@ describe('berth CLI on the local backend (real processes)', () => {
     const berthLines = r.stderr.split('\n').filter((l) => l.startsWith('berth:'));
     expect(berthLines).toHaveLength(1);
     expect(berthLines[0]).toMatch(/^berth: timed out after 1000 ms; the command's processes were killed/);
+    // Nothing else: no "bash: line 1: 123 Killed sleep 30" of the job the kill ended.
+    expect(r.stderr).toBe(`${berthLines[0]}\n`);
     await runBerth(['close', '--session', 'slow'], { env: t.env, cwd: t.dir });
   });
 
