@@ -1,4 +1,5 @@
 import { redactText } from '../kit/redaction.js';
+import type { CallScope, CallToken } from '../scope/call-scope.js';
 import type { BrokerObserver, CallKind } from './observer.js';
 import type { ResolvedCall } from './resolve-call.js';
 import type { EgressEvent } from '../egress/types.js';
@@ -20,9 +21,19 @@ export type AuditRecord =
     /** What the observers are told besides (never written to the log). */
     outcome?: CallOutcome;
   }
-  | { kind: 'close'; tenant: string; profile: string; user: string | null; sessionRef: string; startedMs: number }
+  | { kind: 'close'; tenant: string; profile: string; user: string | null; sessionRef: string; startedMs: number; token: CallToken | undefined }
   /** A snapshot, restore or fork of the call's sandbox (`action`: `snapshot create NAME`, ...); `errorCode` when it failed. */
-  | { kind: 'snapshot'; call: ResolvedCall; action: string; startedMs: number; errorCode: string | undefined };
+  | { kind: 'snapshot'; call: ResolvedCall; action: string; startedMs: number; errorCode: string | undefined }
+  /** A kill of a background job by a call of its session: the job, its sandbox (when found) and what came of it. */
+  | { kind: 'kill'; scope: CallScope; jobId: string; sandboxKey: string | null; outcome: JobKillOutcome; startedMs: number };
+
+/** What a job kill did: ended the job, found it ended already, or failed with an error code. */
+export type JobKillOutcome = { killed: boolean } | { errorCode: string };
+
+/** The audit's token columns of a call's token (none for a local call). */
+function tokenOf(token: CallToken | undefined): { tokenId: string | null; tokenName: string | null } {
+  return { tokenId: token?.id ?? null, tokenName: token?.name ?? null };
+}
 
 /** How a call went, for the observers: its sandbox came up for it, it timed out, it failed. */
 export interface CallOutcome {
@@ -56,7 +67,16 @@ export class AuditRecorder {
     if (r.kind === 'close') {
       this.entries.add({
         timeMs: r.startedMs, tenant: r.tenant, profile: r.profile, user: r.user, session: r.sessionRef, sandboxKey: null,
-        kind: 'close', command: null, exitCode: null, durationMs,
+        kind: 'close', command: null, exitCode: null, durationMs, ...tokenOf(r.token),
+      });
+      return;
+    }
+    if (r.kind === 'kill') {
+      const { scope } = r;
+      const outcome = 'errorCode' in r.outcome ? `failed: ${r.outcome.errorCode}` : r.outcome.killed ? 'killed' : 'had already ended';
+      this.entries.add({
+        timeMs: r.startedMs, tenant: scope.tenant, profile: scope.profile, user: scope.user ?? null, session: scope.session ?? null,
+        sandboxKey: r.sandboxKey, kind: 'kill', command: `job ${r.jobId} (${outcome})`, exitCode: null, durationMs, ...tokenOf(scope.token),
       });
       return;
     }
@@ -65,7 +85,7 @@ export class AuditRecorder {
       this.entries.add({
         timeMs: r.startedMs, tenant: scope.tenant, profile: scope.profile, user: scope.user ?? null, session: scope.session ?? null,
         sandboxKey: binding.sandboxKey, kind: 'snapshot', command: r.errorCode === undefined ? r.action : `${r.action} (failed: ${r.errorCode})`,
-        exitCode: r.errorCode === undefined ? 0 : null, durationMs,
+        exitCode: r.errorCode === undefined ? 0 : null, durationMs, ...tokenOf(scope.token),
       });
       return;
     }
@@ -73,7 +93,7 @@ export class AuditRecorder {
     this.entries.add({
       timeMs: r.startedMs, tenant: scope.tenant, profile: scope.profile, user: scope.user ?? null,
       session: scope.session ?? null, sandboxKey: binding.sandboxKey, kind: r.kind,
-      command: redactText(r.command, redactValues), exitCode: r.exitCode, durationMs,
+      command: redactText(r.command, redactValues), exitCode: r.exitCode, durationMs, ...tokenOf(scope.token),
     });
     this.opts.observer.callEnded({
       kind: r.kind, tenant: scope.tenant, profile: scope.profile, backend: binding.backend, durationMs,

@@ -23,8 +23,8 @@ export interface BrokerViewsOptions {
 export class BrokerViews {
   constructor(private readonly opts: BrokerViewsOptions) {}
 
-  /** Sandboxes of a tenant as the store knows them (no engine contacted). */
-  list(tenant: string): SandboxInfo[] {
+  /** Sandboxes of a tenant (of every tenant when undefined: the operator's view) as the store knows them (no engine contacted). */
+  list(tenant: string | undefined): SandboxInfo[] {
     return this.infoOf(this.opts.sandboxes.list(tenant));
   }
 

@@ -171,6 +171,15 @@ export class Broker implements AsyncDisposable {
   }
 
   /**
+   * Every tenant's sandboxes as the store knows them, each with its `tenant` (no engine
+   * contacted): the operator's view on this host (`berth ls --all-tenants`). It crosses tenants,
+   * so no tenant's token ever reaches it.
+   */
+  listAllTenants(): SandboxInfo[] {
+    return this.parts.views.list(undefined);
+  }
+
+  /**
    * Every tenant's sandboxes with their state and what they use now, and the latest calls of
    * every tenant: the operator's view on this host (`berth top`). It crosses tenants, so no
    * tenant's token ever reaches it. With `tenant`, that tenant's sandboxes only and no calls

@@ -66,7 +66,8 @@ export class CallResolver {
 }
 
 function keyOf(scope: CallScope): string {
-  return JSON.stringify([scope.tenant, scope.profile, scope.session ?? null, scope.user ?? null, scope.parentTask ?? null]);
+  // The token too: the audit names it from the kept resolution's scope.
+  return JSON.stringify([scope.tenant, scope.profile, scope.session ?? null, scope.user ?? null, scope.parentTask ?? null, scope.token?.id ?? null, scope.token?.name ?? null]);
 }
 
 /** A kept resolution is shared by every call of its scope: nothing may change it (a write throws). */

@@ -103,10 +103,28 @@ export class JobRunner {
     return { jobId: id, sandboxKey: call.binding.sandboxKey };
   }
 
-  /** Kills one job's process tree (nothing else in the sandbox); false when it had already ended. */
+  /**
+   * Kills one job's process tree (nothing else in the sandbox); false when it had already ended.
+   * Audited either way (who, which job, the outcome), a refused or failed kill with its code.
+   */
   async kill(scope: CallScope, jobId: string): Promise<{ killed: boolean }> {
+    const startedMs = Date.now();
+    let sandboxKey: string | null = null;
+    try {
+      const job = this.opts.ledger.find(scope, jobId);
+      sandboxKey = job.sandboxKey;
+      const r = await this.killFound(job);
+      this.opts.audit.record({ kind: 'kill', scope, jobId, sandboxKey, outcome: r, startedMs });
+      return r;
+    } catch (err) {
+      const errorCode = err instanceof BerthError ? err.code : 'internal';
+      this.opts.audit.record({ kind: 'kill', scope, jobId: String(jobId), sandboxKey, outcome: { errorCode }, startedMs });
+      throw err;
+    }
+  }
+
+  private async killFound(job: JobRecord): Promise<{ killed: boolean }> {
     const { ledger, sandboxes, killer } = this.opts;
-    const job = ledger.find(scope, jobId);
     if (job.status !== 'running') return { killed: false };
     const call = ledger.callOf(job);
     const sandbox = await sandboxes.existing(call, job.digest).catch(() => undefined);
@@ -158,8 +176,9 @@ export class JobRunner {
   }
 }
 
+/** What a job keeps of its call's scope: the fields that find its session again (not the token it came with). */
 function storedScope(s: CallScope): CallScope {
-  const { workspace: _workspace, parentTask: _parent, ...rest } = s;
+  const { workspace: _workspace, parentTask: _parent, token: _token, ...rest } = s;
   return rest;
 }
 

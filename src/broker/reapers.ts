@@ -15,6 +15,9 @@ import type { JobTable } from './state/job-table.js';
 import type { SandboxRecord, SandboxTable } from './state/sandbox-table.js';
 import type { SessionTable } from './state/session-table.js';
 
+/** How long a reaped mark waits for its session to come back (`SandboxTable.markReaped`): the audit's default retention. */
+const REAPED_MARK_MS = 30 * 24 * 60 * 60 * 1000;
+
 /** What a broker's reapers offer its users: the passes on demand, and a place for periodic work. */
 export interface BrokerReapers {
   /**
@@ -49,7 +52,7 @@ export interface WarmKeeper {
 
 export interface ReapersOptions {
   config: BerthConfig;
-  sandboxes: Pick<SandboxTable, 'list' | 'get' | 'delete'>;
+  sandboxes: Pick<SandboxTable, 'list' | 'get' | 'delete' | 'markReaped' | 'pruneReaped'>;
   sessions: Pick<SessionTable, 'ofSandbox' | 'sandboxCountOf'>;
   lives: Pick<LiveSandboxes, 'get' | 'all'>;
   engines: Pick<Engines, 'names' | 'listManaged' | 'reapIdleNetworks' | 'releaseIdleDisks' | 'reapIdleGroups' | 'hostGuard'>;
@@ -190,11 +193,13 @@ export class Reapers implements BrokerReapers {
       if (!rec.ephemeral || lives.get(rec.digest)?.inflight) continue;
       if (rec.ref === '' && !claimAbandoned(rec, Date.now())) continue; // being created right now
       if (!this.opts.links.hasLiveSession(rec)) {
+        this.markIfOpen(rec.digest);
         await removal.remove(rec).catch((e) => log('berth:reaper', `remove ${rec.key}: ${String(e)}`));
         removed.push(rec.name);
         this.opts.observer.reaped({ reason: 'orphan', tenant: rec.tenant, backend: rec.backend });
       }
     }
+    sandboxes.pruneReaped(Date.now() - REAPED_MARK_MS);
     // Last, so the networks and mounts of the sandboxes just removed go too.
     for (const engine of engines) {
       await engineParts.reapIdleNetworks(engine).catch((e) => log('berth:reaper', `reap ${engine} networks: ${String(e)}`));
@@ -232,6 +237,7 @@ export class Reapers implements BrokerReapers {
         // Only this sandbox goes; a session is closed only once it has no other sandbox left,
         // so an idle sandbox never takes a busy one of the same session with it.
         const open = sessions.ofSandbox(live.digest).filter((x) => x.closedMs === null);
+        this.markIfOpen(live.digest);
         await removal.remove(live.record).catch((e) => log('berth:reaper', `remove ${live.record.key}: ${String(e)}`));
         for (const x of open) {
           if (!shutdown.aborted && sessions.sandboxCountOf(x.tenant, x.profile, x.session) === 0) {
@@ -248,6 +254,11 @@ export class Reapers implements BrokerReapers {
     if (shutdown.aborted) return;
     this.opts.audit.prune();
     if (this.opts.reap) await this.reapOrphans().catch((e) => log('berth:reaper', String(e)));
+  }
+
+  /** Marks a sandbox about to be reaped whose sessions are not all closed: the next call on it hears it was recreated. */
+  private markIfOpen(digest: string): void {
+    if (this.opts.sessions.ofSandbox(digest).some((s) => s.closedMs === null)) this.opts.sandboxes.markReaped(digest, Date.now());
   }
 
   /**

@@ -35,7 +35,7 @@ export interface SandboxPoolOptions {
   config: BerthConfig;
   lives: Pick<LiveSandboxes, 'get' | 'add' | 'backendOf' | 'underLock'>;
   backends: BackendByName;
-  sandboxes: Pick<SandboxTable, 'get' | 'put' | 'delete' | 'claim' | 'tenantUsage' | 'takeOverClaim' | 'hold'>;
+  sandboxes: Pick<SandboxTable, 'get' | 'put' | 'delete' | 'claim' | 'tenantUsage' | 'takeOverClaim' | 'hold' | 'takeReaped'>;
   links: SessionLinker;
   firstUse: FirstUseOfEngine;
   removal: SandboxRetirer;
@@ -114,13 +114,15 @@ export class SandboxPool {
         hibernatedMs: null, heldBy: this.processToken,
       };
       const hibernatedMs = known?.hibernatedMs ?? null;
+      // A reaper took this identity's sandbox from a session still open: this one is new and empty.
+      const reaped = known === undefined && sandboxes.takeReaped(call.spec.digest);
       sandboxes.put(record);
       sandboxes.hold(record.digest, this.processToken);
       warm?.recorded();
       const live: LiveSandbox = {
         digest: call.spec.digest, sandbox, record, traits: call.traits,
         idleMs: call.settings.lifecycle.idleSeconds * 1000, hibernateMs: call.settings.lifecycle.hibernateSeconds * 1000,
-        inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated, sessions: new Map(), diskCheckedMs: 0,
+        inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated || reaped, sessions: new Map(), diskCheckedMs: 0,
         resumedUnreported: hibernatedMs !== null && !sandbox.recreated ? { hibernatedMs } : undefined,
         shells: new SandboxShells(sandbox, {
           mayKillAll: call.traits.ownsProcessTable,

@@ -94,7 +94,7 @@ export class SessionCloser {
         result.kept.push(rec.key);
       }
     }
-    this.opts.audit.record({ kind: 'close', tenant, profile, user: scope?.user ?? null, sessionRef, startedMs: started });
+    this.opts.audit.record({ kind: 'close', tenant, profile, user: scope?.user ?? null, sessionRef, startedMs: started, token: scope?.token });
     return result;
   }
 

@@ -13,7 +13,7 @@ usage: berth <command> [flags]
 commands:
   exec [scope flags] [--workdir DIR] [--timeout S] [--json] -- CMD...   run a command
   explain [scope flags] [--json]     show the binding (sandbox key, mount, cwd, env names)
-  ls [--tenant T] [--json]           list sandboxes
+  ls [--tenant T | --all-tenants] [--json]   list sandboxes (of a tenant, or every tenant's)
   close [scope flags] [--json]       close a session (removes its ephemeral sandboxes)
   rm [scope flags]                   remove a sandbox, persistent or not
   snapshot create|ls|rm|restore [scope flags] [--name N] [--json] [NAME]
@@ -27,9 +27,9 @@ commands:
   config check                       validate the config and print the effective one
   image build [--variant debian|minimal] [--image NAME] [--force]   build a sandbox image without a registry
   serve [--port N] [--host ADDR] [--grace S]   HTTP API (/v1), MCP (/mcp) and dashboard (/) for agent frameworks
-  token create --tenant T [--profile P ...]    a bearer token for berth serve (printed once, last line)
-  token create --metrics             a token that reads GET /metrics only
-  token list [--json] | token revoke ID        tokens: id, tenant, profiles (never the token)
+  token create --tenant T [--profile P ...] [--name N]   a bearer token for berth serve (printed once, last line)
+  token create --metrics [--name N]  a token that reads GET /metrics only
+  token list [--json] | token revoke ID        tokens: id, name, tenant, profiles (never the token)
   mcp [scope flags]                  serve MCP over stdio (one session per connection)
 
 ${SCOPE_HELP}

@@ -77,6 +77,25 @@ function splitExisting(r: ResolvedPath): { base: string; missing: string[] } {
 }
 
 /**
+ * The permission bits a transfer carries: read, write and execute for owner, group and others, so
+ * a 0755 script stays executable and a 0644 file stays 0644. setuid, setgid and sticky bits are
+ * never carried (into a sandbox or onto the host), and neither is ownership: what lands belongs to
+ * whoever writes it (the sandbox's user; berth's on the host).
+ */
+function carriedMode(mode: number): number {
+  return mode & 0o777;
+}
+
+/**
+ * The mode of a file or dir an export writes on the host: the sandbox's bits (`carriedMode`), and
+ * always read and write (and for a dir, enter) for berth's own user, which copies them out and
+ * removes them later. The process umask applies, as it does to any file berth writes.
+ */
+function stagedMode(mode: number, dir: boolean): number {
+  return carriedMode(mode) | (dir ? 0o700 : 0o600);
+}
+
+/**
  * Writes one file into the sandbox (missing parent dirs are created). Verified afterwards: the
  * call succeeds only when the file is there with the right size.
  */
@@ -115,8 +134,8 @@ export async function uploadStream(
   ctx: TransferContext,
   a: { path: string; size: number; stream: AsyncIterable<Uint8Array>; mode?: number },
 ): Promise<{ path: string; bytes: number }> {
-  const mode = a.mode ?? 0o644;
-  if (!Number.isInteger(mode) || mode < 0 || mode > 0o7777) throw new UsageError(`mode must be a file mode between 0 and 0o7777, got ${String(a.mode)}`);
+  if (a.mode !== undefined && (!Number.isInteger(a.mode) || a.mode < 0 || a.mode > 0o7777)) throw new UsageError(`mode must be a file mode between 0 and 0o7777, got ${String(a.mode)}`);
+  const mode = carriedMode(a.mode ?? 0o644);
   if (!Number.isSafeInteger(a.size) || a.size < 0) throw new UsageError(`size must be a whole number of bytes >= 0, got ${String(a.size)}`);
   if (typeof (a.stream as Partial<AsyncIterable<Uint8Array>> | null)?.[Symbol.asyncIterator] !== 'function') {
     throw new UsageError('upload stream must be a readable stream (or an async iterable of byte chunks)');
@@ -210,7 +229,7 @@ async function parseUploadTar(tar: Buffer, maxBytes: number): Promise<ParsedEntr
       }
       if (name === '') return undefined;
       if (h.type === 'dir') {
-        entries.push({ name, type: 'dir', mode: h.mode & 0o7777, data: undefined });
+        entries.push({ name, type: 'dir', mode: carriedMode(h.mode), data: undefined });
         return undefined;
       }
       total += h.size;
@@ -218,7 +237,7 @@ async function parseUploadTar(tar: Buffer, maxBytes: number): Promise<ParsedEntr
       const parts: Buffer[] = [];
       return {
         write: (c: Buffer) => void parts.push(Buffer.from(c)),
-        end: () => void entries.push({ name, type: 'file', mode: h.mode & 0o7777, data: Buffer.concat(parts) }),
+        end: () => void entries.push({ name, type: 'file', mode: carriedMode(h.mode), data: Buffer.concat(parts) }),
       };
     });
   } catch (err) {
@@ -365,7 +384,7 @@ export async function exportToStaging(ctx: TransferContext, a: { path: string; m
       }
       const hostPath = join(into, ...name.split('/'));
       if (h.type === 'dir') {
-        await mkdir(hostPath, { recursive: true, mode: 0o700 });
+        await mkdir(hostPath, { recursive: true, mode: stagedMode(h.mode, true) });
         return undefined;
       }
       if (h.type === 'hardlink') {
@@ -390,7 +409,7 @@ export async function exportToStaging(ctx: TransferContext, a: { path: string; m
       if (charged + h.size > limit) throw tooLarge(`${what} (over ${charged + h.size} bytes, counting ${ENTRY_BYTES} bytes for each of its ${entries} entries so far)`, cap);
       await mkdir(dirname(hostPath), { recursive: true, mode: 0o700 });
       await rm(hostPath, { force: true });
-      const fh = await open(hostPath, 'wx', (h.mode & 0o100) !== 0 ? 0o700 : 0o600);
+      const fh = await open(hostPath, 'wx', stagedMode(h.mode, false));
       open_ = fh;
       const redactor = new ByteRedactor(ctx.redactValues ?? []);
       const put = async (b: Buffer): Promise<void> => {

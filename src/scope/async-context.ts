@@ -14,7 +14,7 @@ export interface ScopeContext {
   effectiveScope(explicit: CallScopeInput | undefined, envSession: string | undefined): CallScopeInput;
 }
 
-const FIELDS = ['tenant', 'profile', 'session', 'user', 'workspace'] as const;
+const FIELDS = ['tenant', 'profile', 'session', 'user', 'workspace', 'token'] as const;
 
 /** A fresh, independent scope context (tests, or a host embedding two brokers). */
 export function createScopeContext(): ScopeContext {
@@ -61,6 +61,8 @@ export function mergeScopes(
 function isGiven(value: unknown): boolean {
   if (value === undefined || value === null || value === '') return false;
   if (typeof value === 'object') {
+    // A token is given when present; a workspace when it names a path.
+    if ('id' in value) return true;
     const path = (value as { path?: unknown }).path;
     return path !== undefined && path !== '';
   }

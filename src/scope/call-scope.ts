@@ -21,6 +21,14 @@ export interface CallScope {
   /** End user of a messaging platform, `platform:id`. */
   user?: string | undefined;
   workspace?: AttachedWorkspace | undefined;
+  /** The bearer token a remote call came with: recorded in the audit, never a choice of sandbox. */
+  token?: CallToken | undefined;
+}
+
+/** A token as the audit names it: its id (`tok_...`) and its name when it has one (`berth token create --name`). */
+export interface CallToken {
+  id: string;
+  name?: string | undefined;
 }
 
 export const DEFAULT_TENANT = 'local';

@@ -5,6 +5,7 @@ import {
   type AttachedWorkspace,
   type CallScope,
   type CallScopeInput,
+  type CallToken,
 } from './call-scope.js';
 import { reservedTaskReason } from './sandbox-key.js';
 import { formatUserRef, parseUserRef } from './user-ref.js';
@@ -38,6 +39,7 @@ export function normalizeScope(input: CallScopeInput): CallScope {
   const userRef = given(input.user);
   const user = userRef === undefined ? undefined : formatUserRef(parseUserRef(userRef));
   const workspace = attachedWorkspace(input.workspace);
+  const token = callToken(input.token);
 
   for (const [field, value] of [['task', task], ['parentTask', parentTask]] as const) {
     const reason = value === undefined ? undefined : reservedTaskReason(value);
@@ -58,7 +60,19 @@ export function normalizeScope(input: CallScopeInput): CallScope {
   if (parentTask !== undefined) scope.parentTask = parentTask;
   if (user !== undefined) scope.user = user;
   if (workspace !== undefined) scope.workspace = workspace;
+  if (token !== undefined) scope.token = token;
   return Object.freeze(scope);
+}
+
+/** A token's id and name, each 1-64 letters, digits, '.', '_' or '-' (what `berth token create` makes). */
+function callToken(value: unknown): CallToken | undefined {
+  if (value === undefined || value === null) return undefined;
+  const t = value as Partial<Record<keyof CallToken, unknown>>;
+  const ok = (v: unknown): boolean => typeof v === 'string' && NAME_RE.test(v);
+  if (typeof value !== 'object' || !ok(t.id) || (t.name !== undefined && !ok(t.name))) {
+    throw new UsageError('call scope token must be { id, name? } of 1-64 letters, digits, \'.\', \'_\' or \'-\' each, e.g. { id: "tok_0123456789ab", name: "ci" }');
+  }
+  return Object.freeze(t.name === undefined ? { id: t.id as string } : { id: t.id as string, name: t.name as string });
 }
 
 /** `''` and `undefined` both mean "not given"; anything else must be a string. */

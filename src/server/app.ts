@@ -107,7 +107,7 @@ export function createApp(deps: AppDeps): ApiApp {
     if (grant.metrics === true) {
       throw new HttpError('policy_refused', 'this is a metrics token: it may read GET /metrics and nothing else; use a tenant token (berth token create --tenant T)');
     }
-    const caller: Caller = { tenant: grant.tenant, profiles: grant.profiles };
+    const caller: Caller = { tenant: grant.tenant, profiles: grant.profiles, token: grant.name === undefined ? { id: grant.id } : { id: grant.id, name: grant.name } };
     deps.callers.set(c.env.incoming, caller);
     return caller;
   };

@@ -2,7 +2,7 @@ import type { Broker } from '../broker/broker.js';
 import { settingsFor } from '../config/types.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import { BerthError, ConfigError } from '../errors.js';
-import type { CallScope } from '../scope/call-scope.js';
+import type { CallScope, CallToken } from '../scope/call-scope.js';
 
 /*
  * What a remote caller may choose (docs/design.md §8). Its credentials (a bearer token) fix its tenant
@@ -11,10 +11,11 @@ import type { CallScope } from '../scope/call-scope.js';
  * callers only when the operator said so (`server.allowHostBackend`).
  */
 
-/** A remote caller: the tenant and the profiles its credentials allow. */
+/** A remote caller: the tenant and the profiles its credentials allow, and the token they are (for the audit). */
 export interface Caller {
   tenant: string;
   profiles: readonly string[];
+  token?: CallToken;
 }
 
 /** A remote caller named a profile its token does not carry. HTTP 403. */

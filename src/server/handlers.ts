@@ -84,7 +84,7 @@ export function apiHandlers(deps: HandlerDeps): Handlers {
    */
   const scoped = (c: ApiContext, fields: ScopeFields): CallScope => {
     const caller = c.get('caller');
-    const scope = scopeOf(caller.tenant, fields);
+    const scope = scopeOf(caller.tenant, fields, caller.token);
     assertProfileAllowed(caller, scope.profile);
     assertNotOnHost(broker, scope);
     return scope;

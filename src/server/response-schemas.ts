@@ -103,6 +103,8 @@ export const AuditEntry = z.object({
   command: z.string().nullable(),
   exitCode: z.number().int().nullable(),
   durationMs: z.number().int().nullable(),
+  tokenId: z.string().nullable().describe('the bearer token the call came with (null: a local call, or an entry from before tokens were recorded)'),
+  tokenName: z.string().nullable().describe("that token's name (berth token create --name), null when it has none"),
 }).meta({ id: 'AuditEntry' });
 
 export const EgressAuditEntry = z.object({

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { CallScope } from '../scope/call-scope.js';
+import type { CallScope, CallToken } from '../scope/call-scope.js';
 import { normalizeScope } from '../scope/normalize.js';
 import { HttpError } from './http-error.js';
 
@@ -120,9 +120,9 @@ export interface ScopeFields {
   user?: string | undefined;
 }
 
-/** The call scope of a request: the token's tenant plus the request's fields, normalised by the library. */
-export function scopeOf(tenant: string, fields: ScopeFields): CallScope {
+/** The call scope of a request: the token's tenant plus the request's fields, normalised by the library, and the token itself (for the audit). */
+export function scopeOf(tenant: string, fields: ScopeFields, token?: CallToken): CallScope {
   return normalizeScope({
-    tenant, profile: fields.profile, session: fields.session, task: fields.task, parentTask: fields.parentTask, user: fields.user,
+    tenant, profile: fields.profile, session: fields.session, task: fields.task, parentTask: fields.parentTask, user: fields.user, token,
   });
 }

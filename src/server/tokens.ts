@@ -24,6 +24,8 @@ import { normalizeScope } from '../scope/normalize.js';
 
 const TOKEN_PREFIX = 'berth_';
 const TOKEN_RE = /^berth_[A-Za-z0-9_-]{43}$/;
+/** A token's name: what an operator reads in `token list` and the audit, so short and terminal-safe. */
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 const LEGACY_FILE = 'tokens.json';
 
 const SCHEMA = `
@@ -31,6 +33,9 @@ CREATE TABLE IF NOT EXISTS tokens (
   id TEXT PRIMARY KEY, sha256 TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL, profiles TEXT NOT NULL, created_ms INTEGER NOT NULL,
   kind TEXT NOT NULL DEFAULT 'tenant');
 `;
+
+/** Names are unique per tenant (metrics tokens, with no tenant, among themselves): a name says which token it is. */
+const NAME_INDEX = 'CREATE UNIQUE INDEX IF NOT EXISTS tokens_name ON tokens (tenant, name) WHERE name IS NOT NULL;';
 
 /** The tokens file berth kept before tokens moved into the state; imported once, then renamed. */
 const LegacyFileSchema = z.strictObject({
@@ -53,6 +58,8 @@ export interface TokenEntry {
   createdMs: number;
   /** A metrics token (`berth token create --metrics`): it reads `/metrics` and nothing else; no tenant, no profiles. */
   metrics?: true;
+  /** The name the operator gave it (`--name`), unique within its tenant; tokens made before names have none. */
+  name?: string;
 }
 
 /** What a request holding a valid token may do: its tenant and profiles, or (a metrics token) only read `/metrics`. */
@@ -61,6 +68,7 @@ export interface TokenGrant {
   tenant: string;
   profiles: readonly string[];
   metrics?: true;
+  name?: string;
 }
 
 interface TokenRow {
@@ -70,6 +78,7 @@ interface TokenRow {
   profiles: string;
   created_ms: number;
   kind: string;
+  name: string | null;
 }
 
 /** One call per lookup, not a Hash object (a few µs of every request; `crypto.hash` is Node 20.12 and later). */
@@ -79,6 +88,7 @@ const sha256: (token: string) => string = typeof crypto.hash === 'function'
 
 function toEntry(r: TokenRow): TokenEntry {
   const entry: TokenEntry = { id: r.id, sha256: r.sha256, tenant: r.tenant, profiles: JSON.parse(r.profiles) as string[], createdMs: r.created_ms };
+  if (r.name !== null) entry.name = r.name;
   // Anything but a tenant token grants no tenant: an unknown kind (a newer berth's) is read as metrics-only.
   if (r.kind !== 'tenant') return { ...entry, tenant: '', profiles: [], metrics: true };
   return entry;
@@ -179,36 +189,57 @@ export class TokenStore {
 
   private static over(db: Database.Database, berthHome: string, ownsDb: boolean, opts: TokenStoreOptions): TokenStore {
     db.exec(SCHEMA);
-    addKindColumn(db);
+    addColumns(db);
+    db.exec(NAME_INDEX);
     const store = new TokenStore(db, berthHome, ownsDb);
     store.importLegacyFile(opts.notice);
     return store;
   }
 
-  /** Makes a token for `tenant` and `profiles` (default: the default profile only); the token itself is returned once and never stored. */
-  create(tenant: string, profiles?: readonly string[]): { token: string; entry: TokenEntry } {
+  /**
+   * Makes a token for `tenant` and `profiles` (default: the default profile only), named `name`
+   * when given; the token itself is returned once and never stored.
+   *
+   * @throws UsageError for a malformed name, or one another token of the tenant has.
+   */
+  create(tenant: string, profiles?: readonly string[], opts: { name?: string | undefined } = {}): { token: string; entry: TokenEntry } {
     const valid = normalizeScope({ tenant }).tenant;
     const token = `${TOKEN_PREFIX}${crypto.randomBytes(32).toString('base64url')}`;
     const entry: TokenEntry = {
       id: `tok_${crypto.randomBytes(6).toString('hex')}`, sha256: sha256(token), tenant: valid, profiles: tokenProfiles(profiles), createdMs: Date.now(),
+      ...nameOf(opts.name),
     };
-    this.q('INSERT INTO tokens (id, sha256, tenant, profiles, created_ms) VALUES (?, ?, ?, ?, ?)')
-      .run(entry.id, entry.sha256, entry.tenant, JSON.stringify(entry.profiles), entry.createdMs);
-    changed(this.cache);
+    this.insert(entry, 'tenant', `tenant "${valid}"`);
     return { token, entry };
   }
 
   /**
    * Makes a metrics token: it may read `GET /metrics` (counts of every tenant) and nothing else;
    * no tenant route accepts it. Shown once, like a tenant token.
+   *
+   * @throws UsageError for a malformed name, or one another metrics token has.
    */
-  createMetrics(): { token: string; entry: TokenEntry } {
+  createMetrics(opts: { name?: string | undefined } = {}): { token: string; entry: TokenEntry } {
     const token = `${TOKEN_PREFIX}${crypto.randomBytes(32).toString('base64url')}`;
-    const entry: TokenEntry = { id: `tok_${crypto.randomBytes(6).toString('hex')}`, sha256: sha256(token), tenant: '', profiles: [], createdMs: Date.now(), metrics: true };
-    this.q("INSERT INTO tokens (id, sha256, tenant, profiles, created_ms, kind) VALUES (?, ?, '', '[]', ?, 'metrics')")
-      .run(entry.id, entry.sha256, entry.createdMs);
-    changed(this.cache);
+    const entry: TokenEntry = {
+      id: `tok_${crypto.randomBytes(6).toString('hex')}`, sha256: sha256(token), tenant: '', profiles: [], createdMs: Date.now(), metrics: true, ...nameOf(opts.name),
+    };
+    this.insert(entry, 'metrics', 'the metrics tokens');
     return { token, entry };
+  }
+
+  /** One statement: the unique index decides a name race between two creates. */
+  private insert(entry: TokenEntry, kind: 'tenant' | 'metrics', among: string): void {
+    try {
+      this.q('INSERT INTO tokens (id, sha256, tenant, profiles, created_ms, kind, name) VALUES (?, ?, ?, ?, ?, ?, ?)')
+        .run(entry.id, entry.sha256, entry.tenant, JSON.stringify(entry.profiles), entry.createdMs, kind, entry.name ?? null);
+    } catch (err) {
+      if ((err as { code?: string }).code === 'SQLITE_CONSTRAINT_UNIQUE' && entry.name !== undefined) {
+        throw new UsageError(`a token named "${entry.name}" exists already among ${among}; pick another name, or revoke that one first (berth token list)`);
+      }
+      throw err;
+    }
+    changed(this.cache);
   }
 
   /** Every token, oldest first. */
@@ -258,9 +289,9 @@ export class TokenStore {
     if (kept !== undefined) return kept;
     const row = this.q('SELECT * FROM tokens WHERE sha256 = ?').get(hash) as TokenRow | undefined;
     if (row === undefined) return undefined;
-    const { id, tenant, profiles, metrics } = toEntry(row);
+    const { id, tenant, profiles, metrics, name } = toEntry(row);
     Object.freeze(profiles);
-    const grant: TokenGrant = Object.freeze(metrics === true ? { id, tenant, profiles, metrics } : { id, tenant, profiles });
+    const grant: TokenGrant = Object.freeze({ id, tenant, profiles, ...(metrics === true ? { metrics } : {}), ...(name === undefined ? {} : { name }) });
     if (cache.grants.size >= MAX_CACHED_GRANTS) cache.grants.clear();
     cache.grants.set(hash, grant);
     return grant;
@@ -320,15 +351,29 @@ export class TokenStore {
 }
 
 /**
- * A state made by a berth before metrics tokens has no `kind` column: add it (every token then
- * is a tenant token). Under an immediate transaction, so concurrent openers add it once.
+ * A state made by an older berth lacks columns: `kind` (before metrics tokens: every token then
+ * is a tenant token) and `name` (before names: its tokens have none). Under an immediate
+ * transaction, so concurrent openers add each once.
  */
-function addKindColumn(db: Database.Database): void {
-  const hasKind = (): boolean => (db.prepare('PRAGMA table_info(tokens)').all() as { name: string }[]).some((c) => c.name === 'kind');
-  if (hasKind()) return;
+function addColumns(db: Database.Database): void {
+  const added = [['kind', "TEXT NOT NULL DEFAULT 'tenant'"], ['name', 'TEXT']] as const;
+  const missing = (): (typeof added)[number][] => {
+    const have = new Set((db.prepare('PRAGMA table_info(tokens)').all() as { name: string }[]).map((c) => c.name));
+    return added.filter(([column]) => !have.has(column));
+  };
+  if (missing().length === 0) return;
   db.transaction(() => {
-    if (!hasKind()) db.exec("ALTER TABLE tokens ADD COLUMN kind TEXT NOT NULL DEFAULT 'tenant'");
+    for (const [column, type] of missing()) db.exec(`ALTER TABLE tokens ADD COLUMN ${column} ${type}`);
   }).immediate();
+}
+
+/** A token name as given to `create`: checked, or none. */
+function nameOf(name: string | undefined): { name?: string } {
+  if (name === undefined) return {};
+  if (!NAME_RE.test(name)) {
+    throw new UsageError(`token name ${JSON.stringify(name)} must be 1-64 characters of letters, digits, '.', '_' or '-', starting with a letter or digit, e.g. "ci-bot"`);
+  }
+  return { name };
 }
 
 function parseLegacy(file: string, text: string): z.infer<typeof LegacyFileSchema>['tokens'] {

@@ -3,6 +3,7 @@ import { BerthError, ConfigError, TimeoutError, UsageError } from '../errors.js'
 import { Logger } from '../logging/logger.js';
 import { ByteRedactor } from '../kit/redaction.js';
 import { OutputCapture } from './output-capture.js';
+import { JobReportFilter } from './job-report-filter.js';
 import { DUMP_AND_EXIT, SHELL_TAG_VAR, SNAPSHOT_CWD, STARTED_LINE, TokenSource, buildFrame, buildInit, isShellName, parseInitPayload, printfFormat } from './protocol.js';
 import { describeEnd, describeReplacement, restoredFrom, type Replacement } from './replacement.js';
 import type { ProcessPids, ShellGroups, ShellTransport } from './transport.js';
@@ -199,7 +200,9 @@ export class PersistentShell implements AsyncDisposable {
       onChunk: ro.onChunk,
     });
     this.groupOp(conn, 'enter the command\'s group', (g) => g.prepare(ro.group));
-    const ex = conn.exchange(frame, nonce, (stream, chunk) => capture.push(stream, chunk));
+    // bash reports each job a timeout's kill ends ("bash: line 1: 16 Killed ..."): berth's own notice says it once.
+    const reports = new JobReportFilter((stream, chunk) => capture.push(stream, chunk));
+    const ex = conn.exchange(frame, nonce, reports.push);
     this.current = { tag, conn };
 
     let notice: string | undefined;
@@ -219,7 +222,9 @@ export class PersistentShell implements AsyncDisposable {
         : `cancelled after ${Date.now() - startedAt} ms (the caller went away)`;
       exitCode = outcome === 'timeout' ? 124 : 130;
       const oldJobs = this.jobs.length;
+      reports.arm();
       const stillFull = await this.endCommand(conn, tag, ex);
+      reports.flush();
       this.jobs = [];
       const r = await this.takeOver(conn, oldJobs, stillFull);
       replaced = replaced || r.replaced;

@@ -63,6 +63,7 @@ export function filesConformance(
     const exMs = Date.now() - t;
     expect(ex).toMatchObject({ bytes: data.length, kind: 'file' });
     expect(sha(readFileSync(ex.hostPath))).toBe(sha(data));
+    expect(lstatSync(ex.hostPath).mode & 0o7777).toBe(0o640);
     expect(lstatSync(dirname(ex.hostPath)).mode & 0o777).toBe(0o700);
     report(`${backend}: 20 MB upload ${upMs} ms, export ${exMs} ms`);
   });
@@ -75,15 +76,23 @@ export function filesConformance(
       { name: 'proj/a.txt', type: 'file', mode: 0o644, data: Buffer.from('alpha\n') },
       { name: 'proj/empty', type: 'file', mode: 0o644, data: Buffer.alloc(0) },
       { name: 'proj/deep/er/b.bin', type: 'file', mode: 0o755, data: randomBytes(70_000) },
+      // setuid, setgid and sticky bits are never carried, in or out; the permission bits are.
+      { name: 'proj/suid', type: 'file', mode: 0o6755, data: Buffer.from('#!/bin/sh\necho ran\n') },
+      { name: 'proj/sticky', type: 'dir', mode: 0o3755 },
     ]);
     const up = await broker.files.uploadTar(s, { dir: 'in', tar });
-    expect(up.entries).toBe(4);
+    expect(up.entries).toBe(6);
+    await broker.files.upload(s, { path: 'in/proj/one', data: Buffer.from('1'), mode: 0o4750 });
+    const modes = await broker.exec(s, '(cd in/proj && stat -c "%n %a" a.txt deep/er/b.bin suid sticky one && ./suid)');
+    expect(modes.stdout).toBe('a.txt 644\ndeep/er/b.bin 755\nsuid 755\nsticky 755\none 750\nran\n');
     const check = await broker.exec(s, 'cat in/proj/a.txt; ls in/proj/deep/er; ln -s /etc/passwd in/proj/pw; ln -s a.txt in/proj/rel');
     expect(check.stdout).toBe('alpha\nb.bin\n');
     const ex = await broker.files.exportPath(s, { path: 'in/proj' });
     expect(ex.kind).toBe('dir');
-    expect(ex.bytes).toBe(6 + 70_000);
-    expect(listTree(ex.hostPath)).toEqual(['a.txt', 'deep/', 'deep/er/', 'deep/er/b.bin', 'empty']);
+    expect(ex.bytes).toBe(6 + 70_000 + 19 + 1);
+    expect(listTree(ex.hostPath)).toEqual(['a.txt', 'deep/', 'deep/er/', 'deep/er/b.bin', 'empty', 'one', 'sticky/', 'suid']);
+    const hostModes = ['a.txt', 'deep/er/b.bin', 'suid', 'sticky', 'one'].map((p) => (lstatSync(join(ex.hostPath, p)).mode & 0o7777).toString(8));
+    expect(hostModes).toEqual(['644', '755', '755', '755', '750'].map((m) => (Number.parseInt(m, 8) & ~process.umask()).toString(8)));
     // The home holds berth's shell snapshots (.berth): exporting it leaves them out.
     const home = (await broker.exec(s, 'echo "$HOME"; mkdir -p "$HOME/.ssh"; echo k > "$HOME/.ssh/id_x"; echo n > "$HOME/note"')).stdout.trim();
     const h = await broker.files.exportPath(s, { path: home });

@@ -12,7 +12,7 @@ import { modulesLoadedBy } from '../helpers/loaded-modules.js';
 const FIRST_HELP_LINE: Record<CommandName, string> = {
   exec: 'usage: berth exec [scope flags] [--workdir DIR] [--timeout SECONDS] [--json] -- CMD...',
   explain: 'usage: berth explain [scope flags] [--json]',
-  ls: 'usage: berth ls [--tenant T] [--json]',
+  ls: 'usage: berth ls [--tenant T | --all-tenants] [--json]',
   close: 'usage: berth close [scope flags] [--json]',
   rm: 'usage: berth rm [scope flags]',
   snapshot: 'usage: berth snapshot create [scope flags] [--name N] [--json]',
@@ -24,7 +24,7 @@ const FIRST_HELP_LINE: Record<CommandName, string> = {
   audit: 'usage: berth audit [--egress [--refused]] [--tenant T] [--user PLATFORM:ID] [--session S] [--limit N] [--json]',
   top: 'usage: berth top [--interval S] [--once] [--calls N] [--json]',
   serve: 'usage: berth serve [--port N] [--host ADDR] [--grace SECONDS] [--config FILE]',
-  token: 'usage: berth token create --tenant T [--profile P ...]',
+  token: 'usage: berth token create --tenant T [--profile P ...] [--name N]',
   mcp: 'usage: berth mcp [scope flags]',
 };
 

@@ -49,6 +49,8 @@ describe('berth CLI on the local backend (real processes)', () => {
     const berthLines = r.stderr.split('\n').filter((l) => l.startsWith('berth:'));
     expect(berthLines).toHaveLength(1);
     expect(berthLines[0]).toMatch(/^berth: timed out after 1000 ms; the command's processes were killed/);
+    // Nothing else: no "bash: line 1: 123 Killed sleep 30" of the job the kill ended.
+    expect(r.stderr).toBe(`${berthLines[0]}\n`);
     await runBerth(['close', '--session', 'slow'], { env: t.env, cwd: t.dir });
   });
 
@@ -224,6 +226,26 @@ describe('berth CLI on the local backend (real processes)', () => {
     expect(readdirSync(join(t.home, 'sandboxes', 'local'))).toEqual([]);
     const after = await runBerth(['ls', '--json'], { env: t.env, cwd: t.dir });
     expect(JSON.parse(after.stdout)).toEqual([]);
+  });
+
+  it('ls --all-tenants lists every tenant\'s sandboxes with a TENANT column; plain ls shows tenant local only', async () => {
+    using t = tempInstall(LOCAL);
+    for (const tenant of ['local', 'acme']) {
+      expect((await runBerth(['exec', '--tenant', tenant, '--session', `s-${tenant}`, '--', 'true'], { env: t.env, cwd: t.dir })).code).toBe(0);
+    }
+    const all = await runBerth(['ls', '--all-tenants'], { env: t.env, cwd: t.dir });
+    expect(all.code).toBe(0);
+    const lines = all.stdout.trimEnd().split('\n');
+    expect(lines[0]).toMatch(/^TENANT +KEY +BACKEND +LIFECYCLE +RULE +SESSIONS$/);
+    expect(lines.slice(1).map((l) => l.split(/ +/).slice(0, 2)).sort()).toEqual([['acme', 'session:s-acme'], ['local', 'session:s-local']]);
+    const json = JSON.parse((await runBerth(['ls', '--all-tenants', '--json'], { env: t.env, cwd: t.dir })).stdout) as { tenant: string }[];
+    expect(json.map((s) => s.tenant).sort()).toEqual(['acme', 'local']);
+    const plain = await runBerth(['ls'], { env: t.env, cwd: t.dir });
+    expect(plain.stdout).not.toMatch(/TENANT|acme/);
+    expect(plain.stdout).toMatch(/^session:s-local /m);
+    const both = await runBerth(['ls', '--tenant', 'acme', '--all-tenants'], { env: t.env, cwd: t.dir });
+    expect(both).toEqual({ code: 2, stdout: '', stderr: 'berth: --tenant and --all-tenants contradict each other: give one of them\n' });
+    for (const tenant of ['local', 'acme']) await runBerth(['close', '--tenant', tenant, '--session', `s-${tenant}`], { env: t.env, cwd: t.dir });
   });
 
   it('an unknown command, even one named like an Object property, is a usage error (exit 2)', async () => {

@@ -264,7 +264,7 @@ describeDocker('berth CLI on the real docker engine', () => {
     const where = `old ${before.id.slice(0, 12)}, new ${after.id.slice(0, 12)}`;
     expect(second.code, `${where}: ${second.stderr}`).toBe(0);
     expect(second.stdout).toBe('');
-    expect(second.stderr).toBe('berth: sandbox "session:o" had been removed outside berth; it was recreated for this command\n');
+    expect(second.stderr).toBe('berth: sandbox "session:o" was gone (removed outside berth, or by berth\'s reaper after the process holding its session ended or it went idle) and was recreated empty for this command\n');
     expect(after.id).not.toBe(before.id);
     const third = await execJson(t, ['--session', 'o', '--', 'true']);
     expect(third.run).toMatchObject({ code: 0, stderr: '' });

@@ -99,6 +99,12 @@ describeDocker('reapers and installations on the real docker engine', () => {
     expect(b.list('local').map((s) => s.sandboxKey)).toEqual(['default']);
     const p = await b.exec({}, 'cat /workspace/p');
     expect(p).toMatchObject({ exitCode: 0, stdout: 'persist\n' });
+    expect(p.sandboxRecreated).toBeUndefined();
+    // A session whose sandbox the reaper took while it was open hears so on its first result, once; a new session does not.
+    const back = await b.exec({ session: 'k1' }, 'cat /workspace/f');
+    expect(back).toMatchObject({ exitCode: 1, sandboxRecreated: true });
+    expect((await b.exec({ session: 'k1' }, 'true')).sandboxRecreated).toBeUndefined();
+    expect((await b.exec({ session: 'k3' }, 'true')).sandboxRecreated).toBeUndefined();
   }, 90_000);
 
   it('a container whose store record was deleted is reaped; another installation\'s container never is', async () => {

@@ -85,6 +85,17 @@ describe('background jobs: users and secrets (local backend)', () => {
     expect(out).toBe('[REDACTED]\n');
     expect(await broker.jobs.kill(ana, jobId)).toEqual({ killed: true });
     expect(await broker.jobs.read(ana, jobId)).toMatchObject({ status: 'killed', done: true });
+    expect(await broker.jobs.kill(ana, jobId)).toEqual({ killed: false });
+
+    // Every kill is audited with who asked, the job and what came of it; refused ones too.
+    const kills = broker.audit({ tenant: 'local', session: 'group' }).filter((e) => e.kind === 'kill').reverse();
+    expect(kills.map((e) => [e.user, e.command])).toEqual([
+      [BEN, `job ${jobId} (failed: job_not_found)`], [BEN, `job ${unknown} (failed: job_not_found)`],
+      [null, `job ${jobId} (failed: job_not_found)`], [null, `job ${unknown} (failed: job_not_found)`],
+      [ANA, `job ${jobId} (killed)`], [ANA, `job ${jobId} (had already ended)`],
+    ]);
+    expect(kills.at(-1)).toMatchObject({ sandboxKey: broker.explain(ana).sandboxKey, profile: 'default', exitCode: null });
+    expect(kills.at(-1)!.timeMs).toBeGreaterThan(Date.now() - 60_000);
 
     // A job started with no user is seen by no-user calls only.
     const { jobId: plain } = await broker.jobs.start(none, 'echo plain');

@@ -1,3 +1,4 @@
+import type Database from 'better-sqlite3';
 import { capAuditText } from './audit-text.js';
 import type { Statements } from './statements.js';
 import { WriteQueue } from './write-queue.js';
@@ -13,6 +14,9 @@ export interface AuditEntry {
   command: string | null;
   exitCode: number | null;
   durationMs: number | null;
+  /** The bearer token the call came with (remote calls): its id, and its name when it has one. */
+  tokenId?: string | null;
+  tokenName?: string | null;
 }
 
 export const AUDIT_SCHEMA = `
@@ -22,9 +26,22 @@ CREATE TABLE IF NOT EXISTS audit (
 CREATE INDEX IF NOT EXISTS audit_time ON audit (time_ms);
 `;
 
+/** A state made before tokens were named in the audit has no token columns: add them (older entries name none). */
+export function migrateAuditColumns(db: Database.Database): void {
+  const added = [['token_id', 'TEXT'], ['token_name', 'TEXT']] as const;
+  const missing = () => {
+    const have = new Set((db.prepare('PRAGMA table_info(audit)').all() as Array<{ name: string }>).map((c) => c.name));
+    return added.filter(([name]) => !have.has(name));
+  };
+  if (missing().length === 0) return;
+  db.transaction(() => {
+    for (const [name, type] of missing()) db.exec(`ALTER TABLE audit ADD COLUMN ${name} ${type}`);
+  }).immediate();
+}
+
 /** An audit row as an `AuditEntry`. */
 const AUDIT_COLUMNS = `time_ms AS timeMs, tenant, profile, user, session, sandbox_key AS sandboxKey, kind,
-  command, exit_code AS exitCode, duration_ms AS durationMs`;
+  command, exit_code AS exitCode, duration_ms AS durationMs, token_id AS tokenId, token_name AS tokenName`;
 
 /**
  * The audit log: every call and close, newest first when read. Entries are queued (`WriteQueue`),
@@ -50,11 +67,11 @@ export class AuditTable {
 
   private write(batch: readonly AuditEntry[]): void {
     if (!this.sql.db.open) return;
-    const insert = this.sql.q(`INSERT INTO audit (time_ms, tenant, profile, user, session, sandbox_key, kind, command, exit_code, duration_ms)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+    const insert = this.sql.q(`INSERT INTO audit (time_ms, tenant, profile, user, session, sandbox_key, kind, command, exit_code, duration_ms, token_id, token_name)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
     this.sql.db.transaction(() => {
       for (const e of batch) {
-        insert.run(e.timeMs, e.tenant, e.profile, e.user, e.session, e.sandboxKey, e.kind, e.command, e.exitCode, e.durationMs);
+        insert.run(e.timeMs, e.tenant, e.profile, e.user, e.session, e.sandboxKey, e.kind, e.command, e.exitCode, e.durationMs, e.tokenId ?? null, e.tokenName ?? null);
       }
     })();
   }

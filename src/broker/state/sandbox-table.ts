@@ -58,6 +58,7 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   key TEXT NOT NULL, rule TEXT NOT NULL, ephemeral INTEGER NOT NULL, ref TEXT NOT NULL,
   name TEXT NOT NULL, host_dir TEXT, mount TEXT, created_ms INTEGER NOT NULL, last_used_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS sandbox_holders (digest TEXT NOT NULL, owner TEXT NOT NULL, PRIMARY KEY (digest, owner));
+CREATE TABLE IF NOT EXISTS reaped_sandboxes (digest TEXT PRIMARY KEY, reaped_ms INTEGER NOT NULL);
 `;
 
 interface SandboxRow {
@@ -175,6 +176,25 @@ export class SandboxTable {
 
   touch(digest: string, nowMs: number): void {
     this.sql.q('UPDATE sandboxes SET last_used_ms = ? WHERE digest = ?').run(nowMs, digest);
+  }
+
+  /**
+   * Remembers that a reaper removed this identity's sandbox while a session using it was still
+   * open (its holder died, or it idled out): the sandbox made next for it is reported as
+   * recreated (`takeReaped`), never handed over as if it were the old one.
+   */
+  markReaped(digest: string, nowMs: number): void {
+    this.sql.q('INSERT OR REPLACE INTO reaped_sandboxes (digest, reaped_ms) VALUES (?, ?)').run(digest, nowMs);
+  }
+
+  /** Whether a reaper removed this identity's sandbox from an open session (see `markReaped`); forgets it. */
+  takeReaped(digest: string): boolean {
+    return this.sql.q('DELETE FROM reaped_sandboxes WHERE digest = ?').run(digest).changes === 1;
+  }
+
+  /** Forgets reaped marks older than `beforeMs` (a session that never came back). */
+  pruneReaped(beforeMs: number): void {
+    this.sql.q('DELETE FROM reaped_sandboxes WHERE reaped_ms < ?').run(beforeMs);
   }
 
   /** Forgets a sandbox and which sessions used it. */

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type Database from 'better-sqlite3';
-import { AUDIT_SCHEMA, AuditTable } from './audit-table.js';
+import { AUDIT_SCHEMA, AuditTable, migrateAuditColumns } from './audit-table.js';
 import { openStateDb } from './berth-home.js';
 import { EGRESS_AUDIT_SCHEMA, EgressTable } from './egress-table.js';
 import { JOB_SCHEMA, JobTable, migrateJobs } from './job-table.js';
@@ -68,6 +68,7 @@ export class StateStore {
     db.exec([META_SCHEMA, LEASE_SCHEMA, SANDBOX_SCHEMA, SESSION_SCHEMA, SCOPE_RECORDS_SCHEMA, AUDIT_SCHEMA, EGRESS_AUDIT_SCHEMA, JOB_SCHEMA, SNAPSHOT_SCHEMA].join('\n'));
     migrateJobs(db);
     migrateSandboxColumns(db);
+    migrateAuditColumns(db);
     return new StateStore(db, opts);
   }
 

@@ -9,8 +9,10 @@ import { withBroker } from '../with-broker.js';
 
 export const AUDIT_HELP = `usage: berth audit [--egress [--refused]] [--tenant T] [--user PLATFORM:ID] [--session S] [--limit N] [--json]
 
-Prints the audit log of one tenant (default: local), newest first: every exec, upload, export,
-read, media lookup and close, with granted secret values redacted from the command text.
+Prints the audit log of one tenant (default: local), newest first: every exec, background job,
+upload, export, read, media lookup, job kill (KIND kill: the job and what came of it), snapshot
+action and close, with granted secret values redacted from the command text. TOKEN names the
+bearer token a remote call came with (its --name, else its id; - for a local call).
 With --egress, the decisions of berth's egress proxy instead: host and port, allowed or refused,
 the rule that decided, bytes up and down, the credentials put in (names only, never a value).
 
@@ -54,11 +56,12 @@ export async function auditCommand(argv: string[], io: CliIo): Promise<number> {
       io.out('no audit entries\n');
       return 0;
     }
-    io.out(`${'TIME'.padEnd(24)} ${'KIND'.padEnd(6)} ${'USER'.padEnd(20)} ${'SESSION'.padEnd(16)} ${'SANDBOX'.padEnd(24)} ${'EXIT'.padStart(4)} ${'MS'.padStart(6)} COMMAND\n`);
+    io.out(`${'TIME'.padEnd(24)} ${'KIND'.padEnd(6)} ${'USER'.padEnd(20)} ${'SESSION'.padEnd(16)} ${'SANDBOX'.padEnd(24)} ${'EXIT'.padStart(4)} ${'MS'.padStart(6)} ${'TOKEN'.padEnd(16)} COMMAND\n`);
     for (const e of entries) {
       const command = terminalText(e.command ?? '');
-      const [user, session, key] = [e.user, e.session, e.sandboxKey].map((v) => terminalText(v ?? '-'));
-      io.out(`${new Date(e.timeMs).toISOString().padEnd(24)} ${e.kind.padEnd(6)} ${(user as string).padEnd(20)} ${(session as string).padEnd(16)} ${(key as string).padEnd(24)} ${String(e.exitCode ?? '-').padStart(4)} ${String(e.durationMs ?? '-').padStart(6)} ${command}\n`);
+      // TOKEN: the name of the token a remote call came with, else its id; `-` for a local call.
+      const [user, session, key, token] = [e.user, e.session, e.sandboxKey, e.tokenName ?? e.tokenId].map((v) => terminalText(v ?? '-')) as [string, string, string, string];
+      io.out(`${new Date(e.timeMs).toISOString().padEnd(24)} ${e.kind.padEnd(6)} ${user.padEnd(20)} ${session.padEnd(16)} ${key.padEnd(24)} ${String(e.exitCode ?? '-').padStart(4)} ${String(e.durationMs ?? '-').padStart(6)} ${token.padEnd(16)} ${command}\n`);
     }
     return 0;
   });

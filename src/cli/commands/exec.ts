@@ -1,5 +1,5 @@
 import type { Broker } from '../../broker/broker.js';
-import { describeResume } from '../../broker/resume-report.js';
+import { describeRecreated, describeResume } from '../../broker/resume-report.js';
 import { UsageError } from '../../errors.js';
 import type { CallScopeInput } from '../../scope/call-scope.js';
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
@@ -68,7 +68,7 @@ async function run(
     })}\n`);
   } else {
     // A timeout says so once, in the shell's own notice at the end of stderr.
-    if (r.sandboxRecreated) io.err(`berth: sandbox "${r.sandboxKey}" had been removed outside berth; it was recreated for this command\n`);
+    if (r.sandboxRecreated) io.err(`berth: ${describeRecreated(r.sandboxKey)}\n`);
     if (r.sandboxResumed) io.err(`berth: ${describeResume(r.sandboxKey, r.sandboxResumed)}\n`);
   }
   return r.exitCode;

@@ -210,7 +210,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
     let sandbox: ReturnType<typeof describeSandbox>;
     try {
       scope = normalizeScope({
-        tenant, session: `mcp-${id}`, profile: headerOf(req, 'x-berth-profile'), user: headerOf(req, 'x-berth-user'),
+        tenant, session: `mcp-${id}`, profile: headerOf(req, 'x-berth-profile'), user: headerOf(req, 'x-berth-user'), token: caller.token,
       });
       assertProfileAllowed(caller, scope.profile);
       sandbox = describeSandbox(broker, scope, { remote: true });

@@ -1,7 +1,7 @@
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { BrokerExecResult } from '../../broker/broker.js';
 import type { BerthError } from '../../errors.js';
-import { describeResume } from '../../broker/resume-report.js';
+import { describeRecreated, describeResume } from '../../broker/resume-report.js';
 
 /*
  * Formatting for agents, done once at the MCP edge: a text block the model reads, plus
@@ -28,7 +28,7 @@ export function execResult(r: BrokerExecResult, timeoutSeconds: number): CallToo
   head.push(`cwd ${r.cwd}`);
   if (r.truncated) head.push('output truncated: the middle was cut, the head and tail are kept');
   if (r.shellReplaced) head.push('the shell was replaced; cwd and exported variables were restored');
-  if (r.sandboxRecreated) head.push(`sandbox "${r.sandboxKey}" had been removed outside berth and was recreated empty for this command`);
+  if (r.sandboxRecreated) head.push(describeRecreated(r.sandboxKey));
   if (r.sandboxResumed) head.push(describeResume(r.sandboxKey, r.sandboxResumed));
   const body = [head.join('\n')];
   if (r.stdout !== '') body.push(`[stdout]\n${r.stdout}`);
