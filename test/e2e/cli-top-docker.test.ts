@@ -117,7 +117,7 @@ describeDocker('berth top on the real engine', () => {
 });
 
 /**
- * A detached tmux server of its own (a private socket, no config) with one pane running
+ * A detached tmux server of its own (a socket in the install's dir, no config) with one pane running
  * `command` in the install's dir and environment: the pane's output bytes are kept in a file
  * (pipe-pane, attached before the command starts), the screen read with capture-pane, and the
  * command's exit status written to a file when it ends.
@@ -126,7 +126,8 @@ class Tmux {
   private constructor(private readonly socket: string, private readonly log: string, private readonly status: string) {}
 
   static async start(t: TestInstall, columns: number, rows: number, command: string): Promise<Tmux> {
-    const socket = `berth-top-${process.pid}-${Date.now()}`;
+    // The socket in the install's dir: it goes with it.
+    const socket = join(t.dir, '.tmux.sock');
     const go = join(t.dir, '.tmux-go');
     const log = join(t.dir, '.tmux-out');
     const status = join(t.dir, '.tmux-status');
@@ -179,6 +180,6 @@ class Tmux {
   }
 
   private async run(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<string> {
-    return (await exec('tmux', ['-L', this.socket, '-f', '/dev/null', ...args], { env })).stdout;
+    return (await exec('tmux', ['-S', this.socket, '-f', '/dev/null', ...args], { env })).stdout;
   }
 }
