@@ -13,13 +13,14 @@ import { httpBench } from './http.js';
 import { kubernetesBench } from './kubernetes.js';
 import { mcpBench } from './mcp.js';
 import { startupBench } from './startup.js';
+import { topFirstFrameBench } from './top-first-frame.js';
 import { scaleBench } from './scale.js';
 import { snapshotBench } from './snapshot.js';
 import { sshBench } from './ssh.js';
 import { uploadRssBench } from './upload-rss.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
-/** `BENCH_ONLY=http` (comma-separated: startup, local, docker, bwrap, ssh, kubernetes, http, mcp, upload, egress, snapshot, scale, hibernate) runs only those parts; scale (1,000 and 2,000 docker sessions, several minutes) and hibernate (resume, density from 250 docker sandboxes, crash recovery; see bench/hibernate.ts) run only when named. */
+/** `BENCH_ONLY=http` (comma-separated: startup, top, local, docker, bwrap, ssh, kubernetes, http, mcp, upload, egress, snapshot, scale, hibernate) runs only those parts; scale (1,000 and 2,000 docker sessions, several minutes) and hibernate (resume, density from 250 docker sandboxes, crash recovery; see bench/hibernate.ts) run only when named. */
 const ONLY = new Set((process.env['BENCH_ONLY'] ?? '').split(',').map((s) => s.trim()).filter((s) => s !== ''));
 const wanted = (part: string): boolean => ONLY.size === 0 || ONLY.has(part);
 
@@ -45,6 +46,7 @@ async function localBench(): Promise<void> {
 }
 
 if (wanted('startup')) await startupBench();
+if (wanted('top')) await topFirstFrameBench();
 if (wanted('local')) await localBench();
 if (wanted('docker')) await dockerBench();
 if (wanted('bwrap')) await bwrapBench();

@@ -156,7 +156,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   return {
     store, lifecycle, measures, pool, warm, reapers, audit, observers, egress, snapshots, snapshotSweep, engines,
     calls: new ScopeCalls({ resolver, commands, audit, closer, removal, sandboxes: store.sandboxes, scopes: store.scopes, lifecycle }),
-    views: new BrokerViews({ sandboxes: store.sandboxes, sessions: store.sessions, audit: store.audit, links, measures, quota }),
+    views: new BrokerViews({ sandboxes: store.sandboxes, sessions: store.sessions, audit: store.audit, jobs: store.jobs, links, measures, quota }),
     files: new BrokerFiles({
       resolver, gate: sessionGate, lives, audit, lifecycle, berthHome, stagingBytes: config.limits.stagingBytes, stagingLedger: new StagingLedger(berthHome), log,
     }),

@@ -5,6 +5,7 @@ import type { ExecResult } from '../shell/types.js';
 import type { SandboxState } from './sandbox-measures.js';
 import type { StartGate } from './start-gate.js';
 import type { AuditEntry } from './state/audit-table.js';
+import type { JobRecord } from './state/job-table.js';
 
 /** How `Broker.open` builds a broker. */
 export interface BrokerOptions {
@@ -77,6 +78,13 @@ export interface Overview {
   tenants: Array<{ tenant: string; usage: TenantUsage; quota: TenantQuota }>;
   /** The latest audit entries of every tenant, newest first. */
   recentCalls: AuditEntry[];
+}
+
+/** What the store alone tells of this installation (`Broker.storeOverview`): no engine is asked. */
+export interface StoreOverview extends Omit<Overview, 'sandboxes'> {
+  sandboxes: SandboxInfo[];
+  /** The latest background jobs of every tenant, newest first, with their status as last recorded. */
+  recentJobs: JobRecord[];
 }
 
 export interface SandboxInfo {

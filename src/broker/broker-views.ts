@@ -1,7 +1,8 @@
-import type { Inventory, Overview, SandboxInfo } from './broker-types.js';
+import type { Inventory, Overview, SandboxInfo, StoreOverview } from './broker-types.js';
 import type { SandboxMeasures, SandboxState } from './sandbox-measures.js';
 import type { SessionLinks } from './session-links.js';
 import type { AuditTable } from './state/audit-table.js';
+import type { JobTable } from './state/job-table.js';
 import type { SandboxRecord, SandboxTable, TenantQuota } from './state/sandbox-table.js';
 import type { SessionTable } from './state/session-table.js';
 
@@ -9,6 +10,7 @@ export interface BrokerViewsOptions {
   sandboxes: Pick<SandboxTable, 'list' | 'tenantUsage'>;
   sessions: Pick<SessionTable, 'list' | 'ofSandbox'>;
   audit: Pick<AuditTable, 'recent'>;
+  jobs: Pick<JobTable, 'recent'>;
   links: Pick<SessionLinks, 'isLive'>;
   measures: Pick<SandboxMeasures, 'stateReader' | 'usage'>;
   /** What one tenant's sandboxes may add up to. */
@@ -51,6 +53,17 @@ export class BrokerViews {
       sandboxes: records.map((r, i) => ({ ...(infos[i] as SandboxInfo), state: stateOf(r), usage: usage.get(r.digest) })),
       tenants: [...sandboxes.tenantUsage(opts.tenant)].map(([tenant, used]) => ({ tenant, usage: used, quota })),
       recentCalls: opts.tenant === undefined ? audit.recent(opts.recentCalls) : [],
+    };
+  }
+
+  /** Every tenant's sandboxes, limits, latest calls and latest jobs as the store knows them: at once, whatever the engines do. */
+  storeOverview(opts: { recentCalls: number; recentJobs: number }): StoreOverview {
+    const { sandboxes, audit, jobs, quota } = this.opts;
+    return {
+      sandboxes: this.infoOf(sandboxes.list()),
+      tenants: [...sandboxes.tenantUsage()].map(([tenant, used]) => ({ tenant, usage: used, quota })),
+      recentCalls: audit.recent(opts.recentCalls),
+      recentJobs: jobs.recent(opts.recentJobs),
     };
   }
 

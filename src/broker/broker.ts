@@ -8,7 +8,7 @@ import type { AuditFilter } from './audit.js';
 import type { EgressAuditEntry, EgressAuditFilter } from './state/egress-table.js';
 import { closeParts } from './broker-lifecycle.js';
 import { buildParts, type BrokerParts } from './broker-parts.js';
-import type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo } from './broker-types.js';
+import type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo, StoreOverview } from './broker-types.js';
 import type { BrokerFiles } from './file-calls.js';
 import type { BrokerJobs } from './job-calls.js';
 import type { BrokerObserver } from './observer.js';
@@ -22,7 +22,7 @@ import { cleanSpillDir, spillDirOf, spillMaxAgeMs } from './spill.js';
 import type { TaskOverride } from './task-override.js';
 import type { WarmPoolView } from './warm-pool.js';
 
-export type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo } from './broker-types.js';
+export type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo, StoreOverview } from './broker-types.js';
 export type { BrokerObserver, CallObservation, ReapObservation } from './observer.js';
 export type { CloseResult } from './session-close.js';
 export type { EgressAuditEntry, EgressAuditFilter } from './state/egress-table.js';
@@ -187,6 +187,14 @@ export class Broker implements AsyncDisposable {
    */
   overview(opts: { recentCalls: number; tenant?: string }): Promise<Overview> {
     return this.parts.views.overview(opts);
+  }
+
+  /**
+   * What the store alone tells of every tenant (sandboxes, limits, latest calls and jobs): no
+   * engine is asked, so it answers at once (`berth top` draws it while the engines are read).
+   */
+  storeOverview(opts: { recentCalls: number; recentJobs: number }): StoreOverview {
+    return this.parts.views.storeOverview(opts);
   }
 
   /**

@@ -12,8 +12,8 @@ export interface CliIo {
    * writes nothing after that.
    */
   outClosed?: AbortSignal;
-  /** Set when stdout is a terminal: its width (a live view redraws in place only there). */
-  terminal?: { columns: number };
+  /** Set when stdout is a terminal: its size now (a live view redraws in place only there, and fits it). */
+  terminal?: { columns: number; rows?: number };
   /** The width of the terminal stderr writes to; undefined when stderr is no terminal (progress is then quiet). */
   errColumns?: number | undefined;
 }
@@ -37,7 +37,7 @@ export function processIo(): CliIo {
       if (!process.stderr.destroyed) process.stderr.write(t);
     },
     outClosed: closed.signal,
-    ...(process.stdout.isTTY ? { terminal: { columns: process.stdout.columns || 80 } } : {}),
+    ...(process.stdout.isTTY ? { terminal: { get columns() { return process.stdout.columns || 80; }, get rows() { return process.stdout.rows || 24; } } } : {}),
     errColumns: process.stderr.isTTY ? process.stderr.columns || 80 : undefined,
   };
 }

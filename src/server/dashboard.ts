@@ -79,6 +79,27 @@ function query(fields) {
   return s ? '?' + s : '';
 }
 
+/**
+ * Asks before an action that ends something (closing a session, killing a job): a modal <dialog>
+ * of the page (not window.confirm, which a browser may suppress or auto-dismiss), with Cancel
+ * focused so Enter or Escape does nothing harmful. Nothing is sent until Confirm is clicked.
+ */
+let pending;
+function ask(text, label, action) {
+  pending = action;
+  $('confirm-text').textContent = text;
+  $('confirm-yes').textContent = label;
+  $('confirm').showModal();
+  $('confirm-no').focus();
+}
+
+function answer(yes) {
+  const action = pending;
+  pending = undefined;
+  $('confirm').close();
+  if (yes && action) action();
+}
+
 async function closeSession(ref, profile, b) {
   b.disabled = true;
   try {
@@ -194,7 +215,8 @@ function renderSandboxes() {
     cell(tr, s.persistent ? 'persistent' : 'ephemeral');
     cell(tr, s.state, 'state state-' + s.state);
     const u = s.usage;
-    cell(tr, u === null || u.cpuPercent === null ? '-' : u.cpuPercent.toFixed(1) + ' %', 'num cpu');
+    // '…': the second sample CPU needs comes with the next update; '-': the backend cannot tell.
+    cell(tr, u === null ? '-' : u.cpuPercent !== null ? u.cpuPercent.toFixed(1) + ' %' : u.cpuPending ? '…' : '-', 'num cpu');
     cell(tr, u === null ? '-' : bytes(u.memoryBytes) + (u.memoryLimitBytes === null ? '' : ' / ' + bytes(u.memoryLimitBytes)), 'num mem');
     cell(tr, u === null ? '-' : bytes(u.diskBytes), 'num disk');
     cell(tr, ago(s.createdMs));
@@ -205,7 +227,8 @@ function renderSandboxes() {
       b.dataset.session = sess.session;
       td.appendChild(b);
       if (sess.open) {
-        const c = button('close', 'close-session', (x) => closeSession(sess.session, s.profile, x));
+        const c = button('close', 'close-session', (x) => ask('Close session ' + sess.session + (s.profile === null ? '' : ' (profile ' + s.profile + ')') +
+          '? Its shells end; an ephemeral sandbox is removed with its files.', 'Close session', () => closeSession(sess.session, s.profile, x)));
         c.dataset.session = sess.session;
         td.appendChild(c);
       }
@@ -231,7 +254,9 @@ function renderJobs() {
     cell(tr, j.status + (j.exitCode === null ? '' : ' (' + j.exitCode + ')'), 'state job-' + j.status);
     cell(tr, ago(j.startedMs));
     const td = cell(tr, '');
-    if (j.status === 'running') td.appendChild(button('kill', 'kill-job', (b) => killJob(j, b)));
+    if (j.status === 'running') {
+      td.appendChild(button('kill', 'kill-job', (b) => ask('Kill job ' + j.jobId + ' (' + j.command + ')? Its processes end now.', 'Kill job', () => killJob(j, b))));
+    }
     body.appendChild(tr);
   }
 }
@@ -292,34 +317,92 @@ function svg(name, attrs) {
   return el;
 }
 
-/** A line over the last hour (one point a minute; a minute without data leaves a gap). */
-function drawChart(el, values, unit) {
-  const W = 360, H = 100, P = 6;
+/** 1, 2 or 5 times a power of ten, at least v: a scale's top that reads well. */
+function niceCeil(v) {
+  if (!(v > 0)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (m * p >= v * (1 - 1e-9)) return m * p;
+  return 10 * p;
+}
+
+/**
+ * The top of a chart's scale: the largest value, unless a few (fewer than a quarter of the
+ * points) stand more than OUTLIER times above the third quartile; then the largest of the rest,
+ * and those few are drawn clipped at the top with their value. A linear scale reads at a glance
+ * (a log scale would squeeze 2 ms against 4 ms and cannot show 0 sessions); clipping keeps one
+ * slow minute from flattening the other 59.
+ */
+const OUTLIER = 4;
+function scaleTop(known, floor) {
+  const sorted = [...known].sort((a, b) => a - b);
+  if (sorted.length === 0) return floor;
+  const q3 = sorted[Math.max(0, Math.ceil(0.75 * sorted.length) - 1)];
+  const kept = q3 > 0 ? sorted.filter((v) => v <= OUTLIER * q3) : sorted;
+  return niceCeil(Math.max(floor, kept.length > 0 ? kept[kept.length - 1] : sorted[sorted.length - 1]));
+}
+
+function num(v) {
+  return v >= 100 || Number.isInteger(v) ? String(Math.round(v)) : v >= 10 ? v.toFixed(1).replace(/\\.0$/, '') : String(Math.round(v * 100) / 100);
+}
+
+/**
+ * A line over the last hour (one point a minute; a minute without data leaves a gap), with a
+ * y axis in the chart's unit (0, half and the top), an x axis in minutes before now, the latest
+ * value, and values above the scale clipped at the top, marked with a triangle and their value.
+ */
+function drawChart(el, values, unit, floor) {
+  const W = 360, H = 130, L = 50, R = 10, T = 22, B = 18;
   el.replaceChildren();
   el.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
   el.appendChild(svg('rect', { x: 0, y: 0, width: W, height: H, class: 'chart-bg' }));
   const known = values.filter((v) => v !== null);
-  const max = Math.max(1, ...known);
-  const x = (i) => P + (i * (W - 2 * P)) / Math.max(1, values.length - 1);
-  const y = (v) => H - P - (v / max) * (H - 2 * P - 12);
+  const top = scaleTop(known, floor);
+  const x = (i) => L + (i * (W - L - R)) / Math.max(1, values.length - 1);
+  const y = (v) => H - B - (Math.min(v, top) / top) * (H - T - B);
+  for (const v of [0, top / 2, top]) {
+    el.appendChild(svg('line', { x1: L, x2: W - R, y1: y(v), y2: y(v), class: v === 0 ? 'axis' : 'grid' }));
+    const t = svg('text', { x: L - 4, y: y(v) + 3, class: 'tick tick-y', 'text-anchor': 'end' });
+    t.textContent = v === 0 ? '0' : num(v) + ' ' + unit;
+    el.appendChild(t);
+  }
+  el.appendChild(svg('line', { x1: L, x2: L, y1: T, y2: H - B, class: 'axis' }));
+  for (const [i, text] of [[0, '-60 min'], [Math.floor((values.length - 1) / 2), '-30 min'], [values.length - 1, 'now']]) {
+    const t = svg('text', { x: x(i), y: H - 4, class: 'tick tick-x', 'text-anchor': i === 0 ? 'start' : i === values.length - 1 ? 'end' : 'middle' });
+    t.textContent = text;
+    el.appendChild(t);
+  }
   let d = '';
   let pen = false;
+  let clipped = 0;
   values.forEach((v, i) => {
     if (v === null) { pen = false; return; }
     d += (pen ? 'L' : 'M') + x(i).toFixed(1) + ' ' + y(v).toFixed(1) + ' ';
     pen = true;
-    el.appendChild(svg('circle', { cx: x(i).toFixed(1), cy: y(v).toFixed(1), r: 2.5, class: 'dot' }));
+    if (v <= top) {
+      el.appendChild(svg('circle', { cx: x(i).toFixed(1), cy: y(v).toFixed(1), r: 2.5, class: 'dot', 'data-value': v }));
+      return;
+    }
+    clipped++;
+    const cx = x(i), cy = y(top);
+    el.appendChild(svg('path', { d: 'M' + (cx - 4) + ' ' + (cy + 3) + ' L' + cx + ' ' + (cy - 4) + ' L' + (cx + 4) + ' ' + (cy + 3) + ' Z', class: 'clipped', 'data-value': v }));
+    const t = svg('text', { x: Math.min(cx, W - R - 40), y: cy - 6, class: 'tick clipped-value' });
+    t.textContent = num(v) + ' ' + unit;
+    el.appendChild(t);
   });
-  if (d) el.appendChild(svg('path', { d: d.trim(), class: 'line' }));
+  if (d) el.insertBefore(svg('path', { d: d.trim(), class: 'line' }), el.querySelector('circle, path.clipped'));
   el.dataset.points = String(known.length);
-  const label = svg('text', { x: P, y: 12, class: 'chart-label' });
-  label.textContent = known.length === 0 ? 'no data yet' : 'max ' + (Math.round(max * 10) / 10) + ' ' + unit;
-  el.appendChild(label);
+  el.dataset.top = String(top);
+  el.dataset.clipped = String(clipped);
+  const latest = svg('text', { x: W - R, y: 13, class: 'chart-latest', 'text-anchor': 'end' });
+  let last = values.length - 1;
+  while (last >= 0 && values[last] === null) last--;
+  latest.textContent = last < 0 ? 'no data yet' : 'latest ' + num(values[last]) + ' ' + unit + (last === values.length - 1 ? '' : ', ' + (values.length - 1 - last) + ' min ago');
+  el.appendChild(latest);
 }
 
 function renderCharts() {
-  drawChart($('chart-latency'), view.history.map((p) => p.p50Ms), 'ms');
-  drawChart($('chart-sessions'), view.history.map((p) => p.sessions), 'sessions');
+  drawChart($('chart-latency'), view.history.map((p) => p.p50Ms), 'ms', 1);
+  drawChart($('chart-sessions'), view.history.map((p) => p.sessions), 'sessions', 1);
 }
 
 function render() {
@@ -421,6 +504,9 @@ $('logout').addEventListener('click', () => logout(''));
 $('refresh').addEventListener('click', () => watch());
 for (const id of ['filter-profile', 'filter-user', 'filter-state']) $(id).addEventListener('change', () => render());
 $('session-close').addEventListener('click', () => { $('session-panel').hidden = true; });
+$('confirm-yes').addEventListener('click', () => answer(true));
+$('confirm-no').addEventListener('click', () => answer(false));
+$('confirm').addEventListener('cancel', () => { pending = undefined; });
 show();
 `;
 
@@ -447,10 +533,13 @@ export const DASHBOARD_HTML = `<!doctype html>
   .num { text-align: right; white-space: nowrap; } button.session { font-family: ui-monospace, monospace; margin: 0 .2rem .2rem 0; background: none; border: 1px solid #c9d1d9; border-radius: 3px; cursor: pointer; }
   .job-running { color: #11762b; } .job-killed, .job-unknown { color: #b42318; } #live { color: #11762b; margin-left: .5rem; }
   .filters label { margin-right: 1rem; } .charts { display: flex; gap: 1.5rem; flex-wrap: wrap; } figure { margin: 0; } figcaption { color: #59636e; }
-  svg.chart { width: 360px; height: 100px; } .chart-bg { fill: #f5f6f8; } .line { fill: none; stroke: #2563eb; stroke-width: 2; } .dot { fill: #2563eb; }
-  #chart-sessions .line { stroke: #c2410c; } #chart-sessions .dot { fill: #c2410c; } .chart-label { font: 10px system-ui, sans-serif; fill: #59636e; }
+  svg.chart { width: 360px; height: 130px; } .chart-bg { fill: #f5f6f8; } .line { fill: none; stroke: #2563eb; stroke-width: 2; } .dot { fill: #2563eb; }
+  #chart-sessions .line { stroke: #c2410c; } #chart-sessions .dot { fill: #c2410c; } .tick { font: 10px system-ui, sans-serif; fill: #59636e; }
+  .axis { stroke: #8a939d; stroke-width: 1; } .grid { stroke: #e3e6ea; stroke-width: 1; } .clipped { fill: #b42318; } .clipped-value { fill: #b42318; }
+  .chart-latest { font: 600 11px system-ui, sans-serif; fill: #1d232a; }
   #session-panel { border: 1px solid #e3e6ea; padding: .5rem; margin-top: 1rem; } #session-egress { margin-top: .5rem; }
   td.allowed { color: #11762b; } td.refused { color: #b42318; }
+  dialog { border: 1px solid #c9d1d9; border-radius: 4px; max-width: 32rem; } dialog::backdrop { background: rgba(29, 35, 42, .3); } button.danger { color: #fff; background: #b42318; border: 1px solid #b42318; }
 </style>
 </head>
 <body>
@@ -470,8 +559,8 @@ export const DASHBOARD_HTML = `<!doctype html>
     <span id="live"></span><span id="updated"></span><span id="status" role="status"></span></div>
   <h2>Last hour</h2>
   <div class="charts">
-    <figure><svg id="chart-latency" class="chart" role="img" aria-label="exec latency, median per minute"></svg><figcaption>exec latency, median per minute</figcaption></figure>
-    <figure><svg id="chart-sessions" class="chart" role="img" aria-label="open sessions per minute"></svg><figcaption>open sessions</figcaption></figure>
+    <figure><svg id="chart-latency" class="chart" role="img" aria-label="exec latency, median per minute, ms"></svg><figcaption>exec latency (ms), median per minute</figcaption></figure>
+    <figure><svg id="chart-sessions" class="chart" role="img" aria-label="open sessions, most per minute"></svg><figcaption>open sessions, most per minute</figcaption></figure>
   </div>
   <h2>Sandboxes</h2>
   <div class="filters">
@@ -492,6 +581,10 @@ export const DASHBOARD_HTML = `<!doctype html>
   <p id="no-jobs" hidden>No jobs.</p>
   <h2>Recent calls</h2>
   <table id="audit"><thead><tr><th>Time</th><th>Kind</th><th>Session</th><th>User</th><th>Sandbox</th><th>Command</th><th>Exit</th><th>Duration</th></tr></thead><tbody></tbody></table>
+  <dialog id="confirm" aria-labelledby="confirm-text">
+    <p id="confirm-text"></p>
+    <button id="confirm-no" type="button">Cancel</button><button id="confirm-yes" type="button" class="danger"></button>
+  </dialog>
   <h2>Recent egress</h2>
   <table id="egress"><thead><tr>${EGRESS_HEAD}</tr></thead><tbody></tbody></table>
   <p id="no-egress" hidden>No egress decisions.</p>

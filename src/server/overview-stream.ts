@@ -1,16 +1,18 @@
 import type { ServerResponse } from 'node:http';
-import type { SandboxUsage } from '../broker/sandbox-usage.js';
 import type { Broker } from '../broker/broker.js';
 import type { Caller } from './caller.js';
 import type { CallHistory } from './call-history.js';
 import { HttpError, toHttpError } from './http-error.js';
 import { overviewView } from './overview-view.js';
 import { SseStream } from './sse.js';
+import { UsageSamples } from './usage-samples.js';
 
 /*
  * `GET /v1/overview/stream`: the dashboard's live view as server-sent events. Each connected
  * stream has at most one timer: the next update is due `intervalMs` after the last one (engine
- * stats are read then), or `soonMs` after one of its tenant's calls ended, whichever is first.
+ * stats are read then), or `soonMs` after one of its tenant's calls ended, whichever is first;
+ * after an update whose CPU figures waited for a second sample, `minGapMs` after it. The streams
+ * share their samples, so a new stream has CPU at once wherever another read left one.
  * An update is built only when the client has taken the previous one (a stalled reader holds
  * one update of memory, not a queue of them). The timer goes with the client.
  */
@@ -41,6 +43,7 @@ export interface OverviewStreamOptions {
  */
 export class OverviewStreams {
   private readonly watchers = new Set<Watcher>();
+  private readonly samples = new UsageSamples();
   private readonly intervalMs: number;
   private readonly soonMs: number;
   private readonly minGapMs: number;
@@ -86,7 +89,7 @@ export class OverviewStreams {
     res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', 'x-accel-buffering': 'no' });
     res.flushHeaders();
     const closed = new Promise<void>((resolve) => (res.closed ? resolve() : res.once('close', () => resolve())));
-    const w: Watcher = new Watcher(caller, new SseStream(res), { intervalMs: this.intervalMs, minGapMs: this.minGapMs }, (): Promise<void> => this.update(w, stillAllowed));
+    const w: Watcher = new Watcher(caller, new SseStream(res), { intervalMs: this.intervalMs, minGapMs: this.minGapMs }, (): Promise<boolean> => this.update(w, stillAllowed));
     this.watchers.add(w);
     void closed.then(() => {
       w.stop();
@@ -104,28 +107,30 @@ export class OverviewStreams {
     }
   }
 
-  private async update(w: Watcher, stillAllowed: () => boolean): Promise<void> {
+  /** One update of `w`; true when a figure waits for the next sample (the next update comes soon). */
+  private async update(w: Watcher, stillAllowed: () => boolean): Promise<boolean> {
     if (!stillAllowed()) {
       w.stop();
       w.events.send('error', { error: { code: 'unauthorized', message: 'the token was revoked or changed; log in again' } });
       await w.events.end();
-      return;
+      return false;
     }
     this.opts.sampleSessions?.();
     try {
-      const view = await overviewView(this.broker, this.history, w.caller, w.previous);
+      const view = await overviewView(this.broker, this.history, w.caller, this.samples);
       w.events.send('overview', view);
+      return view.sandboxes.some((s) => s.usage?.cpuPending === true);
     } catch (err) {
       const e = toHttpError(err);
       if (e.code === 'internal') this.opts.log?.(`overview update for tenant ${w.caller.tenant}: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
       w.events.send('error', { error: { code: e.code, message: e.message } });
+      return false;
     }
   }
 }
 
-/** One stream: its caller, its one timer and its CPU samples. */
+/** One stream: its caller and its one timer. */
 class Watcher {
-  readonly previous = new Map<string, SandboxUsage>();
   private timer: NodeJS.Timeout | undefined;
   private dueMs = Number.POSITIVE_INFINITY;
   private lastStartMs = Number.NEGATIVE_INFINITY;
@@ -135,7 +140,8 @@ class Watcher {
 
   constructor(
     readonly caller: Caller, readonly events: SseStream, private readonly pace: { intervalMs: number; minGapMs: number },
-    private readonly build: () => Promise<void>,
+    /** Builds and sends one update; true when the next should come soon. */
+    private readonly build: () => Promise<boolean>,
   ) {}
 
   get timerPending(): boolean {
@@ -170,12 +176,14 @@ class Watcher {
     }
     this.running = true;
     this.lastStartMs = Date.now();
+    let soon = false;
     try {
       // The client has not taken the previous update yet: skip this one, not queue it.
-      if (!this.events.gone && !this.events.congested) await this.build();
+      if (!this.events.gone && !this.events.congested) soon = await this.build();
     } finally {
       this.running = false;
-      const next = this.again ? 0 : this.pace.intervalMs;
+      // `soon`: the minimum gap applies (schedule never goes under it).
+      const next = this.again || soon ? 0 : this.pace.intervalMs;
       this.again = false;
       this.schedule(next);
     }

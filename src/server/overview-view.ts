@@ -1,12 +1,13 @@
 import type { Broker, EgressAuditEntry } from '../broker/broker.js';
 import type { TenantJob } from '../broker/job-runner.js';
 import type { AuditEntry } from '../broker/state/audit-table.js';
-import { cpuPercent, type SandboxUsage } from '../broker/sandbox-usage.js';
+import type { SandboxUsage } from '../broker/sandbox-usage.js';
 import type { Caller } from './caller.js';
 import type { CallHistory, HistoryPoint } from './call-history.js';
 import { remoteSandbox, type RemoteSandbox } from './remote-view.js';
 import type { SandboxInfo } from '../broker/broker.js';
 import type { SandboxState } from '../broker/sandbox-measures.js';
+import type { UsageSamples } from './usage-samples.js';
 
 /** Calls and jobs one update carries (the newest). */
 export const RECENT_CALLS = 50;
@@ -16,8 +17,10 @@ export const RECENT_EGRESS = 50;
 
 /** What a sandbox uses now, as the dashboard shows it; a field the backend cannot measure is null. */
 export interface UsageView {
-  /** Percent of one core since the previous update of this stream (null on the first). */
+  /** Percent of one core since an earlier read of the sandbox (by any stream of this server); null before a second sample or where the backend cannot tell. */
   cpuPercent: number | null;
+  /** True while CPU waits for its second sample (the next update, about a second later, has it). */
+  cpuPending: boolean;
   memoryBytes: number;
   memoryLimitBytes: number | null;
   diskBytes: number | null;
@@ -39,28 +42,24 @@ export interface OverviewView {
 /**
  * Builds the caller's view: its tenant's sandboxes of its profiles (and shared ones, which belong
  * to no profile, as `/v1/sandboxes` lists them) with what each uses, its jobs, calls and egress
- * decisions of those profiles, and the last hour of its profiles. `previous` holds each sandbox's last sample (for
- * the CPU rate) and is updated.
+ * decisions of those profiles, and the last hour of its profiles. Each sandbox's sample goes into
+ * `samples` (shared by the server's streams), which gives its CPU rate.
  */
 export async function overviewView(
-  broker: Broker, history: CallHistory, caller: Caller, previous: Map<string, SandboxUsage>,
+  broker: Broker, history: CallHistory, caller: Caller, samples: UsageSamples,
 ): Promise<OverviewView> {
   const { tenant, profiles } = caller;
   const [overview, jobs] = await Promise.all([
     broker.overview({ recentCalls: 0, tenant }),
     broker.jobs.ofTenant(tenant, profiles, RECENT_JOBS),
   ]);
-  const seen = new Set<string>();
   const sandboxes = overview.sandboxes
     .filter((s) => s.tenant === tenant && (s.profile === null || profiles.includes(s.profile)))
     .map(({ usage, tenant: _t, ...s }) => {
-      const id = JSON.stringify([s.profile, s.sandboxKey]);
-      seen.add(id);
-      const prev = previous.get(id);
-      if (usage !== undefined) previous.set(id, usage);
-      return { ...remoteSandbox({ ...s, tenant }), usage: usage === undefined ? null : usageView(prev, usage) };
+      const cpu = usage === undefined ? undefined : samples.cpu(JSON.stringify([tenant, s.profile, s.sandboxKey]), usage);
+      return { ...remoteSandbox({ ...s, tenant }), usage: usage === undefined ? null : usageView(cpu, usage) };
     });
-  for (const id of previous.keys()) if (!seen.has(id)) previous.delete(id);
+  samples.prune(Date.now());
   return {
     tenant, timeMs: Date.now(), sandboxes, jobs,
     calls: broker.audit({ tenant, profiles, limit: RECENT_CALLS }),
@@ -69,9 +68,10 @@ export async function overviewView(
   };
 }
 
-function usageView(prev: SandboxUsage | undefined, u: SandboxUsage): UsageView {
+function usageView(cpu: number | undefined, u: SandboxUsage): UsageView {
   return {
-    cpuPercent: cpuPercent(prev, u) ?? null,
+    cpuPercent: cpu ?? null,
+    cpuPending: cpu === undefined,
     memoryBytes: u.memoryBytes,
     memoryLimitBytes: u.memoryLimitBytes ?? null,
     diskBytes: u.diskBytes ?? null,

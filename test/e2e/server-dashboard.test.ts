@@ -10,9 +10,11 @@ import { createToken, qs, ServeProcess, stopAll } from '../helpers/serve.js';
 
 /*
  * The dashboard in a real headless Chromium (Debian's, driven by playwright-core): log in with a
- * token, see a sandbox created through the API, close its session with the button, see it gone;
- * then the live view: rows pushed without a reload, filters, a session's calls, a job killed
- * from the page, and charts that draw pixels. BERTH_DASHBOARD_SCREENSHOT=path writes the
+ * token, see a sandbox created through the API, close its session with the button (nothing sent
+ * until confirmed), see it gone; then the live view: rows pushed without a reload, filters, a
+ * session's calls, CPU never '-', a job killed from the page (after its confirmation), charts that
+ * draw pixels, and CPU on the first frame after a reload; then the charts' axes, ticks, latest
+ * values and outlier clipping on an hour the test sends the page. BERTH_DASHBOARD_SCREENSHOT=path writes the
  * README's screenshot. Skips visibly without /usr/bin/chromium, unless BERTH_REQUIRE_BROWSER=1 (CI), which fails.
  */
 
@@ -94,8 +96,27 @@ describeBrowser('berth serve: dashboard in headless Chromium', () => {
       await page.locator('#audit td.cmd', { hasText: '<img src=x onerror=alert(1)>' }).first().waitFor();
       expect(await page.locator('#audit img').count()).toBe(0);
 
+      // Close asks first: Cancel (and Escape) send nothing and the session stays open.
+      const closes: string[] = [];
+      page.on('request', (r) => {
+        if (r.url().endsWith('/v1/sessions/close')) closes.push(r.method());
+      });
       await row.locator('button.close-session[data-session="chat-7"]').click();
+      await page.locator('#confirm[open]').waitFor();
+      expect(await page.textContent('#confirm-text')).toContain('Close session chat-7');
+      await page.click('#confirm-no');
+      await row.locator('button.close-session[data-session="chat-7"]').click();
+      await page.keyboard.press('Escape');
+      expect(await page.locator('#confirm[open]').count()).toBe(0);
+      // Two updates later (the page redraws on each), nothing was sent and the session is open.
+      const seen = await page.textContent('#updated');
+      await expect.poll(() => page.textContent('#updated'), { timeout: 15_000 }).not.toBe(seen);
+      expect(closes).toEqual([]);
+      expect((await api.get('/v1/sandboxes')).body).toMatchObject([{ sandboxKey: 'session:chat-7', sessions: [{ session: 'chat-7', open: true }] }]);
+      await row.locator('button.close-session[data-session="chat-7"]').click();
+      await page.click('#confirm-yes');
       await row.waitFor({ state: 'detached', timeout: 30_000 });
+      expect(closes).toEqual(['POST']);
       await page.waitForSelector('#status:has-text("Closed session chat-7")');
       expect(dialogs).toEqual([]);
     } finally {
@@ -127,6 +148,7 @@ describeBrowser('berth serve: dashboard in headless Chromium', () => {
       await page.goto(server.url);
       await login(page, token);
       await page.locator('#sandboxes tr[data-key="session:chat-1"]').waitFor({ timeout: 15_000 });
+      const cpuAtFirst = await page.textContent('#sandboxes tr[data-key="session:chat-1"] td.cpu');
       page.on('framenavigated', () => navigations++);
       await page.evaluate(() => Object.assign(globalThis, { stillThisPage: 42 }));
 
@@ -143,6 +165,9 @@ describeBrowser('berth serve: dashboard in headless Chromium', () => {
       const chat1 = await page.locator('#sandboxes tr[data-key="session:chat-1"]').locator('td').allTextContents();
       expect(chat1[7]).toMatch(/[0-9.]+ (KiB|MiB)/);
       expect(chat1[8]).toMatch(/[0-9.]+ (KiB|MiB)/);
+      // CPU: never '-' for a running container; a number once the second sample came (about a second).
+      expect(cpuAtFirst).toMatch(/^(…|[0-9.]+ %)$/);
+      await page.locator('#sandboxes tr[data-key="session:chat-1"] td.cpu', { hasText: '%' }).waitFor({ timeout: 15_000 });
 
       // Filters hide rows (client side): by profile, then by user.
       const keys = () => page.locator('#sandboxes tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-key')));
@@ -182,9 +207,23 @@ describeBrowser('berth serve: dashboard in headless Chromium', () => {
         await page.locator('#session-close').click();
         writeFileSync(shot, await page.screenshot({ fullPage: true, scale: 'css' }));
       }
+      // Kill asks first: Cancel sends nothing and the job runs on.
       await jobRow.locator('button.kill-job').click();
+      await page.locator('#confirm[open]').waitFor();
+      expect(await page.textContent('#confirm-text')).toContain(`Kill job ${jobId} (sleep 300)`);
+      await page.click('#confirm-no');
+      expect(urls.some((u) => u.includes(`/v1/jobs/${jobId}?`))).toBe(false);
+      expect((await api.get(`/v1/jobs/${jobId}${qs({ session: 'chat-1', maxBytes: 0 })}`)).body.status).toBe('running');
+      await jobRow.locator('button.kill-job').click();
+      await page.click('#confirm-yes');
       await page.waitForSelector(`#status:has-text("Killed job ${jobId}")`, { timeout: 15_000 });
       await jobRow.locator('td.job-killed').waitFor({ timeout: 15_000 });
+
+      // A reload (the token stays in the tab): CPU is on its very first frame, from the samples the server keeps.
+      await page.reload();
+      const first = page.locator('#sandboxes tr[data-key="session:chat-1"] td.cpu');
+      await first.waitFor({ timeout: 15_000 });
+      expect(await first.textContent()).toMatch(/^[0-9.]+ %$/);
     } finally {
       await page.close();
     }
@@ -196,7 +235,52 @@ describeBrowser('berth serve: dashboard in headless Chromium', () => {
     expect(urls.every((u) => !u.includes(token))).toBe(true);
     expect((await server.stop()).code).toBe(0);
   }, 180_000);
+
+  it('charts: axes with units and ticks, the latest value, and one slow minute clipped and marked instead of flattening the rest', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml({ persistent: false }));
+    const token = await createToken(t, 'dash');
+    const server = await ServeProcess.start(t);
+    const page = await browser.newPage();
+    try {
+      // The page draws what the stream sends: an hour with one minute a thousand times slower than the others.
+      const view = { tenant: 'dash', timeMs: Date.now(), sandboxes: [], jobs: [], calls: [], egress: [], history: hour([2, 3, 2.5, 4, 3, 2, 3, 5000, 3, 2.2], [1, 2, 3, 3, 2]) };
+      await page.route('**/v1/overview/stream', (route) => route.fulfill({ status: 200, contentType: 'text/event-stream', body: `event: overview\ndata: ${JSON.stringify(view)}\n\n` }));
+      await page.goto(server.url);
+      await login(page, token);
+      const chart = page.locator('#chart-latency');
+      await page.waitForSelector('#chart-latency[data-points="10"]', { timeout: 15_000 });
+      expect(await chart.locator('text.tick-y').allTextContents()).toEqual(['0', '2.5 ms', '5 ms']);
+      expect(await chart.locator('text.tick-x').allTextContents()).toEqual(['-60 min', '-30 min', 'now']);
+      expect(await chart.locator('text.chart-latest').textContent()).toBe('latest 2.2 ms');
+      // The slow minute: drawn at the top, marked, with its value; the scale is the other minutes'.
+      expect([await chart.getAttribute('data-top'), await chart.getAttribute('data-clipped')]).toEqual(['5', '1']);
+      expect(await chart.locator('path.clipped').getAttribute('data-value')).toBe('5000');
+      expect(await chart.locator('text.clipped-value').textContent()).toBe('5000 ms');
+      // The other nine spread over the plot (2 ms to 4 ms: 40 % of its height), not squeezed onto the axis.
+      const ys = (await chart.locator('circle.dot').evaluateAll((dots) => dots.map((d) => Number(d.getAttribute('cy')))));
+      expect(ys).toHaveLength(9);
+      expect(Math.max(...ys) - Math.min(...ys)).toBeGreaterThan(30);
+      const sessions = page.locator('#chart-sessions');
+      expect(await sessions.locator('text.tick-y').allTextContents()).toEqual(['0', '2.5 sessions', '5 sessions']);
+      expect(await sessions.locator('text.chart-latest').textContent()).toBe('latest 2 sessions');
+      expect(await sessions.getAttribute('data-clipped')).toBe('0');
+    } finally {
+      await page.close();
+    }
+    expect((await server.stop()).code).toBe(0);
+  }, 120_000);
 });
+
+
+/** A minute-by-minute hour as the stream sends it: `values` are the last minutes' figures, the rest empty. */
+function hour(latency: Array<number | null>, sessions: Array<number | null>): Array<{ minuteMs: number; execCalls: number; p50Ms: number | null; sessions: number | null }> {
+  const now = Math.floor(Date.now() / 60_000);
+  return Array.from({ length: 60 }, (_, i) => {
+    const p50Ms = latency[i - (60 - latency.length)] ?? null;
+    return { minuteMs: (now - 59 + i) * 60_000, execCalls: p50Ms === null ? 0 : 10, p50Ms, sessions: sessions[i - (60 - sessions.length)] ?? null };
+  });
+}
 
 async function login(page: Page, token: string): Promise<void> {
   await page.fill('#token', token);

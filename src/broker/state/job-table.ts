@@ -93,6 +93,11 @@ export class JobTable {
     return rows.map(toJob);
   }
 
+  /** The latest jobs of every tenant, newest first (the operator's view, `berth top`). */
+  recent(limit: number): JobRecord[] {
+    return (this.sql.q('SELECT * FROM jobs ORDER BY started_ms DESC, id DESC LIMIT ?').all(limit) as JobRow[]).map(toJob);
+  }
+
   /** Jobs last known to be running in a sandbox (any tenant: the idle reaper asks per sandbox). */
   runningIn(digest: string): JobRecord[] {
     return (this.sql.q("SELECT * FROM jobs WHERE digest = ? AND status = 'running'").all(digest) as JobRow[]).map(toJob);

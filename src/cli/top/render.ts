@@ -1,130 +1,200 @@
-import type { Overview } from '../../broker/broker-types.js';
-import { cpuPercent, type SandboxUsage } from '../../broker/sandbox-usage.js';
+import type { StoreOverview } from '../../broker/broker-types.js';
+import type { SandboxUsage } from '../../broker/sandbox-usage.js';
+import type { AuditEntry } from '../../broker/state/audit-table.js';
+import type { JobRecord } from '../../broker/state/job-table.js';
 import { terminalText } from '../terminal-text.js';
+import { table, type Column } from './columns.js';
+import { bytes, clock, duration } from './format.js';
+import { topRows, type EngineFigures, type TopRow } from './rows.js';
 
-/** One sandbox row as `berth top` shows it. */
-export interface TopRow {
-  tenant: string;
-  profile: string;
-  key: string;
-  backend: string;
-  state: string;
-  /** Percent of one core since the previous sample; undefined before a second sample. */
-  cpuPercent: number | undefined;
-  memoryBytes: number | undefined;
-  memoryLimitBytes: number | undefined;
-  processes: number | undefined;
-  processLimit: number | undefined;
-  openSessions: number;
-  idleMs: number;
-}
-
-/** The rows of a view: busiest first (CPU, then memory), then the most recently used. */
-export function topRows(view: Overview, previous: ReadonlyMap<string, SandboxUsage>, nowMs: number): TopRow[] {
-  const rows = view.sandboxes.map((s): TopRow => {
-    const u = s.usage;
-    const id = `${s.tenant}\u0000${s.profile ?? ''}\u0000${s.sandboxKey}`;
-    return {
-      tenant: s.tenant, profile: s.profile ?? '-', key: s.sandboxKey, backend: s.backend, state: s.state,
-      cpuPercent: u === undefined ? undefined : cpuPercent(previous.get(id), u),
-      memoryBytes: u?.memoryBytes, memoryLimitBytes: u?.memoryLimitBytes, processes: u?.processes, processLimit: u?.processLimit,
-      openSessions: s.sessions.filter((x) => x.open).length,
-      idleMs: Math.max(0, nowMs - s.lastUsedMs),
-    };
-  });
-  return rows.sort((a, b) => (b.cpuPercent ?? -1) - (a.cpuPercent ?? -1) || (b.memoryBytes ?? -1) - (a.memoryBytes ?? -1) || a.idleMs - b.idleMs);
-}
-
-/** Each sandbox's usage by a key that survives a refresh, for the next frame's CPU percent. */
-export function usageByRow(view: Overview): Map<string, SandboxUsage> {
-  const out = new Map<string, SandboxUsage>();
-  for (const s of view.sandboxes) if (s.usage !== undefined) out.set(`${s.tenant}\u0000${s.profile ?? ''}\u0000${s.sandboxKey}`, s.usage);
-  return out;
-}
-
-const MIB = 1024 * 1024;
-
-/** 1536 → '1.5 KiB'. */
-export function bytes(n: number | undefined): string {
-  if (n === undefined) return '-';
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let v = n;
-  let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i += 1;
-  }
-  return i === 0 ? `${v} B` : `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`;
-}
-
-/** 93_000 → '1m33s'. */
-export function duration(ms: number): string {
-  const s = Math.floor(ms / 1000);
-  if (s < 60) return `${s}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
-  if (s < 86_400) return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
-  return `${Math.floor(s / 86_400)}d${Math.floor((s % 86_400) / 3600)}h`;
-}
-
-/** A cell: made terminal-safe, cut to `width` (with `…`) and padded. */
-function cell(text: string, width: number, right = false): string {
-  const safe = terminalText(text);
-  const cut = safe.length > width ? `${safe.slice(0, Math.max(0, width - 1))}…` : safe;
-  return right ? cut.padStart(width) : cut.padEnd(width);
-}
-
-function clock(ms: number): string {
-  return new Date(ms).toISOString().slice(11, 19);
+/** What one frame shows: the store's view, and the engines' figures once they answered. */
+export interface TopView {
+  store: StoreOverview;
+  /** The engines' latest answer; undefined until the first. */
+  figures: EngineFigures | undefined;
+  /** The read before it, for CPU. */
+  previous: ReadonlyMap<string, SandboxUsage>;
 }
 
 export interface FrameOptions {
   nowMs: number;
-  /** Terminal width: every line is cut to it. */
+  /** Terminal width: columns drop by priority to fit it, and no line is wider. */
   columns: number;
+  /** Terminal height: sections are cut (with "… N more") to fit it; undefined: no bound. */
+  rows: number | undefined;
   /** Seconds between frames, for the header (undefined: a single frame). */
   intervalSeconds: number | undefined;
 }
 
-/**
- * One frame of `berth top`: a summary line, the sandboxes (busiest first) with their resource use,
- * and the latest calls of every tenant. Every value a caller or an agent chose goes through
- * `terminalText`, so nothing in a frame can move the cursor or rewrite the operator's screen.
+const MIB = 1024 * 1024;
+/** A figure still being read. */
+const PENDING = '…';
+
+/** A figure of a row: pending while its read is out, `-` where the backend cannot tell. */
+function figure(r: TopRow, v: number | undefined, text: (n: number) => string, needsTwoSamples = false): string {
+  if (r.pending === 'engine' || (needsTwoSamples && r.pending === 'cpu')) return PENDING;
+  return v === undefined ? '-' : text(v);
+}
+
+/*
+ * The columns of each table, in display order; `priority` says which stay as the terminal narrows
+ * (1 stays longest). A sandbox: its key, state and what it uses first, then whose it is, then
+ * how long it idled and its sessions; its profile, backend and memory limit go first.
  */
-export function renderFrame(view: Overview, previous: ReadonlyMap<string, SandboxUsage>, o: FrameOptions): string {
-  const rows = topRows(view, previous, o.nowMs);
+const SANDBOX_COLUMNS: Array<Column<TopRow>> = [
+  { title: 'TENANT', width: 10, priority: 5, value: (r) => r.tenant },
+  { title: 'PROFILE', width: 8, priority: 9, value: (r) => r.profile },
+  { title: 'SANDBOX', width: 20, grow: 40, priority: 1, value: (r) => r.key },
+  { title: 'BACKEND', width: 7, priority: 10, value: (r) => r.backend },
+  { title: 'STATE', width: 10, priority: 2, value: (r) => r.state ?? PENDING },
+  { title: 'CPU%', width: 6, priority: 3, right: true, value: (r) => figure(r, r.cpuPercent, (n) => n.toFixed(1), true) },
+  { title: 'MEMORY', width: 8, priority: 4, right: true, value: (r) => figure(r, r.memoryBytes, bytes) },
+  { title: 'MEM MAX', width: 8, priority: 11, right: true, value: (r) => figure(r, r.memoryLimitBytes, bytes) },
+  { title: 'PIDS', width: 5, priority: 6, right: true, value: (r) => figure(r, r.processes, String) },
+  { title: 'IDLE', width: 6, priority: 7, right: true, value: (r) => duration(r.idleMs) },
+  { title: 'SESS', width: 4, priority: 8, right: true, value: (r) => String(r.openSessions) },
+];
+
+type TenantLine = StoreOverview['tenants'][number];
+const TENANT_COLUMNS: Array<Column<TenantLine>> = [
+  { title: 'TENANT', width: 12, grow: 20, priority: 1, value: (t) => t.tenant },
+  { title: 'SANDBOXES', width: 9, priority: 2, right: true, value: (t) => `${t.usage.sandboxes}/${t.quota.sandboxes}` },
+  { title: 'MEMORY LIMITS', width: 19, priority: 3, right: true, value: (t) => `${bytes(t.usage.memoryMb * MIB)} / ${bytes(t.quota.memoryMb * MIB)}` },
+  { title: 'DISK BOUNDS', width: 19, priority: 4, right: true, value: (t) => `${bytes(t.usage.diskMb * MIB)} / ${bytes(t.quota.diskMb * MIB)}` },
+];
+
+interface JobLine { job: JobRecord; nowMs: number }
+const JOB_COLUMNS: Array<Column<JobLine>> = [
+  { title: 'TENANT', width: 10, priority: 6, value: ({ job }) => job.tenant },
+  { title: 'SESSION', width: 14, priority: 1, value: ({ job }) => job.session },
+  { title: 'JOB', width: 20, priority: 3, value: ({ job }) => job.id },
+  { title: 'STATUS', width: 10, priority: 2, value: ({ job }) => (job.exitCode === null ? job.status : `${job.status} ${job.exitCode}`) },
+  { title: 'AGE', width: 6, priority: 5, right: true, value: ({ job, nowMs }) => duration(Math.max(0, nowMs - job.startedMs)) },
+  { title: 'COMMAND', width: 12, grow: 200, priority: 4, value: ({ job }) => job.command },
+];
+
+const CALL_COLUMNS: Array<Column<AuditEntry>> = [
+  { title: 'TIME', width: 8, priority: 1, value: (e) => clock(e.timeMs) },
+  { title: 'TENANT', width: 10, priority: 5, value: (e) => e.tenant },
+  { title: 'SESSION', width: 14, priority: 3, value: (e) => e.session ?? '-' },
+  { title: 'KIND', width: 6, priority: 6, value: (e) => e.kind },
+  {
+    title: 'RESULT', width: 16, priority: 4,
+    value: (e) => [e.exitCode === null ? '' : `exit ${e.exitCode}`, e.durationMs === null ? '' : `${e.durationMs} ms`].filter((x) => x !== '').join(' '),
+  },
+  { title: 'COMMAND', width: 12, grow: 200, priority: 2, value: (e) => e.command ?? '' },
+];
+
+/** A part of the frame: its title and header lines, its row lines, and what to say when there is none. */
+interface Section {
+  head: string[];
+  body: string[];
+  none: string | undefined;
+  /** Lower is kept longer when the terminal is short. */
+  priority: number;
+  /** What one row is, for "… N more sandboxes". */
+  noun: string;
+}
+
+/** Rows each section keeps before any gets more (when the terminal is short). */
+const MIN_BODY = 3;
+
+/**
+ * The lines each section shows in `height` lines (one blank line before each): first every
+ * section its head and up to MIN_BODY rows (by priority), then the rest by priority. A section
+ * with no room left is left out; a cut one ends with "… N more".
+ */
+function fitSections(sections: readonly Section[], height: number | undefined): Map<Section, string[]> {
+  const full = (s: Section): string[] => [...s.head, ...(s.body.length === 0 && s.none !== undefined ? [s.none] : s.body)];
+  const out = new Map<Section, string[]>();
+  if (height === undefined) {
+    for (const s of sections) out.set(s, full(s));
+    return out;
+  }
+  const order = [...sections].sort((a, b) => a.priority - b.priority);
+  const given = new Map<Section, number>();
+  let left = height;
+  for (const s of order) {
+    const want = 1 + s.head.length + Math.min(MIN_BODY, Math.max(1, s.body.length));
+    if (left < 1 + s.head.length + 1) continue;
+    const n = Math.min(want, left);
+    given.set(s, n - 1);
+    left -= n;
+  }
+  for (const s of order) {
+    const had = given.get(s);
+    if (had === undefined) continue;
+    const extra = Math.min(left, full(s).length - had);
+    given.set(s, had + extra);
+    left -= extra;
+  }
+  for (const s of sections) {
+    const n = given.get(s);
+    if (n === undefined) continue;
+    const lines = full(s);
+    if (lines.length <= n) {
+      out.set(s, lines);
+      continue;
+    }
+    const rows = n - s.head.length - 1;
+    out.set(s, [...s.head, ...s.body.slice(0, rows), `… ${s.body.length - rows} more ${s.noun}`]);
+  }
+  return out;
+}
+
+/** The jobs, by session (the session whose job started last first), newest first within one. */
+function bySession(jobs: readonly JobRecord[]): JobRecord[] {
+  const groups = new Map<string, JobRecord[]>();
+  for (const j of jobs) {
+    const k = JSON.stringify([j.tenant, j.profile, j.session]);
+    groups.set(k, [...(groups.get(k) ?? []), j]);
+  }
+  return [...groups.values()].flat();
+}
+
+/** The summary line: the parts that fit, most telling first. */
+function summary(rows: readonly TopRow[], o: FrameOptions): string {
   const states = new Map<string, number>();
-  for (const r of rows) states.set(r.state, (states.get(r.state) ?? 0) + 1);
+  for (const r of rows) if (r.state !== undefined) states.set(r.state, (states.get(r.state) ?? 0) + 1);
   const stateText = [...states].map(([s, n]) => `${n} ${s}`).join(', ');
   const open = rows.reduce((n, r) => n + r.openSessions, 0);
-  const lines: string[] = [];
-  lines.push(`berth top  ${clock(o.nowMs)} UTC  ${rows.length} sandbox${rows.length === 1 ? '' : 'es'}${stateText === '' ? '' : ` (${stateText})`}, ` +
-    `${open} open session${open === 1 ? '' : 's'}${o.intervalSeconds === undefined ? '' : `  every ${o.intervalSeconds}s, Ctrl-C quits`}`);
-  lines.push('');
-  if (view.tenants.length > 0) {
-    lines.push(`${cell('TENANT', 12)} ${cell('SANDBOXES', 13, true)} ${cell('MEMORY LIMITS', 23, true)} ${cell('DISK BOUNDS', 23, true)}`);
-    for (const t of view.tenants) {
-      lines.push(`${cell(t.tenant, 12)} ${cell(`${t.usage.sandboxes}/${t.quota.sandboxes}`, 13, true)} ` +
-        `${cell(`${bytes(t.usage.memoryMb * MIB)} / ${bytes(t.quota.memoryMb * MIB)}`, 23, true)} ${cell(`${bytes(t.usage.diskMb * MIB)} / ${bytes(t.quota.diskMb * MIB)}`, 23, true)}`);
-    }
-    lines.push('');
+  const reading = rows.some((r) => r.pending === 'engine') ? 'reading the engines…' : rows.some((r) => r.pending === 'cpu') ? 'measuring CPU…' : '';
+  const parts = [
+    `berth top  ${clock(o.nowMs)} UTC`,
+    `${rows.length} sandbox${rows.length === 1 ? '' : 'es'}${stateText === '' ? '' : ` (${stateText})`}, ${open} open session${open === 1 ? '' : 's'}`,
+    reading,
+    o.intervalSeconds === undefined ? '' : `every ${o.intervalSeconds}s, Ctrl-C quits`,
+  ].filter((p) => p !== '');
+  while (parts.length > 1 && parts.join('  ').length > o.columns) parts.pop();
+  return parts.join('  ').slice(0, o.columns);
+}
+
+/**
+ * One frame of `berth top`: a summary line, each tenant against its limits, the sandboxes
+ * (busiest first) with what they use, the latest jobs by session and the latest calls. It fits
+ * `columns` (columns drop by priority) and `rows` (sections are cut, the sandboxes last). Every
+ * value a caller or an agent chose goes through `terminalText`, so nothing in a frame can move
+ * the cursor or rewrite the operator's screen.
+ */
+export function renderFrame(view: TopView, o: FrameOptions): string {
+  const { store } = view;
+  const rows = topRows(store.sandboxes, view.figures, view.previous, o.nowMs);
+  const w = o.columns;
+  const tenantTable = table(TENANT_COLUMNS, store.tenants, w);
+  const tenants: Section = { head: tenantTable.slice(0, 1), body: tenantTable.slice(1), none: undefined, priority: 4, noun: 'tenants' };
+  const sandboxTable = table(SANDBOX_COLUMNS, rows, w);
+  const sandboxes: Section = { head: sandboxTable.slice(0, 1), body: sandboxTable.slice(1), none: '(no sandboxes)', priority: 1, noun: 'sandboxes' };
+  const jobTable = table(JOB_COLUMNS, bySession(store.recentJobs).map((job) => ({ job, nowMs: o.nowMs })), w);
+  const jobs: Section = { head: ['JOBS', ...jobTable.slice(0, 1)], body: jobTable.slice(1), none: '(none)', priority: 2, noun: 'jobs' };
+  const calls: Section = {
+    head: ['RECENT CALLS'], body: table(CALL_COLUMNS, store.recentCalls, w).slice(1), none: '(none yet)', priority: 3, noun: 'calls',
+  };
+  const shown = [...(store.tenants.length > 0 ? [tenants] : []), sandboxes, jobs, calls];
+  const fitted = fitSections(shown, o.rows === undefined ? undefined : o.rows - 1);
+  const lines = [summary(rows, o)];
+  for (const s of shown) {
+    const part = fitted.get(s);
+    if (part !== undefined) lines.push('', ...part);
   }
-  lines.push(`${cell('TENANT', 12)} ${cell('PROFILE', 10)} ${cell('SANDBOX', 26)} ${cell('BACKEND', 8)} ${cell('STATE', 8)} ${cell('CPU%', 6, true)} ` +
-    `${cell('MEMORY', 21, true)} ${cell('PIDS', 9, true)} ${cell('SESS', 4, true)} ${cell('IDLE', 7, true)}`);
-  for (const r of rows) {
-    const mem = r.memoryBytes === undefined ? '-' : r.memoryLimitBytes === undefined ? bytes(r.memoryBytes) : `${bytes(r.memoryBytes)} / ${bytes(r.memoryLimitBytes)}`;
-    const pids = r.processes === undefined ? '-' : r.processLimit === undefined ? String(r.processes) : `${r.processes}/${r.processLimit}`;
-    lines.push(`${cell(r.tenant, 12)} ${cell(r.profile, 10)} ${cell(r.key, 26)} ${cell(r.backend, 8)} ${cell(r.state, 8)} ` +
-      `${cell(r.cpuPercent === undefined ? '-' : r.cpuPercent.toFixed(1), 6, true)} ${cell(mem, 21, true)} ${cell(pids, 9, true)} ` +
-      `${cell(String(r.openSessions), 4, true)} ${cell(duration(r.idleMs), 7, true)}`);
-  }
-  if (rows.length === 0) lines.push('(no sandboxes)');
-  lines.push('');
-  lines.push('RECENT CALLS');
-  for (const e of view.recentCalls) {
-    const exit = e.exitCode === null ? '' : ` exit ${e.exitCode}`;
-    const took = e.durationMs === null ? '' : ` ${e.durationMs} ms`;
-    lines.push(`${clock(e.timeMs)} ${cell(e.tenant, 12)} ${cell(e.session ?? '-', 16)} ${cell(e.kind, 6)}${cell(`${exit}${took}`, 18)} ${terminalText(e.command ?? '')}`);
-  }
-  if (view.recentCalls.length === 0) lines.push('(none yet)');
-  return lines.map((l) => (l.length > o.columns ? l.slice(0, o.columns) : l)).join('\n');
+  return lines.map((l) => terminalText(l).slice(0, w)).join('\n');
 }
