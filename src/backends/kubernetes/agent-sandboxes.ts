@@ -36,7 +36,7 @@ export async function createOrAdoptSandbox(client: KubeClient, manifest: Sandbox
   try {
     const made = (await client.custom.createNamespacedCustomObject({
       group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, body: manifest, fieldValidation: 'Strict',
-    })) as SandboxResource;
+    }, client.idempotent)) as SandboxResource;
     return { object: made, adopted: false };
   } catch (err) {
     if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create sandbox ${name}`);

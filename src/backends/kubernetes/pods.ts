@@ -90,7 +90,7 @@ export async function createOrAdoptPod(client: KubeClient, manifest: V1Pod, owne
     await waitForPodGone(client, name, timeoutMs);
   }
   try {
-    return { object: await client.core.createNamespacedPod({ namespace: client.namespace, body: manifest, fieldValidation: STRICT }), adopted: false };
+    return { object: await client.core.createNamespacedPod({ namespace: client.namespace, body: manifest, fieldValidation: STRICT }, client.idempotent), adopted: false };
   } catch (err) {
     if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create pod ${name}`);
     const winner = await readPod(client, name);
@@ -194,7 +194,7 @@ export async function createOrAdoptClaim(client: KubeClient, manifest: V1Persist
   const name = manifest.metadata!.name!;
   const body = { namespace: client.namespace, body: manifest, fieldValidation: STRICT };
   try {
-    return { object: await client.core.createNamespacedPersistentVolumeClaim(body), adopted: false };
+    return { object: await client.core.createNamespacedPersistentVolumeClaim(body, client.idempotent), adopted: false };
   } catch (err) {
     if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create persistentvolumeclaim ${name}`);
   }
@@ -224,7 +224,7 @@ export async function deleteClaim(client: KubeClient, name: string): Promise<boo
 export async function ensureNetworkPolicy(client: KubeClient, manifest: V1NetworkPolicy): Promise<void> {
   const name = manifest.metadata!.name!;
   try {
-    await client.networking.createNamespacedNetworkPolicy({ namespace: client.namespace, body: manifest, fieldValidation: STRICT });
+    await client.networking.createNamespacedNetworkPolicy({ namespace: client.namespace, body: manifest, fieldValidation: STRICT }, client.idempotent);
   } catch (err) {
     if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create networkpolicy ${name}`);
   }
