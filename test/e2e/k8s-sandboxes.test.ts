@@ -36,7 +36,7 @@ describeClusters('kubernetes sandboxes as pods', (cluster: () => ClusterUnderTes
     expect(again).toMatchObject({ name: first.name, created: false, recreated: false });
 
     await deletePod(client, first.name);
-    await waitForPodGone(client, first.name, 30_000, 50);
+    await waitForPodGone(client, first.name, 30_000);
     const back = await ensurePodSandbox(client, ensureInput(inst, { ephemeral: false, knownName: first.name }));
     expect(back).toMatchObject({ name: first.name, created: true, recreated: true });
     const read = await execOnceInPod(back.target, ['/bin/sh', '-c', 'cat /workspace/f "$HOME/g"']);

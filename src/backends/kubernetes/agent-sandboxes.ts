@@ -86,7 +86,7 @@ export async function ensureAgentSandbox(client: KubeClient, input: EnsureSandbo
   const owner = { installation: input.identity.installation, digest: input.digest };
   const manifest = sandboxResource({ ...input, ephemeral: false, name });
   const { object, adopted } = await createOrAdoptSandbox(client, manifest, owner);
-  const pod = await waitForRunning(client, name, k.podStartTimeoutSeconds * 1000, undefined, { mayNotExistYet: true });
+  const pod = await waitForRunning(client, name, k.podStartTimeoutSeconds * 1000, { mayNotExistYet: true, imagePullTimeoutMs: k.imagePullTimeoutSeconds * 1000 });
   if (!podOfSandbox(pod, name, object.metadata.uid)) {
     throw new BackendUnavailableError(`kubernetes: pod ${name} is not the one the agent-sandbox controller made for sandbox ${name}; refusing to use it`);
   }
@@ -109,7 +109,7 @@ export async function podOfOwnSandbox(client: KubeClient, name: string, uid: str
     const why = notOwnedBy(pod.metadata, owner);
     return why === undefined ? undefined : refuse(why);
   };
-  await waitForRunning(client, name, timeoutMs, undefined, { mayNotExistYet: true, lacks });
+  await waitForRunning(client, name, timeoutMs, { mayNotExistYet: true, lacks });
   return { client, pod: name, container: CONTAINER_NAME };
 }
 

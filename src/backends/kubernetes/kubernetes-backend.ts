@@ -14,7 +14,7 @@ import { IDENTITY_ANNOTATION, installationSelector, LABEL } from './labels.js';
 import { dataClaimName } from './names.js';
 import { ensurePodSandbox, listManagedPods } from './pod-sandboxes.js';
 import { PodSandboxHandle } from './sandbox-handle.js';
-import { deleteClaim, deletePod, listPods, waitForPodGone } from './pods.js';
+import { deleteClaim, deletePod, waitForPodGone } from './pods.js';
 import { formatRef, parseRef, type SandboxRef } from './refs.js';
 import { claimedSandbox, deleteClaimResource, ensureClaimedSandbox, listClaims } from './sandbox-claims.js';
 import { connectionOf, type KubernetesSettings } from './settings.js';
@@ -159,10 +159,9 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
     const selector = installationSelector(this.installation);
     for (const [namespace, uses] of this.namespaces) {
       const client = this.clientIn(namespace);
-      // Pods a controller owns (a Sandbox's) are listed through their Sandbox or claim, never as bare pods.
-      const owned = new Set((await listPods(client, selector)).filter((p) => (p.metadata?.ownerReferences ?? []).some((o) => o.controller === true)).map((p) => p.metadata!.name!));
       for (const p of await listManagedPods(client, this.installation)) {
-        if (owned.has(p.name)) continue;
+        // A pod a controller owns (a Sandbox's) is listed through its Sandbox or claim, never as a bare pod.
+        if (p.controlled) continue;
         out.push({ ref: formatRef({ kind: 'pod', namespace, name: p.name }), name: p.name, digest: p.digest, ephemeral: p.ephemeral, running: p.running });
       }
       if (uses.agentSandbox) {

@@ -64,6 +64,12 @@ export interface KubernetesSettings {
   networkPolicy: boolean;
   /** How long a new pod may take to be Running before the create fails. */
   podStartTimeoutSeconds: number;
+  /**
+   * How long an image may keep failing to pull (ErrImagePull, ImagePullBackOff) before the create
+   * fails naming the image and the registry's error: the kubelet retries after about 10 s, 30 s,
+   * 70 s, so a registry's passing failure is waited out. Within podStartTimeoutSeconds.
+   */
+  imagePullTimeoutSeconds: number;
 }
 
 export const KUBERNETES_DEFAULTS: Readonly<KubernetesSettings> = Object.freeze({
@@ -93,6 +99,7 @@ export const KUBERNETES_DEFAULTS: Readonly<KubernetesSettings> = Object.freeze({
   network: 'egress',
   networkPolicy: true,
   podStartTimeoutSeconds: 120,
+  imagePullTimeoutSeconds: 60,
 });
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
@@ -135,6 +142,7 @@ const kubernetesShape = {
   network: oneOf(KUBERNETES_NETWORKS),
   networkPolicy: bool(),
   podStartTimeoutSeconds: positiveInteger(),
+  imagePullTimeoutSeconds: positiveInteger(),
 };
 
 /**
@@ -161,6 +169,9 @@ export function kubernetesSettingsProblems(s: KubernetesSettings, at: string, pe
     problems.push(
       `config key "${at}.network": "none" cannot be guaranteed for warm-pool pods, because the SandboxTemplate's own NetworkPolicy (agent-sandbox's default admits public egress) adds to berth's; remove warmPool, or use network: egress and deny egress in the template's networkPolicy`,
     );
+  }
+  if (s.imagePullTimeoutSeconds > s.podStartTimeoutSeconds) {
+    problems.push(`config key "${at}.imagePullTimeoutSeconds": ${s.imagePullTimeoutSeconds} is more than podStartTimeoutSeconds (${s.podStartTimeoutSeconds}), which bounds the whole start, so it would have no effect; lower it or raise podStartTimeoutSeconds`);
   }
   if (s.network === 'none' && !s.networkPolicy) {
     problems.push(`config key "${at}.network": "none" is enforced by berth's NetworkPolicy and networkPolicy is false, so it would have no effect; remove one of them`);
