@@ -67,7 +67,7 @@ export interface KubernetesSettings {
   /**
    * How long an image may keep failing to pull (ErrImagePull, ImagePullBackOff) before the create
    * fails naming the image and the registry's error: the kubelet retries after about 10 s, 30 s,
-   * 70 s, so a registry's passing failure is waited out. Within podStartTimeoutSeconds.
+   * 70 s, so a registry's passing failure is waited out. podStartTimeoutSeconds still bounds the whole start.
    */
   imagePullTimeoutSeconds: number;
 }
@@ -169,9 +169,6 @@ export function kubernetesSettingsProblems(s: KubernetesSettings, at: string, pe
     problems.push(
       `config key "${at}.network": "none" cannot be guaranteed for warm-pool pods, because the SandboxTemplate's own NetworkPolicy (agent-sandbox's default admits public egress) adds to berth's; remove warmPool, or use network: egress and deny egress in the template's networkPolicy`,
     );
-  }
-  if (s.imagePullTimeoutSeconds > s.podStartTimeoutSeconds) {
-    problems.push(`config key "${at}.imagePullTimeoutSeconds": ${s.imagePullTimeoutSeconds} is more than podStartTimeoutSeconds (${s.podStartTimeoutSeconds}), which bounds the whole start, so it would have no effect; lower it or raise podStartTimeoutSeconds`);
   }
   if (s.network === 'none' && !s.networkPolicy) {
     problems.push(`config key "${at}.network": "none" is enforced by berth's NetworkPolicy and networkPolicy is false, so it would have no effect; remove one of them`);
