@@ -43,7 +43,7 @@ describeStandin('kubernetes agent-sandbox Sandbox resources (stand-in API server
     await expect(createOrAdoptSandbox(client, sandboxResource({ ...input, ephemeral: false, name: first.name }), { installation: 'someone-else', digest: input.digest }))
       .rejects.toThrow(/belongs to installation/);
     expect(await deleteSandbox(client, first.name)).toBe(true);
-    await waitForPodGone(client, first.name, 30_000, 50);
+    await waitForPodGone(client, first.name, 30_000);
     await expect(client.core.readNamespacedPersistentVolumeClaim({ namespace: 'berth', name: `data-${first.name}` })).rejects.toMatchObject({ code: 404 });
     expect(await deleteSandbox(client, first.name)).toBe(false);
   });

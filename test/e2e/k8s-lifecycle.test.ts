@@ -51,7 +51,7 @@ describeStandin('kubernetes pod lifecycle (stand-in API server, real client)', (
     expect((await listPods(client, identitySelector(inst, a.digest))).map((p) => p.metadata!.name)).toEqual([a.name]);
     expect((await listPods(client, `${installationSelector(inst)},${LABEL.lifecycle}=persistent`))).toEqual([]);
     expect(await deletePod(client, a.name)).toBe(true);
-    await waitForPodGone(client, a.name, 30_000, 50);
+    await waitForPodGone(client, a.name, 30_000);
     expect(await deletePod(client, a.name)).toBe(false);
     expect((await listPods(client, installationSelector(inst))).map((p) => p.metadata!.name)).toEqual([b.name]);
     await deletePod(client, b.name);
@@ -62,7 +62,7 @@ describeStandin('kubernetes pod lifecycle (stand-in API server, real client)', (
     const client = standinClient(server);
     const i = sandboxInput(installation(), { k: { runAsUser: 4321, runAsGroup: 4321, fsGroup: 4321 } });
     await createEphemeralPod(client, sandboxPod(i));
-    const pod = await waitForRunning(client, i.name, 60_000, 50);
+    const pod = await waitForRunning(client, i.name, 60_000);
     expect(pod.status!.phase).toBe('Running');
     const id = server.containers.get(`berth/${i.name}`) as string;
     const info = await server.docker.getContainer(id).inspect();
@@ -127,13 +127,13 @@ describeStandin('kubernetes pod lifecycle (stand-in API server, real client)', (
     const client = standinClient(server);
     const i = sandboxInput(installation(), { k: { image: 'missing:image' } });
     await createEphemeralPod(client, sandboxPod(i));
-    const err = await waitForRunning(client, i.name, 60_000, 50).catch((e: unknown) => e);
+    const err = await waitForRunning(client, i.name, 60_000).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BackendUnavailableError);
     expect((err as Error).message).toMatch(/cannot run: phase Pending, container waiting: CreateContainerError/);
     await deletePod(client, i.name);
     const j = sandboxInput(installation());
     await createEphemeralPod(client, sandboxPod(j));
-    const timedOut = await waitForRunning(client, j.name, 1, 50).catch((e: unknown) => e);
+    const timedOut = await waitForRunning(client, j.name, 1).catch((e: unknown) => e);
     expect(timedOut).toBeInstanceOf(TimeoutError);
     expect((timedOut as Error).message).toMatch(/was not running within .* raise kubernetes\.podStartTimeoutSeconds/);
     await deletePod(client, j.name);
@@ -143,9 +143,9 @@ describeStandin('kubernetes pod lifecycle (stand-in API server, real client)', (
     const client = standinClient(server);
     const i = sandboxInput(installation());
     await createEphemeralPod(client, sandboxPod(i));
-    await waitForRunning(client, i.name, 60_000, 50);
+    await waitForRunning(client, i.name, 60_000);
     await server.killPodContainer('berth', i.name);
-    await expect(waitForRunning(client, i.name, 10_000, 50)).rejects.toThrow(/cannot run: phase Failed, container ended with exit code/);
+    await expect(waitForRunning(client, i.name, 10_000)).rejects.toThrow(/cannot run: phase Failed, container ended with exit code/);
     await deletePod(client, i.name);
   });
 

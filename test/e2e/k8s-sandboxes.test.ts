@@ -36,7 +36,7 @@ describeClusters('kubernetes sandboxes as pods', (cluster: () => ClusterUnderTes
     expect(again).toMatchObject({ name: first.name, created: false, recreated: false });
 
     await deletePod(client, first.name);
-    await waitForPodGone(client, first.name, 30_000, 50);
+    await waitForPodGone(client, first.name, 30_000);
     const back = await ensurePodSandbox(client, ensureInput(inst, { ephemeral: false, knownName: first.name }));
     expect(back).toMatchObject({ name: first.name, created: true, recreated: true });
     const read = await execOnceInPod(back.target, ['/bin/sh', '-c', 'cat /workspace/f "$HOME/g"']);
@@ -88,7 +88,9 @@ describeClusters('kubernetes sandboxes as pods', (cluster: () => ClusterUnderTes
   it('a failed create removes what it made and reports the original error', async () => {
     const { client } = cluster();
     const inst = installation();
-    await expect(ensurePodSandbox(client, ensureInput(inst, { ephemeral: false, image: cluster().missingImage }))).rejects.toThrow(/cannot run: phase Pending, container waiting: (CreateContainerError|ErrImagePull|ImagePullBackOff|InvalidImageName)/);
+    const missing = ensureInput(inst, { ephemeral: false, image: cluster().missingImage });
+    const failing = { ...missing, kubernetes: { ...missing.kubernetes, imagePullTimeoutSeconds: 2 } };
+    await expect(ensurePodSandbox(client, failing)).rejects.toThrow(/cannot run: (phase Pending, container waiting: (CreateContainerError|InvalidImageName)|image "[^"]+" could not be pulled for 2 s)/);
     for (let i = 0; i < 100 && (await listPods(client, `berth.installation=${inst}`)).length > 0; i++) await new Promise((r) => setTimeout(r, 50));
     expect(await listPods(client, `berth.installation=${inst}`)).toEqual([]);
     const claims = await client.core.listNamespacedPersistentVolumeClaim({ namespace: ns(), labelSelector: `berth.installation=${inst}` });

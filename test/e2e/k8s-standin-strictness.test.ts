@@ -70,7 +70,7 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     expect(refused.body.message).toBe(`pods "${input.name}" is forbidden: failed quota: compute: must specify requests.cpu for: sandbox; requests.memory for: sandbox; limits.cpu for: sandbox; limits.memory for: sandbox`);
 
     await createEphemeralPod(client, sandboxPod(input));
-    await waitForRunning(client, input.name, 60_000, 50);
+    await waitForRunning(client, input.name, 60_000);
     // A second berth pod would take the namespace past limits.cpu 4 (2 + 2 fits; a third does not).
     const second = sandboxInput('inst', { k: { namespace: ns } });
     await createEphemeralPod(client, sandboxPod(second));
@@ -80,7 +80,7 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     expect(over.body.message).toContain('exceeded quota: compute, limits.cpu: requested 2, used 4, limited 4');
     for (const name of [input.name, second.name]) {
       await deletePod(client, name);
-      await waitForPodGone(client, name, 30_000, 50);
+      await waitForPodGone(client, name, 30_000);
     }
   });
 
@@ -103,7 +103,7 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     const big = sandboxInput('inst', { k: { namespace: ns } });
     const refused = await statusOf(client.core.createNamespacedPod({ namespace: ns, body: sandboxPod(big), fieldValidation: 'Strict' }));
     expect(refused).toMatchObject({ code: 403, body: { message: `pods "${big.name}" is forbidden: [maximum cpu usage per Container is 1, but limit is 2]` } });
-    await waitForPodGone(client, input.name, 30_000, 50);
+    await waitForPodGone(client, input.name, 30_000);
   });
 
   it('a create in a namespace that does not exist is 404 on the namespace; berth says so and names the fix instead of "not found"', async () => {

@@ -47,7 +47,7 @@ export class BerthOnStandin {
     const r = parseRef(ref);
     if (r.kind === 'pod') {
       await deletePod(this.client, r.name);
-      await waitForPodGone(this.client, r.name, 30_000, 50);
+      await waitForPodGone(this.client, r.name, 30_000);
       return;
     }
     const group = r.kind === 'sandbox' ? 'agents.x-k8s.io' : 'extensions.agents.x-k8s.io';
@@ -63,7 +63,7 @@ export class BerthOnStandin {
     }
     for (const p of (await this.client.core.listNamespacedPod({ namespace: 'berth' })).items) {
       await deletePod(this.client, p.metadata!.name!);
-      await waitForPodGone(this.client, p.metadata!.name!, 30_000, 50);
+      await waitForPodGone(this.client, p.metadata!.name!, 30_000);
     }
     for (const c of (await this.client.core.listNamespacedPersistentVolumeClaim({ namespace: 'berth' })).items) {
       await this.client.core.deleteNamespacedPersistentVolumeClaim({ namespace: 'berth', name: c.metadata!.name! }).catch(() => undefined);

@@ -31,6 +31,6 @@ export function sandboxInput(installation: string, opts: { key?: string; tenant?
 /** Creates an ephemeral sandbox pod and waits until it runs; the exec target of its container. */
 export async function runningPod(client: KubeClient, input: SandboxManifestInput): Promise<ExecTarget> {
   await createEphemeralPod(client, sandboxPod(input));
-  await waitForRunning(client, input.name, input.kubernetes.podStartTimeoutSeconds * 1000, 50);
+  await waitForRunning(client, input.name, input.kubernetes.podStartTimeoutSeconds * 1000);
   return { client, pod: input.name, container: CONTAINER_NAME };
 }

@@ -100,7 +100,7 @@ async function podToFirstCommand(server: StandinApiServer, rounds: number): Prom
     const input = sandboxInput('inst-measure');
     const t = performance.now();
     await createEphemeralPod(client, sandboxPod(input));
-    await waitForRunning(client, input.name, 60_000, 20);
+    await waitForRunning(client, input.name, 60_000);
     await execOnceInPod({ client, pod: input.name, container: CONTAINER_NAME }, ['true']);
     samples.push(performance.now() - t);
     await deletePod(client, input.name);

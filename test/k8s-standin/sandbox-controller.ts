@@ -14,8 +14,12 @@ import type { V1PodSpec, V1Volume } from '@kubernetes/client-node';
 type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
 
 export interface ControllerHost {
+  /** Read only: objects change through `put` and `touch`, so watches hear of it. */
   store(plural: string): Map<string, Obj>;
-  nextVersion(): string;
+  /** Stores a new object (its resourceVersion is given then). */
+  put(plural: string, key: string, obj: Obj): void;
+  /** Says the object at `key` was changed in place. */
+  touch(plural: string, key: string): void;
   /** Why admission refuses a pod of this spec in `namespace` (LimitRange defaults are filled in), or undefined. */
   admit(namespace: string, spec: V1PodSpec): string | undefined;
   startPod(key: string, pod: Obj): void;
@@ -50,16 +54,18 @@ export function reconcileSandbox(host: ControllerHost, namespace: string, sandbo
     volumes.push({ name: t.metadata.name, persistentVolumeClaim: { claimName: claim } });
     const claims = host.store('persistentvolumeclaims');
     if (claims.has(`${namespace}/${claim}`)) continue;
-    claims.set(`${namespace}/${claim}`, {
+    host.put('persistentvolumeclaims', `${namespace}/${claim}`, {
       apiVersion: 'v1', kind: 'PersistentVolumeClaim',
-      metadata: { ...meta(namespace, claim, { ...t.metadata.labels, [NAME_HASH_LABEL]: hash }, owner), resourceVersion: host.nextVersion() },
+      metadata: meta(namespace, claim, { ...t.metadata.labels, [NAME_HASH_LABEL]: hash }, owner),
       spec: t.spec, status: { phase: 'Bound' },
     });
   }
   const podSpec: V1PodSpec = { ...spec.podTemplate.spec, volumes: [...(spec.podTemplate.spec.volumes ?? []).filter((v) => !volumes.some((c) => c.name === v.name)), ...volumes] };
   const refused = host.admit(namespace, podSpec);
+  const sandboxKey = `${namespace}/${name}`;
   if (refused !== undefined) {
     setReady(sandbox, false, 'PodCreationFailed', `pods "${name}" is forbidden: ${refused}`);
+    host.touch('sandboxes', sandboxKey);
     return;
   }
   const pod: Obj = {
@@ -67,14 +73,14 @@ export function reconcileSandbox(host: ControllerHost, namespace: string, sandbo
     metadata: {
       ...meta(namespace, name, { ...spec.podTemplate.metadata?.labels, [NAME_HASH_LABEL]: hash }, owner),
       annotations: { ...spec.podTemplate.metadata?.annotations },
-      resourceVersion: host.nextVersion(),
     },
     spec: podSpec,
     status: { phase: 'Pending' },
   };
-  host.store('pods').set(`${namespace}/${name}`, pod);
+  host.put('pods', `${namespace}/${name}`, pod);
   host.startPod(`${namespace}/${name}`, pod);
   setReady(sandbox, false, 'DependenciesNotReady', 'Pod is not ready');
+  host.touch('sandboxes', sandboxKey);
 }
 
 /**

@@ -10,6 +10,9 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { TEST_IMAGE } from '../helpers/docker.js';
 import { loadValidator, type ManifestValidator } from '../schemas/validate.js';
 import { bridgeExec, type ExecBridge } from './exec-bridge.js';
+import { parseFieldSelector } from './field-selector.js';
+import { FlowControl, type FlowControlOptions } from './flow-control.js';
+import { pullImage, type ImagePullOptions } from './image-pulls.js';
 import { parseLabelSelector } from './label-selector.js';
 import { restrictedViolations } from './pod-security.js';
 import { applyLimitRanges, quotaRefusal, type LimitRangeItem } from './quota-admission.js';
@@ -19,6 +22,7 @@ import { claimStatus, fillPool, reconcileClaim, type ClaimControllerOptions } fr
 import { claimDir, containerOptions, runningStatus, STANDIN_LABEL, terminatedStatus, waitingStatus, type PodRuntimeOptions } from './pod-runtime.js';
 import { storedNetworkPolicy } from './network-policy-storage.js';
 import { alreadyExists, apiError, notFound, type StatusBody } from './status.js';
+import { WatchHub } from './watch-hub.js';
 
 /*
  * A stand-in Kubernetes API server for tests (README.md): the REST calls berth makes and the
@@ -54,6 +58,22 @@ export interface StandinOptions {
    * a test that gives pods a network checks the policy objects berth writes, not the traffic they would stop.
    */
   podNetwork?: string;
+  /** API server flow control: 429 with Retry-After past a per-client budget. Default: none. */
+  flowControl?: FlowControlOptions;
+  /** Changes a watch can still resume from; older resourceVersions are 410 Gone. Default 10,000. */
+  watchHistory?: number;
+  /** Between BOOKMARK events of a watch that allows them. Default 1 s (a real server: about a minute). */
+  bookmarkIntervalMs?: number;
+  /** Which images fail to pull, and the kubelet's pull back-off. Default: only images on a `.invalid` registry fail, back-off 10 s. */
+  imagePulls?: Partial<ImagePullOptions>;
+}
+
+/** What the stand-in received, by verb (`get`, `list`, `watch`, `create`, `delete`, `exec`, ...), as an audit log counts it. */
+export interface RequestCounts {
+  total: number;
+  /** Turned away by flow control (429). */
+  rejected: number;
+  byVerb: Record<string, number>;
 }
 
 type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
@@ -108,6 +128,14 @@ export class StandinApiServer implements AsyncDisposable {
   mutateNetworkPolicy: ((policy: Record<string, unknown>) => void) | undefined;
   /** The claim controller sketch's settings; a test may change them (its allowlist, say) between claims. */
   readonly claimController: ClaimControllerOptions;
+  readonly requests: RequestCounts = { total: 0, rejected: 0, byVerb: {} };
+  /** Open watches, and the changes they resume from. */
+  readonly watches: WatchHub;
+  private readonly flow: FlowControl | undefined;
+  private readonly imagePulls: ImagePullOptions;
+  private dockerEvents: NodeJS.ReadableStream | undefined;
+  private readonly stopping = new AbortController();
+  /** The last resourceVersion given out. */
   private resourceVersion = 1;
   private server: Server | undefined;
   private validator: ManifestValidator | undefined;
@@ -124,6 +152,9 @@ export class StandinApiServer implements AsyncDisposable {
       bindDelayMs: opts.claimBindDelayMs ?? 300,
       podMetadataDelayMs: opts.claimPodMetadataDelayMs ?? 300,
     };
+    this.flow = opts.flowControl === undefined ? undefined : new FlowControl(opts.flowControl);
+    this.watches = new WatchHub(opts.watchHistory ?? 10_000, opts.bookmarkIntervalMs ?? 1000, () => this.resourceVersion);
+    this.imagePulls = { fails: (image) => (/^[^/]+\.invalid\//.test(image) ? `dial tcp: lookup ${image.split('/')[0]!}: no such host` : undefined), backoffMs: 10_000, ...opts.imagePulls };
     this.runtime = {
       docker,
       instance: this.instance,
@@ -154,6 +185,7 @@ export class StandinApiServer implements AsyncDisposable {
       sock.once('close', () => s.sockets.delete(sock));
     });
     server.on('upgrade', (req, sock, head) => s.upgrade(req, sock as import('node:net').Socket, head));
+    await s.followContainerDeaths();
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     s.server = server;
     s.port = (server.address() as AddressInfo).port;
@@ -191,6 +223,11 @@ export class StandinApiServer implements AsyncDisposable {
     for (const b of this.bridges) b.drop();
   }
 
+  /** Forgets every change so far (etcd compaction): a watch from an older resourceVersion gets 410 Gone and must list again. */
+  compactWatchHistory(): void {
+    this.watches.compact();
+  }
+
   /** Remove a pod's container behind the API's back (a node lost it); the pod shows Failed. */
   async killPodContainer(namespace: string, name: string): Promise<void> {
     const id = this.containers.get(`${namespace}/${name}`);
@@ -203,8 +240,11 @@ export class StandinApiServer implements AsyncDisposable {
 
   /** Stops serving and removes every container this server started. Idempotent. */
   async stop(): Promise<void> {
+    this.stopping.abort();
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
+    this.watches.endAll();
+    (this.dockerEvents as { destroy?: () => void } | undefined)?.destroy?.();
     for (const b of this.bridges) b.drop();
     for (const s of this.sockets) s.destroy();
     await new Promise<void>((resolve) => (this.server === undefined ? resolve() : this.server.close(() => resolve())));
@@ -239,9 +279,22 @@ export class StandinApiServer implements AsyncDisposable {
     res.end(JSON.stringify(body));
   }
 
+  /** Counts a request by verb; false (and a 429 sent) when flow control turns it away. */
+  private admit(req: IncomingMessage, res: ServerResponse, verb: string): boolean {
+    this.requests.total++;
+    this.requests.byVerb[verb] = (this.requests.byVerb[verb] ?? 0) + 1;
+    if (this.flow === undefined || this.flow.admit(req.headers.authorization ?? '')) return true;
+    this.requests.rejected++;
+    const after = this.flow.opts.retryAfterSeconds ?? 1;
+    res.writeHead(429, { 'content-type': 'application/json', 'retry-after': String(after) });
+    res.end(JSON.stringify(apiError(429, 'TooManyRequests', 'Too many requests, please try again later.', { retryAfterSeconds: after } as StatusBody['details'])));
+    return false;
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (!this.authorized(req)) return this.reply(res, 401, apiError(401, 'Unauthorized', 'Unauthorized'));
     const url = new URL(req.url ?? '/', this.url);
+    if (!this.admit(req, res, verbOf(req.method ?? '', url))) return;
     if (url.pathname === '/version') return this.reply(res, 200, { major: '1', minor: '35', gitVersion: 'v1.35.0-berth-standin' });
     if (req.method === 'POST' && url.pathname === ACCESS_REVIEW_PATH) return this.reviewAccess(res, await readJson(req));
     const m = PATH_RE.exec(url.pathname);
@@ -252,7 +305,8 @@ export class StandinApiServer implements AsyncDisposable {
     const namespace = m[2] as string;
     const name = m[4];
     if (req.method === 'POST' && name === undefined) return this.create(res, resource, namespace, await readJson(req), url.searchParams.get('fieldValidation'));
-    if (req.method === 'GET' && name === undefined) return this.list(res, resource, namespace, url.searchParams.get('labelSelector'));
+    if (req.method === 'GET' && name === undefined && ['1', 'true'].includes(url.searchParams.get('watch') ?? '')) return this.watch(res, resource, namespace, url.searchParams);
+    if (req.method === 'GET' && name === undefined) return this.list(res, resource, namespace, url.searchParams);
     if (req.method === 'GET' && name !== undefined) return this.get(res, resource, namespace, name);
     if (req.method === 'PUT' && name !== undefined && resource.plural === 'networkpolicies') return this.replace(res, resource, namespace, name, await readJson(req), url.searchParams.get('fieldValidation'));
     if (req.method === 'DELETE' && name !== undefined) return this.remove(res, resource, namespace, name);
@@ -292,25 +346,19 @@ export class StandinApiServer implements AsyncDisposable {
     const store = this.store(r.plural);
     const key = `${namespace}/${name}`;
     if (store.has(key)) return this.reply(res, 409, alreadyExists(r.plural, name));
-    obj.metadata = {
-      ...obj.metadata,
-      namespace,
-      uid: randomUUID(),
-      resourceVersion: String(this.resourceVersion++),
-      creationTimestamp: new Date().toISOString(),
-    };
+    obj.metadata = { ...obj.metadata, namespace, uid: randomUUID(), creationTimestamp: new Date().toISOString() };
     if (r.plural === 'networkpolicies') {
       this.mutateNetworkPolicy?.(obj);
       obj = { ...storedNetworkPolicy(obj), metadata: { ...obj.metadata, generation: 1 } };
     }
     if (r.plural === 'pods') obj['status'] = { phase: 'Pending' };
     if (r.plural === 'persistentvolumeclaims') obj['status'] = { phase: 'Bound', accessModes: (obj['spec'] as { accessModes?: string[] }).accessModes };
-    store.set(key, obj);
+    this.put(r.plural, key, obj);
     if (r.plural === 'pods') this.track(this.startPod(key, obj));
     if (r.plural === 'sandboxes') reconcileSandbox(this.controllerHost(), namespace, obj);
     if (r.plural === 'sandboxwarmpools') fillPool(this.controllerHost(), namespace, obj);
     if (r.plural === 'sandboxclaims') reconcileClaim(this.controllerHost(), namespace, obj, this.claimController);
-    this.reply(res, 201, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
+    this.reply(res, 201, { kind: r.kind, apiVersion: apiVersionOf(r), ...obj });
   }
 
   /**
@@ -337,10 +385,11 @@ export class StandinApiServer implements AsyncDisposable {
     const sameSpec = JSON.stringify(written['spec']) === JSON.stringify(current['spec']);
     const stored = {
       ...written,
-      metadata: { ...obj.metadata, namespace, uid: current.metadata['uid'], creationTimestamp: current.metadata['creationTimestamp'], resourceVersion: String(this.resourceVersion++), generation: Number(current.metadata['generation'] ?? 1) + (sameSpec ? 0 : 1) },
+      metadata: { ...obj.metadata, namespace, uid: current.metadata['uid'], creationTimestamp: current.metadata['creationTimestamp'], generation: Number(current.metadata['generation'] ?? 1) + (sameSpec ? 0 : 1) },
     };
     this.store(r.plural).set(key, stored);
-    this.reply(res, 200, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...stored });
+    this.touch(r.plural, key);
+    this.reply(res, 200, { kind: r.kind, apiVersion: apiVersionOf(r), ...stored });
   }
 
   /**
@@ -374,17 +423,50 @@ export class StandinApiServer implements AsyncDisposable {
   private async startPod(key: string, pod: Obj): Promise<void> {
     const v1 = pod as unknown as V1Pod;
     const c = v1.spec!.containers[0]!;
+    const current = (): boolean => this.store('pods').get(key) === pod && pod.metadata['deletionTimestamp'] === undefined;
+    const pulled = await pullImage(c.image ?? '', this.imagePulls, (reason, message) => {
+      if (!current()) return;
+      pod['status'] = waitingStatus(c.name, c.image ?? '', reason, message);
+      this.touch('pods', key);
+    }, this.stopping.signal);
+    if (!pulled || !current()) return;
     const dockerName = `k8s-standin-${this.instance}-${key.replace('/', '-')}-${randomBytes(3).toString('hex')}`;
     try {
       const container = await this.docker.createContainer(containerOptions(v1, this.runtime, dockerName));
       this.containers.set(key, container.id);
       await container.start();
-      if (this.store('pods').get(key) === pod && pod.metadata['deletionTimestamp'] === undefined) {
-        pod['status'] = runningStatus(c.name, c.image ?? '', container.id, new Date());
-      }
+      if (current()) pod['status'] = runningStatus(c.name, c.image ?? '', container.id, new Date());
     } catch (err) {
       pod['status'] = waitingStatus(c.name, c.image ?? '', 'CreateContainerError', (err as Error).message);
     }
+    if (this.store('pods').get(key) === pod) this.touch('pods', key);
+  }
+
+  /** The kubelet's report of a container that ended (docker's `die` events): its pod is over (restartPolicy Never). */
+  private async followContainerDeaths(): Promise<void> {
+    const stream = await this.docker.getEvents({ filters: { label: [`${STANDIN_LABEL}=${this.instance}`], event: ['die'] } });
+    this.dockerEvents = stream;
+    let buffered = '';
+    stream.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString('utf8');
+      const lines = buffered.split('\n');
+      buffered = lines.pop() ?? '';
+      for (const line of lines.filter((l) => l.trim() !== '')) {
+        const event = JSON.parse(line) as { id?: string; Actor?: { Attributes?: Record<string, string> } };
+        const key = [...this.containers].find(([, id]) => id === event.id)?.[0];
+        const pod = key === undefined ? undefined : this.store('pods').get(key);
+        if (key !== undefined && pod !== undefined) this.ended(key, pod, Number(event.Actor?.Attributes?.['exitCode'] ?? 137));
+      }
+    });
+    stream.on('error', () => undefined);
+  }
+
+  /** A running pod's container ended with `exitCode`: the pod is Failed or Succeeded. */
+  private ended(key: string, pod: Obj, exitCode: number): void {
+    if ((pod['status'] as { phase?: string } | undefined)?.phase !== 'Running' || pod.metadata['deletionTimestamp'] !== undefined) return;
+    const c = (pod as unknown as V1Pod).spec!.containers[0]!;
+    pod['status'] = terminatedStatus(pod['status'] as object, c.name, c.image ?? '', exitCode, new Date());
+    this.touch('pods', key);
   }
 
   /** Look at the container again: a container that ended makes the pod Failed/Succeeded (restartPolicy Never). */
@@ -394,35 +476,55 @@ export class StandinApiServer implements AsyncDisposable {
     if (status?.phase !== 'Running' || id === undefined) return;
     const info = await this.docker.getContainer(id).inspect().catch(() => undefined);
     if (info !== undefined && info.State.Running) return;
-    const c = (pod as unknown as V1Pod).spec!.containers[0]!;
-    pod['status'] = terminatedStatus(pod['status'] as object, c.name, c.image ?? '', info?.State.ExitCode ?? 137, new Date());
+    this.ended(key, pod, info?.State.ExitCode ?? 137);
   }
 
-  /** A Sandbox's status from its pod as it is now (the pod looked at first, as the controller's watch would have seen it end). */
-  private async refreshSandbox(namespace: string, sandbox: Obj): Promise<void> {
-    const key = `${namespace}/${String(sandbox.metadata['name'])}`;
+  /** A Sandbox's pod looked at again first, so its status follows the pod as it is now (as the controller's watch would have seen it end). */
+  private async refreshSandboxPod(key: string): Promise<void> {
     const pod = this.store('pods').get(key);
     if (pod !== undefined) await this.refresh(key, pod);
-    sandboxStatus(this.controllerHost(), namespace, sandbox);
   }
 
-  private async list(res: ServerResponse, r: Resource, namespace: string, selector: string | null): Promise<void> {
-    let matches: (labels: Record<string, string>) => boolean;
+  /** The label and field selectors of a list or watch, or a 400 sent. */
+  private selectors(res: ServerResponse, r: Resource, query: URLSearchParams): ((labels: Record<string, string>, obj: Obj) => boolean) | undefined {
     try {
-      matches = parseLabelSelector(selector);
+      const labels = parseLabelSelector(query.get('labelSelector'));
+      const fields = parseFieldSelector(r.plural, query.get('fieldSelector'));
+      return (l, o) => labels(l) && fields(o);
     } catch (err) {
-      return this.reply(res, 400, apiError(400, 'BadRequest', (err as Error).message));
+      this.reply(res, 400, apiError(400, 'BadRequest', (err as Error).message));
+      return undefined;
     }
-    const items: Obj[] = [];
-    for (const [key, obj] of this.store(r.plural)) {
-      if (!key.startsWith(`${namespace}/`)) continue;
-      if (!matches((obj.metadata['labels'] ?? {}) as Record<string, string>)) continue;
-      if (r.plural === 'pods') await this.refresh(key, obj);
-      if (r.plural === 'sandboxes') await this.refreshSandbox(namespace, obj);
-      if (r.plural === 'sandboxclaims') claimStatus(this.controllerHost(), namespace, obj);
-      items.push(obj);
-    }
-    this.reply(res, 200, { kind: `${r.kind}List`, apiVersion: r.prefix.replace(/^\/apis?\//, ''), metadata: { resourceVersion: String(this.resourceVersion) }, items });
+  }
+
+  private matching(r: Resource, namespace: string, matches: (labels: Record<string, string>, obj: Obj) => boolean): [string, Obj][] {
+    return [...this.store(r.plural)].filter(([key, obj]) => key.startsWith(`${namespace}/`) && matches((obj.metadata['labels'] ?? {}) as Record<string, string>, obj));
+  }
+
+  private async list(res: ServerResponse, r: Resource, namespace: string, query: URLSearchParams): Promise<void> {
+    const matches = this.selectors(res, r, query);
+    if (matches === undefined) return;
+    const found = this.matching(r, namespace, matches);
+    if (r.plural === 'pods') for (const [key, obj] of found) await this.refresh(key, obj);
+    if (r.plural === 'sandboxes') for (const [key] of found) await this.refreshSandboxPod(key);
+    this.reply(res, 200, { kind: `${r.kind}List`, apiVersion: apiVersionOf(r), metadata: { resourceVersion: String(this.resourceVersion) }, items: found.map(([, o]) => o) });
+  }
+
+  /** A watch on a collection (watch-hub.ts), with the real server's parameters. */
+  private watch(res: ServerResponse, r: Resource, namespace: string, query: URLSearchParams): void {
+    const matches = this.selectors(res, r, query);
+    if (matches === undefined) return;
+    const rv = query.get('resourceVersion');
+    if (rv !== null && rv !== '' && !/^\d+$/.test(rv)) return this.reply(res, 400, apiError(400, 'BadRequest', `invalid resource version: ${JSON.stringify(rv)}`));
+    const timeout = query.get('timeoutSeconds');
+    this.watches.serve({
+      plural: r.plural, namespace, kind: r.kind, apiVersion: apiVersionOf(r),
+      matches: (labels, obj) => matches(labels as Record<string, string>, obj),
+      from: rv === null || rv === '' || rv === '0' ? undefined : Number(rv),
+      bookmarks: query.get('allowWatchBookmarks') === 'true',
+      timeoutMs: timeout === null ? 1_800_000 : Number(timeout) * 1000,
+      current: () => this.matching(r, namespace, matches).map(([, o]) => structuredClone(o)),
+    }, res);
   }
 
   private async get(res: ServerResponse, r: Resource, namespace: string, name: string): Promise<void> {
@@ -430,9 +532,8 @@ export class StandinApiServer implements AsyncDisposable {
     const obj = this.store(r.plural).get(key);
     if (obj === undefined) return this.reply(res, 404, notFound(r.plural, name));
     if (r.plural === 'pods') await this.refresh(key, obj);
-    if (r.plural === 'sandboxes') await this.refreshSandbox(namespace, obj);
-    if (r.plural === 'sandboxclaims') claimStatus(this.controllerHost(), namespace, obj);
-    this.reply(res, 200, { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj });
+    if (r.plural === 'sandboxes') await this.refreshSandboxPod(key);
+    this.reply(res, 200, { kind: r.kind, apiVersion: apiVersionOf(r), ...obj });
   }
 
   /** Deletion is graceful for pods: the object stays, with a deletionTimestamp, until its container is gone. */
@@ -441,9 +542,9 @@ export class StandinApiServer implements AsyncDisposable {
     const store = this.store(r.plural);
     const obj = store.get(key);
     if (obj === undefined) return this.reply(res, 404, notFound(r.plural, name));
-    const out = { kind: r.kind, apiVersion: r.prefix.replace(/^\/apis?\//, ''), ...obj };
+    const out = { kind: r.kind, apiVersion: apiVersionOf(r), ...obj };
     if (r.plural !== 'pods') {
-      store.delete(key);
+      this.drop(r.plural, key);
       if (r.plural === 'persistentvolumeclaims') rmSync(claimDir(this.dataDir, namespace, name), { recursive: true, force: true });
       if (['sandboxes', 'sandboxclaims', 'sandboxwarmpools'].includes(r.plural)) this.collectGarbage(namespace, String(obj.metadata['uid']));
       return this.reply(res, 200, out);
@@ -452,11 +553,58 @@ export class StandinApiServer implements AsyncDisposable {
     this.reply(res, 200, out);
   }
 
+  /** Stores a new object (its resourceVersion given now) and tells the watches: ADDED. */
+  private put(plural: string, key: string, obj: Obj): void {
+    this.store(plural).set(key, obj);
+    this.record('ADDED', plural, key, obj);
+  }
+
+  /** The object at `key` changed: a new resourceVersion, and the watches hear MODIFIED. */
+  private touch(plural: string, key: string): void {
+    const obj = this.store(plural).get(key);
+    if (obj !== undefined) this.record('MODIFIED', plural, key, obj);
+  }
+
+  /** Removes the object at `key`; the watches hear DELETED. */
+  private drop(plural: string, key: string): void {
+    const obj = this.store(plural).get(key);
+    if (obj === undefined) return;
+    this.store(plural).delete(key);
+    this.record('DELETED', plural, key, obj);
+  }
+
+  private record(type: 'ADDED' | 'MODIFIED' | 'DELETED', plural: string, key: string, obj: Obj): void {
+    obj.metadata['resourceVersion'] = String(++this.resourceVersion);
+    const r = RESOURCES.find((x) => x.plural === plural)!;
+    this.watches.record(type, plural, key.split('/')[0] as string, key, obj, r.kind, apiVersionOf(r));
+    if (plural === 'pods' && type !== 'ADDED') this.podChanged(key);
+  }
+
+  /** What follows a pod's change, as the controllers see it: its Sandbox's and its claim's Ready conditions. */
+  private podChanged(podKey: string): void {
+    const [namespace, name] = podKey.split('/') as [string, string];
+    const host = this.controllerHost();
+    const readyOf = (o: Obj): string => JSON.stringify(((o['status'] as { conditions?: { type: string; status: string; reason?: string }[] } | undefined)?.conditions ?? []).map((c) => [c.type, c.status, c.reason]));
+    const follow = (plural: string, key: string, obj: Obj, update: () => void): void => {
+      const before = readyOf(obj);
+      update();
+      if (readyOf(obj) !== before) this.touch(plural, key);
+    };
+    const sandbox = this.store('sandboxes').get(podKey);
+    if (sandbox !== undefined) follow('sandboxes', podKey, sandbox, () => sandboxStatus(host, namespace, sandbox));
+    for (const [key, claim] of this.store('sandboxclaims')) {
+      if (key.startsWith(`${namespace}/`) && (claim['status'] as { sandbox?: { name?: string } } | undefined)?.sandbox?.name === name) {
+        follow('sandboxclaims', key, claim, () => claimStatus(host, namespace, claim));
+      }
+    }
+  }
+
   /** What the agent-sandbox emulation needs of the server. */
   private controllerHost(): ControllerHost {
     return {
       store: (plural) => this.store(plural),
-      nextVersion: () => String(this.resourceVersion++),
+      put: (plural, key, obj) => this.put(plural, key, obj),
+      touch: (plural, key) => this.touch(plural, key),
       admit: (namespace, spec) => this.admitPod(namespace, spec),
       startPod: (key, pod) => this.track(this.startPod(key, pod)),
       later: (ms, fn) => {
@@ -476,12 +624,12 @@ export class StandinApiServer implements AsyncDisposable {
         const refs = (obj.metadata['ownerReferences'] ?? []) as { uid?: string }[];
         if (!key.startsWith(`${namespace}/`) || !refs.some((ref) => ref.uid === ownerUid)) continue;
         if (plural === 'sandboxes') {
-          this.store(plural).delete(key);
+          this.drop(plural, key);
           this.collectGarbage(namespace, String(obj.metadata['uid']));
         } else if (plural === 'pods') {
           this.deletePodObject(key, obj);
         } else {
-          this.store(plural).delete(key);
+          this.drop(plural, key);
           rmSync(claimDir(this.dataDir, namespace, String(obj.metadata['name'])), { recursive: true, force: true });
         }
       }
@@ -494,13 +642,14 @@ export class StandinApiServer implements AsyncDisposable {
     if (obj.metadata['deletionTimestamp'] === undefined) {
       obj.metadata['deletionTimestamp'] = new Date().toISOString();
       obj.metadata['deletionGracePeriodSeconds'] = 0;
+      this.touch('pods', key);
       this.track((async () => {
         const id = this.containers.get(key);
         if (id !== undefined) await this.docker.getContainer(id).remove({ force: true }).catch(() => undefined);
         this.containers.delete(key);
         rmSync(join(this.dataDir, 'emptydir', String(obj.metadata['uid'])), { recursive: true, force: true });
         if (store.get(key) !== obj) return;
-        store.delete(key);
+        this.drop('pods', key);
         const owner = ((obj.metadata['ownerReferences'] ?? []) as { kind?: string; uid?: string; controller?: boolean }[]).find((o) => o.controller === true && o.kind === 'Sandbox');
         if (owner?.uid !== undefined) podGone(this.controllerHost(), key.slice(0, key.indexOf('/')), owner.uid);
       })());
@@ -513,6 +662,8 @@ export class StandinApiServer implements AsyncDisposable {
     };
     if (!this.authorized(req)) return fail(401, apiError(401, 'Unauthorized', 'Unauthorized'));
     const url = new URL(req.url ?? '/', this.url);
+    this.requests.total++;
+    this.requests.byVerb['exec'] = (this.requests.byVerb['exec'] ?? 0) + 1;
     const m = PATH_RE.exec(url.pathname);
     if (m === null || m[1] !== '/api/v1' || m[3] !== 'pods' || m[4] === undefined || m[5] !== 'exec') {
       return fail(404, apiError(404, 'NotFound', `the server could not find the requested resource (${url.pathname})`));
@@ -536,6 +687,21 @@ export class StandinApiServer implements AsyncDisposable {
       this.bridges.add(bridge);
       this.track(bridge.done.finally(() => this.bridges.delete(bridge)));
     });
+  }
+}
+
+function apiVersionOf(r: Resource): string {
+  return r.prefix.replace(/^\/apis?\//, '');
+}
+
+/** The verb an audit log gives a request (exec upgrades are counted apart). */
+function verbOf(method: string, url: URL): string {
+  const named = PATH_RE.exec(url.pathname)?.[4] !== undefined;
+  switch (method) {
+    case 'GET': return named ? 'get' : ['1', 'true'].includes(url.searchParams.get('watch') ?? '') ? 'watch' : url.pathname.startsWith('/version') ? 'version' : 'list';
+    case 'POST': return 'create';
+    case 'DELETE': return 'delete';
+    default: return method.toLowerCase();
   }
 }
 

@@ -40,12 +40,12 @@ export function fillPool(host: ControllerHost, namespace: string, pool: Obj): vo
     const sandbox: Obj = {
       apiVersion: 'agents.x-k8s.io/v1beta1', kind: 'Sandbox',
       metadata: {
-        name: sandboxName, namespace, uid: randomUUID(), resourceVersion: host.nextVersion(), creationTimestamp: new Date().toISOString(),
+        name: sandboxName, namespace, uid: randomUUID(), creationTimestamp: new Date().toISOString(),
         labels: { [POOL_LABEL]: name }, ownerReferences: [ownerRef('SandboxWarmPool', 'extensions.agents.x-k8s.io/v1beta1', pool)],
       },
       spec: { podTemplate: structuredClone(podTemplate) },
     };
-    host.store('sandboxes').set(`${namespace}/${sandboxName}`, sandbox);
+    host.put('sandboxes', `${namespace}/${sandboxName}`, sandbox);
     reconcileSandbox(host, namespace, sandbox);
   }
 }
@@ -80,26 +80,33 @@ function bindClaim(host: ControllerHost, namespace: string, claim: Obj, opts: Cl
   if (host.store('sandboxclaims').get(key) !== claim) return;
   const spec = claim['spec'] as { warmPoolRef: { name: string }; additionalPodMetadata?: { labels?: Record<string, string>; annotations?: Record<string, string> } };
   const problem = additionalPodMetadataProblem(spec.additionalPodMetadata, opts.allowedLabelDomains);
-  if (problem !== undefined) return setReady(claim, false, 'InvalidMetadata', problem);
+  const refuse = (reason: string, message: string): void => {
+    setReady(claim, false, reason, message);
+    host.touch('sandboxclaims', key);
+  };
+  if (problem !== undefined) return refuse('InvalidMetadata', problem);
   const poolName = spec.warmPoolRef.name;
   const pool = host.store('sandboxwarmpools').get(`${namespace}/${poolName}`);
-  if (pool === undefined) return setReady(claim, false, 'WarmPoolNotFound', `SandboxWarmPool ${JSON.stringify(poolName)} not found`);
+  if (pool === undefined) return refuse('WarmPoolNotFound', `SandboxWarmPool ${JSON.stringify(poolName)} not found`);
   const free = unclaimed(host, namespace, poolName)[0];
-  if (free === undefined) return setReady(claim, false, 'SandboxMissing', 'Sandbox does not exist');
-  const [, sandbox] = free;
+  if (free === undefined) return refuse('SandboxMissing', 'Sandbox does not exist');
+  const [sandboxKey, sandbox] = free;
   const labels = { ...(sandbox.metadata['labels'] as Record<string, string>) };
   delete labels[POOL_LABEL];
   sandbox.metadata['labels'] = labels;
   sandbox.metadata['ownerReferences'] = [ownerRef('SandboxClaim', 'extensions.agents.x-k8s.io/v1beta1', claim)];
   const sandboxName = String(sandbox.metadata['name']);
+  host.touch('sandboxes', sandboxKey);
   claim['status'] = { sandbox: { name: sandboxName } };
   setReady(claim, false, 'SandboxNotReady', 'Sandbox is not ready');
+  claimStatus(host, namespace, claim);
+  host.touch('sandboxclaims', key);
   host.later(opts.podMetadataDelayMs, () => {
     const pod = host.store('pods').get(`${namespace}/${sandboxName}`);
     if (pod === undefined) return;
     pod.metadata['labels'] = { ...(pod.metadata['labels'] as Record<string, string>), ...spec.additionalPodMetadata?.labels };
     pod.metadata['annotations'] = { ...(pod.metadata['annotations'] as Record<string, string>), ...spec.additionalPodMetadata?.annotations };
-    pod.metadata['resourceVersion'] = host.nextVersion();
+    host.touch('pods', `${namespace}/${sandboxName}`);
   });
   fillPool(host, namespace, pool);
 }

@@ -1,4 +1,3 @@
-import { AuthorizationV1Api } from '@kubernetes/client-node';
 import { BackendUnavailableError } from '../../errors.js';
 import { fromKubeError, type KubeClient } from './kube-client.js';
 import { REQUIRED_PERMISSIONS } from './permissions.js';
@@ -44,12 +43,11 @@ function describe(p: Permission): string {
  * every missing permission and the fix. Never a fallback.
  */
 export async function checkAccess(client: KubeClient, k: KubernetesSettings): Promise<void> {
-  const authz = client.kubeConfig.makeApiClient(AuthorizationV1Api);
   const wanted = permissionsFor(k);
   const answers = await Promise.all(wanted.map(async (p) => {
     const [resource, subresource] = p.resource.split('/') as [string, string | undefined];
     try {
-      const review = await authz.createSelfSubjectAccessReview({
+      const review = await client.authorization.createSelfSubjectAccessReview({
         body: {
           apiVersion: 'authorization.k8s.io/v1',
           kind: 'SelfSubjectAccessReview',

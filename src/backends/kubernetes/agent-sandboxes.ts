@@ -40,7 +40,7 @@ export async function createOrAdoptSandbox(client: KubeClient, manifest: Sandbox
   try {
     const made = (await client.custom.createNamespacedCustomObject({
       group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, body: manifest, fieldValidation: 'Strict',
-    })) as SandboxResource;
+    }, client.idempotent)) as SandboxResource;
     return { object: made, adopted: false };
   } catch (err) {
     if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create sandbox ${name}`);
@@ -127,7 +127,7 @@ export async function ensureAgentSandbox(client: KubeClient, input: EnsureSandbo
   const manifest = sandboxResource({ ...input, ephemeral: false, name });
   const { object, adopted } = await createOrAdoptSandbox(client, manifest, owner);
   const replaced = adopted && (await clearEndedPod(client, name, object.metadata.uid, timeoutMs));
-  const pod = await waitForRunning(client, name, timeoutMs, undefined, { mayNotExistYet: true });
+  const pod = await waitForRunning(client, name, timeoutMs, { mayNotExistYet: true, imagePullTimeoutMs: k.imagePullTimeoutSeconds * 1000 });
   if (!podOfSandbox(pod, name, object.metadata.uid)) {
     throw new BackendUnavailableError(`kubernetes: pod ${name} is not the one the agent-sandbox controller made for sandbox ${name}; refusing to use it`);
   }
@@ -150,7 +150,7 @@ export async function podOfOwnSandbox(client: KubeClient, name: string, uid: str
     const why = notOwnedBy(pod.metadata, owner);
     return why === undefined ? undefined : refuse(why);
   };
-  await waitForRunning(client, name, timeoutMs, undefined, { mayNotExistYet: true, lacks });
+  await waitForRunning(client, name, timeoutMs, { mayNotExistYet: true, lacks });
   return { client, pod: name, container: CONTAINER_NAME };
 }
 

@@ -1,5 +1,17 @@
-import { ApiException, CoreV1Api, CustomObjectsApi, Exec, KubeConfig, NetworkingV1Api } from '@kubernetes/client-node';
+import {
+  ApiException,
+  AuthorizationV1Api,
+  type ConfigurationOptions,
+  CoreV1Api,
+  createConfiguration,
+  CustomObjectsApi,
+  Exec,
+  KubeConfig,
+  NetworkingV1Api,
+  ServerConfiguration,
+} from '@kubernetes/client-node';
 import { BackendUnavailableError, BerthError, ConfigError, SandboxNotFoundError } from '../../errors.js';
+import { ApiTransport } from './api-transport.js';
 import type { KubernetesSettings } from './settings.js';
 
 /** The API clients of one cluster connection, all from one KubeConfig. */
@@ -9,7 +21,15 @@ export interface KubeClient {
   readonly core: CoreV1Api;
   readonly networking: NetworkingV1Api;
   readonly custom: CustomObjectsApi;
+  readonly authorization: AuthorizationV1Api;
   readonly exec: Exec;
+  /** The connection pool, timeouts and retries every request of these clients goes through; watches use it directly. */
+  readonly transport: ApiTransport;
+  /**
+   * Per-call options for a create whose caller takes AlreadyExists as its own earlier success:
+   * such a create may be sent again after a 5xx or a timeout (others only after a 429).
+   */
+  readonly idempotent: ConfigurationOptions;
   /** The API server's URL, for messages. */
   readonly server: string;
 }
@@ -38,16 +58,26 @@ export function kubeConfigFor(s: KubernetesSettings): KubeConfig {
   return kc;
 }
 
-/** The clients for `kc`, working in `namespace`. Does no I/O. */
-export function kubeClient(kc: KubeConfig, namespace: string): KubeClient {
+/**
+ * The clients for `kc`, working in `namespace`, all sending through `transport` (one per
+ * cluster connection: share it between namespaces; by default a new one). Does no I/O.
+ */
+export function kubeClient(kc: KubeConfig, namespace: string, transport = new ApiTransport(kc)): KubeClient {
+  const server = kc.getCurrentCluster()?.server;
+  if (server === undefined) throw new ConfigError('kubernetes: the kubeconfig has no current cluster; set kubernetes.context');
+  // As KubeConfig.makeApiClient builds them, but on berth's transport.
+  const configuration = createConfiguration({ baseServer: new ServerConfiguration(server, {}), authMethods: { default: kc }, httpApi: transport.http });
   return {
     kubeConfig: kc,
     namespace,
-    core: kc.makeApiClient(CoreV1Api),
-    networking: kc.makeApiClient(NetworkingV1Api),
-    custom: kc.makeApiClient(CustomObjectsApi),
+    core: new CoreV1Api(configuration),
+    networking: new NetworkingV1Api(configuration),
+    custom: new CustomObjectsApi(configuration),
+    authorization: new AuthorizationV1Api(configuration),
     exec: new Exec(kc),
-    server: kc.getCurrentCluster()?.server ?? 'the API server',
+    transport,
+    idempotent: { httpApi: transport.idempotentCreates },
+    server,
   };
 }
 

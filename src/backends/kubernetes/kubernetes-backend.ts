@@ -5,6 +5,7 @@ import { Logger } from '../../logging/logger.js';
 import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { checkAccess } from './access-check.js';
+import { ApiTransport } from './api-transport.js';
 import { checkAgentSandboxCrds } from './crd-check.js';
 import { deleteSandbox, ensureAgentSandbox, ensureEphemeralSandbox, listSandboxes } from './agent-sandboxes.js';
 import type { ExecTarget } from './spawn.js';
@@ -59,7 +60,7 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
   private readonly log: (msg: string) => void;
   private readonly injected: KubeConfig | undefined;
   /** The installation's one cluster: its connection key and KubeConfig, once known. */
-  private cluster: { key: string; kc: KubeConfig } | undefined;
+  private cluster: { key: string; kc: KubeConfig; transport: ApiTransport } | undefined;
   private readonly clients = new Map<string, KubeClient>();
   /** Namespaces and modes in use, for `listManaged`. */
   private readonly namespaces = new Map<string, { agentSandbox: boolean; claims: boolean }>();
@@ -175,10 +176,9 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
     const selector = installationSelector(this.installation);
     for (const [namespace, uses] of this.namespaces) {
       const client = this.clientIn(namespace);
-      // Pods a controller owns (a Sandbox's) are listed through their Sandbox or claim, never as bare pods.
-      const owned = new Set((await listPods(client, selector)).filter((p) => (p.metadata?.ownerReferences ?? []).some((o) => o.controller === true)).map((p) => p.metadata!.name!));
       for (const p of await listManagedPods(client, this.installation)) {
-        if (owned.has(p.name)) continue;
+        // A pod a controller owns (a Sandbox's) is listed through its Sandbox or claim, never as a bare pod.
+        if (p.controlled) continue;
         out.push({ ref: formatRef({ kind: 'pod', namespace, name: p.name }), name: p.name, digest: p.digest, ephemeral: p.ephemeral, running: p.running });
       }
       if (uses.agentSandbox) {
@@ -204,6 +204,7 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
   async close(): Promise<void> {
     this.closed = true;
     this.clients.clear();
+    this.cluster?.transport.close();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -218,7 +219,8 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
   private learn(k: KubernetesSettings): void {
     const key = connectionOf(k);
     if (this.cluster === undefined) {
-      this.cluster = { key, kc: this.injected ?? kubeConfigFor(k) };
+      const kc = this.injected ?? kubeConfigFor(k);
+      this.cluster = { key, kc, transport: new ApiTransport(kc, { log: (msg) => this.logger.debug(`kubernetes API: ${msg}`) }) };
     } else if (this.cluster.key !== key) {
       throw new ConfigError('kubernetes: every profile that uses backend kubernetes must reach the same cluster (kubeconfig, context, inCluster); set them once at the top level');
     }
@@ -237,7 +239,7 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
     }
     let c = this.clients.get(namespace);
     if (c === undefined) {
-      c = kubeClient(this.cluster.kc, namespace);
+      c = kubeClient(this.cluster.kc, namespace, this.cluster.transport);
       this.clients.set(namespace, c);
     }
     return c;

@@ -104,7 +104,7 @@ export async function ensureNetworkPolicy(client: KubeClient, manifest: V1Networ
   let live = await readPolicy(client, name);
   if (live === undefined) {
     try {
-      live = await client.networking.createNamespacedNetworkPolicy({ namespace: client.namespace, body: manifest, fieldValidation: 'Strict' });
+      live = await client.networking.createNamespacedNetworkPolicy({ namespace: client.namespace, body: manifest, fieldValidation: 'Strict' }, client.idempotent);
     } catch (err) {
       if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create networkpolicy ${name}`);
       live = await readPolicy(client, name);

@@ -72,6 +72,7 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
   const k = input.kubernetes;
   const owner = { installation: input.identity.installation, digest: input.digest };
   const timeoutMs = k.podStartTimeoutSeconds * 1000;
+  const imagePullTimeoutMs = k.imagePullTimeoutSeconds * 1000;
   const { installation, tenant } = input.identity;
   const egress = input.egress;
   if (k.networkPolicy) {
@@ -89,7 +90,7 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
     const known = await readOwnPod(client, input.knownName, owner);
     const wanted = network({ identity: input.identity, digest: input.digest, ephemeral: true, rule: input.rule, name: input.knownName, mount: null, kubernetes: k });
     if (known !== undefined && !podEnded(known) && known.metadata?.labels?.[NETWORK_LABEL] === wanted) {
-      await waitForRunning(client, input.knownName, timeoutMs);
+      await waitForRunning(client, input.knownName, timeoutMs, { known, imagePullTimeoutMs });
       return { name: input.knownName, target: targetOf(client, input.knownName), created: false, recreated: false };
     }
     if (known !== undefined) await deletePod(client, input.knownName);
@@ -99,8 +100,9 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
   const made: (() => Promise<unknown>)[] = [];
   try {
     let adopted = false;
+    let created: V1Pod;
     if (input.ephemeral) {
-      await createEphemeralPod(client, podOf(manifest));
+      created = await createEphemeralPod(client, podOf(manifest));
       made.push(() => deletePod(client, name));
     } else {
       const claim = await createOrAdoptClaim(client, sandboxDataClaim(manifest), owner);
@@ -115,9 +117,10 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
         pod = await createOrAdoptPod(client, podOf(manifest), owner, timeoutMs);
       }
       adopted = pod.adopted;
+      created = pod.object;
       if (!adopted) made.unshift(() => deletePod(client, name));
     }
-    await waitForRunning(client, name, timeoutMs);
+    await waitForRunning(client, name, timeoutMs, { known: created, imagePullTimeoutMs });
     return { name, target: targetOf(client, name), created: !adopted, recreated: input.knownName !== undefined && !adopted };
   } catch (err) {
     for (const undo of made) {
@@ -156,9 +159,11 @@ export interface ManagedPod {
   digest: string;
   ephemeral: boolean;
   running: boolean;
+  /** A controller owns it (an agent-sandbox Sandbox's pod): it is listed through its owner, not as a bare pod. */
+  controlled: boolean;
 }
 
-/** This installation's sandbox pods, by label selector; never another installation's. */
+/** This installation's sandbox pods, by label selector (one list); never another installation's. */
 export async function listManagedPods(client: KubeClient, installation: string): Promise<ManagedPod[]> {
   const pods = await listPods(client, installationSelector(installation));
   return pods
@@ -168,5 +173,6 @@ export async function listManagedPods(client: KubeClient, installation: string):
       digest: p.metadata!.annotations?.[IDENTITY_ANNOTATION] ?? '',
       ephemeral: p.metadata!.labels?.[LABEL.lifecycle] === 'ephemeral',
       running: p.status?.phase === 'Running' && p.metadata?.deletionTimestamp === undefined,
+      controlled: (p.metadata?.ownerReferences ?? []).some((o) => o.controller === true),
     }));
 }

@@ -1,7 +1,8 @@
 import type { V1PersistentVolumeClaim, V1Pod } from '@kubernetes/client-node';
-import { BackendUnavailableError, type BerthError, TimeoutError } from '../../errors.js';
+import { BackendUnavailableError, BerthError, TimeoutError } from '../../errors.js';
 import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
 import { IDENTITY_ANNOTATION, LABEL, labelValue } from './labels.js';
+import { watchObject } from './watch.js';
 
 /*
  * Pod lifecycle against the API server (docs/design.md §6). Every create asks for strict field
@@ -10,7 +11,8 @@ import { IDENTITY_ANNOTATION, LABEL, labelValue } from './labels.js';
  */
 
 const STRICT = 'Strict';
-const DEFAULT_POLL_MS = 250;
+/** How long an image that fails to pull is waited for by default: the kubelet's retries at about 10 s and 30 s. */
+export const DEFAULT_IMAGE_PULL_TIMEOUT_MS = 60_000;
 
 /** Whose object a pod or claim must be for berth to use it. */
 export interface Owner {
@@ -25,8 +27,9 @@ export interface AdoptResult<T> {
   adopted: boolean;
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+/** The API path of the client's namespace's pods, for watches. */
+function podsPath(client: KubeClient): string {
+  return `/api/v1/namespaces/${encodeURIComponent(client.namespace)}/pods`;
 }
 
 /** True when an object carries none of berth's ownership keys yet (a controller has still to copy them onto it). */
@@ -65,15 +68,12 @@ export async function readPod(client: KubeClient, name: string): Promise<V1Pod |
 }
 
 /** Waits until no pod of this name exists (a deleted pod stays while it terminates). */
-export async function waitForPodGone(client: KubeClient, name: string, timeoutMs: number, pollMs = DEFAULT_POLL_MS): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if ((await readPod(client, name)) === undefined) return;
-    if (Date.now() >= deadline) {
-      throw new TimeoutError(`kubernetes: pod ${name} was still terminating after ${Math.round(timeoutMs / 1000)} s; check it with kubectl describe pod ${name} -n ${client.namespace}`);
-    }
-    await sleep(pollMs);
-  }
+export async function waitForPodGone(client: KubeClient, name: string, timeoutMs: number): Promise<void> {
+  await watchObject<V1Pod, undefined>(client, {
+    collection: podsPath(client), name, timeoutMs, doing: `wait for pod ${name} to be gone`,
+    decide: (pod) => (pod === undefined ? { value: undefined } : undefined),
+    timedOut: () => new TimeoutError(`kubernetes: pod ${name} was still terminating after ${Math.round(timeoutMs / 1000)} s; check it with kubectl describe pod ${name} -n ${client.namespace}`),
+  });
 }
 
 /**
@@ -91,7 +91,7 @@ export async function createOrAdoptPod(client: KubeClient, manifest: V1Pod, owne
     await waitForPodGone(client, name, timeoutMs);
   }
   try {
-    return { object: await client.core.createNamespacedPod({ namespace: client.namespace, body: manifest, fieldValidation: STRICT }), adopted: false };
+    return { object: await client.core.createNamespacedPod({ namespace: client.namespace, body: manifest, fieldValidation: STRICT }, client.idempotent), adopted: false };
   } catch (err) {
     if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create pod ${name}`);
     const winner = await readPod(client, name);
@@ -136,7 +136,9 @@ export async function deletePod(client: KubeClient, name: string): Promise<boole
 }
 
 /** Container waiting reasons that will not resolve by waiting longer. */
-const HOPELESS = new Set(['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'ErrImageNeverPull', 'CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
+const HOPELESS = new Set(['InvalidImageName', 'ErrImageNeverPull', 'CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
+/** Waiting reasons of an image pull that failed, which the kubelet retries with a back-off (10 s, doubling to 300 s). */
+const PULL_FAILING = new Set(['ErrImagePull', 'ImagePullBackOff']);
 
 function describe(pod: V1Pod | undefined): string {
   if (pod === undefined) return 'it does not exist';
@@ -151,43 +153,61 @@ function describe(pod: V1Pod | undefined): string {
   return `phase ${phase}`;
 }
 
+export interface WaitForRunningOptions {
+  /** A controller makes the pod (agent-sandbox): its absence is waited out too. */
+  mayNotExistYet?: boolean;
+  /** What a running pod still lacks (labels a controller copies onto it later), waited for like readiness; it may throw to refuse the pod outright. */
+  lacks?: (pod: V1Pod) => string | undefined;
+  /** How long an image pull may keep failing (ErrImagePull, ImagePullBackOff) before the wait fails. Default 60 s. */
+  imagePullTimeoutMs?: number;
+  /** The pod as its create answered: the watch starts there, with no list. */
+  known?: V1Pod;
+}
+
 /**
- * Waits until the pod runs with its container ready. A pod that ended, vanished, or whose
- * container cannot start (image pull failures and the like) fails at once; one still pending
- * at the deadline is a TimeoutError saying where it stands. `mayNotExistYet`: a controller
- * makes the pod (agent-sandbox), so its absence is waited out too. `lacks`: what a running pod
- * still lacks (labels a controller copies onto it later), waited for like readiness; it may
- * throw to refuse the pod outright.
+ * Waits until the pod runs with its container ready, watching it. A pod that ended, vanished,
+ * or whose container cannot start (a bad image name, a config error) fails at once; an image
+ * that fails to pull is given `imagePullTimeoutMs` of the kubelet's retries, then fails naming
+ * the image and the registry's error; one still pending at the deadline is a TimeoutError
+ * saying where it stands.
  */
-export async function waitForRunning(
-  client: KubeClient,
-  name: string,
-  timeoutMs: number,
-  pollMs = DEFAULT_POLL_MS,
-  opts: { mayNotExistYet?: boolean; lacks?: (pod: V1Pod) => string | undefined } = {},
-): Promise<V1Pod> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const pod = await readPod(client, name);
-    if (pod === undefined && opts.mayNotExistYet === true && Date.now() < deadline) {
-      await sleep(Math.min(pollMs, Math.max(1, deadline - Date.now())));
-      continue;
-    }
-    const ready = pod?.status?.containerStatuses?.[0]?.ready === true;
-    const lacking = pod === undefined || opts.lacks === undefined ? undefined : opts.lacks(pod);
-    if (pod?.status?.phase === 'Running' && ready && lacking === undefined) return pod;
-    const reason = pod?.status?.containerStatuses?.[0]?.state?.waiting?.reason;
-    const over = pod === undefined || pod.metadata?.deletionTimestamp !== undefined || pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
-    if (over || (reason !== undefined && HOPELESS.has(reason))) {
-      throw new BackendUnavailableError(`kubernetes: pod ${name} cannot run: ${describe(pod)}; see kubectl describe pod ${name} -n ${client.namespace}`);
-    }
-    if (Date.now() >= deadline) {
-      throw new TimeoutError(
-        `kubernetes: pod ${name} was not running within ${Math.round(timeoutMs / 1000)} s (${describe(pod)}${lacking === undefined ? '' : `; ${lacking}`}); raise kubernetes.podStartTimeoutSeconds or see kubectl describe pod ${name} -n ${client.namespace}`,
+export async function waitForRunning(client: KubeClient, name: string, timeoutMs: number, opts: WaitForRunningOptions = {}): Promise<V1Pod> {
+  const pullTimeoutMs = opts.imagePullTimeoutMs ?? DEFAULT_IMAGE_PULL_TIMEOUT_MS;
+  let pullFailingSince: number | undefined;
+  /** The registry's own words: ErrImagePull carries them, ImagePullBackOff only says it waits. */
+  let pullError: string | undefined;
+  let lacking: string | undefined;
+  return watchObject<V1Pod, V1Pod>(client, {
+    collection: podsPath(client), name, timeoutMs, known: opts.known, doing: `wait for pod ${name} to run`,
+    wakeAt: () => (pullFailingSince === undefined ? undefined : pullFailingSince + pullTimeoutMs),
+    decide: (pod) => {
+      if (pod === undefined && opts.mayNotExistYet === true) return undefined;
+      const ready = pod?.status?.containerStatuses?.[0]?.ready === true;
+      lacking = pod === undefined || opts.lacks === undefined ? undefined : opts.lacks(pod);
+      if (pod?.status?.phase === 'Running' && ready && lacking === undefined) return { value: pod };
+      const waiting = pod?.status?.containerStatuses?.[0]?.state?.waiting;
+      const over = pod === undefined || pod.metadata?.deletionTimestamp !== undefined || pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
+      if (over || (waiting?.reason !== undefined && HOPELESS.has(waiting.reason))) {
+        throw new BackendUnavailableError(`kubernetes: pod ${name} cannot run: ${describe(pod)}; see kubectl describe pod ${name} -n ${client.namespace}`);
+      }
+      if (waiting?.reason === undefined || !PULL_FAILING.has(waiting.reason)) {
+        pullFailingSince = undefined;
+        return undefined;
+      }
+      pullFailingSince ??= Date.now();
+      if (waiting.reason === 'ErrImagePull' && waiting.message !== undefined) pullError = waiting.message;
+      if (Date.now() - pullFailingSince < pullTimeoutMs) return undefined;
+      const image = pod?.spec?.containers[0]?.image ?? pod?.status?.containerStatuses?.[0]?.image ?? '?';
+      throw new BerthError(
+        'image_pull_failed',
+        `kubernetes: pod ${name} cannot run: image ${JSON.stringify(image)} could not be pulled for ${Math.round(pullTimeoutMs / 1000)} s (${waiting.reason}: ${pullError ?? waiting.message ?? 'no message'}); ` +
+          `check the image reference and that the cluster's nodes can pull it (registry, imagePullSecrets), or raise kubernetes.imagePullTimeoutSeconds`,
       );
-    }
-    await sleep(Math.min(pollMs, Math.max(1, deadline - Date.now())));
-  }
+    },
+    timedOut: (pod) => new TimeoutError(
+      `kubernetes: pod ${name} was not running within ${Math.round(timeoutMs / 1000)} s (${describe(pod)}${lacking === undefined ? '' : `; ${lacking}`}); raise kubernetes.podStartTimeoutSeconds or see kubectl describe pod ${name} -n ${client.namespace}`,
+    ),
+  });
 }
 
 /** A persistent sandbox's claim: adopted when it is this identity's, else created. */
@@ -195,7 +215,7 @@ export async function createOrAdoptClaim(client: KubeClient, manifest: V1Persist
   const name = manifest.metadata!.name!;
   const body = { namespace: client.namespace, body: manifest, fieldValidation: STRICT };
   try {
-    return { object: await client.core.createNamespacedPersistentVolumeClaim(body), adopted: false };
+    return { object: await client.core.createNamespacedPersistentVolumeClaim(body, client.idempotent), adopted: false };
   } catch (err) {
     if (apiStatusOf(err) !== 409) throw fromKubeError(client, err, `create persistentvolumeclaim ${name}`);
   }

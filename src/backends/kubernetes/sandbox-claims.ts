@@ -11,6 +11,7 @@ import { ephemeralPodName } from './names.js';
 import { ensureNetworkPolicy } from './network-policies.js';
 import { notOwnedBy } from './pods.js';
 import type { KubernetesSettings } from './settings.js';
+import { watchObject } from './watch.js';
 
 /*
  * Mode agent-sandbox with a warm pool: an ephemeral identity claims a ready Sandbox from the
@@ -24,7 +25,6 @@ import type { KubernetesSettings } from './settings.js';
 const GROUP = 'extensions.agents.x-k8s.io';
 const VERSION = AGENT_SANDBOX_EXTENSIONS_API.split('/')[1] as string;
 const PLURAL = 'sandboxclaims';
-const POLL_MS = 250;
 
 interface ClaimCondition {
   type: string;
@@ -86,25 +86,24 @@ export async function claimedSandbox(client: KubeClient, claim: string): Promise
  * reason means the controller gave up fails at once, naming its reason and the fix; at the
  * deadline the error says what the controller last reported.
  */
-async function waitForBinding(client: KubeClient, claim: string, timeoutMs: number, pool: string): Promise<string> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const found = await readClaim(client, claim);
-    if (found === undefined) throw new BackendUnavailableError(`kubernetes: sandboxclaim ${claim} vanished before the agent-sandbox controller bound it`);
-    const bound = found.status?.sandbox?.name;
-    if (bound !== undefined && bound !== '') return bound;
-    const ready = readyOf(found);
-    const fix = ready?.status === 'False' && ready.reason !== undefined ? HOPELESS_REASONS[ready.reason] : undefined;
-    if (fix !== undefined) {
-      throw new BackendUnavailableError(`kubernetes: sandboxclaim ${claim} on warm pool ${pool} cannot be bound: ${said(ready)}; ${fix}`);
-    }
-    if (Date.now() >= deadline) {
-      throw new TimeoutError(
-        `kubernetes: sandboxclaim ${claim} on warm pool ${pool} was not bound to a sandbox within ${Math.round(timeoutMs / 1000)} s (${said(ready)}); check the pool (kubectl get sandboxwarmpool ${pool} -n ${client.namespace}) and the agent-sandbox controller, or raise kubernetes.podStartTimeoutSeconds`,
-      );
-    }
-    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
-  }
+async function waitForBinding(client: KubeClient, claim: string, timeoutMs: number, pool: string, known: ClaimObject): Promise<string> {
+  let last: ClaimObject | undefined;
+  return watchObject<ClaimObject, string>(client, {
+    collection: `/apis/${GROUP}/${VERSION}/namespaces/${encodeURIComponent(client.namespace)}/${PLURAL}`, name: claim, timeoutMs, known, doing: `wait for sandboxclaim ${claim} to be bound`,
+    decide: (found) => {
+      if (found === undefined) throw new BackendUnavailableError(`kubernetes: sandboxclaim ${claim} vanished before the agent-sandbox controller bound it`);
+      last = found;
+      const bound = found.status?.sandbox?.name;
+      if (bound !== undefined && bound !== '') return { value: bound };
+      const ready = readyOf(found);
+      const fix = ready?.status === 'False' && ready.reason !== undefined ? HOPELESS_REASONS[ready.reason] : undefined;
+      if (fix !== undefined) throw new BackendUnavailableError(`kubernetes: sandboxclaim ${claim} on warm pool ${pool} cannot be bound: ${said(ready)}; ${fix}`);
+      return undefined;
+    },
+    timedOut: () => new TimeoutError(
+      `kubernetes: sandboxclaim ${claim} on warm pool ${pool} was not bound to a sandbox within ${Math.round(timeoutMs / 1000)} s (${said(last === undefined ? undefined : readyOf(last))}); check the pool (kubectl get sandboxwarmpool ${pool} -n ${client.namespace}) and the agent-sandbox controller, or raise kubernetes.podStartTimeoutSeconds`,
+    ),
+  });
 }
 
 export interface ClaimInput {
@@ -136,8 +135,9 @@ export async function ensureClaimedSandbox(client: KubeClient, input: ClaimInput
   if (k.networkPolicy) await ensureNetworkPolicy(client, tenantNetworkPolicy(input.identity.installation, input.identity.tenant, k));
   const claim = ephemeralPodName(input.digest, input.unique());
   const body = sandboxClaimResource({ identity: input.identity, digest: input.digest, ephemeral: true, rule: input.rule, name: claim, mount: null, kubernetes: k });
+  let created: ClaimObject;
   try {
-    await client.custom.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, body, fieldValidation: 'Strict' });
+    created = (await client.custom.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, body, fieldValidation: 'Strict' })) as ClaimObject;
   } catch (err) {
     if (apiStatusOf(err) === 409) {
       throw new BackendUnavailableError(`kubernetes: the new sandboxclaim's name ${claim} is taken; an ephemeral sandbox is never adopted, so nothing was created. Try again`, { cause: err });
@@ -145,7 +145,7 @@ export async function ensureClaimedSandbox(client: KubeClient, input: ClaimInput
     throw fromKubeError(client, err, `create sandboxclaim ${claim} on warm pool ${pool}`);
   }
   try {
-    const sandbox = await waitForBinding(client, claim, timeoutMs, pool);
+    const sandbox = await waitForBinding(client, claim, timeoutMs, pool, created);
     return { claim, target: await podOfOwnSandbox(client, sandbox, undefined, owner, timeoutMs), recreated: input.knownName !== undefined };
   } catch (err) {
     await deleteClaimResource(client, claim).catch(() => undefined);

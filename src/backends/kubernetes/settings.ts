@@ -84,6 +84,12 @@ export interface KubernetesSettings {
   blockedCidrs: readonly string[];
   /** How long a new pod may take to be Running before the create fails. */
   podStartTimeoutSeconds: number;
+  /**
+   * How long an image may keep failing to pull (ErrImagePull, ImagePullBackOff) before the create
+   * fails naming the image and the registry's error: the kubelet retries after about 10 s, 30 s,
+   * 70 s, so a registry's passing failure is waited out. podStartTimeoutSeconds still bounds the whole start.
+   */
+  imagePullTimeoutSeconds: number;
 }
 
 export const KUBERNETES_DEFAULTS: Readonly<KubernetesSettings> = Object.freeze({
@@ -120,6 +126,7 @@ export const KUBERNETES_DEFAULTS: Readonly<KubernetesSettings> = Object.freeze({
   dnsAddresses: Object.freeze(['169.254.20.10']),
   blockedCidrs: Object.freeze([]),
   podStartTimeoutSeconds: 120,
+  imagePullTimeoutSeconds: 60,
 });
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
@@ -181,6 +188,7 @@ const kubernetesShape = {
   dnsAddresses: z.array(z.string({ error: 'an IP address (a string)' }).superRefine(problemOf(dnsAddressProblem)), { error: 'a list of IP addresses' }).optional(),
   blockedCidrs: z.array(z.string({ error: 'a CIDR range (a string)' }).superRefine(problemOf(blockedCidrProblem)), { error: 'a list of CIDR ranges' }).optional(),
   podStartTimeoutSeconds: positiveInteger(),
+  imagePullTimeoutSeconds: positiveInteger(),
 };
 
 /**
