@@ -15,7 +15,7 @@ import { dataClaimName } from './names.js';
 import { checkNetworkPolicies } from './network-policies.js';
 import { ensurePodSandbox, listManagedPods } from './pod-sandboxes.js';
 import { PodSandboxHandle } from './sandbox-handle.js';
-import { deleteClaim, deletePod, listPods, waitForPodGone } from './pods.js';
+import { deleteClaim, deletePod, waitForPodGone } from './pods.js';
 import type { PodProxyEgress } from './proxy-egress.js';
 import { formatRef, parseRef, type SandboxRef } from './refs.js';
 import { claimedSandbox, deleteClaimResource, ensureClaimedSandbox, listClaims } from './sandbox-claims.js';
