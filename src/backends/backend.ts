@@ -245,6 +245,12 @@ export interface SnapshotBudget {
   maxBytes: number;
   /** Where the bound comes from, for the refusal: `tenant "t" may keep 1024 more bytes (limits.snapshotBytes = 4096)`. */
   limit: string;
+  /**
+   * Claims `bytes` (this snapshot's whole size so far) in the store before they are copied, so
+   * snapshots of the tenant made at the same time each see what the others took; false when they
+   * no longer fit (the snapshot is refused). The broker's; absent, `maxBytes` alone bounds it.
+   */
+  claim?(bytes: number): boolean;
 }
 
 /** A value that must never be part of a snapshot (a granted secret's), named for the error. */

@@ -277,7 +277,7 @@ export class SnapshotCalls {
       if (reserved === 'over') throw this.overLimit(call.scope.tenant);
       try {
         await lives.forget(live);
-        const made = await caps.create(live.sandbox, rec.id, forbiddenOf(call), this.budgetOf(call.scope.tenant));
+        const made = await caps.create(live.sandbox, rec.id, forbiddenOf(call), this.budgetOf(call.scope.tenant, rec.id));
         if (!snapshots.complete(rec.id, made.ref, made.bytes, snapshotQuota.bytes)) {
           await caps.remove(made.ref).catch(() => undefined);
           throw this.overLimit(call.scope.tenant, made.bytes);
@@ -379,11 +379,18 @@ export class SnapshotCalls {
         : 'docker and bwrap can: give the profile one of them'));
   }
 
-  /** What one more snapshot of `tenant` may take: the rest of its `limits.snapshotBytes`. */
-  private budgetOf(tenant: string): SnapshotBudget {
+  /**
+   * What snapshot `id` of `tenant` may take: the rest of its `limits.snapshotBytes`, each part
+   * claimed in its reserved row before it is copied (so concurrent snapshots cannot each take it all).
+   */
+  private budgetOf(tenant: string, id: string): SnapshotBudget {
     const q = this.opts.snapshotQuota.bytes;
     const maxBytes = Math.max(0, q - this.opts.snapshots.usage(tenant).bytes);
-    return { maxBytes, limit: `tenant "${tenant}" may keep ${maxBytes} more bytes of snapshots, limits.snapshotBytes = ${q}` };
+    return {
+      maxBytes,
+      limit: `tenant "${tenant}" may keep ${maxBytes} more bytes of snapshots, limits.snapshotBytes = ${q}`,
+      claim: (bytes) => this.opts.snapshots.claimBytes(id, bytes, q),
+    };
   }
 
   private overLimit(tenant: string, adding?: number): BerthError {

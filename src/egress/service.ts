@@ -118,7 +118,7 @@ export class EgressService implements AsyncDisposable {
   async listenShared(host: string, port: number): Promise<number> {
     if (this.shared !== undefined) return this.shared.port;
     const { SharedEgressListener } = await import('./shared-listener.js');
-    this.shared = await SharedEgressListener.start(await this.proxyNow(), { host, port, log: this.o.log });
+    this.shared = await SharedEgressListener.start(await this.proxyNow(), { host, port, maxConnectionsPerSandbox: this.o.maxConnectionsPerSandbox, log: this.o.log });
     return this.shared.port;
   }
 

@@ -22,14 +22,20 @@ interface Registered {
 export interface SharedListenerOptions {
   host: string;
   port: number;
+  /** What one sandbox's own listener would admit (`egressProxy.maxConnectionsPerSandbox`): this one admits that per sandbox it serves, plus one share for connections not yet named. */
+  maxConnectionsPerSandbox: number;
   log: Logger;
 }
 
 export class SharedEgressListener implements ProxyGate {
   private readonly byUser = new Map<string, Registered>();
   private readonly userOf = new Map<string, string>();
+  /** When each source address last had a refusal logged (one line a minute each: a client cannot flood the log). */
+  private readonly lastWarned = new Map<string, number>();
 
-  private constructor(private readonly server: Server, private readonly log: Logger) {}
+  private constructor(private readonly server: Server, private readonly log: Logger, private readonly perSandbox: number) {
+    this.bound();
+  }
 
   /**
    * Listens on `host:port` and hands each connection to `proxy`, gated by this listener.
@@ -38,7 +44,7 @@ export class SharedEgressListener implements ProxyGate {
    */
   static async start(proxy: EgressProxy, o: SharedListenerOptions): Promise<SharedEgressListener> {
     const server = createServer();
-    const listener = new SharedEgressListener(server, o.log);
+    const listener = new SharedEgressListener(server, o.log, o.maxConnectionsPerSandbox);
     server.on('connection', (socket: Socket) => proxy.handleGated(socket, listener));
     await new Promise<void>((resolve, reject) => {
       server.once('error', (e: NodeJS.ErrnoException) => reject(new BerthError('listen_failed',
@@ -61,6 +67,12 @@ export class SharedEgressListener implements ProxyGate {
     if (before !== undefined && before !== credential.user) this.byUser.delete(before);
     this.byUser.set(credential.user, { ref, token: credential.token, sandbox });
     this.userOf.set(ref, credential.user);
+    this.bound();
+  }
+
+  /** Connections past this are refused by the server before berth reads a byte. */
+  private bound(): void {
+    this.server.maxConnections = (this.byUser.size + 1) * this.perSandbox;
   }
 
   /** Stops serving sandbox `ref`; its context, for the caller to release its connections. */
@@ -71,6 +83,7 @@ export class SharedEgressListener implements ProxyGate {
     const r = this.byUser.get(user);
     if (r?.ref !== ref) return undefined;
     this.byUser.delete(user);
+    this.bound();
     return r.sandbox;
   }
 
@@ -89,7 +102,12 @@ export class SharedEgressListener implements ProxyGate {
 
   /** Logs a refusal that names no sandbox (nobody else hears of it). */
   unclaimed(what: string, from: string | undefined): void {
-    this.log.warn(`egress: refused a connection from ${from ?? 'an unknown address'} with ${what}`);
+    const source = from ?? 'an unknown address';
+    const now = Date.now();
+    if (now - (this.lastWarned.get(source) ?? 0) < 60_000) return;
+    if (this.lastWarned.size > 10_000) this.lastWarned.clear();
+    this.lastWarned.set(source, now);
+    this.log.warn(`egress: refused a connection from ${source} with ${what} (further refusals from it are not logged for a minute)`);
   }
 
   async close(): Promise<void> {

@@ -201,7 +201,27 @@ describe('limits and tenants', () => {
     expect(e.code).toBe('tenant_limit');
     expect(e.message).toMatch(/limits.snapshotBytes = 4096/);
     expect(broker.snapshots.list('local')).toEqual([]);
-    expect(readdirSync(join(home, 'snapshots', 'fake'))).toEqual([]);
+    // Refused before anything was copied: not even the backend's snapshot dir was made.
+    const dir = join(home, 'snapshots', 'fake');
+    expect(existsSync(dir) ? readdirSync(dir) : []).toEqual([]);
+  });
+
+  it('limits.snapshotBytes: snapshots of one tenant made at the same time cannot together pass it (each claims its size before copying)', async () => {
+    const { broker, engine } = await open({ limits: { snapshotBytes: 16_000 } });
+    const [a, b] = [{ session: 'a' }, { session: 'b' }];
+    for (const s of [a, b]) await broker.exec(s, 'head -c 10000 /dev/zero > "$HOME/big"');
+    // B starts while A, measured and claimed, is still copying: B sees A's claim.
+    let second: Promise<{ code: string; message: string }> | undefined;
+    engine.midSnapshot = async () => {
+      engine.midSnapshot = undefined;
+      second = codeOf(broker.snapshots.create(b, { name: 'b' }));
+      await second;
+    };
+    await broker.snapshots.create(a, { name: 'a' });
+    const e = await second!;
+    expect(e.code).toBe('tenant_limit');
+    expect(e.message).toMatch(/refused before copying: its dir holds \d+ bytes/);
+    expect(broker.snapshots.list('local').map((s) => s.name)).toEqual(['a']);
   });
 
   it('tenant B neither lists nor restores nor removes tenant A\'s snapshots, even of the same session id', async () => {

@@ -30,6 +30,8 @@ export class FakeEngine {
   refuseCreates: string | undefined;
   /** Set by a test: runs in a restore once the new sandbox is made, before it is returned (and recorded). */
   midRestore: (() => Promise<void>) | undefined;
+  /** Set by a test: runs in a snapshot's create once its size is claimed against the budget, before it is copied. */
+  midSnapshot: (() => Promise<void>) | undefined;
 
   byName(name: string): FakeContainer | undefined {
     return [...this.sandboxes.values()].find((c) => c.name === name);

@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { cpSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotCapability, SnapshotRef } from '../../src/backends/backend.js';
+import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotBudget, SnapshotCapability, SnapshotRef } from '../../src/backends/backend.js';
+import { BudgetSpender } from '../../src/backends/plumbing/snapshot-budget.js';
 import { ProcessSandbox } from '../../src/backends/plumbing/process-sandbox.js';
 import { removeUnder } from '../../src/backends/plumbing/remove-under.js';
 import { BerthError, PolicyRefusedError } from '../../src/errors.js';
@@ -27,10 +28,13 @@ export class FakeSnapshots implements SnapshotCapability {
     private readonly root: string,
   ) {}
 
-  async create(sandbox: Sandbox, id: string, forbidden: readonly ForbiddenValue[]): Promise<SnapshotRef> {
+  async create(sandbox: Sandbox, id: string, forbidden: readonly ForbiddenValue[], budget: SnapshotBudget): Promise<SnapshotRef> {
     const c = this.engine.byRef(sandbox.ref);
     if (c === undefined) throw new BerthError('not_found', `fake sandbox ${sandbox.name} is gone; nothing to snapshot`);
     if (!/^[A-Za-z0-9_-]{1,64}$/.test(id)) throw new BerthError('internal', `snapshot id "${id}" cannot name a dir`);
+    // As the real backends: measured against the budget (and claimed) before anything is copied.
+    new BudgetSpender(id, budget).spend('its dir', bytesUnder(c.dir));
+    await this.engine.midSnapshot?.();
     mkdirSync(this.root, { recursive: true, mode: 0o700 });
     const ref = join(this.root, id);
     try {

@@ -1,3 +1,4 @@
+import { connect, type Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { proxyNetworkPolicy, proxyReach, withProxyEgress } from '../../src/backends/kubernetes/proxy-egress.js';
 import { sandboxPod } from '../../src/backends/kubernetes/manifests.js';
@@ -120,7 +121,7 @@ describe('egress on kubernetes: the shared listener\'s gate', () => {
   const basic = (user: string, token: string): string => `Basic ${Buffer.from(`${user}:${token}`).toString('base64')}`;
 
   it('a sandbox gets only its own context; another sandbox\'s token, or a removed sandbox\'s, is refused', async () => {
-    const gate = await SharedEgressListener.start({ handleGated: () => undefined } as unknown as EgressProxy, { host: '127.0.0.1', port: 0, log: Logger.silent() });
+    const gate = await SharedEgressListener.start({ handleGated: () => undefined } as unknown as EgressProxy, { host: '127.0.0.1', port: 0, maxConnectionsPerSandbox: 64, log: Logger.silent() });
     try {
       const [a, b] = [sandboxOf('a'), sandboxOf('b')];
       const [ca, cb] = [proxyCredential(secret, 'a'.repeat(64)), proxyCredential(secret, 'b'.repeat(64))];
@@ -134,6 +135,34 @@ describe('egress on kubernetes: the shared listener\'s gate', () => {
       expect(gate.unregister('ref-a')).toBe(a);
       expect(gate.authenticate(basic(ca.user, ca.token))).toEqual({ refused: 'a proxy credential of no sandbox berth serves' });
       expect(gate.size).toBe(1);
+    } finally {
+      await gate.close();
+    }
+  });
+
+  it('admits at most maxConnectionsPerSandbox connections per sandbox it serves, plus one share not yet named', async () => {
+    const held: Socket[] = [];
+    const gate = await SharedEgressListener.start({ handleGated: (s: Socket) => held.push(s) } as unknown as EgressProxy, { host: '127.0.0.1', port: 0, maxConnectionsPerSandbox: 2, log: Logger.silent() });
+    /** Opens `n` connections at once; how many the listener kept (a refused one is closed by the server at once). */
+    const kept = async (n: number): Promise<number> => {
+      const before = held.length;
+      const clients = await Promise.all(Array.from({ length: n }, () => new Promise<Socket>((resolve) => {
+        const c = connect(gate.port, '127.0.0.1', () => resolve(c));
+        c.on('error', () => undefined);
+      })));
+      await new Promise((r) => setTimeout(r, 200));
+      const count = held.length - before;
+      for (const c of clients) c.destroy();
+      for (const s of held.splice(0)) s.destroy();
+      await new Promise((r) => setTimeout(r, 100));
+      return count;
+    };
+    try {
+      expect(await kept(5)).toBe(2);
+      gate.register('ref-a', proxyCredential(secret, 'a'.repeat(64)), sandboxOf('a'));
+      expect(await kept(5)).toBe(4);
+      gate.unregister('ref-a');
+      expect(await kept(5)).toBe(2);
     } finally {
       await gate.close();
     }

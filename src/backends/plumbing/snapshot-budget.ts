@@ -40,7 +40,7 @@ export class BudgetSpender {
 
   /** Counts `bytes` of `what` (as the sandbox names it), or refuses the snapshot when they do not fit. */
   spend(what: string, bytes: number): void {
-    if (this.spent + bytes > this.budget.maxBytes) throw this.tooLarge(what, bytes);
+    if (this.spent + bytes > this.budget.maxBytes || this.budget.claim?.(this.spent + bytes) === false) throw this.tooLarge(what, bytes);
     this.spent += bytes;
   }
 
@@ -56,6 +56,8 @@ export class BudgetSpender {
   cap(what: string): Transform {
     let bytes = 0;
     const max = this.left();
+    // Its size is known only once it flowed: all that is left is claimed meanwhile.
+    if (this.budget.claim?.(this.spent + max) === false) throw this.tooLarge(what, undefined);
     return new Transform({
       transform: (chunk: Buffer, _enc: BufferEncoding, done: TransformCallback) => {
         bytes += chunk.length;

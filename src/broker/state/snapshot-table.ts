@@ -93,6 +93,17 @@ export class SnapshotTable {
       .run({ id, ref, bytes, maxBytes }).changes === 1;
   }
 
+  /**
+   * Sets a reserved (not yet made) snapshot's bytes to what its backend is about to copy, only if
+   * its tenant's snapshots stay within `maxBytes` with them counted; false (nothing changed) when
+   * they would not. Concurrent creates of a tenant each see the others' claims.
+   */
+  claimBytes(id: string, bytes: number, maxBytes: number): boolean {
+    return this.sql.q(`UPDATE snapshots SET bytes = @bytes WHERE id = @id AND ref = ''
+      AND (SELECT coalesce(sum(s.bytes), 0) FROM snapshots s WHERE s.tenant = snapshots.tenant AND s.id <> @id) + @bytes <= @maxBytes`)
+      .run({ id, bytes, maxBytes }).changes === 1;
+  }
+
   byName(tenant: string, digest: string, name: string): SnapshotRecord | undefined {
     const row = this.sql.q('SELECT * FROM snapshots WHERE tenant = ? AND digest = ? AND name = ?').get(tenant, digest, name) as SnapshotRow | undefined;
     return row ? toSnapshot(row) : undefined;
