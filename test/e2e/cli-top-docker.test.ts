@@ -93,7 +93,8 @@ describeDocker('berth top on the real engine', () => {
     expect(screen).toContain(': \'title?]0;pwned??[2J\'');
 
     await tmux.resize(60, 24);
-    screen = await tmux.waitFor((s) => !s.includes('PIDS'));
+    // tmux reflows the old frame at once (its lines wrapped): wait for top's own 60-column header.
+    screen = await tmux.waitFor((s) => s.split('\n').some((l) => /^TENANT +SANDBOX +STATE +CPU% +MEMORY$/.test(l)));
     lines = screen.split('\n');
     expect(lines.find((l) => /^TENANT .*\bSANDBOX\b/.test(l))).toMatch(/^TENANT +SANDBOX +STATE +CPU% +MEMORY$/);
     expect(Math.max(...lines.map((l) => l.length))).toBeLessThanOrEqual(60);
