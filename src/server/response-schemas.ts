@@ -148,6 +148,11 @@ export const JobRead = z.object({
 export const JobStarted = z.object({ jobId: z.string(), sandboxKey: z.string() });
 export const JobKilled = z.object({ killed: z.boolean() });
 export const Closed = z.object({ removed: z.array(z.string()), kept: z.array(z.string()), wasOpen: z.boolean() });
-export const Whoami = z.object({ tenant: z.string(), profiles: z.array(z.string()) });
+export const Whoami = z.object({
+  tenant: z.string(),
+  profiles: z.array(z.string()),
+  /** The token the call came with: its id and name, never its secret (the audit names it the same way). */
+  token: z.object({ id: z.string(), name: z.string().optional() }).optional(),
+});
 export const Health = z.object({ ok: z.literal(true) });
 export const Written = z.object({ path: z.string(), bytes: z.number().int() });

@@ -224,7 +224,9 @@ describe('berth serve: malformed input on every route', () => {
     // Nothing was created or recorded by any of it, and the server still works.
     const api = server.client(token);
     expect((await api.get('/v1/sandboxes')).body).toEqual([]);
-    expect((await api.get('/v1/audit')).body).toEqual([]);
+    // Only the well-formed kill of an unknown job reached berth, and a refused kill is audited (someone probing job ids).
+    const audited = (await api.get('/v1/audit')).body as { kind: string; command: string }[];
+    expect(audited.map((a) => [a.kind, a.command])).toEqual([['kill', 'job job_0123456789abcdef (failed: job_not_found)']]);
     const ok = await api.post('/v1/exec', { session: 'after', command: 'echo still-alive' });
     expect(ok.status).toBe(200);
     expect(ok.body.stdout).toBe('still-alive\n');

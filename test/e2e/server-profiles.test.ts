@@ -64,8 +64,9 @@ describe('berth serve: a token may use only its own profiles', () => {
     const B = server.client(onlyBot);
     const all = server.client(both);
 
-    expect((await D.get('/v1/whoami')).body).toEqual({ tenant: 'acme', profiles: ['default'] });
-    expect((await B.get('/v1/whoami')).body).toEqual({ tenant: 'acme', profiles: ['bot'] });
+    // Its own token by id (never the secret), as the audit names it.
+    expect((await D.get('/v1/whoami')).body).toEqual({ tenant: 'acme', profiles: ['default'], token: { id: expect.stringMatching(/^tok_[0-9a-f]{12}$/) } });
+    expect((await B.get('/v1/whoami')).body).toEqual({ tenant: 'acme', profiles: ['bot'], token: { id: expect.stringMatching(/^tok_[0-9a-f]{12}$/) } });
 
     const cases: [ApiClient, string | undefined, string][] = [[D, 'bot', 'default'], [D, 'team', 'default'], [B, undefined, 'bot'], [B, 'default', 'bot']];
     for (const [client, profile, allowed] of cases) {
