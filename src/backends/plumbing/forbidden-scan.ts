@@ -46,17 +46,13 @@ export async function findForbidden(
     .filter((f) => f.value.length >= MIN_REDACT_LENGTH)
     .map((f) => ({ name: f.name, bytes: Buffer.from(f.value, 'utf8') }));
   if (needles.length === 0) return undefined;
-  const scan: Scan = { needles, deadline: AbortSignal.timeout(deadlineMs), deadlineMs, small: [] };
   const multiline = needles.filter((n) => n.bytes.includes(0x0a));
   const grepped = needles.filter((n) => !n.bytes.includes(0x0a));
+  const scan: Scan = { needles, grepped, deadline: AbortSignal.timeout(deadlineMs), deadlineMs, tree: { hostDir: '', sandboxDir: '' }, small: [], smallBytes: 0 };
   for (const tree of trees) {
-    scan.small = [];
-    const hit = await scanDir(scan, tree.hostDir, tree.sandboxDir, multiline, grepped);
+    scan.tree = tree;
+    const hit = (await scanDir(scan, tree.hostDir, tree.sandboxDir, multiline, grepped)) ?? (await grepSmall(scan));
     if (hit !== undefined) return hit;
-    for (const file of grepped.length === 0 ? [] : await grepFiles(scan, scan.small, grepped)) {
-      const name = await needleInFile(scan, file, grepped);
-      if (name !== undefined) return { name, sandboxPath: path.posix.join(tree.sandboxDir, path.relative(tree.hostDir, file)) };
-    }
   }
   return undefined;
 }
@@ -68,10 +64,27 @@ interface Needle {
 
 interface Scan {
   needles: readonly Needle[];
+  /** The needles grep looks for (no newline in them). */
+  grepped: readonly Needle[];
   deadline: AbortSignal;
   deadlineMs: number;
-  /** Regular files of the tree being walked that go to grep. */
+  /** The tree being walked. */
+  tree: ScannedTree;
+  /** Regular files of it waiting for grep: handed over whenever they fill one grep's argv, so a tree of millions of files never sits here whole. */
   small: string[];
+  smallBytes: number;
+}
+
+/** Greps the files waiting in `scan.small` (and empties it): the first that holds a value, as the sandbox names it. */
+async function grepSmall(scan: Scan): Promise<ForbiddenHit | undefined> {
+  const files = scan.small;
+  scan.small = [];
+  scan.smallBytes = 0;
+  for (const file of scan.grepped.length === 0 ? [] : await grepFiles(scan, files, scan.grepped)) {
+    const name = await needleInFile(scan, file, scan.grepped);
+    if (name !== undefined) return { name, sandboxPath: path.posix.join(scan.tree.sandboxDir, path.relative(scan.tree.hostDir, file)) };
+  }
+  return undefined;
 }
 
 /**
@@ -99,10 +112,17 @@ async function scanDir(scan: Scan, hostDir: string, sandboxDir: string, everywhe
       found = needleIn(Buffer.from(await readlink(hostPath), 'utf8'), scan.needles);
     } else if (st.isFile()) {
       const here = st.size > GREP_FILE_MAX_BYTES ? [...everywhere, ...large] : everywhere;
-      if (st.size <= GREP_FILE_MAX_BYTES && large.length > 0) scan.small.push(hostPath);
+      if (st.size <= GREP_FILE_MAX_BYTES && large.length > 0) {
+        scan.small.push(hostPath);
+        scan.smallBytes += hostPath.length + 1;
+      }
       if (here.length > 0) found = await needleInFile(scan, hostPath, here);
     }
     if (found !== undefined) return { name: found, sandboxPath };
+    if (scan.smallBytes >= GREP_ARGV_BYTES) {
+      const hit = await grepSmall(scan);
+      if (hit !== undefined) return hit;
+    }
   }
   return undefined;
 }
