@@ -13,6 +13,7 @@ import { formatEffectiveConfig } from '../../src/setup/format-config.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { settingsFor } from '../../src/config/types.js';
 import { BerthError, ConfigError, PolicyRefusedError } from '../../src/errors.js';
+import { configErrorOf } from '../helpers/config-problem.js';
 
 /*
  * A backend is a module: its traits, settings section and default cwd reach config validation,
@@ -60,15 +61,7 @@ const boxes = defineBackend({
 
 const catalog = BUILTIN_BACKENDS.with(example as BackendModule, boxes as BackendModule);
 
-function errorOf(raw: unknown, backends = catalog): string {
-  try {
-    parseConfig(raw, undefined, { backends });
-  } catch (err) {
-    if (err instanceof ConfigError) return err.message;
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
-}
+const errorOf = (raw: unknown, backends = catalog): string => configErrorOf(raw, { backends });
 
 describe('the registry as a catalog of modules', () => {
   it('lists the built-in backends in registry order, each with its traits', () => {

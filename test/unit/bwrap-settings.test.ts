@@ -4,18 +4,10 @@ import { DEFAULT_UIDS } from '../../src/backends/bwrap/settings.js';
 import { isolationNoteOf } from '../../src/backends/module.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
-import { ConfigError } from '../../src/errors.js';
 import { Binding } from '../../src/server/response-schemas.js';
+import { configErrorOf } from '../helpers/config-problem.js';
 
-function errorOf(raw: unknown): string {
-  try {
-    parseConfig(raw, undefined);
-  } catch (err) {
-    if (err instanceof ConfigError) return err.message;
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
-}
+const errorOf = (raw: unknown): string => configErrorOf(raw);
 
 describe('the bwrap: config section', () => {
   it('has defaults for every key: the filter on, no network, a uid range above the usual ones', () => {

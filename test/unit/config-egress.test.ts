@@ -2,16 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { settingsFor } from '../../src/config/types.js';
 import { formatEffectiveConfig } from '../../src/setup/format-config.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
-
-/** The ConfigError message of parsing `raw`, or '' when it parses. */
-function problem(raw: unknown): string {
-  try {
-    parseConfig(raw, 'berth.yaml');
-    return '';
-  } catch (e) {
-    return (e as Error).message;
-  }
-}
+import { configProblem } from '../helpers/config-problem.js';
 
 const bot = {
   backend: 'docker',
@@ -31,35 +22,35 @@ describe('egress and credentials in the config', () => {
   });
 
   it('a malformed name or CIDR is an error naming its key and the fix', () => {
-    expect(problem({ egress: { mode: 'allowlist', allow: ['*.x*.y'] } })).toMatch(/config key "egress\.allow\[0\]": .*leading "\*\."/);
-    expect(problem({ profiles: { p: { egress: { mode: 'allowlist', allow: [{ cidr: '10.0.0.1/8' }] } } } })).toMatch(/config key "profiles\.p\.egress\.allow\[0\]\.?(cidr)?".*10\.0\.0\.0\/8/);
-    expect(problem({ egress: { allow: ['a.example'] } })).toMatch(/egress\.mode/);
+    expect(configProblem({ egress: { mode: 'allowlist', allow: ['*.x*.y'] } })).toMatch(/config key "egress\.allow\[0\]": .*leading "\*\."/);
+    expect(configProblem({ profiles: { p: { egress: { mode: 'allowlist', allow: [{ cidr: '10.0.0.1/8' }] } } } })).toMatch(/config key "profiles\.p\.egress\.allow\[0\]\.?(cidr)?".*10\.0\.0\.0\/8/);
+    expect(configProblem({ egress: { allow: ['a.example'] } })).toMatch(/egress\.mode/);
   });
 
   it('a credential whose hosts its profile\'s egress does not let through is an error, also when it inherits the credentials', () => {
-    expect(problem({ backend: 'docker', egress: { mode: 'allowlist', allow: ['github.com'] }, credentials: { T: { hosts: ['api.github.com'] } } }))
+    expect(configProblem({ backend: 'docker', egress: { mode: 'allowlist', allow: ['github.com'] }, credentials: { T: { hosts: ['api.github.com'] } } }))
       .toMatch(/config key "credentials\.T\.hosts\[0\]"/);
-    expect(problem({ backend: 'docker', credentials: { T: { hosts: ['api.github.com'] } }, profiles: { p: { egress: { mode: 'allowlist', allow: ['github.com'] } } } }))
+    expect(configProblem({ backend: 'docker', credentials: { T: { hosts: ['api.github.com'] } }, profiles: { p: { egress: { mode: 'allowlist', allow: ['github.com'] } } } }))
       .toMatch(/config key "profiles\.p\.credentials\.T\.hosts\[0\]"/);
   });
 
   it('a credential that is also a plain variable, or whose source env.forward forwards, is an error', () => {
-    expect(problem({ ...bot, env: { forward: ['GITHUB_TOKEN'] } })).toMatch(/"GITHUB_TOKEN" is also a plain variable/);
-    expect(problem({ ...bot, env: { static: { GITHUB_TOKEN: 'x' } } })).toMatch(/"GITHUB_TOKEN" is also a plain variable/);
-    expect(problem({ ...bot, credentials: { GH: { from: 'GITHUB_TOKEN', hosts: ['github.com'] } }, env: { forward: ['GITHUB_TOKEN'] } }))
+    expect(configProblem({ ...bot, env: { forward: ['GITHUB_TOKEN'] } })).toMatch(/"GITHUB_TOKEN" is also a plain variable/);
+    expect(configProblem({ ...bot, env: { static: { GITHUB_TOKEN: 'x' } } })).toMatch(/"GITHUB_TOKEN" is also a plain variable/);
+    expect(configProblem({ ...bot, credentials: { GH: { from: 'GITHUB_TOKEN', hosts: ['github.com'] } }, env: { forward: ['GITHUB_TOKEN'] } }))
       .toMatch(/comes from "GITHUB_TOKEN", which env\.forward also forwards/);
   });
 
   it('allowlist, none or credentials on a backend that cannot confine its network is an error naming the backends that can', () => {
-    expect(problem({ backend: 'ssh', ssh: { host: 'h' }, egress: { mode: 'allowlist', allow: ['a.example'] } }))
+    expect(configProblem({ backend: 'ssh', ssh: { host: 'h' }, egress: { mode: 'allowlist', allow: ['a.example'] } }))
       .toMatch(/backend "ssh" cannot enforce egress mode allowlist.*use backend: docker, bwrap or kubernetes/);
-    expect(problem({ backend: 'local', egress: { mode: 'none' } })).toMatch(/backend "local" cannot enforce egress mode none/);
-    expect(problem({ backend: 'local', credentials: { T: { hosts: ['a.example'] } } })).toMatch(/config key "credentials": backend "local" cannot put berth's egress proxy/);
-    expect(problem({ backend: 'bwrap', egress: { mode: 'allowlist', allow: ['a.example'] } })).toBe('');
+    expect(configProblem({ backend: 'local', egress: { mode: 'none' } })).toMatch(/backend "local" cannot enforce egress mode none/);
+    expect(configProblem({ backend: 'local', credentials: { T: { hosts: ['a.example'] } } })).toMatch(/config key "credentials": backend "local" cannot put berth's egress proxy/);
+    expect(configProblem({ backend: 'bwrap', egress: { mode: 'allowlist', allow: ['a.example'] } })).toBe('');
   });
 
   it('a warm pool with an allowlist or credentials is an error', () => {
-    expect(problem({ ...bot, warmPool: { size: 2 } })).toMatch(/warmPool\.size.*cannot serve egress mode allowlist with credentials/);
+    expect(configProblem({ ...bot, warmPool: { size: 2 } })).toMatch(/warmPool\.size.*cannot serve egress mode allowlist with credentials/);
   });
 
   it('config check shows the policy and where each credential comes from and may go, never a value', () => {

@@ -10,9 +10,9 @@ import type { EgressProxy } from '../../src/egress/proxy.js';
 import { SharedEgressListener } from '../../src/egress/shared-listener.js';
 import type { EgressSandbox } from '../../src/egress/types.js';
 import { Logger } from '../../src/logging/logger.js';
-import { parseConfig } from '../../src/setup/parse-config.js';
 import { sandboxInput } from '../k8s-standin/fixtures.js';
 import { loadValidator } from '../schemas/validate.js';
+import { configProblem } from '../helpers/config-problem.js';
 
 /*
  * Egress on kubernetes, the pure parts: the start-up rules, the proxy credential and address,
@@ -20,43 +20,34 @@ import { loadValidator } from '../schemas/validate.js';
  * schemas). The traffic itself: test/e2e/egress-kubernetes.test.ts.
  */
 
-function problem(raw: unknown): string {
-  try {
-    parseConfig(raw, 'berth.yaml');
-    return '';
-  } catch (e) {
-    return (e as Error).message;
-  }
-}
-
 const allowlist = { mode: 'allowlist', allow: ['api.github.com'] };
 const proxy = { listen: '10.0.0.5:3128', advertise: '10.0.0.5:3128' };
 const address = (text: string): ProxyAddress => parseProxyAddress(text) as ProxyAddress;
 
 describe('egress on kubernetes: start-up rules', () => {
   it('allowlist and credentials parse with egressProxy.listen and advertise', () => {
-    expect(problem({ backend: 'kubernetes', egress: allowlist, egressProxy: proxy, credentials: { T: { hosts: ['api.github.com'] } } })).toBe('');
-    expect(problem({ backend: 'kubernetes', egress: { mode: 'none' } })).toBe('');
+    expect(configProblem({ backend: 'kubernetes', egress: allowlist, egressProxy: proxy, credentials: { T: { hosts: ['api.github.com'] } } })).toBe('');
+    expect(configProblem({ backend: 'kubernetes', egress: { mode: 'none' } })).toBe('');
   });
 
   it('allowlist or credentials on kubernetes without the shared listener is an error naming both keys', () => {
-    expect(problem({ backend: 'kubernetes', egress: allowlist }))
+    expect(configProblem({ backend: 'kubernetes', egress: allowlist }))
       .toMatch(/config key "egress\.mode": backend "kubernetes" .* set egressProxy\.listen .* and egressProxy\.advertise/);
-    expect(problem({ profiles: { bot: { backend: 'kubernetes', egress: allowlist } } })).toMatch(/config key "profiles\.bot\.egress\.mode"/);
+    expect(configProblem({ profiles: { bot: { backend: 'kubernetes', egress: allowlist } } })).toMatch(/config key "profiles\.bot\.egress\.mode"/);
   });
 
   it('listen without advertise (or the reverse), and an address that is a name, are errors', () => {
-    expect(problem({ egressProxy: { listen: '10.0.0.5:3128' } })).toMatch(/"egressProxy\.listen" is set and egressProxy\.advertise is not/);
-    expect(problem({ egressProxy: { listen: '0.0.0.0:3128', advertise: 'berth.berth.svc:3128' } })).toMatch(/egressProxy\.advertise.*must be an IP address and a port/);
-    expect(problem({ egressProxy: { listen: '[fd00::5]:3128', advertise: 'fd00::5:3128' } })).toMatch(/egressProxy\.advertise.*must be an IP address and a port/);
+    expect(configProblem({ egressProxy: { listen: '10.0.0.5:3128' } })).toMatch(/"egressProxy\.listen" is set and egressProxy\.advertise is not/);
+    expect(configProblem({ egressProxy: { listen: '0.0.0.0:3128', advertise: 'berth.berth.svc:3128' } })).toMatch(/egressProxy\.advertise.*must be an IP address and a port/);
+    expect(configProblem({ egressProxy: { listen: '[fd00::5]:3128', advertise: 'fd00::5:3128' } })).toMatch(/egressProxy\.advertise.*must be an IP address and a port/);
   });
 
   it('what berth\'s NetworkPolicy cannot give is an error: no policy, a warm pool, agent-sandbox mode, credentials in open mode', () => {
-    expect(problem({ backend: 'kubernetes', egress: allowlist, egressProxy: proxy, kubernetes: { networkPolicy: false } })).toMatch(/"kubernetes\.networkPolicy": false, and egress mode allowlist/);
-    expect(problem({ backend: 'kubernetes', egress: { mode: 'none' }, kubernetes: { networkPolicy: false } })).toMatch(/"kubernetes\.networkPolicy": false, and egress mode none/);
-    expect(problem({ backend: 'kubernetes', egress: allowlist, egressProxy: proxy, kubernetes: { mode: 'agent-sandbox' } })).toMatch(/"kubernetes\.mode": .*mode pods only/);
-    expect(problem({ backend: 'kubernetes', egressProxy: proxy, credentials: { T: { hosts: ['api.github.com'] } } })).toMatch(/credentials on kubernetes need egress mode allowlist/);
-    expect(problem({ backend: 'kubernetes', egress: { mode: 'none' }, persistent: false, kubernetes: { mode: 'agent-sandbox', warmPool: 'p' } })).toMatch(/"kubernetes\.warmPool": .*egress mode none cannot be guaranteed/);
+    expect(configProblem({ backend: 'kubernetes', egress: allowlist, egressProxy: proxy, kubernetes: { networkPolicy: false } })).toMatch(/"kubernetes\.networkPolicy": false, and egress mode allowlist/);
+    expect(configProblem({ backend: 'kubernetes', egress: { mode: 'none' }, kubernetes: { networkPolicy: false } })).toMatch(/"kubernetes\.networkPolicy": false, and egress mode none/);
+    expect(configProblem({ backend: 'kubernetes', egress: allowlist, egressProxy: proxy, kubernetes: { mode: 'agent-sandbox' } })).toMatch(/"kubernetes\.mode": .*mode pods only/);
+    expect(configProblem({ backend: 'kubernetes', egressProxy: proxy, credentials: { T: { hosts: ['api.github.com'] } } })).toMatch(/credentials on kubernetes need egress mode allowlist/);
+    expect(configProblem({ backend: 'kubernetes', egress: { mode: 'none' }, persistent: false, kubernetes: { mode: 'agent-sandbox', warmPool: 'p' } })).toMatch(/"kubernetes\.warmPool": .*egress mode none cannot be guaranteed/);
   });
 });
 

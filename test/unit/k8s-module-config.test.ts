@@ -3,19 +3,11 @@ import { isolationNoteOf } from '../../src/backends/module.js';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { settingsFor } from '../../src/config/types.js';
-import { ConfigError } from '../../src/errors.js';
+import { configErrorOf } from '../helpers/config-problem.js';
 
 /* `backend: kubernetes` in the config: its section through the module, and the start-up rules. */
 
-function errorOf(raw: unknown): string {
-  try {
-    parseConfig(raw);
-  } catch (err) {
-    if (err instanceof ConfigError) return err.message;
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
-}
+const errorOf = (raw: unknown): string => configErrorOf(raw);
 
 describe('the kubernetes module in the config', () => {
   it('explain\'s note names the pod\'s requests and limits, defaults or the profile\'s', () => {

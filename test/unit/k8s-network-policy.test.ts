@@ -6,9 +6,9 @@ import { BLOCKED_V4, BLOCKED_V6 } from '../../src/backends/kubernetes/network-ra
 import { policyDifferences } from '../../src/backends/kubernetes/network-policies.js';
 import { KUBERNETES_DEFAULTS, type KubernetesSettings } from '../../src/backends/kubernetes/settings.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
-import { ConfigError } from '../../src/errors.js';
 import { storedNetworkPolicy } from '../k8s-standin/network-policy-storage.js';
 import { loadValidator } from '../schemas/validate.js';
+import { configErrorOf } from '../helpers/config-problem.js';
 
 /*
  * The tenant NetworkPolicy's egress as a cluster would apply it: DNS to the resolver pods picked
@@ -36,15 +36,8 @@ function admits(np: V1NetworkPolicy, address: string, port: number): boolean {
   });
 }
 
-function configError(kubernetes: object, profiles?: object): string {
-  try {
-    parseConfig({ backend: 'kubernetes', kubernetes, ...(profiles === undefined ? {} : { profiles }) });
-  } catch (err) {
-    if (err instanceof ConfigError) return err.message;
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
-}
+const configError = (kubernetes: object, profiles?: object): string =>
+  configErrorOf({ backend: 'kubernetes', kubernetes, ...(profiles === undefined ? {} : { profiles }) });
 
 describe('tenant NetworkPolicy egress', () => {
   it('DNS goes to the resolver pods picked by namespace AND labels (one peer), and to NodeLocal DNSCache\'s address, on port 53 only', () => {
