@@ -48,6 +48,7 @@ import { StateStore } from './state/state-store.js';
 import { storeLease } from './store-lease.js';
 import { SnapshotCalls } from './snapshot-calls.js';
 import { SnapshotSweep } from './snapshot-sweep.js';
+import { SnapshotTaker } from './snapshot-taker.js';
 import { snapshotQuota, tenantQuota } from './tenant-quota.js';
 import { WarmPool } from './warm-pool.js';
 
@@ -144,9 +145,12 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   const commands = new CommandRunner({ gate: sessionGate, lives, shells, recovery: new SandboxRecovery({ lives, log }), shutdown: lifecycle.signal, log });
   const reader = new JobReader({ ledger, probe, sandboxes: pool, resolver });
   const runner = new JobRunner({ jobs: store.jobs, ledger, reader, killer, sandboxes: pool, commands, audit });
+  const taker = new SnapshotTaker({
+    lives, snapshots: store.snapshots, snapshotQuota: snapshotQuota(config.limits, berthHome), scopes: store.scopes, jobs: probe, holders,
+  });
   const snapshots = new SnapshotCalls({
     config, resolver, gate: sessionGate, lives, backends, sandboxes: store.sandboxes, sessions: store.sessions, snapshots: store.snapshots,
-    scopes: store.scopes, jobs: probe, holders, egress, audit, starts: gate, quota, snapshotQuota: snapshotQuota(config.limits, berthHome), owner, lifecycle,
+    scopes: store.scopes, taker, egress, audit, starts: gate, quota, owner, lifecycle,
   });
   const snapshotSweep = new SnapshotSweep({
     snapshots: store.snapshots, sandboxes: store.sandboxes, calls: snapshots, backends, log,

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { Backend, ForbiddenValue, Sandbox, SnapshotBudget, SnapshotCapability } from '../backends/backend.js';
+import type { Backend, Sandbox, SnapshotCapability } from '../backends/backend.js';
 import { reservationOf } from '../backends/module.js';
 import { BerthError, isBerthError, PolicyRefusedError, UnsupportedError, UsageError } from '../errors.js';
 import { KeyedLock } from '../kit/keyed-lock.js';
@@ -8,19 +8,18 @@ import type { BerthConfig } from '../setup/berth-config.js';
 import { snapshotPathOf } from '../shell/persistent-shell.js';
 import type { AuditRecorder } from './audit.js';
 import type { CallResolver } from './call-resolver.js';
-import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
+import type { LiveSandboxes } from './live-sandboxes.js';
 import { ownerToken } from './process-owner.js';
-import type { JobActivity } from './reapers.js';
 import type { ResolvedCall } from './resolve-call.js';
 import { claimOrAwait } from './sandbox-claim.js';
-import { pidOf, type SandboxHolders } from './sandbox-holders.js';
 import type { BackendByName } from './sandbox-removal.js';
 import type { SessionGate } from './session-gate.js';
+import { busy, type SnapshotTaker } from './snapshot-taker.js';
 import type { StartGate } from './start-gate.js';
 import type { SandboxTable, TenantQuota } from './state/sandbox-table.js';
 import type { ScopeRecords } from './state/scope-records.js';
 import type { SessionTable } from './state/session-table.js';
-import type { SnapshotQuota, SnapshotRecord, SnapshotTable } from './state/snapshot-table.js';
+import type { SnapshotRecord, SnapshotTable } from './state/snapshot-table.js';
 
 /** A name a caller may give a snapshot (a base snapshot's starts with `@`, which this never does). */
 const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -64,19 +63,16 @@ export interface SnapshotCallsOptions {
   sandboxes: Pick<SandboxTable, 'get' | 'put' | 'delete' | 'claim' | 'tenantUsage' | 'takeOverClaim' | 'markReplacing'>;
   sessions: Pick<SessionTable, 'open'>;
   snapshots: SnapshotTable;
-  scopes: Pick<ScopeRecords, 'getCwd' | 'putCwd'>;
-  /** Whether a background job runs in a sandbox (then no snapshot is made of it). */
-  jobs: JobActivity;
-  /** Another live berth process holding a sandbox (it may run a command there): then it is neither snapshotted nor restored. */
-  holders: Pick<SandboxHolders, 'other'>;
+  scopes: Pick<ScopeRecords, 'putCwd'>;
+  /** Takes the snapshots (of an idle sandbox only) and says whether a sandbox may be replaced now. */
+  taker: Pick<SnapshotTaker, 'take' | 'assertIdle' | 'assertNotHeldElsewhere'>;
   /** The egress listener of a sandbox a restore replaced goes with it. */
   egress: { detach(ref: string): Promise<void> };
   audit: Pick<AuditRecorder, 'record'>;
   /** Bounds sandbox creations at once (shared with the pool). */
   starts: Pick<StartGate, 'run'>;
-  /** The tenant bounds on sandboxes (a fork makes one) and on snapshots, host defaults filled in. */
+  /** The tenant bounds on sandboxes (a fork makes one), host defaults filled in. */
   quota: TenantQuota;
-  snapshotQuota: SnapshotQuota;
   /** This process's token on the sessions it opens (a fork's new session), null when it holds none (the CLI). */
   owner: string | null;
   lifecycle: { assertOpen(): void };
@@ -112,7 +108,7 @@ export class SnapshotCalls {
       const caps = await this.capabilityOf(call);
       const rec = await this.opts.gate.run(call, async (sc) => {
         await this.opts.gate.acquire(call, sc);
-        return this.snapshotNow(call, caps, { name, kind: 'named', baseOf: null });
+        return this.opts.taker.take(call, caps, { name, kind: 'named', baseOf: null });
       });
       return infoOf(rec);
     });
@@ -161,8 +157,8 @@ export class SnapshotCalls {
       const { lives, sandboxes } = this.opts;
       return this.opts.gate.run(call, () => lives.underLock(call.spec.digest, () => this.inUse.run(snap.id, async () => {
         const live = lives.get(call.spec.digest);
-        if (live !== undefined) await this.assertIdle(call, live, 'restored');
-        else this.assertNotHeldElsewhere(call, 'restored');
+        if (live !== undefined) await this.opts.taker.assertIdle(call, live, 'restored');
+        else this.opts.taker.assertNotHeldElsewhere(call, 'restored');
         const untouched = `sandbox "${call.binding.sandboxKey}" and snapshot "${name}" are as they were`;
         await caps.verify(snap.ref).catch((err: unknown) => {
           throw failed(`snapshot "${name}" cannot be restored`, err, untouched);
@@ -231,7 +227,7 @@ export class SnapshotCalls {
       try {
         base = named === undefined ? await this.opts.gate.run(call, async (sc) => {
           await this.opts.gate.acquire(call, sc);
-          return this.snapshotNow(call, caps, { name: `@fork-${randomBytes(6).toString('hex')}`, kind: 'base', baseOf: target.spec.digest });
+          return this.opts.taker.take(call, caps, { name: `@fork-${randomBytes(6).toString('hex')}`, kind: 'base', baseOf: target.spec.digest });
         }) : undefined;
         const from = (named ?? base) as SnapshotRecord;
         const sandbox = await this.inUse.run(from.id, () => this.opts.lives.underLock(target.spec.digest, async () => {
@@ -251,41 +247,6 @@ export class SnapshotCalls {
         this.opts.sandboxes.delete(target.spec.digest);
         if (base !== undefined) await this.removeSnapshot(base).catch(() => undefined);
         throw failed(`fork of sandbox "${call.binding.sandboxKey}" to session "${a.toSession}" failed`, err, untouched);
-      }
-    });
-  }
-
-  /**
-   * Under the identity's lock: refused while the sandbox is busy; its shells close (their state
-   * saved in it; calls that come meanwhile wait for the lock and bring it up again after), then
-   * the backend saves it. Counted against the tenant's limits before and after it is made.
-   */
-  private snapshotNow(call: ResolvedCall, caps: SnapshotCapability, what: Pick<SnapshotRecord, 'name' | 'kind' | 'baseOf'>): Promise<SnapshotRecord> {
-    const { lives, snapshots, snapshotQuota } = this.opts;
-    return lives.underLock(call.spec.digest, async () => {
-      const live = lives.get(call.spec.digest);
-      if (live === undefined) throw new BerthError('sandbox_busy', `sandbox "${call.binding.sandboxKey}" went down while the snapshot began; try again`);
-      await this.assertIdle(call, live, 'snapshotted');
-      const cwd = this.opts.scopes.getCwd(call.shell.digest)?.cwd ?? null;
-      const rec: SnapshotRecord = {
-        id: randomBytes(12).toString('hex'), tenant: call.scope.tenant, user: call.scope.user ?? null, profile: call.scope.profile,
-        session: call.scope.session ?? null, digest: call.spec.digest, sandboxKey: call.binding.sandboxKey, ...what,
-        backend: call.settings.backend, ref: '', bytes: 0, createdMs: Date.now(), cwd, shellStem: call.shell.fileStem,
-      };
-      const reserved = snapshots.reserve(rec, snapshotQuota);
-      if (reserved === 'taken') throw new UsageError(`sandbox "${call.binding.sandboxKey}" already has a snapshot "${rec.name}"; pick another name or remove it first (berth snapshot rm)`);
-      if (reserved === 'over') throw this.overLimit(call.scope.tenant);
-      try {
-        await lives.forget(live);
-        const made = await caps.create(live.sandbox, rec.id, forbiddenOf(call), this.budgetOf(call.scope.tenant, rec.id));
-        if (!snapshots.complete(rec.id, made.ref, made.bytes, snapshotQuota.bytes)) {
-          await caps.remove(made.ref).catch(() => undefined);
-          throw this.overLimit(call.scope.tenant, made.bytes);
-        }
-        return { ...rec, ref: made.ref, bytes: made.bytes };
-      } catch (err) {
-        snapshots.delete(rec.tenant, rec.id);
-        throw err;
       }
     });
   }
@@ -343,19 +304,6 @@ export class SnapshotCalls {
     });
   }
 
-  /** A snapshot's call runs on an idle sandbox: no command, no shell's background job, no job. */
-  private async assertIdle(call: ResolvedCall, live: LiveSandbox, verb: string): Promise<void> {
-    this.assertNotHeldElsewhere(call, verb);
-    if (live.inflight > 0 || (await live.shells.busy())) throw busy(call, verb, 'a command or a background job of its shell runs in it');
-    if (await this.opts.jobs.activeIn(live.digest, live.sandbox).catch(() => true)) throw busy(call, verb, 'a job runs in it (berth jobs)');
-  }
-
-  /** A snapshot or restore stops or replaces the sandbox: refused while another live berth process holds it. */
-  private assertNotHeldElsewhere(call: ResolvedCall, verb: string): void {
-    const other = this.opts.holders.other(call.spec.digest);
-    if (other !== undefined) throw busy(call, verb, `another berth process (pid ${pidOf(other)}) holds it and may be running a command in it`);
-  }
-
   private namedSnapshot(call: ResolvedCall, name: string): SnapshotRecord {
     const snap = this.opts.snapshots.byName(call.scope.tenant, call.spec.digest, name);
     if (snap === undefined || snap.kind !== 'named' || snap.ref === '') {
@@ -377,29 +325,6 @@ export class SnapshotCalls {
     throw new UnsupportedError(`backend "${call.settings.backend}" keeps no snapshots, so it cannot snapshot, restore or fork a sandbox; ` +
       (can.length > 0 ? `${can.join(', ')} of this config can: give profile "${call.scope.profile}" that backend`
         : 'docker and bwrap can: give the profile one of them'));
-  }
-
-  /**
-   * What snapshot `id` of `tenant` may take: the rest of its `limits.snapshotBytes`, each part
-   * claimed in its reserved row before it is copied (so concurrent snapshots cannot each take it all).
-   */
-  private budgetOf(tenant: string, id: string): SnapshotBudget {
-    const q = this.opts.snapshotQuota.bytes;
-    const maxBytes = Math.max(0, q - this.opts.snapshots.usage(tenant).bytes);
-    return {
-      maxBytes,
-      limit: `tenant "${tenant}" may keep ${maxBytes} more bytes of snapshots, limits.snapshotBytes = ${q}`,
-      claim: (bytes) => this.opts.snapshots.claimBytes(id, bytes, q),
-    };
-  }
-
-  private overLimit(tenant: string, adding?: number): BerthError {
-    const { count, bytes } = this.opts.snapshots.usage(tenant);
-    const q = this.opts.snapshotQuota;
-    const what = adding === undefined && count >= q.count
-      ? `tenant "${tenant}" keeps ${count} snapshots, its limit (limits.snapshots = ${q.count})`
-      : `tenant "${tenant}"'s snapshots take ${bytes} bytes${adding === undefined ? '' : ` and this one ${adding}`}, past its limit (limits.snapshotBytes = ${q.bytes})`;
-    return new BerthError('tenant_limit', `snapshot not made: ${what}; remove snapshots (berth snapshot rm NAME) or raise the limit`);
   }
 
   private limitsOf(call: ResolvedCall): { quota: TenantQuota; reserves: ReturnType<typeof reservationOf> } {
@@ -431,14 +356,6 @@ function infoOf(r: SnapshotRecord): SnapshotInfo {
   return { name: r.name, sandboxKey: r.sandboxKey, profile: r.profile, session: r.session, user: r.user, backend: r.backend, bytes: r.bytes, createdMs: r.createdMs };
 }
 
-/** The values of the secrets the call was granted: no snapshot may hold one. */
-function forbiddenOf(call: ResolvedCall): ForbiddenValue[] {
-  return call.secretNames.flatMap((name) => {
-    const value = call.env[name];
-    return value === undefined || value === '' ? [] : [{ name, value }];
-  });
-}
-
 /**
  * A cwd under the source sandbox's default dir, moved under the new sandbox's: the same path where
  * sandboxes share their layout (a container's /workspace), the new dir where a sandbox's paths
@@ -448,10 +365,6 @@ function rebased(cwd: string, from: string, to: string): string {
   if (from === to) return cwd;
   if (cwd === from) return to;
   return cwd.startsWith(`${from}/`) ? to + cwd.slice(from.length) : cwd;
-}
-
-function busy(call: ResolvedCall, verb: string, why: string): BerthError {
-  return new BerthError('sandbox_busy', `sandbox "${call.binding.sandboxKey}" cannot be ${verb} now: ${why}; wait for it to end (or kill it), then try again`);
 }
 
 /** A restore's or fork's failure, keeping its cause's code, saying that nothing changed. */
