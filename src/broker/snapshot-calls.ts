@@ -5,9 +5,9 @@ import { BerthError, isBerthError, PolicyRefusedError, UnsupportedError, UsageEr
 import { KeyedLock } from '../kit/keyed-lock.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
 import type { BerthConfig } from '../setup/berth-config.js';
-import { snapshotPathOf } from '../shell/persistent-shell.js';
 import type { AuditRecorder } from './audit.js';
 import type { CallResolver } from './call-resolver.js';
+import { carryShellState } from './carry-shell-state.js';
 import type { LiveSandboxes } from './live-sandboxes.js';
 import { ownerToken } from './process-owner.js';
 import type { ResolvedCall } from './resolve-call.js';
@@ -181,7 +181,7 @@ export class SnapshotCalls {
           await this.opts.egress.detach(rec.ref);
           sandboxes.put({ ...rec, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: Date.now() });
         }
-        const cwd = await this.carryShellState(call, sandbox, snap, call.defaultCwd);
+        const cwd = await carryShellState(this.opts.scopes, call, sandbox, snap, call.defaultCwd);
         return { name, sandboxKey: call.binding.sandboxKey, cwd };
       })));
     });
@@ -236,7 +236,7 @@ export class SnapshotCalls {
           return this.opts.starts.run(() => caps.createFrom(target.spec, from.ref, undefined));
         }));
         made = sandbox;
-        const cwd = await this.carryShellState(target, sandbox, from, call.defaultCwd);
+        const cwd = await carryShellState(this.opts.scopes, target, sandbox, from, call.defaultCwd);
         this.recordCreated(target, claim.record, sandbox);
         return { session: a.toSession, sandboxKey: target.binding.sandboxKey, from: named?.name ?? null, cwd };
       } catch (err) {
@@ -270,27 +270,6 @@ export class SnapshotCalls {
     const now = Date.now();
     this.opts.sandboxes.put({ ...claimed, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: now });
     this.opts.sessions.open(call.scope.tenant, call.scope.profile, call.sessionRef, call.spec.digest, this.opts.owner, now);
-  }
-
-  /**
-   * The shell of `call` starts where the snapshot's shell left off: its cwd record is the
-   * snapshot's, and its saved state (exported variables, functions, aliases) is the snapshot
-   * shell's, copied inside the new sandbox when the shell identity differs (a fork's new session).
-   */
-  private async carryShellState(call: ResolvedCall, sandbox: Sandbox, snap: SnapshotRecord, sourceCwd: string): Promise<string | null> {
-    const cwd = snap.cwd === null ? null : rebased(snap.cwd, sourceCwd, call.defaultCwd);
-    if (cwd !== null) {
-      this.opts.scopes.putCwd(call.shell.digest, {
-        tenant: call.scope.tenant, profile: call.scope.profile, session: call.scope.session ?? null, cwd, backend: call.settings.backend,
-      }, Date.now());
-    }
-    if (snap.shellStem === null || snap.shellStem === call.shell.fileStem) return cwd;
-    const from = snapshotPathOf(sandbox.stateDir, snap.shellStem);
-    const to = snapshotPathOf(sandbox.stateDir, call.shell.fileStem);
-    // Run in the sandbox as its user; `mv` replaces a link planted at the target instead of writing through it.
-    const r = await sandbox.execOnce(['sh', '-c', '[ -f "$1" ] || exit 0; umask 077; cat -- "$1" > "$2.fork" && mv -f -- "$2.fork" "$2"', 'sh', from, to], { timeoutMs: 10_000 });
-    if (r.exitCode !== 0) throw new BerthError('transfer_failed', `the shell state could not be copied in the new sandbox (exit ${r.exitCode}): ${r.stderr.toString('utf8').slice(0, 200)}`);
-    return cwd;
   }
 
   /** Removes a snapshot from its backend, then its record; after any restore or fork from it under way here. */
@@ -354,17 +333,6 @@ function assertName(name: string): void {
 
 function infoOf(r: SnapshotRecord): SnapshotInfo {
   return { name: r.name, sandboxKey: r.sandboxKey, profile: r.profile, session: r.session, user: r.user, backend: r.backend, bytes: r.bytes, createdMs: r.createdMs };
-}
-
-/**
- * A cwd under the source sandbox's default dir, moved under the new sandbox's: the same path where
- * sandboxes share their layout (a container's /workspace), the new dir where a sandbox's paths
- * are its own host dir.
- */
-function rebased(cwd: string, from: string, to: string): string {
-  if (from === to) return cwd;
-  if (cwd === from) return to;
-  return cwd.startsWith(`${from}/`) ? to + cwd.slice(from.length) : cwd;
 }
 
 /** A restore's or fork's failure, keeping its cause's code, saying that nothing changed. */
