@@ -27,7 +27,8 @@ export type { BrokerObserver, CallObservation, ReapObservation } from './observe
 export type { CloseResult } from './session-close.js';
 export type { EgressAuditEntry, EgressAuditFilter } from './state/egress-table.js';
 export type { WarmPoolView } from './warm-pool.js';
-export type { ForkResult, RestoreResult, SnapshotCalls, SnapshotInfo } from './snapshot-calls.js';
+export type { SnapshotCalls } from './snapshot-calls.js';
+export type { ForkResult, RestoreResult, SnapshotInfo } from './snapshot-info.js';
 export type { PooledSandbox } from './sandbox-measures.js';
 export { SessionHandle } from './session-handle.js';
 

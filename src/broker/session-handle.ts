@@ -7,7 +7,8 @@ import type { JobSummary } from './job-runner.js';
 import type { Binding } from './resolve-call.js';
 import type { CloseResult } from './session-close.js';
 import { SessionSnapshots } from './session-snapshots.js';
-import type { ForkResult, SnapshotCalls } from './snapshot-calls.js';
+import type { SnapshotCalls } from './snapshot-calls.js';
+import type { ForkResult } from './snapshot-info.js';
 
 /** What a session handle needs of its broker. */
 export interface SessionHost {

@@ -1,5 +1,6 @@
 import type { CallScopeInput } from '../scope/call-scope.js';
-import type { RestoreResult, SnapshotCalls, SnapshotInfo } from './snapshot-calls.js';
+import type { SnapshotCalls } from './snapshot-calls.js';
+import type { RestoreResult, SnapshotInfo } from './snapshot-info.js';
 
 /**
  * `broker.snapshots` bound to one scope (see `SnapshotCalls` for each call): checkpoints of the

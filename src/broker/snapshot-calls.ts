@@ -14,44 +14,13 @@ import type { ResolvedCall } from './resolve-call.js';
 import { claimOrAwait } from './sandbox-claim.js';
 import type { BackendByName } from './sandbox-removal.js';
 import type { SessionGate } from './session-gate.js';
+import { assertSnapshotName, infoOf, type ForkResult, type RestoreResult, type SnapshotInfo } from './snapshot-info.js';
 import { busy, type SnapshotTaker } from './snapshot-taker.js';
 import type { StartGate } from './start-gate.js';
 import type { SandboxTable, TenantQuota } from './state/sandbox-table.js';
 import type { ScopeRecords } from './state/scope-records.js';
 import type { SessionTable } from './state/session-table.js';
 import type { SnapshotRecord, SnapshotTable } from './state/snapshot-table.js';
-
-/** A name a caller may give a snapshot (a base snapshot's starts with `@`, which this never does). */
-const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
-
-/** A snapshot as the library, CLI, HTTP and MCP show it: never a host path or backend ref. */
-export interface SnapshotInfo {
-  name: string;
-  sandboxKey: string;
-  profile: string;
-  session: string | null;
-  user: string | null;
-  backend: string;
-  bytes: number;
-  createdMs: number;
-}
-
-/** What a restore did. */
-export interface RestoreResult {
-  name: string;
-  sandboxKey: string;
-  /** The cwd the next command of the restoring shell starts in (the snapshot's), when it recorded one. */
-  cwd: string | null;
-}
-
-/** What a fork made. */
-export interface ForkResult {
-  session: string;
-  sandboxKey: string;
-  /** The named snapshot it started from, or null: the source's state at the fork (kept as the fork's base until its sandbox goes). */
-  from: string | null;
-  cwd: string | null;
-}
 
 export interface SnapshotCallsOptions {
   config: BerthConfig;
@@ -104,7 +73,7 @@ export class SnapshotCalls {
     const call = this.opts.resolver.resolve(scope);
     const name = a.name ?? `snap-${new Date().toISOString().replace(/[-:]/g, '').replace(/\..*$/, '').replace('T', '-')}-${randomBytes(2).toString('hex')}`;
     return this.audited(call, `snapshot create ${name}`, async () => {
-      assertName(name);
+      assertSnapshotName(name);
       const caps = await this.capabilityOf(call);
       const rec = await this.opts.gate.run(call, async (sc) => {
         await this.opts.gate.acquire(call, sc);
@@ -134,7 +103,7 @@ export class SnapshotCalls {
     this.opts.lifecycle.assertOpen();
     const call = this.opts.resolver.resolve(scope);
     return this.audited(call, `snapshot rm ${name}`, async () => {
-      assertName(name);
+      assertSnapshotName(name);
       const snap = this.opts.snapshots.byName(call.scope.tenant, call.spec.digest, name);
       if (snap === undefined || snap.ref === '') return false;
       await this.removeSnapshot(snap);
@@ -151,7 +120,7 @@ export class SnapshotCalls {
     this.opts.lifecycle.assertOpen();
     const call = this.opts.resolver.resolve(scope);
     return this.audited(call, `snapshot restore ${name}`, async () => {
-      assertName(name);
+      assertSnapshotName(name);
       const caps = await this.capabilityOf(call);
       const snap = this.namedSnapshot(call, name);
       const { lives, sandboxes } = this.opts;
@@ -198,7 +167,7 @@ export class SnapshotCalls {
     const call = this.opts.resolver.resolve(scope);
     const what = `fork --to-session ${a.toSession}${a.from === undefined ? '' : ` --from ${a.from}`}`;
     return this.audited(call, what, async () => {
-      if (a.from !== undefined) assertName(a.from);
+      if (a.from !== undefined) assertSnapshotName(a.from);
       const target = this.opts.resolver.resolve({ ...scope, tenant: call.scope.tenant, session: a.toSession });
       if (target.scope.session === undefined) throw new UsageError('a fork needs --to-session S: the session the new sandbox is for');
       if (target.spec.digest === call.spec.digest) {
@@ -323,16 +292,6 @@ export class SnapshotCalls {
       this.opts.audit.record({ kind: 'snapshot', call, action, startedMs, errorCode });
     }
   }
-}
-
-function assertName(name: string): void {
-  if (!SNAPSHOT_NAME.test(name)) {
-    throw new UsageError(`snapshot name "${name}" is not valid; use 1 to 64 letters, digits, ".", "_" or "-", starting with a letter or digit`);
-  }
-}
-
-function infoOf(r: SnapshotRecord): SnapshotInfo {
-  return { name: r.name, sandboxKey: r.sandboxKey, profile: r.profile, session: r.session, user: r.user, backend: r.backend, bytes: r.bytes, createdMs: r.createdMs };
 }
 
 /** A restore's or fork's failure, keeping its cause's code, saying that nothing changed. */

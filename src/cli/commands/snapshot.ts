@@ -1,5 +1,5 @@
 import { UsageError } from '../../errors.js';
-import type { SnapshotInfo } from '../../broker/snapshot-calls.js';
+import type { SnapshotInfo } from '../../broker/snapshot-info.js';
 import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags } from '../args.js';
 import type { CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
