@@ -12,13 +12,13 @@ import type { SecretsFile } from '../policy/secrets-file.js';
 import type { BerthConfig, ProfileSettings } from '../setup/berth-config.js';
 import { settingsFor } from '../config/types.js';
 import { ConfigError, PolicyRefusedError, UsageError } from '../errors.js';
-import { resolveStartCwd } from '../policy/cwd.js';
 import { resolveEnvGrants, type EnvGrants } from '../policy/env-grants.js';
 import { hostMountFs, resolveMount, type MountDecision } from '../policy/mount.js';
 import { wouldCreateCycle } from '../scope/aliases.js';
 import type { AttachedWorkspace, CallScope } from '../scope/call-scope.js';
 import { identityDigest, sandboxDirName, sandboxIdentity, shellIdentity } from '../scope/naming.js';
 import { resolveSandboxKey } from '../scope/sandbox-key.js';
+import { startCwd } from './start-cwd.js';
 import type { ScopeRecords } from './state/scope-records.js';
 import type { StateStore } from './state/state-store.js';
 import { overrideIsolates, TaskOverrideSchema, type TaskOverride } from './task-override.js';
@@ -319,38 +319,6 @@ function sharedProxyOf(files: EgressFiles, digest: string): { address: ProxyAddr
   if (files.sharedProxy === undefined) throw new Error('a profile\'s sandboxes reach berth\'s egress proxy shared, and egressProxy.advertise is not set');
   const credential = proxyCredential(files.secret, digest);
   return { address: files.sharedProxy, credential, url: proxyUrl(credential, files.sharedProxy.authority) };
-}
-
-/** The records a start cwd is read from: each shell identity's cwd, and each subagent task's parent. */
-export type CwdLookup = Pick<ScopeRecords, 'getCwd' | 'aliasParent'>;
-
-/**
- * Where a new shell for this call starts: the shell identity's recorded cwd (a subagent without
- * one inherits its parent's), mapped or discarded for containers, else the sandbox default.
- */
-export function startCwd(
-  scopes: CwdLookup,
-  call: Pick<ResolvedCall, 'scope' | 'settings' | 'traits' | 'spec' | 'shell' | 'isSubagent' | 'defaultCwd'>,
-): string {
-  const record = scopes.getCwd(call.shell.digest) ?? inheritedCwd(scopes, call.scope, call.isSubagent);
-  const recorded = record === undefined ? undefined : { path: record.cwd, backend: record.backend };
-  return resolveStartCwd({
-    recorded, backendName: call.settings.backend, containerBackend: call.traits.mountsHostDirs,
-    mount: call.spec.mount, defaultCwd: call.defaultCwd,
-  });
-}
-
-/** A subagent's shell starts in its parent's recorded cwd (the parent task's, else the session's). */
-function inheritedCwd(scopes: CwdLookup, scope: CallScope, isSubagent: boolean): { cwd: string; backend: string } | undefined {
-  if (!isSubagent || scope.task === undefined) return undefined;
-  const parent = scopes.aliasParent(scope.tenant, scope.profile, scope.task);
-  if (parent === undefined || parent === '') return undefined;
-  const parentIsSubagent = scopes.aliasParent(scope.tenant, scope.profile, parent) !== undefined;
-  const parentShell = shellIdentity({ ...scope, task: parent, parentTask: undefined }, parentIsSubagent);
-  const own = scopes.getCwd(parentShell.digest);
-  if (own !== undefined) return own;
-  if (scope.session === undefined) return undefined;
-  return scopes.getCwd(shellIdentity({ ...scope, task: undefined, parentTask: undefined }, false).digest);
 }
 
 /** What idleness does to a sandbox of these settings (`Binding.lifecycle`, without the store's word). */
