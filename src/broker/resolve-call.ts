@@ -6,12 +6,12 @@ import type { ProxyAddress } from '../egress/proxy-address.js';
 import { proxyCredential, proxyUrl, type ProxyCredential } from '../egress/proxy-credential.js';
 import { egressEnv, egressRedactValues } from '../egress/sandbox-setup.js';
 import { resolveCredentialGrants } from '../policy/credential-grants.js';
-import { isolationNoteOf, sectionOf, withSection, type BackendModule } from '../backends/module.js';
+import { isolationNoteOf, sectionOf } from '../backends/module.js';
 import type { BackendTraits, Isolation } from '../config/backend-traits.js';
 import type { SecretsFile } from '../policy/secrets-file.js';
 import type { BerthConfig, ProfileSettings } from '../setup/berth-config.js';
 import { settingsFor } from '../config/types.js';
-import { ConfigError, PolicyRefusedError, UsageError } from '../errors.js';
+import { ConfigError, UsageError } from '../errors.js';
 import { resolveEnvGrants, type EnvGrants } from '../policy/env-grants.js';
 import { hostMountFs, resolveMount, type MountDecision } from '../policy/mount.js';
 import { wouldCreateCycle } from '../scope/aliases.js';
@@ -21,7 +21,7 @@ import { resolveSandboxKey } from '../scope/sandbox-key.js';
 import { startCwd } from './start-cwd.js';
 import type { ScopeRecords } from './state/scope-records.js';
 import type { StateStore } from './state/state-store.js';
-import { overrideIsolates, TaskOverrideSchema, type TaskOverride } from './task-override.js';
+import { overriddenSettings, overrideIsolates, readTaskOverride } from './task-override.js';
 
 export type { Isolation } from '../config/backend-traits.js';
 
@@ -150,49 +150,6 @@ export function usesEgressProxy(settings: Pick<ProfileSettings, 'egress' | 'cred
 }
 
 /**
- * Which backends a task override may name for a profile: its own, or another the config uses;
- * never one without isolation (the host) unless the profile already runs there.
- */
-function allowedOverrideBackends(config: BerthConfig, settings: ProfileSettings): Set<string> {
-  const used = new Set<string>([config.base.backend, ...Object.values(config.profiles).map((p) => p.backend)]);
-  for (const name of used) {
-    if (config.backends.traits(name).isolation === 'none' && name !== settings.backend) used.delete(name);
-  }
-  used.add(settings.backend);
-  return used;
-}
-
-/**
- * The profile's settings with a task override's backend and image applied. An image needs a
- * backend whose sandboxes run one.
- */
-function overriddenSettings(config: BerthConfig, base: ProfileSettings, scope: CallScope, override: TaskOverride): ProfileSettings {
-  if (override.backend !== undefined && !allowedOverrideBackends(config, base).has(override.backend)) {
-    throw new PolicyRefusedError(`task "${scope.task}" asks for backend "${override.backend}", which profile "${scope.profile}" does not allow; use "${base.backend}"`);
-  }
-  const backend = override.backend ?? base.backend;
-  // The profile's egress holds on the task's backend too, or the task is refused (never an open network by override).
-  const modes = config.backends.traits(backend).egressModes ?? ['open'];
-  if (!modes.includes(base.egress.mode) || (base.credentials.length > 0 && !modes.includes('allowlist'))) {
-    throw new PolicyRefusedError(
-      `task "${scope.task}" asks for backend "${backend}", which cannot enforce profile "${scope.profile}"'s egress (mode ${base.egress.mode}` +
-        `${base.credentials.length > 0 ? ', with credentials' : ''}); use "${base.backend}"`,
-    );
-  }
-  const settings: ProfileSettings = { ...base, backend };
-  if (override.image === undefined) return settings;
-  const module: BackendModule = config.backends.module(backend);
-  if (module.images === undefined) {
-    const withImages = config.backends.namesWhere((_, m) => m.images !== undefined);
-    throw new PolicyRefusedError(
-      `task "${scope.task}" sets image "${override.image}", but backend "${backend}" runs no images (${withImages.length > 0 ? `only ${withImages.length === 1 ? `${withImages[0]} does` : `${withImages.slice(0, -1).join(', ')} and ${withImages.at(-1)} do`}` : 'no backend here does'}); ` +
-        'remove the image from the task override, or give the task a backend that runs images',
-    );
-  }
-  return withSection(settings, module, module.images.with(sectionOf(module, settings), override.image));
-}
-
-/**
  * What becomes of an attached workspace on a backend that neither mounts host dirs nor runs on
  * this host (a remote one): nothing; the call runs in the sandbox's default dir.
  */
@@ -200,12 +157,6 @@ function unusedWorkspace(backend: string, workspace: AttachedWorkspace | undefin
   if (workspace === undefined) return { mount: null, mountReason: 'no workspace attached', startDir: undefined };
   const what = workspace.source === 'process' ? 'the process working directory' : 'the attached workspace';
   return { mount: null, mountReason: `backend "${backend}" neither mounts host dirs nor runs on this host, so ${what} is not used`, startDir: undefined };
-}
-
-export function readTaskOverride(scopes: Pick<ScopeRecords, 'taskOverride'>, scope: CallScope): TaskOverride | undefined {
-  if (scope.task === undefined) return undefined;
-  const raw = scopes.taskOverride(scope.tenant, scope.profile, scope.task);
-  return raw === undefined ? undefined : TaskOverrideSchema.parse(raw);
 }
 
 /** Registers `task -> parentTask` (the `--parent` flag); refuses an alias that would close a cycle. */
