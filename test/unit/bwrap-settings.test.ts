@@ -44,6 +44,17 @@ describe('the bwrap: config section', () => {
     expect(errorOf({ backend: 'docker', bwrap: { network: 'host' } })).toMatch(/no profile uses backend bwrap/);
   });
 
+  it('credentials on the host network are a start-up error (no namespace of its own for the proxy); allowlist and plain host network are not', () => {
+    const cred = { GITHUB_TOKEN: { from: 'GITHUB_TOKEN', hosts: ['api.github.com'] } };
+    expect(errorOf({ backend: 'bwrap', bwrap: { network: 'host' }, credentials: cred }))
+      .toMatch(/config key "bwrap\.network": "host" shares this host's network namespace.*set network: none with egress\.mode: allowlist.*or remove the credentials/);
+    expect(errorOf({ backend: 'bwrap', credentials: cred, profiles: { p: { bwrap: { network: 'host' } } } }))
+      .toMatch(/config key "profiles\.p\.bwrap\.network"/);
+    expect(() => parseConfig({ backend: 'bwrap', bwrap: { network: 'host' }, credentials: cred, egress: { mode: 'allowlist', allow: ['api.github.com'] } }, undefined)).not.toThrow();
+    expect(() => parseConfig({ backend: 'bwrap', bwrap: { network: 'host' } }, undefined)).not.toThrow();
+    expect(() => parseConfig({ backend: 'bwrap', credentials: cred }, undefined)).not.toThrow();
+  });
+
   it('explain notes only an isolation the operator turned off', () => {
     const base = parseConfig({ backend: 'bwrap' }, undefined).base;
     expect(isolationNoteOf(bwrapModule, base)).toBeUndefined();

@@ -1,6 +1,6 @@
 import * as z from 'zod';
 import { absolutePath, bool, FULL, oneOf, positiveInteger } from '../../config/zod-kit.js';
-import { mergeWritten, type SettingsSection } from '../../config/section.js';
+import { mergeWritten, type SectionUse, type SettingsSection } from '../../config/section.js';
 import { checkUidRange, type UidRange } from './uid-claims.js';
 
 /*
@@ -68,7 +68,20 @@ const bwrapShape = {
   maxProcesses: positiveInteger(),
 };
 
-/** The `bwrap:` section of the config: its keys, defaults and merge. */
+/**
+ * What a place asks that its bwrap sandboxes cannot give: credentials in egress mode open need
+ * berth's proxy listening in the sandbox's own network namespace, and `network: host` has none (a
+ * listener there would serve every process of the host). Allowlist and none sandboxes get a
+ * namespace of their own whatever `network` says.
+ */
+export function bwrapUseProblems(uses: readonly SectionUse<BwrapSettings>[]): string[] {
+  return uses
+    .filter((u) => u.settings.network === 'host' && u.egress.mode === 'open' && u.egress.proxied)
+    .map((u) => `config key "${u.at}.network": "host" shares this host's network namespace, where berth's egress proxy cannot listen for one sandbox, ` +
+      'and credentials reach their hosts only through that proxy; set network: none with egress.mode: allowlist (the sandbox gets a namespace of its own), or remove the credentials');
+}
+
+/** The `bwrap:` section of the config: its keys, defaults, merge and rules. */
 export const bwrapSettings: SettingsSection<BwrapSettings, typeof bwrapShape> = {
   shape: bwrapShape,
   defaults: () => ({
@@ -81,6 +94,7 @@ export const bwrapSettings: SettingsSection<BwrapSettings, typeof bwrapShape> = 
     maxProcesses: 1024,
   }),
   merge: (base, written) => mergeWritten(base, written, { uids: (w) => ({ first: w.first, count: w.count }) }),
+  problems: bwrapUseProblems,
   // Claims keep two sandboxes from sharing a uid only within one root; the reapers list one root.
   installationWide: ['root', 'uids'],
 };
