@@ -129,12 +129,13 @@ export function createApp(deps: AppDeps): ApiApp {
   const errorAnswer = async (c: ApiContext, err: unknown): Promise<Response> => {
     const e = toHttpError(err);
     if (isRefusal(e.code)) deps.metrics.refused({ code: e.code, tenant: c.get('caller')?.tenant });
-    if (e.status >= 500 && !(err instanceof HttpError)) {
+    if (e.status < 500 || err instanceof HttpError) deps.faults.set(c.env.incoming, { code: e.code });
+    else {
       // One line for what a sandbox or an engine did (a tenant can repeat it at will); a stack
       // only for berth's own faults, which are rare and need it.
       deps.faults.set(c.env.incoming, isBerthError(err) && err.code !== 'internal'
-        ? { error: `${err.code}: ${err.message}` }
-        : { error: `internal: ${err instanceof Error ? err.message : String(err)}`, stack: err instanceof Error ? err.stack : undefined });
+        ? { code: e.code, error: `${err.code}: ${err.message}` }
+        : { code: e.code, error: `internal: ${err instanceof Error ? err.message : String(err)}`, stack: err instanceof Error ? err.stack : undefined });
     }
     if (c.env.outgoing.headersSent) {
       c.env.outgoing.end();

@@ -1,22 +1,52 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ErrorCategory } from '../errors.js';
 import type { LogFields, LogLevel, Logger } from '../logging/logger.js';
+import { categoryOf, HTTP_CODES, statusOf, type HttpCode } from './http-error.js';
 import { pathOf } from './request.js';
 
 /** What went wrong in a request, told by the error answer and carried on its request line. */
 export interface RequestFault {
-  /** `code: message` of the error answered. */
-  error: string;
-  /** Only for berth's own faults: what a tenant can repeat at will gets one line, no stack. */
+  /** The code answered: its category picks the line's level. */
+  code: HttpCode;
+  /** `code: message`, only for berth's own faults (a refusal's message is the caller's business). */
+  error?: string | undefined;
+  /** Only for berth's bugs: what a tenant can repeat at will gets one line, no stack. */
   stack?: string | undefined;
 }
 
-/** Refusals and timeouts: the operator's business, not berth's fault. */
-const WARN_STATUSES = new Set([401, 403, 408, 409, 429]);
+/**
+ * The level of each category on a request line: what the operator must act on (berth's faults and
+ * bugs, a config that cannot be honoured) is an error; refusals, bounds and what was gone or timed
+ * out are warnings; a caller's own mistake (bad input, a name that is not there, a backend that
+ * cannot do it) is an ordinary request.
+ */
+const LEVEL_OF_CATEGORY: Readonly<Record<ErrorCategory, LogLevel>> = {
+  input: 'info',
+  not_found: 'info',
+  unsupported: 'info',
+  refused: 'warn',
+  bound: 'warn',
+  gone: 'warn',
+  config: 'error',
+  fault: 'error',
+  bug: 'error',
+};
 
-/** The level of a request that ended with `status`: berth's faults (5xx) error, refusals and timeouts warn, the rest info. */
-export function requestLevel(status: number): LogLevel {
-  if (status >= 500) return 'error';
-  return WARN_STATUSES.has(status) ? 'warn' : 'info';
+const SEVERITY: Readonly<Record<LogLevel, number>> = { debug: 0, info: 1, warn: 2, error: 3 };
+
+/**
+ * The level of a request that ended with `status`, by the category of the code it answered; an
+ * answer written without a recorded code (the MCP transport's, a framework's 404) by the codes
+ * that answer with that status (the most severe of their levels); success info; a response cut
+ * off before its head (status 0) warn.
+ */
+export function requestLevel(status: number, code?: HttpCode): LogLevel {
+  if (code !== undefined) return LEVEL_OF_CATEGORY[categoryOf(code)];
+  if (status === 0) return 'warn';
+  if (status < 400) return 'info';
+  const levels = HTTP_CODES.filter((c) => statusOf(c) === status).map((c) => LEVEL_OF_CATEGORY[categoryOf(c)]);
+  if (levels.length === 0) return status >= 500 ? 'error' : 'info';
+  return levels.reduce((a, b) => (SEVERITY[b] > SEVERITY[a] ? b : a));
 }
 
 /**
@@ -46,7 +76,7 @@ export class RequestLog {
         ...(res.writableFinished ? {} : { aborted: true }),
         ...fault,
       };
-      this.log.log(status === 0 ? 'warn' : requestLevel(status), `${fields.method} ${fields.path} ${status}`, fields);
+      this.log.log(requestLevel(status, fault?.code), `${fields.method} ${fields.path} ${status}`, fields);
     });
   }
 }

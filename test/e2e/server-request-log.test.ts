@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
+import { BerthError, type ErrorCode } from '../../src/errors.js';
 import { BerthServer } from '../../src/server/server.js';
 import { TokenStore } from '../../src/server/tokens.js';
 import type { LogRecord } from '../../src/logging/logger.js';
@@ -62,5 +63,37 @@ describe('berth\'s own fault (in-process server)', () => {
     expect(errors).toHaveLength(1);
     expect(errors[0]!.fields).toMatchObject({ status: 500, error: 'internal: boom in berth' });
     expect(String(errors[0]!.fields?.['stack'])).toMatch(/^Error: boom in berth\n\s+at /);
+  });
+
+  it('a request line\'s level follows its error code\'s category: bounds, refusals and timeouts warn, a caller\'s mistake info, an engine\'s failure error without a stack', async () => {
+    let code: ErrorCode = 'timeout';
+    const broker = stubBroker({ exec: async () => { throw new BerthError(code, `a ${code} from the stub`); } });
+    const tokens = TokenStore.open(broker.berthHome);
+    const { token } = tokens.create('acme');
+    const lines: LogRecord[] = [];
+    const server = await BerthServer.start({ broker, tokens, port: 0, log: (_ns, _m, r) => void lines.push(r!) });
+    onTestFinished(async () => {
+      await server.close({ graceMs: 1_000 });
+      tokens.close();
+    });
+    const api = new ApiClient(server.url, token);
+    const seen: [ErrorCode, number, string | undefined, unknown][] = [];
+    for (code of ['timeout', 'too_large', 'disk_limit_exceeded', 'tenant_limit', 'backend_unavailable', 'usage', 'engine_refused'] as ErrorCode[]) {
+      const r = await api.request('POST', '/v1/exec', { session: 's1', command: 'true' });
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      const line = lines.filter((l) => typeof l.fields?.['status'] === 'number').at(-1);
+      seen.push([code, r.status, line?.level, line?.fields?.['stack']]);
+    }
+    expect(seen).toEqual([
+      ['timeout', 504, 'warn', undefined],
+      ['too_large', 413, 'warn', undefined],
+      ['disk_limit_exceeded', 507, 'warn', undefined],
+      ['tenant_limit', 429, 'warn', undefined],
+      ['backend_unavailable', 503, 'warn', undefined],
+      ['usage', 400, 'info', undefined],
+      ['engine_refused', 500, 'error', undefined],
+    ]);
+    expect(lines.filter((l) => typeof l.fields?.['status'] === 'number').map((l) => l.fields?.['code'])).toEqual(
+      ['timeout', 'too_large', 'disk_limit_exceeded', 'tenant_limit', 'backend_unavailable', 'usage', 'engine_refused']);
   });
 });
