@@ -32,6 +32,12 @@ const LEVEL_OF_CATEGORY: Readonly<Record<ErrorCategory, LogLevel>> = {
   bug: 'error',
 };
 
+/** Codes whose level says more than their category's. */
+const LEVEL_OF_CODE: Readonly<Partial<Record<HttpCode, LogLevel>>> = {
+  // An engine or host berth cannot reach: gone for the caller (retrying may work), the operator's to mend.
+  backend_unavailable: 'error',
+};
+
 const SEVERITY: Readonly<Record<LogLevel, number>> = { debug: 0, info: 1, warn: 2, error: 3 };
 
 /**
@@ -41,12 +47,16 @@ const SEVERITY: Readonly<Record<LogLevel, number>> = { debug: 0, info: 1, warn: 
  * off before its head (status 0) warn.
  */
 export function requestLevel(status: number, code?: HttpCode): LogLevel {
-  if (code !== undefined) return LEVEL_OF_CATEGORY[categoryOf(code)];
+  if (code !== undefined) return levelOf(code);
   if (status === 0) return 'warn';
   if (status < 400) return 'info';
-  const levels = HTTP_CODES.filter((c) => statusOf(c) === status).map((c) => LEVEL_OF_CATEGORY[categoryOf(c)]);
+  const levels = HTTP_CODES.filter((c) => statusOf(c) === status).map(levelOf);
   if (levels.length === 0) return status >= 500 ? 'error' : 'info';
   return levels.reduce((a, b) => (SEVERITY[b] > SEVERITY[a] ? b : a));
+}
+
+function levelOf(code: HttpCode): LogLevel {
+  return LEVEL_OF_CODE[code] ?? LEVEL_OF_CATEGORY[categoryOf(code)];
 }
 
 /**

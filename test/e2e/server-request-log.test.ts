@@ -65,7 +65,7 @@ describe('berth\'s own fault (in-process server)', () => {
     expect(String(errors[0]!.fields?.['stack'])).toMatch(/^Error: boom in berth\n\s+at /);
   });
 
-  it('a request line\'s level follows its error code\'s category: bounds, refusals and timeouts warn, a caller\'s mistake info, an engine\'s failure error without a stack', async () => {
+  it('a request line\'s level follows its error code\'s category: bounds, refusals and timeouts warn, a caller\'s mistake info, an engine\'s failure or absence error without a stack', async () => {
     let code: ErrorCode = 'timeout';
     const broker = stubBroker({ exec: async () => { throw new BerthError(code, `a ${code} from the stub`); } });
     const tokens = TokenStore.open(broker.berthHome);
@@ -89,7 +89,7 @@ describe('berth\'s own fault (in-process server)', () => {
       ['too_large', 413, 'warn', undefined],
       ['disk_limit_exceeded', 507, 'warn', undefined],
       ['tenant_limit', 429, 'warn', undefined],
-      ['backend_unavailable', 503, 'warn', undefined],
+      ['backend_unavailable', 503, 'error', undefined],
       ['usage', 400, 'info', undefined],
       ['engine_refused', 500, 'error', undefined],
     ]);

@@ -7,7 +7,9 @@ describe('a request line\'s level', () => {
     expect(requestLevel(413, 'too_large')).toBe('warn');
     expect(requestLevel(507, 'disk_limit_exceeded')).toBe('warn');
     expect(requestLevel(403, 'policy_refused')).toBe('warn');
-    expect(requestLevel(503, 'backend_unavailable')).toBe('warn');
+    expect(requestLevel(503, 'backend_unavailable')).toBe('error');
+    expect(requestLevel(503, 'shutting_down')).toBe('warn');
+    expect(requestLevel(409, 'session_closed')).toBe('warn');
     expect(requestLevel(400, 'usage')).toBe('info');
     expect(requestLevel(404, 'not_found')).toBe('info');
     expect(requestLevel(422, 'unsupported')).toBe('info');
@@ -23,6 +25,7 @@ describe('a request line\'s level', () => {
     expect(requestLevel(413)).toBe('warn');
     expect(requestLevel(429)).toBe('warn');
     expect(requestLevel(504)).toBe('warn');
+    expect(requestLevel(503)).toBe('error');
     expect(requestLevel(404)).toBe('info');
     expect(requestLevel(400)).toBe('info');
     expect(requestLevel(500)).toBe('error');
