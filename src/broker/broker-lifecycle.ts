@@ -1,4 +1,5 @@
 import { BerthError } from '../errors.js';
+import type { Logger } from '../logging/logger.js';
 
 /** What the close asks of the parts, in the order it goes (see `closeParts`). */
 export interface ClosingParts {
@@ -10,7 +11,7 @@ export interface ClosingParts {
   backends: { closeAll(): Promise<void> };
   egress: { close(): Promise<void> };
   store: { close(): void };
-  log: (namespace: string, message: string) => void;
+  log: Logger;
 }
 
 /**
@@ -54,10 +55,10 @@ export async function closeParts(parts: ClosingParts, graceMs: number): Promise<
   await Promise.race([parts.lives.drained(), new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)))]);
   clearTimeout(timer);
   await parts.closer.closeHeld();
-  await parts.warm.close().catch((e: unknown) => parts.log('berth:pool', `warm pools at close: ${String(e)}`));
+  await parts.warm.close().catch((e: unknown) => parts.log.child('berth:pool').warn(`warm pools at close: ${String(e)}`));
   await parts.lives.closeAll();
   await parts.removal.releaseUnusedAtClose();
-  await parts.egress.close().catch((e: unknown) => parts.log('berth:egress', `egress at close: ${String(e)}`));
+  await parts.egress.close().catch((e: unknown) => parts.log.child('berth:egress').warn(`egress at close: ${String(e)}`));
   await parts.backends.closeAll();
   parts.store.close();
 }

@@ -102,7 +102,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   );
   const observers = new Observers();
   const audit = new AuditRecorder(store.audit, {
-    retentionDays: config.audit.retentionDays, log: (m) => log('berth:audit', m), observer: observers, egress: store.egress,
+    retentionDays: config.audit.retentionDays, log: (m) => logger.child('berth:audit').warn(m), observer: observers, egress: store.egress,
   });
   const gate = opts.startGate ?? StartGate.forThisMachine();
   const quota = tenantQuota(config.limits, berthHome);
@@ -118,7 +118,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
 
   const ledger = new JobLedger({ jobs: store.jobs, resolver });
   const probe = new JobProbe({ jobs: store.jobs, ledger });
-  const killer = new JobKiller({ jobs: store.jobs, ledger, probe, log: (m) => log('berth:jobs', m) });
+  const killer = new JobKiller({ jobs: store.jobs, ledger, probe, log: logger.child('berth:jobs') });
   const egress = new SandboxEgress({
     config, berthHome, resolver, onDecision: (e) => {
       observers.egress(e);
@@ -127,22 +127,22 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
     log: logger.child('berth:egress'),
   });
   const holders = new SandboxHolders({ sandboxes: store.sandboxes, sessions: store.sessions });
-  const removal = new SandboxRemoval({ lives, backends, sandboxes: store.sandboxes, holders, jobs: killer, egress, log });
-  const measures = new SandboxMeasures({ config, lives, backends, engines, sandboxes: store.sandboxes, jobs: store.jobs, shutdown: lifecycle.signal, log });
+  const removal = new SandboxRemoval({ lives, backends, sandboxes: store.sandboxes, holders, jobs: killer, egress, log: logger });
+  const measures = new SandboxMeasures({ config, lives, backends, engines, sandboxes: store.sandboxes, jobs: store.jobs, shutdown: lifecycle.signal, log: logger });
   const sessionCalls = new SessionCalls();
   const closer = new SessionCloser({
-    calls: sessionCalls, lives, removal, links, sessions: store.sessions, sandboxes: store.sandboxes, scopes: store.scopes, audit, berthHome, owner, log,
+    calls: sessionCalls, lives, removal, links, sessions: store.sessions, sandboxes: store.sandboxes, scopes: store.scopes, audit, berthHome, owner, log: logger,
   });
   const reapers = new Reapers({
     config, sandboxes: store.sandboxes, sessions: store.sessions, lives, engines, removal, closer, links, measures, warm, jobs: probe, runningJobs: store.jobs, audit,
-    observer: observers, reap: opts.reap ?? true, shutdown: lifecycle.signal, log,
+    observer: observers, reap: opts.reap ?? true, shutdown: lifecycle.signal, log: logger,
   });
   const pool = new SandboxPool({
     config, lives, backends, sandboxes: store.sandboxes, links, firstUse: reapers, removal, warm, warmPool: opts.warmPool === true, quota, gate, egress, log: logger,
   });
   const sessionGate = new SessionGate({ calls: sessionCalls, pool });
   const shells = new ShellPool({ scopes: store.scopes, longLived: owner !== null, spillDir: (opts.spillOutput ?? true) ? spillDirOf(berthHome) : undefined, gate });
-  const commands = new CommandRunner({ gate: sessionGate, lives, shells, recovery: new SandboxRecovery({ lives, log }), shutdown: lifecycle.signal, log });
+  const commands = new CommandRunner({ gate: sessionGate, lives, shells, recovery: new SandboxRecovery({ lives, log: logger }), shutdown: lifecycle.signal, log: logger });
   const reader = new JobReader({ ledger, probe, sandboxes: pool, resolver });
   const runner = new JobRunner({ jobs: store.jobs, ledger, reader, killer, sandboxes: pool, commands, audit });
   const taker = new SnapshotTaker({
@@ -153,7 +153,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
     scopes: store.scopes, taker, egress, audit, starts: gate, quota, owner, lifecycle,
   });
   const snapshotSweep = new SnapshotSweep({
-    snapshots: store.snapshots, sandboxes: store.sandboxes, calls: snapshots, backends, log,
+    snapshots: store.snapshots, sandboxes: store.sandboxes, calls: snapshots, backends, log: logger,
     backendNames: [...new Set([config.base.backend, ...Object.values(config.profiles).map((p) => p.backend)])],
     retentionDays: config.limits.snapshotRetentionDays,
   });
@@ -162,10 +162,10 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
     calls: new ScopeCalls({ resolver, commands, audit, closer, removal, sandboxes: store.sandboxes, scopes: store.scopes, lifecycle }),
     views: new BrokerViews({ sandboxes: store.sandboxes, sessions: store.sessions, audit: store.audit, jobs: store.jobs, links, measures, quota }),
     files: new BrokerFiles({
-      resolver, gate: sessionGate, lives, audit, lifecycle, berthHome, stagingBytes: config.limits.stagingBytes, stagingLedger: new StagingLedger(berthHome), log,
+      resolver, gate: sessionGate, lives, audit, lifecycle, berthHome, stagingBytes: config.limits.stagingBytes, stagingLedger: new StagingLedger(berthHome), log: logger,
     }),
     jobs: new BrokerJobs({ resolver, runner, reader, lifecycle }),
-    closing: { reapers, lives, closer, warm, removal, backends, egress, store, log },
+    closing: { reapers, lives, closer, warm, removal, backends, egress, store, log: logger },
   };
 }
 

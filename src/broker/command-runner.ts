@@ -8,6 +8,7 @@ import type { SandboxRecovery } from './sandbox-recovery.js';
 import type { SessionCall } from './session-calls.js';
 import type { SessionGate } from './session-gate.js';
 import type { ShellPool } from './shell-pool.js';
+import type { Logger } from '../logging/logger.js';
 
 /** A line's options as the broker's parts give them: an exec's, and a job's group (see `RunOptions.group`). */
 export type LineOptions = ExecOptions & { group?: string };
@@ -20,7 +21,7 @@ export interface CommandRunnerOptions {
   recovery: Pick<SandboxRecovery, 'outOfBandState' | 'startedAgainNotice' | 'outOfProcesses' | 'restart'>;
   /** Set once the broker began to close: nothing is re-ensured or restarted after that. */
   shutdown: AbortSignal;
-  log: (namespace: string, message: string) => void;
+  log: Logger;
 }
 
 /**
@@ -86,7 +87,7 @@ export class CommandRunner {
         const state = attempt > 0 || shutdown.aborted || sc.overtaken ? undefined
           : err instanceof SandboxNotFoundError ? 'gone' : await recovery.outOfBandState(live);
         if (state !== undefined) {
-          log('berth:broker', `sandbox ${call.binding.sandboxKey} is ${state}; re-ensuring it once`);
+          log.child('berth:broker').info(`sandbox ${call.binding.sandboxKey} is ${state}; re-ensuring it once`);
           gone = state === 'gone';
           if (state === 'stopped') {
             restarted = recovery.startedAgainNotice(call, live);

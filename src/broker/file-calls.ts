@@ -8,6 +8,7 @@ import type { CallResolver } from './call-resolver.js';
 import type { ResolvedCall } from './resolve-call.js';
 import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
 import type { SessionGate } from './session-gate.js';
+import type { Logger } from '../logging/logger.js';
 
 export interface BrokerFilesOptions {
   resolver: Pick<CallResolver, 'resolve'>;
@@ -23,7 +24,7 @@ export interface BrokerFilesOptions {
   stagingBytes: number;
   /** Each tenant's exports in staging, against `stagingBytes`. */
   stagingLedger: StagingLedger;
-  log: (namespace: string, message: string) => void;
+  log: Logger;
 }
 
 /**
@@ -140,7 +141,7 @@ export class BrokerFiles {
       })),
       stagingLease: () => this.opts.stagingLedger.begin(call.scope.tenant, this.opts.stagingBytes),
       redactValues: call.redactValues,
-      log: (m) => this.opts.log('berth:files', `${call.binding.sandboxKey}: ${m}`),
+      log: (m) => this.opts.log.child('berth:files').info(`${call.binding.sandboxKey}: ${m}`),
     };
   }
 }

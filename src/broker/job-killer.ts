@@ -3,12 +3,13 @@ import type { JobLedger } from './job-ledger.js';
 import { HELPER_TIMEOUT_MS, type JobProbe } from './job-probe.js';
 import { jobGroup, KILL_SCRIPT, tagOf } from './job-scripts.js';
 import type { JobRecord, JobTable } from './state/job-table.js';
+import type { Logger } from '../logging/logger.js';
 
 export interface JobKillerOptions {
   jobs: Pick<JobTable, 'runningIn' | 'end'>;
   ledger: Pick<JobLedger, 'settle'>;
   probe: Pick<JobProbe, 'probe'>;
-  log(message: string): void;
+  log: Logger;
 }
 
 /**
@@ -54,10 +55,10 @@ export class JobKiller {
   private async endGroup(job: JobRecord, sandbox: Sandbox): Promise<number | undefined> {
     try {
       const killed = await sandbox.processGroups?.killGroup(jobGroup(job.id));
-      if (killed !== undefined) this.opts.log(`job ${job.id} in ${job.sandboxKey}: killed ${killed} process(es) of its group`);
+      if (killed !== undefined) this.opts.log.info(`job ${job.id} in ${job.sandboxKey}: killed ${killed} process(es) of its group`);
       return killed;
     } catch (err) {
-      this.opts.log(`job ${job.id} in ${job.sandboxKey}: its process group could not be killed (${String(err)}); killing by its tag`);
+      this.opts.log.warn(`job ${job.id} in ${job.sandboxKey}: its process group could not be killed (${String(err)}); killing by its tag`);
       return undefined;
     }
   }
@@ -71,7 +72,7 @@ export class JobKiller {
     await this.endGroup(job, sandbox);
     const r = await sandbox.execOnce(['sh', '-c', KILL_SCRIPT, 'sh', job.dir, tagOf(job.id)], { timeoutMs: HELPER_TIMEOUT_MS });
     const lines = r.stdout.toString('utf8').trim().split('\n');
-    log(`job ${job.id} in ${job.sandboxKey}: killed ${lines[0] || '0'} process(es) of its tree`);
+    log.info(`job ${job.id} in ${job.sandboxKey}: killed ${lines[0] || '0'} process(es) of its tree`);
     if (lines.includes('exited')) {
       const after = await probe.probe(job, sandbox, 0, 0);
       ledger.settle(job, after?.exitCode != null ? 'exited' : 'unknown', after?.exitCode ?? null);

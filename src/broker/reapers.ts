@@ -14,6 +14,7 @@ import type { SessionLinks } from './session-links.js';
 import type { JobTable } from './state/job-table.js';
 import type { SandboxRecord, SandboxTable } from './state/sandbox-table.js';
 import type { SessionTable } from './state/session-table.js';
+import type { Logger } from '../logging/logger.js';
 
 /** How long a reaped mark waits for its session to come back (`SandboxTable.markReaped`): the audit's default retention. */
 const REAPED_MARK_MS = 30 * 24 * 60 * 60 * 1000;
@@ -71,7 +72,7 @@ export interface ReapersOptions {
   reap: boolean;
   /** Set once the broker began to close: no pass starts after that, and one under way stops early. */
   shutdown: AbortSignal;
-  log: (namespace: string, message: string) => void;
+  log: Logger;
 }
 
 interface Periodic {
@@ -115,7 +116,7 @@ export class Reapers implements BrokerReapers {
       timer: setInterval(() => {
         if (p.running !== undefined || this.opts.shutdown.aborted) return;
         p.running = task()
-          .catch((e: unknown) => this.opts.log('berth:reaper', `${name} failed: ${String(e)}`))
+          .catch((e: unknown) => this.opts.log.child('berth:reaper').warn(`${name} failed: ${String(e)}`))
           .finally(() => {
             p.running = undefined;
           });
@@ -138,7 +139,7 @@ export class Reapers implements BrokerReapers {
     if (!this.opts.reap) return Promise.resolve();
     this.reaped ??= this.reapOrphans([engine]).then(
       () => undefined,
-      (e: unknown) => this.opts.log('berth:reaper', `orphan reap failed: ${String(e)}`),
+      (e: unknown) => this.opts.log.child('berth:reaper').warn(`orphan reap failed: ${String(e)}`),
     );
     return this.reaped;
   }
@@ -153,7 +154,7 @@ export class Reapers implements BrokerReapers {
         managed = await engineParts.listManaged(engine);
       } catch (e) {
         // One unreachable engine must not stop the reaper; the store-driven pass below still runs.
-        log('berth:reaper', `list ${engine} sandboxes: ${String(e)}`);
+        log.child('berth:reaper').warn(`list ${engine} sandboxes: ${String(e)}`);
         continue;
       }
       for (const m of managed) {
@@ -166,7 +167,7 @@ export class Reapers implements BrokerReapers {
             // Unclaimed: another live broker's pool is its own; one of a dead broker, or of a
             // shape this broker no longer keeps, goes.
             if (m.pool.owner !== warm.owner && ownerAlive(m.pool.owner)) continue;
-            await removal.removeManaged(engine, m.ref).catch((e) => log('berth:reaper', `remove ${m.name}: ${String(e)}`));
+            await removal.removeManaged(engine, m.ref).catch((e) => log.child('berth:reaper').warn(`remove ${m.name}: ${String(e)}`));
             removed.push(m.name);
             this.opts.observer.reaped({ reason: 'orphan', tenant: undefined, backend: engine });
             continue;
@@ -182,7 +183,7 @@ export class Reapers implements BrokerReapers {
           if (lives.get(digest) !== undefined) continue;
           // A restore under way: its new sandbox exists before its record names it.
           if (rec?.replacedBy != null && ownerAlive(rec.replacedBy)) continue;
-          await removal.removeManaged(engine, m.ref).catch((e) => log('berth:reaper', `remove ${m.name}: ${String(e)}`));
+          await removal.removeManaged(engine, m.ref).catch((e) => log.child('berth:reaper').warn(`remove ${m.name}: ${String(e)}`));
           if (abandoned) sandboxes.delete(digest);
           removed.push(m.name);
           this.opts.observer.reaped({ reason: 'orphan', tenant: rec?.tenant, backend: engine });
@@ -194,7 +195,7 @@ export class Reapers implements BrokerReapers {
       if (rec.ref === '' && !claimAbandoned(rec, Date.now())) continue; // being created right now
       if (!this.opts.links.hasLiveSession(rec)) {
         this.markIfOpen(rec.digest);
-        await removal.remove(rec).catch((e) => log('berth:reaper', `remove ${rec.key}: ${String(e)}`));
+        await removal.remove(rec).catch((e) => log.child('berth:reaper').warn(`remove ${rec.key}: ${String(e)}`));
         removed.push(rec.name);
         this.opts.observer.reaped({ reason: 'orphan', tenant: rec.tenant, backend: rec.backend });
       }
@@ -202,11 +203,11 @@ export class Reapers implements BrokerReapers {
     sandboxes.pruneReaped(Date.now() - REAPED_MARK_MS);
     // Last, so the networks and mounts of the sandboxes just removed go too.
     for (const engine of engines) {
-      await engineParts.reapIdleNetworks(engine).catch((e) => log('berth:reaper', `reap ${engine} networks: ${String(e)}`));
-      await engineParts.releaseIdleDisks(engine).catch((e) => log('berth:reaper', `release ${engine} disks: ${String(e)}`));
-      await engineParts.reapIdleGroups(engine).catch((e) => log('berth:reaper', `reap ${engine} process groups: ${String(e)}`));
+      await engineParts.reapIdleNetworks(engine).catch((e) => log.child('berth:reaper').warn(`reap ${engine} networks: ${String(e)}`));
+      await engineParts.releaseIdleDisks(engine).catch((e) => log.child('berth:reaper').warn(`release ${engine} disks: ${String(e)}`));
+      await engineParts.reapIdleGroups(engine).catch((e) => log.child('berth:reaper').warn(`reap ${engine} process groups: ${String(e)}`));
       // A firewall reload removes the host guard's rules long after berth installed them.
-      await engineParts.hostGuard(engine, true).catch((e) => log('berth:reaper', `keep ${engine} host guard: ${String(e)}`));
+      await engineParts.hostGuard(engine, true).catch((e) => log.child('berth:reaper').warn(`keep ${engine} host guard: ${String(e)}`));
     }
     return removed;
   }
@@ -214,7 +215,7 @@ export class Reapers implements BrokerReapers {
   /** Idle reaper + periodic orphan reaper; one at a time, and never after close() began. */
   private sweep(): Promise<void> {
     this.sweeping ??= this.sweepOnce()
-      .catch((e: unknown) => this.opts.log('berth:reaper', `sweep failed: ${String(e)}`))
+      .catch((e: unknown) => this.opts.log.child('berth:reaper').warn(`sweep failed: ${String(e)}`))
       .finally(() => {
         this.sweeping = undefined;
       });
@@ -223,7 +224,7 @@ export class Reapers implements BrokerReapers {
 
   private async sweepOnce(): Promise<void> {
     const { sessions, lives, removal, closer, measures, shutdown, log } = this.opts;
-    await measures.enforceDiskLimits().catch((e: unknown) => log('berth:reaper', `disk check failed: ${String(e)}`));
+    await measures.enforceDiskLimits().catch((e: unknown) => log.child('berth:reaper').warn(`disk check failed: ${String(e)}`));
     for (const live of lives.all()) {
       if (shutdown.aborted) return;
       const now = Date.now();
@@ -232,20 +233,20 @@ export class Reapers implements BrokerReapers {
       if (afterMs === 0 || !(await this.isIdle(live, now, afterMs)) || shutdown.aborted) continue;
       const idleFor = `idle for ${Math.round((now - live.lastActivityMs) / 1000)}s`;
       if (live.record.ephemeral) {
-        log('berth:reaper', `sandbox ${live.record.key} ${idleFor}; removing it`);
+        log.child('berth:reaper').info(`sandbox ${live.record.key} ${idleFor}; removing it`);
         this.opts.observer.reaped({ reason: 'idle', tenant: live.record.tenant, backend: live.record.backend });
         // Only this sandbox goes; a session is closed only once it has no other sandbox left,
         // so an idle sandbox never takes a busy one of the same session with it.
         const open = sessions.ofSandbox(live.digest).filter((x) => x.closedMs === null);
         this.markIfOpen(live.digest);
-        await removal.remove(live.record).catch((e) => log('berth:reaper', `remove ${live.record.key}: ${String(e)}`));
+        await removal.remove(live.record).catch((e) => log.child('berth:reaper').warn(`remove ${live.record.key}: ${String(e)}`));
         for (const x of open) {
           if (!shutdown.aborted && sessions.sandboxCountOf(x.tenant, x.profile, x.session) === 0) {
             await closer.closeRef(x.tenant, x.profile, x.session).catch(() => undefined);
           }
         }
       } else if (await removal.hibernate(live, () => this.isIdle(live, Date.now(), afterMs))) {
-        log('berth:reaper', `sandbox ${live.record.key} ${idleFor}; hibernated`);
+        log.child('berth:reaper').info(`sandbox ${live.record.key} ${idleFor}; hibernated`);
         this.opts.observer.reaped({ reason: 'hibernated', tenant: live.record.tenant, backend: live.record.backend });
       }
     }
@@ -253,7 +254,7 @@ export class Reapers implements BrokerReapers {
     await this.hibernateUnheld();
     if (shutdown.aborted) return;
     this.opts.audit.prune();
-    if (this.opts.reap) await this.reapOrphans().catch((e) => log('berth:reaper', String(e)));
+    if (this.opts.reap) await this.reapOrphans().catch((e) => log.child('berth:reaper').warn(String(e)));
   }
 
   /** Marks a sandbox about to be reaped whose sessions are not all closed: the next call on it hears it was recreated. */
@@ -291,7 +292,7 @@ export class Reapers implements BrokerReapers {
         return now !== undefined && now.ref === rec.ref && this.unheldAndIdle(now, Date.now());
       };
       if (await removal.hibernateUnheld(rec, stillUnheld)) {
-        log('berth:reaper', `sandbox ${rec.key} unused since ${new Date(rec.lastUsedMs).toISOString()} by a process that ended; hibernated`);
+        log.child('berth:reaper').info(`sandbox ${rec.key} unused since ${new Date(rec.lastUsedMs).toISOString()} by a process that ended; hibernated`);
         this.opts.observer.reaped({ reason: 'hibernated', tenant: rec.tenant, backend: rec.backend });
       }
     }

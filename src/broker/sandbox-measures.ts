@@ -5,6 +5,7 @@ import type { BackendByName } from './sandbox-removal.js';
 import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
 import type { SandboxRecord } from './state/sandbox-table.js';
 import type { JobRecord } from './state/job-table.js';
+import type { Logger } from '../logging/logger.js';
 
 /** Time one disk-check pass may take (a measurement costs the engine a walk of the writable layer). */
 const DISK_CHECK_BUDGET_MS = 10_000;
@@ -46,7 +47,7 @@ export interface SandboxMeasuresOptions {
   jobs: { runningIn(digest: string): JobRecord[] };
   /** Set once the broker began to close: nothing is measured after that. */
   shutdown: AbortSignal;
-  log: (namespace: string, message: string) => void;
+  log: Logger;
 }
 
 /**
@@ -73,13 +74,13 @@ export class SandboxMeasures {
       if (backend.checkDiskLimit === undefined || !(await this.usedSinceDiskCheck(live))) continue;
       const checkedMs = Date.now();
       const breach = await backend.checkDiskLimit(live.sandbox)
-        .catch((e: unknown) => void log('berth:reaper', `measure disk of ${live.record.key}: ${String(e)}`));
+        .catch((e: unknown) => void log.child('berth:reaper').warn(`measure disk of ${live.record.key}: ${String(e)}`));
       live.diskCheckedMs = checkedMs;
       if (!breach) continue;
-      log('berth:reaper', breach.message);
+      log.child('berth:reaper').warn(breach.message);
       // Marked before the stop, so a command it cuts short reports this error, not a dead shell.
       live.diskBreach = breach;
-      await backend.stop(live.sandbox.ref).catch((e: unknown) => log('berth:reaper', `stop ${live.record.key}: ${String(e)}`));
+      await backend.stop(live.sandbox.ref).catch((e: unknown) => log.child('berth:reaper').warn(`stop ${live.record.key}: ${String(e)}`));
       await lives.forget(live);
       stopped.push(live.record.key);
     }

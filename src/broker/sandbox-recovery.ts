@@ -1,5 +1,6 @@
 import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
 import type { ResolvedCall } from './resolve-call.js';
+import type { Logger } from '../logging/logger.js';
 
 /** A container this close to its pids limit when a shell cannot start counts as out of processes. */
 const PIDS_HEADROOM = 8;
@@ -10,7 +11,7 @@ const PIDS_HEADROOM = 8;
  * is, and writes the line the call's result carries about it.
  */
 export class SandboxRecovery {
-  constructor(private readonly opts: { lives: Pick<LiveSandboxes, 'backendOf' | 'forget'>; log: (namespace: string, message: string) => void }) {}
+  constructor(private readonly opts: { lives: Pick<LiveSandboxes, 'backendOf' | 'forget'>; log: Logger }) {}
 
   /** After a failed call: whether the engine still has the sandbox's container, and running. */
   async outOfBandState(live: LiveSandbox): Promise<'gone' | 'stopped' | undefined> {
@@ -32,7 +33,7 @@ export class SandboxRecovery {
   startedAgainNotice(call: ResolvedCall, live: LiveSandbox): string {
     const notice = `berth: sandbox "${call.binding.sandboxKey}" had stopped (its main process ended, or it was stopped from outside), ` +
       `so it was started again: every process in it had ended${emptiedDirs(live)}\n`;
-    this.opts.log('berth:broker', notice.trim());
+    this.opts.log.child('berth:broker').info(notice.trim());
     return notice;
   }
 
@@ -51,7 +52,7 @@ export class SandboxRecovery {
   async restart(call: ResolvedCall, live: LiveSandbox, full: { current: number; limit: number }): Promise<string> {
     const notice = `berth: no new process could start in sandbox "${call.binding.sandboxKey}" (${full.current} of ${full.limit} pids in use), ` +
       `so it was restarted: every process in it was killed${emptiedDirs(live)}\n`;
-    this.opts.log('berth:broker', notice.trim());
+    this.opts.log.child('berth:broker').info(notice.trim());
     await this.opts.lives.forget(live);
     await this.opts.lives.backendOf(live).stop(live.sandbox.ref);
     return notice;

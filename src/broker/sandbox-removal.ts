@@ -2,6 +2,7 @@ import type { Backend, Sandbox } from '../backends/backend.js';
 import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
 import type { SandboxHolders } from './sandbox-holders.js';
 import type { SandboxRecord } from './state/sandbox-table.js';
+import type { Logger } from '../logging/logger.js';
 
 /** Bound of each engine request of the close pass that removes networks no sandbox uses. */
 const CLOSE_NETWORK_PASS_MS = 5_000;
@@ -31,7 +32,7 @@ export interface SandboxRemovalOptions {
   jobs: JobsEnder;
   /** The egress proxy's listener of a sandbox goes with it. */
   egress: { detach(ref: string): Promise<void> };
-  log: (namespace: string, message: string) => void;
+  log: Logger;
 }
 
 /**
@@ -52,7 +53,7 @@ export class SandboxRemoval {
     await lives.underLock(rec.digest, async () => {
       const live = lives.get(rec.digest);
       // A container takes its jobs with it; a host dir does not, so end them first.
-      if (live !== undefined && !live.traits.jobsDieWithSandbox) await jobs.killAllIn(rec.digest, live.sandbox).catch((e) => log('berth:jobs', String(e)));
+      if (live !== undefined && !live.traits.jobsDieWithSandbox) await jobs.killAllIn(rec.digest, live.sandbox).catch((e) => log.child('berth:jobs').warn(String(e)));
       if (live) await lives.forget(live);
       if (rec.ref !== '') {
         await this.opts.egress.detach(rec.ref);
@@ -78,7 +79,7 @@ export class SandboxRemoval {
    */
   async retire(rec: SandboxRecord, live: LiveSandbox | undefined): Promise<void> {
     const { lives, backends, sandboxes, log } = this.opts;
-    log('berth:broker', `sandbox ${rec.key} moved from backend ${rec.backend}; retiring its old record`);
+    log.child('berth:broker').info(`sandbox ${rec.key} moved from backend ${rec.backend}; retiring its old record`);
     if (live !== undefined) await lives.forget(live);
     if (rec.ref !== '') await this.opts.egress.detach(rec.ref);
     if (rec.ephemeral && rec.ref !== '') {
@@ -87,7 +88,7 @@ export class SandboxRemoval {
         await old.remove(rec.ref, rec.hostDir ?? undefined);
         this.removedOn.add(rec.backend);
       } catch (e) {
-        log('berth:broker', `remove ${rec.key} on ${rec.backend}: ${String(e)}`);
+        log.child('berth:broker').warn(`remove ${rec.key} on ${rec.backend}: ${String(e)}`);
       }
     }
     sandboxes.delete(rec.digest);
@@ -112,7 +113,7 @@ export class SandboxRemoval {
         await lives.backendOf(live).stop(live.record.ref);
       } catch (e) {
         // Its shells are closed already: the next call starts them again from their saved state.
-        log('berth:reaper', `hibernate ${live.record.key}: ${String(e)}`);
+        log.child('berth:reaper').warn(`hibernate ${live.record.key}: ${String(e)}`);
         return false;
       }
       this.opts.sandboxes.markHibernated(live.digest, Date.now());
@@ -132,7 +133,7 @@ export class SandboxRemoval {
       try {
         await (await backends.get(rec.backend)).stop(rec.ref);
       } catch (e) {
-        log('berth:reaper', `hibernate ${rec.key}: ${String(e)}`);
+        log.child('berth:reaper').warn(`hibernate ${rec.key}: ${String(e)}`);
         return false;
       }
       this.opts.sandboxes.markHibernated(rec.digest, Date.now());
@@ -150,7 +151,7 @@ export class SandboxRemoval {
   async releaseUnusedAtClose(): Promise<void> {
     for (const name of this.removedOn) {
       const backend = await this.opts.backends.get(name).catch(() => undefined);
-      await backend?.reapIdleNetworks?.({ timeoutMs: CLOSE_NETWORK_PASS_MS }).catch((e: unknown) => this.opts.log('berth:reaper', `networks at close: ${String(e)}`));
+      await backend?.reapIdleNetworks?.({ timeoutMs: CLOSE_NETWORK_PASS_MS }).catch((e: unknown) => this.opts.log.child('berth:reaper').warn(`networks at close: ${String(e)}`));
     }
   }
 }

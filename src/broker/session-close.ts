@@ -7,6 +7,7 @@ import { sessionKey, type SessionCalls } from './session-calls.js';
 import type { SandboxRecord, SandboxTable } from './state/sandbox-table.js';
 import type { ScopeRecords } from './state/scope-records.js';
 import type { SessionTable } from './state/session-table.js';
+import type { Logger } from '../logging/logger.js';
 
 export interface CloseResult {
   /** Keys of the ephemeral sandboxes this close removed. */
@@ -39,7 +40,7 @@ export interface SessionCloserOptions {
   berthHome: string;
   /** This process's token when it holds the sessions it opens (closed with it); null when it does not. */
   owner: string | null;
-  log: (namespace: string, message: string) => void;
+  log: Logger;
 }
 
 /**
@@ -82,7 +83,7 @@ export class SessionCloser {
       await live.shells.closeSession(tenant, profile, sessionRef);
     }
     const { wasOpen, digests } = sessions.close(tenant, profile, sessionRef, Date.now());
-    await removeSessionStaging(berthHome, { tenant, profile, sessionRef }).catch((e) => this.opts.log('berth:files', `remove staging of ${sessionRef}: ${String(e)}`));
+    await removeSessionStaging(berthHome, { tenant, profile, sessionRef }).catch((e) => this.opts.log.child('berth:files').warn(`remove staging of ${sessionRef}: ${String(e)}`));
     const result: CloseResult = { removed: [], kept: [], wasOpen };
     for (const digest of digests) {
       const rec = sandboxes.get(digest);
@@ -104,7 +105,7 @@ export class SessionCloser {
     if (owner === null) return;
     for (const s of sessions.list()) {
       if (s.owner === owner && s.closedMs === null) {
-        await this.closeRef(s.tenant, s.profile, s.session).catch((e) => this.opts.log('berth:broker', `close ${s.session}: ${String(e)}`));
+        await this.closeRef(s.tenant, s.profile, s.session).catch((e) => this.opts.log.child('berth:broker').warn(`close ${s.session}: ${String(e)}`));
       }
     }
     sessions.releaseHeldBy(owner);

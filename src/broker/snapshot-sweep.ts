@@ -2,6 +2,7 @@ import type { SnapshotCalls } from './snapshot-calls.js';
 import type { BackendByName } from './sandbox-removal.js';
 import type { SandboxTable } from './state/sandbox-table.js';
 import type { SnapshotRecord, SnapshotTable } from './state/snapshot-table.js';
+import type { Logger } from '../logging/logger.js';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 /** A snapshot still without a ref this long after it was reserved was abandoned by a process that died making it. */
@@ -16,7 +17,7 @@ export interface SnapshotSweepOptions {
   backendNames: readonly string[];
   /** `limits.snapshotRetentionDays`. */
   retentionDays: number;
-  log: (namespace: string, message: string) => void;
+  log: Logger;
 }
 
 /**
@@ -39,14 +40,14 @@ export class SnapshotSweep {
         snapshots.delete(s.tenant, s.id);
         removed.push(s.id);
       } else if (expired(s) || baseless(s)) {
-        await calls.removeSnapshot(s).then(() => removed.push(s.id), (e: unknown) => log('berth:snapshots', `remove snapshot ${s.name} of ${s.sandboxKey}: ${String(e)}`));
+        await calls.removeSnapshot(s).then(() => removed.push(s.id), (e: unknown) => log.child('berth:snapshots').warn(`remove snapshot ${s.name} of ${s.sandboxKey}: ${String(e)}`));
       }
     }
     for (const name of this.opts.backendNames) {
       const caps = (await this.opts.backends.get(name).catch(() => undefined))?.snapshots;
       if (caps === undefined) continue;
       const refs = await caps.list().catch((e: unknown) => {
-        log('berth:snapshots', `list ${name} snapshots: ${String(e)}`);
+        log.child('berth:snapshots').warn(`list ${name} snapshots: ${String(e)}`);
         return [];
       });
       // Read after the listing: a snapshot being made (of any process) has its backend ref before
@@ -55,7 +56,7 @@ export class SnapshotSweep {
       if (now.some((s) => s.ref === '')) return removed;
       const known = new Set(now.map((s) => s.ref));
       for (const ref of refs.filter((r) => !known.has(r))) {
-        await caps.remove(ref).then(() => removed.push(ref), (e: unknown) => log('berth:snapshots', `remove orphan snapshot ${ref}: ${String(e)}`));
+        await caps.remove(ref).then(() => removed.push(ref), (e: unknown) => log.child('berth:snapshots').warn(`remove orphan snapshot ${ref}: ${String(e)}`));
       }
     }
     return removed;

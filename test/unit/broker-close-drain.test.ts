@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { closeParts, type ClosingParts } from '../../src/broker/broker-lifecycle.js';
 import { LiveSandboxes, type LiveSandbox } from '../../src/broker/live-sandboxes.js';
+import { Logger } from '../../src/logging/logger.js';
 
 /** Enough of a live sandbox for the in-flight count: enter and leave touch only these fields. */
 function live(digest: string): LiveSandbox {
@@ -28,7 +29,7 @@ function closing(drained: Promise<void>): { parts: ClosingParts; steps: string[]
     egress: { close: step('egress') },
     backends: { closeAll: step('backends') },
     store: { close: () => void steps.push('store') },
-    log: () => {},
+    log: Logger.silent(),
   };
   return { parts, steps };
 }

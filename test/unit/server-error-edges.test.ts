@@ -11,6 +11,7 @@ import { createMcpServer } from '../../src/server/mcp/server.js';
 import type { SandboxDescription } from '../../src/server/mcp/sandbox-description.js';
 import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
 import { startStubServer, stubBroker } from '../helpers/stub-server.js';
+import type { LogRecord } from '../../src/logging/logger.js';
 
 /*
  * Each edge answers a berth error by its category (ERROR_CATEGORY): the HTTP status, the CLI exit
@@ -204,12 +205,13 @@ describe('/mcp: a refusal before the MCP session exists answers by the same tabl
 describe('MCP tools: what a tool throws is a result the agent reads', () => {
   const SANDBOX = { session: 'mcp-1', defaultTimeoutSeconds: 10, summary: 'A test sandbox.', instructions: 'Test.' } as unknown as SandboxDescription;
 
-  async function connect(exec: () => Promise<never>): Promise<{ client: Client; logged: string[]; refused: string[] }> {
+  async function connect(exec: () => Promise<never>): Promise<{ client: Client; logged: string[]; records: LogRecord[]; refused: string[] }> {
     const logged: string[] = [];
+    const records: LogRecord[] = [];
     const refused: string[] = [];
     const broker = { exec } as unknown as Broker;
     const server = createMcpServer(broker, { session: 'mcp-1' }, {
-      sandbox: SANDBOX, log: (ns, m) => logged.push(`${ns} ${m}`), onRefused: (code) => refused.push(code),
+      sandbox: SANDBOX, log: (ns, m, r) => { logged.push(`${ns} ${m}`); if (r !== undefined) records.push(r); }, onRefused: (code) => refused.push(code),
     });
     const [a, b] = InMemoryTransport.createLinkedPair();
     await server.connect(a);
@@ -219,7 +221,7 @@ describe('MCP tools: what a tool throws is a result the agent reads', () => {
       await client.close();
       await server.close();
     });
-    return { client, logged, refused };
+    return { client, logged, records, refused };
   }
 
   function textOf(r: Awaited<ReturnType<Client['callTool']>>): string {
@@ -241,7 +243,7 @@ describe('MCP tools: what a tool throws is a result the agent reads', () => {
 
   it('a bug (code internal, or no berth error) is an isError result saying it is a bug in berth; its stack goes to the log, not to the agent', async () => {
     let err: Error = new Error('ENOENT /home/op/.berth/secret-place');
-    const { client, logged } = await connect(async () => {
+    const { client, logged, records } = await connect(async () => {
       throw err;
     });
     for (const e of [err, new BerthError('internal', 'staging dir /home/op/.berth/x is not under /srv')]) {
@@ -252,7 +254,10 @@ describe('MCP tools: what a tool throws is a result the agent reads', () => {
       expect(textOf(r)).not.toContain('/home/op');
     }
     expect(logged).toHaveLength(2);
-    expect(logged[0]).toMatch(/^berth:mcp terminal: Error: ENOENT \/home\/op\/\.berth\/secret-place\n\s+at /);
+    expect(logged[0]).toMatch(/^berth:mcp terminal: Error: ENOENT \/home\/op\/\.berth\/secret-place\n/);
+    // At error, with the stack as a field: the default level shows it.
+    expect(records[0]).toMatchObject({ level: 'error', component: 'berth:mcp', msg: 'terminal: Error: ENOENT /home/op/.berth/secret-place' });
+    expect(String(records[0]!.fields?.['stack'])).toMatch(/^Error: ENOENT \/home\/op\/\.berth\/secret-place\n\s+at /);
   });
 });
 

@@ -11,6 +11,7 @@ import { describeSandbox } from './sandbox-description.js';
 import { NodeTransport } from './node-transport.js';
 import { readBody } from '../../kit/body-reader.js';
 import { createMcpServer } from './server.js';
+import { Logger, type LogSink } from '../../logging/logger.js';
 
 export interface McpHttpOptions {
   /**
@@ -25,7 +26,7 @@ export interface McpHttpOptions {
   idleSeconds?: number;
   /** Largest JSON body read when no parsed body is passed in (default 8 MiB). */
   maxBodyBytes?: number;
-  log?: (namespace: string, message: string) => void;
+  log?: LogSink | undefined;
   /** Told of every refusal answered (by error code), for the server's metrics. */
   onRefused?: (code: string, tenant: string | undefined) => void;
   /**
@@ -94,7 +95,7 @@ const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
  * ```
  */
 export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpHttpHandler {
-  const log = opts.log ?? (() => undefined);
+  const log = new Logger(opts.log).child('berth:mcp');
   const refused = opts.onRefused ?? (() => undefined);
   const sessions = new Map<string, LiveSession>();
   /** Session closes still running (removing a container takes a while); `close()` waits for them. */
@@ -115,10 +116,10 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       sessions.delete(s.id);
       release(s.tenant);
       const r = await broker.closeSession(s.scope).catch((e: unknown) => {
-        log('berth:mcp', `close session ${s.scope.session}: ${String(e)}`);
+        log.warn(`close session ${s.scope.session}: ${String(e)}`);
         return undefined;
       });
-      if (r !== undefined) log('berth:mcp', `session ${s.scope.session} closed; removed [${r.removed.join(', ')}]`);
+      if (r !== undefined) log.info(`session ${s.scope.session} closed; removed [${r.removed.join(', ')}]`);
     })();
     const p = s.ended;
     ending.add(p);
@@ -131,14 +132,14 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
     for (const s of [...sessions.values()]) {
       if (s.inflight > 0 || now - s.lastUsedMs < idleMs) continue;
       if (await hasRunningJob(broker, s.scope)) continue;
-      log('berth:mcp', `session ${s.scope.session} idle for ${Math.round((now - s.lastUsedMs) / 1000)} s; closing it`);
+      log.info(`session ${s.scope.session} idle for ${Math.round((now - s.lastUsedMs) / 1000)} s; closing it`);
       await s.transport.close().catch(() => undefined);
       await end(s);
     }
   };
   // On the broker's reapers: the sweep stops when the broker closes, and never runs twice at once.
   const stopSweep = broker.reapers.every('MCP idle-session sweep', Math.min(60_000, Math.max(1_000, idleMs / 4)),
-    () => sweep().catch((e: unknown) => log('berth:mcp', `idle sweep: ${String(e)}`)));
+    () => sweep().catch((e: unknown) => log.warn(`idle sweep: ${String(e)}`)));
 
   const handler = async (req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void> => {
     const caller = opts.callerOf(req);
@@ -229,9 +230,9 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
       opener: { authorization: req.headers.authorization, caller }, stream: undefined,
     };
     held.set(tenant, (held.get(tenant) ?? 0) + 1);
-    const server = createMcpServer(broker, scope, { sandbox, remote: true, onRefused: (code) => refused(code, tenant), log });
+    const server = createMcpServer(broker, scope, { sandbox, remote: true, onRefused: (code) => refused(code, tenant), log: opts.log });
     server.server.onclose = () => void end(s);
-    server.server.onerror = (err) => log('berth:mcp', `session ${scope.session}: ${err.message}`);
+    server.server.onerror = (err) => log.warn(`session ${scope.session}: ${err.message}`);
     await server.connect(transport);
     sessions.set(id, s);
     try {
@@ -254,7 +255,7 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
     const holds = (c: Credential | undefined): boolean => c === undefined || stillGrants(c.authorization, c.caller);
     for (const s of [...sessions.values()]) {
       if (holds(s.opener) && holds(s.stream)) continue;
-      log('berth:mcp', `session ${s.scope.session}: a token it was opened or streamed with was revoked or changed; closing it`);
+      log.info(`session ${s.scope.session}: a token it was opened or streamed with was revoked or changed; closing it`);
       void s.transport.close().catch(() => undefined);
       // Its place under limits.mcpSessions is given back before this returns.
       void end(s);

@@ -16,6 +16,7 @@ import type { SandboxDescription } from './sandbox-description.js';
 import { bugResult, decodeBytes, execResult, refusal, text } from './tool-results.js';
 import { ExportFileArgs, ProcessArgs, ReadFileArgs, TerminalArgs, WriteFileArgs } from './tool-schemas.js';
 import { BERTH_VERSION } from '../../kit/version.js';
+import { Logger, type LogSink } from '../../logging/logger.js';
 
 export interface McpServerInfo {
   /** What the scope resolves to (`describeSandbox`): tool descriptions and instructions come from it. */
@@ -30,7 +31,8 @@ export interface McpServerInfo {
   /** Told of every call berth refused (policy, credentials, a limit), by error code: the server's metrics. */
   onRefused?: (code: string) => void;
   /** Where a bug in berth met while a tool ran is logged, with its stack (the agent is told only that it is one). */
-  log?: (namespace: string, message: string) => void;
+  /** Where a tool's bug is logged (at error, with its stack). */
+  log?: LogSink | undefined;
 }
 
 /** What a tool run gets besides its arguments: the request's progress token and a way to notify for it. */
@@ -224,7 +226,7 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
         if (isRefusal(err.code)) info.onRefused?.(err.code);
         return refusal(err);
       }
-      info.log?.('berth:mcp', `${name}: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
+      new Logger(info.log).child('berth:mcp').error(`${name}: ${String(err)}`, { stack: err instanceof Error ? err.stack : undefined });
       return bugResult(name);
     }
   });

@@ -4,13 +4,14 @@ import type { Broker } from '../../broker/broker.js';
 import type { CallScopeInput } from '../../scope/call-scope.js';
 import { describeSandbox } from './sandbox-description.js';
 import { createMcpServer } from './server.js';
+import { Logger, type LogSink } from '../../logging/logger.js';
 
 export interface StdioOptions {
   stdin?: Readable;
   stdout?: Writable;
   /** Ends the connection early (SIGTERM, SIGINT): the session is closed as on stdin end. */
   signal?: AbortSignal;
-  log?: (namespace: string, message: string) => void;
+  log?: LogSink | undefined;
 }
 
 /**
@@ -26,15 +27,15 @@ export interface StdioOptions {
  * @throws the berth error `explain` throws when the scope cannot be served (before any message).
  */
 export async function serveMcpStdio(broker: Broker, scope: CallScopeInput, opts: StdioOptions = {}): Promise<void> {
-  const log = opts.log ?? (() => undefined);
+  const log = new Logger(opts.log).child('berth:mcp');
   const stdin = opts.stdin ?? process.stdin;
-  const server = createMcpServer(broker, scope, { sandbox: describeSandbox(broker, scope), log });
+  const server = createMcpServer(broker, scope, { sandbox: describeSandbox(broker, scope), log: opts.log });
   const transport = new StdioServerTransport(stdin, opts.stdout ?? process.stdout);
   const ended = new Promise<void>((resolve) => {
     server.server.onclose = () => resolve();
   });
-  server.server.onerror = (err) => log('berth:mcp', `stdio: ${err.message}`);
-  const end = (): void => void server.close().catch((e: unknown) => log('berth:mcp', `close: ${String(e)}`));
+  server.server.onerror = (err) => log.warn(`stdio: ${err.message}`);
+  const end = (): void => void server.close().catch((e: unknown) => log.warn(`close: ${String(e)}`));
   stdin.once('end', end);
   stdin.once('close', end);
   opts.signal?.addEventListener('abort', end, { once: true });
@@ -47,9 +48,9 @@ export async function serveMcpStdio(broker: Broker, scope: CallScopeInput, opts:
     stdin.off('close', end);
     opts.signal?.removeEventListener('abort', end);
     const closed = await broker.closeSession(scope).catch((e: unknown) => {
-      log('berth:mcp', `close session: ${String(e)}`);
+      log.warn(`close session: ${String(e)}`);
       return undefined;
     });
-    if (closed !== undefined) log('berth:mcp', `session closed; removed [${closed.removed.join(', ')}], kept [${closed.kept.join(', ')}]`);
+    if (closed !== undefined) log.info(`session closed; removed [${closed.removed.join(', ')}], kept [${closed.kept.join(', ')}]`);
   }
 }
