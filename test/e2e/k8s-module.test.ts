@@ -274,6 +274,26 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     expect(await claimsLeft()).toEqual([]);
   });
 
+  it('agent-sandbox with a warm pool: a claimed pod that ended, or was deleted, is replaced by a new claim on the pool, reported as recreated', async () => {
+    await warmPool();
+    const { backend, spec } = await backendOn(c().newHome(), { mode: 'agent-sandbox', warmPool: 'py' }, { persistent: false });
+    const s = spec('session:claim-ended', true);
+    const first = await backend.ensure(s, undefined);
+    await c().server.killPodContainer('berth', first.name);
+    const afterEnd = await backend.ensure(s, first.ref);
+    expect(afterEnd.ref).not.toBe(first.ref);
+    expect(afterEnd.recreated).toBe(true);
+    expect((await afterEnd.execOnce(['echo', 'ran'])).stdout.toString()).toBe('ran\n');
+    // Deleted (kubectl delete pod): its Sandbox's controller may make a pod again, but not the claimed one.
+    await deletePod(c().client, afterEnd.name);
+    const afterDelete = await backend.ensure(s, afterEnd.ref);
+    expect(afterDelete.ref).not.toBe(afterEnd.ref);
+    expect(afterDelete.recreated).toBe(true);
+    expect((await afterDelete.execOnce(['echo', 'ran'])).stdout.toString()).toBe('ran\n');
+    // The replaced claims are gone; only the last one is left.
+    expect((await claimsLeft()).map((cl) => (cl as { metadata: { name: string } }).metadata.name)).toEqual([afterDelete.ref.split('/').pop()]);
+  });
+
   it('a claim the controller refuses (berth\'s label domain not on its allowlist) fails at once with the controller\'s reason and the fix, leaving no claim', async () => {
     await warmPool();
     c().server.claimController.allowedLabelDomains = ['sandbox.users.io'];
