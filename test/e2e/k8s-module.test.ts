@@ -223,11 +223,11 @@ describeDocker('kubernetes module (stand-in API server)', () => {
   });
 
   /** A SandboxTemplate of berth's pod spec and a SandboxWarmPool `py` of one replica on it, valid against the CRDs; the pre-made Sandbox's name. */
-  const warmPool = async (): Promise<string> => {
+  const warmPool = async (image?: string): Promise<string> => {
     const validator = loadValidator();
     const template = {
       apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxTemplate', metadata: { name: 'berth-sandbox', namespace: 'berth' },
-      spec: { podTemplate: { spec: sandboxPodSpec(sandboxInput('template', { ephemeral: true })) } },
+      spec: { podTemplate: { spec: sandboxPodSpec(sandboxInput('template', { ephemeral: true, ...(image === undefined ? {} : { k: { image } }) })) } },
     };
     const pool = { apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxWarmPool', metadata: { name: 'py', namespace: 'berth' }, spec: { replicas: 1, sandboxTemplateRef: { name: 'berth-sandbox' } } };
     validator.assertValid(template);
@@ -292,6 +292,20 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     expect((await afterDelete.execOnce(['echo', 'ran'])).stdout.toString()).toBe('ran\n');
     // The replaced claims are gone; only the last one is left.
     expect((await claimsLeft()).map((cl) => (cl as { metadata: { name: string } }).metadata.name)).toEqual([afterDelete.ref.split('/').pop()]);
+  });
+
+  it('an image that fails to pull fails a Sandbox or a warm-pool claim within kubernetes.imagePullTimeoutSeconds, naming the image, as a plain pod does', async () => {
+    // On a .invalid registry the stand-in's kubelet fails every pull ("no such host"), retried after 10 s.
+    const image = 'registry.invalid/berth-sandbox:1';
+    const waits = { imagePullTimeoutSeconds: 2, podStartTimeoutSeconds: 30 };
+    const plain = await backendOn(c().newHome(), { mode: 'agent-sandbox', image, ...waits }, { persistent: false });
+    const ephemeral = await errorOf(plain.backend.ensure(plain.spec('session:pull-sandbox', true), undefined));
+    expect([ephemeral.code, ephemeral.message]).toEqual(['image_pull_failed', expect.stringContaining(`image "${image}" could not be pulled for 2 s`)]);
+    await warmPool(image);
+    const pooled = await backendOn(c().newHome(), { mode: 'agent-sandbox', warmPool: 'py', ...waits }, { persistent: false });
+    const claimed = await errorOf(pooled.backend.ensure(pooled.spec('session:pull-claim', true), undefined));
+    expect([claimed.code, claimed.message]).toEqual(['image_pull_failed', expect.stringContaining(`image "${image}" could not be pulled for 2 s`)]);
+    expect(await claimsLeft()).toEqual([]);
   });
 
   it('a claim the controller refuses (berth\'s label domain not on its allowlist) fails at once with the controller\'s reason and the fix, leaving no claim', async () => {

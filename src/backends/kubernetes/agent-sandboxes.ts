@@ -138,9 +138,10 @@ export async function ensureAgentSandbox(client: KubeClient, input: EnsureSandbo
  * Waits for the controller's pod of Sandbox `name` to run and to carry `owner`'s labels and
  * annotations, which a claim's controller copies onto a warm-pool pod only after binding it. A
  * pod that is not that Sandbox's (owner reference) or that carries someone else's labels is
- * refused at once; one whose labels never arrive is a TimeoutError saying so.
+ * refused at once; one whose labels never arrive is a TimeoutError saying so. The waits are the
+ * profile's (pod start, image pull), as on every create path.
  */
-export async function podOfOwnSandbox(client: KubeClient, name: string, uid: string | undefined, owner: Owner, timeoutMs: number): Promise<ExecTarget> {
+export async function podOfOwnSandbox(client: KubeClient, name: string, uid: string | undefined, owner: Owner, k: KubernetesSettings): Promise<ExecTarget> {
   const refuse = (why: string): never => {
     throw new BackendUnavailableError(`kubernetes: pod ${name} of sandbox ${name} cannot be used: ${why}; refusing to run commands in it`);
   };
@@ -150,7 +151,7 @@ export async function podOfOwnSandbox(client: KubeClient, name: string, uid: str
     const why = notOwnedBy(pod.metadata, owner);
     return why === undefined ? undefined : refuse(why);
   };
-  await waitForRunning(client, name, timeoutMs, { mayNotExistYet: true, lacks });
+  await waitForRunning(client, name, k.podStartTimeoutSeconds * 1000, { mayNotExistYet: true, lacks, imagePullTimeoutMs: k.imagePullTimeoutSeconds * 1000 });
   return { client, pod: name, container: CONTAINER_NAME };
 }
 
@@ -166,14 +167,13 @@ export async function ensureEphemeralSandbox(
 ): Promise<{ name: string; target: ExecTarget; recreated: boolean }> {
   assertNoHostMount(input.mount);
   const k = input.kubernetes;
-  const timeoutMs = k.podStartTimeoutSeconds * 1000;
   const owner = { installation: input.identity.installation, digest: input.digest };
   if (input.knownName !== undefined) {
     const known = await readSandbox(client, input.knownName);
     if (known !== undefined && known.metadata.deletionTimestamp === undefined && notOwnedBy(known.metadata as Parameters<typeof notOwnedBy>[0], owner) === undefined) {
       const pod = await readPod(client, input.knownName);
       if (pod === undefined || !podEnded(pod)) {
-        return { name: input.knownName, target: await podOfOwnSandbox(client, input.knownName, known.metadata.uid, owner, timeoutMs), recreated: false };
+        return { name: input.knownName, target: await podOfOwnSandbox(client, input.knownName, known.metadata.uid, owner, k), recreated: false };
       }
       // Its pod ended, and its files with it (emptyDir volumes): a new Sandbox replaces it.
       await deleteSandbox(client, input.knownName);
@@ -193,7 +193,7 @@ export async function ensureEphemeralSandbox(
     throw fromKubeError(client, err, `create sandbox ${name}`);
   }
   try {
-    return { name, target: await podOfOwnSandbox(client, name, made.metadata.uid, owner, timeoutMs), recreated: input.knownName !== undefined };
+    return { name, target: await podOfOwnSandbox(client, name, made.metadata.uid, owner, k), recreated: input.knownName !== undefined };
   } catch (err) {
     await deleteSandbox(client, name).catch(() => undefined);
     throw err;

@@ -142,7 +142,7 @@ export async function ensureClaimedSandbox(client: KubeClient, input: ClaimInput
     const bound = known?.status?.sandbox?.name;
     if (known !== undefined && known.metadata.deletionTimestamp === undefined && bound !== undefined && notOwnedBy(known.metadata as Parameters<typeof notOwnedBy>[0], owner) === undefined) {
       if (!claimedPodOut(await readPod(client, bound))) {
-        return { claim: input.knownName, target: await podOfOwnSandbox(client, bound, undefined, owner, timeoutMs), recreated: false };
+        return { claim: input.knownName, target: await podOfOwnSandbox(client, bound, undefined, owner, k), recreated: false };
       }
       // Its pod ended or went, and the session's files with it (emptyDir volumes): a new claim replaces it.
       await deleteClaimResource(client, input.knownName);
@@ -163,7 +163,7 @@ export async function ensureClaimedSandbox(client: KubeClient, input: ClaimInput
   }
   try {
     const sandbox = await waitForBinding(client, claim, timeoutMs, pool, created);
-    return { claim, target: await podOfOwnSandbox(client, sandbox, undefined, owner, timeoutMs), recreated: input.knownName !== undefined };
+    return { claim, target: await podOfOwnSandbox(client, sandbox, undefined, owner, k), recreated: input.knownName !== undefined };
   } catch (err) {
     await deleteClaimResource(client, claim).catch(() => undefined);
     throw err;
