@@ -8,8 +8,9 @@ import { assertNoHostMount, CONTAINER_NAME, tenantNetworkPolicy } from './manife
 import { ephemeralPodName, persistentPodName } from './names.js';
 import { ensureNetworkPolicy } from './network-policies.js';
 import { podEnded } from './pod-sandboxes.js';
-import { deletePod, notOwnedBy, ownerKeysMissing, readPod, waitForRunning, type AdoptResult, type Owner } from './pods.js';
+import { deletePod, notOwnedBy, ownerKeysMissing, podsPath, readPod, waitForRunning, type AdoptResult, type Owner } from './pods.js';
 import type { KubernetesSettings } from './settings.js';
+import { watchObject } from './watch.js';
 
 /*
  * Mode `agent-sandbox`: one `Sandbox` (agents.x-k8s.io/v1beta1) per persistent identity, named
@@ -21,8 +22,6 @@ import type { KubernetesSettings } from './settings.js';
 const GROUP = 'agents.x-k8s.io';
 const VERSION = AGENT_SANDBOX_API.split('/')[1] as string;
 const PLURAL = 'sandboxes';
-/** How often the wait for an ended pod to go looks again (it takes the kubelet's grace period, 2 s here). */
-const POD_OUT_POLL_MS = 250;
 
 /** The Sandbox of this name, or undefined when there is none. */
 export async function readSandbox(client: KubeClient, name: string): Promise<SandboxResource | undefined> {
@@ -91,24 +90,22 @@ async function clearEndedPod(client: KubeClient, name: string, uid: string | und
   const going = pod.metadata?.deletionTimestamp !== undefined;
   if (!going && !podEnded(pod)) return false;
   if (!going) await deletePod(client, name);
-  await waitForPodOut(client, name, pod.metadata?.uid, timeoutMs);
+  await waitForPodOut(client, name, pod, timeoutMs);
   return true;
 }
 
 /**
- * Waits until the pod `uid` of this name is gone. Not until no pod of the name exists: the
- * controller makes the next one under the same name as soon as the old one is gone.
+ * Waits until the pod `uid` of this name is gone, watching it from `known` (the pod as read
+ * before its delete). Not until no pod of the name exists: the controller makes the next one
+ * under the same name as soon as the old one is gone.
  */
-async function waitForPodOut(client: KubeClient, name: string, uid: string | undefined, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const pod = await readPod(client, name);
-    if (pod === undefined || pod.metadata?.uid !== uid) return;
-    if (Date.now() >= deadline) {
-      throw new TimeoutError(`kubernetes: the ended pod ${name} was still terminating after ${Math.round(timeoutMs / 1000)} s; check it with kubectl describe pod ${name} -n ${client.namespace}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, POD_OUT_POLL_MS));
-  }
+async function waitForPodOut(client: KubeClient, name: string, known: V1Pod, timeoutMs: number): Promise<void> {
+  const uid = known.metadata?.uid;
+  await watchObject<V1Pod, undefined>(client, {
+    collection: podsPath(client), name, timeoutMs, known, doing: `wait for the ended pod ${name} to be gone`,
+    decide: (pod) => (pod === undefined || pod.metadata?.uid !== uid ? { value: undefined } : undefined),
+    timedOut: () => new TimeoutError(`kubernetes: the ended pod ${name} was still terminating after ${Math.round(timeoutMs / 1000)} s; check it with kubectl describe pod ${name} -n ${client.namespace}`),
+  });
 }
 
 /**
