@@ -47,4 +47,21 @@ describeStandin('kubernetes agent-sandbox Sandbox resources (stand-in API server
     await expect(client.core.readNamespacedPersistentVolumeClaim({ namespace: 'berth', name: `data-${first.name}` })).rejects.toMatchObject({ code: 404 });
     expect(await deleteSandbox(client, first.name)).toBe(false);
   });
+
+  it('an adopted Sandbox whose pod ended gets a new pod from its controller; the wait for the old one to go is a watch, not a poll', async () => {
+    const client = standinClient(server);
+    const inst = `inst-${randomBytes(4).toString('hex')}`;
+    const input = { ...sandboxInput(inst, { ephemeral: false, key: 'default' }), mount: null };
+    const first = await ensureAgentSandbox(client, input);
+    const old = await client.core.readNamespacedPod({ namespace: 'berth', name: first.name });
+    await server.killPodContainer('berth', first.name);
+    const before = { ...server.requests.byVerb };
+    const again = await ensureAgentSandbox(client, input);
+    // Three reads (the tenant's NetworkPolicy, the Sandbox after its create's 409, its pod); the ended pod's going is watched, never read again.
+    expect((server.requests.byVerb['get'] ?? 0) - (before['get'] ?? 0)).toBe(3);
+    expect([again.created, again.replaced]).toEqual([false, true]);
+    expect((await client.core.readNamespacedPod({ namespace: 'berth', name: first.name })).metadata!.uid).not.toBe(old.metadata!.uid);
+    expect(await deleteSandbox(client, first.name)).toBe(true);
+    await waitForPodGone(client, first.name, 30_000);
+  });
 });

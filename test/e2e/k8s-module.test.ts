@@ -223,11 +223,11 @@ describeDocker('kubernetes module (stand-in API server)', () => {
   });
 
   /** A SandboxTemplate of berth's pod spec and a SandboxWarmPool `py` of one replica on it, valid against the CRDs; the pre-made Sandbox's name. */
-  const warmPool = async (): Promise<string> => {
+  const warmPool = async (image?: string): Promise<string> => {
     const validator = loadValidator();
     const template = {
       apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxTemplate', metadata: { name: 'berth-sandbox', namespace: 'berth' },
-      spec: { podTemplate: { spec: sandboxPodSpec(sandboxInput('template', { ephemeral: true })) } },
+      spec: { podTemplate: { spec: sandboxPodSpec(sandboxInput('template', { ephemeral: true, ...(image === undefined ? {} : { k: { image } }) })) } },
     };
     const pool = { apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxWarmPool', metadata: { name: 'py', namespace: 'berth' }, spec: { replicas: 1, sandboxTemplateRef: { name: 'berth-sandbox' } } };
     validator.assertValid(template);
@@ -271,6 +271,40 @@ describeDocker('kubernetes module (stand-in API server)', () => {
 
     expect(await broker.removeSandboxOf(s)).toBe(true);
     await expect(c().client.core.readNamespacedPod({ namespace: 'berth', name: warm })).rejects.toMatchObject({ code: 404 });
+    expect(await claimsLeft()).toEqual([]);
+  });
+
+  it('agent-sandbox with a warm pool: a claimed pod that ended, or was deleted, is replaced by a new claim on the pool, reported as recreated', async () => {
+    await warmPool();
+    const { backend, spec } = await backendOn(c().newHome(), { mode: 'agent-sandbox', warmPool: 'py' }, { persistent: false });
+    const s = spec('session:claim-ended', true);
+    const first = await backend.ensure(s, undefined);
+    await c().server.killPodContainer('berth', first.name);
+    const afterEnd = await backend.ensure(s, first.ref);
+    expect(afterEnd.ref).not.toBe(first.ref);
+    expect(afterEnd.recreated).toBe(true);
+    expect((await afterEnd.execOnce(['echo', 'ran'])).stdout.toString()).toBe('ran\n');
+    // Deleted (kubectl delete pod): its Sandbox's controller may make a pod again, but not the claimed one.
+    await deletePod(c().client, afterEnd.name);
+    const afterDelete = await backend.ensure(s, afterEnd.ref);
+    expect(afterDelete.ref).not.toBe(afterEnd.ref);
+    expect(afterDelete.recreated).toBe(true);
+    expect((await afterDelete.execOnce(['echo', 'ran'])).stdout.toString()).toBe('ran\n');
+    // The replaced claims are gone; only the last one is left.
+    expect((await claimsLeft()).map((cl) => (cl as { metadata: { name: string } }).metadata.name)).toEqual([afterDelete.ref.split('/').pop()]);
+  });
+
+  it('an image that fails to pull fails a Sandbox or a warm-pool claim within kubernetes.imagePullTimeoutSeconds, naming the image, as a plain pod does', async () => {
+    // On a .invalid registry the stand-in's kubelet fails every pull ("no such host"), retried after 10 s.
+    const image = 'registry.invalid/berth-sandbox:1';
+    const waits = { imagePullTimeoutSeconds: 2, podStartTimeoutSeconds: 30 };
+    const plain = await backendOn(c().newHome(), { mode: 'agent-sandbox', image, ...waits }, { persistent: false });
+    const ephemeral = await errorOf(plain.backend.ensure(plain.spec('session:pull-sandbox', true), undefined));
+    expect([ephemeral.code, ephemeral.message]).toEqual(['image_pull_failed', expect.stringContaining(`image "${image}" could not be pulled for 2 s`)]);
+    await warmPool(image);
+    const pooled = await backendOn(c().newHome(), { mode: 'agent-sandbox', warmPool: 'py', ...waits }, { persistent: false });
+    const claimed = await errorOf(pooled.backend.ensure(pooled.spec('session:pull-claim', true), undefined));
+    expect([claimed.code, claimed.message]).toEqual(['image_pull_failed', expect.stringContaining(`image "${image}" could not be pulled for 2 s`)]);
     expect(await claimsLeft()).toEqual([]);
   });
 

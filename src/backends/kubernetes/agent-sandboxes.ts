@@ -8,8 +8,9 @@ import { assertNoHostMount, CONTAINER_NAME, tenantNetworkPolicy } from './manife
 import { ephemeralPodName, persistentPodName } from './names.js';
 import { ensureNetworkPolicy } from './network-policies.js';
 import { podEnded } from './pod-sandboxes.js';
-import { deletePod, notOwnedBy, ownerKeysMissing, readPod, waitForRunning, type AdoptResult, type Owner } from './pods.js';
+import { deletePod, notOwnedBy, ownerKeysMissing, podsPath, readPod, waitForRunning, type AdoptResult, type Owner } from './pods.js';
 import type { KubernetesSettings } from './settings.js';
+import { watchObject } from './watch.js';
 
 /*
  * Mode `agent-sandbox`: one `Sandbox` (agents.x-k8s.io/v1beta1) per persistent identity, named
@@ -21,8 +22,6 @@ import type { KubernetesSettings } from './settings.js';
 const GROUP = 'agents.x-k8s.io';
 const VERSION = AGENT_SANDBOX_API.split('/')[1] as string;
 const PLURAL = 'sandboxes';
-/** How often the wait for an ended pod to go looks again (it takes the kubelet's grace period, 2 s here). */
-const POD_OUT_POLL_MS = 250;
 
 /** The Sandbox of this name, or undefined when there is none. */
 export async function readSandbox(client: KubeClient, name: string): Promise<SandboxResource | undefined> {
@@ -91,24 +90,22 @@ async function clearEndedPod(client: KubeClient, name: string, uid: string | und
   const going = pod.metadata?.deletionTimestamp !== undefined;
   if (!going && !podEnded(pod)) return false;
   if (!going) await deletePod(client, name);
-  await waitForPodOut(client, name, pod.metadata?.uid, timeoutMs);
+  await waitForPodOut(client, name, pod, timeoutMs);
   return true;
 }
 
 /**
- * Waits until the pod `uid` of this name is gone. Not until no pod of the name exists: the
- * controller makes the next one under the same name as soon as the old one is gone.
+ * Waits until the pod `uid` of this name is gone, watching it from `known` (the pod as read
+ * before its delete). Not until no pod of the name exists: the controller makes the next one
+ * under the same name as soon as the old one is gone.
  */
-async function waitForPodOut(client: KubeClient, name: string, uid: string | undefined, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const pod = await readPod(client, name);
-    if (pod === undefined || pod.metadata?.uid !== uid) return;
-    if (Date.now() >= deadline) {
-      throw new TimeoutError(`kubernetes: the ended pod ${name} was still terminating after ${Math.round(timeoutMs / 1000)} s; check it with kubectl describe pod ${name} -n ${client.namespace}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, POD_OUT_POLL_MS));
-  }
+async function waitForPodOut(client: KubeClient, name: string, known: V1Pod, timeoutMs: number): Promise<void> {
+  const uid = known.metadata?.uid;
+  await watchObject<V1Pod, undefined>(client, {
+    collection: podsPath(client), name, timeoutMs, known, doing: `wait for the ended pod ${name} to be gone`,
+    decide: (pod) => (pod === undefined || pod.metadata?.uid !== uid ? { value: undefined } : undefined),
+    timedOut: () => new TimeoutError(`kubernetes: the ended pod ${name} was still terminating after ${Math.round(timeoutMs / 1000)} s; check it with kubectl describe pod ${name} -n ${client.namespace}`),
+  });
 }
 
 /**
@@ -138,9 +135,10 @@ export async function ensureAgentSandbox(client: KubeClient, input: EnsureSandbo
  * Waits for the controller's pod of Sandbox `name` to run and to carry `owner`'s labels and
  * annotations, which a claim's controller copies onto a warm-pool pod only after binding it. A
  * pod that is not that Sandbox's (owner reference) or that carries someone else's labels is
- * refused at once; one whose labels never arrive is a TimeoutError saying so.
+ * refused at once; one whose labels never arrive is a TimeoutError saying so. The waits are the
+ * profile's (pod start, image pull), as on every create path.
  */
-export async function podOfOwnSandbox(client: KubeClient, name: string, uid: string | undefined, owner: Owner, timeoutMs: number): Promise<ExecTarget> {
+export async function podOfOwnSandbox(client: KubeClient, name: string, uid: string | undefined, owner: Owner, k: KubernetesSettings): Promise<ExecTarget> {
   const refuse = (why: string): never => {
     throw new BackendUnavailableError(`kubernetes: pod ${name} of sandbox ${name} cannot be used: ${why}; refusing to run commands in it`);
   };
@@ -150,7 +148,7 @@ export async function podOfOwnSandbox(client: KubeClient, name: string, uid: str
     const why = notOwnedBy(pod.metadata, owner);
     return why === undefined ? undefined : refuse(why);
   };
-  await waitForRunning(client, name, timeoutMs, { mayNotExistYet: true, lacks });
+  await waitForRunning(client, name, k.podStartTimeoutSeconds * 1000, { mayNotExistYet: true, lacks, imagePullTimeoutMs: k.imagePullTimeoutSeconds * 1000 });
   return { client, pod: name, container: CONTAINER_NAME };
 }
 
@@ -166,14 +164,13 @@ export async function ensureEphemeralSandbox(
 ): Promise<{ name: string; target: ExecTarget; recreated: boolean }> {
   assertNoHostMount(input.mount);
   const k = input.kubernetes;
-  const timeoutMs = k.podStartTimeoutSeconds * 1000;
   const owner = { installation: input.identity.installation, digest: input.digest };
   if (input.knownName !== undefined) {
     const known = await readSandbox(client, input.knownName);
     if (known !== undefined && known.metadata.deletionTimestamp === undefined && notOwnedBy(known.metadata as Parameters<typeof notOwnedBy>[0], owner) === undefined) {
       const pod = await readPod(client, input.knownName);
       if (pod === undefined || !podEnded(pod)) {
-        return { name: input.knownName, target: await podOfOwnSandbox(client, input.knownName, known.metadata.uid, owner, timeoutMs), recreated: false };
+        return { name: input.knownName, target: await podOfOwnSandbox(client, input.knownName, known.metadata.uid, owner, k), recreated: false };
       }
       // Its pod ended, and its files with it (emptyDir volumes): a new Sandbox replaces it.
       await deleteSandbox(client, input.knownName);
@@ -193,7 +190,7 @@ export async function ensureEphemeralSandbox(
     throw fromKubeError(client, err, `create sandbox ${name}`);
   }
   try {
-    return { name, target: await podOfOwnSandbox(client, name, made.metadata.uid, owner, timeoutMs), recreated: input.knownName !== undefined };
+    return { name, target: await podOfOwnSandbox(client, name, made.metadata.uid, owner, k), recreated: input.knownName !== undefined };
   } catch (err) {
     await deleteSandbox(client, name).catch(() => undefined);
     throw err;

@@ -28,7 +28,7 @@ export interface AdoptResult<T> {
 }
 
 /** The API path of the client's namespace's pods, for watches. */
-function podsPath(client: KubeClient): string {
+export function podsPath(client: KubeClient): string {
   return `/api/v1/namespaces/${encodeURIComponent(client.namespace)}/pods`;
 }
 

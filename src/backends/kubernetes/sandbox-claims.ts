@@ -1,4 +1,4 @@
-import type { V1ObjectMeta } from '@kubernetes/client-node';
+import type { V1ObjectMeta, V1Pod } from '@kubernetes/client-node';
 import { BackendUnavailableError, TimeoutError } from '../../errors.js';
 import type { SandboxIdentity } from '../../scope/naming.js';
 import { AGENT_SANDBOX_EXTENSIONS_API, sandboxClaimResource } from './agent-sandbox-manifests.js';
@@ -9,7 +9,8 @@ import { IDENTITY_ANNOTATION, KEY_DOMAIN } from './labels.js';
 import { assertNoHostMount, tenantNetworkPolicy } from './manifests.js';
 import { ephemeralPodName } from './names.js';
 import { ensureNetworkPolicy } from './network-policies.js';
-import { notOwnedBy } from './pods.js';
+import { podEnded } from './pod-sandboxes.js';
+import { notOwnedBy, ownerKeysMissing, readPod } from './pods.js';
 import type { KubernetesSettings } from './settings.js';
 import { watchObject } from './watch.js';
 
@@ -106,6 +107,15 @@ async function waitForBinding(client: KubeClient, claim: string, timeoutMs: numb
   });
 }
 
+/**
+ * True when a bound claim's pod can no longer be the one its session ran in: it ended
+ * (restartPolicy Never: it never runs again), is going or gone, or is a new pod the Sandbox's
+ * controller made in its place, which has not got the claim's labels.
+ */
+function claimedPodOut(pod: V1Pod | undefined): boolean {
+  return pod === undefined || pod.metadata?.deletionTimestamp !== undefined || podEnded(pod) || ownerKeysMissing(pod.metadata);
+}
+
 export interface ClaimInput {
   identity: SandboxIdentity;
   digest: string;
@@ -117,7 +127,10 @@ export interface ClaimInput {
   unique: () => string;
 }
 
-/** An ephemeral identity's claim on the warm pool: reattached by its recorded name, else a new one. */
+/**
+ * An ephemeral identity's claim on the warm pool: reattached by its recorded name while its pod
+ * still runs as claimed, else a new one; `recreated`: a recorded claim was gone or its pod was out.
+ */
 export async function ensureClaimedSandbox(client: KubeClient, input: ClaimInput): Promise<{ claim: string; target: ExecTarget; recreated: boolean }> {
   assertNoHostMount(input.mount);
   const k = input.kubernetes;
@@ -128,7 +141,11 @@ export async function ensureClaimedSandbox(client: KubeClient, input: ClaimInput
     const known = await readClaim(client, input.knownName);
     const bound = known?.status?.sandbox?.name;
     if (known !== undefined && known.metadata.deletionTimestamp === undefined && bound !== undefined && notOwnedBy(known.metadata as Parameters<typeof notOwnedBy>[0], owner) === undefined) {
-      return { claim: input.knownName, target: await podOfOwnSandbox(client, bound, undefined, owner, timeoutMs), recreated: false };
+      if (!claimedPodOut(await readPod(client, bound))) {
+        return { claim: input.knownName, target: await podOfOwnSandbox(client, bound, undefined, owner, k), recreated: false };
+      }
+      // Its pod ended or went, and the session's files with it (emptyDir volumes): a new claim replaces it.
+      await deleteClaimResource(client, input.knownName);
     }
   }
   // Before the claim: the pool pod is under the tenant's policy from the moment it carries berth's labels.
@@ -146,7 +163,7 @@ export async function ensureClaimedSandbox(client: KubeClient, input: ClaimInput
   }
   try {
     const sandbox = await waitForBinding(client, claim, timeoutMs, pool, created);
-    return { claim, target: await podOfOwnSandbox(client, sandbox, undefined, owner, timeoutMs), recreated: input.knownName !== undefined };
+    return { claim, target: await podOfOwnSandbox(client, sandbox, undefined, owner, k), recreated: input.knownName !== undefined };
   } catch (err) {
     await deleteClaimResource(client, claim).catch(() => undefined);
     throw err;
