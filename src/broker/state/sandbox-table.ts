@@ -134,9 +134,13 @@ export class SandboxTable {
     this.sql.q('UPDATE sandboxes SET replaced_by = ? WHERE digest = ?').run(owner, digest);
   }
 
-  /** Marks a sandbox hibernated (its ref unchanged: the next call resumes it). */
-  markHibernated(digest: string, nowMs: number): void {
-    this.sql.q('UPDATE sandboxes SET hibernated_ms = ? WHERE digest = ?').run(nowMs, digest);
+  /**
+   * Marks a sandbox hibernated (its ref unchanged: the next call resumes it), only while its record
+   * still names `ref`, the sandbox that was stopped: a restore or recreate that recorded another
+   * meanwhile keeps its record as it is. False: the record no longer names `ref` (or is gone).
+   */
+  markHibernated(digest: string, ref: string, nowMs: number): boolean {
+    return this.sql.q('UPDATE sandboxes SET hibernated_ms = ? WHERE digest = ? AND ref = ?').run(nowMs, digest, ref).changes === 1;
   }
 
   /**
