@@ -53,7 +53,7 @@ export interface WarmKeeper {
 
 export interface ReapersOptions {
   config: BerthConfig;
-  sandboxes: Pick<SandboxTable, 'list' | 'get' | 'delete' | 'markReaped' | 'pruneReaped'>;
+  sandboxes: Pick<SandboxTable, 'list' | 'get' | 'delete' | 'markReaped' | 'pruneReaped' | 'pruneHolders'>;
   sessions: Pick<SessionTable, 'ofSandbox' | 'sandboxCountOf'>;
   lives: Pick<LiveSandboxes, 'get' | 'all'>;
   engines: Pick<Engines, 'names' | 'listManaged' | 'reapIdleNetworks' | 'releaseIdleDisks' | 'reapIdleGroups' | 'hostGuard'>;
@@ -81,7 +81,7 @@ interface Periodic {
 }
 
 /**
- * The broker's background passes: one sweep loop (disk checks, the idle reaper, audit retention,
+ * The broker's background passes: one sweep loop (disk checks, the idle reaper, stale holder rows, audit retention,
  * the orphan reaper), one pass at a time and never after close began, plus the periodic tasks
  * other parts register (`every`).
  */
@@ -253,6 +253,8 @@ export class Reapers implements BrokerReapers {
     if (shutdown.aborted) return;
     await this.hibernateUnheld();
     if (shutdown.aborted) return;
+    // A process that ended without letting go (killed, crashed) still has its holder rows: drop them.
+    this.opts.sandboxes.pruneHolders((owner) => !ownerAlive(owner));
     this.opts.audit.prune();
     if (this.opts.reap) await this.reapOrphans().catch((e) => log.child('berth:reaper').warn(String(e)));
   }

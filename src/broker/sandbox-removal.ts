@@ -20,7 +20,7 @@ export interface BackendByName {
 /** What removal changes in the store: a sandbox's record goes with it, or says it hibernates. */
 export interface SandboxRecords {
   delete(digest: string): void;
-  markHibernated(digest: string, nowMs: number): void;
+  markHibernated(digest: string, ref: string, nowMs: number): boolean;
 }
 
 export interface SandboxRemovalOptions {
@@ -116,8 +116,7 @@ export class SandboxRemoval {
         log.child('berth:reaper').warn(`hibernate ${live.record.key}: ${String(e)}`);
         return false;
       }
-      this.opts.sandboxes.markHibernated(live.digest, Date.now());
-      return true;
+      return this.opts.sandboxes.markHibernated(live.digest, live.record.ref, Date.now());
     });
   }
 
@@ -136,8 +135,7 @@ export class SandboxRemoval {
         log.child('berth:reaper').warn(`hibernate ${rec.key}: ${String(e)}`);
         return false;
       }
-      this.opts.sandboxes.markHibernated(rec.digest, Date.now());
-      return true;
+      return this.opts.sandboxes.markHibernated(rec.digest, rec.ref, Date.now());
     });
   }
 

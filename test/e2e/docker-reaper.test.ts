@@ -227,4 +227,23 @@ describeDocker('reapers and installations on the real docker engine', () => {
     const stillBusy = await b.exec({ session: 'busy' }, 'jobs | wc -l');
     expect(stillBusy.stdout.trim(), ids).toBe('1');
   }, 60_000);
+
+  it('the sweep prunes the holder rows of a process that ended without letting go; a live holder\'s row stays', async () => {
+    const t = reg.track();
+    // idleSeconds 10 (the minimum) makes the broker sweep every 2.5 s; the sandbox is persistent and never hibernates.
+    const b = await t.open(dockerConfig({ persistent: true, lifecycle: { idleSeconds: 10, hibernateSeconds: 0 } }));
+    expect((await b.exec({}, 'true')).exitCode).toBe(0);
+    const store = StateStore.open(t.home);
+    try {
+      const [rec] = store.sandboxes.list();
+      // pid 2^22 + 1 cannot exist: a berth that was killed while it held the sandbox.
+      const dead = '4194305:1';
+      store.sandboxes.hold(rec!.digest, dead);
+      expect(store.sandboxes.holders(rec!.digest)).toEqual(expect.arrayContaining([dead, ownerToken()]));
+      expect(await waitFor(async () => !store.sandboxes.holders(rec!.digest).includes(dead), 20_000, 250)).toBe(true);
+      expect(store.sandboxes.holders(rec!.digest)).toEqual([ownerToken()]);
+    } finally {
+      store.close();
+    }
+  }, 40_000);
 });

@@ -244,6 +244,33 @@ describeDocker('warm pool (docker)', () => {
     expect((await t.containers()).some((c) => c.id === id)).toBe(false);
   }, 120_000);
 
+  it('a sandbox made from a snapshot of a claimed pool container is no pool\'s: its pool labels read as none', async () => {
+    const t = reg.track();
+    const b = await t.open(dockerConfig(POOLED), { warmPool: true });
+    await b.warmPoolsSettled();
+    const pooled = readyRefs(b);
+    const src = b.session({ session: 'src' });
+    expect((await src.exec('echo from-pool > /workspace/f')).exitCode).toBe(0);
+    const srcId = await idByName(t, b.list('local').find((s) => s.sandboxKey === 'session:src')!.name);
+    expect(pooled).toContain(srcId);
+    await src.snapshots.create({ name: 'p' });
+    await src.fork({ toSession: 'f', from: 'p' });
+    expect((await b.exec({ session: 'f' }, 'cat /workspace/f')).stdout).toBe('from-pool\n');
+    const forkId = await idByName(t, b.list('local').find((s) => s.sandboxKey === 'session:f')!.name);
+    const fork = (await t.containers()).find((c) => c.id === forkId)!;
+    expect(fork.labels['berth.pool'] ?? '').toBe('');
+    expect(fork.labels['berth.pool-owner'] ?? '').toBe('');
+    // The engine's listing (what the reapers read) says it is no pool's; the source still is its pool's.
+    const backend = new DockerBackend({ installation: t.installation, berthHome: t.home });
+    try {
+      const managed = await backend.listManaged();
+      expect(managed.find((m) => m.ref === forkId)?.pool).toBeUndefined();
+      expect(managed.find((m) => m.ref === srcId)?.pool).toBeDefined();
+    } finally {
+      await backend.close();
+    }
+  }, 120_000);
+
   it('another broker adopts a claimed pool container by its recorded ref; a pool container nobody recorded is never adopted', async () => {
     const t = reg.track();
     const config = dockerConfig(POOLED);

@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { lstat, mkdtemp, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { BerthError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
@@ -126,10 +126,8 @@ export class BwrapSnapshots implements SnapshotCapability<BwrapSettings> {
   private async replacePersistent(spec: SandboxSpec<BwrapSettings>, snapDir: string, wanted: readonly OwnDirName[], oldRef: string): Promise<Sandbox> {
     const dirs = this.host.dirsOf(oldRef);
     const name = path.basename(dirs.root);
-    const stage = path.join(dirs.root, `.restore-${Date.now().toString(36)}`);
+    const stage = await makeRestoreStage(dirs.root);
     const swapped: OwnDirName[] = [];
-    await rm(stage, { recursive: true, force: true });
-    await mkdir(stage, { mode: 0o700 });
     try {
       const st = await lstat(dirs.workspace);
       const owner = { uid: st.uid, gid: st.gid };
@@ -197,4 +195,12 @@ function chownTree(dir: string, owner: { uid: number; gid: number }): Promise<vo
 
 function targetOf(d: OwnDirName): string {
   return d === 'home' ? SANDBOX_HOME : SANDBOX_WORKSPACE;
+}
+
+/**
+ * A new, empty staging dir for a restore beside a sandbox's dirs (mode 0700), under a random name
+ * `mkdtemp` makes atomically: two restores never share one, and neither removes another's.
+ */
+export function makeRestoreStage(sandboxRoot: string): Promise<string> {
+  return mkdtemp(path.join(sandboxRoot, '.restore-'));
 }

@@ -274,7 +274,8 @@ export class DockerBackend implements Backend<DockerSettings> {
     }
     return list
       .filter((c) => c.Labels[LABEL.installation] === this.installation)
-      .map((c) => ({ c, shape: c.Labels[POOL_LABEL.shape] }))
+      // An empty pool label is none: a sandbox made from a snapshot of a claimed pool container inherits it so.
+      .map((c) => ({ c, shape: c.Labels[POOL_LABEL.shape] || undefined }))
       .map(({ c, shape }) => ({
         ref: c.Id,
         name: (c.Names[0] ?? '').replace(/^\//, ''),
@@ -764,7 +765,7 @@ export function short(ref: string): string {
  */
 function isClaimedPoolContainer(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo, knownRef: string | undefined): boolean {
   const labels = info.Config.Labels ?? {};
-  return labels[POOL_LABEL.shape] !== undefined && labels[LABEL.identity] === undefined && knownRef !== undefined &&
+  return (labels[POOL_LABEL.shape] ?? '') !== '' && labels[LABEL.identity] === undefined && knownRef !== undefined &&
     sameRef(knownRef, info.Id) && info.Name.replace(/^\//, '').startsWith(ephemeralName(spec.digest, ''));
 }
 

@@ -13,6 +13,7 @@ import {
 } from '../plumbing/snapshot-files.js';
 import { ephemeralName, HOME, hostBindsOf, hostDirFor, LABEL, persistentName, WORKSPACE, type CreatePlanInput } from './container-spec.js';
 import { describeEndpoint, fromDockerError, statusOf } from './engine.js';
+import { POOL_LABEL } from '../labels.js';
 import type { DockerSettings } from './settings.js';
 
 /*
@@ -209,8 +210,13 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
         if (hit !== undefined) throw forbiddenRefusal(id, hit);
       }
       // The commit keeps the container's config; its user goes back to the base image's, so a
-      // sandbox made from it runs as its own spec says (`User` unset means the image's).
-      const changes = [`LABEL ${LABEL.managed}=true ${LABEL.installation}=${this.host.installation} ${SNAPSHOT_LABEL}=${id}`, `USER ${baseUser || '0:0'}`];
+      // sandbox made from it runs as its own spec says (`User` unset means the image's). A
+      // claimed warm-pool container's pool labels are emptied (an image's labels cannot be
+      // dropped; empty reads as none): a sandbox made from the image is no pool's.
+      const changes = [
+        `LABEL ${LABEL.managed}=true ${LABEL.installation}=${this.host.installation} ${SNAPSHOT_LABEL}=${id} ${POOL_LABEL.shape}="" ${POOL_LABEL.owner}=""`,
+        `USER ${baseUser || '0:0'}`,
+      ];
       const out = await this.host.request(`commit container ${ref.slice(0, 12)}`, (abortSignal) => container.commit({
         repo: SNAPSHOT_REPO, tag: this.tagOf(id), pause: false, changes, comment: `berth snapshot ${id}`, abortSignal,
       })) as { Id: string };

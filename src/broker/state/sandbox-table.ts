@@ -124,9 +124,20 @@ export class SandboxTable {
     this.sql.q('DELETE FROM sandbox_holders WHERE digest = ? AND owner = ?').run(digest, owner);
   }
 
-  /** The processes that hold the sandbox live (a crashed one stays listed: ask `ownerAlive`). */
+  /** The processes that hold the sandbox live (a crashed one stays listed until the sweep prunes it: ask `ownerAlive`). */
   holders(digest: string): string[] {
     return (this.sql.q('SELECT owner FROM sandbox_holders WHERE digest = ?').all(digest) as Array<{ owner: string }>).map((r) => r.owner);
+  }
+
+  /**
+   * Removes the holder rows of processes `dead` says ended (a crashed berth never released its
+   * own); the number removed.
+   */
+  pruneHolders(dead: (owner: string) => boolean): number {
+    const owners = (this.sql.q('SELECT DISTINCT owner FROM sandbox_holders').all() as Array<{ owner: string }>).map((r) => r.owner);
+    let removed = 0;
+    for (const owner of owners.filter(dead)) removed += this.sql.q('DELETE FROM sandbox_holders WHERE owner = ?').run(owner).changes;
+    return removed;
   }
 
   /** Marks a recorded sandbox as being replaced by process `owner` (a restore), or no longer (null); `put` clears it too. */
@@ -134,9 +145,13 @@ export class SandboxTable {
     this.sql.q('UPDATE sandboxes SET replaced_by = ? WHERE digest = ?').run(owner, digest);
   }
 
-  /** Marks a sandbox hibernated (its ref unchanged: the next call resumes it). */
-  markHibernated(digest: string, nowMs: number): void {
-    this.sql.q('UPDATE sandboxes SET hibernated_ms = ? WHERE digest = ?').run(nowMs, digest);
+  /**
+   * Marks a sandbox hibernated (its ref unchanged: the next call resumes it), only while its record
+   * still names `ref`, the sandbox that was stopped: a restore or recreate that recorded another
+   * meanwhile keeps its record as it is. False: the record no longer names `ref` (or is gone).
+   */
+  markHibernated(digest: string, ref: string, nowMs: number): boolean {
+    return this.sql.q('UPDATE sandboxes SET hibernated_ms = ? WHERE digest = ? AND ref = ?').run(nowMs, digest, ref).changes === 1;
   }
 
   /**
