@@ -36,15 +36,19 @@ export interface EgressProxyOptions {
   resolve?: Resolver;
 }
 
-/** What a gate answers for a request's `Proxy-Authorization`: its sandbox, or why not. */
-export type GateAnswer = { sandbox: EgressSandbox } | { refused: string; claimed?: EgressSandbox };
+/**
+ * What a gate answers for a request's `Proxy-Authorization`: its sandbox, or why not (answered
+ * 407), or `full`: the sandbox already holds all the connections it may (closed unanswered).
+ */
+export type GateAnswer = { sandbox: EgressSandbox } | { refused: string; claimed?: EgressSandbox } | { full: EgressSandbox };
 
 /**
  * Who decides which sandbox a connection of a shared listener belongs to (shared-listener.ts):
  * the first request's proxy credential names it, and the connection stays that sandbox's.
  */
 export interface ProxyGate {
-  authenticate(proxyAuthorization: string | undefined): GateAnswer;
+  /** `socket`, when given, is the connection the credential came on: counted against its sandbox's bound. */
+  authenticate(proxyAuthorization: string | undefined, socket?: Socket): GateAnswer;
   /** A refusal that names no sandbox: the gate logs it. */
   unclaimed(what: string, from: string | undefined): void;
 }
@@ -133,7 +137,11 @@ export class EgressProxy implements AsyncDisposable {
       to.destroy();
       return undefined;
     }
-    const answer = gate.authenticate(req.headers['proxy-authorization']);
+    const answer = gate.authenticate(req.headers['proxy-authorization'], socket);
+    if ('full' in answer) {
+      socket.destroy();
+      return undefined;
+    }
     if ('sandbox' in answer) {
       this.core.sandboxOf.set(socket, answer.sandbox);
       this.core.track(answer.sandbox, socket);

@@ -1,4 +1,4 @@
-import { connect, type Socket } from 'node:net';
+import { connect, Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { proxyNetworkPolicy, proxyReach, withProxyEgress } from '../../src/backends/kubernetes/proxy-egress.js';
 import { sandboxPod } from '../../src/backends/kubernetes/manifests.js';
@@ -126,6 +126,25 @@ describe('egress on kubernetes: the shared listener\'s gate', () => {
       expect(gate.unregister('ref-a')).toBe(a);
       expect(gate.authenticate(basic(ca.user, ca.token))).toEqual({ refused: 'a proxy credential of no sandbox berth serves' });
       expect(gate.size).toBe(1);
+    } finally {
+      await gate.close();
+    }
+  });
+
+  it('holds each authenticated sandbox to maxConnectionsPerSandbox open connections: one more is refused until one closes, another sandbox is not affected', async () => {
+    const gate = await SharedEgressListener.start({ handleGated: () => undefined } as unknown as EgressProxy, { host: '127.0.0.1', port: 0, maxConnectionsPerSandbox: 2, log: Logger.silent() });
+    try {
+      const [a, b] = [sandboxOf('a'), sandboxOf('b')];
+      const [ca, cb] = [proxyCredential(secret, 'a'.repeat(64)), proxyCredential(secret, 'b'.repeat(64))];
+      gate.register('ref-a', ca, a);
+      gate.register('ref-b', cb, b);
+      const sockets = Array.from({ length: 4 }, () => new Socket());
+      expect(gate.authenticate(basic(ca.user, ca.token), sockets[0])).toEqual({ sandbox: a });
+      expect(gate.authenticate(basic(ca.user, ca.token), sockets[1])).toEqual({ sandbox: a });
+      expect(gate.authenticate(basic(ca.user, ca.token), sockets[2])).toEqual({ full: a });
+      expect(gate.authenticate(basic(cb.user, cb.token), sockets[3])).toEqual({ sandbox: b });
+      sockets[0]!.emit('close', false);
+      expect(gate.authenticate(basic(ca.user, ca.token), sockets[2])).toEqual({ sandbox: a });
     } finally {
       await gate.close();
     }
