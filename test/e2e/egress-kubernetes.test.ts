@@ -48,10 +48,14 @@ describeNetns('egress on kubernetes pods (stand-in: allowlist, credentials, the 
     port = await freePort(GATEWAY);
     const config = parseConfig({
       backend: 'kubernetes',
-      kubernetes: cluster.section({ image: DEBIAN_IMAGE }),
+      // blocked.egress.test is allowed by name but resolves into a range the cluster blocks.
+      kubernetes: cluster.section({ image: DEBIAN_IMAGE, blockedCidrs: [`${hosts.addresses.evil}/32`] }),
       exec: { timeoutSeconds: 30 },
       egressProxy: { upstreamCaFile: hosts.caFile, listen: `${GATEWAY}:${port}`, advertise: `${GATEWAY}:${port}` },
-      egress: { mode: 'allowlist', allow: ['api.egress.test', 'other.egress.test'], hosts: hosts.hostsEntry() },
+      egress: {
+        mode: 'allowlist', allow: ['api.egress.test', 'other.egress.test', 'blocked.egress.test'],
+        hosts: { ...hosts.hostsEntry(), 'blocked.egress.test': hosts.addresses.evil },
+      },
       credentials: { GITHUB_TOKEN: { from: 'TEST_GH_VALUE', hosts: ['api.egress.test'] } },
     });
     broker = await Broker.open({ config, berthHome: cluster.newHome(), env: { PATH: process.env['PATH'], TEST_GH_VALUE: GH_VALUE } });
@@ -94,6 +98,23 @@ describeNetns('egress on kubernetes pods (stand-in: allowlist, credentials, the 
     expect(seen.slice(before).some((s) => s.host === 'other.egress.test')).toBe(false);
     expect(events.some((e) => !e.allowed && e.host === 'other.egress.test' && e.rule === 'exfiltration')).toBe(true);
     expect(broker!.egressAudit({ tenant: 'local', allowed: false, limit: 50 }).some((a) => a.rule === 'exfiltration' && a.host === 'other.egress.test')).toBe(true);
+  });
+
+  it('an allowed name that resolves into kubernetes.blockedCidrs is refused by the proxy (403, always denied), and nothing goes upstream', async () => {
+    const before = seen.length;
+    const r = await run([
+      'curl -sS http://blocked.egress.test/x',
+      'curl -s -o /dev/null -w "%{http_connect}\\n" https://blocked.egress.test/',
+    ].join('; '));
+    const evil = hosts!.addresses.evil;
+    expect(r.stdout.split('\n')).toEqual([
+      `berth egress: blocked.egress.test:80 refused (always denied: kubernetes.blockedCidrs: ${evil}); the operator decides what this sandbox may reach`,
+      '403', '',
+    ]);
+    expect(seen.length).toBe(before);
+    expect(events.filter((e) => e.host === 'blocked.egress.test').map((e) => [e.allowed, e.rule, e.status])).toEqual([
+      [false, 'always denied: kubernetes.blockedCidrs', 403], [false, 'always denied: kubernetes.blockedCidrs', 403],
+    ]);
   });
 
   it('a wrong or missing proxy token is refused with 407 (a wrong one audited for the sandbox it names), and nothing goes upstream', async () => {
