@@ -6,8 +6,8 @@ import type { EgressCa } from './ca.js';
 import { onConnect } from './connect.js';
 import { onInterceptedRequest } from './intercept.js';
 import { onPlainRequest } from './plain-http.js';
-import { splitHostPort } from './names.js';
 import { ProxyCore } from './proxy-core.js';
+import { RefusalFold } from './refusal-fold.js';
 import { boundedLookup, deniedRanges, systemResolver, type ExtraDenied, type Resolver } from './target.js';
 import { DEFAULT_LIMITS, type EgressLimits, type EgressSandbox } from './types.js';
 import { upstreamContext, type UpstreamTrust } from './upstream-trust.js';
@@ -80,6 +80,8 @@ export class EgressProxy implements AsyncDisposable {
   private readonly front: Server;
   /** The gate of each connection a shared listener handed over, until its first request names its sandbox. */
   private readonly gateOf = new WeakMap<Socket, ProxyGate>();
+  /** A sandbox's wrong-token refusals: one audited a minute, the others counted into the next. */
+  private readonly authRefusals = new RefusalFold(60_000);
   private closed = false;
 
   /** @internal built by `createEgressProxy`. */
@@ -159,12 +161,17 @@ export class EgressProxy implements AsyncDisposable {
       gate.unclaimed(answer.refused, socket.remoteAddress);
       return undefined;
     }
-    const { host, port } = requestTarget(req);
-    this.core.report(answer.claimed, {
-      timeMs: Date.now(), host, port, channel: req.method === 'CONNECT' ? 'tcp-tunnel' : 'http', allowed: false, rule: 'proxy auth',
-      detail: answer.refused, bytesUp: 0, bytesDown: 0, credentials: [], status: 407,
-    });
+    // Whoever sent it proved nothing: no host of theirs, and at most one row a minute.
+    const unfolded = this.authRefusals.take(foldKey(answer.claimed));
+    if (unfolded !== undefined) this.reportAuth(answer.claimed, req.method === 'CONNECT' ? 'tcp-tunnel' : 'http', answer.refused, unfolded.folded);
     return undefined;
+  }
+
+  private reportAuth(sandbox: EgressSandbox, channel: 'tcp-tunnel' | 'http', refused: string, folded: number): void {
+    const detail = folded === 0 ? refused : `${refused} (and ${folded} more refused with 407 since the last such entry, not recorded one by one)`;
+    this.core.report(sandbox, {
+      timeMs: Date.now(), host: '?', port: 0, channel, allowed: false, rule: 'proxy auth', detail, bytesUp: 0, bytesDown: 0, credentials: [], status: 407,
+    });
   }
 
   /** The CA certificate (PEM) sandboxes must trust for their intercepted hosts. */
@@ -179,6 +186,8 @@ export class EgressProxy implements AsyncDisposable {
 
   /** Ends every connection of `sandbox` and drops its upstream keep-alive connections (the sandbox is going). */
   release(sandbox: EgressSandbox): void {
+    const folded = this.authRefusals.drain(foldKey(sandbox));
+    if (folded > 0) this.reportAuth(sandbox, 'http', `${folded} more refused with 407 since the last such entry, not recorded one by one`, 0);
     this.core.release(sandbox);
   }
 
@@ -195,15 +204,10 @@ export class EgressProxy implements AsyncDisposable {
   }
 }
 
-/** Where a request wants to go, as far as a refusal names it (`?` and 0 when it does not say). */
-function requestTarget(req: IncomingMessage): { host: string; port: number } {
-  if (req.method === 'CONNECT') return splitHostPort(req.url ?? '') ?? { host: '?', port: 0 };
-  try {
-    const url = new URL(req.url ?? '');
-    return { host: url.hostname, port: Number(url.port || (url.protocol === 'https:' ? 443 : 80)) };
-  } catch {
-    return { host: '?', port: 0 };
-  }
+/** One sandbox, whichever context object it was registered with (a later call's replaces it). */
+function foldKey(sandbox: EgressSandbox): string {
+  const { tenant, profile, sandboxKey } = sandbox.identity;
+  return `${tenant}\0${profile}\0${sandboxKey}`;
 }
 
 /** A bug in a handler ends that one connection, never the process berth runs in. */

@@ -117,7 +117,7 @@ describeNetns('egress on kubernetes pods (stand-in: allowlist, credentials, the 
     ]);
   });
 
-  it('a wrong or missing proxy token is refused with 407 (a wrong one audited for the sandbox it names), and nothing goes upstream', async () => {
+  it('a wrong or missing proxy token is refused with 407 (a wrong one audited for the sandbox it names, at most once a minute, without the host), and nothing goes upstream', async () => {
     const before = seen.length;
     const r = await run([
       'user=${HTTPS_PROXY#http://}; user=${user%%:*}',
@@ -128,8 +128,9 @@ describeNetns('egress on kubernetes pods (stand-in: allowlist, credentials, the 
     ].join('; '));
     expect(r.stdout.split('\n')).toEqual(['407', '407', '407', '407', '']);
     expect(seen.length).toBe(before);
+    // Two wrong tokens under the pod's user: one row (the other folded into the next), no host of the sender's.
     const auth = events.filter((e) => e.rule === 'proxy auth');
-    expect(auth.map((e) => [e.status, e.host, e.identity.session])).toEqual([[407, 'api.egress.test', 'k1'], [407, 'api.egress.test', 'k1']]);
+    expect(auth.map((e) => [e.status, e.host, e.port, e.identity.session, e.detail])).toEqual([[407, '?', 0, 'k1', 'a wrong proxy token for this sandbox']]);
   });
 
   it('the pod and its NetworkPolicy: egress only to the proxy\'s address and port over TCP, no DNS, no ingress; berth\'s CA mounted read-only', async () => {
