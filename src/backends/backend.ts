@@ -304,8 +304,11 @@ export interface SnapshotCapability<S = unknown> {
 export interface Backend<S = unknown> extends AsyncDisposable {
   /** Its module's name (what it is and does: the module's traits). */
   readonly name: string;
-  /** Check the engine is reachable and usable for a place with this section (start-up). */
-  check(section: S): Promise<void>;
+  /**
+   * Check the engine is reachable and usable for a place with this section (start-up), and for
+   * sandboxes with this `egress` (what berth's proxy needs of the engine, when it serves them).
+   */
+  check(section: S, egress?: SandboxEgress): Promise<void>;
   /** Create, adopt or reattach the sandbox for `spec`. `knownRef` is the store's record, if any. */
   ensure(spec: SandboxSpec<S>, knownRef: string | undefined): Promise<Sandbox>;
   /** Remove the sandbox and its host dir. "Already gone" is success. */

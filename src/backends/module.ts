@@ -94,6 +94,11 @@ export interface BackendModule<N extends string = string, S = unknown> {
    * remote host, a cluster); a command's processes are then found by the tags berth gives them.
    */
   readonly processGroups?: 'host' | 'engine';
+  /**
+   * Ranges its sandboxes of these settings never reach besides the always-denied ones, which
+   * berth's egress proxy refuses too (the label names the setting in each refusal). Absent: none.
+   */
+  egressDenied?(settings: S): readonly { cidr: string; label: string }[];
   readonly words: SandboxWords;
   /**
    * The starting dir inside a sandbox when nothing else applies; known without contacting
@@ -120,6 +125,11 @@ export function reservationOf(module: BackendModule, settings: object): SandboxR
 /** The `note` explain gives for `module` with these settings (each module's section under its name). */
 export function isolationNoteOf(module: BackendModule, settings: object): string | undefined {
   return module.isolationNoteFor?.(sectionOf(module, settings)) ?? module.isolationNote;
+}
+
+/** The ranges the egress proxy refuses to sandboxes of `module` with these settings, besides the always-denied ones. */
+export function egressDeniedOf(module: BackendModule, settings: object): readonly { cidr: string; label: string }[] {
+  return module.egressDenied?.(sectionOf(module, settings)) ?? [];
 }
 
 /** The section type a module's settings have (`undefined` for a module without a section). */

@@ -1,10 +1,12 @@
 import { readFileSync } from 'node:fs';
 import type { Sandbox } from '../backends/backend.js';
+import { egressDeniedOf } from '../backends/module.js';
 import { listenInNetns, EGRESS_PROXY_PORT } from '../egress/netns-listener.js';
 import { openPlaceholderSecret } from '../egress/placeholders.js';
 import { parseProxyAddress, type ProxyAddress } from '../egress/proxy-address.js';
 import { caBundle } from '../egress/sandbox-setup.js';
 import { egressDir, EgressService } from '../egress/service.js';
+import type { ExtraDenied } from '../egress/target.js';
 import type { EgressEvent, EgressSandbox } from '../egress/types.js';
 import { systemBundlePem } from '../egress/upstream-trust.js';
 import { ConfigError } from '../errors.js';
@@ -61,8 +63,9 @@ export class SandboxEgress {
         throw new ConfigError(`egressProxy.upstreamCaFile ${upstreamCaFile} cannot be read (${(err as Error).message}); give a readable PEM bundle or remove the key`);
       }
     }
+    const extraDenied = this.backendDenied();
     this.service = new EgressService({
-      dir, log: this.o.log, port: EGRESS_PROXY_PORT, maxConnectionsPerSandbox, listen: listenInNetns,
+      dir, log: this.o.log, port: EGRESS_PROXY_PORT, maxConnectionsPerSandbox, listen: listenInNetns, extraDenied: () => extraDenied,
       ...(extraCaPem === undefined ? {} : { upstreamTrust: { extraCaPem } }),
     });
     const caPem = await this.service.caCertPem();
@@ -70,6 +73,20 @@ export class SandboxEgress {
     this.o.resolver.setEgressFiles({
       secret: openPlaceholderSecret(dir), caPem, bundlePem: caBundle(systemBundlePem(), caPem), ...(sharedProxy === undefined ? {} : { sharedProxy }),
     });
+  }
+
+  /**
+   * The ranges the backends of the config's places keep their sandboxes from (a cluster's
+   * `blockedCidrs`), once each: one proxy serves every place, and a range one backend's network
+   * blocks must not be reached through the proxy instead.
+   */
+  private backendDenied(): ExtraDenied[] {
+    const { config } = this.o;
+    const byCidr = new Map<string, ExtraDenied>();
+    for (const place of [config.base, ...Object.values(config.profiles)]) {
+      for (const d of egressDeniedOf(config.backends.module(place.backend), place)) if (!byCidr.has(d.cidr)) byCidr.set(d.cidr, d);
+    }
+    return [...byCidr.values()];
   }
 
   /** Opens the shared listener when it is configured; where sandboxes reach it. */

@@ -219,12 +219,12 @@ export class SandboxPool {
     const backend = await this.opts.backends.get(call.settings.backend);
     const module = this.opts.config.backends.module(call.settings.backend);
     const image = module.images === undefined ? '' : module.images.of(sectionOf(module, call.settings));
-    const checkKey = `${call.settings.backend}:${call.scope.profile}:${image}`;
+    const checkKey = `${call.settings.backend}:${call.scope.profile}:${image}:${call.spec.egress?.mode ?? 'open'}`;
     // One check per key however many first calls arrive at once (a burst of resumes after a
     // restart asked the engine once per call); a failed check is asked again by the next call.
     let checking = this.checkedKeys.get(checkKey);
     if (checking === undefined) {
-      checking = backend.check(call.spec.section);
+      checking = backend.check(call.spec.section, call.spec.egress);
       this.checkedKeys.set(checkKey, checking);
       checking.catch(() => this.checkedKeys.delete(checkKey));
     }

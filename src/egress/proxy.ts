@@ -6,8 +6,8 @@ import type { EgressCa } from './ca.js';
 import { onConnect } from './connect.js';
 import { onInterceptedRequest } from './intercept.js';
 import { onPlainRequest } from './plain-http.js';
-import { splitHostPort } from './names.js';
 import { ProxyCore } from './proxy-core.js';
+import { RefusalFold } from './refusal-fold.js';
 import { boundedLookup, deniedRanges, systemResolver, type ExtraDenied, type Resolver } from './target.js';
 import { DEFAULT_LIMITS, type EgressLimits, type EgressSandbox } from './types.js';
 import { upstreamContext, type UpstreamTrust } from './upstream-trust.js';
@@ -36,15 +36,19 @@ export interface EgressProxyOptions {
   resolve?: Resolver;
 }
 
-/** What a gate answers for a request's `Proxy-Authorization`: its sandbox, or why not. */
-export type GateAnswer = { sandbox: EgressSandbox } | { refused: string; claimed?: EgressSandbox };
+/**
+ * What a gate answers for a request's `Proxy-Authorization`: its sandbox, or why not (answered
+ * 407), or `full`: the sandbox already holds all the connections it may (closed unanswered).
+ */
+export type GateAnswer = { sandbox: EgressSandbox } | { refused: string; claimed?: EgressSandbox } | { full: EgressSandbox };
 
 /**
  * Who decides which sandbox a connection of a shared listener belongs to (shared-listener.ts):
  * the first request's proxy credential names it, and the connection stays that sandbox's.
  */
 export interface ProxyGate {
-  authenticate(proxyAuthorization: string | undefined): GateAnswer;
+  /** `socket`, when given, is the connection the credential came on: counted against its sandbox's bound. */
+  authenticate(proxyAuthorization: string | undefined, socket?: Socket): GateAnswer;
   /** A refusal that names no sandbox: the gate logs it. */
   unclaimed(what: string, from: string | undefined): void;
 }
@@ -76,6 +80,8 @@ export class EgressProxy implements AsyncDisposable {
   private readonly front: Server;
   /** The gate of each connection a shared listener handed over, until its first request names its sandbox. */
   private readonly gateOf = new WeakMap<Socket, ProxyGate>();
+  /** A sandbox's wrong-token refusals: one audited a minute, the others counted into the next. */
+  private readonly authRefusals = new RefusalFold(60_000);
   private closed = false;
 
   /** @internal built by `createEgressProxy`. */
@@ -133,7 +139,11 @@ export class EgressProxy implements AsyncDisposable {
       to.destroy();
       return undefined;
     }
-    const answer = gate.authenticate(req.headers['proxy-authorization']);
+    const answer = gate.authenticate(req.headers['proxy-authorization'], socket);
+    if ('full' in answer) {
+      socket.destroy();
+      return undefined;
+    }
     if ('sandbox' in answer) {
       this.core.sandboxOf.set(socket, answer.sandbox);
       this.core.track(answer.sandbox, socket);
@@ -151,12 +161,17 @@ export class EgressProxy implements AsyncDisposable {
       gate.unclaimed(answer.refused, socket.remoteAddress);
       return undefined;
     }
-    const { host, port } = requestTarget(req);
-    this.core.report(answer.claimed, {
-      timeMs: Date.now(), host, port, channel: req.method === 'CONNECT' ? 'tcp-tunnel' : 'http', allowed: false, rule: 'proxy auth',
-      detail: answer.refused, bytesUp: 0, bytesDown: 0, credentials: [], status: 407,
-    });
+    // Whoever sent it proved nothing: no host of theirs, and at most one row a minute.
+    const unfolded = this.authRefusals.take(foldKey(answer.claimed));
+    if (unfolded !== undefined) this.reportAuth(answer.claimed, req.method === 'CONNECT' ? 'tcp-tunnel' : 'http', answer.refused, unfolded.folded);
     return undefined;
+  }
+
+  private reportAuth(sandbox: EgressSandbox, channel: 'tcp-tunnel' | 'http', refused: string, folded: number): void {
+    const detail = folded === 0 ? refused : `${refused} (and ${folded} more refused with 407 since the last such entry, not recorded one by one)`;
+    this.core.report(sandbox, {
+      timeMs: Date.now(), host: '?', port: 0, channel, allowed: false, rule: 'proxy auth', detail, bytesUp: 0, bytesDown: 0, credentials: [], status: 407,
+    });
   }
 
   /** The CA certificate (PEM) sandboxes must trust for their intercepted hosts. */
@@ -171,6 +186,8 @@ export class EgressProxy implements AsyncDisposable {
 
   /** Ends every connection of `sandbox` and drops its upstream keep-alive connections (the sandbox is going). */
   release(sandbox: EgressSandbox): void {
+    const folded = this.authRefusals.drain(foldKey(sandbox));
+    if (folded > 0) this.reportAuth(sandbox, 'http', `${folded} more refused with 407 since the last such entry, not recorded one by one`, 0);
     this.core.release(sandbox);
   }
 
@@ -187,15 +204,10 @@ export class EgressProxy implements AsyncDisposable {
   }
 }
 
-/** Where a request wants to go, as far as a refusal names it (`?` and 0 when it does not say). */
-function requestTarget(req: IncomingMessage): { host: string; port: number } {
-  if (req.method === 'CONNECT') return splitHostPort(req.url ?? '') ?? { host: '?', port: 0 };
-  try {
-    const url = new URL(req.url ?? '');
-    return { host: url.hostname, port: Number(url.port || (url.protocol === 'https:' ? 443 : 80)) };
-  } catch {
-    return { host: '?', port: 0 };
-  }
+/** One sandbox, whichever context object it was registered with (a later call's replaces it). */
+function foldKey(sandbox: EgressSandbox): string {
+  const { tenant, profile, sandboxKey } = sandbox.identity;
+  return `${tenant}\0${profile}\0${sandboxKey}`;
 }
 
 /** A bug in a handler ends that one connection, never the process berth runs in. */

@@ -10,7 +10,9 @@ import type { EgressSandbox } from './types.js';
  * on an address the sandboxes reach (their NetworkPolicy lets them reach nothing else), and the
  * sandbox a connection belongs to is the one whose proxy credential its first request carries
  * (proxy-credential.ts), never the address it comes from. A missing or wrong credential is
- * answered 407 and reported (to the sandbox it names, when it names one).
+ * answered 407 and reported (to the sandbox it names, when it names one). Each sandbox holds at most
+ * `maxConnectionsPerSandbox` client connections here, as on a listener of its own: one more is
+ * closed as its credential is read, unanswered, like a connection its own listener would not accept.
  */
 
 interface Registered {
@@ -30,6 +32,8 @@ export interface SharedListenerOptions {
 export class SharedEgressListener implements ProxyGate {
   private readonly byUser = new Map<string, Registered>();
   private readonly userOf = new Map<string, string>();
+  /** The client connections each sandbox (by ref) holds here, until they close. */
+  private readonly open = new Map<string, Set<Socket>>();
   /** When each source address last had a refusal logged (one line a minute each: a client cannot flood the log). */
   private readonly lastWarned = new Map<string, number>();
 
@@ -83,6 +87,7 @@ export class SharedEgressListener implements ProxyGate {
     const r = this.byUser.get(user);
     if (r?.ref !== ref) return undefined;
     this.byUser.delete(user);
+    this.open.delete(ref);
     this.bound();
     return r.sandbox;
   }
@@ -91,28 +96,51 @@ export class SharedEgressListener implements ProxyGate {
     return this.byUser.size;
   }
 
-  authenticate(header: string | undefined): GateAnswer {
+  authenticate(header: string | undefined, socket?: Socket): GateAnswer {
     const given = parseProxyAuthorization(header);
     if (given === undefined) return { refused: header === undefined ? 'no proxy credential (Proxy-Authorization)' : 'a proxy credential that is not Basic user:password' };
     const r = this.byUser.get(given.user);
     if (r === undefined) return { refused: 'a proxy credential of no sandbox berth serves' };
     if (!tokenMatches(given.password, r.token)) return { refused: 'a wrong proxy token for this sandbox', claimed: r.sandbox };
+    if (socket !== undefined && !this.hold(r.ref, socket)) return { full: r.sandbox };
     return { sandbox: r.sandbox };
+  }
+
+  /** Counts `socket` against sandbox `ref` until it closes; false when the sandbox already holds its bound. */
+  private hold(ref: string, socket: Socket): boolean {
+    let set = this.open.get(ref);
+    if (set === undefined) this.open.set(ref, set = new Set());
+    if (set.size >= this.perSandbox) {
+      this.warnOnce(`full:${ref}`, `egress: refused a connection of sandbox ${ref}: ${set.size} are open, the most egressProxy.maxConnectionsPerSandbox allows (further refusals for it are not logged for a minute)`);
+      return false;
+    }
+    set.add(socket);
+    socket.once('close', () => {
+      set.delete(socket);
+      if (set.size === 0 && this.open.get(ref) === set) this.open.delete(ref);
+    });
+    return true;
   }
 
   /** Logs a refusal that names no sandbox (nobody else hears of it). */
   unclaimed(what: string, from: string | undefined): void {
     const source = from ?? 'an unknown address';
+    this.warnOnce(source, `egress: refused a connection from ${source} with ${what} (further refusals from it are not logged for a minute)`);
+  }
+
+  /** Logs `line` unless a line under `key` was logged in the last minute. */
+  private warnOnce(key: string, line: string): void {
     const now = Date.now();
-    if (now - (this.lastWarned.get(source) ?? 0) < 60_000) return;
+    if (now - (this.lastWarned.get(key) ?? 0) < 60_000) return;
     if (this.lastWarned.size > 10_000) this.lastWarned.clear();
-    this.lastWarned.set(source, now);
-    this.log.warn(`egress: refused a connection from ${source} with ${what} (further refusals from it are not logged for a minute)`);
+    this.lastWarned.set(key, now);
+    this.log.warn(line);
   }
 
   async close(): Promise<void> {
     this.byUser.clear();
     this.userOf.clear();
+    this.open.clear();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 }

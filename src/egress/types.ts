@@ -28,7 +28,7 @@ export interface EgressEvent {
   port: number;
   channel: EgressChannel;
   allowed: boolean;
-  /** The rule that decided (see `EgressDecision.rule`), or `fronting`, `host mismatch`, `exfiltration`, `upstream failed`, `proxy auth` (a wrong proxy token, 407). */
+  /** The rule that decided (see `EgressDecision.rule`), or `fronting`, `host mismatch`, `exfiltration`, `upstream failed`, `proxy auth` (a wrong proxy token, 407; host `?`, at most one a minute per sandbox, the count of the others in `detail`). */
   rule: string;
   /** What the rule found (an address, the credential whose placeholder was seen), never a value. */
   detail?: string;

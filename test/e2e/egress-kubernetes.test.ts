@@ -48,10 +48,14 @@ describeNetns('egress on kubernetes pods (stand-in: allowlist, credentials, the 
     port = await freePort(GATEWAY);
     const config = parseConfig({
       backend: 'kubernetes',
-      kubernetes: cluster.section({ image: DEBIAN_IMAGE }),
+      // blocked.egress.test is allowed by name but resolves into a range the cluster blocks.
+      kubernetes: cluster.section({ image: DEBIAN_IMAGE, blockedCidrs: [`${hosts.addresses.evil}/32`] }),
       exec: { timeoutSeconds: 30 },
       egressProxy: { upstreamCaFile: hosts.caFile, listen: `${GATEWAY}:${port}`, advertise: `${GATEWAY}:${port}` },
-      egress: { mode: 'allowlist', allow: ['api.egress.test', 'other.egress.test'], hosts: hosts.hostsEntry() },
+      egress: {
+        mode: 'allowlist', allow: ['api.egress.test', 'other.egress.test', 'blocked.egress.test'],
+        hosts: { ...hosts.hostsEntry(), 'blocked.egress.test': hosts.addresses.evil },
+      },
       credentials: { GITHUB_TOKEN: { from: 'TEST_GH_VALUE', hosts: ['api.egress.test'] } },
     });
     broker = await Broker.open({ config, berthHome: cluster.newHome(), env: { PATH: process.env['PATH'], TEST_GH_VALUE: GH_VALUE } });
@@ -96,7 +100,24 @@ describeNetns('egress on kubernetes pods (stand-in: allowlist, credentials, the 
     expect(broker!.egressAudit({ tenant: 'local', allowed: false, limit: 50 }).some((a) => a.rule === 'exfiltration' && a.host === 'other.egress.test')).toBe(true);
   });
 
-  it('a wrong or missing proxy token is refused with 407 (a wrong one audited for the sandbox it names), and nothing goes upstream', async () => {
+  it('an allowed name that resolves into kubernetes.blockedCidrs is refused by the proxy (403, always denied), and nothing goes upstream', async () => {
+    const before = seen.length;
+    const r = await run([
+      'curl -sS http://blocked.egress.test/x',
+      'curl -s -o /dev/null -w "%{http_connect}\\n" https://blocked.egress.test/',
+    ].join('; '));
+    const evil = hosts!.addresses.evil;
+    expect(r.stdout.split('\n')).toEqual([
+      `berth egress: blocked.egress.test:80 refused (always denied: kubernetes.blockedCidrs: ${evil}); the operator decides what this sandbox may reach`,
+      '403', '',
+    ]);
+    expect(seen.length).toBe(before);
+    expect(events.filter((e) => e.host === 'blocked.egress.test').map((e) => [e.allowed, e.rule, e.status])).toEqual([
+      [false, 'always denied: kubernetes.blockedCidrs', 403], [false, 'always denied: kubernetes.blockedCidrs', 403],
+    ]);
+  });
+
+  it('a wrong or missing proxy token is refused with 407 (a wrong one audited for the sandbox it names, at most once a minute, without the host), and nothing goes upstream', async () => {
     const before = seen.length;
     const r = await run([
       'user=${HTTPS_PROXY#http://}; user=${user%%:*}',
@@ -107,8 +128,9 @@ describeNetns('egress on kubernetes pods (stand-in: allowlist, credentials, the 
     ].join('; '));
     expect(r.stdout.split('\n')).toEqual(['407', '407', '407', '407', '']);
     expect(seen.length).toBe(before);
+    // Two wrong tokens under the pod's user: one row (the other folded into the next), no host of the sender's.
     const auth = events.filter((e) => e.rule === 'proxy auth');
-    expect(auth.map((e) => [e.status, e.host, e.identity.session])).toEqual([[407, 'api.egress.test', 'k1'], [407, 'api.egress.test', 'k1']]);
+    expect(auth.map((e) => [e.status, e.host, e.port, e.identity.session, e.detail])).toEqual([[407, '?', 0, 'k1', 'a wrong proxy token for this sandbox']]);
   });
 
   it('the pod and its NetworkPolicy: egress only to the proxy\'s address and port over TCP, no DNS, no ingress; berth\'s CA mounted read-only', async () => {

@@ -19,7 +19,8 @@ import { describeDocker, ensureImage, waitFor } from '../helpers/docker-e2e.js';
 import { BerthOnStandin } from '../k8s-standin/berth-on-standin.js';
 import { StandinApiServer } from '../k8s-standin/server.js';
 import { KubernetesBackend } from '../../src/backends/kubernetes/kubernetes-backend.js';
-import { sandboxInput } from '../k8s-standin/fixtures.js';
+import { sandboxInput, standinClient } from '../k8s-standin/fixtures.js';
+import { egressCaConfigMap, ensureEgressCaConfigMap } from '../../src/backends/kubernetes/proxy-egress.js';
 import { loadValidator } from '../schemas/validate.js';
 
 /*
@@ -101,6 +102,25 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     c().server.denied.add('create extensions.agents.x-k8s.io/sandboxclaims');
     const agent = configOf({ mode: 'agent-sandbox', warmPool: 'pool' }, { persistent: false }).base.kubernetes;
     expect((await errorOf(backend.check(agent))).message).toContain('berth may not create extensions.agents.x-k8s.io/sandboxclaims');
+  });
+
+  it('check: sandboxes in egress mode allowlist also need create configmaps (berth\'s CA), which the stand-in refuses (403) when it is not granted', async () => {
+    const home = c().newHome();
+    const { backend } = await backendOn(home);
+    const k = configOf().base.kubernetes;
+    c().server.denied.add('create /configmaps');
+    await backend.check(k);
+    await backend.check(k, { mode: 'open' });
+    const err = await errorOf(backend.check(k, { mode: 'allowlist' }));
+    expect(err.code).toBe('backend_unavailable');
+    expect(err.message).toContain('berth may not create configmaps in namespace "berth"');
+    const map = egressCaConfigMap('inst', 'berth', { bundlePem: 'bundle', caPem: 'ca' });
+    const refused = await errorOf(ensureEgressCaConfigMap(standinClient(c().server), map));
+    expect(refused.message).toContain('could not create configmap berth-egress-ca-');
+    expect(refused.message).toContain('(403 Forbidden)');
+    c().server.denied.clear();
+    await backend.check(k, { mode: 'allowlist' });
+    await ensureEgressCaConfigMap(standinClient(c().server), map);
   });
 
   it('check: in mode agent-sandbox, an API server without the agent-sandbox CRDs is a start-up error naming the fix', async () => {

@@ -111,7 +111,11 @@ export class StandinApiServer implements AsyncDisposable {
   readonly containers = new Map<string, string>();
   /** Every exec request's URL as received (what an API server's audit log records). */
   readonly execRequests: string[] = [];
-  /** Permissions the token lacks, as `verb group/resource` (`create /pods`, `get /pods/exec`): SelfSubjectAccessReviews answer accordingly. */
+  /**
+   * Permissions the token lacks, as `verb group/resource` (`create /pods`, `get /pods/exec`):
+   * SelfSubjectAccessReviews answer accordingly, and a REST call it names is 403 Forbidden (exec
+   * upgrades are not checked).
+   */
   readonly denied = new Set<string>();
   private readonly objects = new Map<string, Map<string, Obj>>();
   private readonly bridges = new Set<ExecBridge>();
@@ -304,6 +308,14 @@ export class StandinApiServer implements AsyncDisposable {
     }
     const namespace = m[2] as string;
     const name = m[4];
+    // Authorization comes before decoding and admission, as on a real API server.
+    const verb = req.method === 'PUT' ? 'update' : verbOf(req.method ?? '', url);
+    const group = m[1] === '/api/v1' ? '' : (m[1] as string).split('/')[2] as string;
+    if (this.denied.has(`${verb} ${group}/${resource.plural}`)) {
+      return this.reply(res, 403, apiError(403, 'Forbidden',
+        `${resource.plural}${name === undefined ? '' : ` "${name}"`} is forbidden: User "berth-standin" cannot ${verb} resource "${resource.plural}" in API group "${group}" in the namespace "${namespace}"`,
+        { ...(name === undefined ? {} : { name }), kind: resource.plural } as StatusBody['details']));
+    }
     if (req.method === 'POST' && name === undefined) return this.create(res, resource, namespace, await readJson(req), url.searchParams.get('fieldValidation'));
     if (req.method === 'GET' && name === undefined && ['1', 'true'].includes(url.searchParams.get('watch') ?? '')) return this.watch(res, resource, namespace, url.searchParams);
     if (req.method === 'GET' && name === undefined) return this.list(res, resource, namespace, url.searchParams);

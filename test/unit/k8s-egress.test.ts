@@ -1,4 +1,8 @@
-import { connect, type Socket } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { request } from 'node:http';
+import { connect, Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { proxyNetworkPolicy, proxyReach, withProxyEgress } from '../../src/backends/kubernetes/proxy-egress.js';
 import { sandboxPod } from '../../src/backends/kubernetes/manifests.js';
@@ -6,9 +10,10 @@ import { KUBERNETES_DEFAULTS } from '../../src/backends/kubernetes/settings.js';
 import { parseProxyAddress, type ProxyAddress } from '../../src/egress/proxy-address.js';
 import { parseProxyAuthorization, proxyCredential, proxyUrl, tokenMatches } from '../../src/egress/proxy-credential.js';
 import { emptyPolicy } from '../../src/egress/policy.js';
-import type { EgressProxy } from '../../src/egress/proxy.js';
+import { EgressCa } from '../../src/egress/ca.js';
+import { createEgressProxy, type EgressProxy } from '../../src/egress/proxy.js';
 import { SharedEgressListener } from '../../src/egress/shared-listener.js';
-import type { EgressSandbox } from '../../src/egress/types.js';
+import type { EgressEvent, EgressSandbox } from '../../src/egress/types.js';
 import { Logger } from '../../src/logging/logger.js';
 import { sandboxInput } from '../k8s-standin/fixtures.js';
 import { loadValidator } from '../schemas/validate.js';
@@ -128,6 +133,56 @@ describe('egress on kubernetes: the shared listener\'s gate', () => {
       expect(gate.size).toBe(1);
     } finally {
       await gate.close();
+    }
+  });
+
+  it('holds each authenticated sandbox to maxConnectionsPerSandbox open connections: one more is refused until one closes, another sandbox is not affected', async () => {
+    const gate = await SharedEgressListener.start({ handleGated: () => undefined } as unknown as EgressProxy, { host: '127.0.0.1', port: 0, maxConnectionsPerSandbox: 2, log: Logger.silent() });
+    try {
+      const [a, b] = [sandboxOf('a'), sandboxOf('b')];
+      const [ca, cb] = [proxyCredential(secret, 'a'.repeat(64)), proxyCredential(secret, 'b'.repeat(64))];
+      gate.register('ref-a', ca, a);
+      gate.register('ref-b', cb, b);
+      const sockets = Array.from({ length: 4 }, () => new Socket());
+      expect(gate.authenticate(basic(ca.user, ca.token), sockets[0])).toEqual({ sandbox: a });
+      expect(gate.authenticate(basic(ca.user, ca.token), sockets[1])).toEqual({ sandbox: a });
+      expect(gate.authenticate(basic(ca.user, ca.token), sockets[2])).toEqual({ full: a });
+      expect(gate.authenticate(basic(cb.user, cb.token), sockets[3])).toEqual({ sandbox: b });
+      sockets[0]!.emit('close', false);
+      expect(gate.authenticate(basic(ca.user, ca.token), sockets[2])).toEqual({ sandbox: a });
+    } finally {
+      await gate.close();
+    }
+  });
+
+  it('wrong tokens under a sandbox\'s user are audited once (no host of the sender\'s), the rest counted into the record made when the sandbox goes', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'berth-k8s-egress-'));
+    const proxy = createEgressProxy({ ca: await EgressCa.open(join(dir, 'egress')) });
+    const gate = await SharedEgressListener.start(proxy, { host: '127.0.0.1', port: 0, maxConnectionsPerSandbox: 8, log: Logger.silent() });
+    try {
+      const events: EgressEvent[] = [];
+      const a: EgressSandbox = { ...sandboxOf('a'), onDecision: (e) => events.push(e) };
+      const ca = proxyCredential(secret, 'a'.repeat(64));
+      gate.register('ref-a', ca, a);
+      const status = (host: string): Promise<number | undefined> => new Promise((resolve, reject) => {
+        const req = request({ host: '127.0.0.1', port: gate.port, path: `http://${host}/`, headers: { host, 'proxy-authorization': basic(ca.user, 'wrong') }, agent: false }, (res) => {
+          res.resume();
+          resolve(res.statusCode);
+        });
+        req.on('error', reject);
+        req.end();
+      });
+      expect([await status('one.example'), await status('two.example'), await status('three.example')]).toEqual([407, 407, 407]);
+      expect(events.map((e) => [e.rule, e.status, e.host, e.port, e.detail])).toEqual([['proxy auth', 407, '?', 0, 'a wrong proxy token for this sandbox']]);
+      proxy.release(gate.unregister('ref-a')!);
+      expect(events.map((e) => [e.host, e.detail])).toEqual([
+        ['?', 'a wrong proxy token for this sandbox'],
+        ['?', '2 more refused with 407 since the last such entry, not recorded one by one'],
+      ]);
+    } finally {
+      await gate.close();
+      await proxy.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -31,6 +31,11 @@ describe('the permissions a start-up check asks for', () => {
     expect(names({ networkPolicy: false }).some((x) => x.includes('networkpolicies'))).toBe(false);
   });
 
+  it('configmaps (berth\'s egress CA) only for sandboxes berth\'s proxy serves in allowlist, with every verb berth uses on them', () => {
+    expect(names({}).some((x) => x.includes('configmaps'))).toBe(false);
+    expect(permissionsFor(KUBERNETES_DEFAULTS, true).map((p) => `${p.verb} ${p.apiGroup}/${p.resource}`).filter((x) => x.includes('configmaps'))).toEqual(['create /configmaps']);
+  });
+
   it('mode agent-sandbox: Sandboxes, and claims only with a warm pool (pools are never read)', () => {
     expect(names({ mode: 'agent-sandbox' })).toEqual(expect.arrayContaining(['create agents.x-k8s.io/sandboxes', 'create /pods/exec']));
     expect(names({ mode: 'agent-sandbox' }).some((x) => x.includes('sandboxclaims') || x.includes('persistentvolumeclaims'))).toBe(false);

@@ -14,15 +14,14 @@ export interface Permission {
  * The permissions these settings use (a subset of REQUIRED_PERMISSIONS, which deploy/rbac.yaml
  * grants): pods and their exec always (agent-sandbox execs into the controller's pod too), claims
  * in mode pods, Sandboxes in mode agent-sandbox, SandboxClaims with a warm pool, NetworkPolicies
- * when berth makes them. ConfigMaps (egress allowlist) are not asked for here: a refusal shows at
- * the first allowlist sandbox, naming the permission.
+ * when berth makes them, ConfigMaps (berth's egress CA) for sandboxes in egress mode allowlist
+ * (`proxied`).
  */
-export function permissionsFor(k: KubernetesSettings): Permission[] {
+export function permissionsFor(k: KubernetesSettings, proxied = false): Permission[] {
   const used = (resource: string): boolean => {
     switch (resource) {
       case 'persistentvolumeclaims': return k.mode === 'pods';
-      // Only a profile with egress allowlist uses it, which these settings do not tell.
-      case 'configmaps': return false;
+      case 'configmaps': return proxied;
       case 'networkpolicies': return k.networkPolicy;
       case 'sandboxes': return k.mode === 'agent-sandbox';
       case 'sandboxclaims': return k.mode === 'agent-sandbox' && k.warmPool !== undefined;
@@ -42,8 +41,8 @@ function describe(p: Permission): string {
  * also tells an unreachable API server (BackendUnavailableError, exit 125); a refusal lists
  * every missing permission and the fix. Never a fallback.
  */
-export async function checkAccess(client: KubeClient, k: KubernetesSettings): Promise<void> {
-  const wanted = permissionsFor(k);
+export async function checkAccess(client: KubeClient, k: KubernetesSettings, proxied = false): Promise<void> {
+  const wanted = permissionsFor(k, proxied);
   const answers = await Promise.all(wanted.map(async (p) => {
     const [resource, subresource] = p.resource.split('/') as [string, string | undefined];
     try {

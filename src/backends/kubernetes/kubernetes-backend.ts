@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { BackendUnavailableError, BerthError, ConfigError } from '../../errors.js';
 import { Logger } from '../../logging/logger.js';
-import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
+import type { Backend, ManagedSandbox, Sandbox, SandboxEgress, SandboxSpec } from '../backend.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { checkAccess } from './access-check.js';
 import { ApiTransport } from './api-transport.js';
@@ -76,9 +76,9 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
     for (const s of opts.sections ?? []) this.learn(s);
   }
 
-  async check(k: KubernetesSettings): Promise<void> {
+  async check(k: KubernetesSettings, egress?: SandboxEgress): Promise<void> {
     const client = this.clientFor(k);
-    await checkAccess(client, k);
+    await checkAccess(client, k, egress?.mode === 'allowlist');
     await checkAgentSandboxCrds(client, k);
     if (k.networkPolicy) await checkNetworkPolicies(client, this.installation, k);
   }

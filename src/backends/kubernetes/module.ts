@@ -26,6 +26,8 @@ export const kubernetesModule = defineBackend({
   },
   settings: kubernetesSettings,
   images: { of: (s) => s.image, with: (s, image) => ({ ...s, image }) },
+  // The proxy holds them to the ranges their NetworkPolicy blocks, for a name that resolves there.
+  egressDenied: (s) => s.blockedCidrs.map((cidr) => ({ cidr, label: 'kubernetes.blockedCidrs' })),
   // Cluster resources, not this host's: counted only where the settings bound them.
   reservation: (s) => ({ memoryMb: s.memoryMb, diskMb: s.ephemeralStorageMb }),
   isolationNoteFor: (s) => {
