@@ -92,3 +92,21 @@ describeDocker('berth serve: a client that disconnects cancels its command', () 
     await server.stop();
   }, 120_000);
 });
+
+describeDocker('berth serve: a timed-out command', () => {
+  dockerSuiteHooks(reg, stopAll);
+
+  it('after a timeout, the notice, the result\'s cwd, explain and the next call agree on where the new shell is', async () => {
+    const t = reg.track();
+    const { server, api } = await serve(t);
+    expect((await api.post('/v1/exec', { session: 'agree', command: 'mkdir -p /workspace/before && cd /workspace/before' })).body).toMatchObject({ exitCode: 0 });
+    const r = await api.post('/v1/exec', { session: 'agree', command: 'cd /tmp && export MOVED=yes && sleep 30', timeoutSeconds: 1 });
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ exitCode: 124, timedOut: true, cwd: '/tmp' });
+    expect(r.body.stderr).toContain("the command's processes were killed and a new shell took over in /tmp with the exported variables");
+    expect((await api.post('/v1/explain', { session: 'agree' })).body).toMatchObject({ cwd: '/tmp' });
+    const next = await api.post('/v1/exec', { session: 'agree', command: 'pwd; echo "[$MOVED]"' });
+    expect(next.body).toMatchObject({ exitCode: 0, stdout: '/tmp\n[yes]\n', cwd: '/tmp' });
+    await server.stop();
+  }, 120_000);
+});
