@@ -4,7 +4,7 @@ import { describeDocker, dockerConfigYaml, dockerSuiteHooks, installs, type Test
 import { createToken, qs, ServeProcess, stopAll, type ApiClient } from '../helpers/serve.js';
 
 /*
- * Issue 8, item 19: a client that goes away mid-call cancels its command (tree killed as on a
+ * A client that goes away mid-call cancels its command (tree killed as on a
  * timeout, exit code 130 in the audit), so nothing of it runs on unseen and the session's next
  * call does not wait for it. Through a real `berth serve` on the real engine, over real sockets.
  */
