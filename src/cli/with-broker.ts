@@ -7,7 +7,7 @@ export interface CliBrokerOptions {
    * A serving process (`berth mcp`, `berth serve`) holds the sessions it opens, so they are reaped
    * if it dies, and keeps a command's full output in a spill file for its caller. A one-shot
    * command leaves its sessions open across invocations until `berth close` or idle expiry, and
-   * streams output live: a spill file would only outlive the process (issue 8).
+   * streams output live: a spill file would only outlive the process.
    */
   serving?: boolean;
   /** The environment the broker reads once (default: the command's). */

@@ -28,7 +28,7 @@ export function defaultCore(backend: string): CoreSettings {
     warmPool: { size: 0 },
     files: { maxBytes: 100 * 1024 * 1024, mediaMode: 'copy' },
     env: { static: {}, forward: [], perUserPrefix: 'BERTH_USER', redact: true },
-    // Open by default, as before egress existed: an allowlist is the operator's choice per profile
+    // Open by default: an allowlist is the operator's choice per profile
     // (README, "Egress and credentials"); open still never reaches the host (design §8).
     egress: emptyPolicy('open'),
     credentials: [],

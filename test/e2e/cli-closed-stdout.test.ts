@@ -25,9 +25,9 @@ function runWithClosedStdout(args: string[], t: { env: NodeJS.ProcessEnv; dir: s
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /*
- * Issue 8, item 17: `berth exec … | head -c 0` crashed with an EPIPE stack trace. A closed stdout
- * now ends the call quietly: the command is cancelled (as SIGPIPE ends a writer in a pipeline),
- * nothing more is printed, and the exit code is 141 (128 + SIGPIPE).
+ * `berth exec … | head -c 0`: a closed stdout ends the call quietly, without an EPIPE stack
+ * trace: the command is cancelled (as SIGPIPE ends a writer in a pipeline), nothing more is
+ * printed, and the exit code is 141 (128 + SIGPIPE).
  */
 describe('berth exec with its stdout closed (local backend, real processes)', () => {
   it('streaming: cancels the command, exits 141 without a stack trace, the session goes on', async () => {

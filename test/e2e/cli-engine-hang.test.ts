@@ -5,7 +5,7 @@ import { runBerth } from '../helpers/cli.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 /*
- * Issue 8 item 15: an engine socket that accepts connections and never answers. Every engine
+ * An engine socket that accepts connections and never answers. Every engine
  * request is bounded, so the CLI reports the engine as unreachable (exit 125, one line) and exits,
  * instead of staying alive on the open request.
  */

@@ -22,7 +22,7 @@ import {
 import { runBerth } from '../helpers/cli.js';
 
 /*
- * Issue 8 on the docker backend, through the library: which tenants a volume reaches, sandboxes
+ * Trust boundaries on the docker backend, through the library: which tenants a volume reaches, sandboxes
  * that cannot reach each other over the network, setuid files planted in host binds, and the
  * per-sandbox disk bound.
  */
@@ -53,7 +53,7 @@ async function startHttpd(b: Broker, scope: CallScopeInput): Promise<void> {
 describeDocker('trust boundaries on the real docker engine', () => {
   dockerSuiteHooks(reg);
 
-  it('item 3: a volume reaches only the tenants in its audience; "*" reaches every tenant', async () => {
+  it('a volume reaches only the tenants in its audience; "*" reaches every tenant', async () => {
     const t = reg.track();
     const own = t.userDir('vol-acme');
     const everyone = t.mkdir('vol-all');
@@ -81,7 +81,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(again.stdout).toBe('ok\n');
   });
 
-  it('item 4: a server in one sandbox is reachable from no other sandbox, of the same tenant or another', async () => {
+  it('a server in one sandbox is reachable from no other sandbox, of the same tenant or another', async () => {
     const t = reg.track();
     const b = await t.open(dockerConfig({ persistent: false }));
     const server: CallScopeInput = { tenant: 'acme', session: 'server' };
@@ -119,7 +119,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(await networksOf(t.installation)).toEqual([]);
   });
 
-  it('item 4: closing a broker removes the tenant networks its last sandboxes left, and keeps one a persistent sandbox still uses', async () => {
+  it('closing a broker removes the tenant networks its last sandboxes left, and keeps one a persistent sandbox still uses', async () => {
     const t = reg.track();
     const b = await t.open(dockerConfig({ persistent: false }), { reap: false });
     await b.exec({ tenant: 'acme', session: 'gone' }, 'true');
@@ -136,7 +136,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect((await t.containers()).length).toBe(1);
   });
 
-  it('item 4: network none still has no network, and makes no berth network', async () => {
+  it('network none still has no network, and makes no berth network', async () => {
     const t = reg.track();
     const b = await t.open(dockerConfig({ persistent: false, docker: { network: 'none' } }));
     const r = await b.exec({ session: 'offline' }, 'tail -n +3 /proc/net/dev | cut -d: -f1');
@@ -144,7 +144,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(await networksOf(t.installation)).toEqual([]);
   });
 
-  it('item 4: two processes creating the first sandboxes of a tenant at once end with one network', async () => {
+  it('two processes creating the first sandboxes of a tenant at once end with one network', async () => {
     const t = reg.track();
     // Two brokers on one BERTH_HOME: two processes of one installation, each with its own backend.
     const [p1, p2] = [await t.open(dockerConfig({ persistent: false })), await t.open(dockerConfig({ persistent: false }))];
@@ -156,7 +156,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(attached).toEqual([[nets[0]!.name], [nets[0]!.name], [nets[0]!.name], [nets[0]!.name]]);
   });
 
-  it('item 4: a network of berth\'s name that is not this installation\'s is never joined', async () => {
+  it('a network of berth\'s name that is not this installation\'s is never joined', async () => {
     const t = reg.track();
     const name = networkName(t.installation, 'acme', 0);
     const planted = await docker.createNetwork({ Name: name, CheckDuplicate: true, Labels: { 'berth.installation': 'someone-else' } });
@@ -172,7 +172,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     }
   });
 
-  it('item 4: a sandbox made before tenant networks (on the default bridge) is moved onto its tenant network; a network change to none is refused', async () => {
+  it('a sandbox made before tenant networks (on the default bridge) is moved onto its tenant network; a network change to none is refused', async () => {
     const t = reg.track();
     const first = await t.open(dockerConfig({}), { holdSessions: false });
     expect((await first.exec({ tenant: 'acme' }, 'true')).exitCode).toBe(0);
@@ -193,7 +193,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect((err as Error).message).toMatch(/was created with a network but its network is now "none" \(docker\.network, egress\.mode\).*berth rm/);
   });
 
-  it('item 7: a setuid file the sandbox plants in a workspace owned by uid 1000 gives at most euid 1000 on the host', async () => {
+  it('a setuid file the sandbox plants in a workspace owned by uid 1000 gives at most euid 1000 on the host', async () => {
     const t = reg.track();
     // The host user who later runs the planted file (65534) must be able to reach it.
     chmodSync(t.root, 0o755);
@@ -214,7 +214,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(home.stdout, home.output).toBe('ok\n');
   });
 
-  it('item 7: a persistent sandbox on a uid-1000 workspace runs as 1000 with its own home handed to 1000; mixed owners are refused', async () => {
+  it('a persistent sandbox on a uid-1000 workspace runs as 1000 with its own home handed to 1000; mixed owners are refused', async () => {
     const t = reg.track();
     const ws = t.mkdir('ws-persist');
     chownSync(ws, 1000, 1001);
@@ -247,7 +247,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(await t.containers().then((l) => l.filter((c) => c.labels['berth.key'] === 'session:mixed'))).toEqual([]);
   });
 
-  it('item 7: a sandbox created as one owner before its workspace changed owner is refused on adoption, not reused as the old one', async () => {
+  it('a sandbox created as one owner before its workspace changed owner is refused on adoption, not reused as the old one', async () => {
     const t = reg.track();
     const ws = t.userDir('ws-later');
     const first = await t.open(dockerConfig({ persistent: true, workspace: { mount: true } }), { holdSessions: false });
@@ -286,7 +286,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(r.stdout, r.output).toBe('0\nread-only\n');
   });
 
-  it('item 8: a sandbox over docker.diskMb is stopped by the check; its next call fails clearly, another is unaffected', async () => {
+  it('a sandbox over docker.diskMb is stopped by the check; its next call fails clearly, another is unaffected', async () => {
     const t = reg.track();
     const b = await t.open(dockerConfig({ persistent: false, docker: { diskMb: 50 } }));
     const hog: CallScopeInput = { session: 'hog' };
@@ -308,7 +308,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(await b.reapers.enforceDiskLimits()).toEqual([]);
   });
 
-  it('item 8: a command running when the check stops its sandbox fails with the disk error', async () => {
+  it('a command running when the check stops its sandbox fails with the disk error', async () => {
     const t = reg.track();
     const b = await t.open(dockerConfig({ persistent: false, docker: { diskMb: 50 } }));
     const hog: CallScopeInput = { session: 'hog' };
@@ -322,7 +322,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(await running).toMatchObject({ code: 'disk_limit_exceeded' });
   });
 
-  it('item 8: berth\'s own dirs of a persistent sandbox count, an attached workspace does not; a later CLI process gets the error', async () => {
+  it('berth\'s own dirs of a persistent sandbox count, an attached workspace does not; a later CLI process gets the error', async () => {
     const t = reg.track();
     const ws = t.userDir('big-ws');
     const settings = { scope: 'session', persistent: true, workspace: { mount: true }, docker: { diskMb: 50 } };

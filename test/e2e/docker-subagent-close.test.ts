@@ -5,7 +5,7 @@ import {
 } from '../helpers/docker-e2e.js';
 
 /*
- * Issue 8 item 20 through the real `berth` binary: a subagent belongs to its parent's conversation
+ * Through the real `berth` binary: a subagent belongs to its parent's conversation
  * (docs/design.md §6), so closing the parent closes its subagents (and theirs), and the sandbox they share
  * goes. `persistent: false` with auto row 2: a task's sandbox is keyed by its root task.
  */

@@ -7,9 +7,9 @@ import {
 
 /*
  * The command contract of docs/design.md §5 on the real engine, through the library: after a timeout
- * nothing more of the line runs and the tree is gone (issue 8, item 11); a fork bomb that took
+ * nothing more of the line runs and the tree is gone; a fork bomb that took
  * every pid of the sandbox is ended without a new process there, the session works again at
- * once and the notice says exactly what was restored (item 12). Containers use berth's default
+ * once and the notice says exactly what was restored. Containers use berth's default
  * pids limit (512).
  */
 

@@ -9,7 +9,7 @@ import { createToken, qs, ServeProcess, stopAll } from '../helpers/serve.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 /*
- * Issue 8 item 19 (first half): reading a job from an offset past the end of its output is an
+ * Reading a job from an offset past the end of its output is an
  * error naming the current size (400 offset_out_of_range over HTTP, an isError result over MCP),
  * never an answer that pretends the offset was valid.
  */

@@ -41,7 +41,7 @@ describeStandin('kubernetes agent-sandbox Sandbox resources (stand-in API server
     expect((await execOnceInPod(again.target, ['cat', '/workspace/f'])).stdout.toString()).toBe('kept\n');
     // Another installation never adopts it.
     await expect(createOrAdoptSandbox(client, sandboxResource({ ...input, ephemeral: false, name: first.name }), { installation: 'someone-else', digest: input.digest }))
-      .rejects.toThrow(/belongs to installation/);
+      .rejects.toMatchObject({ code: 'policy_refused', message: expect.stringMatching(/belongs to installation/) });
     expect(await deleteSandbox(client, first.name)).toBe(true);
     await waitForPodGone(client, first.name, 30_000);
     await expect(client.core.readNamespacedPersistentVolumeClaim({ namespace: 'berth', name: `data-${first.name}` })).rejects.toMatchObject({ code: 404 });

@@ -84,8 +84,8 @@ describeStandin('kubernetes pod lifecycle (stand-in API server, real client)', (
     expect(second.adopted).toBe(true);
     expect(second.object.metadata!.uid).toBe(first.object.metadata!.uid);
     // Another installation whose identity happens to map to the same name never takes the pod over.
-    await expect(createOrAdoptPod(client, sandboxPod(i), { installation: installation(), digest: i.digest }, 30_000)).rejects.toThrow(/belongs to installation/);
-    await expect(createOrAdoptPod(client, sandboxPod(i), { installation: inst, digest: 'f'.repeat(64) }, 30_000)).rejects.toThrow(/another sandbox identity/);
+    await expect(createOrAdoptPod(client, sandboxPod(i), { installation: installation(), digest: i.digest }, 30_000)).rejects.toMatchObject({ code: 'policy_refused', message: expect.stringMatching(/belongs to installation/) });
+    await expect(createOrAdoptPod(client, sandboxPod(i), { installation: inst, digest: 'f'.repeat(64) }, 30_000)).rejects.toMatchObject({ code: 'policy_refused', message: expect.stringMatching(/another sandbox identity/) });
     await deletePod(client, i.name);
   });
 
@@ -156,7 +156,7 @@ describeStandin('kubernetes pod lifecycle (stand-in API server, real client)', (
     const owner = { installation: inst, digest: i.digest };
     expect((await createOrAdoptClaim(client, sandboxDataClaim(i), owner)).adopted).toBe(false);
     expect((await createOrAdoptClaim(client, sandboxDataClaim(i), owner)).adopted).toBe(true);
-    await expect(createOrAdoptClaim(client, sandboxDataClaim(i), { installation: inst, digest: '0'.repeat(64) })).rejects.toThrow(/another sandbox identity/);
+    await expect(createOrAdoptClaim(client, sandboxDataClaim(i), { installation: inst, digest: '0'.repeat(64) })).rejects.toMatchObject({ code: 'policy_refused', message: expect.stringMatching(/another sandbox identity/) });
   });
 
   it('the tenant NetworkPolicy is created once; a second ensure is a no-op', async () => {

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { V1Pod } from '@kubernetes/client-node';
-import { BackendUnavailableError } from '../../src/errors.js';
+import { ConfigError } from '../../src/errors.js';
 import { sandboxPod } from '../../src/backends/kubernetes/manifests.js';
 import { tenantPolicyName } from '../../src/backends/kubernetes/names.js';
 import { ensurePodSandbox } from '../../src/backends/kubernetes/pod-sandboxes.js';
@@ -111,7 +111,8 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     const client = standinClient(only, 'absent');
     const input = sandboxInput('inst', { k: { namespace: 'absent' } });
     const err = await ensurePodSandbox(client, { ...input, knownName: undefined, unique: () => randomBytes(6).toString('hex') }).then(() => undefined, (e: unknown) => e);
-    expect(err).toBeInstanceOf(BackendUnavailableError);
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).code).toBe('config_invalid');
     expect((err as Error).message).toBe(
       `kubernetes: could not create networkpolicy ${tenantPolicyName('inst', 'local', 'egress')}: namespace "absent" does not exist at ${only.url}; create it (kubectl create namespace absent, then deploy/README.md) or fix kubernetes.namespace`,
     );

@@ -85,6 +85,23 @@ describe('MCP over streamable HTTP: tenants, sessions, headers', () => {
     expect(r.text).toContain('[stdout]\nto-out\n');
   });
 
+  it('after a timeout, the notice, the result\'s cwd, the recorded cwd and the next call agree on where the new shell is', async () => {
+    const { broker, mcp } = await localHttp();
+    const a = await httpConn(mcp.url, 'acme');
+    open.push(a);
+    expect((await call(a, 'terminal', { command: 'mkdir -p a b && cd a' })).isError).toBe(false);
+    const r = await call(a, 'terminal', { command: 'cd ../b && export MOVED=yes && sleep 30', timeout: 1 });
+    expect(r.isError).toBe(true);
+    expect(r.structured).toMatchObject({ exitCode: 124, timedOut: true, cwd: expect.stringMatching(/\/b$/) });
+    const cwd = r.structured['cwd'] as string;
+    expect(r.text).toContain(`cwd ${cwd}\n`);
+    expect(r.structured['stderr']).toContain(`a new shell took over in ${cwd} with the exported variables`);
+    // The recorded cwd, where a later process (a restarted server) starts the session's shell.
+    expect(broker.explain({ tenant: 'acme', session: `mcp-${a.sessionId()!}` }).cwd).toBe(cwd);
+    const next = await call(a, 'terminal', { command: 'pwd; echo "[$MOVED]"' });
+    expect(next.structured).toMatchObject({ exitCode: 0, stdout: `${cwd}\n[yes]\n`, cwd });
+  });
+
   it('a request without a session id must be an initialize POST', async () => {
     const { mcp } = await localHttp();
     const get = await fetch(mcp.url, { headers: { 'x-test-tenant': 'acme', accept: 'text/event-stream' } });

@@ -3,7 +3,7 @@ import { describeContainers, describeDocker, dockerConfigYaml, dockerSuiteHooks,
 import { createToken, ServeProcess, stopAll } from '../helpers/serve.js';
 
 /*
- * Issue 8 item 16: `POST /v1/sessions/close` racing a session's first exec. A close always removes
+ * `POST /v1/sessions/close` racing a session's first exec. A close always removes
  * the session's ephemeral sandbox; an exec that was already running when the close came never
  * leaves its container behind after the close returned.
  */

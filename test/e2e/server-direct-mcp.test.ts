@@ -10,7 +10,7 @@ import { rawStatus, sendRaw } from '../helpers/raw-http.js';
 
 /*
  * MCP's requests on /mcp are served without Hono and its Node adapter, like the other hot routes
- * (issue 12; src/server/direct-route.ts): every outcome must answer byte for byte as through
+ * (src/server/direct-route.ts): every outcome must answer byte for byte as through
  * Hono. A real server over a local broker; requests are written on a raw socket, so nothing
  * between the test and the server rewrites the Host (an upper-case Host is one the adapter
  * parses, so such a request still goes through Hono: the reference).

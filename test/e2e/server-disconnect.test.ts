@@ -4,7 +4,7 @@ import { describeDocker, dockerConfigYaml, dockerSuiteHooks, installs, type Test
 import { createToken, qs, ServeProcess, stopAll, type ApiClient } from '../helpers/serve.js';
 
 /*
- * Issue 8, item 19: a client that goes away mid-call cancels its command (tree killed as on a
+ * A client that goes away mid-call cancels its command (tree killed as on a
  * timeout, exit code 130 in the audit), so nothing of it runs on unseen and the session's next
  * call does not wait for it. Through a real `berth serve` on the real engine, over real sockets.
  */
@@ -89,6 +89,24 @@ describeDocker('berth serve: a client that disconnects cancels its command', () 
     const cancelled = audit.filter((e) => e.command?.startsWith('echo started; sleep 30'));
     expect(cancelled.map((e) => e.exitCode)).toEqual([130, 130, 130, 130]);
     kept.destroy();
+    await server.stop();
+  }, 120_000);
+});
+
+describeDocker('berth serve: a timed-out command', () => {
+  dockerSuiteHooks(reg, stopAll);
+
+  it('after a timeout, the notice, the result\'s cwd, explain and the next call agree on where the new shell is', async () => {
+    const t = reg.track();
+    const { server, api } = await serve(t);
+    expect((await api.post('/v1/exec', { session: 'agree', command: 'mkdir -p /workspace/before && cd /workspace/before' })).body).toMatchObject({ exitCode: 0 });
+    const r = await api.post('/v1/exec', { session: 'agree', command: 'cd /tmp && export MOVED=yes && sleep 30', timeoutSeconds: 1 });
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ exitCode: 124, timedOut: true, cwd: '/tmp' });
+    expect(r.body.stderr).toContain("the command's processes were killed and a new shell took over in /tmp with the exported variables");
+    expect((await api.post('/v1/explain', { session: 'agree' })).body).toMatchObject({ cwd: '/tmp' });
+    const next = await api.post('/v1/exec', { session: 'agree', command: 'pwd; echo "[$MOVED]"' });
+    expect(next.body).toMatchObject({ exitCode: 0, stdout: '/tmp\n[yes]\n', cwd: '/tmp' });
     await server.stop();
   }, 120_000);
 });

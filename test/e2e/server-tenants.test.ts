@@ -81,7 +81,7 @@ describeDocker('berth serve: tenants, concurrency and streaming on the real engi
     await server.stop();
   }, 120_000);
 
-  it("per-user values belong to (tenant, platform, id): tenant B naming tenant A's user id gets none of A's values (issue 8, item 2)", async () => {
+  it("per-user values belong to (tenant, platform, id): tenant B naming tenant A's user id gets none of A's values", async () => {
     const t = reg.track();
     t.writeConfig(dockerConfigYaml({ persistent: false }));
     const [tokA, tokB] = [await createToken(t, 'acme'), await createToken(t, 'beta')];

@@ -6,7 +6,7 @@ import { describeDocker, docker, dockerConfigYaml, dockerSuiteHooks, installs, w
 import { createToken, qs, ServeProcess, stopAll, type ApiClient, type ServeInstall } from '../helpers/serve.js';
 
 /*
- * Issue 8 item 9 through a real `berth serve`: uploads are streamed into the sandbox (byte-exact,
+ * Through a real `berth serve`: uploads are streamed into the sandbox (byte-exact,
  * nothing left behind when one fails) and one tenant cannot take the server's memory or its call
  * slots: past `limits.concurrentCalls` or `limits.uploadBytesInFlight` its calls get 429, while
  * another tenant's calls go through. The server's memory under load is measured by the bench.

@@ -9,7 +9,7 @@ import { describeDocker, dockerConfig, dockerSuiteHooks, installs } from '../hel
 import { tempDir } from '../helpers/temp-dir.js';
 
 /*
- * `broker.files.uploadStream` (issue 8 item 9), the same on every backend: a stream of a known size goes
+ * `broker.files.uploadStream`, the same on every backend: a stream of a known size goes
  * into the sandbox as it arrives and lands byte-exact; the path and the size are checked before a
  * byte is read; a stream that is short, long or failing leaves nothing behind (no temp file, no dir
  * the upload created) and an existing file as it was.

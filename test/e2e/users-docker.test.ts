@@ -8,7 +8,7 @@ import { describeDocker, dockerConfig, IMAGE, installs,
   dockerSuiteHooks,} from '../helpers/docker-e2e.js';
 
 /*
- * Many end users on one gateway (issue 4): scope auto, userSandbox on, docker, persistent false.
+ * Many end users on one gateway: scope auto, userSandbox on, docker, persistent false.
  * Each user has their own sandbox and their own GITHUB_TOKEN, from berth's environment or a
  * secrets file; nothing of one user reaches the other, through files, env, /proc or the audit log.
  */

@@ -1,5 +1,5 @@
 /**
- * Measurements through the stand-in API server (issue 14), printed as a table; a lower bound for
+ * Measurements through the stand-in API server, printed as a table; a lower bound for
  * a real cluster (no kubelet, no CRI, no network between berth and the API server):
  *
  *   npx tsx test/k8s-standin/measure.ts [rounds]

@@ -14,7 +14,7 @@ function problem(raw: unknown, source?: string): string {
   throw new Error('expected a ConfigError');
 }
 
-describe('config: files and env.secretsFile (issue 4)', () => {
+describe('config: files and env.secretsFile', () => {
   it('files.maxBytes defaults to 100 MiB and may be set per profile', () => {
     const c = parseConfig({ files: { maxBytes: 1000 }, profiles: { bot: { files: { maxBytes: 5 } }, other: {} } });
     expect(parseConfig({}).base.files).toEqual({ mediaMode: 'copy', maxBytes: 104_857_600 });

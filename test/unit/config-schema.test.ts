@@ -456,7 +456,7 @@ describe('cross-field rules', () => {
   });
 });
 
-describe('installation-wide sections and the trust-boundary settings (issue 8)', () => {
+describe('installation-wide sections and the trust-boundary settings', () => {
   it('defaults: no host backend for remote callers, per-tenant limits, audit cap and retention', () => {
     const c = parseConfig({});
     expect(c.server).toEqual({

@@ -5,7 +5,7 @@ import { diskLimitError, duBytes, MIB } from '../../src/backends/docker/disk-usa
 import { tempDir } from '../helpers/temp-dir.js';
 import { testSpec } from '../helpers/docker.js';
 
-describe('measuring berth\'s own dirs of a sandbox (issue 8 item 8)', () => {
+describe('measuring berth\'s own dirs of a sandbox', () => {
   it('counts allocated bytes once per file; planted links never lead the walk elsewhere', async () => {
     const root = tempDir('berth-du-');
     const outside = join(root, 'outside');

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { chooseShard, COUNT_TTL_MS, isTenantNetwork, networkName, RECOUNT_MARGIN, SHARD_CAPACITY, shardCapacity, ShardCounts } from '../../src/backends/docker/network-shards.js';
 
-describe('tenant network shards (issue 8 item 4)', () => {
+describe('tenant network shards', () => {
   const full = (shard: number) => ({ shard, members: SHARD_CAPACITY, capacity: SHARD_CAPACITY });
 
   it('stays below the 1,024 ports of a Linux bridge', () => {
@@ -50,7 +50,7 @@ describe('tenant network shards (issue 8 item 4)', () => {
     expect(isTenantNetwork('inst-1', 'acme', networkName('inst-1', 'acme', 0).replace(/-0$/, '-01'))).toBe(false);
   });
 
-  describe('member counts reused between creates (issue 12: filling a tenant was quadratic)', () => {
+  describe('member counts reused between creates (filling a tenant stays linear)', () => {
     const shard0 = { shard: 0, name: 'net-0', capacity: SHARD_CAPACITY };
     const shard1 = { shard: 1, name: 'net-1', capacity: SHARD_CAPACITY };
 

@@ -55,7 +55,7 @@ describe('parseSecretsFile', () => {
     }
   });
 
-  it('never echoes any text of a bad line: a pasted PEM line or section stays out of the message (issue 8, item 14)', () => {
+  it('never echoes any text of a bad line: a pasted PEM line or section stays out of the message', () => {
     const pemLine = 'MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7';
     for (const text of [`${pemLine}+/x=1`, `[${pemLine}]`, `[tel:${pemLine} x]`, `[${pemLine}`, `A=1\nA=${pemLine}`]) {
       let err: unknown;

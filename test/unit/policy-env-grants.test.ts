@@ -250,7 +250,7 @@ describe('per-user variable naming', () => {
   });
 });
 
-describe('per-user values belong to (tenant, platform, id) (issue 8, item 2)', () => {
+describe('per-user values belong to (tenant, platform, id)', () => {
   const hostEnv = {
     // tenant local, bare form (the reference agent's naming)
     BERTH_USER_TELEGRAM_111_GITHUB_TOKEN: 'local-user-111-token',

@@ -11,7 +11,7 @@ import { Logger } from '../../src/logging/logger.js';
 
 /*
  * The hot routes (an authenticated route with a fixed path, POST /v1/exec first) are served
- * without Hono and its Node adapter (issue 12). Requests are written on a raw socket, so nothing
+ * without Hono and its Node adapter. Requests are written on a raw socket, so nothing
  * between the test and the server rewrites the target or the Host.
  */
 

@@ -1,13 +1,14 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, readlinkSync } from 'node:fs';
+import { readlinkSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { BackendUnavailableError, BerthError, TimeoutError } from '../../errors.js';
 import type { SpawnOptions } from '../backend.js';
 import { bwrapArgs } from './bwrap-args.js';
-import { FifoPool, openHostEnds, streamsOf, unlinkFifos, type HostEnds, type HostFds } from './fifo.js';
-import { encodeKill, encodeSpawn, INIT_SCRIPT } from './init-script.js';
-import { parseExitStatus, readInitEvents, type InitEvent } from './init-events.js';
-import { groupFile, hostsFile, nsswitchFile, passwdFile, SANDBOX_WORKSPACE, type SandboxDirs } from './layout.js';
+import { FifoPool } from './fifo.js';
+import { INIT_SCRIPT } from './init-script.js';
+import { readInitEvents, type InitEvent } from './init-events.js';
+import { spawnThroughInit, type InitLoop, type SandboxProcess } from './spawn.js';
+import { groupFile, hostsFile, nsswitchFile, passwdFile, type SandboxDirs } from './layout.js';
 import { etcForNetwork, type SystemPath } from './system-paths.js';
 
 export interface StartSandboxOptions {
@@ -32,25 +33,7 @@ export interface StartSandboxOptions {
   startTimeoutMs?: number;
 }
 
-/** A process running in a sandbox, started by its init loop. */
-export interface SandboxProcess {
-  /** Its pid inside the sandbox (also its process group). */
-  readonly pid: number;
-  /** Undefined when spawned without stdin. */
-  readonly stdin: Writable | undefined;
-  readonly stdout: Readable;
-  readonly stderr: Readable;
-  /**
-   * Its exit status (128+n after signal n); null when its watcher was killed first (the sandbox
-   * ended, or everything in it was killed).
-   */
-  readonly exited: Promise<number | null>;
-  /** Signals its process group (SIGKILL by default) and waits for it to end. Never throws. */
-  kill(signal?: 'KILL' | 'TERM' | 'INT' | 'HUP'): Promise<void>;
-}
-
 const DEFAULT_START_TIMEOUT_MS = 10_000;
-const SPAWN_TIMEOUT_MS = 10_000;
 const STDERR_KEEP = 4096;
 const GONE_WAIT_MS = 5_000;
 /* How long a failed start waits for the rest of what bwrap wrote on stderr after its exit was seen. */
@@ -116,6 +99,8 @@ export class BwrapSandbox implements AsyncDisposable {
   private stderrTail = '';
   private readonly stderrClosed: Promise<void>;
   private ended = false;
+  /** The init loop as the spawn of a process uses it. */
+  private readonly loop: InitLoop;
 
   constructor(
     private readonly child: ChildProcess,
@@ -133,6 +118,13 @@ export class BwrapSandbox implements AsyncDisposable {
     });
     this.control = fdStream(child, FD.control) as Writable;
     this.control.on('error', () => undefined);
+    this.loop = {
+      fifos,
+      gone: () => this.ended,
+      send: (request) => void this.control.write(request),
+      listen: (id, on) => void this.waiters.set(id, on),
+      forget: (id) => void this.waiters.delete(id),
+    };
     const stderr = fdStream(child, 2) as Readable;
     stderr.setEncoding('utf8');
     stderr.on('data', (s: string) => {
@@ -221,69 +213,8 @@ export class BwrapSandbox implements AsyncDisposable {
    * exist; default /workspace). Resolves once it runs; rejects if the sandbox is gone, the cwd is
    * missing or the env cannot be given.
    */
-  async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SandboxProcess> {
-    if (this.ended) throw new BerthError('not_found', 'the bwrap sandbox has ended');
-    const cwd = opts.cwd ?? SANDBOX_WORKSPACE;
-    const fifos = await this.fifos.take();
-    const id = fifos.id;
-    const request = encodeSpawn({ id, cwd, stdin: opts.stdin ? 'pipe' : 'null', argv, env: opts.env });
-    let fds: HostFds | undefined;
-    try {
-      fds = openHostEnds(fifos, opts.stdin);
-      const first = await new Promise<InitEvent | { kind: 'gone' }>((resolve, reject) => {
-        const timer = setTimeout(() => {
-          // Should it start after all, nobody holds its stdio: end it when it says it runs.
-          this.waiters.set(id, (late) => {
-            this.waiters.delete(id);
-            if (late.kind === 'started' && !this.ended) this.control.write(encodeKill(late.pid, 'KILL'));
-          });
-          reject(new TimeoutError(`a process in the bwrap sandbox did not start within ${SPAWN_TIMEOUT_MS} ms`));
-        }, SPAWN_TIMEOUT_MS);
-        this.waiters.set(id, (e) => {
-          this.waiters.delete(id);
-          clearTimeout(timer);
-          resolve(e);
-        });
-        this.control.write(request);
-      });
-      if (first.kind === 'failed') throw spawnFailure(first.what, cwd, argv);
-      if (first.kind !== 'started') throw new BerthError('not_found', 'the bwrap sandbox ended before the process started');
-      const ends = streamsOf(fds);
-      fds = undefined;
-      return this.processHandle(first.pid, ends);
-    } finally {
-      if (fds !== undefined) for (const fd of [fds.stdin, fds.stdout, fds.stderr, fds.status]) if (fd !== undefined) closeSync(fd);
-      unlinkFifos(fifos);
-    }
-  }
-
-  private processHandle(pid: number, ends: HostEnds): SandboxProcess {
-    ends.stdin?.on('error', () => undefined);
-    const exited = new Promise<number | null>((resolve) => {
-      let text = '';
-      ends.status.setEncoding('latin1');
-      ends.status.on('data', (d: string) => {
-        if (text.length < 16) text += d;
-      });
-      ends.status.on('error', () => undefined);
-      ends.status.on('close', () => resolve(parseExitStatus(text)));
-    });
-    let ended = false;
-    void exited.then(() => {
-      ended = true;
-    });
-    return {
-      pid,
-      stdin: ends.stdin,
-      stdout: ends.stdout,
-      stderr: ends.stderr,
-      exited,
-      kill: async (signal = 'KILL') => {
-        // Once it ended its pid may be another process's: no signal then.
-        if (!ended && !this.ended) this.control.write(encodeKill(pid, signal));
-        await exited;
-      },
-    };
+  spawn(argv: readonly string[], opts: SpawnOptions): Promise<SandboxProcess> {
+    return spawnThroughInit(this.loop, argv, opts);
   }
 
   /** Ends every process of the sandbox and waits until bwrap is gone. Idempotent; never throws. */
@@ -326,12 +257,6 @@ export class BwrapSandbox implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
   }
-}
-
-function spawnFailure(what: string, cwd: string, argv: readonly string[]): BerthError {
-  if (what === 'cwd') return new BerthError('spawn_failed', `working directory ${cwd} does not exist in the sandbox (or is not a directory)`);
-  if (what === 'env') return new BerthError('spawn_failed', `the environment for ${JSON.stringify(argv[0])} could not be set in the sandbox`);
-  return new BerthError('spawn_failed', `the sandbox could not open the stdio of ${JSON.stringify(argv[0])}`);
 }
 
 /** The stream of one of the child's stdio slots (node types only the first five). */

@@ -74,7 +74,7 @@ const bwrapShape = {
  * listener there would serve every process of the host). Allowlist and none sandboxes get a
  * namespace of their own whatever `network` says.
  */
-export function bwrapUseProblems(uses: readonly SectionUse<BwrapSettings>[]): string[] {
+function bwrapUseProblems(uses: readonly SectionUse<BwrapSettings>[]): string[] {
   return uses
     .filter((u) => u.settings.network === 'host' && u.egress.mode === 'open' && u.egress.proxied)
     .map((u) => `config key "${u.at}.network": "host" shares this host's network namespace, where berth's egress proxy cannot listen for one sandbox, ` +

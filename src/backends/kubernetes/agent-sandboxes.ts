@@ -1,5 +1,5 @@
 import type { V1Pod } from '@kubernetes/client-node';
-import { BackendUnavailableError, TimeoutError } from '../../errors.js';
+import { BackendUnavailableError, PolicyRefusedError, TimeoutError } from '../../errors.js';
 import type { SandboxIdentity } from '../../scope/naming.js';
 import { AGENT_SANDBOX_API, sandboxResource, type SandboxResource } from './agent-sandbox-manifests.js';
 import type { ExecTarget } from './spawn.js';
@@ -48,7 +48,7 @@ export async function createOrAdoptSandbox(client: KubeClient, manifest: Sandbox
   if (existing === undefined) throw new BackendUnavailableError(`kubernetes: sandbox ${name} was reported to exist and then was gone; try again`);
   const why = notOwnedBy(existing.metadata as { labels?: Record<string, string>; annotations?: Record<string, string> }, owner);
   if (why !== undefined) {
-    throw new BackendUnavailableError(`kubernetes: a sandbox named ${name} exists but ${why}; berth never adopts an object that is not its own. Delete it (kubectl delete sandbox ${name}) if it is stale`);
+    throw new PolicyRefusedError(`kubernetes: a sandbox named ${name} exists but ${why}; berth never adopts an object that is not its own. Delete it (kubectl delete sandbox ${name}) if it is stale`);
   }
   return { object: existing, adopted: true };
 }
@@ -126,7 +126,7 @@ export async function ensureAgentSandbox(client: KubeClient, input: EnsureSandbo
   const replaced = adopted && (await clearEndedPod(client, name, object.metadata.uid, timeoutMs));
   const pod = await waitForRunning(client, name, timeoutMs, { mayNotExistYet: true, imagePullTimeoutMs: k.imagePullTimeoutSeconds * 1000 });
   if (!podOfSandbox(pod, name, object.metadata.uid)) {
-    throw new BackendUnavailableError(`kubernetes: pod ${name} is not the one the agent-sandbox controller made for sandbox ${name}; refusing to use it`);
+    throw new PolicyRefusedError(`kubernetes: pod ${name} is not the one the agent-sandbox controller made for sandbox ${name}; refusing to use it`);
   }
   return { name, target: { client, pod: name, container: CONTAINER_NAME }, created: !adopted, replaced };
 }
@@ -140,7 +140,7 @@ export async function ensureAgentSandbox(client: KubeClient, input: EnsureSandbo
  */
 export async function podOfOwnSandbox(client: KubeClient, name: string, uid: string | undefined, owner: Owner, k: KubernetesSettings): Promise<ExecTarget> {
   const refuse = (why: string): never => {
-    throw new BackendUnavailableError(`kubernetes: pod ${name} of sandbox ${name} cannot be used: ${why}; refusing to run commands in it`);
+    throw new PolicyRefusedError(`kubernetes: pod ${name} of sandbox ${name} cannot be used: ${why}; refusing to run commands in it`);
   };
   const lacks = (pod: V1Pod): string | undefined => {
     if (!podOfSandbox(pod, name, uid)) return refuse('it was not made by the agent-sandbox controller for that sandbox');

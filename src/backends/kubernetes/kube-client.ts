@@ -140,7 +140,7 @@ export function fromKubeError(client: Pick<KubeClient, 'server' | 'namespace'>, 
       );
     case 404:
       if (namespaceMissing(err)) {
-        return new BackendUnavailableError(
+        return new ConfigError(
           `kubernetes: could not ${doing}: namespace "${client.namespace}" does not exist at ${client.server}; create it (kubectl create namespace ${client.namespace}, then deploy/README.md) or fix kubernetes.namespace`,
           { cause: err },
         );

@@ -1,5 +1,5 @@
 import type { V1PersistentVolumeClaim, V1Pod } from '@kubernetes/client-node';
-import { BackendUnavailableError, BerthError, TimeoutError } from '../../errors.js';
+import { BackendUnavailableError, BerthError, PolicyRefusedError, TimeoutError } from '../../errors.js';
 import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
 import { IDENTITY_ANNOTATION, LABEL, labelValue } from './labels.js';
 import { watchObject } from './watch.js';
@@ -52,7 +52,7 @@ export function notOwnedBy(meta: { labels?: Record<string, string>; annotations?
 }
 
 function refuseForeign(kind: string, name: string, why: string): BerthError {
-  return new BackendUnavailableError(
+  return new PolicyRefusedError(
     `kubernetes: a ${kind} named ${name} exists but ${why}; berth never adopts an object that is not its own. Delete it (kubectl delete ${kind} ${name}) if it is stale`,
   );
 }
