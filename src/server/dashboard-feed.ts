@@ -1,4 +1,5 @@
 import type { Broker } from '../broker/broker.js';
+import type { Logger } from '../logging/logger.js';
 import { CallHistory, MINUTE_MS } from './call-history.js';
 import { OverviewStreams, type OverviewStreamOptions } from './overview-stream.js';
 
@@ -10,7 +11,7 @@ import { OverviewStreams, type OverviewStreamOptions } from './overview-stream.j
  * minute sampler, stopped by `close`.
  *
  * @example
- * const feed = new DashboardFeed(broker, log);
+ * const feed = new DashboardFeed(broker, logger.child('berth:server'));
  * feed.start();
  * await feed.streams.serve(res, caller);
  * feed.close();
@@ -21,7 +22,7 @@ export class DashboardFeed {
   private timer: NodeJS.Timeout | undefined;
   private stopObserving: (() => void) | undefined;
 
-  constructor(private readonly broker: Broker, private readonly log: (message: string) => void, opts: OverviewStreamOptions = {}) {
+  constructor(private readonly broker: Broker, private readonly log: Logger, opts: OverviewStreamOptions = {}) {
     this.streams = new OverviewStreams(broker, this.history, { log, ...opts, sampleSessions: () => this.sample() });
   }
 
@@ -59,7 +60,7 @@ export class DashboardFeed {
     try {
       this.history.sessionsOpen(this.broker.openSessionCounts(), now);
     } catch (err) {
-      this.log(`sampling the open sessions failed: ${err instanceof Error ? err.message : String(err)}`);
+      this.log.warn(`sampling the open sessions failed: ${err instanceof Error ? err.message : String(err)}`);
     }
   }
 }

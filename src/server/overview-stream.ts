@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { Broker } from '../broker/broker.js';
+import type { Logger } from '../logging/logger.js';
 import type { Caller } from './caller.js';
 import type { CallHistory } from './call-history.js';
 import { HttpError, toHttpError } from './http-error.js';
@@ -32,8 +33,8 @@ export interface OverviewStreamOptions {
   minGapMs?: number;
   /** Samples the open sessions into the history (throttled by its owner). */
   sampleSessions?: () => void;
-  /** Where an update that failed unexpectedly is logged (the client gets a generic message). */
-  log?: (message: string) => void;
+  /** Where an update that failed unexpectedly is logged, at error with its stack (the client gets a generic message). */
+  log?: Logger;
 }
 
 /**
@@ -122,7 +123,7 @@ export class OverviewStreams {
       return view.sandboxes.some((s) => s.usage?.cpuPending === true);
     } catch (err) {
       const e = toHttpError(err);
-      if (e.code === 'internal') this.opts.log?.(`overview update for tenant ${w.caller.tenant}: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
+      if (e.code === 'internal') this.opts.log?.error(`overview update for tenant ${w.caller.tenant}: ${String(err)}`, { stack: err instanceof Error ? err.stack : undefined });
       w.events.send('error', { error: { code: e.code, message: e.message } });
       return false;
     }

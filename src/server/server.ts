@@ -75,7 +75,7 @@ export class BerthServer {
       refused: (o: { code: string; tenant: string | undefined }) => metrics.refused(o),
       render: () => metrics.render({ inflight: this.inflight, mcpSessions: this.mcp.sessionCount, connections: this.connections.open }),
     };
-    this.dashboard = new DashboardFeed(opts.broker, (m) => this.logger.warn(m), opts.overview);
+    this.dashboard = new DashboardFeed(opts.broker, this.logger, opts.overview);
     const app = createApp({
       broker: opts.broker, tokens: opts.tokens, mcp: this.mcp, callers: this.callers, metrics: edge, overview: this.dashboard.streams,
       draining: () => this.draining, tokensChanged: () => this.mcp.tokensChanged(), log: this.logger, faults: this.requests.faults,

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Broker } from '../../src/broker/broker.js';
 import { MINUTE_MS } from '../../src/server/call-history.js';
+import { Logger } from '../../src/logging/logger.js';
 import { DashboardFeed } from '../../src/server/dashboard-feed.js';
 
 describe('the dashboard feed samples the open sessions', () => {
@@ -12,7 +13,7 @@ describe('the dashboard feed samples the open sessions', () => {
     vi.setSystemTime(start + 58_000);
     let open = 2;
     const broker = { observe: () => () => undefined, openSessionCounts: () => [{ tenant: 'a', profile: 'default', open }] } as unknown as Broker;
-    const feed = new DashboardFeed(broker, () => undefined);
+    const feed = new DashboardFeed(broker, Logger.silent());
     feed.start();
     expect(feed.history.lastHour('a', ['default']).at(-1)?.sessions).toBe(2);
     // 1 s later, same minute: a session opened, and the next update shows it.

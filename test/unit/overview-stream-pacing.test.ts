@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import type { ServerResponse } from 'node:http';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Broker } from '../../src/broker/broker.js';
+import { Logger, type LogRecord } from '../../src/logging/logger.js';
 import { CallHistory } from '../../src/server/call-history.js';
 import { OverviewStreams } from '../../src/server/overview-stream.js';
 
@@ -116,6 +117,23 @@ describe('overview stream pacing', () => {
     res.writableNeedDrain = false;
     await vi.advanceTimersByTimeAsync(1_000);
     expect(res.updates).toBe(2);
+    res.hangUp();
+    await served;
+  });
+
+  it('an update that fails with berth\'s own bug is one error line with its stack; the client gets a generic error', async () => {
+    const broker = { overview: async () => { throw new Error('overview broke'); }, jobs: { ofTenant: async () => [] }, audit: () => [], egressAudit: () => [] } as unknown as Broker;
+    const records: LogRecord[] = [];
+    const log = new Logger((_ns, _m, r) => void (r !== undefined && records.push(r)), 'berth:server');
+    const streams = new OverviewStreams(broker, new CallHistory(), { intervalMs: 10_000, log });
+    const res = new FakeResponse();
+    const served = streams.serve(res as unknown as ServerResponse, acme, () => true);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(records).toHaveLength(1);
+    expect(records[0]).toMatchObject({ level: 'error', msg: 'overview update for tenant acme: Error: overview broke' });
+    expect(String(records[0]?.fields?.['stack'])).toMatch(/overview broke\n\s+at /);
+    expect(res.chunks.join('')).toContain('event: error');
+    expect(res.chunks.join('')).not.toContain('overview broke');
     res.hangUp();
     await served;
   });

@@ -306,7 +306,7 @@ export class DockerBackend implements Backend<DockerSettings> {
           const u = await containerUsageWithDisk(this.docker, ref);
           if (u !== undefined) out.set(ref, u);
         } catch (err) {
-          this.log(`no usage of ${short(ref)}: ${(err as Error).message}`);
+          this.logger.warn(`no usage of ${short(ref)}: ${(err as Error).message}`);
         }
       }
     };
@@ -405,7 +405,7 @@ export class DockerBackend implements Backend<DockerSettings> {
     const plan = planLimits(section, this.storageQuotaRefused === undefined ? caps : { ...caps, storageQuota: undefined });
     if (plan.errors.length > 0) throw new ConfigError(plan.errors.join('; '));
     for (const warning of plan.warnings) {
-      if (isCheck || !this.warned.has(warning)) this.log(`warning: ${warning}`);
+      if (isCheck || !this.warned.has(warning)) this.logger.warn(warning);
       this.warned.add(warning);
     }
     return plan;

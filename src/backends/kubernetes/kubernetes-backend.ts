@@ -101,7 +101,7 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
       this.handleOf(spec, formatRef({ kind, namespace: k.namespace, name }), target, recreated);
 
     if (k.mode === 'pods') {
-      const pod = await ensurePodSandbox(client, { ...input, ephemeral: spec.ephemeral, knownName: knownName('pod'), unique, egress, log: this.log });
+      const pod = await ensurePodSandbox(client, { ...input, ephemeral: spec.ephemeral, knownName: knownName('pod'), unique, egress, log: this.logger });
       const ref = formatRef({ kind: 'pod', namespace: k.namespace, name: pod.name });
       const recreated = pod.recreated && !this.stopped.has(ref);
       this.stopped.delete(ref);

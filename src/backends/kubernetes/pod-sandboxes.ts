@@ -1,4 +1,5 @@
 import type { V1Pod } from '@kubernetes/client-node';
+import type { Logger } from '../../logging/logger.js';
 import type { SandboxIdentity } from '../../scope/naming.js';
 import type { ExecTarget } from './spawn.js';
 import type { KubeClient } from './kube-client.js';
@@ -49,7 +50,7 @@ export interface EnsurePodInput {
   unique: () => string;
   /** Egress mode allowlist: the pod reaches only berth's proxy, and trusts its CA. */
   egress?: PodProxyEgress | undefined;
-  log?: (msg: string) => void;
+  log?: Logger;
 }
 
 export interface PodSandbox {
@@ -111,7 +112,7 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
       const otherReach = pod.object.metadata?.labels?.[NETWORK_LABEL] !== network(manifest);
       if (pod.adopted && (podEnded(pod.object) || otherReach)) {
         const why = otherReach ? `was made for network reach ${pod.object.metadata?.labels?.[NETWORK_LABEL] ?? '(none)'}, not ${network(manifest)}` : `had ended (${pod.object.status?.phase})`;
-        input.log?.(`kubernetes: pod ${name} ${why}; replacing it, its files stay on ${dataClaimName(name)}`);
+        input.log?.info(`kubernetes: pod ${name} ${why}; replacing it, its files stay on ${dataClaimName(name)}`);
         await deletePod(client, name);
         await waitForPodGone(client, name, timeoutMs);
         pod = await createOrAdoptPod(client, podOf(manifest), owner, timeoutMs);
@@ -127,7 +128,7 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
       try {
         await undo();
       } catch (cleanup) {
-        input.log?.(`kubernetes: could not remove what a failed create of ${name} made: ${(cleanup as Error).message}`);
+        input.log?.warn(`kubernetes: could not remove what a failed create of ${name} made: ${(cleanup as Error).message}`);
       }
     }
     throw err;
