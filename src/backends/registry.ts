@@ -10,7 +10,7 @@ import { sshModule } from './ssh/module.js';
  * Every backend berth ships, one line each. A module declares its traits, settings section,
  * default cwd and a lazy factory (importing this file loads no engine client).
  */
-export const BACKEND_MODULES = [
+const BACKEND_MODULES = [
   dockerModule,
   localModule,
   sshModule,

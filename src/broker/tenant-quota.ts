@@ -11,7 +11,7 @@ const MIB = 1024 * 1024;
  * snapshots each add up to at most half of what the machine has, so one tenant alone can never
  * reserve all of it, and what it holds leaves the rest to the others and to the host itself.
  */
-export const DEFAULT_TENANT_SHARE = 0.5;
+const DEFAULT_TENANT_SHARE = 0.5;
 
 /**
  * The bounds on the sandboxes one tenant holds, with the host-sized defaults filled in: memory

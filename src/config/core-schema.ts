@@ -60,10 +60,10 @@ const hibernateSeconds = z.number({ error: '0 (off) or an integer of at least 10
   .refine((v) => v === 0 || v >= 10, { error: '0 (off) or an integer of at least 10' }).optional();
 const lifecycleShape = { idleSeconds: integer(10), hibernateSeconds };
 /** Sandboxes kept started ahead for new ephemeral sessions without a mount (0: none). */
-export const WARM_POOL_MAX = 64;
+const WARM_POOL_MAX = 64;
 const warmPoolShape = { size: integer(0, WARM_POOL_MAX) };
 /** Uploads are held in memory as one Buffer, so the cap stays well inside what a Buffer holds. */
-export const FILES_MAX_BYTES_LIMIT = 2 ** 31 - 1;
+const FILES_MAX_BYTES_LIMIT = 2 ** 31 - 1;
 const filesShape = { maxBytes: integer(1, FILES_MAX_BYTES_LIMIT), mediaMode: oneOf(['copy', 'live']) };
 const envShape = {
   static: envStatic,

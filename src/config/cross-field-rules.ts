@@ -34,7 +34,7 @@ function involves(section: Section, keys: readonly (keyof RawCore)[]): boolean {
 }
 
 /** `a`, `a and b`, `a, b and c`. */
-export function joined(names: readonly string[], word: 'and' | 'or'): string {
+function joined(names: readonly string[], word: 'and' | 'or'): string {
   return names.length <= 1 ? (names[0] ?? '') : `${names.slice(0, -1).join(', ')} ${word} ${names.at(-1)!}`;
 }
 

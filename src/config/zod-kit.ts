@@ -12,7 +12,7 @@ export const TENANT_NAME = /^[A-Za-z0-9._-]{1,64}$/;
 /** Issues whose message is already a whole sentence (not an "expected ..." phrase). */
 export const FULL = { full: true } as const;
 
-export function quoteList(values: readonly string[]): string {
+function quoteList(values: readonly string[]): string {
   return values.map((v) => `"${v}"`).join(', ');
 }
 

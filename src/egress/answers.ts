@@ -17,7 +17,7 @@ export function failureText(host: string, port: number, what: string): string {
   return `berth egress: ${hostPort(host, port)} ${what}\n`;
 }
 
-export function hostPort(host: string, port: number): string {
+function hostPort(host: string, port: number): string {
   return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
 }
 

@@ -1,5 +1,5 @@
 import { GUARDED_BRIDGE_PREFIX } from './guarded-bridges.js';
-import { checkGuard, installGuard, keepGuard, removeGuard, type GuardCheck, type GuardStatus, type HostGuard } from './host-guard.js';
+import { installGuard, keepGuard, type GuardStatus, type HostGuard } from './host-guard.js';
 import type { Family } from './iptables.js';
 
 /*
@@ -44,16 +44,7 @@ export function installBwrapGuard(uids: { first: number; count: number }): Promi
   return installGuard(bwrapGuard(uids));
 }
 
-export function checkBwrapGuard(uids: { first: number; count: number }): Promise<GuardCheck> {
-  return checkGuard(bwrapGuard(uids));
-}
-
 /** The bwrap guard for `uids` now, put back first with `repair` (see `keepGuard`). */
 export function keepBwrapGuard(uids: { first: number; count: number }, repair: boolean): Promise<GuardStatus & { restored: string[] }> {
   return keepGuard(bwrapGuard(uids), repair);
-}
-
-/** Removes the bwrap guard's chain and every jump to it (whatever uid range it was for). */
-export function removeBwrapGuard(): Promise<string[]> {
-  return removeGuard(bwrapGuard({ first: 0, count: 1 }));
 }

@@ -7,7 +7,7 @@
  */
 
 /** The most bytes of records the reader waits for: a ClientHello with post-quantum key shares is ~2 KB. */
-export const CLIENT_HELLO_MAX_BYTES = 64 * 1024;
+const CLIENT_HELLO_MAX_BYTES = 64 * 1024;
 
 export type ClientHelloResult =
   /** More bytes are needed. */

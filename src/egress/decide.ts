@@ -39,7 +39,7 @@ export type NameStage =
   | { refused: EgressDecision }
   | { lookup: true; allowedBy: string | undefined; carry: Carry };
 
-export const NOT_ALLOWED = 'not in egress.allow';
+const NOT_ALLOWED = 'not in egress.allow';
 const NAME_PORTS: Record<Via, number> = { connect: 443, http: 80 };
 
 /**
@@ -133,7 +133,7 @@ export function decide(
 }
 
 /** Whether a name, wildcard or host entry names `name` (on `port`, for a host entry). */
-export function nameEntryMatches(entry: EgressEntry, name: string, port: number): boolean {
+function nameEntryMatches(entry: EgressEntry, name: string, port: number): boolean {
   switch (entry.kind) {
     case 'name': return entry.name === name;
     case 'wildcard': return name.endsWith(`.${entry.suffix}`);

@@ -102,7 +102,7 @@ function parseEntries(raw: unknown, path: string, issues: EgressIssue[]): readon
 }
 
 /** One entry, or a message naming it and the fix. */
-export function parseEntry(item: unknown): EgressEntry | string {
+function parseEntry(item: unknown): EgressEntry | string {
   if (typeof item === 'string') return parseNamePattern(item);
   if (!isRecord(item) || Object.keys(item).length !== 1) {
     return `${JSON.stringify(item)} is not an entry; write a name ("api.github.com"), a wildcard ("*.example.com"), { host: "name:port" } or { cidr: "10.0.0.0/8" }`;

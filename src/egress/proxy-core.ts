@@ -95,7 +95,7 @@ export class ProxyCore {
  * Keep-alive agents, one per sandbox and upstream (scheme, host, port): requests of one sandbox
  * never ride a connection another sandbox's requests shaped.
  */
-export class AgentPool {
+class AgentPool {
   private readonly bySandbox = new Map<EgressSandbox, Map<string, HttpAgent>>();
 
   get(sandbox: EgressSandbox, scheme: 'http' | 'https', host: string, port: number): HttpAgent {

@@ -19,7 +19,7 @@ const SYSTEM_CREDENTIALS = [
   '/etc/ssl/private', '/run/secrets', '/var/run/secrets', '/var/run/docker.sock', '/run/docker.sock',
 ];
 /** Under the home: where tools keep keys and tokens. */
-export const HOME_CREDENTIALS = [
+const HOME_CREDENTIALS = [
   '.ssh', '.aws', '.gnupg', '.docker', '.kube', '.azure', '.password-store', '.netrc', '.git-credentials',
   '.npmrc', '.pypirc', '.config/gh', '.config/hub', '.config/gcloud', '.config/git/credentials', '.config/op',
 ];

@@ -10,7 +10,7 @@ import { extract, pack, type Header } from 'tar-stream';
  */
 
 /** The largest size a 12-byte octal field holds (8 GiB - 1); berth's caps stay far below. */
-export const TAR_MAX_ENTRY_BYTES = 8 ** 11 - 1;
+const TAR_MAX_ENTRY_BYTES = 8 ** 11 - 1;
 
 export type TarEntryType = 'file' | 'dir' | 'symlink' | 'hardlink' | 'other';
 

@@ -7,7 +7,7 @@
  * that may begin a value until more bytes (or the end) show whether it does.
  */
 
-export const REDACTED = '[REDACTED]';
+const REDACTED = '[REDACTED]';
 /** Shorter values are not redacted (too likely to hit ordinary text). */
 export const MIN_REDACT_LENGTH = 8;
 

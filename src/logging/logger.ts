@@ -138,7 +138,7 @@ export function fieldsText(fields: LogFields | undefined): string {
 }
 
 /** A container id as `docker ps` shows it (12 hex), a directory by its name; anything else as is. */
-export function shortRef(ref: string): string {
+function shortRef(ref: string): string {
   if (/^[0-9a-f]{64}$/.test(ref)) return ref.slice(0, 12);
   const slash = ref.replace(/\/+$/, '').lastIndexOf('/');
   return slash >= 0 ? ref.slice(slash + 1) : ref;

@@ -35,12 +35,12 @@ export const HOME_CREDENTIAL_DIRS = ['.ssh', '.aws', '.gnupg', '.kube', '.docker
  * home, every mount, every temp file), but a project inside one is an ordinary workspace:
  * /home/ana/app, /srv/site, /opt/tool, /mnt/data/proj, /tmp/project (tests use temp dirs).
  */
-export const SYSTEM_DIRS = [
+const SYSTEM_DIRS = [
   '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32', '/usr', '/etc', '/boot', '/proc', '/sys', '/dev',
   '/run', '/var/run', '/var/lib', '/var/log', '/var/spool', '/var/cache', '/var/mail', '/var/backups', '/snap',
   '/System', '/Library',
 ];
-export const SHARED_PARENTS = ['/home', '/var', '/opt', '/srv', '/mnt', '/media', '/tmp', '/var/tmp', '/Users', '/Volumes', '/private'];
+const SHARED_PARENTS = ['/home', '/var', '/opt', '/srv', '/mnt', '/media', '/tmp', '/var/tmp', '/Users', '/Volumes', '/private'];
 
 const NEVER_EXPOSED = 'berth never exposes to a sandbox';
 

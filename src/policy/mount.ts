@@ -138,7 +138,7 @@ export function resolveMount(a: MountInput): MountDecision {
  * The refusals shared by every workspace use: relative, in-container, missing, not a directory,
  * credential surface or system directory, outside `workspace.allowedRoots`. Returns the real path.
  */
-export function checkWorkspace(
+function checkWorkspace(
   given: string,
   what: string,
   a: Pick<MountInput, 'homeDir' | 'stateDir' | 'dockerSockets' | 'allowedRoots' | 'fs'>,

@@ -106,7 +106,7 @@ export function qualify(x: string, profile: string, multiProfile: boolean): stri
 }
 
 /** `default` for the default profile, `profile:<name>` otherwise. */
-export function profileKey(profile: string): string {
+function profileKey(profile: string): string {
   return profile === DEFAULT_PROFILE ? 'default' : `profile:${profile}`;
 }
 

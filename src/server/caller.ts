@@ -46,7 +46,7 @@ export function runsOnHost(config: BerthConfig, backend: string): boolean {
 }
 
 /** Whether any profile of the config runs on the host. */
-export function configRunsOnHost(config: BerthConfig): boolean {
+function configRunsOnHost(config: BerthConfig): boolean {
   return runsOnHost(config, config.base.backend) || Object.values(config.profiles).some((p) => runsOnHost(config, p.backend));
 }
 
@@ -76,7 +76,7 @@ export interface HostExposure {
 }
 
 /** Which tokens may use which profiles that run on the host (a token's `default` counts too). */
-export function hostExposure(config: BerthConfig, tokens: readonly { id: string; profiles: readonly string[] }[]): HostExposure[] {
+function hostExposure(config: BerthConfig, tokens: readonly { id: string; profiles: readonly string[] }[]): HostExposure[] {
   const byProfile = new Map<string, string[]>();
   for (const t of tokens) {
     for (const p of t.profiles) {

@@ -20,7 +20,7 @@ import { HttpError } from './http-error.js';
  * exactly 16 hex digits, and no symlink is followed on the way or inside.
  */
 
-export const EXPORT_ID_RE = /^[0-9a-f]{16}$/;
+const EXPORT_ID_RE = /^[0-9a-f]{16}$/;
 /** A finished export's dir: `<id>-<bytes it counts against the staging bound>`. */
 const EXPORT_DIR_RE = /^([0-9a-f]{16})-[0-9]+$/;
 

@@ -85,7 +85,7 @@ export function statusOf(code: HttpCode): number {
 export const HTTP_CODES = [...Object.keys(ERROR_CATEGORY), ...Object.keys(HTTP_ONLY_CATEGORY)] as [HttpCode, ...HttpCode[]];
 
 /** What a client sees for a bug in berth (a code `internal`, or no berth error at all); the stack goes to the server log. */
-export const BUG_MESSAGE = 'berth failed to handle this request: this is a bug in berth; the server log has the details, please report it with them';
+const BUG_MESSAGE = 'berth failed to handle this request: this is a bug in berth; the server log has the details, please report it with them';
 
 /** An error answered with the status of its code and `{error: {code, message}}`. */
 export class HttpError extends Error {

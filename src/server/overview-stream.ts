@@ -19,13 +19,13 @@ import { UsageSamples } from './usage-samples.js';
  */
 
 /** Updates when nothing happens: each reads the engines' stats. */
-export const OVERVIEW_INTERVAL_MS = 5_000;
+const OVERVIEW_INTERVAL_MS = 5_000;
 /** After a call of the tenant ended, the next update is this soon. */
-export const SOON_MS = 250;
+const SOON_MS = 250;
 /** Streams one tenant may hold open at once (each reads the engines every interval). */
 export const MAX_STREAMS_PER_TENANT = 8;
 /** At least this long from one update's start to the next: a busy tenant's calls do not turn into engine reads each. */
-export const MIN_GAP_MS = 1_000;
+const MIN_GAP_MS = 1_000;
 
 export interface OverviewStreamOptions {
   intervalMs?: number;

@@ -10,10 +10,10 @@ import type { SandboxState } from '../broker/sandbox-measures.js';
 import type { UsageSamples } from './usage-samples.js';
 
 /** Calls and jobs one update carries (the newest). */
-export const RECENT_CALLS = 50;
-export const RECENT_JOBS = 50;
+const RECENT_CALLS = 50;
+const RECENT_JOBS = 50;
 /** Egress decisions one update carries (the newest). */
-export const RECENT_EGRESS = 50;
+const RECENT_EGRESS = 50;
 
 /** What a sandbox uses now, as the dashboard shows it; a field the backend cannot measure is null. */
 export interface UsageView {

@@ -5,7 +5,7 @@ import { bodyOf, parseJsonBody, parseQuery, searchOf } from './request.js';
 import { parseInput } from './schemas.js';
 
 /** Largest JSON body (a command, a scope). Uploads (`PUT /v1/files`) are streamed, capped by `files.maxBytes`. */
-export const MAX_JSON_BYTES = 1024 * 1024;
+const MAX_JSON_BYTES = 1024 * 1024;
 
 export type HttpMethod = 'get' | 'post' | 'put' | 'delete';
 

@@ -30,7 +30,7 @@ const { parentTask: _parentTask, ...queryScopeFields } = scopeFields;
 const wholeNumber = z.string().regex(/^[0-9]{1,15}$/, 'expected a whole number').transform(Number);
 
 /** An in-sandbox path: no NUL or control characters, and no `..` segment (name files by their path). */
-export const sandboxPath = z.string().min(1).max(MAX_PATH_CHARS)
+const sandboxPath = z.string().min(1).max(MAX_PATH_CHARS)
   .refine((p) => !/\p{Cc}/u.test(p), 'contains control characters')
   .refine((p) => !p.split('/').includes('..'), 'has a ".." segment; name the file by its full path')
   .describe('path inside the sandbox (absolute, or relative to the sandbox default dir)');

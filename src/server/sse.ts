@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 
 /** Output chunk events queued for a slow client before further chunks are dropped (characters). */
-export const MAX_QUEUED_CHARS = 1024 * 1024;
+const MAX_QUEUED_CHARS = 1024 * 1024;
 
 /**
  * Server-sent events on a raw response that respect backpressure: an event is written only while

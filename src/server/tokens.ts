@@ -126,7 +126,7 @@ function changed(cache: GrantCache): void {
 }
 
 /** Profiles as a token stores them: validated like a call's profile, deduplicated, `default` when none. */
-export function tokenProfiles(profiles: readonly string[] | undefined): string[] {
+function tokenProfiles(profiles: readonly string[] | undefined): string[] {
   const list = profiles === undefined || profiles.length === 0 ? [DEFAULT_PROFILE] : profiles;
   return [...new Set(list.map((p) => normalizeScope({ profile: p }).profile))];
 }

@@ -25,7 +25,7 @@ export interface ShellTimings {
   drainMs: number;
 }
 
-export const DEFAULT_SHELL_TIMINGS: Readonly<ShellTimings> = {
+const DEFAULT_SHELL_TIMINGS: Readonly<ShellTimings> = {
   startTimeoutMs: 20_000,
   killTimeoutMs: 20_000,
   snapshotGraceMs: 3_000,

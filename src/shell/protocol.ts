@@ -82,7 +82,7 @@ export function shQuote(s: string): string {
  * every byte from 0x80 up as an octal escape (and `\\`, `'` escaped), which bash decodes back
  * to the same bytes in any locale. The input must not contain NUL.
  */
-export function asciiQuote(s: string): string {
+function asciiQuote(s: string): string {
   // eslint-disable-next-line no-control-regex
   if (/^[\x01-\x7f]*$/.test(s)) return shQuote(s);
   let out = "$'";

@@ -1,5 +1,5 @@
 import { BackendUnavailableError } from '../../errors.js';
-import { SECCOMP_PROGRAMS, SECCOMP_SOURCES } from './seccomp-filter.generated.js';
+import { SECCOMP_PROGRAMS } from './seccomp-filter.generated.js';
 
 /** Node's name for the CPU → the architecture names the generated programs use. */
 const ARCH: Readonly<Record<string, string>> = { x64: 'x86_64', arm64: 'aarch64' };
@@ -20,9 +20,4 @@ export function seccompProgram(nodeArch: string = process.arch): Buffer {
     );
   }
   return Buffer.from(b64, 'base64');
-}
-
-/** For `explain` and logs: what the filter is made from. */
-export function seccompSources(): string {
-  return `${SECCOMP_SOURCES.flatpak}; ${SECCOMP_SOURCES.moby}; compiled with libseccomp ${SECCOMP_SOURCES.libseccomp}`;
 }

@@ -1,7 +1,7 @@
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 
-export const FALLBACK_MIRROR = 'http://deb.debian.org/debian';
+const FALLBACK_MIRROR = 'http://deb.debian.org/debian';
 
 interface SourceEntry {
   uri: string;

@@ -17,7 +17,7 @@ export { LABEL } from '../labels.js';
  * NET_RAW, NET_BIND_SERVICE, SYS_CHROOT, SETPCAP, SETFCAP and AUDIT_WRITE; none is needed to run
  * commands or install packages, so they stay dropped.
  */
-export const CAP_ADD = [
+const CAP_ADD = [
   // dpkg/tar give unpacked files their owners (root:shadow, _apt, …).
   'CHOWN',
   // root must write files and dirs it does not own or whose mode excludes it (dpkg, apt's
@@ -53,9 +53,9 @@ export function ephemeralName(digest: string, random8hex: string): string {
 export const WARDEN_LABEL = 'berth.warden';
 
 /** The main process of a sandbox container: the warden, reading operations on its stdin. */
-export const RESIDENT_WARDEN_CMD: readonly string[] = ['bash', '--noprofile', '--norc', '-c', `${WARDEN_SCRIPT}${WARDEN_RESIDENT}`, 'berth-warden'];
+const RESIDENT_WARDEN_CMD: readonly string[] = ['bash', '--noprofile', '--norc', '-c', `${WARDEN_SCRIPT}${WARDEN_RESIDENT}`, 'berth-warden'];
 
-export function labelsFor(spec: SandboxSpec<DockerSettings>): Record<string, string> {
+function labelsFor(spec: SandboxSpec<DockerSettings>): Record<string, string> {
   return {
     [LABEL.managed]: 'true',
     [LABEL.installation]: spec.identity.installation,

@@ -27,7 +27,7 @@ export interface DiskUsage {
   ownDirBytes: number;
 }
 
-export function totalBytes(u: DiskUsage): number {
+function totalBytes(u: DiskUsage): number {
   return u.layerBytes + u.ownDirBytes;
 }
 

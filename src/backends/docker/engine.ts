@@ -47,7 +47,7 @@ const UNREACHABLE_CODES = new Set([
 ]);
 
 /** True for errors of the connection itself (no engine answered), as opposed to API errors. */
-export function isUnreachable(err: unknown): boolean {
+function isUnreachable(err: unknown): boolean {
   if (typeof err !== 'object' || err === null) return false;
   const code = (err as { code?: unknown }).code;
   return typeof code === 'string' && UNREACHABLE_CODES.has(code) && statusOf(err) === undefined;
@@ -127,7 +127,7 @@ export const PING_TIMEOUT_MS = 5_000;
 export const ENGINE_REQUEST_TIMEOUT_MS = 120_000;
 
 /** An engine that accepted the connection and did not answer in time. */
-export function noAnswerError(docker: Dockerode, timeoutMs: number, doing: string, cause?: unknown): BackendUnavailableError {
+function noAnswerError(docker: Dockerode, timeoutMs: number, doing: string, cause?: unknown): BackendUnavailableError {
   return new BackendUnavailableError(
     `docker engine at ${describeEndpoint(docker)} did not answer within ${timeoutMs / 1000} s (asked to ${doing}); ` +
       'check that it is healthy ("docker info"), restart it, or set DOCKER_HOST to a running engine',

@@ -6,17 +6,15 @@ import { Transform } from 'node:stream';
 import type Dockerode from 'dockerode';
 import { BerthError, UnsupportedError } from '../../errors.js';
 import { hostMirror } from './apt-sources.js';
-import { DEFAULT_IMAGE_REF } from './settings.js';
 import { bounded, ENGINE_REQUEST_TIMEOUT_MS, engineInfo, fromDockerError, inspectImage as inspectImageBounded, PING_TIMEOUT_MS, statusOf, unavailableError } from './engine.js';
 
 export type ImageVariant = 'debian' | 'minimal';
 
-/** Image of the config default (`docker.image`) and of the test suites. */
-export const DEFAULT_IMAGE = DEFAULT_IMAGE_REF;
+/** Image of the test suites. */
 export const TEST_IMAGE = 'berth-sandbox:minimal';
 
 /** Packages added to Debian's minbase: process tools for the shell protocol and a small toolset. */
-export const DEBIAN_PACKAGES = ['procps', 'psmisc', 'ca-certificates', 'curl', 'git', 'less', 'xz-utils', 'unzip'];
+const DEBIAN_PACKAGES = ['procps', 'psmisc', 'ca-certificates', 'curl', 'git', 'less', 'xz-utils', 'unzip'];
 
 export interface BuildImageOptions {
   docker: Dockerode;

@@ -73,7 +73,7 @@ export function chooseRunAs(input: RunAsInput): { uid: number; gid: number } | u
  * Why a read-write host dir owned by root is never bound: the sandbox would write there as root.
  * `what` names the dir as `RwBind.what` does.
  */
-export function rootOwnedBindRefusal(what: string): PolicyRefusedError {
+function rootOwnedBindRefusal(what: string): PolicyRefusedError {
   return new PolicyRefusedError(
     `${what} is owned by root and would be bound read-write: a sandbox writing there as root could leave a set-uid-root ` +
       'program that any user of this host can run; hand the dir to an unprivileged owner (chown -R <uid>:<gid> DIR: the sandbox ' +

@@ -88,7 +88,7 @@ const volumeEntry = z.union(
 );
 
 /** `source:target[:ro]`, for messages. */
-export function describeVolume(v: VolumeSettings): string {
+function describeVolume(v: VolumeSettings): string {
   return `${v.source}:${v.target}${v.readOnly ? ':ro' : ''}`;
 }
 

@@ -27,9 +27,9 @@ import type { DockerSettings } from './settings.js';
  */
 
 /** The snapshot label (its value: the snapshot id). */
-export const SNAPSHOT_LABEL = 'berth.snapshot';
+const SNAPSHOT_LABEL = 'berth.snapshot';
 /** The repository of every snapshot image; the tag names the installation and the snapshot. */
-export const SNAPSHOT_REPO = 'berth-snapshot';
+const SNAPSHOT_REPO = 'berth-snapshot';
 const META = 'meta.json';
 
 /** A sandbox's own dirs a snapshot copies, by their name in the snapshot dir. */

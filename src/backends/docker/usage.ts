@@ -4,7 +4,7 @@ import { measureDisk } from './disk-usage.js';
 import { withTimeout } from './engine.js';
 
 /** Bound of one stats request (the engine reads the container's cgroups; seconds under load). */
-export const STATS_TIMEOUT_MS = 5_000;
+const STATS_TIMEOUT_MS = 5_000;
 /** A memory limit at or above this is the cgroup's "unlimited". */
 const UNLIMITED_BYTES = 2 ** 60;
 

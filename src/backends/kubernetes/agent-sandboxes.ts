@@ -24,7 +24,7 @@ const VERSION = AGENT_SANDBOX_API.split('/')[1] as string;
 const PLURAL = 'sandboxes';
 
 /** The Sandbox of this name, or undefined when there is none. */
-export async function readSandbox(client: KubeClient, name: string): Promise<SandboxResource | undefined> {
+async function readSandbox(client: KubeClient, name: string): Promise<SandboxResource | undefined> {
   try {
     return (await client.custom.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: client.namespace, plural: PLURAL, name })) as SandboxResource;
   } catch (err) {
@@ -65,7 +65,7 @@ export async function deleteSandbox(client: KubeClient, name: string): Promise<b
 }
 
 /** True when `pod` was made by the controller for the Sandbox `name` (its controller owner reference). */
-export function podOfSandbox(pod: V1Pod, name: string, uid: string | undefined): boolean {
+function podOfSandbox(pod: V1Pod, name: string, uid: string | undefined): boolean {
   return (pod.metadata?.ownerReferences ?? []).some((r) => r.controller === true && r.kind === 'Sandbox' && r.name === name && (uid === undefined || r.uid === uid));
 }
 

@@ -17,7 +17,7 @@ import type { ExecTarget, PodProcess } from './spawn.js';
 const END_TIMEOUT_MS = 10_000;
 
 /** Kills the exec'd root of tag `$2` (`$1` is the variable name); `/bin/sh` by absolute path. */
-export const END_DROPPED_SCRIPT =
+const END_DROPPED_SCRIPT =
   'for f in $(grep -zlxF -s "$1=$2" /proc/[0-9]*/environ 2>/dev/null); do p=${f#/proc/}; p=${p%/environ}; ' +
   'pp=$(sed -n "s/^PPid:[[:space:]]*//p" "/proc/$p/status" 2>/dev/null); [ "$pp" = 0 ] && kill -9 "$p" 2>/dev/null; done; true';
 

@@ -31,7 +31,7 @@ export const LABEL = {
 export const IDENTITY_ANNOTATION = `${KEY_DOMAIN}/identity`;
 
 /** 160 bits of the digest: a label value holds at most 63 characters. */
-export const IDENTITY_LABEL_CHARS = 40;
+const IDENTITY_LABEL_CHARS = 40;
 
 const LABEL_VALUE_RE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
 const LABEL_VALUE_MAX = 63;
@@ -58,7 +58,7 @@ export function labelValue(value: string): string {
 }
 
 /** The identity label's value: the first 160 bits of the digest. */
-export function identityLabel(digest: string): string {
+function identityLabel(digest: string): string {
   return digest.slice(0, IDENTITY_LABEL_CHARS);
 }
 

@@ -59,7 +59,7 @@ function mib(n: number): string {
 }
 
 /** CPU as Kubernetes writes it: whole cores, or millicores (`250m`) for a fraction. */
-export function cpuQuantity(cores: number): string {
+function cpuQuantity(cores: number): string {
   return Number.isInteger(cores) ? String(cores) : `${Math.round(cores * 1000)}m`;
 }
 

@@ -12,7 +12,7 @@ import { watchObject } from './watch.js';
 
 const STRICT = 'Strict';
 /** How long an image that fails to pull is waited for by default: the kubelet's retries at about 10 s and 30 s. */
-export const DEFAULT_IMAGE_PULL_TIMEOUT_MS = 60_000;
+const DEFAULT_IMAGE_PULL_TIMEOUT_MS = 60_000;
 
 /** Whose object a pod or claim must be for berth to use it. */
 export interface Owner {

@@ -12,7 +12,7 @@ import { mergeWritten, type SectionUse, type SettingsSection } from '../../confi
  */
 
 /** How sandboxes are represented in the cluster. */
-export const KUBERNETES_MODES = ['pods', 'agent-sandbox'] as const;
+const KUBERNETES_MODES = ['pods', 'agent-sandbox'] as const;
 export type KubernetesMode = (typeof KUBERNETES_MODES)[number];
 
 /** Network reach of a sandbox pod, enforced by the per-tenant NetworkPolicy. */
@@ -227,7 +227,7 @@ export function kubernetesSettingsProblems(s: KubernetesSettings, at: string, pe
  * `none` are enforced by that policy alone (none without it, none with a warm pool's template
  * policy added); the proxy serves plain pods (mode pods) in allowlist mode.
  */
-export function egressUseProblems(s: KubernetesSettings, at: string, egress: SectionUse<KubernetesSettings>['egress']): string[] {
+function egressUseProblems(s: KubernetesSettings, at: string, egress: SectionUse<KubernetesSettings>['egress']): string[] {
   const problems: string[] = [];
   if (egress.mode !== 'open' && !s.networkPolicy) {
     problems.push(`config key "${at}.networkPolicy": false, and egress mode ${egress.mode} is enforced by berth's NetworkPolicy; remove networkPolicy: false, or use egress mode open`);
@@ -259,7 +259,7 @@ function describeConnection(s: KubernetesSettings): string {
  * and one cluster connection for all of them, because the reapers must find every sandbox of
  * the installation again from a ref alone (a ref names the namespace and the object, not the cluster).
  */
-export function kubernetesUseProblems(uses: readonly SectionUse<KubernetesSettings>[]): string[] {
+function kubernetesUseProblems(uses: readonly SectionUse<KubernetesSettings>[]): string[] {
   const problems = uses.flatMap((u) => [...kubernetesSettingsProblems(u.settings, u.at, u.persistent), ...egressUseProblems(u.settings, u.at, u.egress)]);
   const first = uses[0];
   for (const u of uses.slice(1)) {

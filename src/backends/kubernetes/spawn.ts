@@ -20,7 +20,7 @@ import { planSpawn } from './spawn-prelude.js';
  * callback, so a writer feels backpressure (the client's own stdin piping has none).
  */
 
-export const V5_PROTOCOL = 'v5.channel.k8s.io';
+const V5_PROTOCOL = 'v5.channel.k8s.io';
 
 const STDIN_CHANNEL = 0;
 const CLOSE_SIGNAL = 255;
@@ -64,7 +64,7 @@ const DEFAULT_CONNECT_TIMEOUT_MS = 30_000;
 const KILL_TIMEOUT_MS = 5_000;
 
 /** Exit code of a status frame (kubelet ServeExec: Success, or NonZeroExitCode with an ExitCode cause). */
-export function endOfStatus(status: V1Status): ExecEnd {
+function endOfStatus(status: V1Status): ExecEnd {
   if (status.status === 'Success') return { kind: 'exited', code: 0 };
   if (status.reason === 'NonZeroExitCode') {
     const cause = status.details?.causes?.find((c) => c.reason === 'ExitCode');
@@ -223,7 +223,7 @@ export async function spawnInPod(target: ExecTarget, argv: readonly string[], op
  * stream ends nothing in the container). Two passes catch children forked during the first.
  * `/bin/sh` by absolute path, so an `sh` earlier on the agent's PATH cannot stand in for it.
  */
-export const KILL_BY_TAG_SCRIPT =
+const KILL_BY_TAG_SCRIPT =
   'for pass in 1 2; do for f in $(grep -zlxF -s "$1=$2" /proc/[0-9]*/environ 2>/dev/null); do ' +
   'p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null; done; done; true';
 

@@ -7,7 +7,7 @@ import type { ExecOnceOptions, ExecOnceResult, SpawnedProcess } from '../../shel
 export const DEFAULT_HELPER_OUTPUT_BYTES = 8 * 1024 * 1024;
 
 /** Default time a helper may take: a probe or a kill scan answers in milliseconds; a loaded host is slow. */
-export const DEFAULT_HELPER_TIMEOUT_MS = 30_000;
+const DEFAULT_HELPER_TIMEOUT_MS = 30_000;
 
 /** The bound to apply for `opts`: the caller's when it is a positive number, else the default. */
 export function helperOutputCap(opts: ExecOnceOptions | undefined): number {

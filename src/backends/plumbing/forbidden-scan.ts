@@ -19,7 +19,7 @@ export interface ScannedTree {
 }
 
 /** How long a snapshot's scan may take; past it the snapshot is refused (fail closed). */
-export const SCAN_DEADLINE_MS = 5 * 60_000;
+const SCAN_DEADLINE_MS = 5 * 60_000;
 /**
  * Files up to this size go to `grep`, which holds a whole line in memory (a file with no newline
  * whole); larger ones are read here in 1 MiB chunks that overlap by the longest value, so memory

@@ -11,7 +11,7 @@ import type { SnapshotBudget } from '../backend.js';
  */
 
 /** How long measuring one tree may take; past it the snapshot is refused (fail closed). */
-export const MEASURE_TIMEOUT_MS = 60_000;
+const MEASURE_TIMEOUT_MS = 60_000;
 
 /** Apparent bytes of the tree `dir` (`du --apparent-size`, links not followed, hard links once). */
 export function apparentBytes(dir: string, timeoutMs: number = MEASURE_TIMEOUT_MS): Promise<number> {

@@ -39,11 +39,11 @@ import { HOLDER_FUNCTIONS, HOLDER_START, inSandboxNamespaces } from './namespace
 /** The first stdout line of a spawn that started. */
 export const SPAWN_READY = 'berth-spawn';
 /** Env var carrying the per-spawn tag, so the kill helper finds processes that left the session. */
-export const SPAWN_TAG_VAR = 'BERTH_SPAWN_TAG';
+const SPAWN_TAG_VAR = 'BERTH_SPAWN_TAG';
 const MAGIC = 'berth-spawn-1';
 
 /** PATH of the sandbox's processes unless the granted env sets one. */
-export const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
+const SANDBOX_PATH = '/usr/local/bin:/usr/bin:/bin';
 
 /**
  * Stage 2. Its own names all start with `__bl_`, which granted env names may not (see

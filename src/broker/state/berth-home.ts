@@ -47,7 +47,7 @@ function ownsHome(home: string, st: Stats): boolean {
 }
 
 /** Creates BERTH_HOME if needed (0700) and makes berth's own files in it private. */
-export function prepareBerthHome(berthHome: string): void {
+function prepareBerthHome(berthHome: string): void {
   mkdirSync(berthHome, { recursive: true, mode: 0o700 });
   const st = lstatSync(berthHome);
   if (ownsHome(berthHome, st)) makePrivate(berthHome, st);

@@ -7,7 +7,7 @@ import type { CliIo } from '../io.js';
 import { terminalText } from '../terminal-text.js';
 import { withBroker } from '../with-broker.js';
 
-export const AUDIT_HELP = `usage: berth audit [--egress [--refused]] [--tenant T] [--user PLATFORM:ID] [--session S] [--limit N] [--json]
+const AUDIT_HELP = `usage: berth audit [--egress [--refused]] [--tenant T] [--user PLATFORM:ID] [--session S] [--limit N] [--json]
 
 Prints the audit log of one tenant (default: local), newest first: every exec, background job,
 upload, export, read, media lookup, job kill (KIND kill: the job and what came of it), snapshot

@@ -2,7 +2,7 @@ import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags }
 import type { CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
 
-export const CLOSE_HELP = `usage: berth close [scope flags] [--json]
+const CLOSE_HELP = `usage: berth close [scope flags] [--json]
 
 Closes a session: forgets its cwd records, subagent aliases and task overrides, and removes
 the ephemeral sandboxes no other open session uses. Persistent sandboxes are kept. Closing a

@@ -4,7 +4,7 @@ import { parseConfig } from '../../setup/parse-config.js';
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
 import type { CliIo } from '../io.js';
 
-export const CONFIG_HELP = `usage: berth config check [--config FILE]
+const CONFIG_HELP = `usage: berth config check [--config FILE]
 
 Validates the config (--config FILE, else ./berth.yaml, else $BERTH_HOME/config.yaml) and
 prints the effective config. Exit 2 with the problem and its fix when it is invalid.`;

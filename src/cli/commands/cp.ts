@@ -8,9 +8,9 @@ import type { CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
 
 /** The prefix that marks the sandbox side of `berth cp`. */
-export const SANDBOX_PREFIX = 'sandbox:';
+const SANDBOX_PREFIX = 'sandbox:';
 
-export const CP_HELP = `usage: berth cp [scope flags] [--json] SRC DEST
+const CP_HELP = `usage: berth cp [scope flags] [--json] SRC DEST
 
 Copies a file or folder between the host and the call's sandbox. The sandbox side is written
 with the prefix "sandbox:" (a host path that really starts with "sandbox:" is written ./sandbox:...).

@@ -6,7 +6,7 @@ import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags }
 import { CLOSED_PIPE_EXIT, type CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
 
-export const EXEC_HELP = `usage: berth exec [scope flags] [--workdir DIR] [--timeout SECONDS] [--json] -- CMD...
+const EXEC_HELP = `usage: berth exec [scope flags] [--workdir DIR] [--timeout SECONDS] [--json] -- CMD...
 
 Runs CMD (the words after --, joined with single spaces, as one shell line) in the call's
 sandbox through its persistent shell, and exits with the command's exit code.

@@ -4,7 +4,7 @@ import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags }
 import type { CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
 
-export const EXPLAIN_HELP = `usage: berth explain [scope flags] [--json]
+const EXPLAIN_HELP = `usage: berth explain [scope flags] [--json]
 
 Shows the binding for a call: backend and its isolation, how a timeout ends a command's processes
 (kill: cgroup or tags), sandbox key, rule, mount, cwd and env names, and the egress policy: the
@@ -46,7 +46,7 @@ export async function explainCommand(argv: string[], io: CliIo): Promise<number>
  * The egress lines of explain: the mode, the lists it uses, the proxy, and one line per credential
  * (`GITHUB_TOKEN -> api.github.com, github.com (placeholder)`).
  */
-export function egressRows(e: Binding['egress']): [string, string][] {
+function egressRows(e: Binding['egress']): [string, string][] {
   const entry = (x: unknown): string => typeof x === 'string' ? x : Object.entries(x as Record<string, string>).map(([k, v]) => `${k}:${v}`).join(' ');
   return [
     ['egress', e.mode],

@@ -3,7 +3,7 @@ import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags }
 import type { CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
 
-export const FORK_HELP = `usage: berth fork [scope flags] --to-session S2 [--from NAME] [--json]
+const FORK_HELP = `usage: berth fork [scope flags] --to-session S2 [--from NAME] [--json]
 
 Makes session S2 whose sandbox starts from the call's sandbox as it is now (or from its snapshot
 NAME), and whose shell starts in the source shell's cwd with its exported variables. The two

@@ -6,7 +6,7 @@ import { COMMON_OPTIONS, parseFlags } from '../args.js';
 import type { CliIo } from '../io.js';
 import { progressRenderer } from '../progress-renderer.js';
 
-export const IMAGE_HELP = `usage: berth image build [--variant debian|minimal] [--image NAME] [--force]
+const IMAGE_HELP = `usage: berth image build [--variant debian|minimal] [--image NAME] [--force]
 
 Builds a sandbox image from Debian packages, with no registry, and imports it into the engine
 (an image name with a registry host, e.g. localhost:5000/sandbox:1, is pulled instead).

@@ -6,7 +6,7 @@ import type { CliIo } from '../io.js';
 import { terminalText } from '../terminal-text.js';
 import { withBroker } from '../with-broker.js';
 
-export const LS_HELP = `usage: berth ls [--tenant T | --all-tenants] [--json]
+const LS_HELP = `usage: berth ls [--tenant T | --all-tenants] [--json]
 
 Lists the sandboxes of a tenant (default: local) as berth's state records them (LIFECYCLE:
 ephemeral, persistent, or hibernated: a persistent one berth stopped when it went idle, which the

@@ -6,7 +6,7 @@ import { Logger } from '../../logging/logger.js';
 import { cliLog, type CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
 
-export const MCP_HELP = `usage: berth mcp [scope flags]
+const MCP_HELP = `usage: berth mcp [scope flags]
 
 Serves the Model Context Protocol over stdio for one MCP client: tools terminal, process,
 read_file, write_file and export_file, all in one berth session. Without --session each

@@ -3,7 +3,7 @@ import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags }
 import type { CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
 
-export const MEDIA_HELP = `usage: berth media [scope flags] [--json] PATH
+const MEDIA_HELP = `usage: berth media [scope flags] [--json] PATH
 
 Prints a host path a gateway can attach for PATH, a file inside the call's sandbox (what an
 agent writes in a reply, e.g. /workspace/chart.png): a copy in the session's private staging dir

@@ -2,7 +2,7 @@ import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags }
 import type { CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
 
-export const RM_HELP = `usage: berth rm [scope flags]
+const RM_HELP = `usage: berth rm [scope flags]
 
 Removes the call's sandbox, persistent or not, with its files under $BERTH_HOME.
 

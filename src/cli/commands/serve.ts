@@ -7,7 +7,7 @@ import { COMMON_OPTIONS, parseFlags } from '../args.js';
 import { cliLog, type CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
 
-export const SERVE_HELP = `usage: berth serve [--port N] [--host ADDR] [--grace SECONDS] [--config FILE]
+const SERVE_HELP = `usage: berth serve [--port N] [--host ADDR] [--grace SECONDS] [--config FILE]
 
 Serves the HTTP API (/v1, described at /v1/openapi.json), MCP over streamable HTTP (/mcp) and
 the dashboard (/) for agent frameworks in any language. Every request needs a bearer token

@@ -4,7 +4,7 @@ import { COMMON_OPTIONS, parseFlags, SCOPE_HELP, SCOPE_OPTIONS, scopeFromFlags }
 import type { CliIo } from '../io.js';
 import { withBroker } from '../with-broker.js';
 
-export const SNAPSHOT_HELP = `usage: berth snapshot create [scope flags] [--name N] [--json]
+const SNAPSHOT_HELP = `usage: berth snapshot create [scope flags] [--name N] [--json]
        berth snapshot ls [--tenant T] [scope flags] [--json]
        berth snapshot rm [scope flags] NAME
        berth snapshot restore [scope flags] NAME [--json]

@@ -4,7 +4,7 @@ import { assertTenant, TokenStore, type TokenEntry } from '../../server/tokens.j
 import { parseFlags } from '../args.js';
 import type { CliIo } from '../io.js';
 
-export const TOKEN_HELP = `usage: berth token create --tenant T [--profile P ...] [--name N]
+const TOKEN_HELP = `usage: berth token create --tenant T [--profile P ...] [--name N]
        berth token create --metrics [--name N]
        berth token list [--json]
        berth token revoke ID

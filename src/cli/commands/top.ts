@@ -10,7 +10,7 @@ import { engineFigures, topRows, usageByRow, type EngineFigures } from '../top/r
 import { HIDE_CURSOR, paint, SHOW_CURSOR } from '../top/screen.js';
 import { withBroker } from '../with-broker.js';
 
-export const TOP_HELP = `usage: berth top [--interval S] [--once] [--calls N] [--json]
+const TOP_HELP = `usage: berth top [--interval S] [--once] [--calls N] [--json]
 
 The operator's live view of this installation, on this host: every tenant against its limits,
 the sandboxes with their state and the CPU, memory and processes their engine counts (busiest

@@ -15,7 +15,7 @@ export interface Column<R> {
 }
 
 /** A cell: made terminal-safe, cut to `width` (with `…`) and padded. */
-export function cell(text: string, width: number, right = false): string {
+function cell(text: string, width: number, right = false): string {
   const safe = terminalText(text);
   const cut = safe.length > width ? `${safe.slice(0, Math.max(0, width - 1))}…` : safe;
   return right ? cut.padStart(width) : cut.padEnd(width);
@@ -26,7 +26,7 @@ export function cell(text: string, width: number, right = false): string {
  * the longest run of priorities 1, 2, 3, ... that fits, then the growing columns widened into the
  * room left. Priority 1 is always kept (cut to the terminal when even it does not fit).
  */
-export function fitColumns<R>(all: ReadonlyArray<Column<R>>, columns: number): Array<Column<R>> {
+function fitColumns<R>(all: ReadonlyArray<Column<R>>, columns: number): Array<Column<R>> {
   const byPriority = [...all].sort((a, b) => a.priority - b.priority);
   const kept = new Set<Column<R>>();
   let used = -1;

@@ -26,7 +26,7 @@ export interface TopRow {
 }
 
 /** A sandbox's id across reads: tenant, profile and key. */
-export function rowId(s: Pick<SandboxInfo, 'tenant' | 'profile' | 'sandboxKey'>): string {
+function rowId(s: Pick<SandboxInfo, 'tenant' | 'profile' | 'sandboxKey'>): string {
   return `${s.tenant}\u0000${s.profile ?? ''}\u0000${s.sandboxKey}`;
 }
 

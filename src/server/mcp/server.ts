@@ -47,7 +47,7 @@ interface ToolDef {
 }
 
 /** The resource listing the session's background jobs. */
-export const JOBS_RESOURCE = 'berth://session/jobs';
+const JOBS_RESOURCE = 'berth://session/jobs';
 
 /**
  * An MCP server whose tools run in one berth session: `terminal`, `process`, `read_file`,

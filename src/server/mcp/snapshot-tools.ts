@@ -15,9 +15,9 @@ export type AddTool = <S extends z.ZodType<Record<string, unknown>>>(
 const name = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/)
   .describe('1 to 64 letters, digits, ".", "_" or "-", starting with a letter or digit, e.g. "before-migration"');
 
-export const SnapshotCreateArgs = z.strictObject({ name: name.optional() });
-export const SnapshotListArgs = z.strictObject({});
-export const SnapshotRestoreArgs = z.strictObject({ name });
+const SnapshotCreateArgs = z.strictObject({ name: name.optional() });
+const SnapshotListArgs = z.strictObject({});
+const SnapshotRestoreArgs = z.strictObject({ name });
 
 /**
  * The tools an agent checkpoints and rolls back with: `snapshot_create` before a risky step,

@@ -7,11 +7,11 @@ import * as z from 'zod';
  */
 
 /** Longest command line accepted (characters). */
-export const MAX_COMMAND_CHARS = 1_000_000;
+const MAX_COMMAND_CHARS = 1_000_000;
 /** Largest write_file content accepted (characters of text or base64). */
-export const MAX_CONTENT_CHARS = 64 * 1024 * 1024;
+const MAX_CONTENT_CHARS = 64 * 1024 * 1024;
 /** Largest read the tools ask for at once (bytes). */
-export const MAX_READ_BYTES = 16 * 1024 * 1024;
+const MAX_READ_BYTES = 16 * 1024 * 1024;
 const MAX_PATH_CHARS = 4096;
 const MAX_TIMEOUT_SECONDS = 86_400;
 
