@@ -110,4 +110,25 @@ describeDocker('docker snapshots', () => {
     for (const x of [s, fork]) await backend.remove(x.ref, x.hostDir);
     await backend.snapshots.remove(snap.ref);
   }, 120_000);
+
+  it('a removed snapshot whose image a fork still uses is listed (untagged, no record names it), left while in use, and removed once the fork is gone', async () => {
+    const { install, backend } = setup();
+    const s = await backend.ensure(testSpec(install.installation, { ephemeral: true }), undefined);
+    const snap = await backend.snapshots.create(s, 'base-of-fork', [], UNBOUNDED);
+    const imageId = snap.ref.slice(snap.ref.indexOf('@') + 1);
+    const fork = await backend.snapshots.createFrom(testSpec(install.installation, { ephemeral: true }), snap.ref, undefined);
+    await backend.snapshots.remove(snap.ref);
+    // In use by the fork: untagged, not removed, and still listed for the orphan pass.
+    const image = await docker.getImage(imageId).inspect();
+    expect(image.RepoTags ?? []).toEqual([]);
+    expect(await backend.snapshots.list()).toContain(snap.ref);
+    // What the sweep's orphan pass does while the fork lives: the image stays.
+    await backend.snapshots.remove(snap.ref);
+    expect((await docker.getImage(imageId).inspect()).Id).toBe(imageId);
+    for (const x of [s, fork]) await backend.remove(x.ref, x.hostDir);
+    // Once unused, the same pass removes it.
+    await backend.snapshots.remove(snap.ref);
+    await expect(docker.getImage(imageId).inspect()).rejects.toMatchObject({ statusCode: 404 });
+    expect(await backend.snapshots.list()).not.toContain(snap.ref);
+  }, 120_000);
 });

@@ -142,9 +142,11 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     } catch (err) {
       throw fromDockerError(this.host.docker, err, 'list images');
     }
-    // Only tagged ones: an image a removed snapshot left untagged (a fork's container still uses it) is no snapshot.
+    // Untagged ones too: an image a removed snapshot left untagged while a fork's container still
+    // used it is no snapshot, so no record names it and the orphan pass removes it once that
+    // container is gone (until then its removal finds it in use and leaves it).
     return images
-      .filter((i) => i.Labels?.[LABEL.installation] === this.host.installation && (i.RepoTags ?? []).includes(`${SNAPSHOT_REPO}:${this.tagOf(i.Labels[SNAPSHOT_LABEL] ?? '')}`))
+      .filter((i) => i.Labels?.[LABEL.installation] === this.host.installation && (i.Labels[SNAPSHOT_LABEL] ?? '') !== '')
       .map((i) => `${i.Labels[SNAPSHOT_LABEL] ?? ''}@${i.Id}`);
   }
 
@@ -278,7 +280,9 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
       // A container made from it (a fork) still uses it: the tag goes, so it is no longer a snapshot.
       if (status !== 409) throw fromDockerError(this.host.docker, err, `remove image ${image}`);
       const tagged = `${SNAPSHOT_REPO}:${this.tagOf(id)}`;
-      await this.host.request(`untag ${tagged}`, (abortSignal) => this.host.docker.getImage(tagged).remove({ noprune: true, abortSignal }))
+      // The engine keeps an image a container uses whatever it is told; `force` lets the last tag
+      // go from it (without, the untag is refused like the removal), `noprune` keeps its parents.
+      await this.host.request(`untag ${tagged}`, (abortSignal) => this.host.docker.getImage(tagged).remove({ force: true, noprune: true, abortSignal }))
         .catch((e: unknown) => { if (statusOf(e) !== 404) throw fromDockerError(this.host.docker, e, `untag ${tagged}`); });
     }
   }
