@@ -111,24 +111,47 @@ describeDocker('docker snapshots', () => {
     await backend.snapshots.remove(snap.ref);
   }, 120_000);
 
-  it('a removed snapshot whose image a fork still uses is listed (untagged, no record names it), left while in use, and removed once the fork is gone', async () => {
+  it('a removed snapshot whose image a fork still uses moves to a "gone" tag, stays while the fork lives (running or stopped), and the orphan pass removes it once the fork is gone', async () => {
     const { install, backend } = setup();
     const s = await backend.ensure(testSpec(install.installation, { ephemeral: true }), undefined);
     const snap = await backend.snapshots.create(s, 'base-of-fork', [], UNBOUNDED);
     const imageId = snap.ref.slice(snap.ref.indexOf('@') + 1);
     const fork = await backend.snapshots.createFrom(testSpec(install.installation, { ephemeral: true }), snap.ref, undefined);
     await backend.snapshots.remove(snap.ref);
-    // In use by the fork: untagged, not removed, and still listed for the orphan pass.
-    const image = await docker.getImage(imageId).inspect();
-    expect(image.RepoTags ?? []).toEqual([]);
+    const prefix = install.installation.slice(0, 12);
+    expect((await docker.getImage(imageId).inspect()).RepoTags).toEqual([`berth-snapshot:${prefix}-gone-base-of-fork`]);
+    // No record names it: the orphan pass sees it, and while the fork lives its removal leaves it.
     expect(await backend.snapshots.list()).toContain(snap.ref);
-    // What the sweep's orphan pass does while the fork lives: the image stays.
     await backend.snapshots.remove(snap.ref);
     expect((await docker.getImage(imageId).inspect()).Id).toBe(imageId);
+    // A stopped fork (hibernated) holds it too, and still starts from it.
+    await docker.getContainer(fork.ref).stop({ t: 0 });
+    await backend.snapshots.remove(snap.ref);
+    expect((await docker.getImage(imageId).inspect()).Id).toBe(imageId);
+    await docker.getContainer(fork.ref).start();
     for (const x of [s, fork]) await backend.remove(x.ref, x.hostDir);
     // Once unused, the same pass removes it.
     await backend.snapshots.remove(snap.ref);
     await expect(docker.getImage(imageId).inspect()).rejects.toMatchObject({ statusCode: 404 });
     expect(await backend.snapshots.list()).not.toContain(snap.ref);
+  }, 120_000);
+
+  it('an image built from a snapshot carries its labels but not its tag, and the orphan pass never lists it', async () => {
+    const { install, backend } = setup();
+    const s = await backend.ensure(testSpec(install.installation, { ephemeral: true }), undefined);
+    const snap = await backend.snapshots.create(s, 'parent', [], UNBOUNDED);
+    const imageId = snap.ref.slice(snap.ref.indexOf('@') + 1);
+    // A user's `docker commit` of a container made from the snapshot: the labels are inherited.
+    const c = await docker.createContainer({ Image: imageId, Cmd: ['true'] });
+    const derived = await c.commit({ repo: 'users-own-image', tag: install.installation.slice(0, 12) });
+    try {
+      expect((await docker.getImage(derived.Id).inspect()).Config.Labels).toMatchObject({ 'berth.snapshot': 'parent' });
+      expect((await backend.snapshots.list()).filter((r) => !r.endsWith(`@${imageId}`))).toEqual([]);
+    } finally {
+      await c.remove({ force: true });
+      await docker.getImage(derived.Id).remove({ force: true });
+      await backend.remove(s.ref, s.hostDir);
+      await backend.snapshots.remove(snap.ref);
+    }
   }, 120_000);
 });

@@ -28,6 +28,8 @@ import type { DockerSettings } from './settings.js';
 
 /** The snapshot label (its value: the snapshot id). */
 const SNAPSHOT_LABEL = 'berth.snapshot';
+/** The tag of a removed snapshot's image a container still uses, until the orphan pass removes it. */
+const GONE_PREFIX = 'gone-';
 /** The repository of every snapshot image; the tag names the installation and the snapshot. */
 const SNAPSHOT_REPO = 'berth-snapshot';
 const META = 'meta.json';
@@ -142,11 +144,16 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     } catch (err) {
       throw fromDockerError(this.host.docker, err, 'list images');
     }
-    // Untagged ones too: an image a removed snapshot left untagged while a fork's container still
-    // used it is no snapshot, so no record names it and the orphan pass removes it once that
-    // container is gone (until then its removal finds it in use and leaves it).
+    // By berth's own tags only (an image built FROM a snapshot inherits its labels, never its tags).
+    // The "gone" tag too: a removed snapshot a fork's container still used is no snapshot, so no
+    // record names it and the orphan pass removes it once that container is gone.
     return images
-      .filter((i) => i.Labels?.[LABEL.installation] === this.host.installation && (i.Labels[SNAPSHOT_LABEL] ?? '') !== '')
+      .filter((i) => {
+        const id = i.Labels?.[SNAPSHOT_LABEL] ?? '';
+        const tags = i.RepoTags ?? [];
+        return i.Labels?.[LABEL.installation] === this.host.installation && id !== ''
+          && [this.tagOf(id), this.tagOf(`${GONE_PREFIX}${id}`)].some((t) => tags.includes(`${SNAPSHOT_REPO}:${t}`));
+      })
       .map((i) => `${i.Labels[SNAPSHOT_LABEL] ?? ''}@${i.Id}`);
   }
 
@@ -271,20 +278,28 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     return history[0]?.Size ?? 0;
   }
 
+  /**
+   * Removes a snapshot's image. One a container still uses (a fork, running or stopped) the engine
+   * keeps: it is moved to a "gone" tag instead (tagged anew, then its snapshot tag removed, which
+   * the engine allows while another tag holds the image), so it is no longer a snapshot, keeps
+   * what the fork's next commit inspects, and is listed for the orphan pass, which removes it once
+   * its last container is gone. Never forced: a forced untag deletes an image a stopped container uses.
+   */
   private async removeImage(image: string, id: string): Promise<void> {
     try {
       await this.host.request(`remove image ${image}`, (abortSignal) => this.host.docker.getImage(image).remove({ abortSignal }));
+      return;
     } catch (err) {
       const status = statusOf(err);
       if (status === 404) return;
-      // A container made from it (a fork) still uses it: the tag goes, so it is no longer a snapshot.
       if (status !== 409) throw fromDockerError(this.host.docker, err, `remove image ${image}`);
-      const tagged = `${SNAPSHOT_REPO}:${this.tagOf(id)}`;
-      // The engine keeps an image a container uses whatever it is told; `force` lets the last tag
-      // go from it (without, the untag is refused like the removal), `noprune` keeps its parents.
-      await this.host.request(`untag ${tagged}`, (abortSignal) => this.host.docker.getImage(tagged).remove({ force: true, noprune: true, abortSignal }))
-        .catch((e: unknown) => { if (statusOf(e) !== 404) throw fromDockerError(this.host.docker, e, `untag ${tagged}`); });
     }
+    const gone = this.tagOf(`${GONE_PREFIX}${id}`);
+    await this.host.request(`tag ${image} ${SNAPSHOT_REPO}:${gone}`, (abortSignal) => this.host.docker.getImage(image).tag({ repo: SNAPSHOT_REPO, tag: gone, abortSignal }))
+      .catch((e: unknown) => { throw fromDockerError(this.host.docker, e, `tag ${image} as ${SNAPSHOT_REPO}:${gone}`); });
+    const tagged = `${SNAPSHOT_REPO}:${this.tagOf(id)}`;
+    await this.host.request(`untag ${tagged}`, (abortSignal) => this.host.docker.getImage(tagged).remove({ noprune: true, abortSignal }))
+      .catch((e: unknown) => { if (statusOf(e) !== 404) throw fromDockerError(this.host.docker, e, `untag ${tagged}`); });
   }
 
   private async readMeta(id: string): Promise<SnapshotMeta> {
