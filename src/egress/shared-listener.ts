@@ -34,6 +34,9 @@ export class SharedEgressListener implements ProxyGate {
   private readonly userOf = new Map<string, string>();
   /** The client connections each sandbox (by ref) holds here, until they close. */
   private readonly open = new Map<string, Set<Socket>>();
+  /** Connections not yet named by a credential, by source address: each address holds at most one share. */
+  private readonly unnamed = new Map<string, number>();
+  private readonly unnamedFrom = new WeakMap<Socket, string>();
   /** When each source address last had a refusal logged (one line a minute each: a client cannot flood the log). */
   private readonly lastWarned = new Map<string, number>();
 
@@ -49,7 +52,10 @@ export class SharedEgressListener implements ProxyGate {
   static async start(proxy: EgressProxy, o: SharedListenerOptions): Promise<SharedEgressListener> {
     const server = createServer();
     const listener = new SharedEgressListener(server, o.log, o.maxConnectionsPerSandbox);
-    server.on('connection', (socket: Socket) => proxy.handleGated(socket, listener));
+    server.on('connection', (socket: Socket) => {
+      if (listener.admit(socket)) proxy.handleGated(socket, listener);
+      else socket.destroy();
+    });
     await new Promise<void>((resolve, reject) => {
       server.once('error', (e: NodeJS.ErrnoException) => reject(new BerthError('listen_failed',
         `berth's egress proxy cannot listen on ${o.host}:${o.port} (egressProxy.listen): ${e.code ?? e.message}; ` +
@@ -106,8 +112,39 @@ export class SharedEgressListener implements ProxyGate {
     return { sandbox: r.sandbox };
   }
 
-  /** Counts `socket` against sandbox `ref` until it closes; false when the sandbox already holds its bound. */
+  /**
+   * A new connection, before any byte is read: refused when its source address already holds
+   * `maxConnectionsPerSandbox` connections no credential has named yet, so one pod that opens
+   * connections and sends nothing cannot take the listener's whole bound from the others. (Where
+   * the cluster SNATs pods to their node's address, the pods of one node share that one share
+   * while they connect; once named, a connection counts against its sandbox instead.)
+   */
+  admit(socket: Socket): boolean {
+    const from = socket.remoteAddress ?? '';
+    const n = this.unnamed.get(from) ?? 0;
+    if (n >= this.perSandbox) {
+      this.warnOnce(`unnamed:${from}`, `egress: refused a connection from ${from || 'an unknown address'}: it holds ${n} not yet named by a proxy credential, the most egressProxy.maxConnectionsPerSandbox allows (further refusals from it are not logged for a minute)`);
+      return false;
+    }
+    this.unnamed.set(from, n + 1);
+    this.unnamedFrom.set(socket, from);
+    socket.once('close', () => this.named(socket));
+    return true;
+  }
+
+  /** `socket` no longer counts as unnamed (its credential named it, or it closed). */
+  private named(socket: Socket): void {
+    const from = this.unnamedFrom.get(socket);
+    if (from === undefined) return;
+    this.unnamedFrom.delete(socket);
+    const n = (this.unnamed.get(from) ?? 1) - 1;
+    if (n <= 0) this.unnamed.delete(from);
+    else this.unnamed.set(from, n);
+  }
+
+  /** Counts `socket` against sandbox `ref` until it closes; false when the sandbox already holds its bound (or the socket is gone). */
   private hold(ref: string, socket: Socket): boolean {
+    if (socket.destroyed) return false;
     let set = this.open.get(ref);
     if (set === undefined) this.open.set(ref, set = new Set());
     if (set.size >= this.perSandbox) {
@@ -115,6 +152,7 @@ export class SharedEgressListener implements ProxyGate {
       return false;
     }
     set.add(socket);
+    this.named(socket);
     socket.once('close', () => {
       set.delete(socket);
       if (set.size === 0 && this.open.get(ref) === set) this.open.delete(ref);

@@ -186,16 +186,16 @@ describe('egress on kubernetes: the shared listener\'s gate', () => {
     }
   });
 
-  it('admits at most maxConnectionsPerSandbox connections per sandbox it serves, plus one share not yet named', async () => {
+  it('admits at most maxConnectionsPerSandbox connections per sandbox it serves, plus one share not yet named; one source address holds at most one share unnamed', async () => {
     const held: Socket[] = [];
     const gate = await SharedEgressListener.start({ handleGated: (s: Socket) => held.push(s) } as unknown as EgressProxy, { host: '127.0.0.1', port: 0, maxConnectionsPerSandbox: 2, log: Logger.silent() });
-    /** Opens `n` connections at once; how many the listener kept (a refused one is closed by the server at once). */
-    const kept = async (n: number): Promise<number> => {
+    /** Opens `n` connections at once from each of `sources`; how many the listener kept (a refused one is closed at once). */
+    const kept = async (n: number, sources: readonly string[] = ['127.0.0.1']): Promise<number> => {
       const before = held.length;
-      const clients = await Promise.all(Array.from({ length: n }, () => new Promise<Socket>((resolve) => {
-        const c = connect(gate.port, '127.0.0.1', () => resolve(c));
+      const clients = await Promise.all(sources.flatMap((localAddress) => Array.from({ length: n }, () => new Promise<Socket>((resolve) => {
+        const c = connect({ port: gate.port, host: '127.0.0.1', localAddress }, () => resolve(c));
         c.on('error', () => undefined);
-      })));
+      }))));
       await new Promise((r) => setTimeout(r, 200));
       const count = held.length - before;
       for (const c of clients) c.destroy();
@@ -205,10 +205,32 @@ describe('egress on kubernetes: the shared listener\'s gate', () => {
     };
     try {
       expect(await kept(5)).toBe(2);
-      gate.register('ref-a', proxyCredential(secret, 'a'.repeat(64)), sandboxOf('a'));
-      expect(await kept(5)).toBe(4);
-      gate.unregister('ref-a');
+      const a = sandboxOf('a');
+      gate.register('ref-a', proxyCredential(secret, 'a'.repeat(64)), a);
+      // One address that never sends a credential keeps its one share, not the listener's bound.
       expect(await kept(5)).toBe(2);
+      expect(await kept(5, ['127.0.0.2', '127.0.0.3', '127.0.0.4'])).toBe(4);
+      // A connection its credential named counts against its sandbox, no longer as unnamed.
+      const ca = proxyCredential(secret, 'a'.repeat(64));
+      const open = (): Promise<Socket> => new Promise((resolve) => {
+        const c = connect({ port: gate.port, host: '127.0.0.1', localAddress: '127.0.0.5' }, () => resolve(c));
+        c.on('error', () => undefined);
+      });
+      const clients = [await open(), await open()];
+      try {
+        await new Promise((r) => setTimeout(r, 100));
+        expect(held).toHaveLength(2);
+        expect(gate.authenticate(basic(ca.user, ca.token), held[0])).toEqual({ sandbox: a });
+        clients.push(await open());
+        await new Promise((r) => setTimeout(r, 100));
+        expect(held).toHaveLength(3);
+      } finally {
+        for (const c of clients) c.destroy();
+        for (const x of held.splice(0)) x.destroy();
+      }
+      await new Promise((r) => setTimeout(r, 100));
+      gate.unregister('ref-a');
+      expect(await kept(5, ['127.0.0.2', '127.0.0.3'])).toBe(2);
     } finally {
       await gate.close();
     }
