@@ -49,8 +49,7 @@ import { storeLease } from './store-lease.js';
 import { SnapshotCalls } from './snapshot-calls.js';
 import { SnapshotSweep } from './snapshot-sweep.js';
 import { SnapshotTaker } from './snapshot-taker.js';
-import { reservationOf } from '../backends/module.js';
-import { largestReservation, snapshotQuota, tenantQuota } from './tenant-quota.js';
+import { snapshotQuota, tenantQuota } from './tenant-quota.js';
 import { WarmPool } from './warm-pool.js';
 
 const DOCKER_SOCKETS = ['/var/run/docker.sock', '/run/docker.sock'];
@@ -106,8 +105,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
     retentionDays: config.audit.retentionDays, log: (m) => logger.child('berth:audit').warn(m), observer: observers, egress: store.egress,
   });
   const gate = opts.startGate ?? StartGate.forThisMachine();
-  const places = [config.base, ...Object.values(config.profiles)];
-  const quota = tenantQuota(config.limits, berthHome, largestReservation(places.map((p) => reservationOf(config.backends.module(p.backend), p))));
+  const quota = tenantQuota(config.limits, berthHome);
   const backends = new BackendRegistry({
     catalog: config.backends, berthHome, installation: store.installationId, injected: opts.backends,
     log: logger, lease: storeLease(store.leases), profiles: [config.base, ...Object.values(config.profiles)],

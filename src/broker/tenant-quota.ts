@@ -1,6 +1,5 @@
 import { statfsSync } from 'node:fs';
 import { totalmem } from 'node:os';
-import type { SandboxReservation } from '../backends/module.js';
 import type { TenantLimits } from '../config/types.js';
 import type { TenantQuota } from './state/sandbox-table.js';
 import type { SnapshotQuota } from './state/snapshot-table.js';
@@ -17,23 +16,13 @@ const DEFAULT_TENANT_SHARE = 0.5;
 /**
  * The bounds on the sandboxes one tenant holds, with the host-sized defaults filled in: memory
  * limits may add up to half the host's memory, disk bounds to half the size of the filesystem
- * that holds `BERTH_HOME` (where persistent sandboxes keep their files), but never less than the
- * largest one sandbox of the config reserves (`largest`), so a small host still gets one sandbox
- * per tenant. Written limits win.
+ * that holds `BERTH_HOME` (where persistent sandboxes keep their files). Written limits win.
  */
-export function tenantQuota(limits: TenantLimits, berthHome: string, largest: SandboxReservation = {}): TenantQuota {
+export function tenantQuota(limits: TenantLimits, berthHome: string): TenantQuota {
   return {
     sandboxes: limits.sandboxes,
-    memoryMb: limits.memoryMb ?? Math.max(Math.floor((totalmem() / MIB) * DEFAULT_TENANT_SHARE), largest.memoryMb ?? 0),
-    diskMb: limits.diskMb ?? Math.max(Math.floor(diskSizeMb(berthHome) * DEFAULT_TENANT_SHARE), largest.diskMb ?? 0),
-  };
-}
-
-/** The most memory and disk one sandbox of any of `reservations` reserves (each its own largest). */
-export function largestReservation(reservations: readonly SandboxReservation[]): SandboxReservation {
-  return {
-    memoryMb: Math.max(0, ...reservations.map((r) => r.memoryMb ?? 0)),
-    diskMb: Math.max(0, ...reservations.map((r) => r.diskMb ?? 0)),
+    memoryMb: limits.memoryMb ?? Math.floor((totalmem() / MIB) * DEFAULT_TENANT_SHARE),
+    diskMb: limits.diskMb ?? Math.floor(diskSizeMb(berthHome) * DEFAULT_TENANT_SHARE),
   };
 }
 

@@ -3,7 +3,7 @@ import { totalmem } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import type { SandboxRecord, TenantQuota } from '../../src/broker/state/sandbox-table.js';
 import { StateStore } from '../../src/broker/state/state-store.js';
-import { largestReservation, snapshotQuota, tenantQuota } from '../../src/broker/tenant-quota.js';
+import { snapshotQuota, tenantQuota } from '../../src/broker/tenant-quota.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
@@ -74,16 +74,5 @@ describe('a tenant\'s quota on the sandboxes it holds, enforced by the claim its
     expect(quota.memoryMb).toBeLessThan(totalmem() / 2 ** 20);
     expect(snapshotQuota(parseConfig({}).limits, home)).toEqual({ count: 100, bytes: Math.floor(diskMb / 2) * 2 ** 20 });
     expect(tenantQuota(parseConfig({ limits: { sandboxes: 3, memoryMb: 4096, diskMb: 8192 } }).limits, home)).toEqual({ sandboxes: 3, memoryMb: 4096, diskMb: 8192 });
-  });
-
-  it('the half-host default never falls below the largest sandbox of the config: a small host still gets one per tenant', () => {
-    const home = tempDir('berth-quota-');
-    const huge = { memoryMb: Math.ceil(totalmem() / 2 ** 20), diskMb: 1 };
-    expect(largestReservation([{ memoryMb: 2048, diskMb: 10_240 }, huge, {}])).toEqual({ memoryMb: huge.memoryMb, diskMb: 10_240 });
-    expect(largestReservation([])).toEqual({ memoryMb: 0, diskMb: 0 });
-    const q = tenantQuota(parseConfig({}).limits, home, largestReservation([huge]));
-    expect(q.memoryMb).toBe(huge.memoryMb);
-    // Written limits win over the floor too.
-    expect(tenantQuota(parseConfig({ limits: { memoryMb: 512 } }).limits, home, huge).memoryMb).toBe(512);
   });
 });
