@@ -128,17 +128,17 @@ export interface TenantLimits {
   sandboxes: number;
   /**
    * Memory limits of one tenant's sandboxes added up, in MiB (each counts what its backend lets it
-   * use: `docker.memoryMb` or its default); undefined: half the host's memory.
+   * use: `docker.memoryMb` or its default); undefined: the host's memory.
    */
   memoryMb: number | undefined;
   /**
    * Disk bounds of one tenant's sandboxes added up, in MiB (`docker.diskMb` or its default);
-   * undefined: half the size of the filesystem that holds `BERTH_HOME`.
+   * undefined: the size of the filesystem that holds `BERTH_HOME`.
    */
   diskMb: number | undefined;
   /** Snapshots one tenant may keep (named ones and fork bases); past it a snapshot or fork is refused (0: none at all). */
   snapshots: number;
-  /** Bytes one tenant's snapshots may take on the host; undefined: half the size of the filesystem that holds `BERTH_HOME`. */
+  /** Bytes one tenant's snapshots may take on the host; undefined: the size of the filesystem that holds `BERTH_HOME`. */
   snapshotBytes: number | undefined;
   /** A named snapshot older than this many days is removed by the periodic sweep. */
   snapshotRetentionDays: number;

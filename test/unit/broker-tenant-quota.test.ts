@@ -3,7 +3,7 @@ import { totalmem } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import type { SandboxRecord, TenantQuota } from '../../src/broker/state/sandbox-table.js';
 import { StateStore } from '../../src/broker/state/state-store.js';
-import { snapshotQuota, tenantQuota } from '../../src/broker/tenant-quota.js';
+import { tenantQuota } from '../../src/broker/tenant-quota.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
@@ -64,15 +64,12 @@ describe('a tenant\'s quota on the sandboxes it holds, enforced by the claim its
     }
   });
 
-  it('defaults: 50 sandboxes, memory limits up to half the host\'s memory, disk bounds and snapshots up to half of BERTH_HOME\'s filesystem', () => {
+  it('defaults: 50 sandboxes, memory limits up to the host\'s memory, disk bounds up to the size of BERTH_HOME\'s filesystem', () => {
     const home = tempDir('berth-quota-');
     const fs = statfsSync(home);
-    const diskMb = Math.floor((fs.blocks * fs.bsize) / 2 ** 20);
-    const quota = tenantQuota(parseConfig({}).limits, home);
-    expect(quota).toEqual({ sandboxes: 50, memoryMb: Math.floor(totalmem() / 2 ** 20 / 2), diskMb: Math.floor(diskMb / 2) });
-    // One tenant alone can never reserve the whole host.
-    expect(quota.memoryMb).toBeLessThan(totalmem() / 2 ** 20);
-    expect(snapshotQuota(parseConfig({}).limits, home)).toEqual({ count: 100, bytes: Math.floor(diskMb / 2) * 2 ** 20 });
+    expect(tenantQuota(parseConfig({}).limits, home)).toEqual({
+      sandboxes: 50, memoryMb: Math.floor(totalmem() / 2 ** 20), diskMb: Math.floor((fs.blocks * fs.bsize) / 2 ** 20),
+    });
     expect(tenantQuota(parseConfig({ limits: { sandboxes: 3, memoryMb: 4096, diskMb: 8192 } }).limits, home)).toEqual({ sandboxes: 3, memoryMb: 4096, diskMb: 8192 });
   });
 });
