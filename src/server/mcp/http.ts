@@ -232,7 +232,8 @@ export function createMcpHttpHandler(broker: Broker, opts: McpHttpOptions): McpH
     held.set(tenant, (held.get(tenant) ?? 0) + 1);
     const server = createMcpServer(broker, scope, { sandbox, remote: true, onRefused: (code) => refused(code, tenant), log: opts.log });
     server.server.onclose = () => void end(s);
-    server.server.onerror = (err) => log.warn(`session ${scope.session}: ${err.message}`);
+    // A client's malformed message: its own business, one it can repeat at will (info, not warn).
+    server.server.onerror = (err) => log.info(`session ${scope.session}: ${err.message}`);
     await server.connect(transport);
     sessions.set(id, s);
     try {

@@ -34,7 +34,8 @@ export async function serveMcpStdio(broker: Broker, scope: CallScopeInput, opts:
   const ended = new Promise<void>((resolve) => {
     server.server.onclose = () => resolve();
   });
-  server.server.onerror = (err) => log.warn(`stdio: ${err.message}`);
+  // A client's malformed message: its own business (info, not warn).
+  server.server.onerror = (err) => log.info(`stdio: ${err.message}`);
   const end = (): void => void server.close().catch((e: unknown) => log.warn(`close: ${String(e)}`));
   stdin.once('end', end);
   stdin.once('close', end);
