@@ -49,9 +49,16 @@ export async function probeBwrap(opts: ProbeOptions): Promise<BwrapHost> {
   try {
     createSandboxDirs(dirs, opts.user);
     await checkSandbox(host, dirs, opts);
-  } finally {
-    removeSandboxDirs(opts.root, dirs);
+  } catch (err) {
+    // What the probe found is the answer; a failure to clean up after it must not replace it.
+    try {
+      removeSandboxDirs(opts.root, dirs);
+    } catch {
+      // A .probe- dir left under the root: harmless (no record names it), and the next probe uses a new name.
+    }
+    throw err;
   }
+  removeSandboxDirs(opts.root, dirs);
   return host;
 }
 

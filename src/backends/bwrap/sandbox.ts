@@ -74,10 +74,14 @@ export async function startSandbox(opts: StartSandboxOptions): Promise<BwrapSand
   });
   const fifos = new FifoPool(opts.dirs.run, opts.user);
   const sandbox = new BwrapSandbox(child, fifos);
+  const priming = fifos.prime();
   try {
-    await Promise.all([sandbox.started(opts, opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS), fifos.prime()]);
+    await Promise.all([sandbox.started(opts, opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS), priming]);
     return sandbox;
   } catch (err) {
+    // The pool makes its fifos in the sandbox's run dir: none may appear after this returns, while
+    // the caller removes that dir (its removal would fail, not empty, and hide this error).
+    await priming.catch(() => undefined);
     await sandbox.stop();
     throw err;
   }
