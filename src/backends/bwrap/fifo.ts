@@ -37,6 +37,7 @@ const BATCH = 8;
 export class FifoPool {
   private readonly ready: FifoSet[] = [];
   private refilling: Promise<void> | undefined;
+  private closed = false;
 
   constructor(
     private readonly dir: string,
@@ -61,7 +62,17 @@ export class FifoPool {
     return this.refill();
   }
 
+  /**
+   * No batch is made from now on, and the one being made has ended when this resolves: no FIFO
+   * appears in the run dir after it, so the dir can be removed.
+   */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.refilling?.catch(() => undefined);
+  }
+
   private refill(): Promise<void> {
+    if (this.closed) return Promise.reject(new Error(`the FIFO pool of ${this.dir} is closed: its sandbox stopped`));
     this.refilling ??= this.makeBatch().finally(() => {
       this.refilling = undefined;
     });

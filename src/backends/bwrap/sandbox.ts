@@ -74,14 +74,11 @@ export async function startSandbox(opts: StartSandboxOptions): Promise<BwrapSand
   });
   const fifos = new FifoPool(opts.dirs.run, opts.user);
   const sandbox = new BwrapSandbox(child, fifos);
-  const priming = fifos.prime();
   try {
-    await Promise.all([sandbox.started(opts, opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS), priming]);
+    await Promise.all([sandbox.started(opts, opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS), fifos.prime()]);
     return sandbox;
   } catch (err) {
-    // The pool makes its fifos in the sandbox's run dir: none may appear after this returns, while
-    // the caller removes that dir (its removal would fail, not empty, and hide this error).
-    await priming.catch(() => undefined);
+    // Stopping also waits for the pool's first batch: no FIFO appears while the caller removes the dirs.
     await sandbox.stop();
     throw err;
   }
@@ -237,6 +234,8 @@ export class BwrapSandbox implements AsyncDisposable {
       }
     }
     await this.exited;
+    // A batch of FIFOs being made in the run dir ends first: the caller removes that dir next.
+    await this.fifos.close();
   }
 
   /**
