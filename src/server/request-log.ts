@@ -50,14 +50,19 @@ export function requestLevel(status: number, code?: HttpCode): LogLevel {
   if (code !== undefined) return levelOf(code);
   if (status === 0) return 'warn';
   if (status < 400) return 'info';
-  const levels = HTTP_CODES.filter((c) => statusOf(c) === status).map(levelOf);
-  if (levels.length === 0) return status >= 500 ? 'error' : 'info';
-  return levels.reduce((a, b) => (SEVERITY[b] > SEVERITY[a] ? b : a));
+  return LEVEL_OF_STATUS.get(status) ?? (status >= 500 ? 'error' : 'info');
 }
 
 function levelOf(code: HttpCode): LogLevel {
   return LEVEL_OF_CODE[code] ?? LEVEL_OF_CATEGORY[categoryOf(code)];
 }
+
+/** For an answer without a recorded code: the most severe level of the codes that answer with its status. */
+const LEVEL_OF_STATUS: ReadonlyMap<number, LogLevel> = HTTP_CODES.reduce((m, c) => {
+  const [status, level] = [statusOf(c), levelOf(c)];
+  const had = m.get(status);
+  return m.set(status, had !== undefined && SEVERITY[had] >= SEVERITY[level] ? had : level);
+}, new Map<number, LogLevel>());
 
 /**
  * One line per HTTP request when its response ends: method, path (never the query), tenant,
