@@ -45,18 +45,24 @@ describe('berth serve request lines (local backend, real server process)', () =>
   });
 });
 
+/** An in-process server over a stub broker whose exec is `exec`: a client of tenant acme, and every log record. */
+async function serveStub(exec: () => Promise<never>): Promise<{ api: ApiClient; lines: LogRecord[] }> {
+  const broker = stubBroker({ exec });
+  const tokens = TokenStore.open(broker.berthHome);
+  const { token } = tokens.create('acme');
+  const lines: LogRecord[] = [];
+  const server = await BerthServer.start({ broker, tokens, port: 0, log: (_ns, _m, r) => void lines.push(r!) });
+  onTestFinished(async () => {
+    await server.close({ graceMs: 1_000 });
+    tokens.close();
+  });
+  return { api: new ApiClient(server.url, token), lines };
+}
+
 describe('berth\'s own fault (in-process server)', () => {
   it('an internal error is one error line with its stack', async () => {
-    const broker = stubBroker({ exec: async () => { throw new Error('boom in berth'); } });
-    const tokens = TokenStore.open(broker.berthHome);
-    const { token } = tokens.create('acme');
-    const lines: LogRecord[] = [];
-    const server = await BerthServer.start({ broker, tokens, port: 0, log: (_ns, _m, r) => void lines.push(r!) });
-    onTestFinished(async () => {
-      await server.close({ graceMs: 1_000 });
-      tokens.close();
-    });
-    const r = await new ApiClient(server.url, token).request('POST', '/v1/exec', { session: 's1', command: 'true' });
+    const { api, lines } = await serveStub(async () => { throw new Error('boom in berth'); });
+    const r = await api.request('POST', '/v1/exec', { session: 's1', command: 'true' });
     expect(r.status).toBe(500);
     await new Promise((resolve) => setTimeout(resolve, 50));
     const errors = lines.filter((l) => l.level === 'error');
@@ -67,16 +73,7 @@ describe('berth\'s own fault (in-process server)', () => {
 
   it('a request line\'s level follows its error code\'s category: bounds, refusals and timeouts warn, a caller\'s mistake info, an engine\'s failure or absence error without a stack', async () => {
     let code: ErrorCode = 'timeout';
-    const broker = stubBroker({ exec: async () => { throw new BerthError(code, `a ${code} from the stub`); } });
-    const tokens = TokenStore.open(broker.berthHome);
-    const { token } = tokens.create('acme');
-    const lines: LogRecord[] = [];
-    const server = await BerthServer.start({ broker, tokens, port: 0, log: (_ns, _m, r) => void lines.push(r!) });
-    onTestFinished(async () => {
-      await server.close({ graceMs: 1_000 });
-      tokens.close();
-    });
-    const api = new ApiClient(server.url, token);
+    const { api, lines } = await serveStub(async () => { throw new BerthError(code, `a ${code} from the stub`); });
     const seen: [ErrorCode, number, string | undefined, unknown][] = [];
     for (code of ['timeout', 'too_large', 'disk_limit_exceeded', 'tenant_limit', 'backend_unavailable', 'usage', 'engine_refused'] as ErrorCode[]) {
       const r = await api.request('POST', '/v1/exec', { session: 's1', command: 'true' });
