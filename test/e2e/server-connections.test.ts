@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { connect, type Socket } from 'node:net';
@@ -118,7 +118,10 @@ function execFrom(port: number, from: string, token: string, body: unknown, body
 async function tarOf(home: string): Promise<number> {
   const deadline = Date.now() + 10_000;
   while (Date.now() < deadline) {
-    const found = spawnSync('pgrep', ['-f', `^tar -x -o -f - -C ${home}/`], { encoding: 'utf8' }).stdout.trim();
+    // Asked without blocking: the server runs in this process, and its timers must keep time.
+    const found = await new Promise<string>((resolve) => {
+      execFile('pgrep', ['-f', `^tar -x -o -f - -C ${home}/`], { encoding: 'utf8' }, (_err, stdout) => resolve(stdout.trim()));
+    });
     if (found !== '') return Number(found.split('\n')[0]);
     await new Promise((r) => setTimeout(r, 20));
   }
@@ -396,13 +399,21 @@ describe('berth serve: what is slow but alive is not cut', () => {
       });
       req.on('error', reject);
       // The first bytes start the sandbox's tar; the test stops it, then sends the rest at once.
-      req.write(data.subarray(0, 64 * 1024));
+      // Until then a byte goes every 100 ms: this client is slow but never stalls, so only the
+      // sandbox's stop can hold the body back (a client idle for bodyStallSeconds is cut, rightly).
+      let sent = 64 * 1024;
+      req.write(data.subarray(0, sent));
+      const trickle = setInterval(() => req.write(data.subarray(sent, ++sent)), 100);
       void tarOf(s.home).then((pid) => {
         process.kill(pid, 'SIGSTOP');
-        req.end(data.subarray(64 * 1024));
+        clearInterval(trickle);
+        req.end(data.subarray(sent));
         // Longer than bodyStallSeconds with berth's reading stopped behind the sandbox.
         setTimeout(() => process.kill(pid, 'SIGCONT'), 3_000);
-      }, reject);
+      }, (err: unknown) => {
+        clearInterval(trickle);
+        reject(err);
+      });
     });
     await new Promise((r) => setTimeout(r, 2_000));
     expect(answered).toBe(false);

@@ -40,5 +40,5 @@ export function tempInstall(configYaml: string): { home: string; dir: string; en
   if (process.env['DOCKER_HOST']) env['DOCKER_HOST'] = process.env['DOCKER_HOST'];
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'berth.yaml'), configYaml);
-  return { home, dir, env, [Symbol.dispose]: () => rmSync(root, { recursive: true, force: true }) };
+  return { home, dir, env, [Symbol.dispose]: () => rmSync(root, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 }) };
 }

@@ -3,7 +3,7 @@ import { BERTH_BIN, REPO, runBerth } from './cli.js';
 
 /*
  * A real `berth serve` process (the built dist/) on a free loopback port, and a small JSON client.
- * `stopAll()` in afterEach kills what a test left running, so no server outlives its test.
+ * `stopAll()` in afterEach stops what a test left running, so no server outlives its test.
  */
 
 export interface ServeInstall {
@@ -85,9 +85,14 @@ export class ServeProcess {
   }
 }
 
-/** Kills every server still running (afterEach). */
+/**
+ * Stops every server still running (afterEach), as an operator would: SIGTERM, so it ends its
+ * shells and removes its ephemeral sandboxes, and SIGKILL only if it has not exited in 20 s.
+ * afterEach runs before a test's own onTestFinished clean-ups: a server killed outright here
+ * leaves its shells to end on their own, writing their state into dirs those clean-ups remove.
+ */
 export async function stopAll(): Promise<void> {
-  await Promise.all([...live].map((s) => s.stop('SIGKILL', 5_000)));
+  await Promise.all([...live].map((s) => s.stop('SIGTERM', 20_000)));
 }
 
 /** `berth token create --tenant T [--profile P ...]`: the token is the last line of stdout. */
