@@ -5,7 +5,7 @@ import { PersistentShell } from '../shell/persistent-shell.js';
 import type { ExecResult } from '../shell/types.js';
 import { wardenFor, type Warden } from '../shell/warden.js';
 import type { ResolvedCall } from './resolve-call.js';
-import { startCwd, type CwdLookup } from './start-cwd.js';
+import { recordedStartCwd, type CwdLookup } from './start-cwd.js';
 import type { StartGate } from './start-gate.js';
 import type { ScopeRecords } from './state/scope-records.js';
 import { withSessionEnv } from './preattached-shell.js';
@@ -136,7 +136,7 @@ export class ShellPool {
       stateDir: sandbox.stateDir,
       shellId: call.shell.fileStem,
       defaultCwd: call.defaultCwd,
-      initialCwd: startCwd(this.opts.scopes, call),
+      initialCwd: recordedStartCwd(this.opts.scopes, call),
       secretNames: call.secretNames,
       spillDir: this.opts.spillDir,
       maxOutputChars: call.settings.exec.maxOutputChars,

@@ -25,11 +25,21 @@ export interface StartCwdCall {
  * one inherits its parent's), mapped or discarded for containers, else the sandbox default.
  */
 export function startCwd(scopes: CwdLookup, call: StartCwdCall): string {
+  return recordedStartCwd(scopes, call) ?? call.defaultCwd;
+}
+
+/**
+ * The recorded start cwd alone, undefined where no record applies. A new shell is given only this:
+ * without it, the cwd its identity's saved shell state holds comes before the sandbox default (a
+ * session closed by a berth that stopped leaves no record, but its persistent sandbox keeps that
+ * state, variables and cwd alike).
+ */
+export function recordedStartCwd(scopes: CwdLookup, call: StartCwdCall): string | undefined {
   const record = scopes.getCwd(call.shell.digest) ?? inheritedCwd(scopes, call.scope, call.isSubagent);
   const recorded = record === undefined ? undefined : { path: record.cwd, backend: record.backend };
   return resolveStartCwd({
     recorded, backendName: call.settings.backend, containerBackend: call.traits.mountsHostDirs,
-    mount: call.spec.mount, defaultCwd: call.defaultCwd,
+    mount: call.spec.mount, defaultCwd: undefined,
   });
 }
 

@@ -9,8 +9,11 @@ export interface StartCwdInput {
   containerBackend: boolean;
   /** Host dir bound at `/workspace`, or null. */
   mount: string | null;
-  /** Where to start when nothing recorded applies (the sandbox default, or the workspace on local). */
-  defaultCwd: string;
+  /**
+   * Where to start when nothing recorded applies (the sandbox default, or the workspace on local);
+   * undefined asks only whether a record applies.
+   */
+  defaultCwd: string | undefined;
 }
 
 /**
@@ -27,7 +30,7 @@ export interface StartCwdInput {
  * resolveStartCwd({ recorded: { path: '/home/ana/app/src', backend: 'local' }, backendName: 'docker',
  *   containerBackend: true, mount: '/home/ana/app', defaultCwd: '/workspace' }) // '/workspace/src'
  */
-export function resolveStartCwd(a: StartCwdInput): string {
+export function resolveStartCwd<D extends string | undefined>(a: StartCwdInput & { defaultCwd: D }): string | D {
   const recorded = a.recorded;
   if (recorded === undefined || !path.posix.isAbsolute(recorded.path)) return a.defaultCwd;
   const sameBackend = recorded.backend === a.backendName;

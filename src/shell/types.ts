@@ -62,7 +62,7 @@ export interface ShellOptions {
   shellId: string;
   /** Directory to start in when nothing was recorded. */
   defaultCwd: string;
-  /** Recorded/resolved starting cwd for a fresh shell; missing dirs fall back to defaultCwd silently. */
+  /** Recorded/resolved starting cwd for a fresh shell; missing (or a missing dir): the saved state's cwd, then defaultCwd. */
   initialCwd?: string | undefined;
   /** Granted secret names: never written to the snapshot, re-exported before each command. */
   secretNames: readonly string[];

@@ -58,6 +58,7 @@ export const CONFORMANCE_TESTS = {
   envNotOnArgv: 'spawn: env values reach the process but never any argv, seen from inside',
   killTree: 'spawn: kill ends the process and what it started',
   shellState: 'the persistent shell keeps cwd, exported variables, functions and aliases across commands and a replacement',
+  restartState: 'a persistent sandbox\'s session starts again where it was after its berth stopped: cwd and exported variables',
   timeoutTree: 'a timeout ends the command line: nothing more of it runs and none of its processes is left',
   outputCaps: 'output over exec.maxOutputChars keeps a head and a tail; a helper past its byte cap is stopped',
   jobs: 'jobs: start, read, kill; a killed job leaves no process',
@@ -277,6 +278,21 @@ export function runBackendConformance(o: ConformanceOptions): void {
       const after = await broker.exec(s, 'pwd; echo "$KEEP"; kf; alias ka');
       expect(after.stdout).toBe(kept.stdout);
       expect(after.cwd).toBe(kept.cwd);
+    });
+
+    test(CONFORMANCE_TESTS.restartState, async () => {
+      const home = t().newHome();
+      const first = await openOn(home, { persistent: true });
+      const s = { session: 'restart' };
+      const set = await first.exec(s, 'mkdir -p sub && cd sub && export KEEP=kept && pwd');
+      expect(set.exitCode, set.output).toBe(0);
+      // A berth that stops closes its sessions (no cwd record is left) and keeps the sandbox.
+      await first.close();
+      const next = await openOn(home, { persistent: true });
+      const again = await next.exec(s, 'pwd; echo "$KEEP"');
+      expect(again.stdout).toBe(`${set.stdout}kept\n`);
+      expect(again.cwd).toBe(set.cwd);
+      await next.removeSandboxOf(s);
     });
 
     test(CONFORMANCE_TESTS.timeoutTree, async () => {
