@@ -106,9 +106,11 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   });
   const gate = opts.startGate ?? StartGate.forThisMachine();
   const quota = tenantQuota(config.limits, berthHome);
+  // One lease over the store for every process of this installation: engine objects and snapshots.
+  const lease = storeLease(store.leases);
   const backends = new BackendRegistry({
     catalog: config.backends, berthHome, installation: store.installationId, injected: opts.backends,
-    log: logger, lease: storeLease(store.leases), profiles: [config.base, ...Object.values(config.profiles)],
+    log: logger, lease, profiles: [config.base, ...Object.values(config.profiles)],
   });
   const warm = new WarmPool({ config, backends, gate, fill: opts.warmPool === true, observer: observers, log: logger.child('berth:pool') });
   const processToken = ownerToken();
@@ -150,7 +152,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   });
   const snapshots = new SnapshotCalls({
     config, resolver, gate: sessionGate, lives, backends, sandboxes: store.sandboxes, sessions: store.sessions, snapshots: store.snapshots,
-    scopes: store.scopes, taker, egress, audit, starts: gate, quota, owner, lifecycle,
+    scopes: store.scopes, taker, egress, audit, starts: gate, quota, owner, lifecycle, lease,
   });
   const snapshotSweep = new SnapshotSweep({
     snapshots: store.snapshots, sandboxes: store.sandboxes, calls: snapshots, backends, log: logger,

@@ -1,8 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import type { Backend, Sandbox, SnapshotCapability } from '../backends/backend.js';
+import type { Backend, Lease, Sandbox, SnapshotCapability } from '../backends/backend.js';
 import { reservationOf } from '../backends/module.js';
 import { BerthError, isBerthError, PolicyRefusedError, UnsupportedError, UsageError } from '../errors.js';
-import { KeyedLock } from '../kit/keyed-lock.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import type { AuditRecorder } from './audit.js';
@@ -45,6 +44,11 @@ export interface SnapshotCallsOptions {
   /** This process's token on the sessions it opens (a fork's new session), null when it holds none (the CLI). */
   owner: string | null;
   lifecycle: { assertOpen(): void };
+  /**
+   * The installation's lease across its processes (the state store's): a restore or fork from a
+   * snapshot and its removal (rm, retention, the sweep) never overlap, in this process or another.
+   */
+  lease: Lease;
 }
 
 /**
@@ -62,8 +66,6 @@ export interface SnapshotCallsOptions {
  */
 export class SnapshotCalls {
   private readonly processToken = ownerToken();
-  /** Per snapshot id: a restore or fork from it and its removal (rm, retention, the sweep) never overlap in this process. */
-  private readonly inUse = new KeyedLock();
 
   constructor(private readonly opts: SnapshotCallsOptions) {}
 
@@ -124,7 +126,7 @@ export class SnapshotCalls {
       const caps = await this.capabilityOf(call);
       const snap = this.namedSnapshot(call, name);
       const { lives, sandboxes } = this.opts;
-      return this.opts.gate.run(call, () => lives.underLock(call.spec.digest, () => this.inUse.run(snap.id, async () => {
+      return this.opts.gate.run(call, () => lives.underLock(call.spec.digest, () => this.holding(snap, async () => {
         const live = lives.get(call.spec.digest);
         if (live !== undefined) await this.opts.taker.assertIdle(call, live, 'restored');
         else this.opts.taker.assertNotHeldElsewhere(call, 'restored');
@@ -199,11 +201,8 @@ export class SnapshotCalls {
           return this.opts.taker.take(call, caps, { name: `@fork-${randomBytes(6).toString('hex')}`, kind: 'base', baseOf: target.spec.digest });
         }) : undefined;
         const from = (named ?? base) as SnapshotRecord;
-        const sandbox = await this.inUse.run(from.id, () => this.opts.lives.underLock(target.spec.digest, async () => {
-          // A removal that ran while this fork waited took the snapshot: nothing is made from a removed one.
-          if (this.opts.snapshots.byName(from.tenant, from.digest, from.name)?.id !== from.id) throw new BerthError('not_found', `snapshot "${from.name}" was removed meanwhile`);
-          return this.opts.starts.run(() => caps.createFrom(target.spec, from.ref, undefined));
-        }));
+        const sandbox = await this.holding(from, () => this.opts.lives.underLock(target.spec.digest, () =>
+          this.opts.starts.run(() => caps.createFrom(target.spec, from.ref, undefined))));
         made = sandbox;
         const cwd = await carryShellState(this.opts.scopes, target, sandbox, from, call.defaultCwd);
         this.recordCreated(target, claim.record, sandbox);
@@ -241,9 +240,23 @@ export class SnapshotCalls {
     this.opts.sessions.open(call.scope.tenant, call.scope.profile, call.sessionRef, call.spec.digest, this.opts.owner, now);
   }
 
-  /** Removes a snapshot from its backend, then its record; after any restore or fork from it under way here. */
+  /**
+   * Runs `fn` (a restore or fork from `snap`) holding the snapshot's lease, once the snapshot is
+   * still there: a removal that ran while it waited, here or in another process, took it, and
+   * nothing is made from a removed one.
+   */
+  private holding<T>(snap: SnapshotRecord, fn: () => Promise<T>): Promise<T> {
+    return this.opts.lease(`snapshot:${snap.id}`, () => {
+      if (this.opts.snapshots.byName(snap.tenant, snap.digest, snap.name)?.id !== snap.id) {
+        throw new BerthError('not_found', `snapshot "${snap.name}" was removed meanwhile`);
+      }
+      return fn();
+    });
+  }
+
+  /** Removes a snapshot from its backend, then its record; after any restore or fork from it under way, in any process. */
   removeSnapshot(snap: SnapshotRecord): Promise<void> {
-    return this.inUse.run(snap.id, async () => {
+    return this.opts.lease(`snapshot:${snap.id}`, async () => {
       if (snap.ref !== '') {
         const backend = await this.opts.backends.get(snap.backend);
         await backend.snapshots?.remove(snap.ref);

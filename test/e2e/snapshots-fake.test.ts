@@ -30,10 +30,11 @@ interface Opened {
   home: string;
 }
 
-async function open(raw: Record<string, unknown> = {}, opts: { snapshots?: boolean; env?: Record<string, string> } = {}): Promise<Opened> {
-  const engine = new FakeEngine();
-  engines.push(engine);
-  const home = tempDir('berth-snap-');
+/** A broker on the fake backend; given `on`, another one on that engine and home (as a second berth process would be). */
+async function open(raw: Record<string, unknown> = {}, opts: { snapshots?: boolean; env?: Record<string, string>; on?: Opened } = {}): Promise<Opened> {
+  const engine = opts.on?.engine ?? new FakeEngine();
+  if (opts.on === undefined) engines.push(engine);
+  const home = opts.on?.home ?? tempDir('berth-snap-');
   const modules = BUILTIN_BACKENDS.with(fakeModule(engine, { snapshots: opts.snapshots ?? true }));
   const config = parseConfig({ backend: 'fake', persistent: false, ...raw }, undefined, { backends: modules });
   const broker = await Broker.open({ config, berthHome: home, env: { PATH: process.env['PATH'], ...opts.env }, reap: false });
@@ -152,6 +153,43 @@ describe('snapshot and restore on the fake backend', () => {
     expect(await removal).toBe(true);
     expect(broker.snapshots.list('local')).toEqual([]);
     expect((await broker.exec(S1, 'cat "$HOME/file"')).stdout).toBe('before\n');
+  });
+
+  it('across two berth processes: an rm waits for a restore from the snapshot; a restore that waited for an rm fails, changing nothing', async () => {
+    const first = await open();
+    const other = await open({}, { on: first });
+    await first.broker.exec(S1, 'echo before > "$HOME/file"');
+    await first.broker.snapshots.create(S1, { name: 'x' });
+    await first.broker.exec(S1, 'echo after > "$HOME/file"');
+    let removedDuringRestore = false;
+    let removal: Promise<boolean> | undefined;
+    first.engine.midRestore = async () => {
+      removal = other.broker.snapshots.remove(S1, 'x').then((r) => {
+        removedDuringRestore = true;
+        return r;
+      });
+      // Time for a removal that did not wait to run to its end (the fake's takes a few ms).
+      await new Promise((r) => setTimeout(r, 300));
+    };
+    await first.broker.snapshots.restore(S1, 'x');
+    first.engine.midRestore = undefined;
+    expect(removedDuringRestore).toBe(false);
+    expect(await removal).toBe(true);
+    expect(first.broker.snapshots.list('local')).toEqual([]);
+    expect((await first.broker.exec(S1, 'cat "$HOME/file"')).stdout).toBe('before\n');
+
+    // The other way round: the removal holds the snapshot while a restore from the first process asks for it.
+    await first.broker.snapshots.create(S1, { name: 'y' });
+    await first.broker.exec(S1, 'echo later > "$HOME/file"');
+    let restoring: Promise<{ code: string; message: string }> | undefined;
+    first.engine.midSnapshotRemove = async () => {
+      restoring = codeOf(first.broker.snapshots.restore(S1, 'y'));
+      await new Promise((r) => setTimeout(r, 300));
+    };
+    expect(await other.broker.snapshots.remove(S1, 'y')).toBe(true);
+    first.engine.midSnapshotRemove = undefined;
+    expect(await restoring).toMatchObject({ code: 'not_found', message: expect.stringContaining('removed meanwhile') });
+    expect((await first.broker.exec(S1, 'cat "$HOME/file"')).stdout).toBe('later\n');
   });
 
   it('no snapshot while a command runs in the sandbox (the identity is busy): refused, and nothing is kept', async () => {

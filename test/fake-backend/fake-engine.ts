@@ -32,6 +32,8 @@ export class FakeEngine {
   midRestore: (() => Promise<void>) | undefined;
   /** Set by a test: runs in a snapshot's create once its size is claimed against the budget, before it is copied. */
   midSnapshot: (() => Promise<void>) | undefined;
+  /** Set by a test: runs in a snapshot's removal before its copy is removed. */
+  midSnapshotRemove: (() => Promise<void>) | undefined;
 
   byName(name: string): FakeContainer | undefined {
     return [...this.sandboxes.values()].find((c) => c.name === name);

@@ -82,6 +82,7 @@ export class FakeSnapshots implements SnapshotCapability {
   }
 
   async remove(ref: string): Promise<void> {
+    await this.engine.midSnapshotRemove?.();
     await removeUnder(this.root, ref);
   }
 
