@@ -84,8 +84,9 @@ describeDocker('timeouts and fork bombs on the real docker engine', () => {
     const bomb = await b.exec(S, 'b(){ b|b& }; b');
     expect(bomb.exitCode).toBe(0);
     expect(await waitFor(async () => (await pidsIn(t)) >= 500, 30_000, 250)).toBe(true);
-    // 50 forks cannot finish in 4 s in a sandbox out of pids (bash waits 1 s, 2 s, … per retry).
-    const r = await b.exec(S, 'for i in $(seq 50); do /bin/true; done; echo done', { timeoutSeconds: 4 });
+    // Forks in a sandbox out of pids (bash waits 1 s, 2 s, … per retry), then a sleep: a bomb
+    // starved of CPU on a busy machine may leave room for the forks, never for the sleep.
+    const r = await b.exec(S, 'for i in $(seq 50); do /bin/true; done; sleep 60; echo done', { timeoutSeconds: 4 });
     expect(r.exitCode).toBe(124);
     expect(r.stdout).not.toContain('done');
     // The shell, stuck in bash's fork retries, usually saves its state before it ends; on a
