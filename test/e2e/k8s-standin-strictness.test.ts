@@ -58,6 +58,12 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     expect(server.requests.total).toBe(before);
     expect((await server.fetch('/version', { headers: { authorization: 'Bearer wrong' } })).status).toBe(401);
     expect((await server.fetch('/version')).status).toBe(200);
+    // berth's REST calls share one kept-alive TLS connection (one handshake), its https agent built from the kubeconfig's CA.
+    const pooled = standinClient(server, 'tls');
+    const connections = server.requests.connections;
+    for (let i = 0; i < 10; i++) await listPods(pooled, 'berth.dev/installation=inst');
+    expect(server.requests.connections - connections).toBe(1);
+    pooled.transport.close();
     const target = await runningPod(standinClient(server, 'tls'), sandboxInput('inst', { k: { namespace: 'tls' } }));
     const r = await execOnceInPod(target, ['sh', '-c', 'echo over-wss']);
     expect([r.exitCode, r.stdout.toString()]).toEqual([0, 'over-wss\n']);

@@ -79,6 +79,8 @@ export interface StandinOptions {
 /** What the stand-in received, by verb (`get`, `list`, `watch`, `create`, `delete`, `exec`, ...), as an audit log counts it. */
 export interface RequestCounts {
   total: number;
+  /** TCP connections accepted (over HTTPS, each one a TLS handshake): what a client's keep-alive saves. */
+  connections: number;
   /** Turned away by flow control (429). */
   rejected: number;
   byVerb: Record<string, number>;
@@ -140,7 +142,7 @@ export class StandinApiServer implements AsyncDisposable {
   mutateNetworkPolicy: ((policy: Record<string, unknown>) => void) | undefined;
   /** The claim controller sketch's settings; a test may change them (its allowlist, say) between claims. */
   readonly claimController: ClaimControllerOptions;
-  readonly requests: RequestCounts = { total: 0, rejected: 0, byVerb: {} };
+  readonly requests: RequestCounts = { total: 0, connections: 0, rejected: 0, byVerb: {} };
   /** Open watches, and the changes they resume from. */
   readonly watches: WatchHub;
   private readonly flow: FlowControl | undefined;
@@ -198,6 +200,7 @@ export class StandinApiServer implements AsyncDisposable {
     const server = s.tls === undefined ? createServer(handler) : createTlsServer({ cert: s.tls.certPem, key: s.tls.keyPem }, handler);
     // Plain TCP connections, so that stop() can cut those still in their TLS handshake too.
     server.on('connection', (sock: import('node:net').Socket) => {
+      s.requests.connections++;
       s.sockets.add(sock);
       sock.once('close', () => s.sockets.delete(sock));
     });
@@ -224,7 +227,8 @@ export class StandinApiServer implements AsyncDisposable {
    */
   kubeConfig(namespace = 'berth'): KubeConfig {
     const kc = new KubeConfig();
-    const ca = this.tls === undefined ? {} : { caData: Buffer.from(this.tls.caPem).toString('base64') };
+    // Over plain HTTP the client insists on skipTLSVerify ("HTTP protocol is not allowed when skipTLSVerify is not set").
+    const ca = this.tls === undefined ? { skipTLSVerify: true } : { caData: Buffer.from(this.tls.caPem).toString('base64') };
     kc.loadFromOptions({
       clusters: [{ name: 'standin', server: this.url, ...ca }],
       users: [{ name: 'berth', token: this.token }],
