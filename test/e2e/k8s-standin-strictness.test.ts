@@ -40,7 +40,7 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     return { code: err.code, body: JSON.parse(err.body) as { reason?: string; message?: string } };
   };
 
-  it('serves HTTPS and wss with its own CA, carried in the kubeconfig as certificate-authority-data; the token is still required', async () => {
+  it('serves HTTPS and wss with its own CA, carried in the kubeconfig as certificate-authority-data; REST shares one kept-alive connection; the token is still required, exec included', async () => {
     expect(server.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
     const exported = parse(server.kubeConfig('berth').exportConfig()) as { clusters: { cluster: Record<string, unknown> }[] };
     expect(exported.clusters[0]!.cluster).toEqual({ server: server.url, 'certificate-authority-data': Buffer.from(server.caPem!).toString('base64') });
@@ -68,6 +68,11 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     const r = await execOnceInPod(target, ['sh', '-c', 'echo over-wss']);
     expect([r.exitCode, r.stdout.toString()]).toEqual([0, 'over-wss\n']);
     expect(server.execRequests.at(-1)).toContain(`/namespaces/tls/pods/${target.pod}/exec?`);
+    // The exec upgrade over wss needs the token too.
+    const wrongToken = server.kubeConfig('tls');
+    wrongToken.users[0] = { ...wrongToken.users[0]!, token: 'wrong' };
+    const refused = await execOnceInPod({ ...target, client: kubeClient(wrongToken, 'tls') }, ['true']).then(() => undefined, (e: unknown) => e);
+    expect((refused as Error).message).toMatch(/pods\/exec was refused \(401\)/);
     await deletePod(target.client, target.pod);
   });
 
