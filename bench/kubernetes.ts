@@ -60,16 +60,16 @@ async function bareShellOverWebSocket(target: ExecTarget, bothStreams = false): 
 }
 
 /** The stand-in API server in its own process (bench/k8s-standin-process.ts), and a client of it. */
-interface StandinProcess {
+export interface StandinProcess {
   client: KubeClient;
   kubeconfig: string;
   stop(): Promise<void>;
 }
 
-async function startStandinProcess(): Promise<StandinProcess> {
+export async function startStandinProcess(opts: { plain?: boolean } = {}): Promise<StandinProcess> {
   const dir = mkdtempSync(join(tmpdir(), 'berth-bench-k8s-'));
   const kubeconfig = join(dir, 'kubeconfig');
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'k8s-standin-process.ts'), kubeconfig], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'k8s-standin-process.ts'), kubeconfig, ...(opts.plain === true ? ['--plain'] : [])], { stdio: ['pipe', 'pipe', 'inherit'] });
   await new Promise<void>((resolve, reject) => {
     child.stdout!.once('data', () => resolve());
     child.once('exit', (code) => reject(new Error(`the stand-in process exited (${String(code)}) before it was ready`)));

@@ -11,6 +11,7 @@ import { egressBench } from './egress.js';
 import { hibernateBench } from './hibernate.js';
 import { httpBench } from './http.js';
 import { k8sRequestsBench } from './k8s-requests.js';
+import { k8sTlsBench } from './k8s-tls.js';
 import { kubernetesBench } from './kubernetes.js';
 import { mcpBench } from './mcp.js';
 import { startupBench } from './startup.js';
@@ -21,7 +22,7 @@ import { sshBench } from './ssh.js';
 import { uploadRssBench } from './upload-rss.js';
 
 const N = Number(process.env['BENCH_N'] ?? 2000);
-/** `BENCH_ONLY=http` (comma-separated: startup, top, local, docker, bwrap, ssh, kubernetes, k8s-requests, http, mcp, upload, egress, snapshot, scale, hibernate) runs only those parts; scale (1,000 and 2,000 docker sessions, several minutes) and hibernate (resume, density from 250 docker sandboxes, crash recovery; see bench/hibernate.ts) run only when named. */
+/** `BENCH_ONLY=http` (comma-separated: startup, top, local, docker, bwrap, ssh, kubernetes, k8s-requests, k8s-tls, http, mcp, upload, egress, snapshot, scale, hibernate) runs only those parts; scale (1,000 and 2,000 docker sessions, several minutes) and hibernate (resume, density from 250 docker sandboxes, crash recovery; see bench/hibernate.ts) run only when named. */
 const ONLY = new Set((process.env['BENCH_ONLY'] ?? '').split(',').map((s) => s.trim()).filter((s) => s !== ''));
 const wanted = (part: string): boolean => ONLY.size === 0 || ONLY.has(part);
 
@@ -54,6 +55,7 @@ if (wanted('bwrap')) await bwrapBench();
 if (wanted('ssh')) await sshBench();
 if (wanted('kubernetes')) await kubernetesBench(Math.min(N, 1000));
 if (wanted('k8s-requests')) await k8sRequestsBench();
+if (wanted('k8s-tls')) await k8sTlsBench(Number(process.env['BENCH_K8S_TLS_ROUNDS'] ?? 10));
 if (wanted('http')) await httpBench();
 if (wanted('mcp')) await mcpBench(N);
 if (wanted('upload')) await uploadRssBench();

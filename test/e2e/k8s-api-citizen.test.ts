@@ -105,7 +105,7 @@ describeStandin('kubernetes API use (stand-in API server)', () => {
   it('the stand-in serves watches as strictly as an API server: 410 Gone past compaction, bookmarks, selectors it indexes only', async () => {
     const server = await standin({ bookmarkIntervalMs: 100 });
     const get = async (query: string): Promise<{ status: number; lines: Record<string, unknown>[] }> => {
-      const res = await fetch(`${server.url}/api/v1/namespaces/w/pods?${query}`, { headers: { authorization: `Bearer ${server.token}` } });
+      const res = await server.fetch(`/api/v1/namespaces/w/pods?${query}`);
       const text = await res.text();
       return { status: res.status, lines: text.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Record<string, unknown>) };
     };

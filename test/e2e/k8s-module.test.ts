@@ -151,6 +151,22 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
   }, 60_000);
 
+  it('the CLI with a kubeconfig that lacks the API server\'s CA exits 2 with one line naming the certificate and the fix; nothing falls back', async () => {
+    const dir = c().newHome();
+    const kubeconfig = join(dir, 'no-ca.kubeconfig');
+    const kc = c().server.kubeConfig('berth');
+    kc.clusters[0] = { ...kc.clusters[0]!, caData: undefined };
+    writeFileSync(kubeconfig, kc.exportConfig(), { mode: 0o600 });
+    writeFileSync(join(dir, 'berth.yaml'), `backend: kubernetes\nkubernetes:\n  kubeconfig: ${kubeconfig}\n`);
+    const before = c().server.requests.total;
+    const r = await runBerth(['exec', '--', 'echo', 'ran'], { cwd: dir, env: { PATH: process.env['PATH'], HOME: dir, BERTH_HOME: join(dir, 'home') }, timeoutMs: 45_000 });
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain(`berth does not trust the TLS certificate of the API server at ${c().server.url} (UNABLE_TO_VERIFY_LEAF_SIGNATURE: unable to verify the first certificate); give the kubeconfig's cluster the CA`);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(c().server.requests.total).toBe(before);
+  }, 60_000);
+
   it('stop (idle): a persistent pod is deleted and its claim kept; started again it has its files and is not reported as recreated', async () => {
     const home = c().newHome();
     const { backend, spec } = await backendOn(home);

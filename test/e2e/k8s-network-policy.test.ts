@@ -94,8 +94,8 @@ describeStandin('kubernetes NetworkPolicies read back (stand-in API server, real
     const name = np.metadata!.name!;
     await ensureNetworkPolicy(client, np);
     const live = await client.networking.readNamespacedNetworkPolicy({ namespace: 'berth', name });
-    const put = (body: object): Promise<Response> => fetch(`${server.url}/apis/networking.k8s.io/v1/namespaces/berth/networkpolicies/${name}?fieldValidation=Strict`, {
-      method: 'PUT', headers: { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' }, body: JSON.stringify(body),
+    const put = (body: object): Promise<Response> => server.fetch(`/apis/networking.k8s.io/v1/namespaces/berth/networkpolicies/${name}?fieldValidation=Strict`, {
+      method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
     });
     const unknown = await put({ ...live, spec: { ...live.spec, bogus: true } });
     expect([unknown.status, ((await unknown.json()) as { message: string }).message]).toEqual([400, 'strict decoding error: unknown field "spec.bogus"']);

@@ -1,19 +1,26 @@
 import { randomBytes } from 'node:crypto';
+import { request } from 'node:http';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { V1Pod } from '@kubernetes/client-node';
+import { parse } from 'yaml';
+import { ApiTransport } from '../../src/backends/kubernetes/api-transport.js';
+import { execOnceInPod } from '../../src/backends/kubernetes/exec-once.js';
+import { kubeClient } from '../../src/backends/kubernetes/kube-client.js';
 import { ConfigError } from '../../src/errors.js';
 import { sandboxPod } from '../../src/backends/kubernetes/manifests.js';
 import { tenantPolicyName } from '../../src/backends/kubernetes/names.js';
 import { ensurePodSandbox } from '../../src/backends/kubernetes/pod-sandboxes.js';
-import { createEphemeralPod, deletePod, waitForPodGone, waitForRunning } from '../../src/backends/kubernetes/pods.js';
+import { createEphemeralPod, deletePod, listPods, waitForPodGone, waitForRunning } from '../../src/backends/kubernetes/pods.js';
 import { describeStandin, ensureStandinImage } from '../k8s-standin/describe-standin.js';
-import { sandboxInput, standinClient } from '../k8s-standin/fixtures.js';
+import { runningPod, sandboxInput, standinClient } from '../k8s-standin/fixtures.js';
 import { StandinApiServer } from '../k8s-standin/server.js';
+import { makeStandinTls } from '../k8s-standin/test-ca.js';
 
 /*
- * Where the stand-in is as strict as a real API server, and berth's pods pass: unknown fields
- * under strict field validation (400, not 422), and a namespace's compute ResourceQuota and
- * LimitRange (403 Forbidden from admission). Each pod is created through berth's own call.
+ * Where the stand-in is as strict as a real API server, and berth's pods pass: TLS with a CA made
+ * for the run (REST and the exec WebSocket), unknown fields under strict field validation (400,
+ * not 422), and a namespace's compute ResourceQuota and LimitRange (403 Forbidden from
+ * admission). Each pod is created through berth's own call.
  */
 
 describeStandin('stand-in API server strictness, with berth\'s pods', () => {
@@ -33,11 +40,72 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     return { code: err.code, body: JSON.parse(err.body) as { reason?: string; message?: string } };
   };
 
+  it('serves HTTPS and wss with its own CA, carried in the kubeconfig as certificate-authority-data; REST shares one kept-alive connection; the token is still required, exec included', async () => {
+    expect(server.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+    const exported = parse(server.kubeConfig('berth').exportConfig()) as { clusters: { cluster: Record<string, unknown> }[] };
+    expect(exported.clusters[0]!.cluster).toEqual({ server: server.url, 'certificate-authority-data': Buffer.from(server.caPem!).toString('base64') });
+    // A client that sends plain HTTP to the TLS port gets no API answer.
+    const before = server.requests.total;
+    const plain = await new Promise<string>((resolve) => {
+      const req = request(server.url.replace('https:', 'http:') + '/version', (res) => {
+        res.resume();
+        resolve(`answered ${res.statusCode ?? 0}`);
+      });
+      req.once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+      req.end();
+    });
+    expect(plain).not.toMatch(/^answered 2/);
+    expect(server.requests.total).toBe(before);
+    expect((await server.fetch('/version', { headers: { authorization: 'Bearer wrong' } })).status).toBe(401);
+    expect((await server.fetch('/version')).status).toBe(200);
+    // berth's REST calls share one kept-alive TLS connection (one handshake), its https agent built from the kubeconfig's CA.
+    const pooled = standinClient(server, 'tls');
+    const connections = server.requests.connections;
+    for (let i = 0; i < 10; i++) await listPods(pooled, 'berth.dev/installation=inst');
+    expect(server.requests.connections - connections).toBe(1);
+    pooled.transport.close();
+    const target = await runningPod(standinClient(server, 'tls'), sandboxInput('inst', { k: { namespace: 'tls' } }));
+    const r = await execOnceInPod(target, ['sh', '-c', 'echo over-wss']);
+    expect([r.exitCode, r.stdout.toString()]).toEqual([0, 'over-wss\n']);
+    expect(server.execRequests.at(-1)).toContain(`/namespaces/tls/pods/${target.pod}/exec?`);
+    // The exec upgrade over wss needs the token too.
+    const wrongToken = server.kubeConfig('tls');
+    wrongToken.users[0] = { ...wrongToken.users[0]!, token: 'wrong' };
+    const refused = await execOnceInPod({ ...target, client: kubeClient(wrongToken, 'tls') }, ['true']).then(() => undefined, (e: unknown) => e);
+    expect((refused as Error).message).toMatch(/pods\/exec was refused \(401\)/);
+    await deletePod(target.client, target.pod);
+  });
+
+  it('a kubeconfig without the API server\'s CA, or with another CA, is a ConfigError naming the certificate, for REST and for exec, and is not retried', async () => {
+    const target = await runningPod(standinClient(server, 'tls2'), sandboxInput('inst', { k: { namespace: 'tls2' } }));
+    const other = await makeStandinTls();
+    for (const caData of [undefined, Buffer.from(other.caPem).toString('base64')]) {
+      const kc = server.kubeConfig('tls2');
+      kc.clusters[0] = { ...kc.clusters[0]!, caData };
+      const retries: number[] = [];
+      const untrusting = kubeClient(kc, 'tls2', new ApiTransport(kc, { sleep: async (ms) => void retries.push(ms) }));
+      const before = server.requests.total;
+      const err = await listPods(untrusting, 'berth.dev/installation=inst').then(() => undefined, (e: unknown) => e);
+      expect(err).toBeInstanceOf(ConfigError);
+      expect((err as Error).message).toBe(
+        `kubernetes: could not list pods (berth.dev/installation=inst): berth does not trust the TLS certificate of the API server at ${server.url} (UNABLE_TO_VERIFY_LEAF_SIGNATURE: unable to verify the first certificate); give the kubeconfig's cluster the CA that signed the API server's certificate (certificate-authority-data or certificate-authority), and check its server address matches the certificate; see kubernetes.kubeconfig / kubernetes.context`,
+      );
+      const execErr = await execOnceInPod({ ...target, client: untrusting }, ['true']).then(() => undefined, (e: unknown) => e);
+      expect(execErr).toBeInstanceOf(ConfigError);
+      expect((execErr as Error).message).toMatch(/^kubernetes: could not start "[^"]*" in pod \S+: berth does not trust the TLS certificate of the API server at https:\/\/127\.0\.0\.1:\d+ \(UNABLE_TO_VERIFY_LEAF_SIGNATURE: unable to verify the first certificate\); give the kubeconfig's cluster the CA/);
+      // Refused in the handshake (not one request reached the API), and not retried: the certificate would be the same.
+      expect(server.requests.total).toBe(before);
+      expect(retries).toEqual([]);
+      untrusting.transport.close();
+    }
+    await deletePod(target.client, target.pod);
+  });
+
   it('an unknown field under fieldValidation=Strict is 400 BadRequest naming it; an invalid value is 422 Invalid', async () => {
     // The typed client drops fields its model lacks, so the pod goes raw, as kubectl would send it.
     const post = async (body: object): Promise<{ code: number; body: { reason?: string; message?: string } }> => {
-      const res = await fetch(`${server.url}/api/v1/namespaces/strict/pods?fieldValidation=Strict`, {
-        method: 'POST', headers: { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' }, body: JSON.stringify(body),
+      const res = await server.fetch('/api/v1/namespaces/strict/pods?fieldValidation=Strict', {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
       });
       return { code: res.status, body: (await res.json()) as { reason?: string; message?: string } };
     };

@@ -1,6 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, request as httpRequest, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer, request as httpsRequest } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -22,6 +23,7 @@ import { claimStatus, fillPool, reconcileClaim, type ClaimControllerOptions } fr
 import { claimDir, containerOptions, runningStatus, STANDIN_LABEL, terminatedStatus, waitingStatus, type PodRuntimeOptions } from './pod-runtime.js';
 import { storedNetworkPolicy } from './network-policy-storage.js';
 import { alreadyExists, apiError, notFound, type StatusBody } from './status.js';
+import { makeStandinTls, type StandinTls } from './test-ca.js';
 import { WatchHub } from './watch-hub.js';
 
 /*
@@ -36,6 +38,12 @@ export interface StandinOptions {
   protocols?: readonly string[];
   /** Bearer token every request must carry. */
   token?: string;
+  /**
+   * Default true: HTTPS and `wss` with a certificate from a CA made for this server, which the
+   * kubeconfig carries as `certificate-authority-data`, as a cluster's does. False: plain HTTP
+   * and `ws`, only to measure what TLS costs (measure.ts).
+   */
+  tls?: boolean;
   imageFor?: (image: string) => string;
   podPidsLimit?: number;
   /** Refuse pods that break Pod Security "restricted" (our transcription, pod-security.ts), as a namespace enforcing it would. Default true. */
@@ -71,6 +79,8 @@ export interface StandinOptions {
 /** What the stand-in received, by verb (`get`, `list`, `watch`, `create`, `delete`, `exec`, ...), as an audit log counts it. */
 export interface RequestCounts {
   total: number;
+  /** TCP connections accepted (over HTTPS, each one a TLS handshake): what a client's keep-alive saves. */
+  connections: number;
   /** Turned away by flow control (429). */
   rejected: number;
   byVerb: Record<string, number>;
@@ -132,7 +142,7 @@ export class StandinApiServer implements AsyncDisposable {
   mutateNetworkPolicy: ((policy: Record<string, unknown>) => void) | undefined;
   /** The claim controller sketch's settings; a test may change them (its allowlist, say) between claims. */
   readonly claimController: ClaimControllerOptions;
-  readonly requests: RequestCounts = { total: 0, rejected: 0, byVerb: {} };
+  readonly requests: RequestCounts = { total: 0, connections: 0, rejected: 0, byVerb: {} };
   /** Open watches, and the changes they resume from. */
   readonly watches: WatchHub;
   private readonly flow: FlowControl | undefined;
@@ -142,6 +152,8 @@ export class StandinApiServer implements AsyncDisposable {
   /** The last resourceVersion given out. */
   private resourceVersion = 1;
   private server: Server | undefined;
+  /** The CA and serving certificate, or undefined when serving plain HTTP. */
+  private tls: StandinTls | undefined;
   private validator: ManifestValidator | undefined;
   private port = 0;
 
@@ -181,10 +193,14 @@ export class StandinApiServer implements AsyncDisposable {
     // Compile the schemas now, so the first create does not pay for it (measurements time creates).
     for (const kind of ['Pod', 'PersistentVolumeClaim']) s.validator.errors({ apiVersion: 'v1', kind, metadata: { name: 'warm-up' } });
     s.validator.errors({ apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name: 'warm-up' } });
-    const server = createServer((req, res) => {
+    const handler: RequestListener = (req, res) => {
       s.track(s.handle(req, res).catch((err: unknown) => s.reply(res, 500, apiError(500, 'InternalError', (err as Error).message))));
-    });
-    server.on('connection', (sock) => {
+    };
+    if (opts.tls !== false) s.tls = await makeStandinTls();
+    const server = s.tls === undefined ? createServer(handler) : createTlsServer({ cert: s.tls.certPem, key: s.tls.keyPem }, handler);
+    // Plain TCP connections, so that stop() can cut those still in their TLS handshake too.
+    server.on('connection', (sock: import('node:net').Socket) => {
+      s.requests.connections++;
       s.sockets.add(sock);
       sock.once('close', () => s.sockets.delete(sock));
     });
@@ -197,19 +213,53 @@ export class StandinApiServer implements AsyncDisposable {
   }
 
   get url(): string {
-    return `http://127.0.0.1:${this.port}`;
+    return `${this.tls === undefined ? 'http' : 'https'}://127.0.0.1:${this.port}`;
   }
 
-  /** A KubeConfig for the real client: this server, its token, `namespace` as the context's. */
+  /** The CA that signed the server's certificate (PEM), or undefined when serving plain HTTP. */
+  get caPem(): string | undefined {
+    return this.tls?.caPem;
+  }
+
+  /**
+   * A KubeConfig for the real client: this server, its CA as `certificate-authority-data`, its
+   * token, `namespace` as the context's.
+   */
   kubeConfig(namespace = 'berth'): KubeConfig {
     const kc = new KubeConfig();
+    // Over plain HTTP the client insists on skipTLSVerify ("HTTP protocol is not allowed when skipTLSVerify is not set").
+    const ca = this.tls === undefined ? { skipTLSVerify: true } : { caData: Buffer.from(this.tls.caPem).toString('base64') };
     kc.loadFromOptions({
-      clusters: [{ name: 'standin', server: this.url, skipTLSVerify: true }],
+      clusters: [{ name: 'standin', server: this.url, ...ca }],
       users: [{ name: 'berth', token: this.token }],
       contexts: [{ name: 'standin', cluster: 'standin', user: 'berth', namespace }],
       currentContext: 'standin',
     });
     return kc;
+  }
+
+  /**
+   * A raw request to this server (trusting its CA) with its token unless `headers` sets
+   * `authorization`: for tests that send what the typed clients would not.
+   */
+  async fetch(path: string, init: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Response> {
+    const url = new URL(path, this.url);
+    const headers = { authorization: `Bearer ${this.token}`, ...init.headers };
+    return new Promise<Response>((resolve, reject) => {
+      const send = this.tls === undefined ? httpRequest : httpsRequest;
+      const req = send(url, { method: init.method ?? 'GET', headers, ...(this.tls === undefined ? {} : { ca: this.tls.caPem }) }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.once('error', reject);
+        res.once('end', () => {
+          const out = new Headers();
+          for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) out.set(k, Array.isArray(v) ? v.join(', ') : v);
+          resolve(new Response(res.statusCode === 204 ? null : Buffer.concat(chunks), { status: res.statusCode ?? 0, headers: out }));
+        });
+      });
+      req.once('error', reject);
+      req.end(init.body);
+    });
   }
 
   /** Every exec connection stops answering (no data, no pongs) without closing: a half-open TCP connection. */

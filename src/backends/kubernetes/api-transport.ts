@@ -11,6 +11,7 @@ import {
   SelfDecodingBody,
   wrapHttpLibrary,
 } from '@kubernetes/client-node';
+import { tlsFailure } from './tls-failure.js';
 import { DEFAULT_RETRY_POLICY, retryAfterMs, retryDelayMs, shouldRetry, type AttemptOutcome, type RetryPolicy } from './retry-policy.js';
 
 /*
@@ -177,6 +178,8 @@ export class ApiTransport {
         clearTimeout(timer);
         if (settled) return;
         if (err instanceof NoAnswer) return reject(err);
+        // A certificate berth does not trust is the same on every attempt: not retried (kube-client.ts names it).
+        if (tlsFailure(err) !== undefined) return reject(err);
         // Refused: it never got there. Reset before any answer on a reused socket: the server had closed it idle.
         const reached = !(err.code === 'ECONNREFUSED' || (err.code === 'ECONNRESET' && req.reusedSocket));
         reject(new NoAnswer(err.message, reached, { cause: err }));

@@ -12,6 +12,7 @@ import {
 } from '@kubernetes/client-node';
 import { BackendUnavailableError, BerthError, ConfigError, SandboxNotFoundError } from '../../errors.js';
 import { ApiTransport } from './api-transport.js';
+import { TLS_REMEDY, tlsFailure } from './tls-failure.js';
 import type { KubernetesSettings } from './settings.js';
 
 /** The API clients of one cluster connection, all from one KubeConfig. */
@@ -125,11 +126,16 @@ export function fromKubeError(client: Pick<KubeClient, 'server' | 'namespace'>, 
   const msg = apiMessage(err);
   const said = msg === undefined ? '' : `: ${msg}`;
   switch (status) {
-    case undefined:
+    case undefined: {
+      const tls = tlsFailure(err);
+      if (tls !== undefined) {
+        return new ConfigError(`kubernetes: could not ${doing}: berth does not trust the TLS certificate of the API server at ${client.server} (${tls}); ${TLS_REMEDY}`, { cause: err });
+      }
       return new BackendUnavailableError(
         `kubernetes: could not ${doing}: the API server at ${client.server} did not answer (${(err as Error).message}); check the cluster is reachable and kubernetes.kubeconfig / kubernetes.context`,
         { cause: err },
       );
+    }
     case 401:
       return new BerthError('engine_refused', `kubernetes: could not ${doing}: the API server at ${client.server} refused berth's credentials (401)${said}; renew the kubeconfig's token or certificate`, { cause: err });
     case 403:

@@ -2,12 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { PassThrough, Writable } from 'node:stream';
 import type { V1Status } from '@kubernetes/client-node';
 import type { WebSocket } from 'ws';
-import { BackendUnavailableError, BerthError, SandboxNotFoundError, UnsupportedError } from '../../errors.js';
+import { BackendUnavailableError, BerthError, ConfigError, SandboxNotFoundError, UnsupportedError } from '../../errors.js';
 import { SHELL_TAG_VAR } from '../../shell/protocol.js';
 import type { ShellTransport } from '../../shell/transport.js';
 import type { SpawnOptions } from '../backend.js';
 import type { KubeClient } from './kube-client.js';
 import { planSpawn } from './spawn-prelude.js';
+import { TLS_REMEDY, tlsFailure } from './tls-failure.js';
 
 /*
  * One process in a pod over one pods/exec WebSocket (the client's `Exec`, subprotocols
@@ -87,6 +88,10 @@ function connectError(target: ExecTarget, argv0: string, err: unknown): BerthErr
     return new BerthError('engine_refused', `kubernetes: could not ${doing}: pods/exec was refused (${code}); apply deploy/rbac.yaml (pods/exec create and get)`, { cause: err });
   }
   if (code !== undefined) return new BerthError('engine_refused', `kubernetes: could not ${doing}: the API server answered ${code}`, { cause: err });
+  const tls = tlsFailure(err);
+  if (tls !== undefined) {
+    return new ConfigError(`kubernetes: could not ${doing}: berth does not trust the TLS certificate of the API server at ${target.client.server} (${tls}); ${TLS_REMEDY}`, { cause: err });
+  }
   return new BackendUnavailableError(`kubernetes: could not ${doing} through ${target.client.server}: ${message}`, { cause: err });
 }
 
