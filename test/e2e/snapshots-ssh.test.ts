@@ -30,7 +30,7 @@ async function open(extra: Record<string, unknown> = {}): Promise<Broker> {
   return broker;
 }
 
-const STATE = 'mkdir -p "$HOME/w/sub" && cd "$HOME/w/sub" && export STAGE=one && echo one > "$HOME/file" && ' +
+const STATE = 'mkdir -p "$HOME/workspace/w/sub" && cd "$HOME/workspace/w/sub" && export STAGE=one && echo one > "$HOME/file" && ' +
   'echo x > "$HOME/suid" && chmod 6755 "$HOME/suid"';
 const READ = 'printf "%s|%s|%s" "${PWD#"$HOME"}" "${STAGE-unset}" "$(cat "$HOME/file")"';
 
@@ -45,11 +45,11 @@ describeSsh('snapshots, restore and fork (ssh)', () => {
     await s1.snapshots.create({ name: 'one' });
     await s1.exec('cd / && export STAGE=two && echo two > "$HOME/file"');
     await s1.snapshots.restore('one');
-    expect((await s1.exec(READ)).stdout).toBe('/w/sub|one|one');
+    expect((await s1.exec(READ)).stdout).toBe('/workspace/w/sub|one|one');
 
     await s1.fork({ toSession: 'f1', from: 'one' });
     const f1 = b.session({ session: 'f1' });
-    expect((await f1.exec(READ)).stdout).toBe('/w/sub|one|one');
+    expect((await f1.exec(READ)).stdout).toBe('/workspace/w/sub|one|one');
     const forkUid = (await f1.exec('id -u')).stdout.trim();
     expect(forkUid).not.toBe(srcUid);
     const owners = await f1.exec('find "$HOME" -printf "%U\\n" | sort -u');

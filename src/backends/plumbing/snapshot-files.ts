@@ -93,7 +93,9 @@ async function untar(archive: Readable, dir: string, through: Transform | undefi
     // tar stops reading at the archive's end marker and exits 0; the record's zero padding after
     // it may still be on its way, and writing it fails. Then tar, done reading, is let exit: 0
     // says the archive was whole (its source says on its own whether it failed).
-    const stdinClosed = ['EPIPE', 'ERR_STREAM_PREMATURE_CLOSE'].includes((err as NodeJS.ErrnoException).code ?? '') && !archive.errored;
+    // (pipeline destroys the archive with a premature close of its own: any other error is its source's.)
+    const sourceFailed = archive.errored !== null && (archive.errored as NodeJS.ErrnoException).code !== 'ERR_STREAM_PREMATURE_CLOSE';
+    const stdinClosed = ['EPIPE', 'ERR_STREAM_PREMATURE_CLOSE'].includes((err as NodeJS.ErrnoException).code ?? '') && !sourceFailed;
     if (!stdinClosed) tar.kill('SIGKILL');
     const code = await exited;
     if (code === 0 && stdinClosed) return;
@@ -150,3 +152,4 @@ function runOut(cmd: string, args: readonly string[]): Promise<string> {
 export function damagedSnapshot(id: string, what: string): BerthError {
   return new BerthError('not_found', `snapshot ${id} cannot be used: ${what}; nothing was changed. Remove it (berth snapshot rm) and take a new one`);
 }
+

@@ -59,17 +59,25 @@ asu tar -c -f - -C "$h" --one-file-system --numeric-owner --mode=u-s,g-s --trans
 
 /**
  * Unpacks the archive on stdin (entries \`./…\`) into a new staging dir \`$h/$stage\`, as the
- * account: every file is the account's, modes as archived, setuid and setgid bits cleared. On
- * failure the staging dir goes. Prints \`staged\`.
+ * account: every file is the account's, modes as archived, setuid and setgid bits cleared; the
+ * shells' saved state of another account \`$from\` is made to name this one. On failure the
+ * staging dir goes. Prints \`staged\`.
  */
 export const SNAP_STAGE_SCRIPT = `${PREAMBLE}
-n=$1 root=$2 inst=$3 stage=$4
+n=$1 root=$2 inst=$3 stage=$4 from=$5
 ${ACCOUNT}
 ${STAGE}
+valid "$from"
 asu mkdir -m 0700 -- "$h/$stage" || die "cannot create $h/$stage"
 if ! out=$(asu bash --noprofile --norc -c 'umask 0 && tar -x -f - -C "$1" --no-same-owner --no-same-permissions --delay-directory-restore && find "$1" -xdev ! -type l -perm /6000 -exec chmod ug-s -- {} +' berth-stage "$h/$stage" 2>&1); then
   rm -rf --one-file-system -- "$h/$stage"
   die "the snapshot could not be unpacked into $h: \${out##*$'\\n'}"
+fi
+# Taken from another account (a fork): its shells' saved state names that account and its home
+# (HOME, USER, TMPDIR, paths under them); it is made to name this one.
+if [[ $from != "$n" && -d $h/$stage/.berth/shells ]] && ! out=$(asu find "$h/$stage/.berth/shells" -maxdepth 1 -type f -name '*.sh' -exec sed -i -e "s/$from/$n/g" -- {} + 2>&1); then
+  rm -rf --one-file-system -- "$h/$stage"
+  die "the shells' saved state could not be moved to $n: \${out##*$'\\n'}"
 fi
 printf 'staged\\n'
 `;

@@ -128,9 +128,10 @@ export class SshSnapshots implements SnapshotCapability<SshSettings> {
     const { sandbox, created } = await this.host.open(spec, replacing?.ref);
     const place = this.host.placeOf(sandbox.ref);
     const stage = `.berth-restore-${randomBytes(8).toString('hex')}`;
+    const meta = await this.readMeta(id, dir);
     const args = [place.account, place.homeRoot, this.host.installation, stage];
     try {
-      const into = await remoteStream(place.pool, place.target, SNAP_STAGE_SCRIPT, args, { stdin: packDir(path.join(dir, 'home')), timeoutMs: STREAM_TIMEOUT_MS });
+      const into = await remoteStream(place.pool, place.target, SNAP_STAGE_SCRIPT, [...args, meta.account], { stdin: packDir(path.join(dir, 'home')), timeoutMs: STREAM_TIMEOUT_MS });
       into.stdout.resume();
       const staged = await into.exited;
       if (staged.code !== 0) throw new BerthError('transfer_failed', `snapshot ${id} could not be put into ${sandbox.homeDir}: ${helperFailure(staged)}`);
