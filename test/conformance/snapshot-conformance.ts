@@ -45,15 +45,17 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
   };
   const id = (): string => `conf-${randomBytes(4).toString('hex')}`;
   /** A few MiB of random bytes in the workspace and a file in the home; their checksums. */
-  const plant = async (s: Sandbox): Promise<string> => c().sh(s,
+  const plant = async (s: Sandbox): Promise<string> => portable(s, await c().sh(s,
     `head -c 3145728 /dev/urandom > ${s.defaultCwd}/big.bin && mkdir -p ${s.homeDir}/d && echo home-file > ${s.homeDir}/d/h.txt && ` +
-    `ln -s big.bin ${s.defaultCwd}/link && sha256sum ${s.defaultCwd}/big.bin ${s.homeDir}/d/h.txt && readlink ${s.defaultCwd}/link`);
+    `ln -s big.bin ${s.defaultCwd}/link && sha256sum ${s.defaultCwd}/big.bin ${s.homeDir}/d/h.txt && readlink ${s.defaultCwd}/link`));
   /**
    * The sandbox again after a snapshot of it: a backend that cannot freeze a sandbox while it
    * copies ends its processes (bwrap), and the caller brings it up again, as the broker does.
    */
   const again = (b: Backend, s: Sandbox): Promise<Sandbox> => b.ensure(s.spec, s.ref);
-  const sums = (s: Sandbox): Promise<string> => c().sh(s, `sha256sum ${s.defaultCwd}/big.bin ${s.homeDir}/d/h.txt && readlink ${s.defaultCwd}/link`);
+  const sums = async (s: Sandbox): Promise<string> => portable(s, await c().sh(s, `sha256sum ${s.defaultCwd}/big.bin ${s.homeDir}/d/h.txt && readlink ${s.defaultCwd}/link`));
+  /** Output with the sandbox's own dirs named alike: a sandbox made from a snapshot may have dirs of its own (ssh: another account's home). */
+  const portable = (s: Sandbox, out: string): string => out.replaceAll(s.defaultCwd, '<cwd>').replaceAll(s.homeDir, '<home>');
   /** Nothing of the installation's snapshots left: none listed, no files, no engine objects. */
   const assertNoneLeft = async (home: string, b: Backend): Promise<void> => {
     expect(await snaps(b).list()).toEqual([]);

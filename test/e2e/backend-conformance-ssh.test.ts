@@ -1,6 +1,7 @@
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { CONFORMANCE_TESTS as T, runBackendConformance } from '../conformance/backend-conformance.js';
-import { SNAPSHOT_TESTS } from '../conformance/snapshot-conformance.js';
 import { sshConfigSection, SshInstalls } from '../helpers/ssh-e2e.js';
 import { describeSsh } from '../helpers/sshd.js';
 
@@ -15,6 +16,11 @@ describeSsh('ssh', () => {
         config: { backend: 'ssh', ssh: sshConfigSection(), exec: { timeoutSeconds: 20 } },
         newHome: () => installs.newHome(),
         removeOutOfBand: (ref) => installs.removeOutOfBand(ref),
+        // A snapshot's copy of the account's home deleted behind berth's back: verify names the dir.
+        damageSnapshot: async (ref) => {
+          rmSync(join(ref, 'home'), { recursive: true, force: true });
+          return join(ref, 'home');
+        },
         cleanup: async () => {
           await installs.cleanup();
         },
@@ -25,10 +31,6 @@ describeSsh('ssh', () => {
         reason: 'a sandbox is the account named by its identity digest (its home is the default cwd, known before connecting): ' +
           'a second ephemeral sandbox of one identity replaces a leftover one instead of running beside it',
         tests: [T.ephemeralRef],
-      },
-      {
-        reason: 'ssh has no snapshot capability yet (an archive of the account\'s home is planned); the broker refuses snapshots there',
-        tests: Object.values(SNAPSHOT_TESTS),
       },
     ],
   });

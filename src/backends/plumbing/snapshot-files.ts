@@ -62,13 +62,15 @@ export async function isEmptyDir(dir: string): Promise<boolean> {
  * `Sandbox.getArchive` gives it) as `dst` on the host (which must not exist). GNU tar refuses
  * members outside its dir and sets links last, so an archive cannot write through a link it
  * made; it unpacks into a fresh private dir beside `dst`, never bound into a sandbox. The archive
- * flows through `through` (a byte cap) first, when given.
+ * flows through `through` (a byte cap) first, when given. `owners: 'mine'` makes every file
+ * berth's own (modes kept): for a copy whose owner a restore sets anew, which a berth not running
+ * as root must be able to write.
  */
-export async function unpackAs(archive: Readable, dst: string, through?: Transform): Promise<void> {
+export async function unpackAs(archive: Readable, dst: string, through?: Transform, owners: 'archived' | 'mine' = 'archived'): Promise<void> {
   const staging = `${dst}.unpack`;
   await mkdir(staging, { mode: 0o700 });
   try {
-    await untar(archive, staging, through);
+    await untar(archive, staging, through, owners);
     const [base, ...more] = await readdir(staging);
     if (base === undefined || more.length > 0) throw new BerthError('transfer_failed', `the sandbox's archive of ${path.basename(dst)} held ${more.length + (base === undefined ? 0 : 1)} top entries, not one`);
     await rename(path.join(staging, base), dst);
@@ -77,8 +79,9 @@ export async function unpackAs(archive: Readable, dst: string, through?: Transfo
   }
 }
 
-async function untar(archive: Readable, dir: string, through: Transform | undefined): Promise<void> {
-  const tar = spawn('tar', ['-x', '-f', '-', '-C', dir, '--same-owner', '--numeric-owner', '--delay-directory-restore'], {
+async function untar(archive: Readable, dir: string, through: Transform | undefined, owners: 'archived' | 'mine'): Promise<void> {
+  const ownership = owners === 'archived' ? ['--same-owner', '--numeric-owner'] : ['--no-same-owner', '--same-permissions'];
+  const tar = spawn('tar', ['-x', '-f', '-', '-C', dir, ...ownership, '--delay-directory-restore'], {
     stdio: ['pipe', 'ignore', 'pipe'],
   });
   const stderr: Buffer[] = [];
@@ -87,9 +90,17 @@ async function untar(archive: Readable, dir: string, through: Transform | undefi
   try {
     await (through === undefined ? pipeline(archive, tar.stdin) : pipeline(archive, through, tar.stdin));
   } catch (err) {
-    tar.kill('SIGKILL');
-    await exited;
+    // tar stops reading at the archive's end marker and exits 0; the record's zero padding after
+    // it may still be on its way, and writing it fails. Then tar, done reading, is let exit: 0
+    // says the archive was whole (its source says on its own whether it failed).
+    // (pipeline destroys the archive with a premature close of its own: any other error is its source's.)
+    const sourceFailed = archive.errored !== null && (archive.errored as NodeJS.ErrnoException).code !== 'ERR_STREAM_PREMATURE_CLOSE';
+    const stdinClosed = ['EPIPE', 'ERR_STREAM_PREMATURE_CLOSE'].includes((err as NodeJS.ErrnoException).code ?? '') && !sourceFailed;
+    if (!stdinClosed) tar.kill('SIGKILL');
+    const code = await exited;
+    if (code === 0 && stdinClosed) return;
     if (err instanceof BerthError) throw err;
+    if (stdinClosed) throw new BerthError('transfer_failed', `tar could not unpack a sandbox dir into the snapshot: ${lastLine(stderr) ?? `exit ${code}`}`);
     throw new BerthError('transfer_failed', `could not copy a sandbox dir into the snapshot: ${(err as Error).message}`, { cause: err });
   }
   const code = await exited;
@@ -141,3 +152,4 @@ function runOut(cmd: string, args: readonly string[]): Promise<string> {
 export function damagedSnapshot(id: string, what: string): BerthError {
   return new BerthError('not_found', `snapshot ${id} cannot be used: ${what}; nothing was changed. Remove it (berth snapshot rm) and take a new one`);
 }
+

@@ -8,7 +8,7 @@ import { NEXT_UID, SANDBOX_UID_MAX, SANDBOX_UID_MIN } from './uid-range.js';
  * one result line; a refusal is `E <why>` with exit 125.
  */
 
-const PREAMBLE = `
+export const PREAMBLE = `
 set -u
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 die() { printf 'E %s\\n' "$*"; exit 125; }
@@ -77,7 +77,7 @@ ${NEXT_UID}
  * refused before anything of it is touched: a tampered or foreign ref never reaches a neighbour's
  * sandbox on a shared host.
  */
-const OWNED = `if [[ -n $inst && -f $records/$n ]] && ! grep -qxF "installation=$inst" "$records/$n"; then die "account $n belongs to another berth installation"; fi`;
+export const OWNED = `if [[ -n $inst && -f $records/$n ]] && ! grep -qxF "installation=$inst" "$records/$n"; then die "account $n belongs to another berth installation"; fi`;
 
 /**
  * Ends every process of account `$n` (never uid 0): those of its uid, counted in `k`, then its
@@ -85,7 +85,7 @@ const OWNED = `if [[ -n $inst && -f $records/$n ]] && ! grep -qxF "installation=
  * (empty when the account is gone). Shared by stop and remove; the account's lock
  * (holder_lock) is held.
  */
-const END_PROCESSES = `k=0
+export const END_PROCESSES = `k=0
 u=$(getent passwd "$n" | cut -d: -f3)
 if [[ -n $u ]]; then
   [[ $u != 0 ]] || die "account $n has uid 0"

@@ -34,6 +34,6 @@ export const sshModule = defineBackend({
   defaultCwd: ({ digest, settings }) => `${settings.homeRoot}/${accountName(digest)}/workspace`,
   async create(ctx) {
     const { SshBackend } = await import('./ssh-backend.js');
-    return new SshBackend({ installation: ctx.installation, configured: ctx.places ?? [], log: ctx.log });
+    return new SshBackend({ installation: ctx.installation, berthHome: ctx.berthHome, configured: ctx.places ?? [], log: ctx.log });
   },
 });

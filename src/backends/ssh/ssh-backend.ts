@@ -2,6 +2,8 @@ import { dirname } from 'node:path';
 import { BackendUnavailableError, ConfigError } from '../../errors.js';
 import { Logger } from '../../logging/logger.js';
 import type { Backend, ManagedSandbox, Sandbox, SandboxSpec } from '../backend.js';
+import { remoteRunner } from './remote-exec.js';
+import { SshSnapshots, type SshPlace } from './snapshots.js';
 import { SshProcessSandbox } from './ssh-process-sandbox.js';
 import { accountName } from './account-name.js';
 import { endpointOf } from './errors.js';
@@ -12,6 +14,8 @@ import { SshSandboxHandle } from './sandbox-handle.js';
 
 export interface SshBackendOptions {
   installation: string;
+  /** berth's home: snapshots of the accounts' homes live under it (snapshots.ts). */
+  berthHome: string;
   /** The ssh sections of the config's places that use this backend: the hosts it may have sandboxes on. */
   configured: readonly SshSettings[];
   log?: Logger;
@@ -28,9 +32,18 @@ export class SshBackend implements Backend<SshSettings> {
   readonly name = 'ssh' as const;
   private readonly links = new Map<string, HostLink>();
   private readonly log: Logger;
+  readonly snapshots: SshSnapshots;
 
   constructor(private readonly opts: SshBackendOptions) {
     this.log = opts.log ?? Logger.silent();
+    this.snapshots = new SshSnapshots({
+      berthHome: opts.berthHome,
+      installation: opts.installation,
+      log: this.log,
+      placeOf: (ref) => this.placeOf(ref),
+      open: (spec, knownRef) => this.open(spec, knownRef),
+      removeSandbox: (ref) => this.remove(ref),
+    });
   }
 
   /** Connects, checks the host key, root login and the tools the accounts and the launcher need. */
@@ -46,6 +59,11 @@ export class SshBackend implements Backend<SshSettings> {
    * so a new session never sees an old one's files.
    */
   async ensure(spec: SandboxSpec<SshSettings>, knownRef: string | undefined): Promise<Sandbox> {
+    return (await this.open(spec, knownRef)).sandbox;
+  }
+
+  /** `ensure`, saying whether the account was created by it (a failed restore removes only one it made). */
+  private async open(spec: SandboxSpec<SshSettings>, knownRef: string | undefined): Promise<{ sandbox: Sandbox; created: boolean }> {
     const s = hostSettings(spec.section);
     const link = this.linkOf(s);
     const accounts = link.accountsAt(s.homeRoot);
@@ -54,7 +72,14 @@ export class SshBackend implements Backend<SshSettings> {
     const account = await accounts.ensure({ name, installation: this.opts.installation, digest: spec.digest, ephemeral: spec.ephemeral, fresh });
     const ref = formatRef({ user: link.target.user, host: link.target.host, port: link.target.port, account: name, homeRoot: s.homeRoot });
     const ctx = { pool: link.pool, log: this.log, target: link.target, homeRoot: s.homeRoot, maxProcesses: s.maxProcesses, tmpSizeMb: s.tmpSizeMb };
-    return new SshProcessSandbox(new SshSandboxHandle(spec, ref, account, ctx, knownRef !== undefined && account.created));
+    return { sandbox: new SshProcessSandbox(new SshSandboxHandle(spec, ref, account, ctx, knownRef !== undefined && account.created)), created: account.created };
+  }
+
+  /** Where the recorded sandbox `ref` lives, for its snapshots. */
+  private placeOf(ref: string): SshPlace {
+    const r = parseRef(ref);
+    const link = this.linkFor(r);
+    return { pool: link.pool, target: link.target, run: remoteRunner(link.pool, link.target), homeRoot: r.homeRoot, account: r.account };
   }
 
   /** Ends every process of the account and removes it, its home and its record. Gone already is success. */
