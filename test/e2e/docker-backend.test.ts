@@ -404,7 +404,10 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     try {
       await Promise.race([
         (async () => {
-          await sandbox.execOnce(['bash', '-c', 'exec >/dev/null 2>&1; :(){ :|:& };:'], { timeoutMs: 10_000 });
+          // The launcher forks once, before any bomb process exists, and ends: had it run the
+          // bomb's first pipeline itself, its second fork could meet the limit and bash would retry
+          // it for 15 s.
+          await sandbox.execOnce(['bash', '-c', 'exec >/dev/null 2>&1; :(){ :|:& }; : & exit 0'], { timeoutMs: 10_000 });
           // A bomb starved of CPU on a busy machine takes a while to grow: look until it has.
           let pids = -1;
           for (const deadline = Date.now() + 20_000; pids <= 32 && Date.now() < deadline;) {
