@@ -167,6 +167,8 @@ describeDocker('warm pool (docker)', () => {
     const t = reg.track();
     t.writeConfig(dockerConfigYaml(POOLED));
     const token = await createToken(t, 'acme');
+    const metricsToken = await runBerth(['token', 'create', '--metrics'], { env: t.env, cwd: t.dir });
+    expect(metricsToken.code, metricsToken.stderr).toBe(0);
     const server = await ServeProcess.start(t);
     // Ready: two pool containers, each with its warden attached (the main process) and its bash (an exec).
     const ready = async (): Promise<boolean> => {
@@ -176,8 +178,12 @@ describeDocker('warm pool (docker)', () => {
       return execs.every((n) => n >= 1);
     };
     expect(await waitFor(ready, 60_000)).toBe(true);
-    // The server takes them into its pool a moment after their bash runs.
-    await new Promise((r) => setTimeout(r, 500));
+    // The server takes them into its pool a moment after their bash runs: wait until it says it holds both.
+    const serverReady = async (): Promise<number | undefined> => {
+      const res = await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${metricsToken.stdout.trim()}` } });
+      return sampleValue(parsePrometheusText(await res.text()), 'berth_warm_pool_ready', { backend: 'docker' });
+    };
+    expect(await waitFor(async () => (await serverReady()) === 2, 30_000, 100)).toBe(true);
     const before = (await poolContainers(t)).map((c) => c.id);
     const res = await server.client(token).post('/v1/exec', { session: 'h1', command: 'echo via-http' });
     expect(res.status, JSON.stringify(res.body)).toBe(200);

@@ -193,9 +193,12 @@ describeDocker('MCP server on the real docker engine', () => {
         const first = await readJobUntil(c, jobId, (out) => out.includes('tick-3\n'));
         expect(first.out).toMatch(/^tick-1\ntick-2\ntick-3\n/);
         expect(first.last).toMatchObject({ status: 'running', done: false });
-        // From the returned offset only new output comes back.
-        await new Promise((r) => setTimeout(r, 400));
-        const more = await call(c, 'process', { action: 'read', jobId, offset: first.offset });
+        // From the returned offset only new output comes back (read until some has).
+        let more = await call(c, 'process', { action: 'read', jobId, offset: first.offset });
+        for (const deadline = Date.now() + 10_000; (more.structured['nextOffset'] as number) <= first.offset && Date.now() < deadline;) {
+          await new Promise((r) => setTimeout(r, 150));
+          more = await call(c, 'process', { action: 'read', jobId, offset: first.offset });
+        }
         expect(more.text).not.toContain('tick-1\n');
         expect(more.text).toMatch(/tick-\d+/);
 

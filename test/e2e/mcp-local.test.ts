@@ -149,11 +149,14 @@ describe('MCP over streamable HTTP: tenants, sessions, headers', () => {
   });
 
   it('an MCP session idle past idleSeconds is closed, unless a background job is running in it', async () => {
-    const { mcp } = await localHttp({ idleSeconds: 0.5 });
+    // Each session's first call right after its initialize: a session left waiting while the other
+    // one's sandbox was made could pass idleSeconds before its job started on a busy machine.
+    const { mcp } = await localHttp({ idleSeconds: 2 });
     const idle = await httpConn(mcp.url, 'acme');
-    const busy = await httpConn(mcp.url, 'acme');
-    open.push(idle, busy);
+    open.push(idle);
     await call(idle, 'terminal', { command: 'true' });
+    const busy = await httpConn(mcp.url, 'acme');
+    open.push(busy);
     const job = await call(busy, 'terminal', { command: 'sleep 30', background: true });
     expect(job.isError, job.text).toBe(false);
     const deadline = Date.now() + 10_000;

@@ -21,7 +21,7 @@ describe('berth serve: host backend for remote callers', () => {
   it('the reproduction: a token cannot reach a profile that runs on the host (was: a host root shell)', async () => {
     using t = tempInstall(DEV_LOCAL);
     const token = await createToken(t, 'acme');
-    const server = await ServeProcess.start(t);
+    await using server = await ServeProcess.start(t);
     const r = await server.client(token).post('/v1/exec', { profile: 'dev', command: 'cat /proc/1/environ; id' });
     expect(r.status, JSON.stringify(r.body)).toBe(403);
     expect(JSON.stringify(r.body)).not.toMatch(/uid=/);
@@ -56,7 +56,7 @@ describe('berth serve: host backend for remote callers', () => {
     using t = tempInstall(`${DEV_LOCAL}server:\n  allowHostBackend: true\n`);
     const token = await createToken(t, 'acme', ['default', 'dev']);
     const id = (JSON.parse((await runBerth(['token', 'list', '--json'], { env: t.env, cwd: t.dir })).stdout) as { id: string }[])[0]!.id;
-    const server = await ServeProcess.start(t);
+    await using server = await ServeProcess.start(t);
     expect(server.stderr).toMatch(/WARNING.*profile "dev".*runs commands on this host.*without isolation/);
     expect(server.stderr).toContain(id);
     const api = server.client(token);
@@ -72,7 +72,7 @@ describe('berth serve: host backend for remote callers', () => {
   it('defence in depth: a token created after start-up for a local profile is refused per request (HTTP and MCP)', async () => {
     using t = tempInstall(DEV_LOCAL);
     await createToken(t, 'acme');
-    const server = await ServeProcess.start(t);
+    await using server = await ServeProcess.start(t);
     const late = await createToken(t, 'acme', ['dev']);
     const api = server.client(late);
     for (const [path, body] of [['/v1/exec', { profile: 'dev', command: 'id' }], ['/v1/explain', { profile: 'dev' }], ['/v1/jobs', { profile: 'dev', session: 's', command: 'id' }]] as const) {

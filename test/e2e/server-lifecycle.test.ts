@@ -1,3 +1,4 @@
+import { execFile } from 'node:child_process';
 import { expect, it } from 'vitest';
 import {
   containerFor, containerState, describeContainers, describeDocker, dockerConfigYaml, installs, waitFor, dockerSuiteHooks,
@@ -67,8 +68,13 @@ describeDocker('berth serve: shutdown and restart on the real engine', () => {
     expect((await t.containers()).length).toBe(3);
 
     const started = Date.now();
-    const inflight = api.post('/v1/exec', { session: 'a', command: 'sleep 2; echo finished' });
-    await new Promise((res) => setTimeout(res, 400));
+    const inflight = api.post('/v1/exec', { session: 'a', command: 'touch /tmp/inflight; sleep 3; echo finished' });
+    // The command is running in its sandbox (not merely sent) when the server is told to stop.
+    const inA = await containerFor(t.installation, 'session:a');
+    const running = (): Promise<boolean> => new Promise((resolve) => {
+      execFile('docker', ['exec', inA.id, 'test', '-e', '/tmp/inflight'], (err) => resolve(err === null));
+    });
+    expect(await waitFor(running, 20_000, 50)).toBe(true);
     const exit = server.stop('SIGTERM');
     await new Promise((res) => setTimeout(res, 200));
     const late = await api.post('/v1/exec', { session: 'c', command: 'echo too-late' }).catch((e: Error) => e);
@@ -76,7 +82,7 @@ describeDocker('berth serve: shutdown and restart on the real engine', () => {
     const done = await inflight;
     expect(done.status).toBe(200);
     expect(done.body.stdout).toBe('finished\n');
-    expect(Date.now() - started).toBeGreaterThanOrEqual(2_000);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(3_000);
     expect(await exit).toEqual({ code: 0, signal: null });
     expect(server.stderr).toMatch(/SIGTERM/);
 

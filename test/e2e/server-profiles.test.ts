@@ -59,7 +59,7 @@ describe('berth serve: a token may use only its own profiles', () => {
     const onlyDefault = await createToken(t, 'acme');
     const onlyBot = await createToken(t, 'acme', ['bot']);
     const both = await createToken(t, 'acme', ['default', 'bot']);
-    const server = await ServeProcess.start(t);
+    await using server = await ServeProcess.start(t);
     const D = server.client(onlyDefault);
     const B = server.client(onlyBot);
     const all = server.client(both);
@@ -94,7 +94,7 @@ describe('berth serve: a token may use only its own profiles', () => {
     const onlyDefault = await createToken(t, 'acme');
     const onlyBot = await createToken(t, 'acme', ['bot']);
     const withTeam = await createToken(t, 'acme', ['default', 'bot', 'team']);
-    const server = await ServeProcess.start(t);
+    await using server = await ServeProcess.start(t);
     const D = server.client(onlyDefault);
     const B = server.client(onlyBot);
     const all = server.client(withTeam);
@@ -120,7 +120,7 @@ describe('berth serve: a token may use only its own profiles', () => {
     using t = tempInstall(CONFIG);
     const onlyDefault = await createToken(t, 'acme');
     const onlyBot = await createToken(t, 'acme', ['bot']);
-    const server = await ServeProcess.start(t);
+    await using server = await ServeProcess.start(t);
     const init = (token: string, headers: Record<string, string> = {}) => fetch(new URL('/mcp', server.url), {
       method: 'POST',
       headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },

@@ -6,7 +6,7 @@ import { StateStore } from '../../src/broker/state/state-store.js';
 import { parseConfig } from '../../src/setup/parse-config.js';
 import { BerthError } from '../../src/errors.js';
 import { Logger } from '../../src/logging/logger.js';
-import { pidsWithArg, waitNoneWithArg } from '../helpers/processes.js';
+import { pidsWithArg, waitExactArgv, waitNoneWithArg } from '../helpers/processes.js';
 import { sshConfigSection, SshInstalls } from '../helpers/ssh-e2e.js';
 import { describeSsh, sshTarget } from '../helpers/sshd.js';
 
@@ -73,8 +73,10 @@ describeSsh('the ssh backend through the broker (real sshd)', () => {
     const set = await broker.exec(a, `echo private > note.txt; export ALICE_SECRET=s3cr3t-value; sleep ${m} & echo "$HOME $(id -u)"`);
     expect(set.exitCode, set.output).toBe(0);
     const [home, uid] = set.stdout.trim().split(' ') as [string, string];
-    // Her sleep as the host sees it (its pid in her sandbox is another).
-    const [pid] = pidsWithArg(m);
+    // Her sleep as the host sees it (its pid in her sandbox is another): the call returns before
+    // the background child has surely exec'd it, so wait for the sleep itself.
+    const [pid] = await waitExactArgv(['sleep', m]);
+    expect(pid, `sleep ${m}`).toBeDefined();
     expect(readFileSync(`/proc/${pid}/environ`, 'latin1')).toContain('ALICE_SECRET=s3cr3t-value');
     try {
       const probe = await broker.exec(b, [

@@ -83,6 +83,15 @@ export class ServeProcess {
   client(token: string | undefined): ApiClient {
     return new ApiClient(this.url, token);
   }
+
+  /**
+   * `await using server = await ServeProcess.start(t)` after `using t = tempInstall(…)`: the server
+   * stops (SIGTERM) before the install is removed at the end of the test's block, not in afterEach
+   * after it, when its shells may still be writing into the dirs being removed.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop('SIGTERM', 20_000);
+  }
 }
 
 /**
