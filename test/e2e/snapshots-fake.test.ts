@@ -195,8 +195,11 @@ describe('snapshot and restore on the fake backend', () => {
   it('no snapshot while a command runs in the sandbox (the identity is busy): refused, and nothing is kept', async () => {
     const { broker, home } = await open();
     await broker.exec(S1, 'true');
-    const running = broker.exec(S1, 'sleep 1.5');
-    await new Promise((r) => setTimeout(r, 300));
+    // The snapshot is asked for once the command runs (its first output is in), not after a fixed wait.
+    let started!: () => void;
+    const runs = new Promise<void>((resolve) => (started = resolve));
+    const running = broker.exec(S1, 'echo started; sleep 1.5', { onChunk: () => started() });
+    await runs;
     const e = await codeOf(broker.snapshots.create(S1, { name: 'busy' }));
     expect(e.code).toBe('sandbox_busy');
     expect(e.message).toMatch(/cannot be snapshotted now: a command or a background job of its shell runs in it/);
