@@ -49,6 +49,8 @@ interface Connection {
   key: string;
   req: IncomingMessage | undefined;
   res: ServerResponse | undefined;
+  /** Its body was held back by berth (unread) when its timer last fired. */
+  heldBack: boolean;
 }
 
 /**
@@ -102,6 +104,7 @@ export class ConnectionGuard {
     if (c === undefined) return;
     c.req = req;
     c.res = res;
+    c.heldBack = false;
     const length = req.headers['content-length'];
     if ((length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined) setImmediate(watchBody, req, this.bodyStallMs);
   }
@@ -116,7 +119,7 @@ export class ConnectionGuard {
     }
     this.perAddress.set(key, held + 1);
     this.count++;
-    this.connections.set(socket, { key, req: undefined, res: undefined });
+    this.connections.set(socket, { key, req: undefined, res: undefined, heldBack: false });
     socket.once('close', () => {
       this.count--;
       const left = (this.perAddress.get(key) ?? 1) - 1;
@@ -131,7 +134,9 @@ export class ConnectionGuard {
    * its answer is on its way to a client that reads it slowly, and either may take as long as it
    * does (the timer is dropped). A body berth has not read all of (its call waits for
    * the session, or the sandbox takes it slowly): berth's delay, not the client's (the timer starts
-   * again). Otherwise the client sent nothing for `bodyStallSeconds`: closed.
+   * again), and once berth reads again the client gets a whole bound from then: a client held back
+   * (TCP's window full) sends nothing while berth does not read, so the silence since the last look
+   * is not all its own. Otherwise the client sent nothing for `bodyStallSeconds`: closed.
    */
   private timedOut(socket: Socket): void {
     const c = this.connections.get(socket);
@@ -147,6 +152,12 @@ export class ConnectionGuard {
       return;
     }
     if (socket.isPaused() || req.readableLength > 0) {
+      c!.heldBack = true;
+      socket.setTimeout(this.bodyStallMs);
+      return;
+    }
+    if (c!.heldBack) {
+      c!.heldBack = false;
       socket.setTimeout(this.bodyStallMs);
       return;
     }

@@ -382,7 +382,9 @@ describe('berth serve: what is slow but alive is not cut', () => {
   }, 30_000);
 
   it('an upload the sandbox takes slowly is not cut while berth has not read its body: it lands once the sandbox takes it again', async () => {
-    const s = await start(BOUNDS);
+    // A 2 s stall bound: the client's trickle (a byte each 100 ms) must never look like a stall on a
+    // busy machine; the sandbox holds the body back for 5 s, over two bounds.
+    const s = await start({ ...BOUNDS, bodyStallSeconds: 2 });
     const acme = s.tokens.create('acme').token;
     const data = Buffer.alloc(8 * 1024 * 1024, 'y');
     let answered = false;
@@ -408,8 +410,8 @@ describe('berth serve: what is slow but alive is not cut', () => {
         process.kill(pid, 'SIGSTOP');
         clearInterval(trickle);
         req.end(data.subarray(sent));
-        // Longer than bodyStallSeconds with berth's reading stopped behind the sandbox.
-        setTimeout(() => process.kill(pid, 'SIGCONT'), 3_000);
+        // Longer than two bodyStallSeconds with berth's reading stopped behind the sandbox.
+        setTimeout(() => process.kill(pid, 'SIGCONT'), 5_000);
       }, (err: unknown) => {
         clearInterval(trickle);
         reject(err);
