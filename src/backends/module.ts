@@ -90,10 +90,12 @@ export interface BackendModule<N extends string = string, S = unknown> {
   /**
    * Where berth can group its sandboxes' processes in the kernel (a cgroup per command, see
    * backends/cgroups), so a timeout ends whatever a command started: `host` when they run on
-   * berth's host (as root), `engine` when they do if its engine runs there too. Absent: never (a
-   * remote host, a cluster); a command's processes are then found by the tags berth gives them.
+   * berth's host (as root), `engine` when they do if its engine runs there too, `remote` when a
+   * root helper of berth's does it on the sandbox's own host (ssh; the host probe refuses a host
+   * without it). Absent: never (a cluster); a command's processes are then found by the tags
+   * berth gives them.
    */
-  readonly processGroups?: 'host' | 'engine';
+  readonly processGroups?: 'host' | 'engine' | 'remote';
   /**
    * Ranges its sandboxes of these settings never reach besides the always-denied ones, which
    * berth's egress proxy refuses too (the label names the setting in each refusal). Absent: none.

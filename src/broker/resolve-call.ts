@@ -241,7 +241,8 @@ export function resolveCall(ctx: ResolveContext, scope: CallScope, opts: { withC
   };
   const note = isolationNoteOf(module, settings);
   const host = module.host?.(sectionOf(module, settings));
-  const kill = ctx.grouping?.host === true && (module.processGroups === 'host' || (module.processGroups === 'engine' && ctx.grouping.engineOnHost))
+  const kill = module.processGroups === 'remote'
+    || (ctx.grouping?.host === true && (module.processGroups === 'host' || (module.processGroups === 'engine' && ctx.grouping.engineOnHost)))
     ? 'cgroup' : 'tags';
   return {
     binding: {

@@ -199,7 +199,7 @@ export class PersistentShell implements AsyncDisposable {
       redactValues: this.opts.redactValues,
       onChunk: ro.onChunk,
     });
-    this.groupOp(conn, 'enter the command\'s group', (g) => g.prepare(ro.group));
+    await this.groupOp(conn, 'enter the command\'s group', (g) => g.prepare(ro.group));
     // bash reports each job a timeout's kill ends ("bash: line 1: 16 Killed ..."): berth's own notice says it once.
     const reports = new JobReportFilter((stream, chunk) => capture.push(stream, chunk));
     const ex = conn.exchange(frame, nonce, reports.push);
@@ -230,7 +230,7 @@ export class PersistentShell implements AsyncDisposable {
       replaced = replaced || r.replaced;
       notice = `berth: ${why}; the command's processes were killed and ${r.text}`;
     } else if (outcome.kind === 'ok') {
-      this.groupOp(conn, 'leave the command\'s group', (g) => g.settle());
+      await this.groupOp(conn, 'leave the command\'s group', (g) => g.settle());
       exitCode = outcome.status;
       if (outcome.cwd !== '') this.cwd = outcome.cwd;
       this.jobs = outcome.jobs;
@@ -368,7 +368,7 @@ export class PersistentShell implements AsyncDisposable {
     try {
       return await this.replace(old, jobs, outOfPids);
     } finally {
-      this.groupOp(old, 'release the old shell\'s groups', (g) => g.release());
+      await this.groupOp(old, 'release the old shell\'s groups', (g) => g.release());
     }
   }
 
@@ -412,10 +412,10 @@ export class PersistentShell implements AsyncDisposable {
   }
 
   /** Runs one step on the shell's command groups, if it has them; false when it has none or the step failed (logged). */
-  private groupOp(conn: ShellConn, what: string, op: (groups: ShellGroups) => void): boolean {
+  private async groupOp(conn: ShellConn, what: string, op: (groups: ShellGroups) => void | Promise<void>): Promise<boolean> {
     if (conn.group === undefined) return false;
     try {
-      op(conn.group);
+      await op(conn.group);
       return true;
     } catch (err) {
       this.log(`${what}: ${String(err)}`);
@@ -452,7 +452,7 @@ export class PersistentShell implements AsyncDisposable {
     this.conn = undefined;
     if (old !== undefined) {
       await old.kill();
-      this.groupOp(old, 'release the old shell\'s groups', (g) => g.release());
+      await this.groupOp(old, 'release the old shell\'s groups', (g) => g.release());
     }
     const t = this.timings;
     const shellTag = this.tokens.next(TAG_BYTES);
@@ -472,7 +472,7 @@ export class PersistentShell implements AsyncDisposable {
     const conn = new ShellConn(transport, shellTag, t.drainMs, (m) => this.log(m));
     const pids = await this.pidsOf(transport, t.startTimeoutMs);
     // In its group before its init runs: the init sources a snapshot the sandbox can write.
-    conn.group = await this.adopt(pids?.host);
+    conn.group = await this.adopt(pids);
     const nonce = this.tokens.next(NONCE_BYTES);
     const init = buildInit({
       nonce,
@@ -501,7 +501,7 @@ export class PersistentShell implements AsyncDisposable {
     if (o === 'timeout' || o.kind !== 'ok') {
       ex.abandon();
       await conn.kill();
-      this.groupOp(conn, 'release the shell\'s groups', (g) => g.release());
+      await this.groupOp(conn, 'release the shell\'s groups', (g) => g.release());
       if (o === 'timeout') {
         throw new TimeoutError(`the shell "${this.opts.shellId}" did not start within ${t.startTimeoutMs} ms; is bash installed in the sandbox?`);
       }
@@ -543,13 +543,13 @@ export class PersistentShell implements AsyncDisposable {
   }
 
   /**
-   * The new shell's command groups, where the sandbox has the kernel's grouping: by its pid on the
-   * host as its backend knows it, never as the shell reports it.
+   * The new shell's command groups, where the sandbox has the kernel's grouping: by its pids as its
+   * backend knows them, never as the shell reports them.
    */
-  private async adopt(hostPid: number | undefined): Promise<ShellGroups | undefined> {
-    if (this.opts.groups === undefined || hostPid === undefined) return undefined;
+  private async adopt(pids: ProcessPids | undefined): Promise<ShellGroups | undefined> {
+    if (this.opts.groups === undefined || pids === undefined) return undefined;
     try {
-      return await this.opts.groups.adopt(hostPid);
+      return await this.opts.groups.adopt(pids);
     } catch (err) {
       this.log(`no command groups (its commands are found by tags): ${String(err)}`);
       return undefined;
@@ -597,7 +597,7 @@ export class PersistentShell implements AsyncDisposable {
       if (!(await this.waitGone(conn, this.timings.closeTimeoutMs)) && this.killer.isReady()) {
         await this.kill('kill the shell', (killer) => killer.signal(conn.pid, 'KILL'));
       }
-      this.groupOp(conn, 'release the shell\'s groups', (g) => g.release());
+      await this.groupOp(conn, 'release the shell\'s groups', (g) => g.release());
       return;
     }
     // A command is running: the USR1 trap dumps and exits once its foreground child is gone.
@@ -606,7 +606,7 @@ export class PersistentShell implements AsyncDisposable {
       ?? await this.kill('close', (killer) => killer.timeout(k));
     if (report?.shell !== 'killed') conn.write(DUMP_AND_EXIT);
     await this.ensureGone(conn, this.timings.closeTimeoutMs);
-    this.groupOp(conn, 'release the shell\'s groups', (g) => g.release());
+    await this.groupOp(conn, 'release the shell\'s groups', (g) => g.release());
   }
 
   private log(msg: string): void {

@@ -60,17 +60,19 @@ export interface ExecOnceResult {
  * own (a cgroup nested in the sandbox's), which what it starts cannot leave whatever it does to its
  * environment, session or process group, and which nothing inside the sandbox can write to; so a
  * timeout, a cancel or a job's kill ends all of it, fork bombs included. Present where berth
- * manages the sandbox's cgroups from its host (docker on a local engine, bwrap, local as root).
+ * manages the sandbox's cgroups from its host (docker on a local engine, bwrap, local as root), and
+ * on ssh, where a root helper on the remote host does it for berth.
  */
 export interface ProcessGroups {
   /** How a group is ended, for explain and logs (`cgroup2 (cgroup.kill)`). */
   readonly mechanism: string;
   /**
-   * Takes the shell whose pid on the host is `hostPid` (its transport's `pids`) into a group of
-   * its own, before it runs anything (its init sources a snapshot the sandbox can write);
+   * Takes the shell whose pids are `pids` (its transport's, as the backend knows them: on the host
+   * where berth manages the groups there, in the sandbox where a remote helper does) into a group
+   * of its own, before it runs anything (its init sources a snapshot the sandbox can write);
    * undefined when that is no process of this sandbox.
    */
-  adopt(hostPid: number): Promise<ShellGroups | undefined>;
+  adopt(pids: ProcessPids): Promise<ShellGroups | undefined>;
   /**
    * Ends every process of the group a command named (`ShellGroups.prepare`: a background job's)
    * and removes the group; how many processes it held, or undefined when there is no such group.
@@ -84,11 +86,12 @@ export interface ShellGroups {
    * Before a command: the shell moves to a fresh group when the last command left a process in its
    * own (an earlier `cmd &` stays where it is), or, with `name`, into a new group of that name,
    * which the command's processes keep after it (a background job's). Throws when it could not
-   * move: the group it is in may then hold earlier jobs, and `timeout` refuses.
+   * move: the group it is in may then hold earlier jobs, and `timeout` refuses. Groups managed on
+   * another host (ssh) answer asynchronously; the shell layer awaits each step.
    */
-  prepare(name?: string): void;
+  prepare(name?: string): void | Promise<void>;
   /** After a command ended normally: a named group is left at once, to the processes it holds. */
-  settle(): void;
+  settle(): void | Promise<void>;
   /**
    * Ends the running command whatever its processes did: freezes its group, stops the shell and
    * takes it out, kills everything left in the group, then sends the shell SIGUSR1 and lets it go
@@ -101,5 +104,5 @@ export interface ShellGroups {
   /** Ends every group this shell made: its commands' leftovers, its background jobs. */
   endAll(): Promise<number>;
   /** The shell has ended: its empty groups go (those still holding processes stay theirs). */
-  release(): void;
+  release(): void | Promise<void>;
 }

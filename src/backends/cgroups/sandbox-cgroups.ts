@@ -3,7 +3,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BerthError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
-import type { ProcessGroups, ShellGroups } from '../../shell/transport.js';
+import type { ProcessGroups, ProcessPids, ShellGroups } from '../../shell/transport.js';
 import { CgroupDir, errnoOf } from './cgroup-dir.js';
 import { cgroupsOf, mechanismUnder, readPids, type CgroupHost } from './cgroup-host.js';
 import { parseNsPids } from './proc-files.js';
@@ -56,8 +56,13 @@ export class SandboxCgroups implements ProcessGroups {
     return this.opts.log;
   }
 
-  async adopt(hostPid: number): Promise<ShellGroups | undefined> {
+  async adopt(pids: ProcessPids): Promise<ShellGroups | undefined> {
     this.sweep();
+    const hostPid = pids.host;
+    if (hostPid === undefined) {
+      this.log.debug(`cgroups: the shell's pid on the host is unknown; its commands are found by tags`);
+      return undefined;
+    }
     if (!this.holds(hostPid)) {
       this.log.debug(`cgroups: process ${hostPid} is not in ${this.opts.base}; its commands are found by tags`);
       return undefined;

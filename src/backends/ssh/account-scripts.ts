@@ -1,4 +1,5 @@
 import { ACCOUNT_NAME_PATTERN } from './account-name.js';
+import { CGROUP_END, CGROUP_FUNCTIONS, CGROUP_PROBE } from './cgroup-scripts.js';
 import { HOLDER_FUNCTIONS } from './namespaces.js';
 import { NEXT_UID, SANDBOX_UID_MAX, SANDBOX_UID_MIN } from './uid-range.js';
 
@@ -69,6 +70,8 @@ clean_uid() {
   fi
 }
 ${HOLDER_FUNCTIONS}
+${CGROUP_FUNCTIONS}
+${CGROUP_END}
 ${NEXT_UID}
 `;
 
@@ -81,7 +84,8 @@ export const OWNED = `if [[ -n $inst && -f $records/$n ]] && ! grep -qxF "instal
 
 /**
  * Ends every process of account `$n` (never uid 0): those of its uid, counted in `k`, then its
- * namespaces' holder (root's), with which anything left in them ends. Leaves its uid in `u`
+ * namespaces' holder (root's), with which anything left in them ends, then its cgroups (whatever
+ * is left in them, and the groups themselves). Leaves its uid in `u`
  * (empty when the account is gone). Shared by stop and remove; the account's lock
  * (holder_lock) is held.
  */
@@ -91,7 +95,9 @@ if [[ -n $u ]]; then
   [[ $u != 0 ]] || die "account $n has uid 0"
   kill_uid "$u"
 fi
-holder_stop "$n"`;
+holder_stop "$n"
+# A group that would not empty in time (a process in uninterruptible sleep) stays, empty later.
+cg_end "$n" || true`;
 
 /**
  * Deletes account `$n` (uid `$u`, its processes ended) with its home under `$root`, what it left
@@ -137,6 +143,7 @@ if command -v unshare >/dev/null 2>&1; then
   fi
 fi
 [ -r /proc/self/status ] || printf 'missing proc\\n'
+${CGROUP_PROBE}
 `;
 
 /**

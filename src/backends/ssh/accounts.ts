@@ -100,6 +100,8 @@ const PACKAGES: Readonly<Record<string, string>> = {
   find: 'findutils',
   tar: 'tar (GNU tar: files go in and out of a sandbox through it)',
   proc: 'a mounted /proc',
+  cgroups: 'cgroup v2 with cgroup.kill and cgroup.freeze (Linux >= 5.14; a cgroup2 mount root may write to): berth puts each command in a ' +
+    'cgroup of its own so a timeout ends whatever it started',
   namespaces: 'a kernel that lets root make the PID, IPC and mount namespaces each sandbox runs in, with a /proc and tmpfs mounted inside ' +
     '(unshare --pid --fork --ipc --mount failed there; a host that is itself a container needs CAP_SYS_ADMIN and a seccomp and AppArmor profile that allow unshare and mount)',
 };

@@ -1,6 +1,7 @@
 import { UsageError } from '../../errors.js';
 import { isShellName, shQuote } from '../../shell/protocol.js';
 import { ACCOUNT_NAME_PATTERN } from './account-name.js';
+import { CGROUP_FUNCTIONS, CGROUP_JOIN } from './cgroup-scripts.js';
 import { HOLDER_FUNCTIONS, HOLDER_START, inSandboxNamespaces } from './namespaces.js';
 
 /*
@@ -12,7 +13,8 @@ import { HOLDER_FUNCTIONS, HOLDER_START, inSandboxNamespaces } from './namespace
  * Stage 1 runs as the login user (root) in the process sshd started, which sshd made a session
  * and process group leader. It finds the account in /etc/passwd (only `berth-<24 hex>` accounts
  * with their home under the root, never uid 0), hands the channel's pipes to it, finds (or makes)
- * the sandbox's namespace holder (namespaces.ts) and execs `nsenter --no-fork` into its PID,
+ * the sandbox's namespace holder (namespaces.ts), joins the account's cgroup (cgroup-scripts.ts:
+ * nothing the sandbox runs is outside it) and execs `nsenter --no-fork` into its PID,
  * mount and IPC namespaces, running the waiter with an EMPTY environment.
  *
  * The waiter, still root and still that pid, forks the command's process: the first of the
@@ -130,6 +132,8 @@ if ! holder_open "$n"; then
   holder_open "$n" || holder_start "$n" "$tmpmb" || exit 125
   holder_unlock
 fi
+${CGROUP_FUNCTIONS}
+${CGROUP_JOIN}
 exec -c nsenter --no-fork --pid=/proc/self/fd/3 --mount=/proc/self/fd/4 --ipc=/proc/self/fd/5 -- /bin/bash --noprofile --norc -c ${shQuote(WAITER_SCRIPT)} berth-spawn "$u" "$g" "$n" "$h" "$nproc"
 `;
 

@@ -20,6 +20,8 @@ export const sshModule = defineBackend({
     ownsProcessTable: false,
   },
   settings: sshSettings,
+  // A cgroup per command on the host, made by berth's root agent there (cgroup-scripts.ts).
+  processGroups: 'remote',
   isolationNote:
     'runs on a remote host over SSH as its own unprivileged account, in PID, IPC and mount namespaces of its own: other sandboxes\' files, ' +
     'environment, processes, temp dirs and IPC objects are out of its reach, but it shares that host\'s kernel and network',

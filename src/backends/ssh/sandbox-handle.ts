@@ -1,11 +1,12 @@
 import { constants } from 'node:os';
 import type { SandboxHandle, SandboxSpec, SpawnOptions } from '../backend.js';
-import type { SpawnedProcess } from '../../shell/transport.js';
+import type { ProcessGroups, SpawnedProcess } from '../../shell/transport.js';
 import type { RemoteAccount } from './accounts.js';
 import { SHELL_TAG_VAR } from '../../shell/protocol.js';
 import { SHELL_ARGV } from '../plumbing/open-shell.js';
 import { inSandboxNamespaces, PRIVATE_DIRS } from './namespaces.js';
 import { remoteRunner } from './remote-exec.js';
+import { SshProcessGroups } from './remote-groups.js';
 import { spawnAs, type RemoteExit, type SpawnContext } from './spawn.js';
 import type { SshSettings } from './settings.js';
 
@@ -67,13 +68,16 @@ export async function spawnIn(
     stderr: p.stderr,
     exited: p.exited.then(exitCodeOf),
     kill: () => p.kill(),
+    // The launcher reports it (stage 2's own pid, before the command runs): the sandbox's pid; the host's is not known here.
+    pids: async () => ({ host: undefined, sandbox: p.pid }),
   };
 }
 
 /**
  * One SSH sandbox: an unprivileged account on the host, with its home (0700) holding the
  * workspace, its TMPDIR and berth's state dir, and its own PID, IPC and mount namespaces
- * (namespaces.ts) with private temp dirs. Every process starts as that account inside them
+ * (namespaces.ts) with private temp dirs, and its cgroups (cgroup-scripts.ts): a command's processes
+ * end with its group at a timeout whatever they do. Every process starts as that account inside them
  * through the launcher (spawn.ts): env, cwd and argv travel on the channel's stdin, never on an argv.
  */
 export class SshSandboxHandle implements SandboxHandle {
@@ -87,6 +91,8 @@ export class SshSandboxHandle implements SandboxHandle {
   readonly fileRoots: readonly string[];
   /** tmpfs of the sandbox's namespaces: emptied when they are made again. */
   readonly volatileDirs = PRIVATE_DIRS;
+  /** Its command groups: cgroups on the host, managed by a root agent there (remote-groups.ts). */
+  readonly processGroups: ProcessGroups;
 
   constructor(
     readonly spec: SandboxSpec<SshSettings>,
@@ -100,6 +106,7 @@ export class SshSandboxHandle implements SandboxHandle {
     this.stateDir = account.stateDir;
     this.homeDir = account.home;
     this.fileRoots = [account.home];
+    this.processGroups = new SshProcessGroups({ pool: ctx.pool, target: ctx.target, account: account.name, log: ctx.log });
   }
 
   /** Host pids of processes whose connection was lost while they ran (they may still run there). */
