@@ -150,6 +150,21 @@ export async function sshBench(): Promise<void> {
     const floor = row('bare bash on one ssh2 channel (floor)', floorS!);
     row('bare, marker on stderr then stdout', floor2S!);
     const berth = row('berth exec (library, backend ssh, as the account)', berthS!);
+    // At an agent's pace (a model's turn between commands, here 2 ms): the step the command groups
+    // ask for after each command (remote-groups.ts) is done by the next one; back to back it is not.
+    const pacedFloor: number[] = [];
+    const pacedBerth: number[] = [];
+    for (let i = 0; i < N; i++) {
+      for (const [into, fn] of [[pacedFloor, () => bare.run('true')], [pacedBerth, () => session.exec('true')]] as const) {
+        await new Promise((r) => setTimeout(r, 2));
+        const t = process.hrtime.bigint();
+        await fn();
+        into.push(Number(process.hrtime.bigint() - t) / 1e6);
+      }
+    }
+    const pf = row('floor, 2 ms after the last answer', pacedFloor);
+    const pb = row('berth exec, 2 ms after the last answer', pacedBerth);
+    console.log(`  at that pace: berth p50 / floor p50 = ${(pb.p50 / pf.p50).toFixed(2)}x`);
     bareCh.end();
     bare2Ch.end();
 

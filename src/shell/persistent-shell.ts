@@ -246,11 +246,16 @@ export class PersistentShell implements AsyncDisposable {
         // `exit` leaves the command's own background processes alone, as a shell would.
         if (code === null || code >= 128) {
           const k: TreeInput = { shellPid: conn.pid, shellTag: conn.tag, cmdTag: tag, protectedPgids: this.jobs };
-          await this.groupTask(conn, 'end the command\'s group', (g) => g.endCommand());
-          // Its end unseen (the link to it was lost), the shell may still run: as at a timeout, it is
-          // told to save its state and exit before the rest of the line runs. Left to go on, it writes
-          // to the lost link and can die of SIGPIPE before its exit trap saves anything.
-          if (code === null) await this.kill('end the cut-off command', (killer) => killer.timeout(k));
+          if (code === null) {
+            // Its end unseen (the link to it was lost), the shell may still run: as at a timeout, it
+            // is taken out of the command's group (killing the group whole would take it too, unsaved)
+            // and told to save its state and exit before the rest of the line runs. Left to go on, it
+            // writes to the lost link and can die of SIGPIPE before its exit trap saves anything.
+            await (this.groupTask(conn, 'end the cut-off command by its group', (g) => g.timeout())
+              .then((byGroup) => byGroup ?? this.kill('end the cut-off command', (killer) => killer.timeout(k))));
+          } else {
+            await this.groupTask(conn, 'end the command\'s group', (g) => g.endCommand());
+          }
           await this.kill('sweep', (killer) => killer.endCommand(k, true));
         }
         this.jobs = [];

@@ -159,11 +159,11 @@ describe('explain and the tool words come from the module', () => {
     expect(b.note).toBeUndefined();
   });
 
-  it('says how a timeout ends a command\'s processes: the kernel\'s grouping where the module runs them on this host, tags elsewhere', async () => {
+  it('says how a timeout ends a command\'s processes: the kernel\'s grouping where the module runs them on this host or groups them on its own, tags elsewhere', async () => {
     // As root on a host with cgroup2 (CI's), berth may group processes; elsewhere every backend says tags.
     const here = hostGroupsUnusable() === undefined ? 'cgroup' : 'tags';
-    const kill = async (backend: string, env: Record<string, string> = {}): Promise<string> => {
-      await using broker = await Broker.open({ config: parseConfig({ backend }, undefined, { backends: catalog }), berthHome: home(), env });
+    const kill = async (backend: string, env: Record<string, string> = {}, more: Record<string, unknown> = {}): Promise<string> => {
+      await using broker = await Broker.open({ config: parseConfig({ backend, ...more }, undefined, { backends: catalog }), berthHome: home(), env });
       return broker.explain({ session: 's1' }).kill;
     };
     expect(await kill('local')).toBe(here);
@@ -174,6 +174,8 @@ describe('explain and the tool words come from the module', () => {
     expect(await kill('docker', { DOCKER_HOST: 'tcp://build1:2376' })).toBe('tags');
     expect(await kill('docker', { DOCKER_HOST: 'ssh://ana@build1' })).toBe('tags');
     expect(await kill('example')).toBe('tags');
+    // berth's root agent groups an SSH sandbox's commands on its host, which the probe requires.
+    expect(await kill('ssh', {}, { ssh: { host: 'build1', agent: '/run/ssh-agent.sock' } })).toBe('cgroup');
   });
 
   it('keys like a container when its traits say so (design §3 row 7), whatever its name', async () => {

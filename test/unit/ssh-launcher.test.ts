@@ -124,6 +124,13 @@ describe('judging what the host offers', () => {
     expect(p?.message).toContain('needs CAP_SYS_ADMIN');
   });
 
+  it('refuses a host without cgroup2 and cgroup.kill, naming what a command\'s group needs', () => {
+    const p = probeProblem(parseProbe('uid 0\nbash 5.2\nmissing cgroups\n'), where);
+    expect(p).toBeInstanceOf(RemoteHostError);
+    expect(p?.message).toContain('cgroups (cgroup v2 with cgroup.kill and cgroup.freeze (Linux >= 5.14');
+    expect(p?.message).toContain('never runs sandboxes on it in a weaker mode');
+  });
+
   it('refuses bash older than 4.4 and accepts a fit host', () => {
     expect(probeProblem(parseProbe('uid 0\nbash 4.3\n'), where)?.message).toContain('bash 4.3');
     expect(probeProblem(parseProbe('uid 0\nbash 4.4\n'), where)).toBeUndefined();

@@ -177,6 +177,8 @@ class RemoteShellGroups implements ShellGroups {
   /** The shell's group; undefined once it was taken out to end. */
   private current: string | undefined;
   private named = false;
+  /** The look-ahead `settle` started: true once it readied the shell for an unnamed command. */
+  private ahead: Promise<boolean> | undefined;
   /** Every group this shell made and has not seen removed. */
   private readonly made = new Set<string>();
   private pruneAt = PRUNE_AT;
@@ -187,10 +189,12 @@ class RemoteShellGroups implements ShellGroups {
   }
 
   async prepare(name?: string): Promise<void> {
+    const ahead = this.ahead;
+    this.ahead = undefined;
+    const readied = ahead === undefined ? false : await ahead;
     const cur = this.current ?? freshName();
     if (name === undefined && this.current !== undefined && !this.named) {
-      const [now] = await this.groups.request(`prep ${this.pid} ${cur} ${freshName()}`);
-      this.enter(now ?? cur);
+      if (!readied) await this.prep();
     } else {
       const to = name ?? freshName();
       await this.groups.request(`move ${this.pid} ${cur} ${to}`);
@@ -200,8 +204,29 @@ class RemoteShellGroups implements ShellGroups {
     if (this.made.size > this.pruneAt) await this.prune();
   }
 
-  async settle(): Promise<void> {
-    if (!this.named) return;
+  /**
+   * After a command: the step the next command needs (stay, or move on from what the command left
+   * running) is asked now and not awaited, so its round trip overlaps the answer's way to the
+   * caller and the caller's next call. Only the idle shell runs in its group meanwhile, so the
+   * answer still holds when the next command comes; `prepare` awaits it then.
+   */
+  settle(): Promise<void> {
+    if (!this.named) {
+      this.ahead = this.prep().then(() => true, () => false);
+      return Promise.resolve();
+    }
+    return this.leaveNamed();
+  }
+
+  /** Stays in the current group when the shell is alone there, else moves to a fresh one. */
+  private async prep(): Promise<void> {
+    const cur = this.current;
+    if (cur === undefined) return;
+    const [now] = await this.groups.request(`prep ${this.pid} ${cur} ${freshName()}`);
+    this.enter(now ?? cur);
+  }
+
+  private async leaveNamed(): Promise<void> {
     const to = freshName();
     await this.groups.request(`move ${this.pid} ${this.current ?? to} ${to}`);
     this.enter(to);
