@@ -51,4 +51,21 @@ describeBwrap('snapshots, restore and fork (bwrap)', () => {
     expect((await s1.exec('printf "%s %s " "$PWD" "$KEEP"; cat /workspace/file')).stdout).toBe('/tmp yes after\n');
     await b.closeSession({ session: 's1' });
   }, 120_000);
+
+  it('a granted secret\'s value in an extended attribute (setfattr in the sandbox) refuses the snapshot, naming the file, never the value', async () => {
+    const secret = 'tok-8f1a2b3c4d5e6f70';
+    const b = await install().open({ env: { forward: ['API_TOKEN'] } }, { env: { API_TOKEN: secret } });
+    const s1 = b.session({ session: 's1' });
+    const set = await s1.exec('echo plain > /workspace/tagged && setfattr -n user.note -v "$API_TOKEN" /workspace/tagged && getfattr -d /workspace/tagged | wc -l');
+    expect(set.exitCode, set.output).toBe(0);
+    const err = await s1.snapshots.create({ name: 'leak' }).then(() => undefined, (e: unknown) => e);
+    expect(isBerthError(err) && err.code).toBe('policy_refused');
+    expect((err as Error).message).toMatch(/\/workspace\/tagged holds the value of granted variable API_TOKEN/);
+    expect((err as Error).message).not.toContain(secret);
+    expect(await s1.snapshots.list()).toEqual([]);
+    // The attribute gone, the same sandbox snapshots.
+    expect((await s1.exec('setfattr -x user.note /workspace/tagged')).exitCode).toBe(0);
+    await s1.snapshots.create({ name: 'clean' });
+    await b.closeSession({ session: 's1' });
+  }, 120_000);
 });

@@ -76,8 +76,43 @@ describe('snapshot forbidden-value scan', () => {
     const big = join(dir, 'big.bin');
     writeFileSync(big, '');
     truncateSync(big, 256 << 20);
-    const err = await findForbidden([{ hostDir: dir, sandboxDir: '/w' }], forbidden, 1).then(() => undefined, (e: unknown) => e);
+    const err = await findForbidden([{ hostDir: dir, sandboxDir: '/w' }], forbidden, { deadlineMs: 1 }).then(() => undefined, (e: unknown) => e);
     expect(isBerthError(err) && err.code).toBe('policy_refused');
     expect((err as Error).message).toMatch(/could not all be searched for granted values within \d+ s/);
+  });
+
+  it('finds a value in an extended attribute\'s value or name, in any namespace, on a file or a dir, naming the entry', async () => {
+    const dir = tempDir();
+    mkdirSync(join(dir, 'd e', 'sub'), { recursive: true });
+    writeFileSync(join(dir, 'd e', 'sub', 'plain'), 'nothing here');
+    writeFileSync(join(dir, 'd e', 'sub', 'tagged\nname'), 'nothing here either');
+    expect(await findForbidden([{ hostDir: dir, sandboxDir: '/w' }], forbidden)).toBeUndefined();
+    execFileSync('setfattr', ['-n', 'user.note', '-v', `prefix-${value}-suffix`, join(dir, 'd e', 'sub', 'tagged\nname')]);
+    expect(await findForbidden([{ hostDir: dir, sandboxDir: '/w' }], forbidden)).toEqual({ name: 'API_KEY', sandboxPath: '/w/d e/sub/tagged\nname' });
+    const named = tempDir();
+    mkdirSync(join(named, 'd'));
+    execFileSync('setfattr', ['-n', `user.${value}`, '-v', 'x', join(named, 'd')]);
+    expect(await findForbidden([{ hostDir: named, sandboxDir: '/w' }], forbidden)).toEqual({ name: 'API_KEY', sandboxPath: '/w/d' });
+    // A value with a newline, set by root in the trusted namespace (hex on the wire: any byte).
+    const trusted = tempDir();
+    writeFileSync(join(trusted, 'f'), '');
+    execFileSync('setfattr', ['-n', 'trusted.x', '-v', '0x' + Buffer.from('line-one\nline-two-secret').toString('hex'), join(trusted, 'f')]);
+    expect(await findForbidden([{ hostDir: trusted, sandboxDir: '/w' }], forbidden)).toEqual({ name: 'MULTI', sandboxPath: '/w/f' });
+  });
+
+  it('refuses a snapshot of more entries than it may hold, naming the bound; walks one that fits, in dirs read as a stream', async () => {
+    const dir = tempDir();
+    for (let d = 0; d < 3; d++) {
+      mkdirSync(join(dir, `d${d}`));
+      for (let f = 0; f < 400; f++) writeFileSync(join(dir, `d${d}`, `f${f}`), 'x');
+    }
+    // 3 dirs and 1,200 files.
+    expect(await findForbidden([{ hostDir: dir, sandboxDir: '/w' }], forbidden, { maxEntries: 1_203 })).toBeUndefined();
+    const err = await findForbidden([{ hostDir: dir, sandboxDir: '/w' }], forbidden, { maxEntries: 1_202 }).then(() => undefined, (e: unknown) => e);
+    expect(isBerthError(err) && err.code).toBe('policy_refused');
+    expect((err as Error).message).toContain('more than 1202 files, dirs and links');
+    // A value in the last file of the last dir is still found within the bound.
+    writeFileSync(join(dir, 'd2', 'f399'), value);
+    expect(await findForbidden([{ hostDir: dir, sandboxDir: '/w' }], forbidden, { maxEntries: 1_203 })).toEqual({ name: 'API_KEY', sandboxPath: '/w/d2/f399' });
   });
 });

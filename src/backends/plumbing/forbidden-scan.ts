@@ -1,6 +1,7 @@
 import { constants } from 'node:fs';
-import { lstat, open, readdir, readlink } from 'node:fs/promises';
+import { lstat, open, opendir, readlink } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import path from 'node:path';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
 import type { ForbiddenValue } from '../backend.js';
@@ -28,6 +29,17 @@ const SCAN_DEADLINE_MS = 5 * 60_000;
 const GREP_FILE_MAX_BYTES = 16 << 20;
 /** File names handed to one grep (its argv stays well under the kernel's bound). */
 const GREP_ARGV_BYTES = 64 << 10;
+/**
+ * Entries (files, dirs, links) a snapshot may hold in all: past it the scan refuses it, so a
+ * sandbox of millions of tiny files cannot make a snapshot's scan (and copy) run for hours.
+ */
+export const MAX_SNAPSHOT_ENTRIES = 2_000_000;
+
+/** What a scan may take: its time, and the entries it walks. */
+export interface ScanBounds {
+  deadlineMs?: number;
+  maxEntries?: number;
+}
 
 /**
  * The first file under `trees` that holds one of `forbidden` (in its bytes, its name, or a link's
@@ -40,18 +52,22 @@ const GREP_ARGV_BYTES = 64 << 10;
  * for, as output redaction ignores them.
  */
 export async function findForbidden(
-  trees: readonly ScannedTree[], forbidden: readonly ForbiddenValue[], deadlineMs: number = SCAN_DEADLINE_MS,
+  trees: readonly ScannedTree[], forbidden: readonly ForbiddenValue[], bounds: ScanBounds = {},
 ): Promise<ForbiddenHit | undefined> {
+  const deadlineMs = bounds.deadlineMs ?? SCAN_DEADLINE_MS;
   const needles = forbidden
     .filter((f) => f.value.length >= MIN_REDACT_LENGTH)
     .map((f) => ({ name: f.name, bytes: Buffer.from(f.value, 'utf8') }));
   if (needles.length === 0) return undefined;
   const multiline = needles.filter((n) => n.bytes.includes(0x0a));
   const grepped = needles.filter((n) => !n.bytes.includes(0x0a));
-  const scan: Scan = { needles, grepped, deadline: AbortSignal.timeout(deadlineMs), deadlineMs, tree: { hostDir: '', sandboxDir: '' }, small: [], smallBytes: 0 };
+  const scan: Scan = {
+    needles, grepped, deadline: AbortSignal.timeout(deadlineMs), deadlineMs, tree: { hostDir: '', sandboxDir: '' }, small: [], smallBytes: 0,
+    entries: 0, maxEntries: bounds.maxEntries ?? MAX_SNAPSHOT_ENTRIES,
+  };
   for (const tree of trees) {
     scan.tree = tree;
-    const hit = (await scanDir(scan, tree.hostDir, tree.sandboxDir, multiline, grepped)) ?? (await grepSmall(scan));
+    const hit = (await scanDir(scan, tree.hostDir, tree.sandboxDir, multiline, grepped)) ?? (await grepSmall(scan)) ?? (await scanXattrs(scan));
     if (hit !== undefined) return hit;
   }
   return undefined;
@@ -73,6 +89,9 @@ interface Scan {
   /** Regular files of it waiting for grep: handed over whenever they fill one grep's argv, so a tree of millions of files never sits here whole. */
   small: string[];
   smallBytes: number;
+  /** Entries walked so far, in every tree, and the most it may walk. */
+  entries: number;
+  maxEntries: number;
 }
 
 /** Greps the files waiting in `scan.small` (and empties it): the first that holds a value, as the sandbox names it. */
@@ -93,12 +112,36 @@ async function grepSmall(scan: Scan): Promise<ForbiddenHit | undefined> {
  * `scan.small` for it).
  */
 async function scanDir(scan: Scan, hostDir: string, sandboxDir: string, everywhere: readonly Needle[], large: readonly Needle[]): Promise<ForbiddenHit | undefined> {
-  const entries = await readdir(hostDir).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === 'ENOENT') return [];
+  // Read as a stream (a dir of millions of names is never held whole); its subdirs are walked
+  // after it is closed, so a deep tree does not hold a descriptor per level.
+  const dir = await opendir(hostDir, { bufferSize: 256 }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return undefined;
     throw err;
   });
-  for (const entry of entries) {
+  if (dir === undefined) return undefined;
+  const subdirs: string[] = [];
+  try {
+    for await (const dirent of dir) {
+      const hit = await scanEntry(scan, hostDir, sandboxDir, dirent.name, everywhere, large, subdirs);
+      if (hit !== undefined) return hit;
+    }
+  } finally {
+    await dir.close().catch(() => undefined);
+  }
+  for (const entry of subdirs) {
+    const hit = await scanDir(scan, path.join(hostDir, entry), path.posix.join(sandboxDir, entry), everywhere, large);
+    if (hit !== undefined) return hit;
+  }
+  return undefined;
+}
+
+/** One entry of a dir `scanDir` reads: checked here, or listed in `subdirs` when it is a dir. */
+async function scanEntry(
+  scan: Scan, hostDir: string, sandboxDir: string, entry: string, everywhere: readonly Needle[], large: readonly Needle[], subdirs: string[],
+): Promise<ForbiddenHit | undefined> {
+  {
     assertInTime(scan);
+    if (++scan.entries > scan.maxEntries) throw tooManyEntries(scan);
     const hostPath = path.join(hostDir, entry);
     const sandboxPath = path.posix.join(sandboxDir, entry);
     const inName = needleIn(Buffer.from(entry, 'utf8'), scan.needles);
@@ -106,8 +149,7 @@ async function scanDir(scan: Scan, hostDir: string, sandboxDir: string, everywhe
     const st = await lstat(hostPath);
     let found: string | undefined;
     if (st.isDirectory()) {
-      const hit = await scanDir(scan, hostPath, sandboxPath, everywhere, large);
-      if (hit !== undefined) return hit;
+      subdirs.push(entry);
     } else if (st.isSymbolicLink()) {
       found = needleIn(Buffer.from(await readlink(hostPath), 'utf8'), scan.needles);
     } else if (st.isFile()) {
@@ -125,6 +167,69 @@ async function scanDir(scan: Scan, hostDir: string, sandboxDir: string, everywhe
     }
   }
   return undefined;
+}
+
+/** The snapshot holds more entries than a scan walks: refused (what is not walked may hold a value). */
+function tooManyEntries(scan: Scan): PolicyRefusedError {
+  return new PolicyRefusedError(`snapshot refused: the sandbox holds more than ${scan.maxEntries} files, dirs and links, the most a snapshot may ` +
+    'hold (each is searched for granted values); remove files it does not need (build caches, node_modules) and take the snapshot again');
+}
+
+/**
+ * Extended attributes (names and values, any namespace) of every entry of the current tree
+ * against every needle: a value set with `setfattr` travels with a copy or a committed layer as
+ * surely as one in a file. Read by `getfattr` (package attr), walking without following links,
+ * values hex-encoded so any byte is read as it is; its output is read a line at a time.
+ */
+async function scanXattrs(scan: Scan): Promise<ForbiddenHit | undefined> {
+  assertInTime(scan);
+  const { hostDir, sandboxDir } = scan.tree;
+  const exists = await lstat(hostDir).then((st) => st.isDirectory(), () => false);
+  if (!exists) return undefined;
+  const child = spawn('getfattr', ['-R', '-P', '-h', '-d', '-m', '-', '-e', 'hex', '--absolute-names', '--', hostDir], {
+    env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', LC_ALL: 'C' }, stdio: ['ignore', 'pipe', 'pipe'], signal: scan.deadline, killSignal: 'SIGKILL',
+  });
+  const err: Buffer[] = [];
+  child.stderr.on('data', (b: Buffer) => { if (err.length < 16) err.push(b); });
+  const closed = new Promise<{ code: number | null; error?: NodeJS.ErrnoException }>((resolve) => {
+    child.once('error', (e: NodeJS.ErrnoException) => resolve({ code: null, error: e }));
+    child.once('close', (code) => resolve({ code }));
+  });
+  let file = hostDir;
+  let hit: ForbiddenHit | undefined;
+  for await (const line of createInterface({ input: child.stdout, crlfDelay: Infinity })) {
+    if (line.startsWith('# file: ')) {
+      file = unescapeGetfattr(line.slice('# file: '.length));
+      continue;
+    }
+    const eq = line.indexOf('=');
+    if (eq <= 0) continue;
+    const name = Buffer.from(line.slice(0, eq), 'utf8');
+    const raw = line.slice(eq + 1);
+    const value = raw.startsWith('0x') ? Buffer.from(raw.slice(2), 'hex') : Buffer.from(raw.replace(/^"|"$/g, ''), 'utf8');
+    const found = needleIn(name, scan.needles) ?? needleIn(value, scan.needles);
+    if (found !== undefined) {
+      hit = { name: found, sandboxPath: path.posix.join(sandboxDir, path.relative(hostDir, file)) };
+      child.kill('SIGKILL');
+      break;
+    }
+  }
+  const end = await closed;
+  if (hit !== undefined) return hit;
+  if (scan.deadline.aborted) throw outOfTime(scan);
+  if (end.error?.code === 'ENOENT') {
+    throw new BerthError('transfer_failed', 'cannot search the snapshot\'s extended attributes for granted values: getfattr is not installed on berth\'s host; install it (Debian/Ubuntu: apt-get install attr)');
+  }
+  // 1: some entry had none or vanished meanwhile (a snapshot's tree is still), anything else: failed.
+  if (end.code !== 0 && end.code !== 1) {
+    throw new BerthError('transfer_failed', `could not search the snapshot's extended attributes for granted values: getfattr: ${Buffer.concat(err).toString().trim().split('\n').at(-1) ?? `exit ${String(end.code)}`}`);
+  }
+  return undefined;
+}
+
+/** A path as getfattr prints it: octal escapes (`\\012`) for special bytes, backslash doubled. */
+function unescapeGetfattr(p: string): string {
+  return Buffer.from(p.replace(/\\([0-7]{3})|\\\\/g, (m, o: string | undefined) => (o === undefined ? '\\' : String.fromCharCode(parseInt(o, 8)))), 'latin1').toString('utf8');
 }
 
 /** Those of `files` whose bytes hold one of `needles` (none with a newline), by `grep -F`, in batches. */
