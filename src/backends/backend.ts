@@ -289,8 +289,12 @@ export interface SnapshotCapability<S = unknown> {
    * failure the old one is untouched and whatever was made is removed.
    */
   createFrom(spec: SandboxSpec<S>, ref: string, replacing: { ref: string; hostDir: string | undefined } | undefined): Promise<Sandbox>;
-  /** Removes snapshot `ref`. "Already gone" is success. */
-  remove(ref: string): Promise<void>;
+  /**
+   * Removes snapshot `ref`. "Already gone" is success. `kept`: it is no snapshot any more, but the
+   * backend could not free what it takes yet (a docker image a fork's container still uses); a
+   * later `remove` of the same ref frees it once it can, and its bytes count until then.
+   */
+  remove(ref: string): Promise<void | 'kept'>;
   /** The refs of this installation's snapshots the backend holds (the reaper removes those no record names). */
   list(): Promise<string[]>;
 }

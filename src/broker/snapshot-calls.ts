@@ -259,7 +259,11 @@ export class SnapshotCalls {
     return this.opts.lease(`snapshot:${snap.id}`, async () => {
       if (snap.ref !== '') {
         const backend = await this.opts.backends.get(snap.backend);
-        await backend.snapshots?.remove(snap.ref);
+        // Kept by its backend (a fork still uses it): no snapshot any more, but what it takes counts until freed.
+        if (await backend.snapshots?.remove(snap.ref) === 'kept') {
+          this.opts.snapshots.markGone(snap.tenant, snap.id);
+          return;
+        }
       }
       this.opts.snapshots.delete(snap.tenant, snap.id);
     });

@@ -23,7 +23,8 @@ export interface SnapshotSweepOptions {
 /**
  * What the periodic sweep does to snapshots: a named one past its tenant's retention goes, a
  * fork's base goes once the forked sandbox's record is gone, a reservation abandoned by a dead
- * process goes, and a backend snapshot that no record names (an orphan of a crash between the
+ * process goes, a removed one whose storage its backend kept is freed once it can, and a
+ * backend snapshot that no record names (an orphan of a crash between the
  * backend's save and the record) is removed. Returns the ids or refs removed.
  */
 export class SnapshotSweep {
@@ -35,11 +36,13 @@ export class SnapshotSweep {
     const all = snapshots.all();
     const expired = (s: SnapshotRecord) => s.kind === 'named' && s.ref !== '' && nowMs - s.createdMs > this.opts.retentionDays * DAY_MS;
     const baseless = (s: SnapshotRecord) => s.kind === 'base' && s.ref !== '' && s.baseOf !== null && sandboxes.get(s.baseOf) === undefined;
+    // Removed, its storage kept by its backend (a fork used it): freed once the backend can.
+    const gone = (s: SnapshotRecord) => s.kind === 'gone' && s.ref !== '';
     for (const s of all) {
       if (s.ref === '' && nowMs - s.createdMs > PENDING_ABANDONED_MS) {
         snapshots.delete(s.tenant, s.id);
         removed.push(s.id);
-      } else if (expired(s) || baseless(s)) {
+      } else if (expired(s) || baseless(s) || gone(s)) {
         await calls.removeSnapshot(s).then(() => removed.push(s.id), (e: unknown) => log.child('berth:snapshots').warn(`remove snapshot ${s.name} of ${s.sandboxKey}: ${String(e)}`));
       }
     }

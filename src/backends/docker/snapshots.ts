@@ -129,10 +129,11 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
       : this.persistentReplacing(spec, id, image, meta, hostDir, replacing.ref)));
   }
 
-  async remove(ref: string): Promise<void> {
+  async remove(ref: string): Promise<void | 'kept'> {
     const { id, image } = parseRef(ref);
-    await this.removeImage(image, id);
+    const kept = await this.removeImage(image, id);
     await removeSnapshotDir(this.root, id);
+    return kept ? 'kept' : undefined;
   }
 
   async list(): Promise<string[]> {
@@ -283,15 +284,16 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
    * keeps: it is moved to a "gone" tag instead (tagged anew, then its snapshot tag removed, which
    * the engine allows while another tag holds the image), so it is no longer a snapshot, keeps
    * what the fork's next commit inspects, and is listed for the orphan pass, which removes it once
-   * its last container is gone. Never forced: a forced untag deletes an image a stopped container uses.
+   * its last container is gone. Never forced: a forced untag deletes an image a stopped container
+   * uses. True when the image was kept.
    */
-  private async removeImage(image: string, id: string): Promise<void> {
+  private async removeImage(image: string, id: string): Promise<boolean> {
     try {
       await this.host.request(`remove image ${image}`, (abortSignal) => this.host.docker.getImage(image).remove({ abortSignal }));
-      return;
+      return false;
     } catch (err) {
       const status = statusOf(err);
-      if (status === 404) return;
+      if (status === 404) return false;
       if (status !== 409) throw fromDockerError(this.host.docker, err, `remove image ${image}`);
     }
     const gone = this.tagOf(`${GONE_PREFIX}${id}`);
@@ -300,6 +302,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     const tagged = `${SNAPSHOT_REPO}:${this.tagOf(id)}`;
     await this.host.request(`untag ${tagged}`, (abortSignal) => this.host.docker.getImage(tagged).remove({ noprune: true, abortSignal }))
       .catch((e: unknown) => { if (statusOf(e) !== 404) throw fromDockerError(this.host.docker, e, `untag ${tagged}`); });
+    return true;
   }
 
   private async readMeta(id: string): Promise<SnapshotMeta> {

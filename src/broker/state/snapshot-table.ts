@@ -4,7 +4,10 @@ import type { Statements } from './statements.js';
  * A snapshot of a sandbox as the store keeps it. `named`: made by a caller, listed, restored and
  * forked from by name. `base`: made for a fork from a sandbox's current state, never listed; it
  * stays as the forked sandbox's base (a docker container needs its image) and goes once that
- * sandbox's record is gone.
+ * sandbox's record is gone. `gone`: a named or base one removed whose storage its backend had to
+ * keep (a docker image a fork's container still uses): never listed nor found by name (it is
+ * renamed `@gone-<id>`), its bytes still count against its tenant's limit, and the sweep frees it
+ * once the backend can.
  */
 export interface SnapshotRecord {
   id: string;
@@ -17,7 +20,7 @@ export interface SnapshotRecord {
   sandboxKey: string;
   /** Unique per tenant and sandbox; a base snapshot's starts with `@`, which no caller's may. */
   name: string;
-  kind: 'named' | 'base';
+  kind: 'named' | 'base' | 'gone';
   /** For a base snapshot: the digest of the sandbox forked from it. */
   baseOf: string | null;
   backend: string;
@@ -49,7 +52,7 @@ interface SnapshotRow {
 function toSnapshot(r: SnapshotRow): SnapshotRecord {
   return {
     id: r.id, tenant: r.tenant, user: r.user, profile: r.profile, session: r.session, digest: r.digest, sandboxKey: r.sandbox_key,
-    name: r.name, kind: r.kind === 'base' ? 'base' : 'named', baseOf: r.base_of, backend: r.backend, ref: r.ref, bytes: r.bytes,
+    name: r.name, kind: r.kind === 'base' || r.kind === 'gone' ? r.kind : 'named', baseOf: r.base_of, backend: r.backend, ref: r.ref, bytes: r.bytes,
     createdMs: r.created_ms, cwd: r.cwd, shellStem: r.shell_stem,
   };
 }
@@ -124,6 +127,11 @@ export class SnapshotTable {
   /** Moves a base snapshot to the sandbox forked from it. */
   setBaseOf(id: string, digest: string): void {
     this.sql.q('UPDATE snapshots SET base_of = ? WHERE id = ?').run(digest, id);
+  }
+
+  /** A removed snapshot whose backend kept its storage: no longer a snapshot, its bytes still counted. */
+  markGone(tenant: string, id: string): void {
+    this.sql.q(`UPDATE snapshots SET kind = 'gone', name = '@gone-' || id WHERE tenant = ? AND id = ?`).run(tenant, id);
   }
 
   delete(tenant: string, id: string): void {
