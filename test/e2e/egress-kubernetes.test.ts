@@ -1,5 +1,5 @@
 import { createServer } from 'node:net';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { LABEL, NETWORK_LABEL } from '../../src/backends/kubernetes/labels.js';
 import { Broker } from '../../src/broker/broker.js';
 import type { EgressEvent } from '../../src/egress/types.js';
@@ -156,5 +156,23 @@ describeNetns('egress on kubernetes pods (stand-in: allowlist, credentials, the 
     expect(mount?.readOnly).toBe(true);
     const inside = await run('touch /etc/berth-egress/x 2>/dev/null; echo "write $?"; grep -c "BEGIN CERTIFICATE" /etc/berth-egress/berth-ca.pem');
     expect(inside.stdout).toBe('write 1\n1\n');
+  });
+
+  it('berth\'s CA reaches each pod from a ConfigMap of its own, owned by the pod: the cluster deletes it with the pod', async () => {
+    const client = cluster!.client;
+    const live = async () => (await client.core.listNamespacedPod({ namespace: 'berth' })).items.filter((p) => p.metadata!.deletionTimestamp == null);
+    const before = new Set((await live()).map((p) => p.metadata!.name!));
+    expect((await broker!.exec({ session: 'ca' }, 'grep -c "BEGIN CERTIFICATE" /etc/berth-egress/berth-ca.pem')).stdout).toBe('1\n');
+    const pod = (await live()).find((p) => !before.has(p.metadata!.name!))!;
+    expect(pod).toBeDefined();
+    const mapName = pod.spec!.volumes!.find((v) => v.configMap !== undefined)!.configMap!.name!;
+    expect(mapName).toBe(`${pod.metadata!.name!}-egress-ca`);
+    const map = await client.core.readNamespacedConfigMap({ namespace: 'berth', name: mapName });
+    expect(map.metadata!.ownerReferences).toEqual([{ apiVersion: 'v1', kind: 'Pod', name: pod.metadata!.name!, uid: pod.metadata!.uid! }]);
+    await broker!.closeSession({ session: 'ca' });
+    await vi.waitFor(async () => {
+      const maps = (await client.core.listNamespacedConfigMap({ namespace: 'berth' })).items.map((m) => m.metadata!.name);
+      expect(maps).not.toContain(mapName);
+    }, { timeout: 30_000, interval: 200 });
   });
 });

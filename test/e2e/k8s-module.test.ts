@@ -114,9 +114,10 @@ describeDocker('kubernetes module (stand-in API server)', () => {
     const err = await errorOf(backend.check(k, { mode: 'allowlist' }));
     expect(err.code).toBe('backend_unavailable');
     expect(err.message).toContain('berth may not create configmaps in namespace "berth"');
-    const map = egressCaConfigMap('inst', 'berth', { bundlePem: 'bundle', caPem: 'ca' });
+    const pod = { metadata: { name: 'berth-pod-1', namespace: 'berth', uid: '0b5d3c52-8f3e-4d7e-9a4c-2f6f2f1d9a01' } };
+    const map = egressCaConfigMap('inst', pod, { bundlePem: 'bundle', caPem: 'ca' });
     const refused = await errorOf(ensureEgressCaConfigMap(standinClient(c().server), map));
-    expect(refused.message).toContain('could not create configmap berth-egress-ca-');
+    expect(refused.message).toContain('could not create configmap berth-pod-1-egress-ca');
     expect(refused.message).toContain('(403 Forbidden)');
     c().server.denied.clear();
     await backend.check(k, { mode: 'allowlist' });

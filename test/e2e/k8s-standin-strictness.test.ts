@@ -123,6 +123,34 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     expect(refused).toMatchObject({ code: 400, body: { message: 'strict decoding error: unknown field "spec.bogus"' } });
   });
 
+  it('an ownerReference without a uid is 422; a pod waits for its configMap volume\'s map as a kubelet does, and the map owned by the pod goes with it', async () => {
+    const client = standinClient(server, 'owners');
+    const map = (owner: Record<string, string>) => ({ metadata: { name: `m-${randomBytes(3).toString('hex')}`, ownerReferences: [owner] }, data: { a: 'b' } });
+    const noUid = await statusOf(client.core.createNamespacedConfigMap({ namespace: 'owners', body: map({ apiVersion: 'v1', kind: 'Pod', name: 'p' }) as never }));
+    expect(noUid).toMatchObject({ code: 422, body: { reason: 'Invalid' } });
+    expect(noUid.body.message).toContain('metadata.ownerReferences[0].uid');
+    // A pod whose map does not exist yet stays ContainerCreating, naming it, and runs once it does.
+    const base = sandboxPod(sandboxInput('inst', { k: { namespace: 'owners' } }));
+    const mapName = `${base.metadata!.name!}-ca`;
+    const pod = structuredClone(base);
+    pod.spec!.volumes = [...pod.spec!.volumes ?? [], { name: 'ca', configMap: { name: mapName } }];
+    pod.spec!.containers[0]!.volumeMounts = [...pod.spec!.containers[0]!.volumeMounts ?? [], { name: 'ca', mountPath: '/etc/ca', readOnly: true }];
+    const made = await createEphemeralPod(client, pod);
+    let waiting = '';
+    for (const deadline = Date.now() + 20_000; Date.now() < deadline && waiting === '';) {
+      const live = await client.core.readNamespacedPod({ namespace: 'owners', name: made.metadata!.name! });
+      waiting = live.status?.containerStatuses?.[0]?.state?.waiting?.message ?? '';
+      if (waiting === '') await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(waiting).toContain(`configmap "${mapName}" not found`);
+    await client.core.createNamespacedConfigMap({ namespace: 'owners', body: { metadata: { name: mapName, ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: made.metadata!.name!, uid: made.metadata!.uid! }] }, data: { 'ca.pem': 'x' } } });
+    await waitForRunning(client, made.metadata!.name!, 60_000);
+    await deletePod(client, made.metadata!.name!);
+    await waitForPodGone(client, made.metadata!.name!, 60_000);
+    const maps = (await client.core.listNamespacedConfigMap({ namespace: 'owners' })).items.map((m) => m.metadata!.name);
+    expect(maps).not.toContain(mapName);
+  });
+
   it('a compute ResourceQuota refuses a pod without requests and limits, admits berth\'s, and refuses what would exceed it', async () => {
     const ns = 'quota';
     const client = standinClient(server, ns);

@@ -389,6 +389,8 @@ export class StandinApiServer implements AsyncDisposable {
       return [400, apiError(400, 'BadRequest', why)];
     }
     if (errors.length > 0) return [422, apiError(422, 'Invalid', `${r.kind} is invalid: ${errors.join('; ')}`)];
+    const owners = ownerReferenceErrors(obj);
+    if (owners.length > 0) return [422, apiError(422, 'Invalid', `${r.kind} "${String(obj.metadata?.['name'])}" is invalid: ${owners.join('; ')}`)];
     return undefined;
   }
 
@@ -492,6 +494,17 @@ export class StandinApiServer implements AsyncDisposable {
       this.touch('pods', key);
     }, this.stopping.signal);
     if (!pulled || !current()) return;
+    // A kubelet mounts a configMap volume only once its map exists, retrying meanwhile (the pod
+    // stays ContainerCreating); a map made right after its pod is found then.
+    for (let missing = this.missingConfigMap(v1); missing !== undefined; missing = this.missingConfigMap(v1)) {
+      if (!current() || this.stopping.signal.aborted) return;
+      const message = `MountVolume.SetUp failed for volume "${missing.volume}" : configmap "${missing.map}" not found`;
+      if (JSON.stringify(pod['status']).indexOf(message) < 0) {
+        pod['status'] = waitingStatus(c.name, c.image ?? '', 'ContainerCreating', message);
+        this.touch('pods', key);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
     const dockerName = `k8s-standin-${this.instance}-${key.replace('/', '-')}-${randomBytes(3).toString('hex')}`;
     try {
       const container = await this.docker.createContainer(containerOptions(v1, this.runtime, dockerName));
@@ -502,6 +515,16 @@ export class StandinApiServer implements AsyncDisposable {
       pod['status'] = waitingStatus(c.name, c.image ?? '', 'CreateContainerError', (err as Error).message);
     }
     if (this.store('pods').get(key) === pod) this.touch('pods', key);
+  }
+
+  /** A configMap volume of `pod` whose map does not exist (yet), or undefined. */
+  private missingConfigMap(pod: V1Pod): { volume: string; map: string } | undefined {
+    const ns = pod.metadata?.namespace ?? 'default';
+    for (const v of pod.spec?.volumes ?? []) {
+      const map = v.configMap?.name;
+      if (map !== undefined && !this.store('configmaps').has(`${ns}/${map}`)) return { volume: v.name, map };
+    }
+    return undefined;
   }
 
   /** The kubelet's report of a container that ended (docker's `die` events): its pod is over (restartPolicy Never). */
@@ -679,9 +702,12 @@ export class StandinApiServer implements AsyncDisposable {
     };
   }
 
-  /** Owner-reference garbage collection: what a deleted object owned goes too (a claim's Sandbox, then its pod and claims). */
+  /**
+   * Owner-reference garbage collection: what a deleted object owned goes too (a claim's Sandbox,
+   * then its pod and claims; a pod's ConfigMaps), as a real cluster's garbage collector does.
+   */
   private collectGarbage(namespace: string, ownerUid: string): void {
-    for (const plural of ['sandboxes', 'pods', 'persistentvolumeclaims']) {
+    for (const plural of ['sandboxes', 'pods', 'persistentvolumeclaims', 'configmaps']) {
       for (const [key, obj] of [...this.store(plural)]) {
         const refs = (obj.metadata['ownerReferences'] ?? []) as { uid?: string }[];
         if (!key.startsWith(`${namespace}/`) || !refs.some((ref) => ref.uid === ownerUid)) continue;
@@ -712,6 +738,7 @@ export class StandinApiServer implements AsyncDisposable {
         rmSync(join(this.dataDir, 'emptydir', String(obj.metadata['uid'])), { recursive: true, force: true });
         if (store.get(key) !== obj) return;
         this.drop('pods', key);
+        this.collectGarbage(key.slice(0, key.indexOf('/')), String(obj.metadata['uid']));
         const owner = ((obj.metadata['ownerReferences'] ?? []) as { kind?: string; uid?: string; controller?: boolean }[]).find((o) => o.controller === true && o.kind === 'Sandbox');
         if (owner?.uid !== undefined) podGone(this.controllerHost(), key.slice(0, key.indexOf('/')), owner.uid);
       })());
@@ -780,4 +807,21 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
   const chunks: Buffer[] = [];
   for await (const c of req) chunks.push(c as Buffer);
   return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+}
+
+/**
+ * What a real API server says of a written object's ownerReferences (ValidateOwnerReferences):
+ * apiVersion, kind, name and uid are all required.
+ */
+function ownerReferenceErrors(obj: Obj): string[] {
+  const refs = obj.metadata?.['ownerReferences'];
+  if (refs === undefined) return [];
+  if (!Array.isArray(refs)) return ['metadata.ownerReferences: Invalid value: must be a list'];
+  const errors: string[] = [];
+  refs.forEach((ref: Record<string, unknown>, i: number) => {
+    for (const field of ['apiVersion', 'kind', 'name', 'uid']) {
+      if (typeof ref?.[field] !== 'string' || ref[field] === '') errors.push(`metadata.ownerReferences[${i}].${field}: Invalid value: "": ${field} must not be empty`);
+    }
+  });
+  return errors;
 }

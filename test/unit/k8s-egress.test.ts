@@ -4,7 +4,7 @@ import { connect, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { proxyNetworkPolicy, proxyReach, withProxyEgress } from '../../src/backends/kubernetes/proxy-egress.js';
+import { proxyNetworkPolicy, proxyReach, egressCaMapName, withProxyEgress } from '../../src/backends/kubernetes/proxy-egress.js';
 import { sandboxPod } from '../../src/backends/kubernetes/manifests.js';
 import { KUBERNETES_DEFAULTS } from '../../src/backends/kubernetes/settings.js';
 import { parseProxyAddress, type ProxyAddress } from '../../src/egress/proxy-address.js';
@@ -101,11 +101,13 @@ describe('egress on kubernetes: the allowlist pod and its NetworkPolicy', () => 
   it('a new proxy address is a new reach (a new policy); the pod carries the reach and mounts the CA read-only, and validates', () => {
     expect(proxyReach(address('10.0.0.5:3128'))).not.toBe(proxyReach(address('10.0.0.6:3128')));
     const input = sandboxInput('inst-1', { ephemeral: true });
-    const pod = withProxyEgress(sandboxPod(input), address('10.0.0.5:3128'), 'berth-egress-ca-0123456789abcdef');
+    const pod = withProxyEgress(sandboxPod(input), address('10.0.0.5:3128'));
+    const caMap = egressCaMapName(pod.metadata!.name!);
     validator.assertValid(pod);
     expect(pod.metadata!.labels!['berth.dev/network']).toBe(proxyReach(address('10.0.0.5:3128')));
     expect(pod.spec!.containers[0]!.volumeMounts!.at(-1)).toEqual({ name: 'berth-egress-ca', mountPath: '/etc/berth-egress', readOnly: true });
-    expect(pod.spec!.volumes!.at(-1)).toEqual({ name: 'berth-egress-ca', configMap: { name: 'berth-egress-ca-0123456789abcdef', defaultMode: 0o444 } });
+    expect(pod.spec!.volumes!.at(-1)).toEqual({ name: 'berth-egress-ca', configMap: { name: caMap, defaultMode: 0o444 } });
+    expect(caMap).toBe(`${pod.metadata!.name!}-egress-ca`);
   });
 });
 

@@ -80,11 +80,11 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
     await ensureNetworkPolicy(client, egress === undefined ? tenantNetworkPolicy(installation, tenant, k) : proxyNetworkPolicy(installation, tenant, k, egress.proxy));
   }
   let podOf = sandboxPod;
-  if (egress !== undefined) {
-    const map = egressCaConfigMap(installation, k.namespace, egress.ca);
-    await ensureEgressCaConfigMap(client, map);
-    podOf = (m) => withProxyEgress(sandboxPod(m), egress.proxy, map.metadata!.name!);
-  }
+  if (egress !== undefined) podOf = (m) => withProxyEgress(sandboxPod(m), egress.proxy);
+  // A pod berth made for the proxy gets its CA map now, owned by it (the kubelet waits for it).
+  const caMapFor = async (pod: V1Pod): Promise<void> => {
+    if (egress !== undefined) await ensureEgressCaConfigMap(client, egressCaConfigMap(installation, pod, egress.ca));
+  };
   const network = (m: SandboxManifestInput): string | undefined => podOf(m).metadata?.labels?.[NETWORK_LABEL];
 
   if (input.ephemeral && input.knownName !== undefined) {
@@ -105,6 +105,7 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
     if (input.ephemeral) {
       created = await createEphemeralPod(client, podOf(manifest));
       made.push(() => deletePod(client, name));
+      await caMapFor(created);
     } else {
       const claim = await createOrAdoptClaim(client, sandboxDataClaim(manifest), owner);
       if (!claim.adopted) made.push(() => deleteClaim(client, dataClaimName(name)));
@@ -119,7 +120,10 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
       }
       adopted = pod.adopted;
       created = pod.object;
-      if (!adopted) made.unshift(() => deletePod(client, name));
+      if (!adopted) {
+        made.unshift(() => deletePod(client, name));
+        await caMapFor(created);
+      }
     }
     await waitForRunning(client, name, timeoutMs, { known: created, imagePullTimeoutMs });
     return { name, target: targetOf(client, name), created: !adopted, recreated: input.knownName !== undefined && !adopted };

@@ -12,7 +12,9 @@ import type { KubernetesSettings } from './settings.js';
  * namespace on a cluster node, so its tenant's NetworkPolicy for this reach admits one thing, TCP
  * to the address of the proxy's shared listener (no DNS, no other address, no ingress), and the
  * pod names itself to the proxy by its credential. berth's CA reaches the pod read-only through a
- * ConfigMap mounted at EGRESS_CA_DIR, one per CA content, shared by every such pod.
+ * ConfigMap mounted at EGRESS_CA_DIR, one per pod, made right after the pod with the pod as its
+ * owner: the cluster's garbage collector deletes it with the pod, whoever deletes the pod (the
+ * kubelet waits for a configMap volume's map before it starts the container).
  */
 
 /** What a pod served by the proxy gets: where the proxy is, and the CA files (PEM). */
@@ -31,17 +33,27 @@ export function proxyReach(proxy: ProxyAddress): string {
   return `proxy-${createHash('sha256').update(proxy.authority, 'utf8').digest('hex').slice(0, 12)}`;
 }
 
-/** The ConfigMap holding berth's CA and the bundle: named after its content, so a new CA is a new map. */
-export function egressCaConfigMap(installation: string, namespace: string, ca: PodProxyEgress['ca']): V1ConfigMap {
-  const digest = createHash('sha256').update(ca.bundlePem).update('\0').update(ca.caPem).digest('hex').slice(0, 16);
+/** The name of pod `podName`'s CA ConfigMap. */
+export function egressCaMapName(podName: string): string {
+  return `${podName}-egress-ca`;
+}
+
+/**
+ * The ConfigMap holding berth's CA and the bundle for `pod` (as the API server answered its
+ * create: its uid), owned by it.
+ */
+export function egressCaConfigMap(installation: string, pod: V1Pod, ca: PodProxyEgress['ca']): V1ConfigMap {
+  const { name, namespace, uid } = pod.metadata ?? {};
+  if (name === undefined || uid === undefined) throw new Error('a pod\'s CA map needs the pod as the API server made it (its name and uid)');
   return {
     apiVersion: 'v1',
     kind: 'ConfigMap',
     metadata: {
-      name: `berth-egress-ca-${digest}`,
+      name: egressCaMapName(name),
       namespace,
       labels: { [LABEL.managed]: 'true', [LABEL.installation]: labelValue(installation) },
       annotations: { [LABEL.installation]: installation },
+      ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name, uid }],
     },
     data: { [baseName(EGRESS_CA_BUNDLE)]: ca.bundlePem, [baseName(EGRESS_CA_CERT)]: ca.caPem },
     immutable: true,
@@ -75,9 +87,10 @@ export function proxyNetworkPolicy(installation: string, tenant: string, k: Kube
   };
 }
 
-/** `pod` made for the proxy: its reach label, and berth's CA mounted read-only from `caMap`. */
-export function withProxyEgress(pod: V1Pod, proxy: ProxyAddress, caMap: string): V1Pod {
+/** `pod` made for the proxy: its reach label, and berth's CA mounted read-only from its own map. */
+export function withProxyEgress(pod: V1Pod, proxy: ProxyAddress): V1Pod {
   const spec = pod.spec!;
+  const caMap = egressCaMapName(pod.metadata!.name!);
   const container = spec.containers[0]!;
   return {
     ...pod,
@@ -90,7 +103,7 @@ export function withProxyEgress(pod: V1Pod, proxy: ProxyAddress, caMap: string):
   };
 }
 
-/** Creates the CA ConfigMap unless it is there (same name, same content). */
+/** Creates the CA ConfigMap unless it is there (same name: the same pod's). */
 export async function ensureEgressCaConfigMap(client: KubeClient, map: V1ConfigMap): Promise<void> {
   try {
     await client.core.createNamespacedConfigMap({ namespace: client.namespace, body: map, fieldValidation: 'Strict' });
