@@ -8,7 +8,8 @@ export const REQUIRED_PERMISSIONS: readonly { apiGroup: string; resource: string
   { apiGroup: '', resource: 'pods', verbs: ['create', 'delete', 'get', 'list'] },
   { apiGroup: '', resource: 'pods/exec', verbs: ['create', 'get'] },
   { apiGroup: '', resource: 'persistentvolumeclaims', verbs: ['create', 'delete', 'get'] },
-  // berth's egress CA for pods in egress mode allowlist: one immutable map per CA, never deleted.
+  // berth's egress CA for pods in egress mode allowlist: one immutable map per pod, owned by it (the
+  // cluster's garbage collector deletes it with the pod).
   { apiGroup: '', resource: 'configmaps', verbs: ['create'] },
   // Created once per tenant and network reach and read back (each one, and the list at start-up) to
   // compare with what berth writes; never changed or deleted by berth.
