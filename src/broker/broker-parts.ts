@@ -122,7 +122,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   const probe = new JobProbe({ jobs: store.jobs, ledger });
   const killer = new JobKiller({ jobs: store.jobs, ledger, probe, log: logger.child('berth:jobs') });
   const egress = new SandboxEgress({
-    config, berthHome, resolver, onDecision: (e) => {
+    config, berthHome, resolver, listeners: store.egressListeners, onDecision: (e) => {
       observers.egress(e);
       audit.recordEgress(e);
     },

@@ -1,3 +1,4 @@
+import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Sandbox } from '../backends/backend.js';
 import { egressDeniedOf } from '../backends/module.js';
@@ -9,10 +10,43 @@ import { egressDir, EgressService } from '../egress/service.js';
 import type { ExtraDenied } from '../egress/target.js';
 import type { EgressEvent, EgressSandbox } from '../egress/types.js';
 import { systemBundlePem } from '../egress/upstream-trust.js';
-import { ConfigError } from '../errors.js';
+import { BerthError, ConfigError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
 import type { BerthConfig } from '../setup/berth-config.js';
+import { ownerAlive, ownerToken } from './process-owner.js';
 import { usesEgressProxy, type EgressFiles, type ResolvedCall } from './resolve-call.js';
+import type { EgressListenerTable } from './state/egress-listener-table.js';
+
+/** How often a sandbox served by another process is looked at: its holder gone, this one takes over. */
+const TAKEOVER_EVERY_MS = 1_000;
+
+/** The holders of this process that are open (a holder names its process and a nonce: one process may run several brokers). */
+const OPEN_HOLDERS = new Set<string>();
+
+/** A listener holder is gone: its process ended, or (in this process) its broker closed. */
+function holderDead(holder: string): boolean {
+  const [pid, start] = holder.split(':');
+  if (`${pid}:${start}` === ownerToken()) return !OPEN_HOLDERS.has(holder);
+  return !ownerAlive(`${pid}:${start}`);
+}
+
+/** A holder for people: `pid 123`. */
+function holderName(holder: string): string {
+  return `pid ${holder.split(':')[0] ?? '?'}`;
+}
+
+/**
+ * What a listener serves a sandbox, as a digest: its policy and its credentials' names, hosts,
+ * injection and values (each by its own sha256; never a value). Two processes with the same
+ * digest serve the sandbox alike.
+ */
+function contextDigest(egress: NonNullable<ResolvedCall['egress']>): string {
+  const credentials = egress.credentials.map((c) => ({
+    name: c.name, hosts: c.hosts, inject: c.inject ?? null, placeholder: c.placeholder,
+    value: createHash('sha256').update(c.value, 'utf8').digest('hex'),
+  }));
+  return createHash('sha256').update(JSON.stringify({ policy: egress.policy, credentials })).digest('hex');
+}
 
 /** What the egress part asks of the call resolver: the proxy's files, once they are read. */
 export interface EgressFilesSink {
@@ -25,6 +59,8 @@ export interface SandboxEgressOptions {
   resolver: EgressFilesSink;
   /** Where each decision goes (audit, metrics, the dashboard). */
   onDecision: (e: EgressEvent) => void;
+  /** Which process of the installation holds each sandbox's listener (the state store's). */
+  listeners: EgressListenerTable;
   log: Logger;
 }
 
@@ -33,11 +69,27 @@ export interface SandboxEgressOptions {
  * uses it (allowlist, or credentials), a listener in each such sandbox's network namespace as the
  * sandbox becomes live (or, for sandboxes that reach it shared, the shared listener opened at open
  * and the sandbox registered on it by its proxy credential), and gone with the sandbox.
+ *
+ * A sandbox's listener is one process's at a time (its port in the sandbox's namespace): the
+ * state store says whose (`egress_listeners`). A process that finds another live one of the
+ * installation serving it the same egress context uses that one's listener; a different context is
+ * a configuration error naming the fix; a holder that died is taken over; and a sandbox served by
+ * another process is looked at every second, so that when that process ends (a CLI call, with a
+ * job still running) this one listens in its place.
  */
 export class SandboxEgress {
   private service: EgressService | undefined;
+  /** This broker as a listener holder: its process and a nonce. */
+  private readonly holder = `${ownerToken()}:${randomBytes(6).toString('hex')}`;
+  /** Sandboxes whose listener this broker holds. */
+  private readonly held = new Set<string>();
+  /** Sandboxes another process serves for this broker's calls, to take over when it ends. */
+  private readonly elsewhere = new Map<string, { call: ResolvedCall; sandbox: Sandbox }>();
+  private watch: NodeJS.Timeout | undefined;
 
-  constructor(private readonly o: SandboxEgressOptions) {}
+  constructor(private readonly o: SandboxEgressOptions) {
+    OPEN_HOLDERS.add(this.holder);
+  }
 
   /** Whether any place of the config uses the proxy. */
   get needed(): boolean {
@@ -125,16 +177,78 @@ export class SandboxEgress {
         }
       },
     };
-    if (credential !== undefined) this.service.register(sandbox.ref, credential, context);
-    else await this.service.attach(sandbox.ref, await sandbox.netns!(), context);
+    if (credential !== undefined) {
+      this.service.register(sandbox.ref, credential, context);
+      return;
+    }
+    const ref = sandbox.ref;
+    const digest = contextDigest(call.egress);
+    const claim = this.o.listeners.claim(ref, this.holder, digest, Date.now(), holderDead);
+    if (claim !== 'mine') {
+      if (claim.digest !== digest) {
+        throw new ConfigError(
+          `sandbox "${call.binding.sandboxKey}"'s egress proxy is served by another berth process of this installation (${holderName(claim.holder)}) ` +
+            'with another egress policy or other credential values; run this call with the config and environment of that process ' +
+            '(the same berth.yaml and the same credential sources), or stop that process',
+        );
+      }
+      this.elsewhere.set(ref, { call, sandbox });
+      this.watchElsewhere();
+      return;
+    }
+    this.elsewhere.delete(ref);
+    try {
+      await this.service.attach(ref, await sandbox.netns!(), context);
+      this.held.add(ref);
+    } catch (err) {
+      this.o.listeners.release(ref, this.holder);
+      this.held.delete(ref);
+      throw err;
+    }
   }
 
   /** The sandbox `ref` is going: its listener and connections go. */
   async detach(ref: string): Promise<void> {
+    this.elsewhere.delete(ref);
     await this.service?.detach(ref);
+    if (this.held.delete(ref)) this.o.listeners.release(ref, this.holder);
   }
 
   async close(): Promise<void> {
-    await this.service?.close();
+    clearInterval(this.watch);
+    this.elsewhere.clear();
+    try {
+      await this.service?.close();
+    } finally {
+      for (const ref of this.held) this.o.listeners.release(ref, this.holder);
+      this.held.clear();
+      OPEN_HOLDERS.delete(this.holder);
+    }
+  }
+
+  /** Looks at the sandboxes another process serves for this broker, once a second while there are any. */
+  private watchElsewhere(): void {
+    if (this.watch !== undefined) return;
+    this.watch = setInterval(() => void this.takeOver(), TAKEOVER_EVERY_MS);
+    this.watch.unref();
+  }
+
+  /** Listens for each sandbox whose serving process has ended (or let go of it). */
+  private async takeOver(): Promise<void> {
+    for (const [ref, { call, sandbox }] of [...this.elsewhere]) {
+      const row = this.o.listeners.get(ref);
+      if (row !== undefined && !holderDead(row.holder)) continue;
+      try {
+        await this.attach(call, sandbox);
+        if (this.held.has(ref)) this.o.log.info(`sandbox ${call.binding.sandboxKey}: took over its egress listener from a berth process that ended`);
+      } catch (err) {
+        this.elsewhere.delete(ref);
+        this.o.log.warn(`sandbox ${call.binding.sandboxKey}: could not take over its egress listener: ${err instanceof BerthError ? err.message : String(err)}`);
+      }
+    }
+    if (this.elsewhere.size === 0) {
+      clearInterval(this.watch);
+      this.watch = undefined;
+    }
   }
 }

@@ -3,6 +3,7 @@ import type Database from 'better-sqlite3';
 import { AUDIT_SCHEMA, AuditTable, migrateAuditColumns } from './audit-table.js';
 import { openStateDb } from './berth-home.js';
 import { EGRESS_AUDIT_SCHEMA, EgressTable } from './egress-table.js';
+import { EGRESS_LISTENER_SCHEMA, EgressListenerTable } from './egress-listener-table.js';
 import { JOB_SCHEMA, JobTable, migrateJobs } from './job-table.js';
 import { LEASE_SCHEMA, LeaseTable } from './lease-table.js';
 import { migrateSandboxColumns, SANDBOX_SCHEMA, SandboxTable } from './sandbox-table.js';
@@ -38,6 +39,7 @@ export class StateStore {
   readonly scopes: ScopeRecords;
   readonly audit: AuditTable;
   readonly egress: EgressTable;
+  readonly egressListeners: EgressListenerTable;
   readonly jobs: JobTable;
   readonly leases: LeaseTable;
   readonly snapshots: SnapshotTable;
@@ -49,6 +51,7 @@ export class StateStore {
     this.scopes = new ScopeRecords(sql);
     this.audit = new AuditTable(sql, opts.auditMaxCommandChars ?? Number.POSITIVE_INFINITY);
     this.egress = new EgressTable(sql);
+    this.egressListeners = new EgressListenerTable(sql);
     this.jobs = new JobTable(sql);
     this.leases = new LeaseTable(sql);
     this.snapshots = new SnapshotTable(sql);
@@ -65,7 +68,7 @@ export class StateStore {
   /** Opens (creating if needed) the store in `berthHome`; berth's files there are made private. */
   static open(berthHome: string, opts: StateStoreOptions = {}): StateStore {
     const db = openStateDb(berthHome);
-    db.exec([META_SCHEMA, LEASE_SCHEMA, SANDBOX_SCHEMA, SESSION_SCHEMA, SCOPE_RECORDS_SCHEMA, AUDIT_SCHEMA, EGRESS_AUDIT_SCHEMA, JOB_SCHEMA, SNAPSHOT_SCHEMA].join('\n'));
+    db.exec([META_SCHEMA, LEASE_SCHEMA, SANDBOX_SCHEMA, SESSION_SCHEMA, SCOPE_RECORDS_SCHEMA, AUDIT_SCHEMA, EGRESS_AUDIT_SCHEMA, EGRESS_LISTENER_SCHEMA, JOB_SCHEMA, SNAPSHOT_SCHEMA].join('\n'));
     migrateJobs(db);
     migrateSandboxColumns(db);
     migrateAuditColumns(db);

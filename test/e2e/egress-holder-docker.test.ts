@@ -1,0 +1,105 @@
+import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { beforeAll, expect, it, vi } from 'vitest';
+import { BerthError } from '../../src/errors.js';
+import { REPO } from '../helpers/cli.js';
+import { describeDocker, docker, dockerConfig, dockerConfigYaml, dockerSuiteHooks, installs } from '../helpers/docker-e2e.js';
+
+/*
+ * A sandbox's egress listener (the proxy's port inside its network namespace) is one process's at
+ * a time, and several berth processes of one installation serve the same sandboxes (a `berth
+ * serve` and CLI calls): the state store says which holds it (docs/design.md, egress). Another
+ * process with the same egress context uses that listener; another context is a configuration
+ * error naming the fix; a holder that died or closed is taken over. Real docker, the proxy's own
+ * 403 for a name the allowlist does not have as the probe (no upstream needed): 403 means a
+ * listener answered in the sandbox, 000 that none did.
+ */
+
+const DEBIAN_IMAGE = 'berth-sandbox:latest';
+const reg = installs('berth-egress-holder-');
+const S = { session: 's' };
+const PROBE = 'curl -s -o /dev/null -w "%{http_code}" --max-time 5 http://not-allowed.example/ ; echo';
+
+const settings = (allow: string[] = ['api.example.test']) => ({
+  persistent: true, scope: 'session', docker: { image: DEBIAN_IMAGE }, egress: { mode: 'allowlist', allow },
+});
+const config = (allow?: string[]) => dockerConfig(settings(allow));
+
+/** A berth library process (compiled dist/) that serves session `s`'s sandbox, then waits to be killed. */
+const HOLDER = `
+import { Broker, parseConfig } from ${JSON.stringify(pathToFileURL(join(REPO, 'dist', 'index.js')).href)};
+const [berthHome, raw] = process.argv.slice(2);
+const broker = await Broker.open({ config: parseConfig(JSON.parse(raw)), berthHome, env: { PATH: process.env.PATH } });
+const r = await broker.exec({ session: 's' }, ${JSON.stringify(PROBE)});
+process.stdout.write('ready ' + r.stdout);
+setInterval(() => {}, 1000);
+`;
+
+describeDocker('egress listeners across berth processes of one installation (docker)', () => {
+  dockerSuiteHooks(reg);
+  beforeAll(async () => {
+    const images = await docker.listImages({ filters: { reference: [DEBIAN_IMAGE] } });
+    if (images.length === 0) throw new Error(`image ${DEBIAN_IMAGE} is missing; build it with: node bin/berth.js image build --variant debian`);
+  });
+
+  it('a second process with the same config uses the first one\'s listener, and takes it over when the first closes', async () => {
+    const t = reg.track();
+    const server = await t.open(config());
+    expect((await server.exec(S, PROBE)).stdout).toBe('403\n');
+    const cli = await t.open(config());
+    // Before: "port 3128 on 127.0.0.1 is taken inside network namespace ..." (listen_failed).
+    const r = await cli.exec(S, PROBE);
+    expect(r.exitCode, r.output).toBe(0);
+    expect(r.stdout).toBe('403\n');
+    await server.close();
+    // The first one's listener is gone with it; the second listens in its place within a second or so.
+    await vi.waitFor(async () => expect((await cli.exec(S, PROBE)).stdout).toBe('403\n'), { timeout: 15_000, interval: 500 });
+  }, 120_000);
+
+  it('a second process with another egress policy is refused, naming the holder and the fix, and the first one\'s listener is untouched', async () => {
+    const t = reg.track();
+    const server = await t.open(config());
+    expect((await server.exec(S, PROBE)).stdout).toBe('403\n');
+    const other = await t.open(config(['api.example.test', 'more.example.test']));
+    const err = await other.exec(S, PROBE).then(() => undefined, (e: unknown) => e);
+    expect(err).toBeInstanceOf(BerthError);
+    expect((err as BerthError).code).toBe('config_invalid');
+    expect((err as Error).message).toMatch(/egress proxy is served by another berth process of this installation \(pid \d+\) with another egress policy/);
+    expect((err as Error).message).toContain('run this call with the config and environment of that process');
+    expect((await server.exec(S, PROBE)).stdout).toBe('403\n');
+  }, 120_000);
+
+  it('a holder process that was killed (SIGKILL) is taken over by the next process', async () => {
+    const t = reg.track();
+    const script = join(t.root, 'holder.mjs');
+    writeFileSync(script, HOLDER);
+    const raw = JSON.parse(dockerConfigYaml(settings())) as Record<string, unknown>;
+    const child = spawn(process.execPath, [script, t.home, JSON.stringify(raw)], { env: t.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    let out = '';
+    let err = '';
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`holder not ready within 60 s; stdout ${out} stderr ${err}`)), 60_000);
+        child.stdout.setEncoding('utf8').on('data', (d: string) => {
+          out += d;
+          if (/ready \d+\n/.test(out)) {
+            clearTimeout(timer);
+            resolve();
+          }
+        });
+        child.once('exit', (code) => reject(new Error(`holder exited with ${code} before ready: ${err}`)));
+      });
+    } finally {
+      child.kill('SIGKILL');
+      await exited;
+    }
+    expect(out).toBe('ready 403\n');
+    // Its row still names it; it is dead, so this process takes the listener.
+    const next = await t.open(config());
+    expect((await next.exec(S, PROBE)).stdout).toBe('403\n');
+  }, 120_000);
+});
