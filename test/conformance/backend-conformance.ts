@@ -59,6 +59,7 @@ export const CONFORMANCE_TESTS = {
   killTree: 'spawn: kill ends the process and what it started',
   shellState: 'the persistent shell keeps cwd, exported variables, functions and aliases across commands and a replacement',
   restartState: 'a persistent sandbox\'s session starts again where it was after its berth stopped: cwd and exported variables',
+  hibernate: 'an idle persistent sandbox hibernates, and the next call resumes it with its files, cwd and exported variables, saying so',
   timeoutTree: 'a timeout ends the command line: nothing more of it runs and none of its processes is left',
   outputCaps: 'output over exec.maxOutputChars keeps a head and a tail; a helper past its byte cap is stopped',
   jobs: 'jobs: start, read, kill; a killed job leaves no process',
@@ -294,6 +295,23 @@ export function runBackendConformance(o: ConformanceOptions): void {
       expect(again.cwd).toBe(set.cwd);
       await next.removeSandboxOf(s);
     });
+
+    test(CONFORMANCE_TESTS.hibernate, async () => {
+      // 10 s is the shortest hibernateSeconds; the session stays open (idleSeconds) across it.
+      const broker = await openOn(t().newHome(), { persistent: true, scope: 'session', lifecycle: { idleSeconds: 3600, hibernateSeconds: 10 } });
+      const s = { session: 'sleepy' };
+      const set = await broker.exec(s, 'mkdir -p sub && cd sub && export KEEP=kept && echo data > file && pwd');
+      expect(set.exitCode, set.output).toBe(0);
+      const state = async (): Promise<string | undefined> => (await broker.listWithState('local')).find((x) => x.sandboxKey === 'session:sleepy')?.state;
+      for (const deadline = Date.now() + 60_000; (await state()) !== 'hibernated' && Date.now() < deadline;) await new Promise((r) => setTimeout(r, 500));
+      expect(await state()).toBe('hibernated');
+      const back = await broker.exec(s, 'pwd; echo "$KEEP"; cat file');
+      expect(back.stdout).toBe(`${set.stdout}kept\ndata\n`);
+      expect(back.sandboxResumed?.restored).toEqual(expect.arrayContaining(['files', 'cwd', 'exported variables']));
+      expect(await state()).not.toBe('hibernated');
+      expect((await broker.exec(s, 'true')).sandboxResumed).toBeUndefined();
+      await broker.removeSandboxOf(s);
+    }, 120_000);
 
     test(CONFORMANCE_TESTS.timeoutTree, async () => {
       const broker = await openOn(t().newHome(), { persistent: false });

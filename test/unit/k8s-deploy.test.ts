@@ -45,8 +45,8 @@ describe('deploy/ manifests', () => {
     const needed = new Set(REQUIRED_PERMISSIONS.flatMap((p) => p.verbs.map((v) => `${p.apiGroup}|${p.resource}|${v}`)));
     expect([...granted].sort()).toEqual([...needed].sort());
     expect([...granted].some((g) => g.includes('*'))).toBe(false);
-    // Calls berth never makes are not asked for (policies are never changed or deleted, pools never read, claims never listed).
-    for (const unused of ['networking.k8s.io|networkpolicies|update', 'networking.k8s.io|networkpolicies|patch', 'networking.k8s.io|networkpolicies|delete', '|persistentvolumeclaims|list', 'extensions.agents.x-k8s.io|sandboxwarmpools|get']) {
+    // Calls berth never makes are not asked for (policies are never changed or deleted, pools never read, configmaps never deleted).
+    for (const unused of ['networking.k8s.io|networkpolicies|update', 'networking.k8s.io|networkpolicies|patch', 'networking.k8s.io|networkpolicies|delete', '|configmaps|delete', 'extensions.agents.x-k8s.io|sandboxwarmpools|get']) {
       expect(granted.has(unused), unused).toBe(false);
     }
   });

@@ -7,7 +7,8 @@
 export const REQUIRED_PERMISSIONS: readonly { apiGroup: string; resource: string; verbs: readonly string[] }[] = [
   { apiGroup: '', resource: 'pods', verbs: ['create', 'delete', 'get', 'list'] },
   { apiGroup: '', resource: 'pods/exec', verbs: ['create', 'get'] },
-  { apiGroup: '', resource: 'persistentvolumeclaims', verbs: ['create', 'delete', 'get'] },
+  // list: a stopped (hibernated) persistent sandbox has no pod, only its data claim.
+  { apiGroup: '', resource: 'persistentvolumeclaims', verbs: ['create', 'delete', 'get', 'list'] },
   // berth's egress CA for pods in egress mode allowlist: one immutable map per pod, owned by it (the
   // cluster's garbage collector deletes it with the pod).
   { apiGroup: '', resource: 'configmaps', verbs: ['create'] },

@@ -2,7 +2,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import type { Logger } from '../../logging/logger.js';
 import type { SandboxIdentity } from '../../scope/naming.js';
 import type { ExecTarget } from './spawn.js';
-import type { KubeClient } from './kube-client.js';
+import { fromKubeError, type KubeClient } from './kube-client.js';
 import { IDENTITY_ANNOTATION, installationSelector, LABEL, NETWORK_LABEL } from './labels.js';
 import { assertNoHostMount, CONTAINER_NAME, sandboxDataClaim, sandboxPod, tenantNetworkPolicy, type SandboxManifestInput } from './manifests.js';
 import { dataClaimName, ephemeralPodName, persistentPodName } from './names.js';
@@ -168,10 +168,14 @@ export interface ManagedPod {
   controlled: boolean;
 }
 
-/** This installation's sandbox pods, by label selector (one list); never another installation's. */
+/**
+ * This installation's sandbox pods, by label selector, and its persistent sandboxes that have no
+ * pod (stopped or hibernated: their data claim is left) as not running; never another
+ * installation's. Two lists (pods, claims).
+ */
 export async function listManagedPods(client: KubeClient, installation: string): Promise<ManagedPod[]> {
   const pods = await listPods(client, installationSelector(installation));
-  return pods
+  const live = pods
     .filter((p) => p.metadata?.annotations?.[LABEL.installation] === installation)
     .map((p) => ({
       name: p.metadata!.name!,
@@ -180,4 +184,20 @@ export async function listManagedPods(client: KubeClient, installation: string):
       running: p.status?.phase === 'Running' && p.metadata?.deletionTimestamp === undefined,
       controlled: (p.metadata?.ownerReferences ?? []).some((o) => o.controller === true),
     }));
+  // A persistent sandbox stopped (hibernated) has no pod, only its data claim: listed as not running.
+  const names = new Set(live.map((p) => p.name));
+  let claims;
+  try {
+    claims = (await client.core.listNamespacedPersistentVolumeClaim({ namespace: client.namespace, labelSelector: installationSelector(installation) })).items;
+  } catch (err) {
+    throw fromKubeError(client, err, `list persistentvolumeclaims (${installationSelector(installation)})`);
+  }
+  const stopped = claims
+    .filter((c) => c.metadata?.annotations?.[LABEL.installation] === installation && c.metadata.deletionTimestamp === undefined
+      && !(c.metadata.ownerReferences ?? []).some((o) => o.controller === true))
+    .map((c) => ({ claim: c, pod: c.metadata!.name!.replace(/-data$/, '') }))
+    .filter(({ claim, pod }) => claim.metadata!.name === dataClaimName(pod) && !names.has(pod) && claim.metadata!.labels?.[LABEL.lifecycle] !== 'ephemeral')
+    .map(({ claim, pod }) => ({ name: pod, digest: claim.metadata!.annotations?.[IDENTITY_ANNOTATION] ?? '', ephemeral: false, running: false, controlled: false }));
+  return [...live, ...stopped];
 }
+

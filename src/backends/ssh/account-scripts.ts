@@ -261,8 +261,10 @@ for rec in "$records"/berth-*; do
   done < "$rec"
   [[ $i == "$inst" ]] || continue
   IFS=: read -r _ _ u _ _ h _ < <(getent passwd "$n")
-  ex=0 np=0
+  ex=0 np=0 up=0
   if [[ -n $u ]]; then ex=1 np=\${P[$u]:-0}; fi
-  printf 'sandbox %s %s %s %s %s %s\\n' "$n" "\${dig:--}" "$eph" "$ex" "$np" "\${h:--}"
+  # Up: its namespaces' holder lives (a stop, a hibernation, ends it; the next spawn makes it again).
+  if holder_open "$n"; then holder_close; up=1; fi
+  printf 'sandbox %s %s %s %s %s %s %s\\n' "$n" "\${dig:--}" "$eph" "$ex" "$np" "$up" "\${h:--}"
 done
 `;

@@ -66,6 +66,8 @@ export interface AccountRecord {
   exists: boolean;
   /** Processes it runs now. */
   processes: number;
+  /** Its namespaces are up (their holder lives): false once stopped or hibernated, until its next spawn. */
+  up: boolean;
   /** Its home on the host; undefined when the account is gone. */
   home: string | undefined;
 }
@@ -239,9 +241,10 @@ export class RemoteAccounts {
       .split('\n')
       .filter((l) => l.startsWith('sandbox '))
       .map((l) => {
-        const [, name, digest, ephemeral, exists, processes, home] = l.split(' ');
+        const [, name, digest, ephemeral, exists, processes, up, home] = l.split(' ');
         return {
           name: name as string, digest: digest === '-' ? '' : (digest as string), ephemeral: ephemeral === '1', exists: exists === '1', processes: Number(processes),
+          up: up === '1',
           home: home === undefined || home === '-' ? undefined : home,
         };
       });

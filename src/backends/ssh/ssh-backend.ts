@@ -115,7 +115,8 @@ export class SshBackend implements Backend<SshSettings> {
           name: a.name,
           digest: a.digest,
           ephemeral: a.ephemeral,
-          running: a.exists,
+          // Stopped (hibernated) once its namespaces are gone; its account and files stay.
+          running: a.exists && a.up,
         });
       }
     }
