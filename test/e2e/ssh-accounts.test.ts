@@ -159,8 +159,7 @@ describeSsh('per-sandbox accounts on the SSH host (real sshd, root login)', () =
       const b = await other.account(false);
       expect((await f.accounts.list(f.installation)).map((r) => r.name)).toEqual([a.name]);
       expect(await other.accounts.list(other.installation)).toEqual([
-        // Not up: nothing was spawned, so its namespaces were never made.
-        { name: b.name, digest: expect.stringMatching(/^[0-9a-f]{64}$/), ephemeral: false, exists: true, processes: 0, up: false, home: b.home },
+        { name: b.name, digest: expect.stringMatching(/^[0-9a-f]{64}$/), ephemeral: false, exists: true, processes: 0, up: true, home: b.home },
       ]);
       expect(accountName((await other.accounts.list(other.installation))[0]!.digest)).toBe(b.name);
     } finally {

@@ -120,7 +120,7 @@ if [[ -n $u ]]; then
   (( rc == 0 || rc == 6 )) || die "userdel $n failed ($rc): $out"
   getent group "$n" >/dev/null && retry_locked groupdel -- "$n" >/dev/null
 fi
-rm -f -- "$records/$n" "$ns_dir/$n" "$ns_dir/$n.tmp" "$ns_dir/$n.fifo"`;
+rm -f -- "$records/$n" "$ns_dir/$n" "$ns_dir/$n.tmp" "$ns_dir/$n.fifo" "$ns_dir/$n.stopped"`;
 
 /**
  * What the host offers: one `key value` line each. `missing namespaces`: root could not make the
@@ -235,6 +235,8 @@ valid "$n"
 ${OWNED}
 holder_lock "$n" || die "cannot take the lock of account $n in $ns_dir"
 ${END_PROCESSES}
+# Stopped (hibernated) until a spawn makes its namespaces again (holder_start removes the mark).
+: > "$ns_dir/$n.stopped" || die "cannot mark $n stopped in $ns_dir"
 printf 'stopped %s %s\\n' "$n" "$k"
 `;
 
@@ -263,8 +265,8 @@ for rec in "$records"/berth-*; do
   IFS=: read -r _ _ u _ _ h _ < <(getent passwd "$n")
   ex=0 np=0 up=0
   if [[ -n $u ]]; then ex=1 np=\${P[$u]:-0}; fi
-  # Up: its namespaces' holder lives (a stop, a hibernation, ends it; the next spawn makes it again).
-  if holder_open "$n"; then holder_close; up=1; fi
+  # Up unless stopped (hibernated) and not spawned in since: a stop marks it, the next spawn's holder clears it.
+  [[ -e $ns_dir/$n.stopped ]] || up=1
   printf 'sandbox %s %s %s %s %s %s %s\\n' "$n" "\${dig:--}" "$eph" "$ex" "$np" "$up" "\${h:--}"
 done
 `;

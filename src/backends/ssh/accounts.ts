@@ -66,7 +66,7 @@ export interface AccountRecord {
   exists: boolean;
   /** Processes it runs now. */
   processes: number;
-  /** Its namespaces are up (their holder lives): false once stopped or hibernated, until its next spawn. */
+  /** Not stopped: false once stopped or hibernated, until a spawn makes its namespaces again. */
   up: boolean;
   /** Its home on the host; undefined when the account is gone. */
   home: string | undefined;

@@ -132,6 +132,7 @@ holder_start() {
   set -- "$1" $line
   printf '%s %s\\n' "$3" "$4" > "$ns_dir/$1.tmp" && mv -f -- "$ns_dir/$1.tmp" "$ns_dir/$1" || { printf 'E cannot record the namespaces of %s\\n' "$1"; kill -KILL "$3"; return 1; }
   holder_open "$1" || { printf 'E the namespaces of sandbox %s ended as they were made\\n' "$1"; return 1; }
+  rm -f -- "$ns_dir/$1.stopped"
 }
 `;
 
