@@ -10,6 +10,9 @@ import { loopDevicesUnder, unmountAllUnder } from './mounts.js';
  * socket, exec root and data root, the data root a btrfs filesystem on a loop-mounted image file
  * (`--storage-driver btrfs`; the driver turns quotas on when a container asks for a size). No
  * bridge and no iptables rules: its sandboxes run with `docker.network: none`. About 2 s to start.
+ * It runs in a network namespace of its own: a dockerd started with `--bridge none` deletes the
+ * host's `docker0` (it removes the default bridge it is told not to use), which broke every later
+ * test whose containers use the shared engine's default bridge.
  */
 
 const START_TIMEOUT_MS = 60_000;
@@ -45,7 +48,7 @@ export class QuotaEngine {
     execFileSync('mkfs.btrfs', ['-q', join(dir, 'fs.img')], { stdio: 'ignore' });
     execFileSync('mount', ['-o', 'loop', join(dir, 'fs.img'), data]);
     const log = openSync(join(dir, 'dockerd.log'), 'a');
-    const child = spawn('dockerd', [
+    const child = spawn('unshare', ['--net', '--', 'dockerd',
       '--data-root', data, '--exec-root', join(dir, 'exec'), '--pidfile', join(dir, 'dockerd.pid'), '-H', `unix://${socket}`,
       '--storage-driver', 'btrfs', '--bridge', 'none', '--iptables=false', '--ip-masq=false',
     ], { stdio: ['ignore', log, log] });
