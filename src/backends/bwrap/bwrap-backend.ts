@@ -206,6 +206,8 @@ export class BwrapBackend implements Backend<BwrapSettings> {
     mkdirSync(planned.root, { mode: 0o711, recursive: true });
     let sb: BwrapSandbox | undefined;
     let placement;
+    let entering: Promise<void> | undefined;
+    let monitorPid: number | undefined;
     try {
       writeMeta(planned.root, meta);
       placement = placeSandbox({ root, name, range: s.uids, attached: spec.mount ?? undefined });
@@ -214,6 +216,12 @@ export class BwrapBackend implements Backend<BwrapSettings> {
       const caDir = spec.egress?.ca === undefined ? undefined : await writeEgressCa(root, spec.egress.ca);
       sb = await startSandbox({
         ...host,
+        // bwrap's move into the sandbox's cgroup starts at once: the kernel's wait for the first
+        // move overlaps bwrap's own set-up instead of following it.
+        spawned: (pid) => {
+          monitorPid = pid;
+          entering = this.enterGroupEarly(pid, spec);
+        },
         // The egress proxy's CA, where the sandbox's CA variables point (read-only).
         systemPaths: caDir === undefined ? host.systemPaths : [...host.systemPaths, { kind: 'bind', source: caDir, path: EGRESS_CA_DIR }],
         dirs: placement.dirs,
@@ -229,19 +237,21 @@ export class BwrapBackend implements Backend<BwrapSettings> {
       addHolder(planned.root, sb.hostPid, sb.pidNs ?? '');
     } catch (err) {
       await sb?.stop();
+      await entering;
+      if (monitorPid !== undefined && this.cgroups instanceof HostCgroups) await this.cgroups.remove(groupName(monitorPid));
       // A sandbox made for this call goes with its failure (its uid too); an existing one keeps its files.
       if (fresh) removeSandbox(root, planned);
       throw err;
     }
     const dir = placement.dirs.root;
     const hostPid = sb.hostPid;
-    const groups = this.groupsOf(sb, spec);
+    const groups = await this.groupsOf(sb, spec, entering);
     const handle = new BwrapSandboxHandle(spec, sb, placement, recreated, s.maxProcesses, groups);
     const running = { sb, handle, placement, groups };
     this.running.set(dir, running);
     void sb.exited.then(() => {
       dropHolder(dir, hostPid);
-      if (groups !== undefined && this.cgroups instanceof HostCgroups) void this.cgroups.remove(groupName(hostPid));
+      if (this.cgroups instanceof HostCgroups) void this.cgroups.remove(groupName(sb.monitorPid));
       if (this.running.get(dir)?.sb === sb) this.running.delete(dir);
     });
     this.log.with({ key: spec.identity.key, ref: dir }).debug(`started (host pid ${hostPid}, uid ${placement.user?.uid ?? 'berth'})`);
@@ -272,27 +282,50 @@ export class BwrapBackend implements Backend<BwrapSettings> {
     return { enforced: status.enforced, ...(status.reason === undefined ? {} : { reason: status.reason }) };
   }
 
-  /**
-   * A cgroup for the sandbox that just started, with its processes in it (bwrap's pid 1 and the init
-   * loop; nothing else runs before the first spawn), so every later process of the sandbox is in it
-   * or in a command's group below it; undefined, and its commands are found by tags, where berth
-   * may not make cgroups.
-   */
-  private groupsOf(sb: BwrapSandbox, spec: SandboxSpec<BwrapSettings>): SandboxCgroups | undefined {
-    const log = this.log.with({ key: spec.identity.key });
+  /** The host's cgroups for berth, probed at the first start of this process. */
+  private hostCgroups(): HostCgroups | { unavailable: string } {
     if (this.cgroups === undefined) {
       this.cgroups = HostCgroups.probe(this.opts.installation, this.log);
       // The first start of this process: sandbox cgroups a crashed berth left empty go.
       if (this.cgroups instanceof HostCgroups) this.cgroups.reap();
     }
-    if (!(this.cgroups instanceof HostCgroups)) {
-      log.debug(`commands are found by tags, not cgroups: ${this.cgroups.unavailable}`);
+    return this.cgroups;
+  }
+
+  /**
+   * Makes the cgroup of a sandbox whose bwrap was just spawned and moves bwrap itself into it
+   * (named after bwrap's pid, the one known this early), off the event loop. Only a head start:
+   * `groupsOf` decides once the sandbox runs.
+   */
+  private async enterGroupEarly(monitorPid: number, spec: SandboxSpec<BwrapSettings>): Promise<void> {
+    const cgroups = this.hostCgroups();
+    if (!(cgroups instanceof HostCgroups)) return;
+    try {
+      await cgroups.sandbox(groupName(monitorPid), 1).admitAsync(monitorPid);
+    } catch (err) {
+      this.log.with({ key: spec.identity.key }).debug(`the sandbox's cgroup could not be made early: ${String(err)}`);
+    }
+  }
+
+  /**
+   * The cgroup of the sandbox that just started, with its processes in it (bwrap's pid 1 and the
+   * init loop; nothing else runs before the first spawn), so every later process of the sandbox is
+   * in it or in a command's group below it; undefined, and its commands are found by tags, where
+   * berth may not make cgroups. The moves run off the event loop, after the early one (`entering`).
+   */
+  private async groupsOf(sb: BwrapSandbox, spec: SandboxSpec<BwrapSettings>, entering: Promise<void> | undefined): Promise<SandboxCgroups | undefined> {
+    const log = this.log.with({ key: spec.identity.key });
+    const cgroups = this.hostCgroups();
+    if (!(cgroups instanceof HostCgroups)) {
+      log.debug(`commands are found by tags, not cgroups: ${cgroups.unavailable}`);
       return undefined;
     }
     try {
-      const groups = this.cgroups.sandbox(groupName(sb.hostPid), pidLevelOf(sb.hostPid) ?? 1);
+      await entering;
+      const groups = cgroups.sandbox(groupName(sb.monitorPid), pidLevelOf(sb.hostPid) ?? 1);
       const members = readdirSync('/proc').filter((d) => /^\d+$/.test(d) && pidNsOf(Number(d)) === sb.pidNs).map(Number);
-      return members.length > 0 && members.every((pid) => groups.admit(pid)) ? groups : undefined;
+      const admitted = await Promise.all(members.map((pid) => groups.admitAsync(pid)));
+      return members.length > 0 && admitted.every(Boolean) ? groups : undefined;
     } catch (err) {
       log.debug(`commands are found by tags, not cgroups: ${String(err)}`);
       return undefined;
@@ -433,9 +466,9 @@ export class BwrapBackend implements Backend<BwrapSettings> {
   }
 }
 
-/** The cgroup of the sandbox whose pid 1 is host process `hostPid` (unique among running sandboxes). */
-function groupName(hostPid: number): string {
-  return `sb-${hostPid}`;
+/** The cgroup of the sandbox whose bwrap is host process `monitorPid` (unique among running sandboxes). */
+function groupName(monitorPid: number): string {
+  return `sb-${monitorPid}`;
 }
 
 /** The readable part of a sandbox's bwrap dir name. */

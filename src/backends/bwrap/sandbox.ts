@@ -31,6 +31,12 @@ export interface StartSandboxOptions {
   maxProcesses: number;
   systemPaths: readonly SystemPath[];
   startTimeoutMs?: number;
+  /**
+   * Called with bwrap's own host pid (the monitor, outside the sandbox's namespaces) right after
+   * it was spawned, before the sandbox runs anything: a caller's slow step (a cgroup move) can
+   * start while bwrap sets the sandbox up.
+   */
+  spawned?: (monitorPid: number) => void;
 }
 
 const DEFAULT_START_TIMEOUT_MS = 10_000;
@@ -74,6 +80,7 @@ export async function startSandbox(opts: StartSandboxOptions): Promise<BwrapSand
   });
   const fifos = new FifoPool(opts.dirs.run, opts.user);
   const sandbox = new BwrapSandbox(child, fifos);
+  if (child.pid !== undefined) opts.spawned?.(child.pid);
   try {
     await Promise.all([sandbox.started(opts, opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS), fifos.prime()]);
     return sandbox;
@@ -88,6 +95,8 @@ export async function startSandbox(opts: StartSandboxOptions): Promise<BwrapSand
 export class BwrapSandbox implements AsyncDisposable {
   /** Host pid of the sandbox's pid 1, as bwrap reported it before anything ran inside. */
   hostPid = 0;
+  /** Host pid of bwrap itself, the monitor outside the sandbox (0 when it could not be spawned). */
+  readonly monitorPid: number;
   /** `pid:[inode]` of the sandbox's pid namespace. */
   pidNs: string | undefined;
   /** `net:[inode]` of its network namespace (its own with `network: none`, the host's with `host`). */
@@ -107,6 +116,7 @@ export class BwrapSandbox implements AsyncDisposable {
     private readonly child: ChildProcess,
     private readonly fifos: FifoPool,
   ) {
+    this.monitorPid = child.pid ?? 0;
     const monitorGone = new Promise<void>((resolve) => {
       child.once('exit', () => resolve());
       child.once('error', () => resolve());

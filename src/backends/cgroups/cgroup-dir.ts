@@ -1,4 +1,5 @@
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmdirSync, writeFileSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 /** How often a wait on a group's state looks again. */
@@ -14,7 +15,10 @@ export function errnoOf(err: unknown): string | undefined {
 /**
  * One cgroup2 directory and what berth does with it: make it, move a process in, list, freeze,
  * kill and remove. Paths are the host's (under the cgroup2 mount). Reads and writes are the
- * kernel's files, each a few microseconds; the waits poll and are bounded.
+ * kernel's files, each a few microseconds, but for one: the first move of a process after the
+ * host's cgroups were left alone for a while waits for the kernel (an RCU grace period, 15-40 ms
+ * measured here), so a move that may be the first has an asynchronous form. The waits poll and are
+ * bounded.
  */
 export class CgroupDir {
   constructor(readonly path: string) {}
@@ -33,6 +37,11 @@ export class CgroupDir {
   /** Moves process `pid` (a host pid) and all its threads into this group. */
   enter(pid: number): void {
     writeFileSync(join(this.path, 'cgroup.procs'), `${pid}\n`);
+  }
+
+  /** As `enter`, off berth's event loop (the kernel's wait happens on a worker thread). */
+  enterAsync(pid: number): Promise<void> {
+    return writeFile(join(this.path, 'cgroup.procs'), `${pid}\n`);
   }
 
   /** Host pids of its processes (zombies are not listed: they have left). */

@@ -88,6 +88,21 @@ export class SandboxCgroups implements ProcessGroups {
     }
   }
 
+  /** As `admit`, off berth's event loop: the move that starts a sandbox may wait for the kernel. */
+  async admitAsync(hostPid: number): Promise<boolean> {
+    try {
+      await this.dir.enterAsync(hostPid).catch(async (err: unknown) => {
+        if (this.opts.ownBase !== true || errnoOf(err) !== 'ENOENT' || this.dir.exists) throw err;
+        mkdirSync(this.dir.path, { recursive: true });
+        await this.dir.enterAsync(hostPid);
+      });
+      return true;
+    } catch (err) {
+      this.log.debug(`cgroups: could not move process ${hostPid} into ${this.opts.base}: ${String(err)}`);
+      return false;
+    }
+  }
+
   async killGroup(name: string): Promise<number | undefined> {
     if (!/^[A-Za-z0-9_-]+$/.test(name)) throw new BerthError('internal', `"${name}" cannot name a process group`);
     const group = new CgroupDir(join(this.dir.path, `${GROUP_PREFIX}${name}`));
