@@ -22,14 +22,15 @@ import { fmt, percentile, row, verdict } from './stats.js';
  * Hibernation (BENCH_ONLY=hibernate): a hibernated sandbox resumed by its next command against a
  * bare start of a stopped container (docker) or of a new bwrap sandbox; density, docker sandboxes
  * mostly hibernated, in steps (BENCH_HIB_STEPS, default 250,1000,2500,5000; BENCH_HIB_MAX stops
- * early; BENCH_HIB_LIVE of them stay live, default 1,000); and a berth process SIGKILLed while it
+ * early; at most BENCH_HIB_LIVE of them live, default 1,000, by limits.liveSandboxes); and a berth process SIGKILLed while it
  * holds BENCH_HIB_CRASH live sandboxes (default 100), then the next broker on its home.
  * BENCH_HIB_PARTS (resume, density, crash; or crash-ephemeral, crash-persistent) picks parts. Alone:
  * BENCH_ONLY=hibernate npm run bench (it builds dist/ first: the crash holder runs the library from there).
  *
- * Hibernation is driven through the broker's own removal part (the sweep's hibernate, under the
- * identity's lock: the shells save their state, the sandbox stops), called at once instead of
- * after `hibernateSeconds` of idleness: only the idle wait is skipped.
+ * In the resume part, hibernation is driven through the broker's own removal part (the sweep's
+ * hibernate, under the identity's lock: the shells save their state, the sandbox stops), called at
+ * once instead of after `hibernateSeconds` of idleness: only the idle wait is skipped. In the
+ * density part, the bound on live sandboxes hibernates them, as it would in a bot's burst.
  */
 
 const RESUME_SAMPLES = Number(process.env['BENCH_HIB_N'] ?? 15);
@@ -45,10 +46,11 @@ const BWRAP_RANGE = { first: 1_700_000_000, count: 10_000 };
 const PATH = { PATH: process.env['PATH'] };
 
 /** Persistent sandboxes, one per session, that hibernate only when the bench says (the sweep's 10 minutes never come). */
+const BENCH_LIMITS = { concurrentCalls: 100_000, sandboxes: 1_000_000, memoryMb: 1_000_000_000, diskMb: 1_000_000_000 };
+
 function hibernatingConfig(extra: Record<string, unknown>) {
   return parseConfig({
-    scope: 'session', persistent: true, lifecycle: { idleSeconds: 3600, hibernateSeconds: 600 },
-    limits: { concurrentCalls: 100_000, sandboxes: 1_000_000, memoryMb: 1_000_000_000, diskMb: 1_000_000_000 },
+    scope: 'session', persistent: true, lifecycle: { idleSeconds: 3600, hibernateSeconds: 600 }, limits: BENCH_LIMITS,
     ...extra,
   });
 }
@@ -225,15 +227,20 @@ function engineRss(): number {
 const mib = (bytes: number): string => `${(bytes / 1024 / 1024).toFixed(2)} MiB`;
 
 /**
- * Docker sandboxes in steps, all but LIVE of them hibernated: each answers a command (the
- * hibernated ones by resuming, all asked at once: the start gate paces the resumes), berth's RSS
- * and the engine's per sandbox, then the live ones answer at once.
+ * Docker sandboxes in steps, at most LIVE of them live (`limits.liveSandboxes`: bringing one more
+ * up hibernates the least recently used): each answers a command, all asked at once (the
+ * hibernated ones by resuming, each in place of another that hibernates, through the start gate),
+ * berth's RSS and the engine's per sandbox, then the live ones answer at once.
  */
 async function density(docker: Dockerode): Promise<void> {
   const home = mkdtempSync(join(tmpdir(), 'berth-bench-hib-density-'));
-  const broker = await Broker.open({ config: hibernatingConfig({ backend: 'docker', docker: { image: IMAGE } }), berthHome: home, env: PATH, reap: false });
+  const broker = await Broker.open({
+    config: hibernatingConfig({ backend: 'docker', docker: { image: IMAGE }, limits: { ...BENCH_LIMITS, liveSandboxes: LIVE } }),
+    berthHome: home, env: PATH, reap: false,
+  });
   const gc = (globalThis as { gc?: () => void }).gc;
   const ids: string[] = [];
+  const liveCount = async (): Promise<number> => (await broker.listWithState('local')).filter((s) => s.state !== 'hibernated').length;
   try {
     await broker.exec({ session: 'density-warm' }, 'true');
     gc?.();
@@ -241,33 +248,36 @@ async function density(docker: Dockerode): Promise<void> {
     const engine0 = engineRss();
     for (const count of STEPS.filter((n) => n <= MAX)) {
       const live = Math.min(LIVE, count);
-      console.log(`\n# hibernate: density, ${count} docker sandboxes, ${count - live} hibernated, ${live} live`);
+      console.log(`\n# hibernate: density, ${count} docker sandboxes, at most ${live} live (limits.liveSandboxes ${LIVE})`);
       const fresh = Array.from({ length: count - ids.length }, (_, i) => `d-${ids.length + i}`);
       const fillMs = await timed(() => inBatches(fresh, (s) => broker.exec({ session: s }, 'true')));
-      // The first `live` stay live, the rest hibernate: the earlier steps' are hibernated already.
-      const newlyAsleep = fresh.filter((_, i) => ids.length + i >= live);
       ids.push(...fresh);
-      const asleep = ids.slice(live);
-      const hibMs = await timed(() => hibernateNow(broker, newlyAsleep));
       gc?.();
       const rss = process.memoryUsage().rss;
       const engine = engineRss();
-      console.log(`  brought up ${fresh.length} more in ${(fillMs / 1000).toFixed(1)} s; hibernated ${newlyAsleep.length} more in ${(hibMs / 1000).toFixed(1)} s (${asleep.length} hibernated)`);
+      const up = await liveCount();
+      console.log(`  brought up ${fresh.length} more in ${(fillMs / 1000).toFixed(1)} s (${AT_ONCE} at a time); ${up} live, ${ids.length + 1 - up} hibernated`);
       console.log(`  berth RSS ${mib(rss)} (${((rss - rss0) / 1024 / count).toFixed(0)} KiB per sandbox over the start); engine (dockerd + containerd + shims) RSS ${mib(engine)} ` +
         `(${((engine - engine0) / 1024 / count).toFixed(0)} KiB per sandbox over the start)`);
       let wrong = 0;
       let resumed = 0;
+      let failed: unknown[] = [];
       const allMs = await timed(async () => {
-        const results = await Promise.all(ids.map((s) => broker.exec({ session: s }, `echo ${s}`)));
-        wrong = results.filter((r, i) => r.stdout !== `${ids[i]}\n`).length;
-        resumed = results.filter((r) => r.sandboxResumed !== undefined).length;
+        const results = await Promise.allSettled(ids.map((s) => broker.exec({ session: s }, `echo ${s}`)));
+        failed = results.filter((r) => r.status === 'rejected').map((r) => (r as PromiseRejectedResult).reason);
+        const done = results.map((r) => (r.status === 'fulfilled' ? r.value : undefined));
+        wrong = done.filter((r, i) => r !== undefined && r.stdout !== `${ids[i]}\n`).length;
+        resumed = done.filter((r) => r?.sandboxResumed !== undefined).length;
       });
-      console.log(`  every one answers one command (asked at once, ${resumed} by resuming): ${(allMs / 1000).toFixed(1)} s${wrong > 0 ? `; !! ${wrong} wrong answers` : ''}`);
-      await hibernateNow(broker, asleep);
+      console.log(`  every one answers one command (asked at once, ${resumed} by resuming): ${(allMs / 1000).toFixed(1)} s` +
+        `${wrong > 0 ? `; !! ${wrong} wrong answers` : ''}${failed.length > 0 ? `; !! ${failed.length} failed, the first: ${String(failed[0])}` : ''}`);
+      const recent = ids.slice(-live);
+      await Promise.all(recent.map((s) => broker.exec({ session: s }, 'true')));
       const rounds: number[] = [];
-      for (let r = 0; r < 3; r++) rounds.push(await timed(() => Promise.all(ids.slice(0, live).map((s) => broker.exec({ session: s }, 'true')))));
+      for (let r = 0; r < 3; r++) rounds.push(await timed(() => Promise.all(recent.map((s) => broker.exec({ session: s }, 'true')))));
       const p50 = percentile(rounds, 50);
-      console.log(`  the ${live} live answer one command at once: ${fmt(p50)} (median of 3; ${rounds.map(fmt).join(', ')}) ${verdict('< 500 ms', p50 < 500)}`);
+      console.log(`  the ${live} live answer one command at once: ${fmt(p50)} (median of 3; ${rounds.map(fmt).join(', ')}) ${verdict('< 500 ms', p50 < 500)}; ` +
+        `${await liveCount()} live; load average ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);
     }
   } finally {
     const t = performance.now();

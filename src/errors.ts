@@ -18,6 +18,7 @@ export type ErrorCode =
   | 'job_not_found'
   | 'too_large'
   | 'tenant_limit'
+  | 'at_capacity'
   | 'disk_limit_exceeded'
   | 'sandbox_busy'
   | 'unsupported'
@@ -84,6 +85,8 @@ export const ERROR_CATEGORY: Readonly<Record<ErrorCode, ErrorCategory>> = {
   too_large: 'bound',
   tenant_limit: 'bound',
   disk_limit_exceeded: 'bound',
+  // limits.liveSandboxes reached with nothing idle to hibernate: a later call may find room.
+  at_capacity: 'gone',
   // A command or job runs in the sandbox a snapshot, restore or fork needs idle: retrying after it ends works.
   sandbox_busy: 'gone',
   unsupported: 'unsupported',

@@ -26,6 +26,7 @@ import { JobLedger } from './job-ledger.js';
 import { JobProbe } from './job-probe.js';
 import { JobReader } from './job-reader.js';
 import { JobRunner } from './job-runner.js';
+import { LiveCap } from './live-cap.js';
 import { LiveSandboxes } from './live-sandboxes.js';
 import { Observers } from './observer.js';
 import { ownerToken } from './process-owner.js';
@@ -139,8 +140,13 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
     config, sandboxes: store.sandboxes, sessions: store.sessions, lives, engines, removal, closer, links, measures, warm, jobs: probe, runningJobs: store.jobs, audit,
     observer: observers, reap: opts.reap ?? true, shutdown: lifecycle.signal, log: logger,
   });
+  const cap = new LiveCap({
+    max: config.limits.liveSandboxes, lives, jobs: probe, gate, log: logger,
+    hibernate: (live, stillIdle) => removal.hibernate(live, stillIdle),
+    hibernated: (live) => observers.reaped({ reason: 'hibernated', tenant: live.record.tenant, backend: live.record.backend }),
+  });
   const pool = new SandboxPool({
-    config, lives, backends, sandboxes: store.sandboxes, links, firstUse: reapers, removal, warm, warmPool: opts.warmPool === true, quota, gate, egress, log: logger,
+    config, lives, backends, sandboxes: store.sandboxes, links, firstUse: reapers, removal, warm, warmPool: opts.warmPool === true, quota, gate, cap, egress, log: logger,
   });
   const sessionGate = new SessionGate({ calls: sessionCalls, pool });
   const shells = new ShellPool({ scopes: store.scopes, longLived: owner !== null, spillDir: (opts.spillOutput ?? true) ? spillDirOf(berthHome) : undefined, gate });

@@ -46,6 +46,8 @@ export interface SandboxPoolOptions {
   quota: TenantQuota;
   /** Bounds the sandboxes created or adopted at once (shared with the shell pool's starts). */
   gate: StartGate;
+  /** limits.liveSandboxes: room for one more live sandbox, made by hibernating an idle one. */
+  cap: { reserve(key: string): Promise<() => void> };
   /** berth's egress proxy listens in a sandbox that uses it before the sandbox is live. */
   egress: { attach(call: ResolvedCall, sandbox: Sandbox): Promise<void> };
   log: Logger;
@@ -98,42 +100,53 @@ export class SandboxPool {
         known = undefined;
       }
       const backend = await this.backendFor(call);
-      const { claim, sandbox, warm } = known === undefined && this.mayBeWarm(call)
-        ? await this.fromWarmPool(call, backend)
-        // The claim is made inside the gate: a claim's age tells other processes whether its maker
-        // died, so it must not age in a queue.
-        : await this.opts.gate.run(async () => {
-          const c = await claimOrAwait(sandboxes, this.processToken, call, backend.name, known, this.limitsOf(call));
-          this.assertMountFits(call, c.record);
-          return { claim: c, sandbox: await this.ensureClaimed(call, backend, c), warm: undefined };
-        });
-      await this.attachEgress(call, claim, sandbox, backend);
-      const now = Date.now();
-      const record: SandboxRecord = {
-        ...claim.record, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: now,
-        hibernatedMs: null, heldBy: this.processToken,
-      };
-      const hibernatedMs = known?.hibernatedMs ?? null;
-      // A reaper took this identity's sandbox from a session still open: this one is new and empty.
-      const reaped = known === undefined && sandboxes.takeReaped(call.spec.digest);
-      sandboxes.put(record);
-      sandboxes.hold(record.digest, this.processToken);
-      warm?.recorded();
-      const live: LiveSandbox = {
-        digest: call.spec.digest, sandbox, record, traits: call.traits,
-        idleMs: call.settings.lifecycle.idleSeconds * 1000, hibernateMs: call.settings.lifecycle.hibernateSeconds * 1000,
-        inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated || reaped, sessions: new Map(), diskCheckedMs: 0,
-        resumedUnreported: hibernatedMs !== null && !sandbox.recreated ? { hibernatedMs } : undefined,
-        shells: new SandboxShells(sandbox, {
-          mayKillAll: call.traits.ownsProcessTable,
-          log: this.opts.log.child('berth:shell').with({ key: call.binding.sandboxKey, ref: sandbox.ref }),
-          warden: warm?.warden, preattached: warm?.shell,
-        }),
-      };
-      lives.add(live, backend);
-      links.link(call, live);
-      return live;
+      const room = await this.opts.cap.reserve(call.binding.sandboxKey);
+      try {
+        return await this.bringUp(call, backend, known);
+      } finally {
+        room();
+      }
     });
+  }
+
+  /** Creates, reattaches or resumes the call's sandbox (or takes one from a warm pool) and holds it as live. */
+  private async bringUp(call: ResolvedCall, backend: Backend, known: SandboxRecord | undefined): Promise<LiveSandbox> {
+    const { lives, links, sandboxes } = this.opts;
+    const { claim, sandbox, warm } = known === undefined && this.mayBeWarm(call)
+      ? await this.fromWarmPool(call, backend)
+      // The claim is made inside the gate: a claim's age tells other processes whether its maker
+      // died, so it must not age in a queue.
+      : await this.opts.gate.run(async () => {
+        const c = await claimOrAwait(sandboxes, this.processToken, call, backend.name, known, this.limitsOf(call));
+        this.assertMountFits(call, c.record);
+        return { claim: c, sandbox: await this.ensureClaimed(call, backend, c), warm: undefined };
+      });
+    await this.attachEgress(call, claim, sandbox, backend);
+    const now = Date.now();
+    const record: SandboxRecord = {
+      ...claim.record, ref: sandbox.ref, name: sandbox.name, hostDir: sandbox.hostDir ?? null, lastUsedMs: now,
+      hibernatedMs: null, heldBy: this.processToken,
+    };
+    const hibernatedMs = known?.hibernatedMs ?? null;
+    // A reaper took this identity's sandbox from a session still open: this one is new and empty.
+    const reaped = known === undefined && sandboxes.takeReaped(call.spec.digest);
+    sandboxes.put(record);
+    sandboxes.hold(record.digest, this.processToken);
+    warm?.recorded();
+    const live: LiveSandbox = {
+      digest: call.spec.digest, sandbox, record, traits: call.traits,
+      idleMs: call.settings.lifecycle.idleSeconds * 1000, hibernateMs: call.settings.lifecycle.hibernateSeconds * 1000,
+      inflight: 0, lastActivityMs: now, recreatedUnreported: sandbox.recreated || reaped, sessions: new Map(), diskCheckedMs: 0,
+      resumedUnreported: hibernatedMs !== null && !sandbox.recreated ? { hibernatedMs } : undefined,
+      shells: new SandboxShells(sandbox, {
+        mayKillAll: call.traits.ownsProcessTable,
+        log: this.opts.log.child('berth:shell').with({ key: call.binding.sandboxKey, ref: sandbox.ref }),
+        warden: warm?.warden, preattached: warm?.shell,
+      }),
+    };
+    lives.add(live, backend);
+    links.link(call, live);
+    return live;
   }
 
   /**

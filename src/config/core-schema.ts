@@ -133,6 +133,7 @@ const limitsShape = {
   stagingBytes: integer(1024),
   mcpSessions: integer(1, 100_000),
   sandboxes: integer(1, 1_000_000),
+  liveSandboxes: integer(1, 1_000_000),
   memoryMb: integer(1),
   diskMb: integer(1),
   snapshots: integer(0, 1_000_000),
@@ -174,7 +175,7 @@ export type RawConfig = RawProfile & {
   } | undefined;
   limits?: {
     concurrentCalls?: number | undefined; uploadBytesInFlight?: number | undefined; stagingBytes?: number | undefined; mcpSessions?: number | undefined;
-    sandboxes?: number | undefined; memoryMb?: number | undefined; diskMb?: number | undefined;
+    sandboxes?: number | undefined; liveSandboxes?: number | undefined; memoryMb?: number | undefined; diskMb?: number | undefined;
     snapshots?: number | undefined; snapshotBytes?: number | undefined; snapshotRetentionDays?: number | undefined;
   } | undefined;
   audit?: { maxCommandChars?: number | undefined; retentionDays?: number | undefined } | undefined;

@@ -55,6 +55,9 @@ export const DEFAULT_LIMITS: TenantLimits = {
   // Enough for a busy agent team or a bot's active users; at least twenty tenants fit one engine
   // (about 1,000 sandboxes), and memory and disk are bounded by the host itself by default.
   sandboxes: 50,
+  // No bound by default: an operator who keeps a sandbox per user of a bot sets it below what the
+  // engine holds (docs/design.md §6).
+  liveSandboxes: undefined,
   memoryMb: undefined,
   diskMb: undefined,
   // Two checkpoints for each sandbox a tenant may hold by default (limits.sandboxes).

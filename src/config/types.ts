@@ -127,6 +127,12 @@ export interface TenantLimits {
   /** Sandboxes one tenant may hold at once (ephemeral and persistent); past it a new one is refused (429). */
   sandboxes: number;
   /**
+   * Sandboxes this berth process keeps running at once, all tenants together; past it, the least
+   * recently used idle persistent one hibernates to make room, and a call that finds none is
+   * refused (`at_capacity`, 503). Undefined: no bound (the engine's own limits apply).
+   */
+  liveSandboxes: number | undefined;
+  /**
    * Memory limits of one tenant's sandboxes added up, in MiB (each counts what its backend lets it
    * use: `docker.memoryMb` or its default); undefined: the host's memory.
    */

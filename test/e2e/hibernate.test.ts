@@ -89,6 +89,29 @@ describeDocker('hibernation on docker', () => {
     expect(JSON.parse(json.stdout)).not.toHaveProperty('sandboxResumed');
   }, 90_000);
 
+  it('limits.liveSandboxes: a call past the bound hibernates the least recently used idle sandbox instead of starting one more; its next call resumes it', async () => {
+    const t = reg.track();
+    const b = await t.open(dockerConfig({ ...HIBERNATING, limits: { liveSandboxes: 2 } }));
+    expect((await b.exec({ session: 'a' }, SET_UP)).exitCode).toBe(0);
+    expect((await b.exec({ session: 'b' }, 'echo b > ~/b')).exitCode).toBe(0);
+    const [a, bb] = await Promise.all(['a', 'b'].map((s) => containerFor(t.installation, `session:${s}`)));
+    // b was used last: a is the one to go when c needs room.
+    expect((await b.exec({ session: 'c' }, 'echo c')).stdout).toBe('c\n');
+    expect((await containerState(a!.id))?.running).toBe(false);
+    expect((await containerState(bb!.id))?.running).toBe(true);
+    const states = Object.fromEntries((await b.listWithState('local')).map((s) => [s.sandboxKey, s.state]));
+    expect(states).toMatchObject({ 'session:a': 'hibernated', 'session:b': 'active', 'session:c': 'active' });
+    // A sandbox whose job runs is never the one to go, however long ago its last call was.
+    await b.session({ session: 'b' }).jobs.start('sleep 120');
+    expect((await b.exec({ session: 'c' }, 'true')).exitCode).toBe(0);
+    const resumed = await b.exec({ session: 'a' }, CHECK);
+    expectResumedWithState(resumed, '/root');
+    const c = await containerFor(t.installation, 'session:c');
+    expect((await containerState(c!.id))?.running).toBe(false);
+    expect((await containerState(bb!.id))?.running).toBe(true);
+    expect((await b.listWithState('local')).filter((s) => s.state !== 'hibernated')).toHaveLength(2);
+  }, 90_000);
+
   it('two berth processes on one home: one never hibernates, snapshots nor restores the sandbox while the other runs a command in it', async () => {
     const t = reg.track();
     t.writeConfig(dockerConfigYaml(HIBERNATING));

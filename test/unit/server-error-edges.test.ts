@@ -36,6 +36,7 @@ const ANSWERS: Readonly<Record<ErrorCode, readonly [status: number, exit: number
   job_not_found: [404, 125],
   too_large: [413, 125],
   tenant_limit: [429, 125],
+  at_capacity: [503, 125],
   disk_limit_exceeded: [507, 125],
   sandbox_busy: [409, 125],
   unsupported: [422, 125],
