@@ -37,6 +37,8 @@ describeNetns('egress on kubernetes pods (stand-in: allowlist, credentials, the 
   let broker: Broker | undefined;
   let seen: Seen[];
   let port: number;
+  let home: string;
+  let config: ReturnType<typeof parseConfig>;
   const events: EgressEvent[] = [];
 
   beforeAll(async () => {
@@ -46,7 +48,7 @@ describeNetns('egress on kubernetes pods (stand-in: allowlist, credentials, the 
     seen = hosts.seen;
     cluster = await BerthOnStandin.start({ podNetwork: 'bridge', imageFor: () => DEBIAN_IMAGE });
     port = await freePort(GATEWAY);
-    const config = parseConfig({
+    config = parseConfig({
       backend: 'kubernetes',
       // blocked.egress.test is allowed by name but resolves into a range the cluster blocks.
       kubernetes: cluster.section({ image: DEBIAN_IMAGE, blockedCidrs: [`${hosts.addresses.evil}/32`] }),
@@ -58,7 +60,8 @@ describeNetns('egress on kubernetes pods (stand-in: allowlist, credentials, the 
       },
       credentials: { GITHUB_TOKEN: { from: 'TEST_GH_VALUE', hosts: ['api.egress.test'] } },
     });
-    broker = await Broker.open({ config, berthHome: cluster.newHome(), env: { PATH: process.env['PATH'], TEST_GH_VALUE: GH_VALUE } });
+    home = cluster.newHome();
+    broker = await Broker.open({ config, berthHome: home, env: { PATH: process.env['PATH'], TEST_GH_VALUE: GH_VALUE } });
     broker.observe({ callEnded: () => {}, refused: () => {}, reaped: () => {}, egress: (e) => events.push(e) });
   }, 180_000);
 
@@ -174,5 +177,26 @@ describeNetns('egress on kubernetes pods (stand-in: allowlist, credentials, the 
       const maps = (await client.core.listNamespacedConfigMap({ namespace: 'berth' })).items.map((m) => m.metadata!.name);
       expect(maps).not.toContain(mapName);
     }, { timeout: 30_000, interval: 200 });
+  });
+
+  it("a restarted berth on the same home passes its start-up check of the proxy's policy and serves the pod again", async () => {
+    // The proxy's policy exists (the first pod made it) when the next berth starts.
+    expect((await run('true')).exitCode).toBe(0);
+    await broker!.close({ graceMs: 2_000 });
+    broker = await Broker.open({ config, berthHome: home, env: { PATH: process.env['PATH'], TEST_GH_VALUE: GH_VALUE } });
+    const r = await broker.session({ session: 'k2' }).exec('curl -sS http://api.egress.test/plain');
+    expect(r.exitCode, r.stderr).toBe(0);
+    expect(r.stdout).toBe('hello from api.egress.test\n');
+
+    // The proxy's policy is read back, not waved through: widened by hand, the next start refuses it.
+    const client = cluster!.client;
+    const policy = (await client.networking.listNamespacedNetworkPolicy({ namespace: 'berth' })).items
+      .find((p) => p.metadata!.labels![NETWORK_LABEL]!.startsWith('proxy-'))!;
+    policy.spec!.egress![0]!.to!.push({ ipBlock: { cidr: '0.0.0.0/0' } });
+    await client.networking.replaceNamespacedNetworkPolicy({ namespace: 'berth', name: policy.metadata!.name!, body: policy });
+    await broker.close({ graceMs: 2_000 });
+    broker = await Broker.open({ config, berthHome: home, env: { PATH: process.env['PATH'], TEST_GH_VALUE: GH_VALUE } });
+    const refused = await broker.session({ session: 'k3' }).exec('true').catch((e: unknown) => e);
+    expect(String(refused)).toMatch(new RegExp(`NetworkPolicy ${policy.metadata!.name!} \\(spec\\.egress.*is not what berth writes`));
   });
 });

@@ -98,6 +98,34 @@ describe('egress on kubernetes: the allowlist pod and its NetworkPolicy', () => 
     }
   });
 
+  it("with proxyPods (berth in the cluster behind a Service), admits berth's pods (namespace AND labels) on their port instead of the address, and validates", () => {
+    const p = address('10.96.0.40:3128');
+    const pods = { namespace: 'berth-system', labels: { 'app.kubernetes.io/name': 'berth' }, port: 8443 };
+    const k = { ...KUBERNETES_DEFAULTS, proxyPods: pods };
+    const policy = proxyNetworkPolicy('inst-1', 'acme', k, p);
+    validator.assertValid(policy);
+    expect(policy.spec!.egress).toEqual([{
+      to: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'berth-system' } }, podSelector: { matchLabels: { 'app.kubernetes.io/name': 'berth' } } }],
+      ports: [{ protocol: 'TCP', port: 8443 }],
+    }]);
+    expect(JSON.stringify(policy)).not.toMatch(/ipBlock/);
+    // Without a port of their own, berth's pods listen on the advertised one; another peer is another reach.
+    expect(proxyNetworkPolicy('inst-1', 'acme', { ...k, proxyPods: { ...pods, port: undefined } }, p).spec!.egress![0]!.ports).toEqual([{ protocol: 'TCP', port: 3128 }]);
+    expect(proxyReach(p, pods)).not.toBe(proxyReach(p));
+    expect(proxyReach(p, pods)).not.toBe(proxyReach(p, { ...pods, labels: { 'app.kubernetes.io/name': 'other' } }));
+    expect(policy.spec!.podSelector!.matchLabels!['berth.dev/network']).toBe(proxyReach(p, pods));
+    expect(withProxyEgress(sandboxPod(sandboxInput('inst-1', { ephemeral: true })), p, pods).metadata!.labels!['berth.dev/network']).toBe(proxyReach(p, pods));
+  });
+
+  it('proxyPods needs a namespace and at least one valid label; its port is a TCP port', () => {
+    const base = { backend: 'kubernetes', egress: allowlist, egressProxy: proxy };
+    expect(configProblem({ ...base, kubernetes: { proxyPods: { namespace: 'berth', labels: { app: 'berth' } } } })).toBe('');
+    expect(configProblem({ ...base, kubernetes: { proxyPods: { namespace: 'berth', labels: {} } } })).toMatch(/kubernetes\.proxyPods\.labels.*at least one label: an empty selector would admit the sandboxes' traffic to every pod/);
+    expect(configProblem({ ...base, kubernetes: { proxyPods: { labels: { app: 'berth' } } } })).toMatch(/kubernetes\.proxyPods\.namespace/);
+    expect(configProblem({ ...base, kubernetes: { proxyPods: { namespace: 'berth', labels: { app: 'berth' }, port: 70000 } } })).toMatch(/kubernetes\.proxyPods\.port.*a TCP port/);
+    expect(configProblem({ ...base, kubernetes: { proxyPods: { namespace: 'berth', labels: { app: 'berth' }, extra: 1 } } })).toMatch(/kubernetes\.proxyPods.*extra/);
+  });
+
   it('a new proxy address is a new reach (a new policy); the pod carries the reach and mounts the CA read-only, and validates', () => {
     expect(proxyReach(address('10.0.0.5:3128'))).not.toBe(proxyReach(address('10.0.0.6:3128')));
     const input = sandboxInput('inst-1', { ephemeral: true });

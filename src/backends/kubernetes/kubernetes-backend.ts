@@ -80,7 +80,7 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
     const client = this.clientFor(k);
     await checkAccess(client, k, egress?.mode === 'allowlist');
     await checkAgentSandboxCrds(client, k);
-    if (k.networkPolicy) await checkNetworkPolicies(client, this.installation, k);
+    if (k.networkPolicy) await checkNetworkPolicies(client, this.installation, k, egress?.sharedProxy);
   }
 
   async ensure(spec: SandboxSpec<KubernetesSettings>, knownRef: string | undefined): Promise<Sandbox> {

@@ -195,7 +195,7 @@ export function sandboxDataClaim(input: SandboxManifestInput): V1PersistentVolum
 }
 
 /** Well-known label every namespace carries with its own name (Kubernetes 1.21 and later). */
-const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
+export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
 
 /** A range as an ipBlock `except` or `cidr` writes it (the canonical form the API server keeps). */
 function cidrsOf(texts: readonly string[], family: 4 | 6): string[] {

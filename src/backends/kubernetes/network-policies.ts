@@ -2,7 +2,9 @@ import type { V1NetworkPolicy } from '@kubernetes/client-node';
 import { BackendUnavailableError } from '../../errors.js';
 import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
 import { installationSelector, LABEL, NETWORK_LABEL } from './labels.js';
+import type { ProxyAddress } from '../../egress/proxy-address.js';
 import { tenantNetworkPolicy } from './manifests.js';
+import { proxyNetworkPolicy, proxyReach } from './proxy-egress.js';
 import { KUBERNETES_NETWORKS, type KubernetesNetwork, type KubernetesSettings } from './settings.js';
 
 /*
@@ -118,9 +120,10 @@ export async function ensureNetworkPolicy(client: KubeClient, manifest: V1Networ
 /**
  * Start-up: every NetworkPolicy of this installation in the namespace compared with what berth
  * would write for its tenant and network reach under these settings (which every place of the
- * installation shares: settings.ts' installation-wide keys). One error names every one that differs.
+ * installation shares: settings.ts' installation-wide keys), the proxy's for its address `proxy`
+ * (the shared listener's, when allowlist pods reach it). One error names every one that differs.
  */
-export async function checkNetworkPolicies(client: KubeClient, installation: string, k: KubernetesSettings): Promise<void> {
+export async function checkNetworkPolicies(client: KubeClient, installation: string, k: KubernetesSettings, proxy?: ProxyAddress): Promise<void> {
   let policies: V1NetworkPolicy[];
   try {
     policies = (await client.networking.listNamespacedNetworkPolicy({ namespace: client.namespace, labelSelector: installationSelector(installation) })).items;
@@ -133,11 +136,15 @@ export async function checkNetworkPolicies(client: KubeClient, installation: str
     const tenant = live.metadata?.annotations?.[LABEL.tenant];
     const network = live.metadata?.labels?.[NETWORK_LABEL];
     if (live.metadata?.annotations?.[LABEL.installation] !== installation) continue;
-    if (tenant === undefined || !KUBERNETES_NETWORKS.includes(network as KubernetesNetwork)) {
+    const reachesProxy = network?.startsWith('proxy-') === true;
+    if (tenant === undefined || (!reachesProxy && !KUBERNETES_NETWORKS.includes(network as KubernetesNetwork))) {
       drifted.push({ name, differences: [`metadata: its ${LABEL.tenant} annotation or ${NETWORK_LABEL} label is missing or unknown`] });
       continue;
     }
-    const want = tenantNetworkPolicy(installation, tenant, { ...k, network: network as KubernetesNetwork });
+    // A policy for the proxy at another address (or other pods of berth's) selects only the pods
+    // made for that one, and berth makes none of those any more: there is nothing to compare it with.
+    if (reachesProxy && (proxy === undefined || proxyReach(proxy, k.proxyPods) !== network)) continue;
+    const want = reachesProxy ? proxyNetworkPolicy(installation, tenant, k, proxy!) : tenantNetworkPolicy(installation, tenant, { ...k, network: network as KubernetesNetwork });
     const found = want.metadata?.name === name ? policyDifferences(live, want) : [`metadata.name: berth names this tenant's policy ${want.metadata?.name}`];
     if (found.length > 0) drifted.push({ name, differences: found });
   }

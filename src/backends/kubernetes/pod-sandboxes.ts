@@ -80,7 +80,7 @@ export async function ensurePodSandbox(client: KubeClient, input: EnsurePodInput
     await ensureNetworkPolicy(client, egress === undefined ? tenantNetworkPolicy(installation, tenant, k) : proxyNetworkPolicy(installation, tenant, k, egress.proxy));
   }
   let podOf = sandboxPod;
-  if (egress !== undefined) podOf = (m) => withProxyEgress(sandboxPod(m), egress.proxy);
+  if (egress !== undefined) podOf = (m) => withProxyEgress(sandboxPod(m), egress.proxy, k.proxyPods);
   // A pod berth made for the proxy gets its CA map now, owned by it (the kubelet waits for it).
   const caMapFor = async (pod: V1Pod): Promise<void> => {
     if (egress !== undefined) await ensureEgressCaConfigMap(client, egressCaConfigMap(installation, pod, egress.ca));

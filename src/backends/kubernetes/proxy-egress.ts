@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto';
-import type { V1ConfigMap, V1NetworkPolicy, V1Pod } from '@kubernetes/client-node';
+import type { V1ConfigMap, V1NetworkPolicy, V1NetworkPolicyEgressRule, V1Pod } from '@kubernetes/client-node';
 import type { ProxyAddress } from '../../egress/proxy-address.js';
 import { EGRESS_CA_BUNDLE, EGRESS_CA_CERT, EGRESS_CA_DIR } from '../backend.js';
 import { apiStatusOf, fromKubeError, type KubeClient } from './kube-client.js';
 import { LABEL, labelValue, NETWORK_LABEL, tenantMatchLabels } from './labels.js';
+import { NAMESPACE_NAME_LABEL } from './manifests.js';
 import { tenantPolicyName } from './names.js';
 import type { KubernetesSettings } from './settings.js';
 
@@ -26,11 +27,29 @@ export interface PodProxyEgress {
 const CA_VOLUME = 'berth-egress-ca';
 
 /**
- * The pod's network reach label: `proxy-` and a digest of the proxy address, so a new address
- * gets a new policy (berth creates policies, never updates them) and pods made for the old one keep theirs.
+ * The pod's network reach label: `proxy-` and a digest of the proxy address (and of berth's pods,
+ * when the policy names them), so a new address gets a new policy (berth creates policies, never
+ * updates them) and pods made for the old one keep theirs.
  */
-export function proxyReach(proxy: ProxyAddress): string {
-  return `proxy-${createHash('sha256').update(proxy.authority, 'utf8').digest('hex').slice(0, 12)}`;
+export function proxyReach(proxy: ProxyAddress, pods?: KubernetesSettings['proxyPods']): string {
+  const what = pods === undefined
+    ? proxy.authority
+    : `${proxy.authority} ${JSON.stringify([pods.namespace, Object.entries(pods.labels).sort(), pods.port ?? null])}`;
+  return `proxy-${createHash('sha256').update(what, 'utf8').digest('hex').slice(0, 12)}`;
+}
+
+/**
+ * Where an allowlist pod may send: berth's pods (namespace AND labels) on the port they listen on,
+ * when `proxyPods` names them (an in-cluster berth behind a Service, whose address no policy sees);
+ * else the advertised address itself.
+ */
+function proxyPeer(k: KubernetesSettings, proxy: ProxyAddress): V1NetworkPolicyEgressRule {
+  const pods = k.proxyPods;
+  if (pods === undefined) return { to: [{ ipBlock: { cidr: `${proxy.ip}/${proxy.family === 4 ? 32 : 128}` } }], ports: [{ protocol: 'TCP', port: proxy.port }] };
+  return {
+    to: [{ namespaceSelector: { matchLabels: { [NAMESPACE_NAME_LABEL]: pods.namespace } }, podSelector: { matchLabels: { ...pods.labels } } }],
+    ports: [{ protocol: 'TCP', port: pods.port ?? proxy.port }],
+  };
 }
 
 /** The name of pod `podName`'s CA ConfigMap. */
@@ -65,7 +84,7 @@ export function egressCaConfigMap(installation: string, pod: V1Pod, ca: PodProxy
  * proxy's address (a /32 or /128). Not even DNS: the proxy resolves names itself.
  */
 export function proxyNetworkPolicy(installation: string, tenant: string, k: KubernetesSettings, proxy: ProxyAddress): V1NetworkPolicy {
-  const reach = proxyReach(proxy);
+  const reach = proxyReach(proxy, k.proxyPods);
   return {
     apiVersion: 'networking.k8s.io/v1',
     kind: 'NetworkPolicy',
@@ -79,22 +98,19 @@ export function proxyNetworkPolicy(installation: string, tenant: string, k: Kube
       podSelector: { matchLabels: tenantMatchLabels(installation, tenant, reach) },
       policyTypes: ['Ingress', 'Egress'],
       ingress: [],
-      egress: [{
-        to: [{ ipBlock: { cidr: `${proxy.ip}/${proxy.family === 4 ? 32 : 128}` } }],
-        ports: [{ protocol: 'TCP', port: proxy.port }],
-      }],
+      egress: [proxyPeer(k, proxy)],
     },
   };
 }
 
 /** `pod` made for the proxy: its reach label, and berth's CA mounted read-only from its own map. */
-export function withProxyEgress(pod: V1Pod, proxy: ProxyAddress): V1Pod {
+export function withProxyEgress(pod: V1Pod, proxy: ProxyAddress, pods?: KubernetesSettings['proxyPods']): V1Pod {
   const spec = pod.spec!;
   const caMap = egressCaMapName(pod.metadata!.name!);
   const container = spec.containers[0]!;
   return {
     ...pod,
-    metadata: { ...pod.metadata, labels: { ...pod.metadata?.labels, [NETWORK_LABEL]: proxyReach(proxy) } },
+    metadata: { ...pod.metadata, labels: { ...pod.metadata?.labels, [NETWORK_LABEL]: proxyReach(proxy, pods) } },
     spec: {
       ...spec,
       volumes: [...spec.volumes ?? [], { name: CA_VOLUME, configMap: { name: caMap, defaultMode: 0o444 } }],

@@ -82,6 +82,14 @@ export interface KubernetesSettings {
    * public addresses, as on most IPv6 clusters.
    */
   blockedCidrs: readonly string[];
+  /**
+   * berth's own pods, when berth runs in the cluster (egress `allowlist`): the pods' policy admits
+   * them (namespace AND labels, one peer) on `port` instead of the `egressProxy.advertise` address,
+   * so that address may be a Service's (a policy sees pod addresses and ports, after a Service's
+   * translation). `port` is the one berth's pods listen on (default: advertise's). Undefined: the
+   * advertised address, as an ipBlock.
+   */
+  proxyPods: { namespace: string; labels: Readonly<Record<string, string>>; port: number | undefined } | undefined;
   /** How long a new pod may take to be Running before the create fails. */
   podStartTimeoutSeconds: number;
   /**
@@ -125,6 +133,7 @@ export const KUBERNETES_DEFAULTS: Readonly<KubernetesSettings> = Object.freeze({
   // one link-local address reserved for that cache; metadata (169.254.169.254) stays blocked.
   dnsAddresses: Object.freeze(['169.254.20.10']),
   blockedCidrs: Object.freeze([]),
+  proxyPods: undefined,
   podStartTimeoutSeconds: 120,
   imagePullTimeoutSeconds: 60,
 });
@@ -137,6 +146,16 @@ const dnsLabel = (what: string) =>
   z.string({ error: what }).max(63, { error: what }).regex(DNS_LABEL, { error: what }).optional();
 const dnsSubdomain = (what: string) =>
   z.string({ error: what }).max(253, { error: what }).regex(DNS_SUBDOMAIN, { error: what }).optional();
+/** Pod labels of a policy peer: valid keys and values, and at least one (an empty selector picks every pod of the namespace). */
+const podLabels = (traffic: string) =>
+  z.record(z.string(), z.string({ error: 'a label value (a string)' }).superRefine(problemOf(labelValueProblem)), { error: 'a mapping of pod label keys to values' })
+    .superRefine((m, ctx) => {
+      if (Object.keys(m).length === 0) ctx.addIssue({ code: 'custom', message: `needs at least one label: an empty selector would admit ${traffic} to every pod of the namespace`, params: FULL });
+      for (const key of Object.keys(m)) {
+        const message = labelKeyProblem(key);
+        if (message !== undefined) ctx.addIssue({ code: 'custom', path: [key], message, params: FULL });
+      }
+    });
 const nonRootId = () =>
   z.number({ error: 'a uid/gid of at least 1 (0 is root)' }).int({ error: 'a uid/gid of at least 1 (0 is root)' })
     .min(1, { error: 'a uid/gid of at least 1 (0 is root)' }).max(2_147_483_647, { error: 'a uid/gid below 2^31' }).optional();
@@ -177,16 +196,16 @@ const kubernetesShape = {
   network: oneOf(KUBERNETES_NETWORKS),
   networkPolicy: bool(),
   dnsNamespace: dnsLabel('a namespace name (lowercase letters, digits and "-", at most 63)'),
-  dnsPodLabels: z.record(z.string(), z.string({ error: 'a label value (a string)' }).superRefine(problemOf(labelValueProblem)), { error: 'a mapping of pod label keys to values' })
-    .superRefine((m, ctx) => {
-      if (Object.keys(m).length === 0) ctx.addIssue({ code: 'custom', message: 'needs at least one label: an empty selector would admit DNS traffic to every pod of the namespace', params: FULL });
-      for (const key of Object.keys(m)) {
-        const message = labelKeyProblem(key);
-        if (message !== undefined) ctx.addIssue({ code: 'custom', path: [key], message, params: FULL });
-      }
-    }).optional(),
+  dnsPodLabels: podLabels('DNS traffic').optional(),
   dnsAddresses: z.array(z.string({ error: 'an IP address (a string)' }).superRefine(problemOf(dnsAddressProblem)), { error: 'a list of IP addresses' }).optional(),
   blockedCidrs: z.array(z.string({ error: 'a CIDR range (a string)' }).superRefine(problemOf(blockedCidrProblem)), { error: 'a list of CIDR ranges' }).optional(),
+  proxyPods: z.strictObject({
+    namespace: z.string({ error: 'a namespace name (lowercase letters, digits and "-", at most 63)' })
+      .max(63, { error: 'a namespace name (lowercase letters, digits and "-", at most 63)' })
+      .regex(DNS_LABEL, { error: 'a namespace name (lowercase letters, digits and "-", at most 63)' }),
+    labels: podLabels("the sandboxes' traffic"),
+    port: z.number({ error: 'a TCP port (1-65535)' }).int({ error: 'a TCP port (1-65535)' }).min(1, { error: 'a TCP port (1-65535)' }).max(65_535, { error: 'a TCP port (1-65535)' }).optional(),
+  }, { error: "berth's pods as { namespace, labels, port }" }).optional(),
   podStartTimeoutSeconds: positiveInteger(),
   imagePullTimeoutSeconds: positiveInteger(),
 };
@@ -280,5 +299,5 @@ export const kubernetesSettings: SettingsSection<KubernetesSettings, typeof kube
   problems: kubernetesUseProblems,
   // The cluster's resolver and address ranges: one cluster per installation, and every profile's
   // sandboxes of a tenant share its policy.
-  installationWide: ['dnsNamespace', 'dnsPodLabels', 'dnsAddresses', 'blockedCidrs'],
+  installationWide: ['dnsNamespace', 'dnsPodLabels', 'dnsAddresses', 'blockedCidrs', 'proxyPods'],
 };
