@@ -235,7 +235,8 @@ const mib = (bytes: number): string => `${(bytes / 1024 / 1024).toFixed(2)} MiB`
 async function density(docker: Dockerode): Promise<void> {
   const home = mkdtempSync(join(tmpdir(), 'berth-bench-hib-density-'));
   const broker = await Broker.open({
-    config: hibernatingConfig({ backend: 'docker', docker: { image: IMAGE }, limits: { ...BENCH_LIMITS, liveSandboxes: LIVE } }),
+    // A burst waits for room as long as a call's timeout: long enough for the engine to turn the whole step over.
+    config: hibernatingConfig({ backend: 'docker', docker: { image: IMAGE }, limits: { ...BENCH_LIMITS, liveSandboxes: LIVE }, exec: { timeoutSeconds: 7200 } }),
     berthHome: home, env: PATH, reap: false,
   });
   const gc = (globalThis as { gc?: () => void }).gc;

@@ -15,13 +15,9 @@ export interface LiveCapOptions {
   gate: { readonly width: number; run<T>(fn: () => Promise<T>): Promise<T> };
   /** A sandbox hibernated to make room (the metrics' and dashboard's reaped count). */
   hibernated?: (live: LiveSandbox) => void;
-  /** How long a call waits for room (default 30 s). */
-  waitMs?: number;
   log: Logger;
 }
 
-/** How long a call waits for a live sandbox to become idle enough to hibernate in its place. */
-const WAIT_MS = 30_000;
 /** How often the waiting calls' pump looks again while no live sandbox may go. */
 const LOOK_EVERY_MS = 50;
 /** A sandbox that could not go (a busy shell, a job) is tried again after this long. */
@@ -29,6 +25,7 @@ const RETRY_AFTER_MS = 1_000;
 
 interface Waiter {
   key: string;
+  waitMs: number;
   deadline: number;
   resolve(release: () => void): void;
   reject(err: Error): void;
@@ -41,8 +38,9 @@ interface Waiter {
  * brings one more sandbox up while the bound is reached waits in line while the least recently used
  * idle persistent ones hibernate (no command in flight, no busy shell, no running job, hibernation
  * not turned off for its profile, no other process holding it), as the idle sweep would later,
- * through the start gate. A call still without room after `WAIT_MS` (a burst: every live one runs a
- * command) is refused (`at_capacity`, retrying later may work) and nothing is started for it.
+ * through the start gate. A call still without room after its own timeout (`exec.timeoutSeconds`:
+ * a burst of more calls than the engine turns over in that time) is refused (`at_capacity`,
+ * retrying later may work) and nothing is started for it.
  *
  * One pump serves the line, so a burst of thousands of calls costs one look at the live sandboxes
  * per step, not one per waiting call.
@@ -61,16 +59,16 @@ export class LiveCap {
   constructor(private readonly o: LiveCapOptions) {}
 
   /**
-   * A slot for one more live sandbox, once there is one: call the returned function when the
-   * sandbox is live (it counts as live from then on) or failed to come up.
+   * A slot for one more live sandbox, once there is one (waiting at most `waitMs`): call the
+   * returned function when the sandbox is live (it counts as live from then on) or failed to come up.
    *
    * @throws BerthError `at_capacity` when no room was made within the wait.
    */
-  reserve(key: string): Promise<() => void> {
+  reserve(key: string, waitMs: number): Promise<() => void> {
     if (this.o.max === undefined) return Promise.resolve(() => undefined);
     if (this.line.length === 0 && this.hasRoom()) return Promise.resolve(this.take());
     return new Promise((resolve, reject) => {
-      this.line.push({ key, deadline: Date.now() + (this.o.waitMs ?? WAIT_MS), resolve, reject });
+      this.line.push({ key, waitMs, deadline: Date.now() + waitMs, resolve, reject });
       this.pumping ??= this.pump().finally(() => {
         this.pumping = undefined;
       });
@@ -102,7 +100,7 @@ export class LiveCap {
       const now = Date.now();
       for (const w of this.line.filter((x) => x.deadline <= now)) {
         this.line.splice(this.line.indexOf(w), 1);
-        w.reject(this.refusal(w.key));
+        w.reject(this.refusal(w));
       }
       while (this.line.length > 0 && this.hasRoom()) {
         this.line.shift()!.resolve(this.take());
@@ -155,12 +153,13 @@ export class LiveCap {
     return !jobRuns && live.inflight === 0;
   }
 
-  private refusal(key: string): BerthError {
+  private refusal(w: Waiter): BerthError {
     return new BerthError(
       'at_capacity',
-      `sandbox "${key}" cannot start: this berth keeps ${this.o.max} sandboxes live at once (limits.liveSandboxes) and for ` +
-        `${Math.round((this.o.waitMs ?? WAIT_MS) / 1000)} s none of them was idle and persistent with hibernation on, to hibernate in its place; ` +
-        'retry later, or raise limits.liveSandboxes (each live sandbox holds its processes and engine resources)',
+      `sandbox "${w.key}" cannot start: this berth keeps ${this.o.max} sandboxes live at once (limits.liveSandboxes), and within ` +
+        `${Math.round(w.waitMs / 1000)} s (the call's exec.timeoutSeconds) no room was made: every live one was busy, ephemeral or kept ` +
+        'from hibernating, or more calls were waiting than the engine could stop and start in that time; retry later, or raise ' +
+        'limits.liveSandboxes (each live sandbox holds its processes and engine resources)',
     );
   }
 }

@@ -47,7 +47,7 @@ export interface SandboxPoolOptions {
   /** Bounds the sandboxes created or adopted at once (shared with the shell pool's starts). */
   gate: StartGate;
   /** limits.liveSandboxes: room for one more live sandbox, made by hibernating an idle one. */
-  cap: { reserve(key: string): Promise<() => void> };
+  cap: { reserve(key: string, waitMs: number): Promise<() => void> };
   /** berth's egress proxy listens in a sandbox that uses it before the sandbox is live. */
   egress: { attach(call: ResolvedCall, sandbox: Sandbox): Promise<void> };
   log: Logger;
@@ -100,7 +100,8 @@ export class SandboxPool {
         known = undefined;
       }
       const backend = await this.backendFor(call);
-      const room = await this.opts.cap.reserve(call.binding.sandboxKey);
+      // A call waits for room as long as it would wait for its command.
+      const room = await this.opts.cap.reserve(call.binding.sandboxKey, call.settings.exec.timeoutSeconds * 1000);
       try {
         return await this.bringUp(call, backend, known);
       } finally {

@@ -27,7 +27,7 @@ function setUp(fakes: Fake[], max: number, waitMs = 200) {
   }) as unknown as LiveSandbox));
   const hibernated: string[] = [];
   const cap = new LiveCap({
-    max, waitMs, gate: new StartGate(4), log: Logger.silent(),
+    max, gate: new StartGate(4), log: Logger.silent(),
     lives: { all: () => [...live] },
     jobs: { activeIn: async (digest) => [...live].some((l) => l.digest === digest && (l as unknown as { job: boolean }).job) },
     hibernate: async (l, stillIdle) => {
@@ -37,7 +37,7 @@ function setUp(fakes: Fake[], max: number, waitMs = 200) {
       return true;
     },
   });
-  return { cap, live, hibernated };
+  return { cap: { reserve: (key: string) => cap.reserve(key, waitMs) }, live, hibernated };
 }
 
 it('below the bound nothing goes; at it, the least recently used idle persistent sandbox hibernates', async () => {
@@ -77,7 +77,7 @@ it('with none that can go, a call waits for one that can, then is refused naming
   const err = await refused.cap.reserve('session:x').catch((e: unknown) => e);
   expect(err).toBeInstanceOf(BerthError);
   expect((err as BerthError).code).toBe('at_capacity');
-  expect((err as Error).message).toMatch(/sandbox "session:x" cannot start: this berth keeps 1 sandboxes live at once \(limits\.liveSandboxes\).*raise limits\.liveSandboxes/);
+  expect((err as Error).message).toMatch(/sandbox "session:x" cannot start: this berth keeps 1 sandboxes live at once \(limits\.liveSandboxes\), and within 0 s \(the call's exec\.timeoutSeconds\) no room was made.*raise limits\.liveSandboxes/);
   expect(refused.hibernated).toEqual([]);
 });
 
