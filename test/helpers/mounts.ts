@@ -26,16 +26,28 @@ export function loopDevicesUnder(dir: string): string[] {
   return out.split('\n').filter((l) => l.includes(`(${root}/`));
 }
 
-/** Takes down every mount under `dir` (lazily when busy); returns what it unmounted. */
+/**
+ * Takes down every mount under `dir` (lazily when busy); returns what it unmounted. A mount that
+ * is gone by the time its turn comes (a berth process unmounting its own as it ends) is skipped;
+ * one still listed after both tries is an error naming it.
+ */
 export function unmountAllUnder(dir: string): string[] {
   const done: string[] = [];
   for (const target of mountsUnder(dir)) {
-    try {
-      execFileSync('umount', ['--', target], { stdio: 'ignore' });
-    } catch {
-      execFileSync('umount', ['-l', '--', target], { stdio: 'ignore' });
+    const tries = [['--', target], ['-l', '--', target]];
+    let unmounted = false;
+    for (const args of tries) {
+      if (!mountsUnder(dir).includes(target)) break;
+      try {
+        execFileSync('umount', args, { stdio: 'ignore' });
+        unmounted = true;
+        break;
+      } catch {
+        // gone meanwhile, or busy: look again
+      }
     }
-    done.push(`mount ${target}`);
+    if (unmounted) done.push(`mount ${target}`);
+    else if (mountsUnder(dir).includes(target)) throw new Error(`could not unmount ${target} (umount and umount -l both failed); see grep ${target} /proc/self/mountinfo`);
   }
   return done;
 }

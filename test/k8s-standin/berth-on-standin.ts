@@ -14,6 +14,8 @@ import { StandinApiServer, type StandinOptions } from './server.js';
  * an operator's config names a cluster's.
  */
 
+const POD_GONE_MS = 90_000;
+
 export class BerthOnStandin {
   readonly client: KubeClient;
   private readonly homes: string[] = [];
@@ -47,11 +49,25 @@ export class BerthOnStandin {
     const r = parseRef(ref);
     if (r.kind === 'pod') {
       await deletePod(this.client, r.name);
-      await waitForPodGone(this.client, r.name, 30_000);
+      await this.podGone(r.name);
       return;
     }
     const group = r.kind === 'sandbox' ? 'agents.x-k8s.io' : 'extensions.agents.x-k8s.io';
     await this.client.custom.deleteNamespacedCustomObject({ group, version: 'v1beta1', namespace: r.namespace, plural: r.kind === 'sandbox' ? 'sandboxes' : 'sandboxclaims', name: r.name });
+  }
+
+  /**
+   * Waits for pod `name` of namespace berth to be gone, as long as a busy engine may take to remove
+   * its container (a CI machine running other suites took over 30 s once); a timeout says what the
+   * stand-in's deletion was waiting on.
+   */
+  private async podGone(name: string): Promise<void> {
+    try {
+      await waitForPodGone(this.client, name, POD_GONE_MS);
+    } catch (err) {
+      const waiting = this.server.terminating.get(`berth/${name}`);
+      throw waiting === undefined ? err : new Error(`${(err as Error).message} (the stand-in was waiting on ${waiting})`);
+    }
   }
 
   /** Every object of the namespace deleted (pods waited out) and the homes removed: the next test starts clean. */
@@ -61,10 +77,9 @@ export class BerthOnStandin {
       const list = (await this.client.custom.listNamespacedCustomObject({ group, version: 'v1beta1', namespace: 'berth', plural })) as { items: { metadata: { name: string } }[] };
       for (const o of list.items) await this.client.custom.deleteNamespacedCustomObject({ group, version: 'v1beta1', namespace: 'berth', plural, name: o.metadata.name }).catch(() => undefined);
     }
-    for (const p of (await this.client.core.listNamespacedPod({ namespace: 'berth' })).items) {
-      await deletePod(this.client, p.metadata!.name!);
-      await waitForPodGone(this.client, p.metadata!.name!, 30_000);
-    }
+    const pods = (await this.client.core.listNamespacedPod({ namespace: 'berth' })).items.map((p) => p.metadata!.name!);
+    for (const name of pods) await deletePod(this.client, name);
+    await Promise.all(pods.map((name) => this.podGone(name)));
     for (const c of (await this.client.core.listNamespacedPersistentVolumeClaim({ namespace: 'berth' })).items) {
       await this.client.core.deleteNamespacedPersistentVolumeClaim({ namespace: 'berth', name: c.metadata!.name! }).catch(() => undefined);
     }

@@ -137,6 +137,8 @@ export class StandinApiServer implements AsyncDisposable {
   private readonly namespaces: readonly string[] | undefined;
   private readonly agentSandbox: boolean;
   private readonly pending = new Set<Promise<unknown>>();
+  /** Pods being deleted (namespace/name): what the deletion waits on now, for a test's message when one takes long. */
+  readonly terminating = new Map<string, string>();
   private readonly timers = new Set<NodeJS.Timeout>();
   /** A mutating admission webhook for NetworkPolicies (create and update): it may change one before it is stored. */
   mutateNetworkPolicy: ((policy: Record<string, unknown>) => void) | undefined;
@@ -724,25 +726,42 @@ export class StandinApiServer implements AsyncDisposable {
     }
   }
 
-  /** Graceful pod deletion: the object stays, with a deletionTimestamp, until its container is gone. */
+  /**
+   * Graceful pod deletion: the object stays, with a deletionTimestamp, until its container is
+   * gone; then it goes whatever else failed (a kubelet that cannot clean a volume up still lets
+   * the pod go). `terminating` says what each deletion waits on meanwhile.
+   */
   private deletePodObject(key: string, obj: Obj): void {
     const store = this.store('pods');
-    if (obj.metadata['deletionTimestamp'] === undefined) {
-      obj.metadata['deletionTimestamp'] = new Date().toISOString();
-      obj.metadata['deletionGracePeriodSeconds'] = 0;
-      this.touch('pods', key);
-      this.track((async () => {
-        const id = this.containers.get(key);
-        if (id !== undefined) await this.docker.getContainer(id).remove({ force: true }).catch(() => undefined);
-        this.containers.delete(key);
-        rmSync(join(this.dataDir, 'emptydir', String(obj.metadata['uid'])), { recursive: true, force: true });
-        if (store.get(key) !== obj) return;
-        this.drop('pods', key);
-        this.collectGarbage(key.slice(0, key.indexOf('/')), String(obj.metadata['uid']));
-        const owner = ((obj.metadata['ownerReferences'] ?? []) as { kind?: string; uid?: string; controller?: boolean }[]).find((o) => o.controller === true && o.kind === 'Sandbox');
-        if (owner?.uid !== undefined) podGone(this.controllerHost(), key.slice(0, key.indexOf('/')), owner.uid);
-      })());
-    }
+    if (obj.metadata['deletionTimestamp'] !== undefined) return;
+    obj.metadata['deletionTimestamp'] = new Date().toISOString();
+    obj.metadata['deletionGracePeriodSeconds'] = 0;
+    this.touch('pods', key);
+    this.track((async () => {
+      const id = this.containers.get(key);
+      try {
+        if (id !== undefined) {
+          this.terminating.set(key, `the engine's removal of container ${id.slice(0, 12)}, asked at ${new Date().toISOString()}`);
+          await this.docker.getContainer(id).remove({ force: true }).catch(() => undefined);
+        }
+        // A pod made again under this name meanwhile has a container of its own: keep its entry.
+        if (this.containers.get(key) === id) this.containers.delete(key);
+        this.terminating.set(key, 'the removal of its emptyDir volumes');
+        try {
+          rmSync(join(this.dataDir, 'emptydir', String(obj.metadata['uid'])), { recursive: true, force: true, maxRetries: 3 });
+        } catch {
+          // left for stop(), which removes the data dir
+        }
+      } finally {
+        this.terminating.delete(key);
+        if (store.get(key) === obj) {
+          this.drop('pods', key);
+          this.collectGarbage(key.slice(0, key.indexOf('/')), String(obj.metadata['uid']));
+          const owner = ((obj.metadata['ownerReferences'] ?? []) as { kind?: string; uid?: string; controller?: boolean }[]).find((o) => o.controller === true && o.kind === 'Sandbox');
+          if (owner?.uid !== undefined) podGone(this.controllerHost(), key.slice(0, key.indexOf('/')), owner.uid);
+        }
+      }
+    })());
   }
 
   private upgrade(req: IncomingMessage, sock: import('node:net').Socket, head: Buffer): void {
