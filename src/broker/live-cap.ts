@@ -1,7 +1,7 @@
 import { BerthError } from '../errors.js';
 import type { Sandbox } from '../backends/backend.js';
 import type { Logger } from '../logging/logger.js';
-import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
+import { inUseNow, type LiveSandbox, type LiveSandboxes } from './live-sandboxes.js';
 
 export interface LiveCapOptions {
   /** `limits.liveSandboxes`: undefined bounds nothing. */
@@ -148,9 +148,7 @@ export class LiveCap {
   }
 
   private async idle(live: LiveSandbox): Promise<boolean> {
-    if (live.inflight > 0 || (await live.shells.busy())) return false;
-    const jobRuns = await this.o.jobs.activeIn(live.digest, live.sandbox).catch(() => true);
-    return !jobRuns && live.inflight === 0;
+    return !(await inUseNow(live, this.o.jobs)) && live.inflight === 0;
   }
 
   private refusal(w: Waiter): BerthError {

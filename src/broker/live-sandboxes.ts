@@ -34,6 +34,15 @@ export interface LiveSandbox {
 }
 
 /**
+ * Whether anything runs on `live` now: a call in flight, a busy shell, or a background job that
+ * runs (a job whose state cannot be read counts as running).
+ */
+export async function inUseNow(live: LiveSandbox, jobs: { activeIn(digest: string, sandbox: Sandbox): Promise<boolean> }): Promise<boolean> {
+  if (live.inflight > 0 || (await live.shells.busy())) return true;
+  return jobs.activeIn(live.digest, live.sandbox).catch(() => true);
+}
+
+/**
  * The sandboxes this process holds, by identity digest, with the backend of each; the identity's
  * lock under which one is brought up or taken down; and the calls in flight on them, so a close
  * can wait until none is left.

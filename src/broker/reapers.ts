@@ -3,7 +3,7 @@ import { settingsFor } from '../config/types.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import type { AuditRecorder } from './audit.js';
 import type { Engines } from './engines.js';
-import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
+import { inUseNow, type LiveSandbox, type LiveSandboxes } from './live-sandboxes.js';
 import type { BrokerObserver } from './observer.js';
 import { ownerAlive } from './process-owner.js';
 import { claimAbandoned } from './sandbox-claim.js';
@@ -272,7 +272,7 @@ export class Reapers implements BrokerReapers {
    */
   private async isIdle(live: LiveSandbox, now: number, afterMs: number): Promise<boolean> {
     if (live.inflight > 0 || now - live.lastActivityMs < afterMs) return false;
-    if ((await live.shells.busy()) || (await this.opts.jobs.activeIn(live.digest, live.sandbox).catch(() => true))) {
+    if (await inUseNow(live, this.opts.jobs)) {
       live.lastActivityMs = Math.max(live.lastActivityMs, now);
       return false;
     }

@@ -122,7 +122,7 @@ describe('egress on kubernetes: the allowlist pod and its NetworkPolicy', () => 
     expect(configProblem({ ...base, kubernetes: { proxyPods: { namespace: 'berth', labels: { app: 'berth' } } } })).toBe('');
     expect(configProblem({ ...base, kubernetes: { proxyPods: { namespace: 'berth', labels: {} } } })).toMatch(/kubernetes\.proxyPods\.labels.*at least one label: an empty selector would admit the sandboxes' traffic to every pod/);
     expect(configProblem({ ...base, kubernetes: { proxyPods: { labels: { app: 'berth' } } } })).toMatch(/kubernetes\.proxyPods\.namespace/);
-    expect(configProblem({ ...base, kubernetes: { proxyPods: { namespace: 'berth', labels: { app: 'berth' }, port: 70000 } } })).toMatch(/kubernetes\.proxyPods\.port.*a TCP port/);
+    expect(configProblem({ ...base, kubernetes: { proxyPods: { namespace: 'berth', labels: { app: 'berth' }, port: 70000 } } })).toMatch(/kubernetes\.proxyPods\.port": expected an integer between 1 and 65535, got 70000/);
     expect(configProblem({ ...base, kubernetes: { proxyPods: { namespace: 'berth', labels: { app: 'berth' }, extra: 1 } } })).toMatch(/kubernetes\.proxyPods.*extra/);
   });
 

@@ -92,8 +92,7 @@ export class SandboxCgroups implements ProcessGroups {
   async admitAsync(hostPid: number): Promise<boolean> {
     try {
       await this.dir.enterAsync(hostPid).catch(async (err: unknown) => {
-        if (this.opts.ownBase !== true || errnoOf(err) !== 'ENOENT' || this.dir.exists) throw err;
-        mkdirSync(this.dir.path, { recursive: true });
+        if (!this.madeAgain(err)) throw err;
         await this.dir.enterAsync(hostPid);
       });
       return true;
@@ -146,10 +145,16 @@ export class SandboxCgroups implements ProcessGroups {
     try {
       return op();
     } catch (err) {
-      if (this.opts.ownBase !== true || errnoOf(err) !== 'ENOENT' || this.dir.exists) throw err;
-      mkdirSync(this.dir.path, { recursive: true });
+      if (!this.madeAgain(err)) throw err;
       return op();
     }
+  }
+
+  /** After `err` from an operation on the sandbox's cgroup: true when berth made it, it was gone, and it is made again now. */
+  private madeAgain(err: unknown): boolean {
+    if (this.opts.ownBase !== true || errnoOf(err) !== 'ENOENT' || this.dir.exists) return false;
+    mkdirSync(this.dir.path, { recursive: true });
+    return true;
   }
 
   /** Removes berth's groups that no process is in any more (ended jobs, a crashed berth's). */

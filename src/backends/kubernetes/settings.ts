@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { bool, FULL, oneOf, positiveInteger, positiveNumber } from '../../config/zod-kit.js';
+import { bool, FULL, integer, oneOf, positiveInteger, positiveNumber } from '../../config/zod-kit.js';
 import { labelKeyProblem, labelValueProblem } from './labels.js';
 import { blockedCidrProblem, dnsAddressProblem } from './network-ranges.js';
 import { mergeWritten, type SectionUse, type SettingsSection } from '../../config/section.js';
@@ -142,8 +142,9 @@ const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
 const text = (what: string) => z.string({ error: what }).min(1, { error: what }).optional();
-const dnsLabel = (what: string) =>
-  z.string({ error: what }).max(63, { error: what }).regex(DNS_LABEL, { error: what }).optional();
+const requiredDnsLabel = (what: string) => z.string({ error: what }).max(63, { error: what }).regex(DNS_LABEL, { error: what });
+const dnsLabel = (what: string) => requiredDnsLabel(what).optional();
+const NAMESPACE_NAME = 'a namespace name (lowercase letters, digits and "-", at most 63)';
 const dnsSubdomain = (what: string) =>
   z.string({ error: what }).max(253, { error: what }).regex(DNS_SUBDOMAIN, { error: what }).optional();
 /** Pod labels of a policy peer: valid keys and values, and at least one (an empty selector picks every pod of the namespace). */
@@ -173,7 +174,7 @@ const kubernetesShape = {
   kubeconfig: text('a path to a kubeconfig file'),
   context: text('a kubeconfig context name'),
   inCluster: bool(),
-  namespace: dnsLabel('a namespace name (lowercase letters, digits and "-", at most 63)'),
+  namespace: dnsLabel(NAMESPACE_NAME),
   mode: oneOf(KUBERNETES_MODES),
   warmPool: dnsSubdomain('a SandboxWarmPool name (a lowercase DNS subdomain)'),
   image: text('a non-empty image reference'),
@@ -195,16 +196,14 @@ const kubernetesShape = {
   fsGroup: nonRootId(),
   network: oneOf(KUBERNETES_NETWORKS),
   networkPolicy: bool(),
-  dnsNamespace: dnsLabel('a namespace name (lowercase letters, digits and "-", at most 63)'),
+  dnsNamespace: dnsLabel(NAMESPACE_NAME),
   dnsPodLabels: podLabels('DNS traffic').optional(),
   dnsAddresses: z.array(z.string({ error: 'an IP address (a string)' }).superRefine(problemOf(dnsAddressProblem)), { error: 'a list of IP addresses' }).optional(),
   blockedCidrs: z.array(z.string({ error: 'a CIDR range (a string)' }).superRefine(problemOf(blockedCidrProblem)), { error: 'a list of CIDR ranges' }).optional(),
   proxyPods: z.strictObject({
-    namespace: z.string({ error: 'a namespace name (lowercase letters, digits and "-", at most 63)' })
-      .max(63, { error: 'a namespace name (lowercase letters, digits and "-", at most 63)' })
-      .regex(DNS_LABEL, { error: 'a namespace name (lowercase letters, digits and "-", at most 63)' }),
+    namespace: requiredDnsLabel(NAMESPACE_NAME),
     labels: podLabels("the sandboxes' traffic"),
-    port: z.number({ error: 'a TCP port (1-65535)' }).int({ error: 'a TCP port (1-65535)' }).min(1, { error: 'a TCP port (1-65535)' }).max(65_535, { error: 'a TCP port (1-65535)' }).optional(),
+    port: integer(1, 65_535),
   }, { error: "berth's pods as { namespace, labels, port }" }).optional(),
   podStartTimeoutSeconds: positiveInteger(),
   imagePullTimeoutSeconds: positiveInteger(),
