@@ -36,6 +36,8 @@ export interface ConformanceTarget {
   cleanup(): Promise<void>;
   /** Damages a snapshot behind berth's back; returns what `verify` must name (see snapshot-conformance.ts). */
   damageSnapshot?(ref: string): Promise<string>;
+  /** Removes one file of a snapshot's copied files behind berth's back; returns what `verify` must name (see snapshot-conformance.ts). */
+  damageSnapshotPartly?(ref: string): Promise<string>;
   /** The installation's snapshot objects the engine still holds (images), tagged or not. */
   leftoverSnapshots?(home: string): Promise<string[]>;
 }
@@ -419,6 +421,7 @@ export function runBackendConformance(o: ConformanceOptions): void {
       specOn,
       sh,
       damageSnapshot: t().damageSnapshot,
+      damageSnapshotPartly: t().damageSnapshotPartly,
       leftoverSnapshots: t().leftoverSnapshots,
     }));
 

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { readdirSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'vitest';
 import type { Backend, Sandbox, SandboxSpec, SnapshotCapability } from '../../src/backends/backend.js';
@@ -32,8 +33,18 @@ export interface SnapshotContext {
   sh(sandbox: Sandbox, script: string): Promise<string>;
   /** Damages a snapshot behind berth's back (its image or its copied files gone); what `verify` must then name. */
   damageSnapshot?(ref: string): Promise<string>;
+  /** Removes one file of a snapshot's copied files behind berth's back (the copy still there); what `verify` must then name. */
+  damageSnapshotPartly?(ref: string): Promise<string>;
   /** This installation's snapshot objects the engine still holds, tagged or not (images); [] where there is no engine. */
   leftoverSnapshots?(home: string): Promise<string[]>;
+}
+
+/** Deletes one regular file under `dir` (a snapshot's copy of a sandbox dir) behind berth's back; returns what verify must name. */
+export function removeOneFile(dir: string): string {
+  const file = execFileSync('find', [dir, '-type', 'f', '-print', '-quit'], { encoding: 'utf8' }).trim();
+  if (file === '') throw new Error(`no file under ${dir} to remove`);
+  rmSync(file);
+  return `(${dir}) holds`;
 }
 
 type Test = (name: string, fn: () => Promise<void>, timeoutMs?: number) => void;
@@ -123,6 +134,8 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
       old = await again(b, old);
       const bad = await snaps(b).create(old, id(), [], UNBOUNDED);
       old = await again(b, old);
+      const partly = c().damageSnapshotPartly === undefined ? undefined : await snaps(b).create(old, id(), [], UNBOUNDED);
+      if (partly !== undefined) old = await again(b, old);
       await c().sh(old, `echo current > ${old.defaultCwd}/f.txt && touch ${old.homeDir}/after`);
 
       // Damaged behind berth's back: verify names what is gone; the restore fails before touching anything.
@@ -133,6 +146,17 @@ export function snapshotConformance(test: Test, c: () => SnapshotContext): void 
       const rerr = await snaps(b).createFrom(spec, bad.ref, { ref: old.ref, hostDir: old.hostDir }).catch((e: unknown) => e);
       expect((rerr as Error).message).toContain(gone);
       expect(await c().sh(old, `cat ${old.defaultCwd}/f.txt; test -e ${old.homeDir}/after && echo has-after`)).toBe('current\nhas-after\n');
+
+      // One file of its copy gone, the copy still there: refused as damaged too, never restored partly.
+      if (partly !== undefined) {
+        const named = await c().damageSnapshotPartly!(partly.ref);
+        const perr = await snaps(b).createFrom(spec, partly.ref, { ref: old.ref, hostDir: old.hostDir }).catch((e: unknown) => e);
+        expect(perr).toBeInstanceOf(BerthError);
+        expect((perr as Error).message).toContain(named);
+        expect((perr as Error).message).toContain('removed or changed outside berth');
+        expect(await c().sh(old, `cat ${old.defaultCwd}/f.txt; test -e ${old.homeDir}/after && echo has-after`)).toBe('current\nhas-after\n');
+        await snaps(b).remove(partly.ref);
+      }
 
       // A whole one replaces it: the snapshot's files, the old sandbox gone.
       const restored = await snaps(b).createFrom(spec, good.ref, { ref: old.ref, hostDir: old.hostDir });

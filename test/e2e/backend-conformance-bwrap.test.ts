@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { killHolders } from '../../src/backends/bwrap/records.js';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { runBackendConformance } from '../conformance/backend-conformance.js';
+import { removeOneFile } from '../conformance/snapshot-conformance.js';
 import { describeBwrap, testRange } from '../helpers/bwrap.js';
 
 /** bwrap passes the whole suite: nothing is skipped. */
@@ -37,6 +38,7 @@ describeBwrap('bwrap', () => {
           rmSync(join(ref, 'home'), { recursive: true, force: true });
           return join(ref, 'home');
         },
+        damageSnapshotPartly: async (ref) => removeOneFile(join(ref, 'workspace')),
         cleanup: async () => {
           for (const h of homes.splice(0)) rmSync(h, { recursive: true, force: true });
           rmSync(dir, { recursive: true, force: true });

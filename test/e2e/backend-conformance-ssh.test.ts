@@ -2,6 +2,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUILTIN_BACKENDS } from '../../src/backends/registry.js';
 import { CONFORMANCE_TESTS as T, runBackendConformance } from '../conformance/backend-conformance.js';
+import { removeOneFile } from '../conformance/snapshot-conformance.js';
 import { sshConfigSection, SshInstalls } from '../helpers/ssh-e2e.js';
 import { describeSsh } from '../helpers/sshd.js';
 
@@ -21,6 +22,7 @@ describeSsh('ssh', () => {
           rmSync(join(ref, 'home'), { recursive: true, force: true });
           return join(ref, 'home');
         },
+        damageSnapshotPartly: async (ref) => removeOneFile(join(ref, 'home')),
         cleanup: async () => {
           await installs.cleanup();
         },

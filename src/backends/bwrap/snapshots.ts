@@ -7,7 +7,7 @@ import type { Logger } from '../../logging/logger.js';
 import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotBudget, SnapshotCapability, SnapshotRef } from '../backend.js';
 import { findForbidden, forbiddenRefusal } from '../plumbing/forbidden-scan.js';
 import { apparentBytes, BudgetSpender } from '../plumbing/snapshot-budget.js';
-import { assertSnapshotId, copyTree, damagedSnapshot, makeSnapshotDir, removeSnapshotDir, snapshotsRoot, treeBytes } from '../plumbing/snapshot-files.js';
+import { assertSnapshotId, checkCopy, copyTree, damagedSnapshot, makeSnapshotDir, removeSnapshotDir, snapshotsRoot, tallies, treeBytes, type TreeTally } from '../plumbing/snapshot-files.js';
 import { SANDBOX_HOME, SANDBOX_WORKSPACE, type SandboxDirs } from './layout.js';
 import type { BwrapSettings } from './settings.js';
 
@@ -28,6 +28,8 @@ interface SnapshotMeta {
   installation: string;
   dirs: OwnDirName[];
   excluded: string[];
+  /** What each copied dir held when the snapshot was made (absent in one an earlier berth made). */
+  tally?: Partial<Record<OwnDirName, TreeTally>>;
 }
 
 /** What the snapshots need of the bwrap backend that owns them. */
@@ -76,7 +78,7 @@ export class BwrapSnapshots implements SnapshotCapability<BwrapSettings> {
       const hit = await findForbidden(kept.map((d) => ({ hostDir: path.join(dir, d.name), sandboxDir: d.target })), forbidden);
       if (hit !== undefined) throw forbiddenRefusal(id, hit);
       const meta: SnapshotMeta = {
-        id, installation: this.host.installation, dirs: kept.map((d) => d.name),
+        id, installation: this.host.installation, dirs: kept.map((d) => d.name), tally: await tallies(dir, kept.map((d) => d.name)),
         excluded: attached ? [`${SANDBOX_WORKSPACE}: the attached workspace ${sandbox.spec.mount ?? ''} is the user's, not part of the snapshot`] : [],
       };
       await writeFile(path.join(dir, META), `${JSON.stringify(meta, null, 2)}\n`, { mode: 0o600 });
@@ -90,9 +92,7 @@ export class BwrapSnapshots implements SnapshotCapability<BwrapSettings> {
   async verify(ref: string): Promise<void> {
     const { id, dir } = this.parseRef(ref);
     const meta = await this.readMeta(id, dir);
-    for (const d of meta.dirs) {
-      if (!existsSync(path.join(dir, d))) throw damagedSnapshot(id, `its copy of ${targetOf(d)} (${path.join(dir, d)}) is gone`);
-    }
+    for (const d of meta.dirs) await checkCopy(id, targetOf(d), path.join(dir, d), meta.tally?.[d]);
   }
 
   async createFrom(

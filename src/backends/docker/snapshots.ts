@@ -9,7 +9,7 @@ import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotBudget, SnapshotCapa
 import { findForbidden, forbiddenRefusal, type ScannedTree } from '../plumbing/forbidden-scan.js';
 import { apparentBytes, BudgetSpender } from '../plumbing/snapshot-budget.js';
 import {
-  assertSnapshotId, copyTree, damagedSnapshot, isEmptyDir, makeSnapshotDir, packDir, removeSnapshotDir, snapshotsRoot, treeBytes, unpackAs,
+  assertSnapshotId, checkCopy, copyTree, damagedSnapshot, isEmptyDir, makeSnapshotDir, packDir, removeSnapshotDir, snapshotsRoot, tallies, treeBytes, unpackAs, type TreeTally,
 } from '../plumbing/snapshot-files.js';
 import { ephemeralName, HOME, hostBindsOf, hostDirFor, LABEL, persistentName, WORKSPACE, type CreatePlanInput } from './container-spec.js';
 import { describeEndpoint, fromDockerError, statusOf } from './engine.js';
@@ -45,6 +45,8 @@ interface SnapshotMeta {
   dirs: OwnDirName[];
   /** In-sandbox dirs the snapshot does not hold, with why. */
   excluded: string[];
+  /** What each copied dir held when the snapshot was made (absent in one an earlier berth made). */
+  tally?: Partial<Record<OwnDirName, TreeTally>>;
 }
 
 /** What the snapshots need of the docker backend that owns them. */
@@ -85,7 +87,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
       const hit = await findForbidden(trees, forbidden);
       if (hit !== undefined) throw forbiddenRefusal(id, hit);
       image = await this.commit(sandbox.ref, id, forbidden, spender);
-      const meta: SnapshotMeta = { id, installation: this.host.installation, image, dirs, excluded };
+      const meta: SnapshotMeta = { id, installation: this.host.installation, image, dirs, excluded, tally: await tallies(dir, dirs) };
       await writeFile(path.join(dir, META), `${JSON.stringify(meta, null, 2)}\n`, { mode: 0o600 });
       const bytes = (await this.layerBytes(image)) + (await treeBytes(dir));
       this.host.log.with({ ref: sandbox.ref }).debug(`snapshot ${id}: image ${image.slice(7, 19)}, dirs ${dirs.join(', ') || 'none'}`);
@@ -111,9 +113,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
       throw damagedSnapshot(id, `image ${image.slice(7, 19)} is not this installation's snapshot ${id}`);
     }
     const meta = await this.readMeta(id);
-    for (const d of meta.dirs) {
-      if (!existsSync(path.join(this.root, id, d))) throw damagedSnapshot(id, `its copy of ${targetOf(d)} (${path.join(this.root, id, d)}) is gone`);
-    }
+    for (const d of meta.dirs) await checkCopy(id, targetOf(d), path.join(this.root, id, d), meta.tally?.[d]);
   }
 
   async createFrom(

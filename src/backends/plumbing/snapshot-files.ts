@@ -1,4 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdir, readdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { PassThrough, type Readable, type Transform } from 'node:stream';
@@ -49,6 +50,47 @@ export function copyTree(src: string, dst: string): Promise<void> {
 export async function treeBytes(dir: string): Promise<number> {
   const out = await runOut('du', ['-s', '-B1', '-x', '--', dir]).catch(() => '0');
   return Number(out.split(/\s/)[0]) || 0;
+}
+
+/**
+ * What a snapshot's copy of a dir holds: its entries (inodes, `du --inodes`) and apparent bytes,
+ * links never followed. Recorded when the snapshot is made and compared before it is used, so a
+ * copy that lost files or had one truncated or grown behind berth's back is refused instead of
+ * restored partly. A file changed in place to the same length is not caught.
+ */
+export interface TreeTally {
+  entries: number;
+  bytes: number;
+}
+
+export async function treeTally(dir: string): Promise<TreeTally> {
+  const [bytes, entries] = await Promise.all([
+    runOut('du', ['-s', '-B1', '--apparent-size', '-P', '--', dir]),
+    runOut('du', ['-s', '--inodes', '-P', '--', dir]),
+  ]);
+  return { entries: Number(entries.split(/\s/)[0]), bytes: Number(bytes.split(/\s/)[0]) };
+}
+
+/** The tally of each of `names` under `root`. */
+export async function tallies<N extends string>(root: string, names: readonly N[]): Promise<Partial<Record<N, TreeTally>>> {
+  const out: Partial<Record<N, TreeTally>> = {};
+  for (const n of names) out[n] = await treeTally(path.join(root, n));
+  return out;
+}
+
+/**
+ * Refuses snapshot `id` (damagedSnapshot) when its copy `dir` of the sandbox's `target` is gone or
+ * no longer holds what was `recorded` (a snapshot an earlier berth made recorded nothing: only
+ * that the copy exists is checked).
+ */
+export async function checkCopy(id: string, target: string, dir: string, recorded: TreeTally | undefined): Promise<void> {
+  if (!existsSync(dir)) throw damagedSnapshot(id, `its copy of ${target} (${dir}) is gone`);
+  if (recorded === undefined) return;
+  const now = await treeTally(dir);
+  if (now.entries !== recorded.entries || now.bytes !== recorded.bytes) {
+    throw damagedSnapshot(id, `its copy of ${target} (${dir}) holds ${now.entries} entries and ${now.bytes} bytes where the snapshot recorded ` +
+      `${recorded.entries} and ${recorded.bytes}: files in it were removed or changed outside berth`);
+  }
 }
 
 /** Whether `dir` is an existing dir with nothing in it (or does not exist). */

@@ -8,7 +8,7 @@ import type { Logger } from '../../logging/logger.js';
 import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotBudget, SnapshotCapability, SnapshotRef } from '../backend.js';
 import { findForbidden, forbiddenRefusal } from '../plumbing/forbidden-scan.js';
 import { BudgetSpender } from '../plumbing/snapshot-budget.js';
-import { assertSnapshotId, damagedSnapshot, makeSnapshotDir, packDir, removeSnapshotDir, snapshotsRoot, treeBytes, unpackAs } from '../plumbing/snapshot-files.js';
+import { assertSnapshotId, checkCopy, damagedSnapshot, makeSnapshotDir, packDir, removeSnapshotDir, snapshotsRoot, treeBytes, treeTally, unpackAs, type TreeTally } from '../plumbing/snapshot-files.js';
 import type { SshConnectionPool } from './connections.js';
 import type { RemoteResult, RemoteRunner } from './remote-exec.js';
 import { helperFailure, remoteStream } from './remote-stream.js';
@@ -42,6 +42,8 @@ interface SnapshotMeta {
   /** Where it was taken: the account and its home, for messages. */
   account: string;
   home: string;
+  /** What the copy of the home held when the snapshot was made (absent in one an earlier berth made). */
+  tally?: TreeTally;
 }
 
 /** Where a sandbox account lives: the connections to its host and its home root. */
@@ -98,7 +100,7 @@ export class SshSnapshots implements SnapshotCapability<SshSettings> {
       if (unpacked.status === 'rejected') throw unpacked.reason;
       const hit = await findForbidden([{ hostDir: path.join(dir, 'home'), sandboxDir: home }], forbidden);
       if (hit !== undefined) throw forbiddenRefusal(id, hit);
-      const meta: SnapshotMeta = { id, installation: this.host.installation, account: place.account, home };
+      const meta: SnapshotMeta = { id, installation: this.host.installation, account: place.account, home, tally: await treeTally(path.join(dir, 'home')) };
       await writeFile(path.join(dir, META), `${JSON.stringify(meta, null, 2)}\n`, { mode: 0o600 });
       this.host.log.with({ ref: sandbox.ref }).debug(`snapshot ${id}: ${all} bytes of ${home}`);
       return { ref: dir, bytes: await treeBytes(dir) };
@@ -110,8 +112,8 @@ export class SshSnapshots implements SnapshotCapability<SshSettings> {
 
   async verify(ref: string): Promise<void> {
     const { id, dir } = this.parseRef(ref);
-    await this.readMeta(id, dir);
-    if (!existsSync(path.join(dir, 'home'))) throw damagedSnapshot(id, `its copy of the account's home (${path.join(dir, 'home')}) is gone`);
+    const meta = await this.readMeta(id, dir);
+    await checkCopy(id, "the account's home", path.join(dir, 'home'), meta.tally);
   }
 
   /**
