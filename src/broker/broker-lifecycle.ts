@@ -1,15 +1,18 @@
 import { BerthError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
+import { inUseNow, type LiveSandbox } from './live-sandboxes.js';
 
 /** What the close asks of the parts, in the order it goes (see `closeParts`). */
 export interface ClosingParts {
   reapers: { stop(): Promise<void> };
-  lives: { drained(): Promise<void>; closeAll(): Promise<void> };
+  lives: { drained(): Promise<void>; closeAll(): Promise<void>; all(): LiveSandbox[] };
   closer: { closeHeld(): Promise<void> };
   warm: { close(): Promise<void> };
   removal: { releaseUnusedAtClose(): Promise<void> };
   backends: { closeAll(): Promise<void> };
-  egress: { close(): Promise<void> };
+  egress: { close(): Promise<void>; holds(ref: string): boolean };
+  /** Whether a job of a sandbox still runs (the job probe's). */
+  jobs: Parameters<typeof inUseNow>[1];
   store: { close(): void };
   log: Logger;
 }
@@ -54,11 +57,34 @@ export async function closeParts(parts: ClosingParts, graceMs: number): Promise<
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([parts.lives.drained(), new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)))]);
   clearTimeout(timer);
+  // Seen before the sessions close (their shells know their jobs); said of those that stay.
+  const stranded = await jobsLosingEgress(parts);
   await parts.closer.closeHeld();
   await parts.warm.close().catch((e: unknown) => parts.log.child('berth:pool').warn(`warm pools at close: ${String(e)}`));
+  for (const live of stranded.filter((l) => parts.lives.all().includes(l))) {
+    parts.log.child('berth:egress').warn(
+      `sandbox ${live.record.key}: a background job still runs in it, and its egress proxy lived in this berth process, which ` +
+        'ends now: the job has no network from here on, unless a berth serve or berth mcp of this home has used the sandbox (it ' +
+        'takes the proxy over within a second). Start jobs that need the network through berth serve',
+    );
+  }
   await parts.lives.closeAll();
   await parts.removal.releaseUnusedAtClose();
   await parts.egress.close().catch((e: unknown) => parts.log.child('berth:egress').warn(`egress at close: ${String(e)}`));
   await parts.backends.closeAll();
   parts.store.close();
+}
+
+/**
+ * The live sandboxes whose egress proxy this process serves and in which something still runs (a
+ * background job): they lose their network when the process ends (the proxy listens in them from
+ * here), which the close says on the log (a CLI call's stderr), since the job would otherwise
+ * fail later with no clue why.
+ */
+async function jobsLosingEgress(parts: ClosingParts): Promise<LiveSandbox[]> {
+  const out: LiveSandbox[] = [];
+  for (const live of parts.lives.all()) {
+    if (parts.egress.holds(live.sandbox.ref) && (await inUseNow(live, parts.jobs))) out.push(live);
+  }
+  return out;
 }

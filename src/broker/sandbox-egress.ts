@@ -214,6 +214,11 @@ export class SandboxEgress {
     if (this.held.delete(ref)) this.o.listeners.release(ref, this.holder);
   }
 
+  /** Whether this broker serves the listener of sandbox `ref`. */
+  holds(ref: string): boolean {
+    return this.held.has(ref);
+  }
+
   async close(): Promise<void> {
     clearInterval(this.watch);
     this.elsewhere.clear();

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -69,6 +69,25 @@ describeDocker('egress listeners across berth processes of one installation (doc
     expect((err as Error).message).toMatch(/egress proxy is served by another berth process of this installation \(pid \d+\) with another egress policy/);
     expect((err as Error).message).toContain('run this call with the config and environment of that process');
     expect((await server.exec(S, PROBE)).stdout).toBe('403\n');
+  }, 120_000);
+
+  it('a process that serves a sandbox\'s proxy says as it closes that a background job still running there loses its network, and it does', async () => {
+    const t = reg.track();
+    const quiet: string[] = [];
+    const first = await t.open(config(), { log: (ns, m) => void quiet.push(`${ns}: ${m}`) });
+    expect((await first.exec(S, PROBE)).stdout).toBe('403\n');
+    await first.close();
+    expect(quiet.filter((l) => l.includes('background job'))).toEqual([]);
+
+    const lines: string[] = [];
+    const cli = await t.open(config(), { log: (ns, m) => void lines.push(`${ns}: ${m}`) });
+    expect((await cli.exec(S, `(sleep 4; curl -sS -o /dev/null -w "%{http_code}" --max-time 5 http://not-allowed.example/ > /tmp/late 2>&1; echo " $?" >> /tmp/late) > /dev/null 2>&1 &`)).exitCode).toBe(0);
+    const [c] = await t.containers();
+    await cli.close();
+    expect(lines.join('\n')).toMatch(/berth:egress: sandbox session:s: a background job still runs in it, and its egress proxy lived in this berth process, which ends now: the job has no network from here on/);
+    // True: the job's request, once the process closed, finds no proxy listening (curl's exit 7) where it answered 403.
+    const late = (): string => execFileSync('docker', ['exec', c!.id, 'cat', '/tmp/late'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    await vi.waitFor(() => expect(late()).toMatch(/Failed to connect to 127\.0\.0\.1 port \d+[\s\S]* 7\n$/), { timeout: 30_000, interval: 500 });
   }, 120_000);
 
   it('a holder process that was killed (SIGKILL) is taken over by the next process', async () => {

@@ -22,11 +22,12 @@ function closing(drained: Promise<void>): { parts: ClosingParts; steps: string[]
   const step = (name: string) => async () => void steps.push(name);
   const parts: ClosingParts = {
     reapers: { stop: step('reapers') },
-    lives: { drained: () => drained.then(() => void steps.push('drained')), closeAll: step('shells') },
+    lives: { drained: () => drained.then(() => void steps.push('drained')), closeAll: step('shells'), all: () => [] },
     closer: { closeHeld: step('sessions') },
     warm: { close: step('warm') },
     removal: { releaseUnusedAtClose: step('release') },
-    egress: { close: step('egress') },
+    egress: { close: step('egress'), holds: () => false },
+    jobs: { activeIn: () => Promise.resolve(false) },
     backends: { closeAll: step('backends') },
     store: { close: () => void steps.push('store') },
     log: Logger.silent(),
