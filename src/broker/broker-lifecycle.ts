@@ -1,6 +1,6 @@
 import { BerthError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
-import { inUseNow, type LiveSandbox } from './live-sandboxes.js';
+import type { LiveSandbox } from './live-sandboxes.js';
 
 /** What the close asks of the parts, in the order it goes (see `closeParts`). */
 export interface ClosingParts {
@@ -11,8 +11,6 @@ export interface ClosingParts {
   removal: { releaseUnusedAtClose(): Promise<void> };
   backends: { closeAll(): Promise<void> };
   egress: { close(): Promise<void>; holds(ref: string): boolean };
-  /** Whether a job of a sandbox still runs (the job probe's). */
-  jobs: Parameters<typeof inUseNow>[1];
   store: { close(): void };
   log: Logger;
 }
@@ -63,8 +61,8 @@ export async function closeParts(parts: ClosingParts, graceMs: number): Promise<
   await parts.warm.close().catch((e: unknown) => parts.log.child('berth:pool').warn(`warm pools at close: ${String(e)}`));
   for (const live of stranded.filter((l) => parts.lives.all().includes(l))) {
     parts.log.child('berth:egress').warn(
-      `sandbox ${live.record.key}: a background job still runs in it, and its egress proxy lived in this berth process, which ` +
-        'ends now: the job has no network from here on, unless a berth serve or berth mcp of this home has used the sandbox (it ' +
+      `sandbox ${live.record.key}: a background job started in it may still run, and its egress proxy lived in this berth process, ` +
+        'which ends now: such a job has no network from here on, unless a berth serve or berth mcp of this home has used the sandbox (it ' +
         'takes the proxy over within a second). Start jobs that need the network through berth serve',
     );
   }
@@ -76,15 +74,16 @@ export async function closeParts(parts: ClosingParts, graceMs: number): Promise<
 }
 
 /**
- * The live sandboxes whose egress proxy this process serves and in which something still runs (a
- * background job): they lose their network when the process ends (the proxy listens in them from
- * here), which the close says on the log (a CLI call's stderr), since the job would otherwise
- * fail later with no clue why.
+ * The live sandboxes whose egress proxy this process serves and whose shells reported a background
+ * job after their last command (what the shells know, without asking the sandbox: a close never
+ * waits on an engine for it): they lose their network when the process ends (the proxy listens in
+ * them from here), which the close says on the log (a CLI call's stderr), since such a job would
+ * otherwise fail later with no clue why.
  */
 async function jobsLosingEgress(parts: ClosingParts): Promise<LiveSandbox[]> {
   const out: LiveSandbox[] = [];
   for (const live of parts.lives.all()) {
-    if (parts.egress.holds(live.sandbox.ref) && (await inUseNow(live, parts.jobs))) out.push(live);
+    if (parts.egress.holds(live.sandbox.ref) && (await live.shells.hasBackgroundJobs().catch(() => false))) out.push(live);
   }
   return out;
 }

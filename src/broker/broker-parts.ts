@@ -173,7 +173,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
       resolver, gate: sessionGate, lives, audit, lifecycle, berthHome, stagingBytes: config.limits.stagingBytes, stagingLedger: new StagingLedger(berthHome), log: logger,
     }),
     jobs: new BrokerJobs({ resolver, runner, reader, lifecycle }),
-    closing: { reapers, lives, closer, warm, removal, backends, egress, jobs: probe, store, log: logger },
+    closing: { reapers, lives, closer, warm, removal, backends, egress, store, log: logger },
   };
 }
 

@@ -84,7 +84,7 @@ describeDocker('egress listeners across berth processes of one installation (doc
     expect((await cli.exec(S, `(sleep 4; curl -sS -o /dev/null -w "%{http_code}" --max-time 5 http://not-allowed.example/ > /tmp/late 2>&1; echo " $?" >> /tmp/late) > /dev/null 2>&1 &`)).exitCode).toBe(0);
     const [c] = await t.containers();
     await cli.close();
-    expect(lines.join('\n')).toMatch(/berth:egress: sandbox session:s: a background job still runs in it, and its egress proxy lived in this berth process, which ends now: the job has no network from here on/);
+    expect(lines.join('\n')).toMatch(/berth:egress: sandbox session:s: a background job started in it may still run, and its egress proxy lived in this berth process, which ends now: such a job has no network from here on/);
     // True: the job's request, once the process closed, finds no proxy listening (curl's exit 7) where it answered 403.
     const late = (): string => execFileSync('docker', ['exec', c!.id, 'cat', '/tmp/late'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
     await vi.waitFor(() => expect(late()).toMatch(/Failed to connect to 127\.0\.0\.1 port \d+[\s\S]* 7\n$/), { timeout: 30_000, interval: 500 });

@@ -27,7 +27,6 @@ function closing(drained: Promise<void>): { parts: ClosingParts; steps: string[]
     warm: { close: step('warm') },
     removal: { releaseUnusedAtClose: step('release') },
     egress: { close: step('egress'), holds: () => false },
-    jobs: { activeIn: () => Promise.resolve(false) },
     backends: { closeAll: step('backends') },
     store: { close: () => void steps.push('store') },
     log: Logger.silent(),
@@ -70,5 +69,30 @@ describe('the close waits for the calls in flight', () => {
     const { parts, steps } = closing(new Promise<void>(() => {}));
     await closeParts(parts, 0);
     expect(steps).toEqual(['reapers', 'sessions', 'warm', 'shells', 'release', 'egress', 'backends', 'store']);
+  });
+});
+
+describe('the close says which sandboxes it leaves without their egress proxy', () => {
+  /** A live sandbox whose shells did (or did not) report a background job. */
+  const withJobs = (key: string, jobs: boolean): LiveSandbox =>
+    ({ digest: key, record: { key }, sandbox: { ref: `ref-${key}` }, shells: { hasBackgroundJobs: () => Promise.resolve(jobs) } }) as unknown as LiveSandbox;
+
+  it('a sandbox whose proxy this process serves and whose shell reported a job is named; one its close removes, one without a job and one served elsewhere are not', async () => {
+    const lines: string[] = [];
+    const kept = withJobs('session:kept', true);
+    const removed = withJobs('session:removed', true);
+    const idle = withJobs('session:idle', false);
+    const elsewhere = withJobs('session:elsewhere', true);
+    let all = [kept, removed, idle, elsewhere];
+    const { parts } = closing(Promise.resolve());
+    parts.lives.all = () => all;
+    // The session close removes an ephemeral sandbox: its jobs go with it.
+    parts.closer.closeHeld = async () => void (all = all.filter((l) => l !== removed));
+    parts.egress.holds = (ref) => ref !== 'ref-session:elsewhere';
+    parts.log = new Logger((ns, msg, record) => void lines.push(`${record?.level ?? '?'} ${ns} ${msg}`));
+    await closeParts(parts, 0);
+    expect(lines.filter((l) => l.includes('egress proxy'))).toEqual([
+      expect.stringMatching(/^warn berth:egress sandbox session:kept: a background job started in it may still run, and its egress proxy lived in this berth process/),
+    ]);
   });
 });

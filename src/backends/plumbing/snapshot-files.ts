@@ -63,12 +63,17 @@ export interface TreeTally {
   bytes: number;
 }
 
+/** The tally of `dir`; a tree berth cannot read all of is an error naming it (`transfer_failed`). */
 export async function treeTally(dir: string): Promise<TreeTally> {
-  const [bytes, entries] = await Promise.all([
-    runOut('du', ['-s', '-B1', '--apparent-size', '-P', '--', dir]),
-    runOut('du', ['-s', '--inodes', '-P', '--', dir]),
-  ]);
-  return { entries: Number(entries.split(/\s/)[0]), bytes: Number(bytes.split(/\s/)[0]) };
+  try {
+    const [bytes, entries] = await Promise.all([
+      runOut('du', ['-s', '-B1', '--apparent-size', '-P', '--', dir]),
+      runOut('du', ['-s', '--inodes', '-P', '--', dir]),
+    ]);
+    return { entries: Number(entries.split(/\s/)[0]), bytes: Number(bytes.split(/\s/)[0]) };
+  } catch (err) {
+    throw new BerthError('transfer_failed', `could not count what ${dir} holds (${(err as Error).message})`, { cause: err });
+  }
 }
 
 /** The tally of each of `names` under `root`. */
@@ -86,7 +91,9 @@ export async function tallies<N extends string>(root: string, names: readonly N[
 export async function checkCopy(id: string, target: string, dir: string, recorded: TreeTally | undefined): Promise<void> {
   if (!existsSync(dir)) throw damagedSnapshot(id, `its copy of ${target} (${dir}) is gone`);
   if (recorded === undefined) return;
-  const now = await treeTally(dir);
+  const now = await treeTally(dir).catch((err: unknown) => {
+    throw damagedSnapshot(id, `its copy of ${target} cannot be read whole: ${(err as Error).message}`);
+  });
   if (now.entries !== recorded.entries || now.bytes !== recorded.bytes) {
     throw damagedSnapshot(id, `its copy of ${target} (${dir}) holds ${now.entries} entries and ${now.bytes} bytes where the snapshot recorded ` +
       `${recorded.entries} and ${recorded.bytes}: files in it were removed or changed outside berth`);
