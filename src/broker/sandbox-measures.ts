@@ -38,7 +38,7 @@ export interface EngineLists {
 
 export interface SandboxMeasuresOptions {
   config: BerthConfig;
-  lives: Pick<LiveSandboxes, 'all' | 'has' | 'backendOf' | 'forget'>;
+  lives: Pick<LiveSandboxes, 'all' | 'get' | 'has' | 'backendOf' | 'forget'>;
   backends: BackendByName;
   engines: EngineLists;
   /** The sandboxes recorded, of every tenant. */
@@ -70,11 +70,14 @@ export class SandboxMeasures {
     const deadline = Date.now() + DISK_CHECK_BUDGET_MS;
     for (const live of lives.all().sort((a, b) => a.diskCheckedMs - b.diskCheckedMs)) {
       if (shutdown.aborted || Date.now() > deadline) break;
+      // One removed (or hibernated) since the pass began is not measured, nor is its failure news.
+      const held = (): boolean => lives.get(live.digest) === live;
+      if (!held()) continue;
       const backend = lives.backendOf(live);
       if (backend.checkDiskLimit === undefined || !(await this.usedSinceDiskCheck(live))) continue;
       const checkedMs = Date.now();
       const breach = await backend.checkDiskLimit(live.sandbox)
-        .catch((e: unknown) => void log.child('berth:reaper').warn(`measure disk of ${live.record.key}: ${String(e)}`));
+        .catch((e: unknown) => void (held() ? log.child('berth:reaper').warn(`measure disk of ${live.record.key}: ${String(e)}`) : undefined));
       live.diskCheckedMs = checkedMs;
       if (!breach) continue;
       log.child('berth:reaper').warn(breach.message);
