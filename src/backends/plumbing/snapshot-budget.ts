@@ -15,13 +15,23 @@ const MEASURE_TIMEOUT_MS = 60_000;
 
 /** Apparent bytes of the tree `dir` (`du --apparent-size`, links not followed, hard links once). */
 export function apparentBytes(dir: string, timeoutMs: number = MEASURE_TIMEOUT_MS): Promise<number> {
+  return duFigure(dir, ['-B1', '--apparent-size'], timeoutMs).catch((err: Error) => {
+    throw new BerthError('transfer_failed', `could not measure ${dir} before the snapshot (du: ${err.message}); nothing was copied`, { cause: err });
+  });
+}
+
+/**
+ * The figure `du -s -P <flags>` prints for the tree `dir` (links not followed, hard links once);
+ * rejects with du's reason: its last line on stderr, or that it did not finish within `timeoutMs`.
+ */
+export function duFigure(dir: string, flags: readonly string[], timeoutMs: number): Promise<number> {
   return new Promise((resolve, reject) => {
-    execFile('du', ['-s', '-B1', '--apparent-size', '-P', '--', dir], { timeout: timeoutMs, maxBuffer: 1 << 16 }, (err, out, stderr) => {
+    execFile('du', ['-s', ...flags, '-P', '--', dir], { timeout: timeoutMs, maxBuffer: 1 << 16 }, (err, out, stderr) => {
       if (err === null) {
         resolve(Number(out.split(/\s/)[0]) || 0);
       } else {
         const why = err.killed ? `it did not finish within ${timeoutMs / 1000} s` : stderr.trim().split('\n').at(-1) || err.message;
-        reject(new BerthError('transfer_failed', `could not measure ${dir} before the snapshot (du: ${why}); nothing was copied`, { cause: err }));
+        reject(Object.assign(new Error(why), { cause: err }));
       }
     });
   });

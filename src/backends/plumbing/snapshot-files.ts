@@ -5,6 +5,7 @@ import path from 'node:path';
 import { PassThrough, type Readable, type Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { BerthError } from '../../errors.js';
+import { duFigure } from './snapshot-budget.js';
 
 /*
  * The host side of a snapshot: `$BERTH_HOME/snapshots/<backend>/<id>/`, private to berth (0700),
@@ -66,13 +67,10 @@ export interface TreeTally {
 /** The tally of `dir`; a tree berth cannot read all of is an error naming it (`transfer_failed`). */
 export async function treeTally(dir: string): Promise<TreeTally> {
   try {
-    const [bytes, entries] = await Promise.all([
-      runOut('du', ['-s', '-B1', '--apparent-size', '-P', '--', dir]),
-      runOut('du', ['-s', '--inodes', '-P', '--', dir]),
-    ]);
-    return { entries: Number(entries.split(/\s/)[0]), bytes: Number(bytes.split(/\s/)[0]) };
+    const [bytes, entries] = await Promise.all([duFigure(dir, ['-B1', '--apparent-size'], COPY_TIMEOUT_MS), duFigure(dir, ['--inodes'], COPY_TIMEOUT_MS)]);
+    return { entries, bytes };
   } catch (err) {
-    throw new BerthError('transfer_failed', `could not count what ${dir} holds (${(err as Error).message})`, { cause: err });
+    throw new BerthError('transfer_failed', `could not count what ${dir} holds (du: ${(err as Error).message})`, { cause: err });
   }
 }
 
