@@ -68,7 +68,7 @@ export async function k8sRequestsBench(): Promise<void> {
   const cluster = await BerthOnStandin.start({ flowControl: FLOW });
   const counts = (): Counts => ({ ...cluster.server.requests.byVerb });
   const broker = await Broker.open({
-    config: parseConfig({ backend: 'kubernetes', persistent: false, kubernetes: cluster.section({ image: IMAGE, memoryMb: 64, memoryRequestMb: 32 }) }),
+    config: parseConfig({ backend: 'kubernetes', persistent: false, limits: { sandboxes: Math.max(50, SESSIONS + 10), memoryMb: 64 * (SESSIONS + 10), diskMb: 8192 * (SESSIONS + 10), concurrentCalls: Math.max(100, SESSIONS + 10) }, kubernetes: cluster.section({ image: IMAGE, memoryMb: 64, memoryRequestMb: 32 }) }),
     berthHome: cluster.newHome(), env: { PATH: process.env['PATH'] },
   });
   try {

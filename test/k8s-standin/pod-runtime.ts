@@ -127,6 +127,9 @@ export function containerOptions(pod: V1Pod, opts: PodRuntimeOptions, name: stri
       PidsLimit: opts.podPidsLimit,
       RestartPolicy: { Name: 'no', MaximumRetryCount: 0 },
       AutoRemove: false,
+      // Nobody reads a pod's log here (berth never asks for one); a log file per container is
+      // descriptors in the engine, whose limit 1,000 pods at once reached.
+      LogConfig: { Type: 'none', Config: {} },
     },
   };
 }
