@@ -1,6 +1,8 @@
 import { BerthError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
+import type { KeeperStart, KeptSandbox } from './egress-keeper.js';
 import type { LiveSandbox } from './live-sandboxes.js';
+import type { ResolvedCall } from './resolve-call.js';
 
 /** What the close asks of the parts, in the order it goes (see `closeParts`). */
 export interface ClosingParts {
@@ -10,8 +12,10 @@ export interface ClosingParts {
   warm: { close(): Promise<void> };
   removal: { releaseUnusedAtClose(): Promise<void> };
   backends: { closeAll(): Promise<void> };
-  egress: { close(): Promise<void>; holds(ref: string): boolean };
+  egress: { close(): Promise<void>; holds(ref: string): boolean; heldCall(ref: string): ResolvedCall | undefined };
   store: { close(): void };
+  /** Starts a process that keeps the egress proxies a background job still needs (the CLI's); absent: none is started. */
+  keeper: KeeperStart | undefined;
   log: Logger;
 }
 
@@ -59,13 +63,7 @@ export async function closeParts(parts: ClosingParts, graceMs: number): Promise<
   const stranded = await jobsLosingEgress(parts);
   await parts.closer.closeHeld();
   await parts.warm.close().catch((e: unknown) => parts.log.child('berth:pool').warn(`warm pools at close: ${String(e)}`));
-  for (const live of stranded.filter((l) => parts.lives.all().includes(l))) {
-    parts.log.child('berth:egress').warn(
-      `sandbox ${live.record.key}: a background job started in it may still run, and its egress proxy lived in this berth process, ` +
-        'which ends now: such a job has no network from here on, unless a berth serve or berth mcp of this home has used the sandbox (it ' +
-        'takes the proxy over within a second). Start jobs that need the network through berth serve',
-    );
-  }
+  await handOff(parts, stranded.filter((l) => parts.lives.all().includes(l)));
   await parts.lives.closeAll();
   await parts.removal.releaseUnusedAtClose();
   await parts.egress.close().catch((e: unknown) => parts.log.child('berth:egress').warn(`egress at close: ${String(e)}`));
@@ -74,16 +72,54 @@ export async function closeParts(parts: ClosingParts, graceMs: number): Promise<
 }
 
 /**
- * The live sandboxes whose egress proxy this process serves and whose shells reported a background
- * job after their last command (what the shells know, without asking the sandbox: a close never
- * waits on an engine for it): they lose their network when the process ends (the proxy listens in
- * them from here), which the close says on the log (a CLI call's stderr), since such a job would
- * otherwise fail later with no clue why.
+ * The live sandboxes whose egress proxy this process serves, whose processes outlive it (a
+ * container's; bwrap's end with it) and whose shells reported a background job after their last
+ * command (what the shells know, without asking the sandbox: a close never waits on an engine for
+ * it): such a job would lose its network when the process ends (the proxy listens in them from
+ * here), so they go to a keeper, or the close says so on the log (a CLI call's stderr).
  */
 async function jobsLosingEgress(parts: ClosingParts): Promise<LiveSandbox[]> {
   const out: LiveSandbox[] = [];
   for (const live of parts.lives.all()) {
-    if (parts.egress.holds(live.sandbox.ref) && (await live.shells.hasBackgroundJobs().catch(() => false))) out.push(live);
+    if (live.traits.runsWithoutBerth !== true || !parts.egress.holds(live.sandbox.ref)) continue;
+    if (await live.shells.hasBackgroundJobs().catch(() => false)) out.push(live);
   }
   return out;
+}
+
+/**
+ * Hands the sandboxes a background job still runs in (whose proxy this process serves) to a
+ * keeper process (`berth __keep`), which holds them and their proxies until no job is left there;
+ * returns once it is ready to take each listener over, so a job loses its proxy for a moment at
+ * most (its connections through this process end with it). Without a keeper, or when none could
+ * start, says on the log that such a job is left without network.
+ */
+async function handOff(parts: ClosingParts, stranded: LiveSandbox[]): Promise<void> {
+  if (stranded.length === 0) return;
+  const kept: KeptSandbox[] = [];
+  for (const live of stranded) {
+    const call = parts.egress.heldCall(live.sandbox.ref);
+    if (call === undefined) continue;
+    const { token: _token, ...scope } = call.scope;
+    kept.push({ scope, digest: live.digest, key: live.record.key });
+  }
+  let keeper: { pid: number; held: string[] } | undefined;
+  let why = '';
+  try {
+    keeper = kept.length > 0 && parts.keeper !== undefined ? await parts.keeper(kept) : undefined;
+  } catch (err) {
+    why = ` (no keeper process could start: ${err instanceof Error ? err.message : String(err)})`;
+  }
+  for (const live of stranded) {
+    if (keeper?.held.includes(live.record.key) === true) {
+      parts.log.child('berth:egress').info(`sandbox ${live.record.key}: a background job started in it may still run; berth process ${keeper.pid} keeps its egress proxy until no job is left there`);
+      continue;
+    }
+    if (keeper !== undefined) why = ` (the keeper process ${keeper.pid} could not hold it; its log is keeper.log in the berth home)`;
+    parts.log.child('berth:egress').warn(
+      `sandbox ${live.record.key}: a background job started in it may still run, and its egress proxy lived in this berth process, ` +
+        `which ends now${why}: such a job has no network from here on, unless a berth serve or berth mcp of this home has used the sandbox (it ` +
+        'takes the proxy over within a second). Start jobs that need the network through berth serve',
+    );
+  }
 }

@@ -14,6 +14,7 @@ import { hostBindsOf } from '../setup/host-binds.js';
 import { AuditRecorder } from './audit.js';
 import { BackendRegistry } from './backend-registry.js';
 import { BrokerLifecycle, type ClosingParts } from './broker-lifecycle.js';
+import { EgressKeeper } from './egress-keeper.js';
 import type { BrokerOptions } from './broker-types.js';
 import { BrokerViews } from './broker-views.js';
 import { CallResolver } from './call-resolver.js';
@@ -73,6 +74,8 @@ export interface BrokerParts {
   snapshots: SnapshotCalls;
   snapshotSweep: SnapshotSweep;
   engines: Engines;
+  /** Holds sandboxes another process left with a background job, while one runs (`berth __keep`). */
+  keeper: EgressKeeper;
   /** What the close takes down, in its order. */
   closing: ClosingParts;
 }
@@ -173,7 +176,8 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
       resolver, gate: sessionGate, lives, audit, lifecycle, berthHome, stagingBytes: config.limits.stagingBytes, stagingLedger: new StagingLedger(berthHome), log: logger,
     }),
     jobs: new BrokerJobs({ resolver, runner, reader, lifecycle }),
-    closing: { reapers, lives, closer, warm, removal, backends, egress, store, log: logger },
+    keeper: new EgressKeeper({ resolver, sandboxes: store.sandboxes, gate: sessionGate, lives, egress, shutdown: lifecycle.signal, log: logger }),
+    closing: { reapers, lives, closer, warm, removal, backends, egress, store, keeper: opts.keeper, log: logger },
   };
 }
 

@@ -3,6 +3,7 @@ import type { BerthConfig } from '../setup/berth-config.js';
 import type { TenantQuota, TenantUsage } from './state/sandbox-table.js';
 import type { ExecResult } from '../shell/types.js';
 import type { SandboxState } from './sandbox-measures.js';
+import type { KeeperStart } from './egress-keeper.js';
 import type { StartGate } from './start-gate.js';
 import type { AuditEntry } from './state/audit-table.js';
 import type { JobRecord } from './state/job-table.js';
@@ -52,6 +53,12 @@ export interface BrokerOptions {
    * asks for, on stderr.
    */
   log?: (namespace: string, message: string) => void;
+  /**
+   * Starts a process that keeps the egress proxies of sandboxes a background job still runs in
+   * when this broker closes (the CLI's `berth __keep`); absent, the close says on the log that such
+   * a job is left without network.
+   */
+  keeper?: KeeperStart;
 }
 
 export interface ExecOptions {

@@ -10,6 +10,7 @@ import { closeParts } from './broker-lifecycle.js';
 import { buildParts, type BrokerParts } from './broker-parts.js';
 import type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo, StoreOverview } from './broker-types.js';
 import type { BrokerFiles } from './file-calls.js';
+import type { KeptSandbox } from './egress-keeper.js';
 import type { BrokerJobs } from './job-calls.js';
 import type { BrokerObserver } from './observer.js';
 import type { BrokerReapers } from './reapers.js';
@@ -25,6 +26,7 @@ import type { WarmPoolView } from './warm-pool.js';
 export type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo, StoreOverview } from './broker-types.js';
 export type { BrokerObserver, CallObservation, ReapObservation } from './observer.js';
 export type { CloseResult } from './session-close.js';
+export type { KeeperStart, KeptSandbox } from './egress-keeper.js';
 export type { EgressAuditEntry, EgressAuditFilter } from './state/egress-table.js';
 export type { WarmPoolView } from './warm-pool.js';
 export type { SnapshotCalls } from './snapshot-calls.js';
@@ -150,6 +152,16 @@ export class Broker implements AsyncDisposable {
   /** Resolves once the warm-pool fills under way have ended (tests, the bench). */
   warmPoolsSettled(): Promise<void> {
     return this.parts.warm.settled();
+  }
+
+  /**
+   * Holds the sandboxes another berth process left with a background job (`berth __keep`), so
+   * their egress proxies listen here and none is hibernated, until no job runs in one; calls
+   * `ready` with the keys of those it holds. Resolves when none needs keeping, or the broker closes.
+   */
+  keepEgress(kept: readonly KeptSandbox[], ready?: (heldKeys: string[]) => void): Promise<void> {
+    this.parts.lifecycle.assertOpen();
+    return this.parts.keeper.keep(kept, ready);
   }
 
   /** Removes the call's sandbox (persistent ones too) after closing its shells. */

@@ -17,8 +17,11 @@ import { ownerAlive, ownerToken } from './process-owner.js';
 import { usesEgressProxy, type EgressFiles, type ResolvedCall } from './resolve-call.js';
 import type { EgressListenerTable } from './state/egress-listener-table.js';
 
-/** How often a sandbox served by another process is looked at: its holder gone, this one takes over. */
-const TAKEOVER_EVERY_MS = 1_000;
+/**
+ * How often a sandbox served by another process is looked at: its holder gone, this one takes
+ * over (a keeper taking over from a CLI call that ended leaves a job this long without a proxy).
+ */
+const TAKEOVER_EVERY_MS = 250;
 
 /** The holders of this process that are open (a holder names its process and a nonce: one process may run several brokers). */
 const OPEN_HOLDERS = new Set<string>();
@@ -81,8 +84,8 @@ export class SandboxEgress {
   private service: EgressService | undefined;
   /** This broker as a listener holder: its process and a nonce. */
   private readonly holder = `${ownerToken()}:${randomBytes(6).toString('hex')}`;
-  /** Sandboxes whose listener this broker holds. */
-  private readonly held = new Set<string>();
+  /** Sandboxes whose listener this broker holds, with the call that gave each its context. */
+  private readonly held = new Map<string, ResolvedCall>();
   /** Sandboxes another process serves for this broker's calls, to take over when it ends. */
   private readonly elsewhere = new Map<string, { call: ResolvedCall; sandbox: Sandbox }>();
   private watch: NodeJS.Timeout | undefined;
@@ -199,7 +202,7 @@ export class SandboxEgress {
     this.elsewhere.delete(ref);
     try {
       await this.service.attach(ref, await sandbox.netns!(), context);
-      this.held.add(ref);
+      this.held.set(ref, call);
     } catch (err) {
       this.o.listeners.release(ref, this.holder);
       this.held.delete(ref);
@@ -219,13 +222,18 @@ export class SandboxEgress {
     return this.held.has(ref);
   }
 
+  /** The call whose context this broker serves sandbox `ref` with, while it holds its listener. */
+  heldCall(ref: string): ResolvedCall | undefined {
+    return this.held.get(ref);
+  }
+
   async close(): Promise<void> {
     clearInterval(this.watch);
     this.elsewhere.clear();
     try {
       await this.service?.close();
     } finally {
-      for (const ref of this.held) this.o.listeners.release(ref, this.holder);
+      for (const ref of this.held.keys()) this.o.listeners.release(ref, this.holder);
       this.held.clear();
       OPEN_HOLDERS.delete(this.holder);
     }

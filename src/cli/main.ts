@@ -1,6 +1,7 @@
 import { isBerthError } from '../errors.js';
 import { exitCodeOf } from './exit-codes.js';
 import { COMMANDS, isCommandName } from './commands/index.js';
+import { KEEPER_COMMAND } from './keeper-start.js';
 import { processIo, type CliIo } from './io.js';
 import { SCOPE_HELP } from './args.js';
 import { BERTH_VERSION } from '../kit/version.js';
@@ -56,12 +57,12 @@ export async function main(argv: string[], io: CliIo = processIo()): Promise<num
     io.out(`berth ${BERTH_VERSION}\n`);
     return 0;
   }
-  if (!isCommandName(name)) {
+  if (name !== KEEPER_COMMAND && !isCommandName(name)) {
     io.err(`berth: unknown command "${name}"; run "berth --help" for the list\n`);
     return 2;
   }
   try {
-    const run = await COMMANDS[name]();
+    const run = name === KEEPER_COMMAND ? (await import('./commands/keep.js')).keepCommand : await COMMANDS[name]();
     return await run(rest, io);
   } catch (err) {
     if (isBerthError(err) && err.code !== 'internal') {

@@ -1,5 +1,6 @@
 import { Broker } from '../broker/broker.js';
 import { cliLog, type CliIo, type CliLog } from './io.js';
+import { startKeeper } from './keeper-start.js';
 
 /** How a command's broker lives; the defaults are those of a one-shot command (`berth exec`). */
 export interface CliBrokerOptions {
@@ -18,6 +19,11 @@ export interface CliBrokerOptions {
   closeGraceMs?: number;
   /** Run the orphan reaper (default true); an observer (`berth top`) changes nothing. */
   reap?: boolean;
+  /**
+   * Hand a background job that needs this process's egress proxy to a keeper process at close
+   * (default true); the keeper's own broker hands nothing on.
+   */
+  keeper?: boolean;
 }
 
 /**
@@ -30,6 +36,7 @@ export async function withBroker<T>(
   io: CliIo, configPath: string | undefined, fn: (broker: Broker) => Promise<T> | T, opts: CliBrokerOptions = {},
 ): Promise<T> {
   const serving = opts.serving === true;
+  let home = '';
   const broker = await Broker.open({
     configPath,
     cwd: io.cwd,
@@ -39,7 +46,11 @@ export async function withBroker<T>(
     warmPool: serving,
     log: opts.log ?? cliLog(io),
     ...(opts.reap === undefined ? {} : { reap: opts.reap }),
+    // A background job left in a sandbox whose egress proxy this process serves keeps it through a
+    // keeper process (its own command has no keeper: it never leaves a job).
+    ...(opts.keeper === false ? {} : { keeper: (kept) => startKeeper(io, configPath, home, kept) }),
   });
+  home = broker.berthHome;
   try {
     return await fn(broker);
   } finally {

@@ -17,6 +17,12 @@ export interface BackendTraits {
   /** Removing a sandbox ends every process in it, background jobs included (a container does; a host dir does not). */
   jobsDieWithSandbox: boolean;
   /**
+   * Its sandboxes' processes run on when the berth process that started them ends (a container's
+   * do); absent: they end with it (bwrap's `--die-with-parent`), so a job never outlives its call's
+   * process and nothing is handed to a keeper.
+   */
+  runsWithoutBerth?: boolean;
+  /**
    * Its engine lists this installation's sandboxes by label (`listManaged`): the orphan reaper's
    * engine pass, and out-of-band removal is noticed by asking it. Otherwise the broker knows its
    * sandboxes only from its own records.

@@ -78,6 +78,11 @@ export interface ProcessGroups {
    * and removes the group; how many processes it held, or undefined when there is no such group.
    */
   killGroup(name: string): Promise<number | undefined>;
+  /**
+   * Whether a process a command started is still in one of the sandbox's groups (a job left
+   * running, or a live shell); absent where the groups cannot be read from here.
+   */
+  commandsRunning?(): boolean;
 }
 
 /** The groups of one shell (see `ProcessGroups.adopt`); the shell layer calls them in this order. */

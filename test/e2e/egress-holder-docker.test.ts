@@ -1,11 +1,11 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { beforeAll, expect, it, vi } from 'vitest';
 import { BerthError } from '../../src/errors.js';
-import { REPO } from '../helpers/cli.js';
-import { describeDocker, docker, dockerConfig, dockerConfigYaml, dockerSuiteHooks, installs } from '../helpers/docker-e2e.js';
+import { REPO, runBerth } from '../helpers/cli.js';
+import { containerState, describeDocker, docker, dockerConfig, dockerConfigYaml, dockerSuiteHooks, installs } from '../helpers/docker-e2e.js';
 
 /*
  * A sandbox's egress listener (the proxy's port inside its network namespace) is one process's at
@@ -36,6 +36,30 @@ const r = await broker.exec({ session: 's' }, ${JSON.stringify(PROBE)});
 process.stdout.write('ready ' + r.stdout);
 setInterval(() => {}, 1000);
 `;
+
+/** The keeper processes (`berth __keep`) of the installation at `home`, from the host's /proc. */
+function keepersOf(home: string): number[] {
+  const found: number[] = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${d}/cmdline`, 'latin1').split('\0');
+      if (cmdline.includes('__keep') && readFileSync(`/proc/${d}/environ`, 'latin1').split('\0').includes(`BERTH_HOME=${home}`)) found.push(Number(d));
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return found;
+}
+
+/** A file in a container, or '' while it is not there. */
+function fileIn(container: string, path: string): string {
+  try {
+    return execFileSync('docker', ['exec', container, 'cat', path], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  } catch {
+    return '';
+  }
+}
 
 describeDocker('egress listeners across berth processes of one installation (docker)', () => {
   dockerSuiteHooks(reg);
@@ -121,4 +145,32 @@ describeDocker('egress listeners across berth processes of one installation (doc
     const next = await t.open(config());
     expect((await next.exec(S, PROBE)).stdout).toBe('403\n');
   }, 120_000);
+
+  it('a CLI call that leaves a background job hands its proxy to a keeper: the job reaches the proxy after the call ended, and the keeper ends with the job', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml(settings()));
+    const job = `(sleep 4; curl -sS -o /dev/null -w "%{http_code}" --max-time 5 http://not-allowed.example/ > /tmp/late 2>&1; echo " $?" >> /tmp/late) > /dev/null 2>&1 & echo started`;
+    const r = await runBerth(['exec', '--session', 's', '--', job], { env: t.env, cwd: t.dir, timeoutMs: 90_000 });
+    expect(r, r.stderr).toMatchObject({ code: 0, stdout: 'started\n', stderr: '' });
+    // The call has ended; its keeper holds the sandbox (before: "... such a job has no network from here on").
+    expect(keepersOf(t.home)).toHaveLength(1);
+    const [c] = await t.containers();
+    // The job's request, made after the call ended, is answered by the proxy (403 for a name not allowed; curl's 7 had no proxy).
+    await vi.waitFor(() => expect(fileIn(c!.id, '/tmp/late')).toBe('403 0\n'), { timeout: 30_000, interval: 500 });
+    // No job is left: the keeper lets the sandbox go as it is and ends.
+    await vi.waitFor(() => expect(keepersOf(t.home)).toEqual([]), { timeout: 20_000, interval: 500 });
+    expect((await containerState(c!.id))?.running).toBe(true);
+    expect((await runBerth(['exec', '--session', 's', '--', 'echo again'], { env: t.env, cwd: t.dir, timeoutMs: 60_000 })).stdout).toBe('again\n');
+  }, 180_000);
+
+  it('a keeper ends when its sandbox is removed (berth rm), however long the job would have run', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml(settings()));
+    const r = await runBerth(['exec', '--session', 's', '--', 'sleep 600 > /dev/null 2>&1 & echo started'], { env: t.env, cwd: t.dir, timeoutMs: 90_000 });
+    expect(r, r.stderr).toMatchObject({ code: 0, stdout: 'started\n' });
+    expect(keepersOf(t.home)).toHaveLength(1);
+    expect((await runBerth(['rm', '--session', 's'], { env: t.env, cwd: t.dir, timeoutMs: 60_000 })).code).toBe(0);
+    expect(await t.containers()).toEqual([]);
+    await vi.waitFor(() => expect(keepersOf(t.home)).toEqual([]), { timeout: 20_000, interval: 500 });
+  }, 180_000);
 });

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { closeParts, type ClosingParts } from '../../src/broker/broker-lifecycle.js';
+import type { KeptSandbox } from '../../src/broker/egress-keeper.js';
 import { LiveSandboxes, type LiveSandbox } from '../../src/broker/live-sandboxes.js';
+import type { ResolvedCall } from '../../src/broker/resolve-call.js';
 import { Logger } from '../../src/logging/logger.js';
 
 /** Enough of a live sandbox for the in-flight count: enter and leave touch only these fields. */
@@ -26,9 +28,10 @@ function closing(drained: Promise<void>): { parts: ClosingParts; steps: string[]
     closer: { closeHeld: step('sessions') },
     warm: { close: step('warm') },
     removal: { releaseUnusedAtClose: step('release') },
-    egress: { close: step('egress'), holds: () => false },
+    egress: { close: step('egress'), holds: () => false, heldCall: () => undefined },
     backends: { closeAll: step('backends') },
     store: { close: () => void steps.push('store') },
+    keeper: undefined,
     log: Logger.silent(),
   };
   return { parts, steps };
@@ -75,15 +78,17 @@ describe('the close waits for the calls in flight', () => {
 describe('the close says which sandboxes it leaves without their egress proxy', () => {
   /** A live sandbox whose shells did (or did not) report a background job. */
   const withJobs = (key: string, jobs: boolean): LiveSandbox =>
-    ({ digest: key, record: { key }, sandbox: { ref: `ref-${key}` }, shells: { hasBackgroundJobs: () => Promise.resolve(jobs) } }) as unknown as LiveSandbox;
+    ({ digest: key, record: { key }, traits: { runsWithoutBerth: true }, sandbox: { ref: `ref-${key}` }, shells: { hasBackgroundJobs: () => Promise.resolve(jobs) } }) as unknown as LiveSandbox;
 
-  it('a sandbox whose proxy this process serves and whose shell reported a job is named; one its close removes, one without a job and one served elsewhere are not', async () => {
+  it('a sandbox whose proxy this process serves and whose shell reported a job is named; one its close removes, one without a job, one served elsewhere and one whose processes end with berth are not', async () => {
     const lines: string[] = [];
     const kept = withJobs('session:kept', true);
     const removed = withJobs('session:removed', true);
     const idle = withJobs('session:idle', false);
     const elsewhere = withJobs('session:elsewhere', true);
-    let all = [kept, removed, idle, elsewhere];
+    // bwrap's processes end with the process that started them: its job goes too, nothing to say.
+    const endsWithBerth = { ...withJobs('session:bwrap', true), traits: {} } as LiveSandbox;
+    let all = [kept, removed, idle, elsewhere, endsWithBerth];
     const { parts } = closing(Promise.resolve());
     parts.lives.all = () => all;
     // The session close removes an ephemeral sandbox: its jobs go with it.
@@ -93,6 +98,60 @@ describe('the close says which sandboxes it leaves without their egress proxy', 
     await closeParts(parts, 0);
     expect(lines.filter((l) => l.includes('egress proxy'))).toEqual([
       expect.stringMatching(/^warn berth:egress sandbox session:kept: a background job started in it may still run, and its egress proxy lived in this berth process/),
+    ]);
+  });
+
+  it('with a keeper, the sandboxes go to it (scope without the token) before the shells and the listener close, and the log says which process keeps them', async () => {
+    const lines: string[] = [];
+    const kept = withJobs('session:kept', true);
+    const idle = withJobs('session:idle', false);
+    const { parts, steps } = closing(Promise.resolve());
+    parts.lives.all = () => [kept, idle];
+    parts.egress.holds = () => true;
+    parts.egress.heldCall = (ref) => ({ scope: { tenant: 't', profile: 'p', session: ref, token: { id: 'tok_x' } } }) as unknown as ResolvedCall;
+    let given: KeptSandbox[] = [];
+    parts.keeper = async (k) => {
+      steps.push('keeper');
+      given = k;
+      return { pid: 4242, held: ['session:kept'] };
+    };
+    parts.log = new Logger((ns, msg, record) => void lines.push(`${record?.level ?? '?'} ${ns} ${msg}`));
+    await closeParts(parts, 0);
+    expect(given).toEqual([{ scope: { tenant: 't', profile: 'p', session: 'ref-session:kept' }, digest: 'session:kept', key: 'session:kept' }]);
+    expect(steps.indexOf('keeper')).toBeLessThan(steps.indexOf('shells'));
+    expect(steps.indexOf('keeper')).toBeLessThan(steps.indexOf('egress'));
+    expect(lines.filter((l) => l.includes('egress proxy'))).toEqual([
+      'info berth:egress sandbox session:kept: a background job started in it may still run; berth process 4242 keeps its egress proxy until no job is left there',
+    ]);
+  });
+
+  it('a keeper that cannot start: the warning says why and that the job is left without network', async () => {
+    const lines: string[] = [];
+    const { parts } = closing(Promise.resolve());
+    const kept = withJobs('session:kept', true);
+    parts.lives.all = () => [kept];
+    parts.egress.holds = () => true;
+    parts.egress.heldCall = () => ({ scope: { tenant: 't', profile: 'p' } }) as unknown as ResolvedCall;
+    parts.keeper = () => Promise.reject(new Error('spawn node ENOENT'));
+    parts.log = new Logger((ns, msg, record) => void lines.push(`${record?.level ?? '?'} ${ns} ${msg}`));
+    await closeParts(parts, 0);
+    expect(lines.filter((l) => l.includes('egress proxy'))).toEqual([
+      expect.stringMatching(/^warn berth:egress sandbox session:kept: .* which ends now \(no keeper process could start: spawn node ENOENT\): such a job has no network from here on/),
+    ]);
+  });
+
+  it('a sandbox the keeper could not hold is warned of, naming the keeper and its log', async () => {
+    const lines: string[] = [];
+    const { parts } = closing(Promise.resolve());
+    const kept = withJobs('session:kept', true);
+    parts.lives.all = () => [kept];
+    parts.egress.holds = () => true;
+    parts.egress.heldCall = () => ({ scope: { tenant: 't', profile: 'p' } }) as unknown as ResolvedCall;
+    parts.keeper = () => Promise.resolve({ pid: 77, held: [] });
+    parts.log = new Logger((ns, msg, record) => void lines.push(`${record?.level ?? '?'} ${ns} ${msg}`));
+    await closeParts(parts, 0);
+    expect(lines.filter((l) => l.includes('egress proxy'))).toEqual([
+      expect.stringMatching(/^warn berth:egress sandbox session:kept: .* which ends now \(the keeper process 77 could not hold it; its log is keeper.log in the berth home\): such a job has no network/),
     ]);
   });
 });

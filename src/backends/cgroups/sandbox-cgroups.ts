@@ -157,6 +157,14 @@ export class SandboxCgroups implements ProcessGroups {
     return true;
   }
 
+  /**
+   * Whether some process is still in one of berth's groups: what a command started and left
+   * running (a `cmd &`), or a shell of a berth process. Read from the kernel's files alone.
+   */
+  commandsRunning(): boolean {
+    return this.dir.children(GROUP_PREFIX).some((g) => !g.isEmpty());
+  }
+
   /** Removes berth's groups that no process is in any more (ended jobs, a crashed berth's). */
   sweep(): void {
     for (const group of this.dir.children(GROUP_PREFIX)) group.remove();

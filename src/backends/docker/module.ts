@@ -10,6 +10,7 @@ export const dockerModule = defineBackend({
     mountsHostDirs: true,
     isolation: 'container',
     jobsDieWithSandbox: true,
+    runsWithoutBerth: true,
     listsByLabel: true,
     containerKeying: true,
     hostPaths: false,

@@ -15,6 +15,7 @@ export const kubernetesModule = defineBackend({
     mountsHostDirs: false,
     isolation: 'container',
     jobsDieWithSandbox: true,
+    runsWithoutBerth: true,
     listsByLabel: true,
     containerKeying: true,
     hostPaths: false,

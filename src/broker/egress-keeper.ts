@@ -1,0 +1,123 @@
+import { BerthError } from '../errors.js';
+import type { Logger } from '../logging/logger.js';
+import type { CallScopeInput } from '../scope/call-scope.js';
+import type { CallResolver } from './call-resolver.js';
+import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
+import type { SessionGate } from './session-gate.js';
+import type { SandboxTable } from './state/sandbox-table.js';
+
+/** How often a kept sandbox is looked at: a job still running there, the sandbox still there. */
+const LOOK_EVERY_MS = 2_000;
+
+/**
+ * A sandbox a closing berth process leaves with a background job while it served the sandbox's
+ * egress proxy: what another process needs to serve it alike.
+ */
+export interface KeptSandbox {
+  /** The scope of the call whose egress context the proxy served (normalised; never a token). */
+  scope: CallScopeInput;
+  /** Its identity digest: the scope must still resolve to it. */
+  digest: string;
+  /** Its key, for messages. */
+  key: string;
+}
+
+/**
+ * Starts a process that keeps the egress proxies of `sandboxes` (`berth __keep`) and waits until
+ * it holds them: its pid and the keys of those it holds; rejects naming why none could start.
+ * Given by the CLI, whose config, environment and cwd the process must share to serve the same
+ * egress context.
+ */
+export type KeeperStart = (sandboxes: KeptSandbox[]) => Promise<{ pid: number; held: string[] }>;
+
+export interface EgressKeeperOptions {
+  resolver: Pick<CallResolver, 'resolve'>;
+  sandboxes: Pick<SandboxTable, 'get'>;
+  gate: Pick<SessionGate, 'run' | 'acquire'>;
+  lives: Pick<LiveSandboxes, 'get' | 'forget'>;
+  egress: { detach(ref: string): Promise<void> };
+  /** Aborted when the broker closes: keeping ends. */
+  shutdown: AbortSignal;
+  log: Logger;
+}
+
+/**
+ * Keeps sandboxes a berth process left with a background job (docs/design.md, egress): each is held
+ * in this process, so its egress proxy listens here (taken over from the process that ended) and no
+ * other process hibernates it, as long as a process a command started still runs in one of berth's
+ * groups there (read from the kernel's files, not from the job's word). Then it is let go as it is,
+ * never stopped or removed. A sandbox gone, hibernated or resolving elsewhere is not kept.
+ */
+export class EgressKeeper {
+  constructor(private readonly o: EgressKeeperOptions) {}
+
+  /**
+   * Holds each sandbox of `kept` that is still there, calls `ready` with the keys of those it holds
+   * (the listener of each is this process's as soon as the one that ended lets go of it), and
+   * resolves once none needs keeping any more (or the broker closes).
+   */
+  async keep(kept: readonly KeptSandbox[], ready: (heldKeys: string[]) => void = () => undefined): Promise<void> {
+    const held = await Promise.all(kept.map((k) => this.hold(k)));
+    ready(held.flatMap((h) => (h === undefined ? [] : [h.k.key])));
+    await Promise.all(held.map((h) => (h === undefined ? undefined : this.watch(h.k, h.live))));
+  }
+
+  /** Brings `k`'s sandbox up in this process (its egress proxy with it); undefined when there is nothing to keep. */
+  private async hold(k: KeptSandbox): Promise<{ k: KeptSandbox; live: LiveSandbox } | undefined> {
+    const { resolver, sandboxes, gate } = this.o;
+    const log = this.o.log.child('berth:keeper');
+    const call = resolver.resolve(k.scope, { withCwd: false });
+    if (call.spec.digest !== k.digest) {
+      log.warn(`sandbox ${k.key}: its scope resolves to another sandbox (${call.binding.sandboxKey}) in this process; not kept`);
+      return undefined;
+    }
+    const rec = sandboxes.get(k.digest);
+    // Gone (closed, removed) or hibernated before this process started: nothing runs there to keep.
+    if (rec === undefined || rec.ref === '' || (rec.hibernatedMs ?? null) !== null) return undefined;
+    try {
+      const live = await gate.run(call, (sc) => gate.acquire(call, sc));
+      if (!live.recreatedUnreported && live.sandbox.processGroups?.commandsRunning !== undefined) return { k, live };
+      if (!live.recreatedUnreported) log.warn(`sandbox ${k.key}: its processes cannot be read from this host (its engine runs elsewhere), so no job can be told from none; not kept`);
+      await this.letGo(k, live);
+    } catch (err) {
+      log.warn(`sandbox ${k.key}: could not be kept: ${err instanceof BerthError ? err.message : String(err)}`);
+    }
+    return undefined;
+  }
+
+  /** Looks at a held sandbox until no process a command started runs there, or it went; then lets it go. */
+  private async watch(k: KeptSandbox, live: LiveSandbox): Promise<void> {
+    const { sandboxes, lives, shutdown } = this.o;
+    const log = this.o.log.child('berth:keeper');
+    const ref = live.sandbox.ref;
+    try {
+      log.info(`sandbox ${k.key}: keeping its egress proxy while a job started in it runs`);
+      while (!shutdown.aborted) {
+        await sleep(LOOK_EVERY_MS, shutdown);
+        const now = sandboxes.get(k.digest);
+        if (shutdown.aborted || lives.get(k.digest) !== live || now === undefined || now.ref !== ref || !live.sandbox.processGroups!.commandsRunning!()) break;
+      }
+      log.info(`sandbox ${k.key}: no job runs in it any more (or it went); its egress proxy is let go`);
+    } finally {
+      await this.letGo(k, live);
+    }
+  }
+
+  /** Lets go of a sandbox as it is: its listener here closes, this process's hold on it ends. */
+  private async letGo(k: KeptSandbox, live: LiveSandbox): Promise<void> {
+    await this.o.egress.detach(live.sandbox.ref).catch((err: unknown) => this.o.log.child('berth:keeper').warn(`sandbox ${k.key}: egress listener at let-go: ${String(err)}`));
+    await this.o.lives.forget(live);
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}

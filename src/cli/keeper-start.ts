@@ -1,0 +1,71 @@
+import { spawn } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { KeptSandbox } from '../broker/egress-keeper.js';
+import type { CliIo } from './io.js';
+
+/** The keeper's command: internal, in neither the command map nor the help (main.ts runs it). */
+export const KEEPER_COMMAND = '__keep';
+
+/** The CLI's entry, which the keeper runs (`berth __keep`). */
+const BERTH_BIN = fileURLToPath(new URL('../../bin/berth.js', import.meta.url));
+
+/** How long a closing CLI call waits for its keeper to hold the sandboxes: past it, the keeper is ended and the call warns. */
+const READY_WAIT_MS = 30_000;
+
+/** Where keepers write their warnings (a keeper has no terminal), in the berth home. */
+export const KEEPER_LOG = 'keeper.log';
+
+/**
+ * Starts `berth __keep` for `sandboxes`, detached from this process and its terminal, with this
+ * command's config, environment and cwd (so it serves the same egress context), and waits until it
+ * says it holds them. Its warnings go to `$BERTH_HOME/keeper.log`. Resolves to its pid and the keys
+ * of the sandboxes it holds; rejects naming why when it did not get ready (it is then ended).
+ */
+export async function startKeeper(io: CliIo, configPath: string | undefined, berthHome: string, sandboxes: KeptSandbox[]): Promise<{ pid: number; held: string[] }> {
+  const log = openSync(join(berthHome, KEEPER_LOG), 'a', 0o600);
+  let child;
+  try {
+    child = spawn(process.execPath, [BERTH_BIN, KEEPER_COMMAND, ...(configPath === undefined ? [] : ['--config', configPath])], {
+      cwd: io.cwd, env: io.env, detached: true, stdio: ['pipe', 'pipe', log],
+    });
+  } finally {
+    closeSync(log);
+  }
+  const started = child;
+  const stdout = started.stdout!;
+  const stdin = started.stdin!;
+  const ready = new Promise<{ pid: number; held: string[] }>((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => {
+      started.kill('SIGTERM');
+      reject(new Error(`it did not hold the sandboxes within ${READY_WAIT_MS / 1000} s; see ${join(berthHome, KEEPER_LOG)}`));
+    }, READY_WAIT_MS);
+    started.once('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    started.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`it exited (${code ?? 'signal'}) before it held the sandboxes; see ${join(berthHome, KEEPER_LOG)}`));
+    });
+    stdout.setEncoding('utf8').on('data', (d: string) => {
+      out += d;
+      const line = /^ready (\[.*\])\n/m.exec(out);
+      if (line !== null && started.pid !== undefined) {
+        clearTimeout(timer);
+        resolve({ pid: started.pid, held: JSON.parse(line[1]!) as string[] });
+      }
+    });
+  });
+  stdin.on('error', () => undefined);
+  stdin.end(JSON.stringify({ sandboxes }));
+  try {
+    return await ready;
+  } finally {
+    started.removeAllListeners('exit');
+    stdout.destroy();
+    started.unref();
+  }
+}
