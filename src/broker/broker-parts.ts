@@ -134,7 +134,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   });
   const holders = new SandboxHolders({ sandboxes: store.sandboxes, sessions: store.sessions });
   const removal = new SandboxRemoval({ lives, backends, sandboxes: store.sandboxes, holders, jobs: killer, egress, log: logger });
-  const measures = new SandboxMeasures({ config, lives, backends, engines, sandboxes: store.sandboxes, jobs: store.jobs, shutdown: lifecycle.signal, log: logger });
+  const measures = new SandboxMeasures({ config, lives, backends, engines, sandboxes: store.sandboxes, jobs: store.jobs, gate, shutdown: lifecycle.signal, log: logger });
   const sessionCalls = new SessionCalls();
   const closer = new SessionCloser({
     calls: sessionCalls, lives, removal, links, sessions: store.sessions, sandboxes: store.sandboxes, scopes: store.scopes, audit, berthHome, owner, log: logger,

@@ -6,6 +6,7 @@ import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
 import type { SandboxRecord } from './state/sandbox-table.js';
 import type { JobRecord } from './state/job-table.js';
 import type { Logger } from '../logging/logger.js';
+import type { StartGate } from './start-gate.js';
 
 /** Time one disk-check pass may take (a measurement costs the engine a walk of the writable layer). */
 const DISK_CHECK_BUDGET_MS = 10_000;
@@ -45,6 +46,11 @@ export interface SandboxMeasuresOptions {
   sandboxes: { list(): SandboxRecord[] };
   /** Jobs recorded as running in a sandbox. */
   jobs: { runningIn(digest: string): JobRecord[] };
+  /**
+   * The start gate: a disk measure is an engine call (docker sizes the writable layer), taken
+   * behind every start, so berth's engine calls at once stay within the gate's width.
+   */
+  gate: Pick<StartGate, 'runBackground'>;
   /** Set once the broker began to close: nothing is measured after that. */
   shutdown: AbortSignal;
   log: Logger;
@@ -76,7 +82,7 @@ export class SandboxMeasures {
       const backend = lives.backendOf(live);
       if (backend.checkDiskLimit === undefined || !(await this.usedSinceDiskCheck(live))) continue;
       const checkedMs = Date.now();
-      const breach = await backend.checkDiskLimit(live.sandbox)
+      const breach = await this.opts.gate.runBackground(() => backend.checkDiskLimit!(live.sandbox))
         .catch((e: unknown) => void (held() ? log.child('berth:reaper').warn(`measure disk of ${live.record.key}: ${String(e)}`) : undefined));
       live.diskCheckedMs = checkedMs;
       if (!breach) continue;

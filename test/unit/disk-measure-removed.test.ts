@@ -36,11 +36,35 @@ describe('the disk check and sandboxes removed during its pass', () => {
         all: () => [a, b, c], get: (d: string) => held.get(d), has: (d: string) => held.has(d), backendOf: () => backend, forget: async () => undefined,
       },
       jobs: { runningIn: () => [] },
+      gate: { runBackground: <T>(fn: () => Promise<T>) => fn() },
       shutdown: new AbortController().signal,
       log: new Logger((_ns, msg, record) => void (record?.level === 'warn' && warnings.push(msg))),
     } as never);
     expect(await measures.enforceDiskLimits()).toEqual([]);
     expect(measured).toEqual(['a', 'b']);
     expect(warnings).toEqual([]);
+  });
+
+  it('each measure takes a slot of the start gate, behind the starts (a measure is an engine call)', async () => {
+    const a = { digest: 'a', record: { key: 'a' }, sandbox: { ref: 'a' }, inflight: 0, lastActivityMs: 1, diskCheckedMs: 0 } as unknown as LiveSandbox;
+    const events: string[] = [];
+    const measures = new SandboxMeasures({
+      lives: { all: () => [a], get: () => a, has: () => true, backendOf: () => ({ checkDiskLimit: async () => void events.push('measure') }), forget: async () => undefined },
+      jobs: { runningIn: () => [] },
+      gate: {
+        runBackground: async <T>(fn: () => Promise<T>) => {
+          events.push('slot');
+          try {
+            return await fn();
+          } finally {
+            events.push('freed');
+          }
+        },
+      },
+      shutdown: new AbortController().signal,
+      log: Logger.silent(),
+    } as never);
+    await measures.enforceDiskLimits();
+    expect(events).toEqual(['slot', 'measure', 'freed']);
   });
 });
