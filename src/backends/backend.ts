@@ -319,6 +319,13 @@ export interface Backend<S = unknown> extends AsyncDisposable {
   remove(ref: string, hostDir: string | undefined): Promise<void>;
   /** Stop (not remove) a persistent sandbox that went idle. No-op where meaningless. */
   stop(ref: string): Promise<void>;
+  /**
+   * Whether a process a command started (a job a call left running, a shell) still runs in the
+   * sandbox `ref`, read from the host's view of its processes (nothing started inside); undefined
+   * when this backend or host cannot tell. A sandbox no berth process holds is not hibernated while
+   * one does.
+   */
+  commandsRunning?(ref: string): Promise<boolean | undefined>;
   /** This installation's sandboxes as the engine sees them. */
   listManaged(): Promise<ManagedSandbox[]>;
   /** Removes engine objects of this installation that no sandbox uses any more (networks); their names. */

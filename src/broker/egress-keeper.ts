@@ -3,11 +3,17 @@ import type { Logger } from '../logging/logger.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
 import type { CallResolver } from './call-resolver.js';
 import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
+import { ownerAlive, ownerToken } from './process-owner.js';
+import type { BackendByName } from './sandbox-removal.js';
 import type { SessionGate } from './session-gate.js';
 import type { SandboxTable } from './state/sandbox-table.js';
+import type { SessionTable } from './state/session-table.js';
 
 /** How often a kept sandbox is looked at: a job still running there, the sandbox still there. */
 const LOOK_EVERY_MS = 2_000;
+
+/** Looks in a row that could not read the sandbox's processes before a kept sandbox is let go (about a minute). */
+const UNREADABLE_LOOKS = 30;
 
 /**
  * A sandbox a closing berth process leaves with a background job while it served the sandbox's
@@ -33,9 +39,13 @@ export type KeeperStart = (sandboxes: KeptSandbox[]) => Promise<{ pid: number; h
 export interface EgressKeeperOptions {
   resolver: Pick<CallResolver, 'resolve'>;
   sandboxes: Pick<SandboxTable, 'get'>;
+  /** Open sessions on a sandbox and the process that holds each (a long-lived one's). */
+  sessions: Pick<SessionTable, 'ofSandbox'>;
+  backends: BackendByName;
   gate: Pick<SessionGate, 'run' | 'acquire'>;
   lives: Pick<LiveSandboxes, 'get' | 'forget'>;
-  egress: { detach(ref: string): Promise<void> };
+  /** `serves`: the listener is this process's, or it waits to take it over. */
+  egress: { detach(ref: string): Promise<void>; serves(ref: string): boolean };
   /** Aborted when the broker closes: keeping ends. */
   shutdown: AbortSignal;
   log: Logger;
@@ -57,7 +67,10 @@ export class EgressKeeper {
    * resolves once none needs keeping any more (or the broker closes).
    */
   async keep(kept: readonly KeptSandbox[], ready: (heldKeys: string[]) => void = () => undefined): Promise<void> {
-    const held = await Promise.all(kept.map((k) => this.hold(k)));
+    const held = await Promise.all(kept.map((k) => this.hold(k).catch((err: unknown) => {
+      this.o.log.child('berth:keeper').warn(`sandbox ${k.key}: not kept: ${err instanceof BerthError ? err.message : String(err)}`);
+      return undefined;
+    })));
     ready(held.flatMap((h) => (h === undefined ? [] : [h.k.key])));
     await Promise.all(held.map((h) => (h === undefined ? undefined : this.watch(h.k, h.live))));
   }
@@ -73,7 +86,17 @@ export class EgressKeeper {
     }
     const rec = sandboxes.get(k.digest);
     // Gone (closed, removed) or hibernated before this process started: nothing runs there to keep.
-    if (rec === undefined || rec.ref === '' || (rec.hibernatedMs ?? null) !== null) return undefined;
+    if (rec === undefined || rec.ref === '' || (rec.hibernatedMs ?? null) !== null) {
+      log.info(`sandbox ${k.key}: gone or hibernated before this process started; not kept`);
+      return undefined;
+    }
+    // Only a running sandbox with a job in it is brought up here: the pool's bring-up would create
+    // a missing one or start a stopped one (left: one removed in the moment between this look and it).
+    const running = await (await this.o.backends.get(rec.backend)).commandsRunning?.(rec.ref);
+    if (running !== true) {
+      log.info(`sandbox ${k.key}: ${running === false ? 'no job runs in it (or it is gone or stopped)' : 'its processes cannot be read from this host'}; not kept`);
+      return undefined;
+    }
     try {
       const live = await gate.run(call, (sc) => gate.acquire(call, sc));
       if (!live.recreatedUnreported && live.sandbox.processGroups?.commandsRunning !== undefined) return { k, live };
@@ -85,22 +108,54 @@ export class EgressKeeper {
     return undefined;
   }
 
-  /** Looks at a held sandbox until no process a command started runs there, or it went; then lets it go. */
+  /**
+   * Looks at a held sandbox until no process a command started runs there, it went, a long-lived
+   * berth process (serve, mcp, a library) holds a session on it (it takes the listener over, and
+   * its live shells would otherwise count as commands here forever), or this process's listener
+   * failed; then lets it go.
+   */
   private async watch(k: KeptSandbox, live: LiveSandbox): Promise<void> {
-    const { sandboxes, lives, shutdown } = this.o;
+    const { sandboxes, lives, egress, shutdown } = this.o;
     const log = this.o.log.child('berth:keeper');
     const ref = live.sandbox.ref;
+    let unreadable = 0;
+    let why = 'no job runs in it any more';
     try {
       log.info(`sandbox ${k.key}: keeping its egress proxy while a job started in it runs`);
       while (!shutdown.aborted) {
         await sleep(LOOK_EVERY_MS, shutdown);
         const now = sandboxes.get(k.digest);
-        if (shutdown.aborted || lives.get(k.digest) !== live || now === undefined || now.ref !== ref || !live.sandbox.processGroups!.commandsRunning!()) break;
+        if (shutdown.aborted || lives.get(k.digest) !== live || now === undefined || now.ref !== ref) {
+          why = shutdown.aborted ? 'this process is ending' : 'it went';
+          break;
+        }
+        if (!egress.serves(ref)) {
+          why = 'its egress listener could not be taken over (see above)';
+          break;
+        }
+        if (this.longLivedHolder(k.digest)) {
+          why = 'a long-lived berth process holds a session on it and takes its egress proxy over';
+          break;
+        }
+        try {
+          if (!live.sandbox.processGroups!.commandsRunning!()) break;
+          unreadable = 0;
+        } catch (err) {
+          if (++unreadable < UNREADABLE_LOOKS) continue;
+          why = `its processes could not be read for a minute (${String(err)})`;
+          break;
+        }
       }
-      log.info(`sandbox ${k.key}: no job runs in it any more (or it went); its egress proxy is let go`);
+      log.info(`sandbox ${k.key}: ${why}; let go`);
     } finally {
       await this.letGo(k, live);
     }
+  }
+
+  /** A live berth process other than this one holds an open session on sandbox `digest` (the CLI's sessions have no holder). */
+  private longLivedHolder(digest: string): boolean {
+    const self = ownerToken();
+    return this.o.sessions.ofSandbox(digest).some((s) => s.closedMs === null && s.owner !== null && s.owner !== self && ownerAlive(s.owner));
   }
 
   /** Lets go of a sandbox as it is: its listener here closes, this process's hold on it ends. */

@@ -77,7 +77,7 @@ export interface SandboxEgressOptions {
  * state store says whose (`egress_listeners`). A process that finds another live one of the
  * installation serving it the same egress context uses that one's listener; a different context is
  * a configuration error naming the fix; a holder that died is taken over; and a sandbox served by
- * another process is looked at every second, so that when that process ends (a CLI call, with a
+ * another process is looked at every 250 ms, so that when that process ends (a CLI call, with a
  * job still running) this one listens in its place.
  */
 export class SandboxEgress {
@@ -222,6 +222,11 @@ export class SandboxEgress {
     return this.held.has(ref);
   }
 
+  /** Whether this broker serves sandbox `ref`'s listener, or waits to take it over from another process. */
+  serves(ref: string): boolean {
+    return this.held.has(ref) || this.elsewhere.has(ref);
+  }
+
   /** The call whose context this broker serves sandbox `ref` with, while it holds its listener. */
   heldCall(ref: string): ResolvedCall | undefined {
     return this.held.get(ref);
@@ -239,7 +244,7 @@ export class SandboxEgress {
     }
   }
 
-  /** Looks at the sandboxes another process serves for this broker, once a second while there are any. */
+  /** Looks at the sandboxes another process serves for this broker, every 250 ms while there are any. */
   private watchElsewhere(): void {
     if (this.watch !== undefined) return;
     this.watch = setInterval(() => void this.takeOver(), TAKEOVER_EVERY_MS);

@@ -123,14 +123,20 @@ export class SandboxRemoval {
   /**
    * Hibernates a persistent sandbox no process of this installation holds (the one that brought
    * it up ended: a CLI call, a berth that crashed), under its identity's lock, unless a process
-   * brought it up meanwhile.
+   * brought it up meanwhile or one a command started (a job a CLI call left) still runs in it.
    */
   async hibernateUnheld(rec: SandboxRecord, stillUnheld: () => boolean): Promise<boolean> {
     const { lives, backends, log } = this.opts;
     return lives.underLock(rec.digest, async () => {
       if (lives.get(rec.digest) !== undefined || !stillUnheld() || this.opts.holders.other(rec.digest) !== undefined) return false;
       try {
-        await (await backends.get(rec.backend)).stop(rec.ref);
+        const backend = await backends.get(rec.backend);
+        // A job a CLI call left running there (`cmd &`): no shell of any live process knows of it.
+        if ((await backend.commandsRunning?.(rec.ref)) === true) {
+          log.child('berth:reaper').debug(`sandbox ${rec.key}: a process a command started still runs in it; not hibernated`);
+          return false;
+        }
+        await backend.stop(rec.ref);
       } catch (e) {
         log.child('berth:reaper').warn(`hibernate ${rec.key}: ${String(e)}`);
         return false;

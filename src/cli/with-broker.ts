@@ -46,9 +46,10 @@ export async function withBroker<T>(
     warmPool: serving,
     log: opts.log ?? cliLog(io),
     ...(opts.reap === undefined ? {} : { reap: opts.reap }),
-    // A background job left in a sandbox whose egress proxy this process serves keeps it through a
-    // keeper process (its own command has no keeper: it never leaves a job).
-    ...(opts.keeper === false ? {} : { keeper: (kept) => startKeeper(io, configPath, home, kept) }),
+    // A one-shot command's background job left in a sandbox whose egress proxy it served keeps it
+    // through a keeper process (a serving process's sessions are its own, closed as it ends; the
+    // keeper's own command never leaves a job).
+    ...(serving || opts.keeper === false ? {} : { keeper: (kept) => startKeeper(io, configPath, home, kept) }),
   });
   home = broker.berthHome;
   try {

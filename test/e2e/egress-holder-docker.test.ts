@@ -2,6 +2,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import Database from 'better-sqlite3';
 import { beforeAll, expect, it, vi } from 'vitest';
 import { BerthError } from '../../src/errors.js';
 import { REPO, runBerth } from '../helpers/cli.js';
@@ -50,6 +51,17 @@ function keepersOf(home: string): number[] {
     }
   }
   return found;
+}
+
+/** The pid of the process the store says holds sandbox `ref`'s egress listener, or undefined. */
+function listenerHolder(home: string, ref: string): string | undefined {
+  const db = new Database(join(home, 'state.db'), { readonly: true });
+  try {
+    const row = db.prepare('SELECT holder FROM egress_listeners WHERE ref = ?').get(ref) as { holder: string } | undefined;
+    return row?.holder.split(':')[0];
+  } finally {
+    db.close();
+  }
 }
 
 /** A file in a container, or '' while it is not there. */
@@ -149,12 +161,18 @@ describeDocker('egress listeners across berth processes of one installation (doc
   it('a CLI call that leaves a background job hands its proxy to a keeper: the job reaches the proxy after the call ended, and the keeper ends with the job', async () => {
     const t = reg.track();
     t.writeConfig(dockerConfigYaml(settings()));
-    const job = `(sleep 4; curl -sS -o /dev/null -w "%{http_code}" --max-time 5 http://not-allowed.example/ > /tmp/late 2>&1; echo " $?" >> /tmp/late) > /dev/null 2>&1 & echo started`;
+    // The job's request waits for a file the test writes once the call has ended.
+    const job = `(while [ ! -f /tmp/go ]; do sleep 0.2; done; curl -sS -o /dev/null -w "%{http_code}" --max-time 5 http://not-allowed.example/ > /tmp/late 2>&1; echo " $?" >> /tmp/late) > /dev/null 2>&1 & echo started`;
     const r = await runBerth(['exec', '--session', 's', '--', job], { env: t.env, cwd: t.dir, timeoutMs: 90_000 });
     expect(r, r.stderr).toMatchObject({ code: 0, stdout: 'started\n', stderr: '' });
     // The call has ended; its keeper holds the sandbox (before: "... such a job has no network from here on").
-    expect(keepersOf(t.home)).toHaveLength(1);
+    const keepers = keepersOf(t.home);
+    expect(keepers).toHaveLength(1);
     const [c] = await t.containers();
+    // The keeper listens in the sandbox once it took the listener over (the store names it); a
+    // request made before that, in the moment after the call ended, finds no proxy (docs/design.md).
+    await vi.waitFor(() => expect(listenerHolder(t.home, c!.id)).toBe(String(keepers[0])), { timeout: 10_000, interval: 100 });
+    execFileSync('docker', ['exec', c!.id, 'touch', '/tmp/go']);
     // The job's request, made after the call ended, is answered by the proxy (403 for a name not allowed; curl's 7 had no proxy).
     await vi.waitFor(() => expect(fileIn(c!.id, '/tmp/late')).toBe('403 0\n'), { timeout: 30_000, interval: 500 });
     // No job is left: the keeper lets the sandbox go as it is and ends.

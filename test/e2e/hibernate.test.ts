@@ -65,10 +65,12 @@ describeDocker('hibernation on docker', () => {
     expect((await containerFor(t.installation, 'session:restart')).id).toBe(restart!.id);
   }, 90_000);
 
-  it('a sandbox a CLI call left running is hibernated by a long-lived berth; the next CLI call resumes it and says so', async () => {
+  it('a sandbox a CLI call left running is hibernated by a long-lived berth once the job that call left ended; the next CLI call resumes it and says so', async () => {
     const t = reg.track();
     t.writeConfig(dockerConfigYaml(HIBERNATING));
-    const first = await runBerth(['exec', '--session', 'cli', '--', SET_UP], { env: t.env, cwd: t.dir });
+    // The job outlives hibernateSeconds: hibernating at 10 s would kill it before it writes (no
+    // shell of a live process knows of it: the sweep reads the container's cgroups).
+    const first = await runBerth(['exec', '--session', 'cli', '--', `(sleep 16; echo finished > /root/job-done) > /dev/null 2>&1 & ${SET_UP}`], { env: t.env, cwd: t.dir });
     expect(first.code, first.stderr).toBe(0);
     const c = await containerFor(t.installation, 'session:cli');
     expect((await containerState(c.id))?.running).toBe(true);
@@ -85,8 +87,9 @@ describeDocker('hibernation on docker', () => {
     expect(again.code, again.stderr).toBe(0);
     expect(again.stdout).toBe('/root/sub\nkept\nfn-ok\nalias-ok\n[]\ndata\n');
     expect(again.stderr).toMatch(/^berth: sandbox "session:cli" was hibernated \d+ s ago and resumed for this command: kept files, cwd, exported variables, functions, aliases; not kept: running processes, unexported variables, shell options, traps/m);
-    const json = await runBerth(['exec', '--session', 'cli', '--json', '--', 'true'], { env: t.env, cwd: t.dir });
+    const json = await runBerth(['exec', '--session', 'cli', '--json', '--', 'cat /root/job-done'], { env: t.env, cwd: t.dir });
     expect(JSON.parse(json.stdout)).not.toHaveProperty('sandboxResumed');
+    expect(JSON.parse(json.stdout)).toMatchObject({ exitCode: 0, stdout: 'finished\n' });
   }, 90_000);
 
   it('limits.liveSandboxes: a call past the bound hibernates the least recently used idle sandbox instead of starting one more; its next call resumes it', async () => {

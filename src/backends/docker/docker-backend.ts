@@ -261,6 +261,22 @@ export class DockerBackend implements Backend<DockerSettings> {
     }
   }
 
+  /** From the container's cgroups on this host (berth's groups in it): one inspect, nothing started inside. */
+  async commandsRunning(ref: string): Promise<boolean | undefined> {
+    assertContainerRef(ref);
+    let info: Dockerode.ContainerInspectInfo;
+    try {
+      info = await this.request(`inspect container ${short(ref)}`, (abortSignal) => this.docker.getContainer(ref).inspect({ abortSignal }));
+    } catch (err) {
+      if (statusOf(err) === 404) return false;
+      throw fromDockerError(this.docker, err, `inspect container ${short(ref)}`);
+    }
+    if (!info.State.Running) return false;
+    this.cgroupHost ??= probeCgroupHost();
+    const groups = containerGroups(this.cgroupHost, info, this.logger.with({ ref }));
+    return 'unavailable' in groups ? undefined : groups.commandsRunning();
+  }
+
   async listManaged(): Promise<ManagedSandbox[]> {
     let list: Dockerode.ContainerInfo[];
     try {

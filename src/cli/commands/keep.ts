@@ -43,7 +43,7 @@ export async function keepCommand(argv: string[], io: CliIo, input: () => Promis
     throw new UsageError(`__keep reads the sandboxes to keep as JSON on stdin, as berth writes it (${err instanceof Error ? err.message.split('\n')[0] : String(err)}); it is not meant to be run by hand`);
   }
   return withBroker(io, values.config, async (broker) => {
-    const stop = (): void => void broker.close();
+    const stop = (): void => void broker.close().catch(() => undefined);
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
     try {
