@@ -30,7 +30,8 @@ export interface KeptSandbox {
 
 /**
  * Starts a process that keeps the egress proxies of `sandboxes` (`berth __keep`) and waits until
- * it holds them: its pid and the keys of those it holds; rejects naming why none could start.
+ * it holds them: its pid and the keys of those it holds (or found with no job left to keep);
+ * rejects naming why none could start.
  * Given by the CLI, whose config, environment and cwd the process must share to serve the same
  * egress context.
  */
@@ -71,12 +72,16 @@ export class EgressKeeper {
       this.o.log.child('berth:keeper').warn(`sandbox ${k.key}: not kept: ${err instanceof BerthError ? err.message : String(err)}`);
       return undefined;
     })));
-    ready(held.flatMap((h) => (h === undefined ? [] : [h.k.key])));
-    await Promise.all(held.map((h) => (h === undefined ? undefined : this.watch(h.k, h.live))));
+    // Told as held: those held here, and those no job needs keeping for any more.
+    ready(kept.filter((_k, i) => held[i] !== undefined).map((k) => k.key));
+    await Promise.all(held.map((h) => (h === undefined || h === 'done' ? undefined : this.watch(h.k, h.live))));
   }
 
-  /** Brings `k`'s sandbox up in this process (its egress proxy with it); undefined when there is nothing to keep. */
-  private async hold(k: KeptSandbox): Promise<{ k: KeptSandbox; live: LiveSandbox } | undefined> {
+  /**
+   * Brings `k`'s sandbox up in this process (its egress proxy with it); `done` when nothing runs
+   * there to keep (it went, or its job ended); undefined when it cannot be kept (logged).
+   */
+  private async hold(k: KeptSandbox): Promise<{ k: KeptSandbox; live: LiveSandbox } | 'done' | undefined> {
     const { resolver, sandboxes, gate } = this.o;
     const log = this.o.log.child('berth:keeper');
     const call = resolver.resolve(k.scope, { withCwd: false });
@@ -87,14 +92,18 @@ export class EgressKeeper {
     const rec = sandboxes.get(k.digest);
     // Gone (closed, removed) or hibernated before this process started: nothing runs there to keep.
     if (rec === undefined || rec.ref === '' || (rec.hibernatedMs ?? null) !== null) {
-      log.info(`sandbox ${k.key}: gone or hibernated before this process started; not kept`);
-      return undefined;
+      log.info(`sandbox ${k.key}: gone or hibernated before this process started; nothing to keep`);
+      return 'done';
     }
     // Only a running sandbox with a job in it is brought up here: the pool's bring-up would create
     // a missing one or start a stopped one (left: one removed in the moment between this look and it).
     const running = await (await this.o.backends.get(rec.backend)).commandsRunning?.(rec.ref);
-    if (running !== true) {
-      log.info(`sandbox ${k.key}: ${running === false ? 'no job runs in it (or it is gone or stopped)' : 'its processes cannot be read from this host'}; not kept`);
+    if (running === false) {
+      log.info(`sandbox ${k.key}: no job runs in it any more (or it is gone or stopped); nothing to keep`);
+      return 'done';
+    }
+    if (running === undefined) {
+      log.warn(`sandbox ${k.key}: its processes cannot be read from this host (its engine runs elsewhere), so no job can be told from none; not kept`);
       return undefined;
     }
     try {
