@@ -72,7 +72,10 @@ export async function waitForPodGone(client: KubeClient, name: string, timeoutMs
   await watchObject<V1Pod, undefined>(client, {
     collection: podsPath(client), name, timeoutMs, doing: `wait for pod ${name} to be gone`,
     decide: (pod) => (pod === undefined ? { value: undefined } : undefined),
-    timedOut: () => new TimeoutError(`kubernetes: pod ${name} was still terminating after ${Math.round(timeoutMs / 1000)} s; check it with kubectl describe pod ${name} -n ${client.namespace}`),
+    timedOut: (pod) => new TimeoutError(
+      `kubernetes: pod ${name} was still terminating after ${Math.round(timeoutMs / 1000)} s (${describe(pod)}${pod?.metadata?.deletionTimestamp === undefined ? ', not deleted' : `, deleted at ${String(pod.metadata.deletionTimestamp)}`}); ` +
+        `check it with kubectl describe pod ${name} -n ${client.namespace}`,
+    ),
   });
 }
 

@@ -73,7 +73,13 @@ export async function watchObject<O extends Meta, T>(client: KubeClient, spec: W
       const settled = spec.decide(last);
       if (settled !== undefined) return settled.value;
       const now = Date.now();
-      if (now >= deadline) throw spec.timedOut(last);
+      if (now >= deadline) {
+        // One list before giving up: what the server holds now decides, not the last event seen.
+        await list();
+        const final = spec.decide(last);
+        if (final !== undefined) return final.value;
+        throw spec.timedOut(last);
+      }
       const wake = Math.min(deadline, spec.wakeAt?.() ?? deadline);
       const aborter = new AbortController();
       const timer = setTimeout(() => aborter.abort(), Math.max(0, wake - now));
