@@ -55,7 +55,11 @@ export async function startKeeper(io: CliIo, configPath: string | undefined, ber
       const line = /^ready (\[.*\])\n/m.exec(out);
       if (line !== null && started.pid !== undefined) {
         clearTimeout(timer);
-        resolve({ pid: started.pid, held: JSON.parse(line[1]!) as string[] });
+        try {
+          resolve({ pid: started.pid, held: JSON.parse(line[1]!) as string[] });
+        } catch {
+          reject(new Error(`it answered "${line[0].trim()}", not the sandboxes it holds`));
+        }
       }
     });
   });
