@@ -176,7 +176,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
       resolver, gate: sessionGate, lives, audit, lifecycle, berthHome, stagingBytes: config.limits.stagingBytes, stagingLedger: new StagingLedger(berthHome), log: logger,
     }),
     jobs: new BrokerJobs({ resolver, runner, reader, lifecycle }),
-    keeper: new EgressKeeper({ resolver, sandboxes: store.sandboxes, sessions: store.sessions, backends, gate: sessionGate, lives, egress, shutdown: lifecycle.signal, log: logger }),
+    keeper: new EgressKeeper({ resolver, sandboxes: store.sandboxes, holders, backends, gate: sessionGate, lives, egress, shutdown: lifecycle.signal, log: logger }),
     closing: { reapers, lives, closer, warm, removal, backends, egress, store, keeper: opts.keeper, log: logger },
   };
 }

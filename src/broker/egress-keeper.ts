@@ -1,19 +1,29 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { BerthError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
 import type { CallScopeInput } from '../scope/call-scope.js';
 import type { CallResolver } from './call-resolver.js';
+import type { ProcessGroups } from '../shell/transport.js';
 import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
-import { ownerAlive, ownerToken } from './process-owner.js';
+import type { SandboxHolders } from './sandbox-holders.js';
 import type { BackendByName } from './sandbox-removal.js';
 import type { SessionGate } from './session-gate.js';
 import type { SandboxTable } from './state/sandbox-table.js';
-import type { SessionTable } from './state/session-table.js';
 
 /** How often a kept sandbox is looked at: a job still running there, the sandbox still there. */
 const LOOK_EVERY_MS = 2_000;
 
 /** Looks in a row that could not read the sandbox's processes before a kept sandbox is let go (about a minute). */
 const UNREADABLE_LOOKS = 30;
+
+const UNREADABLE = 'its processes cannot be read from this host (its engine runs elsewhere), so no job can be told from none; not kept';
+
+/** A sandbox held here, with the groups whose processes tell whether a job still runs in it. */
+interface Held {
+  k: KeptSandbox;
+  live: LiveSandbox;
+  groups: ProcessGroups & { commandsRunning(): boolean };
+}
 
 /**
  * A sandbox a closing berth process leaves with a background job while it served the sandbox's
@@ -40,8 +50,8 @@ export type KeeperStart = (sandboxes: KeptSandbox[]) => Promise<{ pid: number; h
 export interface EgressKeeperOptions {
   resolver: Pick<CallResolver, 'resolve'>;
   sandboxes: Pick<SandboxTable, 'get'>;
-  /** Open sessions on a sandbox and the process that holds each (a long-lived one's). */
-  sessions: Pick<SessionTable, 'ofSandbox'>;
+  /** A long-lived process holding a session on a sandbox takes its listener over. */
+  holders: Pick<SandboxHolders, 'sessionHolder'>;
   backends: BackendByName;
   gate: Pick<SessionGate, 'run' | 'acquire'>;
   lives: Pick<LiveSandboxes, 'get' | 'forget'>;
@@ -74,14 +84,14 @@ export class EgressKeeper {
     })));
     // Told as held: those held here, and those no job needs keeping for any more.
     ready(kept.filter((_k, i) => held[i] !== undefined).map((k) => k.key));
-    await Promise.all(held.map((h) => (h === undefined || h === 'done' ? undefined : this.watch(h.k, h.live))));
+    await Promise.all(held.map((h) => (h === undefined || h === 'done' ? undefined : this.watch(h))));
   }
 
   /**
    * Brings `k`'s sandbox up in this process (its egress proxy with it); `done` when nothing runs
    * there to keep (it went, or its job ended); undefined when it cannot be kept (logged).
    */
-  private async hold(k: KeptSandbox): Promise<{ k: KeptSandbox; live: LiveSandbox } | 'done' | undefined> {
+  private async hold(k: KeptSandbox): Promise<Held | 'done' | undefined> {
     const { resolver, sandboxes, gate } = this.o;
     const log = this.o.log.child('berth:keeper');
     const call = resolver.resolve(k.scope, { withCwd: false });
@@ -103,13 +113,14 @@ export class EgressKeeper {
       return 'done';
     }
     if (running === undefined) {
-      log.warn(`sandbox ${k.key}: its processes cannot be read from this host (its engine runs elsewhere), so no job can be told from none; not kept`);
+      log.warn(`sandbox ${k.key}: ${UNREADABLE}`);
       return undefined;
     }
     try {
       const live = await gate.run(call, (sc) => gate.acquire(call, sc));
-      if (!live.recreatedUnreported && live.sandbox.processGroups?.commandsRunning !== undefined) return { k, live };
-      if (!live.recreatedUnreported) log.warn(`sandbox ${k.key}: its processes cannot be read from this host (its engine runs elsewhere), so no job can be told from none; not kept`);
+      const groups = live.sandbox.processGroups;
+      if (!live.recreatedUnreported && groups?.commandsRunning !== undefined) return { k, live, groups: groups as Held['groups'] };
+      if (!live.recreatedUnreported) log.warn(`sandbox ${k.key}: ${UNREADABLE}`);
       await this.letGo(k, live);
     } catch (err) {
       log.warn(`sandbox ${k.key}: could not be kept: ${err instanceof BerthError ? err.message : String(err)}`);
@@ -123,8 +134,8 @@ export class EgressKeeper {
    * its live shells would otherwise count as commands here forever), or this process's listener
    * failed; then lets it go.
    */
-  private async watch(k: KeptSandbox, live: LiveSandbox): Promise<void> {
-    const { sandboxes, lives, egress, shutdown } = this.o;
+  private async watch({ k, live, groups }: Held): Promise<void> {
+    const { sandboxes, lives, egress, holders, shutdown } = this.o;
     const log = this.o.log.child('berth:keeper');
     const ref = live.sandbox.ref;
     let unreadable = 0;
@@ -132,7 +143,7 @@ export class EgressKeeper {
     try {
       log.info(`sandbox ${k.key}: keeping its egress proxy while a job started in it runs`);
       while (!shutdown.aborted) {
-        await sleep(LOOK_EVERY_MS, shutdown);
+        await sleep(LOOK_EVERY_MS, undefined, { signal: shutdown }).catch(() => undefined);
         const now = sandboxes.get(k.digest);
         if (shutdown.aborted || lives.get(k.digest) !== live || now === undefined || now.ref !== ref) {
           why = shutdown.aborted ? 'this process is ending' : 'it went';
@@ -142,12 +153,12 @@ export class EgressKeeper {
           why = 'its egress listener could not be taken over (see above)';
           break;
         }
-        if (this.longLivedHolder(k.digest)) {
+        if (holders.sessionHolder(k.digest) !== undefined) {
           why = 'a long-lived berth process holds a session on it and takes its egress proxy over';
           break;
         }
         try {
-          if (!live.sandbox.processGroups!.commandsRunning!()) break;
+          if (!groups.commandsRunning()) break;
           unreadable = 0;
         } catch (err) {
           if (++unreadable < UNREADABLE_LOOKS) continue;
@@ -161,27 +172,9 @@ export class EgressKeeper {
     }
   }
 
-  /** A live berth process other than this one holds an open session on sandbox `digest` (the CLI's sessions have no holder). */
-  private longLivedHolder(digest: string): boolean {
-    const self = ownerToken();
-    return this.o.sessions.ofSandbox(digest).some((s) => s.closedMs === null && s.owner !== null && s.owner !== self && ownerAlive(s.owner));
-  }
-
   /** Lets go of a sandbox as it is: its listener here closes, this process's hold on it ends. */
   private async letGo(k: KeptSandbox, live: LiveSandbox): Promise<void> {
     await this.o.egress.detach(live.sandbox.ref).catch((err: unknown) => this.o.log.child('berth:keeper').warn(`sandbox ${k.key}: egress listener at let-go: ${String(err)}`));
     await this.o.lives.forget(live);
   }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    function done(): void {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }

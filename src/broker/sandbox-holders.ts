@@ -21,8 +21,19 @@ export class SandboxHolders {
   /** A live process other than this one that holds sandbox `digest` (`pid:starttime`), or undefined. */
   other(digest: string): string | undefined {
     const heldBy = this.opts.sandboxes.get(digest)?.heldBy ?? null;
-    const sessionOwners = this.opts.sessions.ofSandbox(digest).filter((s) => s.closedMs === null).map((s) => s.owner);
-    return [heldBy, ...this.opts.sandboxes.holders(digest), ...sessionOwners].find((o): o is string => o !== null && o !== this.self && ownerAlive(o));
+    return [heldBy, ...this.opts.sandboxes.holders(digest)].find((o): o is string => this.liveOther(o)) ?? this.sessionHolder(digest);
+  }
+
+  /**
+   * A live process other than this one that holds an open session on sandbox `digest`: a
+   * long-lived one (serve, mcp, a library), since a CLI call's sessions have no holder.
+   */
+  sessionHolder(digest: string): string | undefined {
+    return this.opts.sessions.ofSandbox(digest).filter((s) => s.closedMs === null).map((s) => s.owner).find((o): o is string => this.liveOther(o));
+  }
+
+  private liveOther(owner: string | null): boolean {
+    return owner !== null && owner !== this.self && ownerAlive(owner);
   }
 }
 

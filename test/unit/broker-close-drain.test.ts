@@ -125,32 +125,28 @@ describe('the close says which sandboxes it leaves without their egress proxy', 
     ]);
   });
 
-  it('a keeper that cannot start: the warning says why and that the job is left without network', async () => {
+  /** The close's egress lines for one sandbox with a job, handed to `keeper`. */
+  async function egressLinesWith(keeper: ClosingParts['keeper']): Promise<string[]> {
     const lines: string[] = [];
     const { parts } = closing(Promise.resolve());
     const kept = withJobs('session:kept', true);
     parts.lives.all = () => [kept];
     parts.egress.holds = () => true;
     parts.egress.heldCall = () => ({ scope: { tenant: 't', profile: 'p' } }) as unknown as ResolvedCall;
-    parts.keeper = () => Promise.reject(new Error('spawn node ENOENT'));
+    parts.keeper = keeper;
     parts.log = new Logger((ns, msg, record) => void lines.push(`${record?.level ?? '?'} ${ns} ${msg}`));
     await closeParts(parts, 0);
-    expect(lines.filter((l) => l.includes('egress proxy'))).toEqual([
+    return lines.filter((l) => l.includes('egress proxy'));
+  }
+
+  it('a keeper that cannot start: the warning says why and that the job is left without network', async () => {
+    expect(await egressLinesWith(() => Promise.reject(new Error('spawn node ENOENT')))).toEqual([
       expect.stringMatching(/^warn berth:egress sandbox session:kept: .* which ends now \(no keeper process could start: spawn node ENOENT\): such a job has no network from here on/),
     ]);
   });
 
   it('a sandbox the keeper could not hold is warned of, naming the keeper and its log', async () => {
-    const lines: string[] = [];
-    const { parts } = closing(Promise.resolve());
-    const kept = withJobs('session:kept', true);
-    parts.lives.all = () => [kept];
-    parts.egress.holds = () => true;
-    parts.egress.heldCall = () => ({ scope: { tenant: 't', profile: 'p' } }) as unknown as ResolvedCall;
-    parts.keeper = () => Promise.resolve({ pid: 77, held: [] });
-    parts.log = new Logger((ns, msg, record) => void lines.push(`${record?.level ?? '?'} ${ns} ${msg}`));
-    await closeParts(parts, 0);
-    expect(lines.filter((l) => l.includes('egress proxy'))).toEqual([
+    expect(await egressLinesWith(() => Promise.resolve({ pid: 77, held: [] }))).toEqual([
       expect.stringMatching(/^warn berth:egress sandbox session:kept: .* which ends now \(the keeper process 77 could not hold it; its log is keeper.log in the berth home\): such a job has no network/),
     ]);
   });

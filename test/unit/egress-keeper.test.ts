@@ -21,7 +21,7 @@ function keeper(o: { rec?: object | undefined; running: boolean | undefined; gro
   const k = new EgressKeeper({
     resolver: { resolve: () => ({ spec: { digest: 'd1' }, binding: { sandboxKey: 'session:s' } }) } as never,
     sandboxes: { get: () => o.rec as never },
-    sessions: { ofSandbox: () => [] },
+    holders: { sessionHolder: () => undefined },
     backends: { get: async () => ({ commandsRunning: async () => o.running }) } as never,
     gate: {
       run: (_call: unknown, fn: (sc: unknown) => Promise<unknown>) => fn({}),
