@@ -31,6 +31,24 @@ describe('snapshot forbidden-value scan', () => {
     expect(await findForbidden([{ hostDir: linked, sandboxDir: '/h' }], forbidden)).toEqual({ name: 'API_KEY', sandboxPath: '/h/l' });
   });
 
+  it('finds a value wherever it straddles two reads, and at the very start and end of a file', async () => {
+    // A value with a newline is searched here (not by grep) in files of any size.
+    const multi = 'line-one\nline-two-secret';
+    for (const at of [0, (2 << 20) - 1, (2 << 20) - 12, (2 << 20) - multi.length + 1, 2 << 20, (3 << 20) - multi.length]) {
+      const dir = tempDir();
+      const file = join(dir, 'f.bin');
+      writeFileSync(file, Buffer.alloc(3 << 20, 0x61));
+      const fd = openSync(file, 'r+');
+      writeSync(fd, multi, at);
+      closeSync(fd);
+      expect(await findForbidden([{ hostDir: dir, sandboxDir: '/h' }], forbidden), `value at ${at}`).toEqual({ name: 'MULTI', sandboxPath: '/h/f.bin' });
+    }
+    // Nothing there: nothing found (the seams are not matched against stale bytes).
+    const clean = tempDir();
+    writeFileSync(join(clean, 'f.bin'), Buffer.alloc(3 << 20, 0x61));
+    expect(await findForbidden([{ hostDir: clean, sandboxDir: '/h' }], forbidden)).toBeUndefined();
+  });
+
   it('never follows a link nor opens a FIFO, and ignores values shorter than the redactor\'s minimum', async () => {
     const dir = tempDir();
     const outside = tempDir();

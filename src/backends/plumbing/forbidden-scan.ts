@@ -27,6 +27,8 @@ const SCAN_DEADLINE_MS = 5 * 60_000;
  * stays bounded whatever a file holds, and a value is found wherever it sits.
  */
 const GREP_FILE_MAX_BYTES = 16 << 20;
+/** What one read of a larger file takes in. */
+const READ_CHUNK_BYTES = 1 << 20;
 /** File names handed to one grep (its argv stays well under the kernel's bound). */
 const GREP_ARGV_BYTES = 64 << 10;
 /**
@@ -287,22 +289,26 @@ function needleIn(data: Buffer, needles: readonly Needle[]): string | undefined 
 
 async function needleInFile(scan: Scan, file: string, needles: readonly Needle[]): Promise<string | undefined> {
   const overlap = Math.max(...needles.map((n) => n.bytes.length)) - 1;
-  let tail: Buffer = Buffer.alloc(0);
+  // One buffer for every read: the last `overlap` bytes of a read move to its front, the next read
+  // fills the rest, so a value split across two reads is found and nothing is copied but the seam.
+  const buf = Buffer.allocUnsafe(READ_CHUNK_BYTES + overlap);
+  let kept = 0;
   // The entry was a regular file at lstat: a link or a FIFO swapped in since is neither followed nor waited on.
   const handle = await open(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
-  const stream = handle.createReadStream({ highWaterMark: 1 << 20 });
   try {
-    for await (const chunk of stream as AsyncIterable<Buffer>) {
+    for (;;) {
       assertInTime(scan);
-      const window = tail.length === 0 ? chunk : Buffer.concat([tail, chunk]);
-      const found = needleIn(window, needles);
+      const { bytesRead } = await handle.read(buf, kept, READ_CHUNK_BYTES, null);
+      if (bytesRead === 0) return undefined;
+      const filled = kept + bytesRead;
+      const found = needleIn(buf.subarray(0, filled), needles);
       if (found !== undefined) return found;
-      tail = window.subarray(Math.max(0, window.length - overlap));
+      kept = Math.min(overlap, filled);
+      buf.copy(buf, 0, filled - kept, filled);
     }
   } finally {
-    stream.destroy();
+    await handle.close();
   }
-  return undefined;
 }
 
 /** The refusal of snapshot `id` because `hit` holds a granted value: names the variable and path, never the value. */
