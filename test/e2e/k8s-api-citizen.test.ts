@@ -1,4 +1,6 @@
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import Dockerode from 'dockerode';
 import { afterEach, expect, it } from 'vitest';
 import { ensurePodSandbox, type EnsurePodInput } from '../../src/backends/kubernetes/pod-sandboxes.js';
 import { createEphemeralPod, deletePod, waitForRunning } from '../../src/backends/kubernetes/pods.js';
@@ -100,6 +102,42 @@ describeStandin('kubernetes API use (stand-in API server)', () => {
       /^kubernetes: pod \S+ cannot run: image "registry\.test\/missing:1" could not be pulled for 5 s \((ErrImagePull|ImagePullBackOff): failed to pull and unpack image "registry\.test\/missing:1": registry\.test\/missing:1: not found \(test\)\); check the image reference .* or raise kubernetes\.imagePullTimeoutSeconds$/,
     );
     await deletePod(client, ok.name);
+  });
+
+  it('the stand-in\'s list is one snapshot: a pod whose deletion ends while the list looks at its container is not listed with a version past its deletion (a watch from there would never see it go)', async () => {
+    // The engine answers the list's inspect slowly, so the pod's removal ends during it.
+    const real = new Dockerode();
+    let slowInspect = false;
+    const docker = new Proxy(real, {
+      get(target, prop) {
+        if (prop === 'getContainer') {
+          return (id: string) => new Proxy(target.getContainer(id), {
+            get(c, cp) {
+              const v = Reflect.get(c, cp) as unknown;
+              if (cp === 'inspect' && slowInspect) return async (...args: unknown[]) => { await sleep(1500); return (v as (...a: unknown[]) => unknown).apply(c, args); };
+              return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(c) : v;
+            },
+          });
+        }
+        const v = Reflect.get(target, prop) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const server = await standin({ docker });
+    const client = standinClient(server, 'snap');
+    const input = sandboxInput('inst', { k: { namespace: 'snap' } });
+    await waitForRunning(client, (await createEphemeralPod(client, sandboxPod(input))).metadata!.name!, 60_000);
+    slowInspect = true;
+    await deletePod(client, input.name);
+    const res = await server.fetch(`/api/v1/namespaces/snap/pods?fieldSelector=metadata.name%3D${input.name}`);
+    slowInspect = false;
+    const list = (await res.json()) as { metadata: { resourceVersion: string }; items: { metadata: { name: string } }[] };
+    // The removal ended during the list's look (its inspect took 1.5 s): the pod is gone by now.
+    expect(server.terminating.has(`snap/${input.name}`)).toBe(false);
+    const watched = await (await server.fetch(`/api/v1/namespaces/snap/pods?watch=1&fieldSelector=metadata.name%3D${input.name}&resourceVersion=${list.metadata.resourceVersion}&timeoutSeconds=1`)).text();
+    const deleted = watched.split('\n').filter((l) => l !== '').some((l) => (JSON.parse(l) as { type: string }).type === 'DELETED');
+    // Listed, it must be seen to go from the list's version; not listed, nothing is owed.
+    expect({ listed: list.items.length > 0, deletedSeen: deleted }).toEqual({ listed: false, deletedSeen: false });
   });
 
   it('the stand-in serves watches as strictly as an API server: 410 Gone past compaction, bookmarks, selectors it indexes only', async () => {

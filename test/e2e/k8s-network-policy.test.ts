@@ -7,7 +7,7 @@ import { ensureNetworkPolicy } from '../../src/backends/kubernetes/network-polic
 import { KUBERNETES_DEFAULTS, type KubernetesSettings } from '../../src/backends/kubernetes/settings.js';
 import { BackendUnavailableError } from '../../src/errors.js';
 import { describeStandin } from '../k8s-standin/describe-standin.js';
-import { standinClient } from '../k8s-standin/fixtures.js';
+import { standinAdminClient, standinClient } from '../k8s-standin/fixtures.js';
 import { StandinApiServer } from '../k8s-standin/server.js';
 
 /*
@@ -47,10 +47,11 @@ describeStandin('kubernetes NetworkPolicies read back (stand-in API server, real
     await ensureNetworkPolicy(client, tenantNetworkPolicy(inst, 'acme', { ...k, network: 'none' }));
     await backend.check(k);
 
-    // kubectl edit: an ingress rule from everywhere.
-    const live = await client.networking.readNamespacedNetworkPolicy({ namespace: 'berth', name });
+    // kubectl edit by an admin (berth's Role never updates a policy): an ingress rule from everywhere.
+    const admin = standinAdminClient(server);
+    const live = await admin.networking.readNamespacedNetworkPolicy({ namespace: 'berth', name });
     live.spec!.ingress = [{}];
-    await client.networking.replaceNamespacedNetworkPolicy({ namespace: 'berth', name, body: live });
+    await admin.networking.replaceNamespacedNetworkPolicy({ namespace: 'berth', name, body: live });
     const atStart = await failure(backend.check(k));
     expect(atStart.message).toBe(
       `kubernetes: NetworkPolicy ${name} (spec.ingress: is [{}], berth writes absent) in namespace "berth" is not what berth writes: someone edited it or an admission webhook changed it, so berth cannot vouch for its sandboxes' network; ` +
@@ -60,7 +61,7 @@ describeStandin('kubernetes NetworkPolicies read back (stand-in API server, real
     // Another installation's policies are not this one's business.
     await new KubernetesBackend({ installation: installation(), kubeConfig: server.kubeConfig('berth'), sections: [k] }).check(k);
     // Deleted, it is written again and passes.
-    await client.networking.deleteNamespacedNetworkPolicy({ namespace: 'berth', name });
+    await admin.networking.deleteNamespacedNetworkPolicy({ namespace: 'berth', name });
     await ensureNetworkPolicy(client, np);
     await backend.check(k);
   });
@@ -95,7 +96,7 @@ describeStandin('kubernetes NetworkPolicies read back (stand-in API server, real
     await ensureNetworkPolicy(client, np);
     const live = await client.networking.readNamespacedNetworkPolicy({ namespace: 'berth', name });
     const put = (body: object): Promise<Response> => server.fetch(`/apis/networking.k8s.io/v1/namespaces/berth/networkpolicies/${name}?fieldValidation=Strict`, {
-      method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+      method: 'PUT', headers: { 'content-type': 'application/json', authorization: `Bearer ${server.adminToken}` }, body: JSON.stringify(body),
     });
     const unknown = await put({ ...live, spec: { ...live.spec, bogus: true } });
     expect([unknown.status, ((await unknown.json()) as { message: string }).message]).toEqual([400, 'strict decoding error: unknown field "spec.bogus"']);

@@ -12,15 +12,21 @@ import { tenantPolicyName } from '../../src/backends/kubernetes/names.js';
 import { ensurePodSandbox } from '../../src/backends/kubernetes/pod-sandboxes.js';
 import { createEphemeralPod, deletePod, listPods, waitForPodGone, waitForRunning } from '../../src/backends/kubernetes/pods.js';
 import { describeStandin, ensureStandinImage } from '../k8s-standin/describe-standin.js';
-import { runningPod, sandboxInput, standinClient } from '../k8s-standin/fixtures.js';
+import { runningPod, sandboxInput, standinAdminClient, standinClient } from '../k8s-standin/fixtures.js';
 import { StandinApiServer } from '../k8s-standin/server.js';
 import { makeStandinTls } from '../k8s-standin/test-ca.js';
+import { roleRules } from '../k8s-standin/rbac.js';
+import { REQUIRED_PERMISSIONS } from '../../src/backends/kubernetes/permissions.js';
+import { KubernetesBackend } from '../../src/backends/kubernetes/kubernetes-backend.js';
+import { KUBERNETES_DEFAULTS } from '../../src/backends/kubernetes/settings.js';
+import { Logger } from '../../src/logging/logger.js';
 
 /*
  * Where the stand-in is as strict as a real API server, and berth's pods pass: TLS with a CA made
  * for the run (REST and the exec WebSocket), unknown fields under strict field validation (400,
- * not 422), and a namespace's compute ResourceQuota and LimitRange (403 Forbidden from
- * admission). Each pod is created through berth's own call.
+ * not 422), a namespace's compute ResourceQuota and LimitRange (403 Forbidden from
+ * admission), and RBAC: berth's token may do what deploy/rbac.yaml's Role grants, nothing more.
+ * Each pod is created through berth's own call.
  */
 
 describeStandin('stand-in API server strictness, with berth\'s pods', () => {
@@ -147,14 +153,16 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     await waitForRunning(client, made.metadata!.name!, 60_000);
     await deletePod(client, made.metadata!.name!);
     await waitForPodGone(client, made.metadata!.name!, 60_000);
-    const maps = (await client.core.listNamespacedConfigMap({ namespace: 'owners' })).items.map((m) => m.metadata!.name);
+    // Listed as an admin would (berth's Role only creates maps).
+    const maps = (await standinAdminClient(server, 'owners').core.listNamespacedConfigMap({ namespace: 'owners' })).items.map((m) => m.metadata!.name);
     expect(maps).not.toContain(mapName);
   });
 
   it('a compute ResourceQuota refuses a pod without requests and limits, admits berth\'s, and refuses what would exceed it', async () => {
     const ns = 'quota';
     const client = standinClient(server, ns);
-    await client.core.createNamespacedResourceQuota({
+    // The operator's quota (berth's Role cannot make one).
+    await standinAdminClient(server, ns).core.createNamespacedResourceQuota({
       namespace: ns,
       body: { apiVersion: 'v1', kind: 'ResourceQuota', metadata: { name: 'compute' }, spec: { hard: { 'requests.cpu': '1', 'requests.memory': '1Gi', 'limits.cpu': '4', 'limits.memory': '4Gi' } } },
     });
@@ -173,7 +181,8 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     const third = sandboxInput('inst', { k: { namespace: ns } });
     const over = await statusOf(client.core.createNamespacedPod({ namespace: ns, body: sandboxPod(third), fieldValidation: 'Strict' }));
     expect(over.code).toBe(403);
-    expect(over.body.message).toContain('exceeded quota: compute, limits.cpu: requested 2, used 4, limited 4');
+    // The quota admission plugin's wording, each exceeded resource as key=value.
+    expect(over.body.message).toBe(`pods "${third.name}" is forbidden: exceeded quota: compute, requested: limits.cpu=2,limits.memory=2Gi, used: limits.cpu=4,limits.memory=4Gi, limited: limits.cpu=4,limits.memory=4Gi`);
     for (const name of [input.name, second.name]) {
       await deletePod(client, name);
       await waitForPodGone(client, name, 30_000);
@@ -184,7 +193,7 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     const ns = 'ranged';
     const client = standinClient(server, ns);
     // The client's model names `default` `_default` and serializes it as `default`.
-    await client.core.createNamespacedLimitRange({
+    await standinAdminClient(server, ns).core.createNamespacedLimitRange({
       namespace: ns,
       body: { apiVersion: 'v1', kind: 'LimitRange', metadata: { name: 'sandboxes' }, spec: { limits: [{ type: 'Container', _default: { memory: '512Mi' }, max: { cpu: '1' } }] } },
     });
@@ -202,6 +211,39 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     await waitForPodGone(client, input.name, 30_000);
   });
 
+  it('RBAC: berth\'s token may do what deploy/rbac.yaml\'s Role grants and nothing more (403, and access reviews say the same); a Role without watch on pods fails berth\'s wait for a pod', async () => {
+    const client = standinClient(server, 'rbac');
+    const review = async (verb: string, group: string, resource: string, subresource?: string): Promise<boolean> => {
+      const r = await server.fetch('/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', {
+        method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ apiVersion: 'authorization.k8s.io/v1', kind: 'SelfSubjectAccessReview', spec: { resourceAttributes: { namespace: 'rbac', verb, group, resource, ...(subresource === undefined ? {} : { subresource }) } } }),
+      });
+      return ((await r.json()) as { status: { allowed: boolean } }).status.allowed;
+    };
+    // What berth calls is granted, verb by verb; what it never calls is not.
+    for (const p of REQUIRED_PERMISSIONS) {
+      const [resource, sub] = p.resource.split('/');
+      for (const verb of p.verbs) expect(await review(verb, p.apiGroup, resource!, sub), `${verb} ${p.apiGroup}/${p.resource}`).toBe(true);
+    }
+    for (const [verb, group, resource] of [['update', 'networking.k8s.io', 'networkpolicies'], ['get', '', 'configmaps'], ['list', '', 'secrets'], ['create', '', 'resourcequotas'], ['watch', 'agents.x-k8s.io', 'sandboxes']] as const) {
+      expect(await review(verb, group, resource), `${verb} ${group}/${resource}`).toBe(false);
+    }
+    const forbidden = await statusOf(client.core.listNamespacedConfigMap({ namespace: 'rbac' }));
+    expect(forbidden).toMatchObject({ code: 403, body: { reason: 'Forbidden', message: 'configmaps is forbidden: User "berth-standin" cannot list resource "configmaps" in API group "" in the namespace "rbac"' } });
+    // The admin token (a test's own hand) is not limited.
+    expect((await standinAdminClient(server, 'rbac').core.listNamespacedConfigMap({ namespace: 'rbac' })).items).toEqual([]);
+
+    // The Role as it was before berth granted itself watch: berth's wait for its pod is refused.
+    const unwatched = roleRules().map((r) => ({ ...r, verbs: r.resources.includes('pods') ? r.verbs.filter((v) => v !== 'watch') : r.verbs }));
+    await using strict = await StandinApiServer.start({ rbac: unwatched });
+    const input = sandboxInput('inst', { k: { namespace: 'rbac' } });
+    const own = standinClient(strict, 'rbac');
+    await createEphemeralPod(own, sandboxPod(input));
+    const err = await waitForRunning(own, input.name, 30_000).then(() => undefined, (e: unknown) => e);
+    expect(String((err as Error | undefined)?.message)).toMatch(/403|forbidden/i);
+    await deletePod(own, input.name);
+  });
+
   it('a create in a namespace that does not exist is 404 on the namespace; berth says so and names the fix instead of "not found"', async () => {
     await using only = await StandinApiServer.start({ namespaces: ['berth'] });
     const client = standinClient(only, 'absent');
@@ -212,5 +254,39 @@ describeStandin('stand-in API server strictness, with berth\'s pods', () => {
     expect((err as Error).message).toBe(
       `kubernetes: could not create networkpolicy ${tenantPolicyName('inst', 'local', 'egress')}: namespace "absent" does not exist at ${only.url}; create it (kubectl create namespace absent, then deploy/README.md) or fix kubernetes.namespace`,
     );
+  });
+
+  it('at start-up, a sandbox pod is created as a dry run: a missing namespace or a LimitRange that refuses berth\'s pods is an error naming it and the fix; a quota used up right now only warns; nothing is stored', async () => {
+    const check = async (srv: StandinApiServer, namespace: string, log?: Logger): Promise<unknown> => {
+      const k = { ...KUBERNETES_DEFAULTS, namespace };
+      return new KubernetesBackend({ installation: `inst-${randomBytes(3).toString('hex')}`, kubeConfig: srv.kubeConfig(namespace), sections: [k], ...(log === undefined ? {} : { log }) })
+        .check(k).then(() => undefined, (e: unknown) => e);
+    };
+    await using only = await StandinApiServer.start({ namespaces: ['berth', 'small', 'full', 'tight'] });
+    const missing = await check(only, 'absent');
+    expect(missing).toBeInstanceOf(ConfigError);
+    expect((missing as Error).message).toContain(`namespace "absent" does not exist at ${only.url}; create it (kubectl create namespace absent, then deploy/README.md) or fix kubernetes.namespace`);
+    expect(await check(only, 'berth')).toBeUndefined();
+    const admin = (ns: string) => standinAdminClient(only, ns);
+    await admin('small').core.createNamespacedLimitRange({ namespace: 'small', body: { apiVersion: 'v1', kind: 'LimitRange', metadata: { name: 'tiny' }, spec: { limits: [{ type: 'Container', max: { cpu: '1' } }] } } });
+    const refused = await check(only, 'small');
+    expect((refused as { code?: string }).code).toBe('engine_refused');
+    expect((refused as Error).message).toContain('maximum cpu usage per Container is 1, but limit is 2');
+    expect((refused as Error).message).toContain('dryRun=All');
+    // A quota no berth pod can ever fit under is an error; one that other pods use up right now only warns.
+    const quota = (ns: string, cpu: string) => admin(ns).core.createNamespacedResourceQuota({ namespace: ns, body: { apiVersion: 'v1', kind: 'ResourceQuota', metadata: { name: 'cpu' }, spec: { hard: { 'limits.cpu': cpu } } } });
+    await quota('tight', '1');
+    expect((await check(only, 'tight') as Error).message).toContain('exceeded quota: cpu, requested: limits.cpu=2, used: limits.cpu=0, limited: limits.cpu=1');
+    await quota('full', '3');
+    const running = sandboxInput('inst', { k: { namespace: 'full' } });
+    await runningPod(standinClient(only, 'full'), running);
+    const said: string[] = [];
+    expect(await check(only, 'full', new Logger((_ns: string, line: string) => void said.push(line), 'berth:test'))).toBeUndefined();
+    expect(said.join('\n')).toContain('namespace "full" has no room for another sandbox pod right now');
+    // The dry runs stored nothing: the one pod is the test's own.
+    expect((await admin('full').core.listNamespacedPod({ namespace: 'full' })).items.map((p) => p.metadata!.name)).toEqual([running.name]);
+    await deletePod(standinClient(only, 'full'), running.name);
+    await waitForPodGone(standinClient(only, 'full'), running.name, 60_000);
+    for (const ns of ['berth', 'small', 'tight']) expect((await admin(ns).core.listNamespacedPod({ namespace: ns })).items, ns).toEqual([]);
   });
 });

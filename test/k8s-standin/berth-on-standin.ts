@@ -5,7 +5,7 @@ import { parseRef } from '../../src/backends/kubernetes/refs.js';
 import { deletePod, waitForPodGone } from '../../src/backends/kubernetes/pods.js';
 import type { KubeClient } from '../../src/backends/kubernetes/kube-client.js';
 import { TEST_IMAGE } from '../helpers/docker.js';
-import { standinClient } from './fixtures.js';
+import { standinAdminClient } from './fixtures.js';
 import { StandinApiServer, type StandinOptions } from './server.js';
 
 /*
@@ -17,11 +17,12 @@ import { StandinApiServer, type StandinOptions } from './server.js';
 const POD_GONE_MS = 90_000;
 
 export class BerthOnStandin {
+  /** The test's own hand, as a cluster admin's kubectl (fixtures, deletes behind berth's back); berth itself reaches the server through `kubeconfig`, with the token deploy/rbac.yaml's Role limits. */
   readonly client: KubeClient;
   private readonly homes: string[] = [];
 
   private constructor(readonly server: StandinApiServer, private readonly dir: string, readonly kubeconfig: string) {
-    this.client = standinClient(server);
+    this.client = standinAdminClient(server);
   }
 
   static async start(opts: StandinOptions = {}): Promise<BerthOnStandin> {

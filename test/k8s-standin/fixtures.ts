@@ -7,9 +7,14 @@ import { createEphemeralPod, waitForRunning } from '../../src/backends/kubernete
 import { KUBERNETES_DEFAULTS, type KubernetesSettings } from '../../src/backends/kubernetes/settings.js';
 import type { StandinApiServer } from './server.js';
 
-/** The backend's clients, pointed at the stand-in through the real KubeConfig loader. */
+/** The backend's clients, pointed at the stand-in through the real KubeConfig loader, with berth's token (what deploy/rbac.yaml grants). */
 export function standinClient(server: StandinApiServer, namespace = 'berth'): KubeClient {
   return kubeClient(server.kubeConfig(namespace), namespace);
+}
+
+/** The same with the admin token: a test's own hand (fixtures, `kubectl` behind berth's back), which berth's Role does not limit. */
+export function standinAdminClient(server: StandinApiServer, namespace = 'berth'): KubeClient {
+  return kubeClient(server.kubeConfig(namespace, { admin: true }), namespace);
 }
 
 /** A manifest input for a fresh identity of `installation`. */

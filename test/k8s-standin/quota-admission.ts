@@ -87,14 +87,25 @@ export function quotaRefusal(spec: V1PodSpec, others: readonly V1PodSpec[], quot
       for (const c of spec.containers) if (c.resources?.[t.kind]?.[t.resource] === undefined) missing.push(`${t.kind}.${t.resource} for: ${c.name}`);
     }
     if (missing.length > 0) return `failed quota: ${q.name}: must specify ${missing.join('; ')}`;
-    const over: string[] = [];
+    const over: { key: string; want: number; used: number; hard: string }[] = [];
     for (const [key, hard] of Object.entries(q.hard)) {
       const t = tracked(key);
       const want = t === undefined ? (key === 'pods' ? 1 : 0) : amountOf(spec.containers, t.kind, t.resource);
       const used = t === undefined ? (key === 'pods' ? others.length : 0) : others.reduce((sum, o) => sum + amountOf(o.containers, t.kind, t.resource), 0);
-      if (want > 0 && used + want > quantity(hard)) over.push(`${key}: requested ${want}, used ${used}, limited ${hard}`);
+      if (want > 0 && used + want > quantity(hard)) over.push({ key, want, used, hard });
     }
-    if (over.length > 0) return `exceeded quota: ${q.name}, ${over.join('; ')}`;
+    // The quota admission plugin's wording: each part a list of the exceeded resources as key=value.
+    const part = (f: (o: (typeof over)[number]) => string): string => over.map((o) => `${o.key}=${f(o)}`).join(',');
+    if (over.length > 0) return `exceeded quota: ${q.name}, requested: ${part((o) => canonical(o.want))}, used: ${part((o) => canonical(o.used))}, limited: ${part((o) => o.hard)}`;
   }
   return undefined;
+}
+
+/** A quantity as the API server prints one: whole binary units where they divide it (`2Gi`), millis for a fraction (`500m`). */
+function canonical(n: number): string {
+  if (!Number.isInteger(n)) return `${Math.round(n * 1000)}m`;
+  for (const [suffix, unit] of [['Ti', 2 ** 40], ['Gi', 2 ** 30], ['Mi', 2 ** 20], ['Ki', 2 ** 10]] as const) {
+    if (n >= unit && n % unit === 0) return `${n / unit}${suffix}`;
+  }
+  return String(n);
 }

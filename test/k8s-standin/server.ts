@@ -23,6 +23,7 @@ import { claimStatus, fillPool, reconcileClaim, type ClaimControllerOptions } fr
 import { claimDir, containerOptions, runningStatus, STANDIN_LABEL, terminatedStatus, waitingStatus, type PodRuntimeOptions } from './pod-runtime.js';
 import { storedNetworkPolicy } from './network-policy-storage.js';
 import { alreadyExists, apiError, notFound, type StatusBody } from './status.js';
+import { rbacAllows, roleRules, type RoleRule } from './rbac.js';
 import { makeStandinTls, type StandinTls } from './test-ca.js';
 import { WatchHub } from './watch-hub.js';
 
@@ -36,8 +37,14 @@ export interface StandinOptions {
   docker?: Dockerode;
   /** Exec subprotocols offered, in the server's order (default v5, then v4). */
   protocols?: readonly string[];
-  /** Bearer token every request must carry. */
+  /** Bearer token berth's requests carry (its kubeconfig's). */
   token?: string;
+  /**
+   * What berth's token may do, as RBAC rules: default the Role of deploy/rbac.yaml (rbac.ts), as a
+   * cluster an operator applied it to; false: everything (only for tests of the stand-in itself).
+   * The admin token (`kubeConfig(ns, { admin: true })`, tests' own fixtures) may do everything.
+   */
+  rbac?: readonly RoleRule[] | false;
   /**
    * Default true: HTTPS and `wss` with a certificate from a CA made for this server, which the
    * kubeconfig carries as `certificate-authority-data`, as a cluster's does. False: plain HTTP
@@ -117,12 +124,16 @@ const PATH_RE = /^(\/api\/v1|\/apis\/[^/]+\/[^/]+)\/namespaces\/([^/]+)\/([^/]+)
 export class StandinApiServer implements AsyncDisposable {
   readonly instance = randomBytes(6).toString('hex');
   readonly token: string;
+  /** A token that may do everything: tests' own fixtures (templates, pools, quotas), as a cluster admin's. */
+  readonly adminToken: string;
+  /** What berth's token may do (undefined: everything). */
+  private readonly rbac: readonly RoleRule[] | undefined;
   /** Containers started for pods, by `namespace/name`. */
   readonly containers = new Map<string, string>();
   /** Every exec request's URL as received (what an API server's audit log records). */
   readonly execRequests: string[] = [];
   /**
-   * Permissions the token lacks, as `verb group/resource` (`create /pods`, `get /pods/exec`):
+   * Permissions berth's token lacks besides what its Role leaves out, as `verb group/resource` (`create /pods`, `get /pods/exec`):
    * SelfSubjectAccessReviews answer accordingly, and a REST call it names is 403 Forbidden (exec
    * upgrades are not checked).
    */
@@ -161,6 +172,8 @@ export class StandinApiServer implements AsyncDisposable {
 
   private constructor(opts: StandinOptions, readonly docker: Dockerode, private readonly dataDir: string) {
     this.token = opts.token ?? randomBytes(16).toString('hex');
+    this.adminToken = randomBytes(16).toString('hex');
+    this.rbac = opts.rbac === false ? undefined : opts.rbac ?? roleRules();
     this.protocols = opts.protocols ?? ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
     this.enforceRestricted = opts.enforceRestricted ?? true;
     this.namespaces = opts.namespaces;
@@ -227,13 +240,13 @@ export class StandinApiServer implements AsyncDisposable {
    * A KubeConfig for the real client: this server, its CA as `certificate-authority-data`, its
    * token, `namespace` as the context's.
    */
-  kubeConfig(namespace = 'berth'): KubeConfig {
+  kubeConfig(namespace = 'berth', as: { admin?: boolean } = {}): KubeConfig {
     const kc = new KubeConfig();
     // Over plain HTTP the client insists on skipTLSVerify ("HTTP protocol is not allowed when skipTLSVerify is not set").
     const ca = this.tls === undefined ? { skipTLSVerify: true } : { caData: Buffer.from(this.tls.caPem).toString('base64') };
     kc.loadFromOptions({
       clusters: [{ name: 'standin', server: this.url, ...ca }],
-      users: [{ name: 'berth', token: this.token }],
+      users: [{ name: 'berth', token: as.admin === true ? this.adminToken : this.token }],
       contexts: [{ name: 'standin', cluster: 'standin', user: 'berth', namespace }],
       currentContext: 'standin',
     });
@@ -326,7 +339,16 @@ export class StandinApiServer implements AsyncDisposable {
   }
 
   private authorized(req: IncomingMessage): boolean {
-    return req.headers.authorization === `Bearer ${this.token}`;
+    return req.headers.authorization === `Bearer ${this.token}` || req.headers.authorization === `Bearer ${this.adminToken}`;
+  }
+
+  /**
+   * Whether the caller may `verb` on `group/resource` (`/pods/exec`): the admin token may do
+   * anything; berth's token what its Role grants, less what a test denied.
+   */
+  private allows(req: IncomingMessage, verb: string, group: string, resource: string): boolean {
+    if (req.headers.authorization === `Bearer ${this.adminToken}`) return true;
+    return (this.rbac === undefined || rbacAllows(this.rbac, verb, group, resource)) && !this.denied.has(`${verb} ${group}/${resource}`);
   }
 
   private reply(res: ServerResponse, code: number, body: unknown): void {
@@ -352,7 +374,7 @@ export class StandinApiServer implements AsyncDisposable {
     const url = new URL(req.url ?? '/', this.url);
     if (!this.admit(req, res, verbOf(req.method ?? '', url))) return;
     if (url.pathname === '/version') return this.reply(res, 200, { major: '1', minor: '35', gitVersion: 'v1.35.0-berth-standin' });
-    if (req.method === 'POST' && url.pathname === ACCESS_REVIEW_PATH) return this.reviewAccess(res, await readJson(req));
+    if (req.method === 'POST' && url.pathname === ACCESS_REVIEW_PATH) return this.reviewAccess(req, res, await readJson(req));
     const m = PATH_RE.exec(url.pathname);
     const resource = m === null ? undefined : RESOURCES.find((r) => r.prefix === m[1] && r.plural === m[3] && (this.agentSandbox || !r.prefix.includes('agents.x-k8s.io')));
     if (m === null || resource === undefined || m[5] !== undefined) {
@@ -363,12 +385,16 @@ export class StandinApiServer implements AsyncDisposable {
     // Authorization comes before decoding and admission, as on a real API server.
     const verb = req.method === 'PUT' ? 'update' : verbOf(req.method ?? '', url);
     const group = m[1] === '/api/v1' ? '' : (m[1] as string).split('/')[2] as string;
-    if (this.denied.has(`${verb} ${group}/${resource.plural}`)) {
+    if (!this.allows(req, verb, group, resource.plural)) {
       return this.reply(res, 403, apiError(403, 'Forbidden',
         `${resource.plural}${name === undefined ? '' : ` "${name}"`} is forbidden: User "berth-standin" cannot ${verb} resource "${resource.plural}" in API group "${group}" in the namespace "${namespace}"`,
         { ...(name === undefined ? {} : { name }), kind: resource.plural } as StatusBody['details']));
     }
-    if (req.method === 'POST' && name === undefined) return this.create(res, resource, namespace, await readJson(req), url.searchParams.get('fieldValidation'));
+    if (req.method === 'POST' && name === undefined) {
+      const dryRun = url.searchParams.getAll('dryRun');
+      if (dryRun.some((d) => d !== 'All')) return this.reply(res, 400, apiError(400, 'BadRequest', `Invalid dry run value: ${JSON.stringify(dryRun)}; the only one is All`));
+      return this.create(res, resource, namespace, await readJson(req), url.searchParams.get('fieldValidation'), dryRun.length > 0);
+    }
     if (req.method === 'GET' && name === undefined && ['1', 'true'].includes(url.searchParams.get('watch') ?? '')) return this.watch(res, resource, namespace, url.searchParams);
     if (req.method === 'GET' && name === undefined) return this.list(res, resource, namespace, url.searchParams);
     if (req.method === 'GET' && name !== undefined) return this.get(res, resource, namespace, name);
@@ -396,7 +422,8 @@ export class StandinApiServer implements AsyncDisposable {
     return undefined;
   }
 
-  private async create(res: ServerResponse, r: Resource, namespace: string, body: unknown, fieldValidation: string | null): Promise<void> {
+  /** A create; with `dryRun` (`dryRun=All`) decoded, admitted and answered as a real one, and nothing stored, started or charged to a quota. */
+  private async create(res: ServerResponse, r: Resource, namespace: string, body: unknown, fieldValidation: string | null, dryRun = false): Promise<void> {
     let obj = body as Obj;
     const refused = this.decodeRefusal(r, obj, fieldValidation);
     if (refused !== undefined) return this.reply(res, ...refused);
@@ -419,6 +446,7 @@ export class StandinApiServer implements AsyncDisposable {
     }
     if (r.plural === 'pods') obj['status'] = { phase: 'Pending' };
     if (r.plural === 'persistentvolumeclaims') obj['status'] = { phase: 'Bound', accessModes: (obj['spec'] as { accessModes?: string[] }).accessModes };
+    if (dryRun) return this.reply(res, 201, { kind: r.kind, apiVersion: apiVersionOf(r), ...obj });
     this.put(r.plural, key, obj);
     if (r.plural === 'pods') this.track(this.startPod(key, obj));
     if (r.plural === 'sandboxes') reconcileSandbox(this.controllerHost(), namespace, obj);
@@ -474,16 +502,15 @@ export class StandinApiServer implements AsyncDisposable {
     return quotaRefusal(spec, counting, quotas);
   }
 
-  /** A SelfSubjectAccessReview: allowed unless the permission is in `denied` (no RBAC evaluation; no vendored schema for its kind). */
-  private reviewAccess(res: ServerResponse, body: unknown): void {
+  /** A SelfSubjectAccessReview: what the caller's rules allow (no vendored schema for its kind). */
+  private reviewAccess(req: IncomingMessage, res: ServerResponse, body: unknown): void {
     const review = body as { spec?: { resourceAttributes?: { group?: string; resource?: string; subresource?: string; verb?: string } } };
     const a = review.spec?.resourceAttributes;
     if (a?.resource === undefined || a.verb === undefined) {
       return this.reply(res, 422, apiError(422, 'Invalid', 'SelfSubjectAccessReview is invalid: spec.resourceAttributes.resource and verb are required'));
     }
-    const key = `${a.verb} ${a.group ?? ''}/${a.resource}${a.subresource === undefined || a.subresource === '' ? '' : `/${a.subresource}`}`;
-    const allowed = !this.denied.has(key);
-    this.reply(res, 201, { kind: 'SelfSubjectAccessReview', apiVersion: 'authorization.k8s.io/v1', metadata: {}, spec: review.spec, status: { allowed, ...(allowed ? {} : { reason: 'denied by the stand-in' }) } });
+    const allowed = this.allows(req, a.verb, a.group ?? '', `${a.resource}${a.subresource === undefined || a.subresource === '' ? '' : `/${a.subresource}`}`);
+    this.reply(res, 201, { kind: 'SelfSubjectAccessReview', apiVersion: 'authorization.k8s.io/v1', metadata: {}, spec: review.spec, status: { allowed, ...(allowed ? {} : { reason: 'not granted by the Role (deploy/rbac.yaml) or denied by the test' }) } });
   }
 
   private async startPod(key: string, pod: Obj): Promise<void> {
@@ -591,9 +618,14 @@ export class StandinApiServer implements AsyncDisposable {
   private async list(res: ServerResponse, r: Resource, namespace: string, query: URLSearchParams): Promise<void> {
     const matches = this.selectors(res, r, query);
     if (matches === undefined) return;
+    // Looked at again first (an inspect of each pod's container waits on the engine); then what the
+    // store holds and its resourceVersion are read in one step, as a real server's list is one
+    // snapshot: a pod deleted during the looks is not listed with a version after its deletion
+    // (a watch from that version would never see it go).
+    const before = this.matching(r, namespace, matches);
+    if (r.plural === 'pods') for (const [key, obj] of before) await this.refresh(key, obj);
+    if (r.plural === 'sandboxes') for (const [key] of before) await this.refreshSandboxPod(key);
     const found = this.matching(r, namespace, matches);
-    if (r.plural === 'pods') for (const [key, obj] of found) await this.refresh(key, obj);
-    if (r.plural === 'sandboxes') for (const [key] of found) await this.refreshSandboxPod(key);
     this.reply(res, 200, { kind: `${r.kind}List`, apiVersion: apiVersionOf(r), metadata: { resourceVersion: String(this.resourceVersion) }, items: found.map(([, o]) => o) });
   }
 
@@ -775,6 +807,10 @@ export class StandinApiServer implements AsyncDisposable {
     const m = PATH_RE.exec(url.pathname);
     if (m === null || m[1] !== '/api/v1' || m[3] !== 'pods' || m[4] === undefined || m[5] !== 'exec') {
       return fail(404, apiError(404, 'NotFound', `the server could not find the requested resource (${url.pathname})`));
+    }
+    // A WebSocket exec is authorized as `create` on pods/exec (Kubernetes 1.35, this server's version).
+    if (!this.allows(req, 'create', '', 'pods/exec')) {
+      return fail(403, apiError(403, 'Forbidden', `pods "${m[4]}" is forbidden: User "berth-standin" cannot create resource "pods/exec" in API group "" in the namespace "${m[2]}"`));
     }
     const key = `${m[2]}/${m[4]}`;
     const pod = this.store('pods').get(key) as unknown as V1Pod | undefined;

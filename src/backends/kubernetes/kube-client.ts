@@ -105,7 +105,7 @@ function apiBody(err: unknown): StatusBody | string | undefined {
 }
 
 /** The API server's own message from an error's Status body, if it sent one. */
-function apiMessage(err: unknown): string | undefined {
+export function apiMessage(err: unknown): string | undefined {
   const body = apiBody(err);
   return typeof body === 'string' ? body : body?.message;
 }

@@ -6,6 +6,7 @@ import type { Backend, ManagedSandbox, Sandbox, SandboxEgress, SandboxSpec } fro
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { checkAccess } from './access-check.js';
 import { ApiTransport } from './api-transport.js';
+import { checkPodAdmitted } from './admission-check.js';
 import { checkAgentSandboxCrds } from './crd-check.js';
 import { deleteSandbox, ensureAgentSandbox, ensureEphemeralSandbox, listSandboxes } from './agent-sandboxes.js';
 import type { ExecTarget } from './spawn.js';
@@ -79,6 +80,7 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
   async check(k: KubernetesSettings, egress?: SandboxEgress): Promise<void> {
     const client = this.clientFor(k);
     await checkAccess(client, k, egress?.mode === 'allowlist');
+    await checkPodAdmitted(client, k, this.installation, this.logger);
     await checkAgentSandboxCrds(client, k);
     if (k.networkPolicy) await checkNetworkPolicies(client, this.installation, k, egress?.sharedProxy);
   }
