@@ -140,6 +140,23 @@ describeStandin('kubernetes API use (stand-in API server)', () => {
     expect({ listed: list.items.length > 0, deletedSeen: deleted }).toEqual({ listed: false, deletedSeen: false });
   });
 
+  it('the stand-in\'s flow control answers on the wire as API Priority and Fairness does: 429 TooManyRequests with Retry-After, per credential, before the request runs', async () => {
+    const server = await standin({ flowControl: { requestsPerSecond: 0.5, burst: 2, retryAfterSeconds: 3 } });
+    const statuses: number[] = [];
+    let refused: Response | undefined;
+    for (let i = 0; i < 3; i++) {
+      const r = await server.fetch('/api/v1/namespaces/fc/pods');
+      statuses.push(r.status);
+      if (r.status === 429) refused = r;
+    }
+    expect(statuses).toEqual([200, 200, 429]);
+    expect(refused!.headers.get('retry-after')).toBe('3');
+    expect(await refused!.json()).toMatchObject({ kind: 'Status', code: 429, reason: 'TooManyRequests', details: { retryAfterSeconds: 3 } });
+    // Another credential has a budget of its own.
+    expect((await server.fetch('/api/v1/namespaces/fc/pods', { headers: { authorization: `Bearer ${server.adminToken}` } })).status).toBe(200);
+    expect(server.requests.rejected).toBe(1);
+  });
+
   it('the stand-in serves watches as strictly as an API server: 410 Gone past compaction, bookmarks, selectors it indexes only', async () => {
     const server = await standin({ bookmarkIntervalMs: 100 });
     const get = async (query: string): Promise<{ status: number; lines: Record<string, unknown>[] }> => {
