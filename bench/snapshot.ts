@@ -102,6 +102,8 @@ async function dockerPart(): Promise<void> {
     for (const m of await backend.listManaged()) await backend.remove(m.ref, undefined).catch(() => undefined);
     for (const ref of await backend.snapshots.list()) await backend.snapshots.remove(ref).catch(() => undefined);
     await backend.close();
+    // The tenant network the backend made (a broker's close removes its own; this bench has none).
+    for (const n of await docker.listNetworks({ filters: { label: [`berth.installation=${installation}`] } })) await docker.getNetwork(n.Id).remove().catch(() => undefined);
     rmSync(home, { recursive: true, force: true });
   }
 }

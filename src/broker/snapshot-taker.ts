@@ -101,12 +101,17 @@ export class SnapshotTaker {
   }
 }
 
-/** The values of the secrets the call was granted: no snapshot may hold one. */
+/**
+ * The values no snapshot may hold: the secrets the call was granted, and its credentials' real
+ * values (never put in the sandbox, but a credential host that echoes a request's header back
+ * puts one there).
+ */
 function forbiddenOf(call: ResolvedCall): ForbiddenValue[] {
-  return call.secretNames.flatMap((name) => {
+  const granted = call.secretNames.flatMap((name) => {
     const value = call.env[name];
     return value === undefined || value === '' ? [] : [{ name, value }];
   });
+  return [...granted, ...(call.egress?.credentials ?? []).map((c) => ({ name: c.name, value: c.value }))];
 }
 
 /** The refusal of a snapshot, restore or fork while the sandbox is in use, saying why and what to do. */

@@ -73,7 +73,14 @@ export function decideName(policy: EgressPolicy, target: Target, port: number, v
   if (byName !== undefined && port === NAME_PORTS[via]) {
     return { lookup: true, allowedBy: `allow ${byName.text}`, carry: via === 'http' ? 'http' : 'tls' };
   }
-  if (policy.allow.some((e) => e.kind === 'cidr')) return { lookup: true, allowedBy: undefined, carry: via === 'http' ? 'http' : 'raw' };
+  // A name no entry names reaches a cidr: range only through egress.hosts, never by a lookup: a
+  // resolver asked about any name would carry `<secret>.attacker.example` out in the question.
+  if (policy.allow.some((e) => e.kind === 'cidr')) {
+    if (policy.hosts.has(name)) return { lookup: true, allowedBy: undefined, carry: via === 'http' ? 'http' : 'raw' };
+    if (byName === undefined) {
+      return { refused: { allowed: false, rule: NOT_ALLOWED, detail: `a name reaches a cidr: range only through egress.hosts (berth asks no resolver about a name no entry names); add ${name} to egress.hosts or egress.allow` } };
+    }
+  }
   if (byName !== undefined) {
     const detail = `${byName.text} is allowed on port 443 through CONNECT (HTTPS) and port 80 as plain HTTP; a raw tunnel to another port needs { host: "${name}:${port}" }`;
     return { refused: { allowed: false, rule: NOT_ALLOWED, detail } };

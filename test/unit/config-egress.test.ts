@@ -53,8 +53,20 @@ describe('egress and credentials in the config', () => {
     expect(configProblem({ ...bot, warmPool: { size: 2 } })).toMatch(/warmPool\.size.*cannot serve egress mode allowlist with credentials/);
   });
 
+  it('a static name mapped to an address berth always refuses, with no cidr: entry naming it, is an error naming the entry to add', () => {
+    expect(configProblem({ profiles: { bot: { ...bot, egress: { ...bot.egress, hosts: { 'db.internal': '10.20.1.5' } } } } })).toMatch(
+      /config key "profiles\.bot\.egress\.hosts\.db\.internal": maps db\.internal to 10\.20\.1\.5 \(private\), an address berth always refuses unless a cidr: allow entry names it; add \{ cidr: 10\.20\.1\.5\/32 \}/,
+    );
+    expect(configProblem({ profiles: { bot: { ...bot, egress: { ...bot.egress, hosts: { meta: '169.254.169.254' } } } } })).toMatch(/maps meta to 169\.254\.169\.254 \(metadata/);
+    // A range inside the class lifts it; one that merely covers it (0.0.0.0/0) does not.
+    expect(configProblem({ profiles: { bot: { ...bot, egress: { ...bot.egress, allow: [...bot.egress.allow, { cidr: '10.20.0.0/16' }], hosts: { 'db.internal': '10.20.1.5' } } } } })).toBe('');
+    expect(configProblem({ profiles: { bot: { ...bot, egress: { ...bot.egress, allow: [...bot.egress.allow, { cidr: '0.0.0.0/0' }], hosts: { 'db.internal': '10.20.1.5' } } } } })).toMatch(/maps db\.internal/);
+    // A public address needs nothing.
+    expect(configProblem({ profiles: { bot: { ...bot, egress: { ...bot.egress, hosts: { 'api.github.com': '140.82.112.5' } } } } })).toBe('');
+  });
+
   it('config check shows the policy and where each credential comes from and may go, never a value', () => {
-    const text = formatEffectiveConfig(parseConfig({ profiles: { bot: { ...bot, egress: { ...bot.egress, hosts: { 'db.internal': '10.20.1.5' } } } } }));
+    const text = formatEffectiveConfig(parseConfig({ profiles: { bot: { ...bot, egress: { ...bot.egress, allow: [...bot.egress.allow, { cidr: '10.20.1.5/32' }], hosts: { 'db.internal': '10.20.1.5' } } } } }));
     expect(text).toContain('mode: allowlist');
     expect(text).toContain('- "*.githubusercontent.com"');
     expect(text).toContain('db.internal:');

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { checkCredentials } from '../../src/egress/credentials.js';
-import { decide } from '../../src/egress/decide.js';
+import { decide, decideName } from '../../src/egress/decide.js';
+import { parseTarget } from '../../src/egress/names.js';
 import { checkEgressPolicy, parseEgressPolicy } from '../../src/egress/policy.js';
 import { parseIp } from '../../src/egress/addresses.js';
 import { ConfigError } from '../../src/errors.js';
@@ -113,11 +114,17 @@ describe('decide', () => {
     expect(at('db.internal', 5432, 'http', [ip('10.20.1.5')])).toMatchObject({ allowed: true, rule: 'allow cidr:10.20.0.0/16' });
   });
 
-  it('raw IP targets only through a cidr entry; names that resolve into one', () => {
+  it('raw IP targets only through a cidr entry; names only through egress.hosts, never a lookup', () => {
     expect(at('203.0.113.5', 8443)).toEqual({ allowed: true, rule: 'allow cidr:203.0.113.0/24', carry: 'raw' });
     expect(at('198.51.100.7', 443)).toMatchObject({ allowed: false, rule: 'not in egress.allow' });
-    expect(at('other.example', 9000, 'connect', [ip('10.20.3.4')])).toMatchObject({ allowed: true, rule: 'allow cidr:10.20.0.0/16' });
-    expect(at('other.example', 9000, 'connect', [ip('10.20.3.4'), ip('198.51.100.7')])).toMatchObject({ allowed: false });
+    // db.internal is in egress.hosts: its static address is checked against the ranges.
+    expect(at('db.internal', 9000, 'connect', [ip('10.20.1.5')])).toMatchObject({ allowed: true, rule: 'allow cidr:10.20.0.0/16' });
+    // Any other name is refused before a lookup, wherever it would resolve: no question leaves.
+    for (const name of ['other.example', 'c2stbGl2ZS0wMTIz.attacker.example']) {
+      const stage = decideName(policy, parseTarget(name)!, 9000, 'connect');
+      expect(stage).toEqual({ refused: expect.objectContaining({ allowed: false, rule: 'not in egress.allow', detail: expect.stringContaining('only through egress.hosts') as unknown }) });
+    }
+    expect(at('other.example', 9000, 'connect', [ip('10.20.3.4')])).toMatchObject({ allowed: false, rule: 'not in egress.allow' });
     const names = parseEgressPolicy({ mode: 'allowlist', allow: ['api.github.com'] });
     expect(decide(names, { host: '198.51.100.7', port: 443, via: 'connect' })).toMatchObject({
       allowed: false, rule: 'not in egress.allow', detail: 'an IP address is reached only through a cidr: entry',
