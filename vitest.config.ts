@@ -1,16 +1,37 @@
 import { defineConfig } from 'vitest/config';
+import { SlowFirstSequencer } from './test/slow-first-sequencer.js';
 
 /** CI asks for a JSON report too (BERTH_TEST_REPORT), to tell the conformance suite's written skips from others. */
 const report = process.env['BERTH_TEST_REPORT'];
 
+/**
+ * Files that must not run beside another file: they assert or change host-wide state (the docker
+ * host guard's real chains; every process of uid nobody), or time a response in wall-clock terms
+ * that a busy machine could miss. They run one at a time, after all the others.
+ */
+const ALONE = [
+  'test/e2e/egress-docker-guard.test.ts',
+  'test/unit/shell-fork-bomb.test.ts',
+  'test/e2e/mcp-local.test.ts',
+  'test/e2e/server-jobs.test.ts',
+  'test/e2e/server-connections.test.ts',
+];
+
+const common = { testTimeout: 60_000, hookTimeout: 120_000, pool: 'forks' as const };
+
+/**
+ * Two files at a time on CI's two cores (most of a file's time is spent waiting on an engine, an
+ * sshd or a sandbox's shell), each in a process of its own; the ALONE ones after, one by one.
+ * test/engine restarts the shared engine: run alone by `npm run test:engine-restart` (CI does, after npm test).
+ */
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    // Restarts the shared engine: run alone by `npm run test:engine-restart` (CI does, after npm test).
-    exclude: ['test/engine/**', 'node_modules/**'],
-    testTimeout: 60_000,
-    hookTimeout: 120_000,
-    pool: 'forks',
     reporters: report ? ['default', ['json', { outputFile: report }]] : ['default'],
+    poolOptions: { forks: { maxForks: 2, minForks: 1 } },
+    sequence: { sequencer: SlowFirstSequencer },
+    projects: [
+      { test: { ...common, name: 'together', include: ['test/**/*.test.ts'], exclude: ['test/engine/**', 'node_modules/**', ...ALONE], sequence: { groupOrder: 0 } } },
+      { test: { ...common, name: 'alone', include: ALONE, poolOptions: { forks: { singleFork: true } }, sequence: { groupOrder: 1 } } },
+    ],
   },
 });

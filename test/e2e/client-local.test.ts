@@ -106,17 +106,19 @@ describe('berth/client: what only a remote client has', () => {
     const s = client.session({ session: 'cancel' });
     await s.exec('true');
     const ac = new AbortController();
-    const running = s.exec('echo started; sleep 31337', { signal: ac.signal, onChunk: () => ac.abort(new Error('caller gave up')) });
+    // A duration of this run's own: pgrep sees the whole host (a local sandbox), where another file may sleep too.
+    const nap = String(30_000 + Math.floor(Math.random() * 9_000));
+    const running = s.exec(`echo started; sleep ${nap}`, { signal: ac.signal, onChunk: () => ac.abort(new Error('caller gave up')) });
     await expect(running).rejects.toThrow('caller gave up');
     const api = server.client(token);
     let entry: { command: string; exitCode: number | null } | undefined;
     for (const deadline = Date.now() + 10_000; entry === undefined && Date.now() < deadline;) {
       const r = await api.get('/v1/audit?session=cancel');
-      entry = (r.body as { command: string; exitCode: number | null }[]).find((e) => e.command.includes('sleep 31337'));
+      entry = (r.body as { command: string; exitCode: number | null }[]).find((e) => e.command.includes(`sleep ${nap}`));
       if (entry === undefined) await new Promise((r) => setTimeout(r, 50));
     }
     expect(entry).toMatchObject({ exitCode: 130 });
-    expect((await s.exec('pgrep -f "sleep 31337" >/dev/null; echo $?')).stdout).toBe('1\n');
+    expect((await s.exec(`pgrep -f "sleep ${nap}" >/dev/null; echo $?`)).stdout).toBe('1\n');
   });
 
   it('hostile input: output that spells SSE framing cannot forge a result; a job id cannot walk to another route', async () => {

@@ -40,12 +40,14 @@ describe('execOnce over spawn', () => {
     const { sandbox } = localSandbox();
     const marker = `berth-tree-${process.pid}-1`;
     // A child in the background and one in the foreground: both must go.
-    const err = await sandbox.execOnce(['bash', '-c', `sleep 1000 & sleep 1000; echo never`, marker], { timeoutMs: 300 }).catch((e: unknown) => e);
+    // A duration of this run's own (GNU sleep takes a fraction): other files sleep 1000 on this host too.
+    const nap = `1000.${process.pid}`;
+    const err = await sandbox.execOnce(['bash', '-c', `sleep ${nap} & sleep ${nap}; echo never`, marker], { timeoutMs: 300 }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TimeoutError);
     expect((err as Error).message).toBe(`helper "bash" in sandbox plumbing did not finish within 300 ms`);
     expect(await waitGone(marker)).toEqual([]);
     // The sleeps carry no marker of their own: find them by their parent having been the helper.
-    const out = (await sandbox.execOnce(['sh', '-c', 'ps -eo args | grep -c "^sleep 1000$" || true'])).stdout.toString().trim();
+    const out = (await sandbox.execOnce(['sh', '-c', `ps -eo args | grep -c "^sleep ${nap}$" || true`])).stdout.toString().trim();
     expect(Number(out)).toBe(0);
   });
 
