@@ -6,11 +6,13 @@ const report = process.env['BERTH_TEST_REPORT'];
 
 /**
  * Files that must not run beside another file: they assert or change host-wide state (the docker
- * host guard's real chains; every process of uid nobody), or time a response in wall-clock terms
- * that a busy machine could miss. They run one at a time, after all the others.
+ * host guard's real chains; every process of uid nobody; a loop-mounted btrfs, which the mount
+ * namespaces other files' sandboxes make meanwhile copy and keep busy), or time a response in
+ * wall-clock terms that a busy machine could miss. They run one at a time, after all the others.
  */
 const ALONE = [
   'test/e2e/egress-docker-guard.test.ts',
+  'test/e2e/docker-storage-quota.test.ts',
   'test/unit/shell-fork-bomb.test.ts',
   'test/e2e/mcp-local.test.ts',
   'test/e2e/server-jobs.test.ts',

@@ -63,6 +63,9 @@ export interface ProxyGate {
  * await proxy.close();
  * @throws ConfigError for an operator CA bundle that does not parse, Error for a bad extra range.
  */
+/** How often the proxy reads the host's interface addresses again (each sandbox attached reads them too). */
+const HOST_ADDRESSES_EVERY_MS = 30_000;
+
 export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   const limits = Object.freeze({ ...DEFAULT_LIMITS, ...options.limits });
   const log = (options.log ?? Logger.silent()).child('berth:egress');
@@ -82,10 +85,13 @@ export class EgressProxy implements AsyncDisposable {
   private readonly gateOf = new WeakMap<Socket, ProxyGate>();
   /** A sandbox's wrong-token refusals: one audited a minute, the others counted into the next. */
   private readonly authRefusals = new RefusalFold(60_000);
+  /** The host's addresses read again now and then: an address it gains later (a new bridge, a lease) is its own too. */
+  private readonly rereadAddresses = setInterval(() => this.refreshHostAddresses(), HOST_ADDRESSES_EVERY_MS);
   private closed = false;
 
   /** @internal built by `createEgressProxy`. */
   constructor(private readonly core: ProxyCore, private readonly extraDenied: readonly ExtraDenied[]) {
+    this.rereadAddresses.unref();
     this.front = startHeadTimeouts(createServer(serverOptions(core.limits)));
     this.front.on('request', (req, res) => {
       const sandbox = this.sandboxOf(req, res);
@@ -195,6 +201,7 @@ export class EgressProxy implements AsyncDisposable {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    clearInterval(this.rereadAddresses);
     this.core.releaseAll();
     await Promise.all([closeServer(this.front), closeServer(this.core.inner)]);
   }

@@ -97,6 +97,8 @@ export class EgressService implements AsyncDisposable {
       if (current !== undefined) await this.detach(ref);
       if (this.closed) throw new Error('berth egress is closed');
       const proxy = await this.proxyNow();
+      // A new sandbox may come with a new bridge whose gateway is this host's: read its addresses now.
+      proxy.refreshHostAddresses();
       const server = await this.o.listen(netns.path, { host: '127.0.0.1', port: this.o.port, maxConnections: this.o.maxConnectionsPerSandbox, expectNs: netns.ns });
       const entry: Attached = { ns: netns.ns, server, sandbox };
       server.on('connection', (socket: Socket) => proxy.handle(socket, entry.sandbox));

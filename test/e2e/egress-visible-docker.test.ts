@@ -9,6 +9,7 @@ import type { EgressAuditEntry } from '../../src/broker/broker.js';
 import { EgressCa } from '../../src/egress/ca.js';
 import { runBerth } from '../helpers/cli.js';
 import { assertNoneLeft, docker, dockerConfigYaml, installs, type TestInstall } from '../helpers/docker-e2e.js';
+import { call, stdioConn } from '../helpers/mcp-clients.js';
 import { createTestNet, describeNetns, type TestNet } from '../helpers/netns.js';
 import { sampleValue, parsePrometheusText } from '../helpers/prom-text.js';
 import { createToken, ServeProcess, stopAll } from '../helpers/serve.js';
@@ -144,6 +145,32 @@ describeNetns('egress made visible (audit, HTTP, metrics, overview, explain) on 
     expect(explained.stdout).toMatch(/^hostGuard +enforced: no host service or metadata address reachable$/m);
     expect(explained.stdout).not.toContain(GH_VALUE);
   }, 180_000);
+
+  it('berth mcp: the instructions say what the network reaches and that the credential is a placeholder; berth://session/egress lists this sandbox\'s decisions, the refusal included, no value or placeholder', async () => {
+    const { t, env } = install();
+    const conn = await stdioConn({ cwd: t.dir, env, args: ['--profile', 'bot', '--session', 'mcp-egress'] });
+    try {
+      const instructions = conn.client.getInstructions() ?? '';
+      expect(instructions).toContain('Network: only through berth\'s egress proxy');
+      expect(instructions).toContain('api.egress.test');
+      expect(instructions).toContain('$GITHUB_TOKEN holds a placeholder, not the secret; berth swaps in the real value only on requests to api.egress.test');
+      const r = await call(conn, 'terminal', { command: TRAFFIC });
+      expect(r.text).toContain('api 200');
+      expect(r.text).toContain('CONNECT tunnel failed, response 403');
+      const read = await conn.client.readResource({ uri: 'berth://session/egress' });
+      const text = (read.contents[0] as { text: string }).text;
+      const decisions = JSON.parse(text) as EgressAuditEntry[];
+      expect(decisions.some((d) => d.host === 'api.egress.test' && d.allowed && d.credentials.includes('GITHUB_TOKEN'))).toBe(true);
+      expect(decisions.some((d) => d.host === 'evil.egress.test' && !d.allowed && d.rule === 'not in egress.allow')).toBe(true);
+      expect(decisions.every((d) => d.sandboxKey === decisions[0]!.sandboxKey)).toBe(true);
+      expect(text).not.toContain(GH_VALUE);
+      expect(text).not.toMatch(PLACEHOLDER);
+      // The host name that carried the placeholder is recorded masked.
+      expect(decisions.some((d) => d.host === 'berth-ph-[REDACTED].evil.egress.test' && d.rule === 'exfiltration')).toBe(true);
+    } finally {
+      await conn.close();
+    }
+  });
 
   it('berth serve: GET /v1/audit/egress shows the token\'s tenant only, /metrics counts decisions and bytes, the overview stream carries them', async () => {
     const { t, env } = install();

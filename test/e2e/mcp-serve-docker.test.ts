@@ -104,7 +104,7 @@ describeDocker('MCP on berth serve (docker): progress, images, session limit', (
     const other = await httpConn(url, { token });
     try {
       const listed = await mine.client.listResources();
-      expect(listed.resources.map((r) => [r.uri, r.mimeType])).toEqual([['berth://session/jobs', 'application/json']]);
+      expect(listed.resources.map((r) => [r.uri, r.mimeType]).sort()).toEqual([['berth://session/egress', 'application/json'], ['berth://session/jobs', 'application/json']]);
       const started = await tool(mine, 'terminal', { command: 'sleep 300', background: true });
       const jobId = (started.structuredContent as { jobId: string }).jobId;
       const read = await mine.client.readResource({ uri: 'berth://session/jobs' });

@@ -47,6 +47,8 @@ export interface EgressAuditFilter {
   profiles?: readonly string[] | undefined;
   user?: string | undefined;
   session?: string | undefined;
+  /** Only this sandbox's decisions (with `profiles`, as a key is a profile's). */
+  sandboxKey?: string | undefined;
   /** Only allowed (true) or only refused (false) decisions. */
   allowed?: boolean | undefined;
   /** At most this many, newest first (default 100). */
@@ -84,9 +86,10 @@ export class EgressTable {
     if (filter.profiles !== undefined) where.push('profile IN (SELECT value FROM json_each(@profiles))');
     if (filter.user !== undefined) where.push('user = @user');
     if (filter.session !== undefined) where.push('session = @session');
+    if (filter.sandboxKey !== undefined) where.push('sandbox_key = @sandboxKey');
     if (filter.allowed !== undefined) where.push('allowed = @allowed');
     const rows = this.sql.q(`SELECT ${COLUMNS} FROM egress_audit WHERE ${where.join(' AND ')} ORDER BY id DESC LIMIT @limit`).all({
-      tenant: filter.tenant, user: filter.user ?? null, session: filter.session ?? null, allowed: filter.allowed === true ? 1 : 0,
+      tenant: filter.tenant, user: filter.user ?? null, session: filter.session ?? null, sandboxKey: filter.sandboxKey ?? null, allowed: filter.allowed === true ? 1 : 0,
       profiles: JSON.stringify(filter.profiles ?? []), limit: filter.limit ?? 100,
     }) as Row[];
     return rows.map((r) => ({ ...r, allowed: r.allowed === 1, credentials: r.credentials === '' ? [] : r.credentials.split(',') }));

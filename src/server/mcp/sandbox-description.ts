@@ -41,6 +41,7 @@ export function describeSandbox(broker: Broker, scope: CallScopeInput, opts: { r
     module.words.where({ persistent: binding.persistent, sandboxKey: binding.sandboxKey, cwd: binding.cwd }),
     module.words.persistence({ persistent: binding.persistent, cwd: binding.cwd, mounted: binding.mount !== null }),
     mountNote(binding, module.traits.mountsHostDirs, remote),
+    egressNote(binding.egress),
   ].filter(Boolean).join(' ');
   const instructions = [
     `berth runs your shell commands in sandbox "${binding.sandboxKey}" (tenant "${binding.tenant}", profile "${binding.profile}", backend ${binding.backend}, isolation ${binding.isolation}).`,
@@ -63,4 +64,24 @@ function mountNote(b: Binding, mountsHostDirs: boolean, remote: boolean): string
   if (b.mount === null || !mountsHostDirs) return '';
   const dir = remote ? 'A host directory' : `The host directory ${b.mount}`;
   return `${dir} is mounted at /workspace: files there are the host's files and outlive the sandbox.`;
+}
+
+/**
+ * What the sandbox's network may reach and which variables hold credential placeholders, as
+ * `explain` shows it (never a value or a placeholder): so an agent whose request is refused knows
+ * why, and does not try to work around what the operator decided.
+ */
+export function egressNote(egress: Binding['egress']): string {
+  const credentials = egress.credentials.length === 0 ? '' : ` Credentials: ${egress.credentials.map((c) => `$${c.name} holds a placeholder, not the secret; berth swaps in the real value only on requests to ${c.hosts.join(', ')}, and refuses it sent anywhere else.`).join(' ')} Use them as you would the real ones.`;
+  switch (egress.mode) {
+    case 'none':
+      return 'Network: none; commands cannot connect anywhere.';
+    case 'allowlist': {
+      const allowed = (egress.allow ?? []).map((e) => (typeof e === 'string' ? e : Object.entries(e as Record<string, string>).map(([k, v]) => `${k}:${v}`).join(''))).join(', ');
+      return `Network: only through berth's egress proxy (HTTP(S)_PROXY is set; programs that ignore it cannot connect), to ${allowed === '' ? 'nothing' : allowed}` +
+        ' (names: HTTPS on 443, plain HTTP on 80). Anything else gets HTTP 403 from the proxy naming the rule; the operator decides what the sandbox may reach, so do not try to get around it.' + credentials;
+    }
+    default:
+      return egress.proxy ? `Network: open, through berth's egress proxy (HTTP(S)_PROXY is set).${credentials}` : '';
+  }
 }

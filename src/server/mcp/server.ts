@@ -48,10 +48,12 @@ interface ToolDef {
 
 /** The resource listing the session's background jobs. */
 const JOBS_RESOURCE = 'berth://session/jobs';
+/** The resource listing the egress proxy's decisions for the session's sandbox. */
+const EGRESS_RESOURCE = 'berth://session/egress';
 
 /**
  * An MCP server whose tools run in one berth session: `terminal`, `process`, `read_file`,
- * `write_file`, `export_file`, `snapshot_create`, `snapshot_list`, `snapshot_restore`; and one resource, the session's background jobs (`JOBS_RESOURCE`). Connect it to one transport; closing the berth session when the
+ * `write_file`, `export_file`, `snapshot_create`, `snapshot_list`, `snapshot_restore`; and two resources, the session's background jobs (`JOBS_RESOURCE`) and its sandbox's egress decisions (`EGRESS_RESOURCE`). Connect it to one transport; closing the berth session when the
  * connection ends is the caller's job (see `serveMcpStdio`, `createMcpHttpHandler`).
  *
  * Bad arguments (wrong type, unknown field, missing field) are JSON-RPC errors (-32602): a tool's
@@ -197,6 +199,17 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
   addSnapshotTools(add, broker, scope);
 
   // The same list as process {action: "list"}, for clients that show resources rather than call tools.
+  mcp.registerResource('egress', EGRESS_RESOURCE, {
+    title: 'Network decisions for this sandbox',
+    description: 'The egress proxy\'s most recent decisions for this session\'s sandbox (at most 50, newest first), as JSON: ' +
+      'host, port, allowed, the rule that decided, bytes, and the names of credentials a request carried (never a value). Empty when the proxy does not serve the sandbox.',
+    mimeType: 'application/json',
+  }, async (uri) => {
+    const b = sandbox.binding;
+    const decisions = broker.egressAudit({ tenant: b.tenant, profiles: [b.profile], sandboxKey: b.sandboxKey, limit: 50 });
+    return { contents: [{ uri: uri.href, mimeType: 'application/json', text: JSON.stringify(decisions) }] };
+  });
+
   mcp.registerResource('jobs', JOBS_RESOURCE, {
     title: 'Background jobs of this session',
     description: 'This session\'s background jobs (terminal with background: true), oldest first, as JSON: jobId, command, status, exitCode, startedMs.',
