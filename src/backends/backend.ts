@@ -257,6 +257,8 @@ export interface SnapshotBudget {
 export interface ForbiddenValue {
   name: string;
   value: string;
+  /** A credential's real value (the sandbox holds only its placeholder), not a granted secret. */
+  credential?: boolean;
 }
 
 /**

@@ -111,7 +111,7 @@ function forbiddenOf(call: ResolvedCall): ForbiddenValue[] {
     const value = call.env[name];
     return value === undefined || value === '' ? [] : [{ name, value }];
   });
-  return [...granted, ...(call.egress?.credentials ?? []).map((c) => ({ name: c.name, value: c.value }))];
+  return [...granted, ...(call.egress?.credentials ?? []).map((c) => ({ name: c.name, value: c.value, credential: true }))];
 }
 
 /** The refusal of a snapshot, restore or fork while the sandbox is in use, saying why and what to do. */

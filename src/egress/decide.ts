@@ -73,13 +73,17 @@ export function decideName(policy: EgressPolicy, target: Target, port: number, v
   if (byName !== undefined && port === NAME_PORTS[via]) {
     return { lookup: true, allowedBy: `allow ${byName.text}`, carry: via === 'http' ? 'http' : 'tls' };
   }
-  // A name no entry names reaches a cidr: range only through egress.hosts, never by a lookup: a
-  // resolver asked about any name would carry `<secret>.attacker.example` out in the question.
+  // A cidr: range is reached by a name the policy knows (egress.hosts, or a name or wildcard entry
+  // on another port), never by a lookup of any other: a resolver asked about any name would carry
+  // `<secret>.attacker.example` out in the question.
   if (policy.allow.some((e) => e.kind === 'cidr')) {
-    if (policy.hosts.has(name)) return { lookup: true, allowedBy: undefined, carry: via === 'http' ? 'http' : 'raw' };
-    if (byName === undefined) {
-      return { refused: { allowed: false, rule: NOT_ALLOWED, detail: `a name reaches a cidr: range only through egress.hosts (berth asks no resolver about a name no entry names); add ${name} to egress.hosts or egress.allow` } };
-    }
+    if (policy.hosts.has(name) || byName !== undefined) return { lookup: true, allowedBy: undefined, carry: via === 'http' ? 'http' : 'raw' };
+    return {
+      refused: {
+        allowed: false, rule: NOT_ALLOWED,
+        detail: `a name reaches a cidr: range only when the policy names it (berth asks no resolver about any other name); add ${name} to egress.hosts, or allow it by name`,
+      },
+    };
   }
   if (byName !== undefined) {
     const detail = `${byName.text} is allowed on port 443 through CONNECT (HTTPS) and port 80 as plain HTTP; a raw tunnel to another port needs { host: "${name}:${port}" }`;

@@ -124,7 +124,7 @@ describeNetns('egress on docker sandboxes (allowlist, credentials)', () => {
     expect(r.stdout.split('\n')[1]).toBe('placeholder [REDACTED]');
     const err = await broker.session({ profile: 'bot', session: 'echoed' }).snapshots.create({ name: 'with-echo' }).then(() => undefined, (e: unknown) => e);
     expect((err as { code?: string } | undefined)?.code).toBe('policy_refused');
-    expect((err as Error).message).toContain('/workspace/echoed holds the value of granted variable GITHUB_TOKEN');
+    expect((err as Error).message).toContain('/workspace/echoed holds the real value of credential GITHUB_TOKEN (the sandbox holds only its placeholder: a credential host sent the value back)');
     expect((err as Error).message).not.toContain(GH_VALUE);
     expect(broker.snapshots.list('local', { profile: 'bot', session: 'echoed' })).toEqual([]);
   });

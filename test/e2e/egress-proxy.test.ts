@@ -264,7 +264,7 @@ describeNetns('egress proxy with real clients', () => {
     expect(answer).toContain(`refused (always denied: host address: ${net.hostAddress})`);
   });
 
-  it('an address the host gains after the proxy started is the host\'s too once read again (each attach, and every 30 s)', async () => {
+  it('an address the host gains after the proxy started is the host\'s too once the proxy reads the addresses again (it does at each attach and every 30 s; here by hand)', async () => {
     const late = '198.51.100.250';
     answersLate['late.alias.egress.test'] = late;
     execFileSync('ip', ['addr', 'add', `${late}/32`, 'dev', 'lo']);

@@ -148,6 +148,9 @@ describeNetns('egress made visible (audit, HTTP, metrics, overview, explain) on 
 
   it('berth mcp: the instructions say what the network reaches and that the credential is a placeholder; berth://session/egress lists this sandbox\'s decisions, the refusal included, no value or placeholder', async () => {
     const { t, env } = install();
+    // Another session's sandbox, on the same home: its decisions are not this session's.
+    const other = await runBerth(['exec', '--profile', 'bot', '--session', 'someone-else', '--', 'curl -sS -o /dev/null https://evil.egress.test/other; true'], { env, cwd: t.dir });
+    expect(other.code).toBe(0);
     const conn = await stdioConn({ cwd: t.dir, env, args: ['--profile', 'bot', '--session', 'mcp-egress'] });
     try {
       const instructions = conn.client.getInstructions() ?? '';
@@ -162,7 +165,7 @@ describeNetns('egress made visible (audit, HTTP, metrics, overview, explain) on 
       const decisions = JSON.parse(text) as EgressAuditEntry[];
       expect(decisions.some((d) => d.host === 'api.egress.test' && d.allowed && d.credentials.includes('GITHUB_TOKEN'))).toBe(true);
       expect(decisions.some((d) => d.host === 'evil.egress.test' && !d.allowed && d.rule === 'not in egress.allow')).toBe(true);
-      expect(decisions.every((d) => d.sandboxKey === decisions[0]!.sandboxKey)).toBe(true);
+      expect(decisions.every((d) => d.sandboxKey === 'session:mcp-egress' && d.session === 'mcp-egress')).toBe(true);
       expect(text).not.toContain(GH_VALUE);
       expect(text).not.toMatch(PLACEHOLDER);
       // The host name that carried the placeholder is recorded masked.

@@ -105,8 +105,10 @@ describeStandin('kubernetes API use (stand-in API server)', () => {
   });
 
   it('the stand-in\'s list is one snapshot: a pod whose deletion ends while the list looks at its container is not listed with a version past its deletion (a watch from there would never see it go)', async () => {
-    // The engine answers the list's inspect slowly, so the pod's removal ends during it.
+    // The engine answers the list's inspect only after the pod's removal ended.
     const real = new Dockerode();
+    // eslint-disable-next-line prefer-const -- the engine's proxy needs the server, made with it
+    let server: StandinApiServer;
     let slowInspect = false;
     const docker = new Proxy(real, {
       get(target, prop) {
@@ -114,7 +116,13 @@ describeStandin('kubernetes API use (stand-in API server)', () => {
           return (id: string) => new Proxy(target.getContainer(id), {
             get(c, cp) {
               const v = Reflect.get(c, cp) as unknown;
-              if (cp === 'inspect' && slowInspect) return async (...args: unknown[]) => { await sleep(1500); return (v as (...a: unknown[]) => unknown).apply(c, args); };
+              if (cp === 'inspect' && slowInspect) {
+                // Answered only once the pod's deletion has ended (its container removed): the race, made certain.
+                return async (...args: unknown[]) => {
+                  for (let i = 0; i < 600 && server.terminating.size > 0; i++) await sleep(50);
+                  return (v as (...a: unknown[]) => unknown).apply(c, args);
+                };
+              }
               return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(c) : v;
             },
           });
@@ -123,7 +131,7 @@ describeStandin('kubernetes API use (stand-in API server)', () => {
         return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
       },
     });
-    const server = await standin({ docker });
+    server = await standin({ docker });
     const client = standinClient(server, 'snap');
     const input = sandboxInput('inst', { k: { namespace: 'snap' } });
     await waitForRunning(client, (await createEphemeralPod(client, sandboxPod(input))).metadata!.name!, 60_000);
@@ -132,7 +140,7 @@ describeStandin('kubernetes API use (stand-in API server)', () => {
     const res = await server.fetch(`/api/v1/namespaces/snap/pods?fieldSelector=metadata.name%3D${input.name}`);
     slowInspect = false;
     const list = (await res.json()) as { metadata: { resourceVersion: string }; items: { metadata: { name: string } }[] };
-    // The removal ended during the list's look (its inspect took 1.5 s): the pod is gone by now.
+    // The removal ended during the list's look: the pod is gone by now.
     expect(server.terminating.has(`snap/${input.name}`)).toBe(false);
     const watched = await (await server.fetch(`/api/v1/namespaces/snap/pods?watch=1&fieldSelector=metadata.name%3D${input.name}&resourceVersion=${list.metadata.resourceVersion}&timeoutSeconds=1`)).text();
     const deleted = watched.split('\n').filter((l) => l !== '').some((l) => (JSON.parse(l) as { type: string }).type === 'DELETED');

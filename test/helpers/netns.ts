@@ -1,6 +1,6 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { linkSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import type { Server } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
@@ -82,37 +82,67 @@ function ownStart(): string {
 }
 
 /**
- * Claims a free /28 of 198.51.100.0/24 (16..224) for namespace `ns`: a claim file made with O_EXCL,
- * so two test files running at once never take the same block. A block whose claimant died (a run
- * killed before its `close`) is taken back: its namespace and host link are removed first, as is
- * a link of a run from before the claims that still holds an address in the block.
+ * Claims a free /28 of 198.51.100.0/24 (16..224) for namespace `ns`: a claim file put in place by
+ * link(2), which fails when the name exists, so two test files running at once never take the
+ * same block, and a claim is never seen half written. A block whose claimant died (a run killed
+ * before its `close`) is taken back by the one process whose rename(2) of the stale claim
+ * succeeds: its namespace and host link are removed first, as is a link of a run from before the
+ * claims that still holds an address in the block.
  */
 function claimBlock(ns: string): { base: number; release(): void } {
   mkdirSync(CLAIMS, { recursive: true });
-  const bases = Array.from({ length: 14 }, (_, i) => 16 * (i + 1)).sort(() => Math.random() - 0.5);
-  for (const base of bases) {
-    const file = join(CLAIMS, `b${base}`);
-    try {
-      const [pid, start, owner] = readFileSync(file, 'utf8').trim().split(' ');
-      if (alive(Number(pid), start ?? '')) continue;
-      removeNet(owner ?? '');
-      rmSync(file, { force: true });
-    } catch {
-      // no claim yet
+  const mine = join(CLAIMS, `.${process.pid}-${randomBytes(4).toString('hex')}`);
+  writeFileSync(mine, `${process.pid} ${ownStart()} ${ns}\n`);
+  try {
+    const bases = Array.from({ length: 14 }, (_, i) => 16 * (i + 1)).sort(() => Math.random() - 0.5);
+    for (const base of bases) {
+      const file = join(CLAIMS, `b${base}`);
+      if (!takeStale(file)) continue;
+      try {
+        linkSync(mine, file);
+      } catch {
+        continue;
+      }
+      // A link left by a run from before the claims, with an address in this block: its pair and namespace go.
+      for (const [name, list] of Object.entries(networkInterfaces())) {
+        const m = /^beg([0-9a-f]{6})h$/.exec(name);
+        if (m !== null && (list ?? []).some((a) => a.address === `198.51.100.${base + 1}`)) removeNet(`berth-eg-${m[1]}`);
+      }
+      return { base, release: () => rmSync(file, { force: true }) };
     }
-    try {
-      writeFileSync(file, `${process.pid} ${ownStart()} ${ns}\n`, { flag: 'wx' });
-    } catch {
-      continue;
-    }
-    // A link left by a run from before the claims, with an address in this block: its pair and namespace go.
-    for (const [name, list] of Object.entries(networkInterfaces())) {
-      const m = /^beg([0-9a-f]{6})h$/.exec(name);
-      if (m !== null && (list ?? []).some((a) => a.address === `198.51.100.${base + 1}`)) removeNet(`berth-eg-${m[1]}`);
-    }
-    return { base, release: () => rmSync(file, { force: true }) };
+  } finally {
+    rmSync(mine, { force: true });
   }
   throw new Error(`no free test network block: all 14 /28s of 198.51.100.0/24 are claimed by live processes (${CLAIMS})`);
+}
+
+/**
+ * True when block claim `file` is free to take: none, or one whose claimant died, which this
+ * process took back (renamed away first: of two processes finding it stale, one wins).
+ */
+function takeStale(file: string): boolean {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return true;
+  }
+  const [pid, start, owner] = text.trim().split(' ');
+  if (alive(Number(pid), start ?? '')) return false;
+  const aside = `${file}.stale-${process.pid}-${randomBytes(4).toString('hex')}`;
+  try {
+    renameSync(file, aside);
+  } catch {
+    return false;
+  }
+  // Another process took the stale claim back and made its own between the read and the rename: that one is live, put it back.
+  if (readFileSync(aside, 'utf8') !== text) {
+    renameSync(aside, file);
+    return false;
+  }
+  removeNet(owner ?? '');
+  rmSync(aside, { force: true });
+  return true;
 }
 
 /** Removes test namespace `ns` and its host link (named after it), whichever still exist. */

@@ -122,8 +122,13 @@ describe('decide', () => {
     // Any other name is refused before a lookup, wherever it would resolve: no question leaves.
     for (const name of ['other.example', 'c2stbGl2ZS0wMTIz.attacker.example']) {
       const stage = decideName(policy, parseTarget(name)!, 9000, 'connect');
-      expect(stage).toEqual({ refused: expect.objectContaining({ allowed: false, rule: 'not in egress.allow', detail: expect.stringContaining('only through egress.hosts') as unknown }) });
+      expect(stage).toEqual({ refused: expect.objectContaining({ allowed: false, rule: 'not in egress.allow', detail: expect.stringContaining('only when the policy names it') as unknown }) });
     }
+    // A name a wildcard names, on a port only the range allows: looked up (the operator named it), then every address must be in the range.
+    const corp = parseEgressPolicy({ mode: 'allowlist', allow: ['*.corp.example', { cidr: '10.0.0.0/8' }] });
+    expect(decideName(corp, parseTarget('git.corp.example')!, 22, 'connect')).toMatchObject({ lookup: true });
+    expect(decide(corp, { host: 'git.corp.example', port: 22, via: 'connect', addresses: [ip('10.1.2.3')] })).toMatchObject({ allowed: true, rule: 'allow cidr:10.0.0.0/8' });
+    expect(decide(corp, { host: 'git.corp.example', port: 22, via: 'connect', addresses: [ip('198.51.100.7')] })).toMatchObject({ allowed: false });
     expect(at('other.example', 9000, 'connect', [ip('10.20.3.4')])).toMatchObject({ allowed: false, rule: 'not in egress.allow' });
     const names = parseEgressPolicy({ mode: 'allowlist', allow: ['api.github.com'] });
     expect(decide(names, { host: '198.51.100.7', port: 443, via: 'connect' })).toMatchObject({

@@ -27,8 +27,14 @@ export async function checkPodAdmitted(client: KubeClient, k: KubernetesSettings
     await client.core.createNamespacedPod({ namespace: client.namespace, body: pod, dryRun: 'All', fieldValidation: 'Strict' });
   } catch (err) {
     const message = apiMessage(err) ?? '';
-    if (apiStatusOf(err) === 403 && quotaUsedUp(message)) {
+    const status = apiStatusOf(err);
+    if (status === 403 && quotaUsedUp(message)) {
       log.warn(`kubernetes: namespace "${client.namespace}" has no room for another sandbox pod right now (${message}); new sandboxes fail until some go`);
+      return;
+    }
+    // An admission webhook with side effects refuses every dry run (and admits real creates): this check cannot be made there.
+    if (status === 400 && /does not support dry run/i.test(message)) {
+      log.warn(`kubernetes: namespace "${client.namespace}" cannot be checked at start-up with a dry run (${message}); a pod its admission refuses fails at the first sandbox instead`);
       return;
     }
     throw fromKubeError(client, err, 'create a sandbox pod as a dry run (dryRun=All: the start-up check that the namespace exists and admits berth\'s pods)');
@@ -41,6 +47,8 @@ export async function checkPodAdmitted(client: KubeClient, k: KubernetesSettings
  * under every exceeded limit. One that can never fit (it alone asks for more) is not.
  */
 export function quotaUsedUp(message: string): boolean {
+  // A quota whose usage its controller has not counted yet refuses every pod for a moment.
+  if (/status unknown for quota/.test(message)) return true;
   const m = /exceeded quota: [^,]+, requested: (\S+), used: (\S+), limited: (\S+)/.exec(message);
   if (m === null) return false;
   const parse = (list: string): Map<string, number> => new Map(list.replace(/,$/, '').split(',').map((kv) => {
@@ -49,14 +57,21 @@ export function quotaUsedUp(message: string): boolean {
   }));
   const requested = parse(m[1]!);
   const limited = parse(m[3]!);
-  return [...requested].every(([k, want]) => Number.isFinite(want) && want <= (limited.get(k) ?? Number.NaN));
+  // A figure berth cannot read is not taken as "never fits": the first create says what it says.
+  return [...requested].every(([k, want]) => {
+    const limit = limited.get(k) ?? Number.NaN;
+    return !Number.isFinite(want) || !Number.isFinite(limit) || want <= limit;
+  });
 }
 
-const SUFFIX: Record<string, number> = { m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40 };
+const SUFFIX: Record<string, number> = {
+  n: 1e-9, u: 1e-6, m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18,
+  Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50, Ei: 2 ** 60,
+};
 
-/** A Kubernetes quantity (`2`, `500m`, `4Gi`) as a number; NaN for anything else. */
+/** A Kubernetes quantity (`2`, `500m`, `4Gi`, `1e3`) as a number; NaN for anything else. */
 function quantity(q: string): number {
-  const m = /^([0-9.]+)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$/.exec(q);
+  const m = /^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(n|u|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$/.exec(q);
   if (m === null) return Number.NaN;
   return Number(m[1]) * (m[2] === undefined ? 1 : SUFFIX[m[2]] ?? Number.NaN);
 }

@@ -80,7 +80,8 @@ export class KubernetesBackend implements Backend<KubernetesSettings> {
   async check(k: KubernetesSettings, egress?: SandboxEgress): Promise<void> {
     const client = this.clientFor(k);
     await checkAccess(client, k, egress?.mode === 'allowlist');
-    await checkPodAdmitted(client, k, this.installation, this.logger);
+    // A warm pool's pods are its template's, not berth's: their admission is the template's operator's to check.
+    if (k.warmPool === undefined) await checkPodAdmitted(client, k, this.installation, this.logger);
     await checkAgentSandboxCrds(client, k);
     if (k.networkPolicy) await checkNetworkPolicies(client, this.installation, k, egress?.sharedProxy);
   }

@@ -11,6 +11,8 @@ import { MIN_REDACT_LENGTH } from '../../kit/redaction.js';
 export interface ForbiddenHit {
   name: string;
   sandboxPath: string;
+  /** The value is a credential's (see ForbiddenValue.credential). */
+  credential?: boolean;
 }
 
 /** A host tree a snapshot holds, and the in-sandbox dir it was (`/root` for a copied home). */
@@ -70,7 +72,7 @@ export async function findForbidden(
   for (const tree of trees) {
     scan.tree = tree;
     const hit = (await scanDir(scan, tree.hostDir, tree.sandboxDir, multiline, grepped)) ?? (await grepSmall(scan)) ?? (await scanXattrs(scan));
-    if (hit !== undefined) return hit;
+    if (hit !== undefined) return forbidden.some((f) => f.name === hit.name && f.credential === true) ? { ...hit, credential: true } : hit;
   }
   return undefined;
 }
@@ -312,7 +314,11 @@ async function needleInFile(scan: Scan, file: string, needles: readonly Needle[]
 }
 
 /** The refusal of snapshot `id` because `hit` holds a granted value: names the variable and path, never the value. */
-export function forbiddenRefusal(id: string, hit: Pick<ForbiddenHit, 'name' | 'sandboxPath'>): PolicyRefusedError {
+export function forbiddenRefusal(id: string, hit: Pick<ForbiddenHit, 'name' | 'sandboxPath' | 'credential'>): PolicyRefusedError {
+  if (hit.credential === true) {
+    return new PolicyRefusedError(`snapshot ${id} refused: ${hit.sandboxPath} holds the real value of credential ${hit.name} ` +
+      '(the sandbox holds only its placeholder: a credential host sent the value back); remove it from the sandbox and take the snapshot again');
+  }
   return new PolicyRefusedError(`snapshot ${id} refused: ${hit.sandboxPath} holds the value of granted variable ${hit.name}; ` +
     'remove it from the sandbox (or grant it per command) and take the snapshot again');
 }

@@ -198,7 +198,7 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
 
   addSnapshotTools(add, broker, scope);
 
-  // The same list as process {action: "list"}, for clients that show resources rather than call tools.
+  // What the egress proxy decided for this sandbox, for an agent whose request was refused.
   mcp.registerResource('egress', EGRESS_RESOURCE, {
     title: 'Network decisions for this sandbox',
     description: 'The egress proxy\'s most recent decisions for this session\'s sandbox (at most 50, newest first), as JSON: ' +
@@ -206,10 +206,13 @@ export function createMcpServer(broker: Broker, scope: CallScopeInput, info: Mcp
     mimeType: 'application/json',
   }, async (uri) => {
     const b = sandbox.binding;
-    const decisions = broker.egressAudit({ tenant: b.tenant, profiles: [b.profile], sandboxKey: b.sandboxKey, limit: 50 });
+    // A sandbox shared by several users (scope shared or profile) shows each user only their own decisions.
+    const user = normalizeScope(scope).user;
+    const decisions = broker.egressAudit({ tenant: b.tenant, profiles: [b.profile], sandboxKey: b.sandboxKey, ...(user === undefined ? {} : { user }), limit: 50 });
     return { contents: [{ uri: uri.href, mimeType: 'application/json', text: JSON.stringify(decisions) }] };
   });
 
+  // The same list as process {action: "list"}, for clients that show resources rather than call tools.
   mcp.registerResource('jobs', JOBS_RESOURCE, {
     title: 'Background jobs of this session',
     description: 'This session\'s background jobs (terminal with background: true), oldest first, as JSON: jobId, command, status, exitCode, startedMs.',
