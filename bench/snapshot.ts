@@ -21,7 +21,7 @@ import { fmt, percentile, verdict } from './stats.js';
  * sandbox's own dirs; its create-from = create + start from the image + its dirs put back. The
  * floor: `docker commit` of the same container, then create + start of a container from it with
  * the source's settings as the engine reports them (its network, init, tmpfs, limits): the same
- * container again. (Before stop 37 the floor's container had no network, which left out the
+ * container again. (Until 2026-12-04 the floor's container had no network, which left out the
  * ~350 ms a container's start on a bridge network costs here.)
  * bwrap: the 100 MiB in the workspace; the copy is `cp -a --reflink=auto`, timed against a tar pipe.
  */
