@@ -53,6 +53,9 @@ export interface ProxyGate {
   unclaimed(what: string, from: string | undefined): void;
 }
 
+/** How often the proxy reads the host's interface addresses again (each sandbox attached reads them too). */
+const HOST_ADDRESSES_EVERY_MS = 30_000;
+
 /**
  * Builds the proxy. Nothing listens: call `handle` with each accepted connection.
  *
@@ -63,9 +66,6 @@ export interface ProxyGate {
  * await proxy.close();
  * @throws ConfigError for an operator CA bundle that does not parse, Error for a bad extra range.
  */
-/** How often the proxy reads the host's interface addresses again (each sandbox attached reads them too). */
-const HOST_ADDRESSES_EVERY_MS = 30_000;
-
 export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   const limits = Object.freeze({ ...DEFAULT_LIMITS, ...options.limits });
   const log = (options.log ?? Logger.silent()).child('berth:egress');

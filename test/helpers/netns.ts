@@ -5,6 +5,7 @@ import type { Server } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'vitest';
+import { ownerAlive, ownerToken } from '../../src/broker/process-owner.js';
 
 /*
  * Test hosts with public-looking addresses, on this machine: a network namespace joined to the
@@ -63,23 +64,8 @@ process.on('message', (m) => {
 process.send({ ready: true });
 `;
 
-/** Where test networks claim their /28 (one file per block, naming its owner process and namespace). */
+/** Where test networks claim their /28 (one file per block, naming its owner process, as `ownerToken` writes it, and namespace). */
 const CLAIMS = '/run/berth-test-net';
-
-/** Whether process `pid` whose start time was `start` (clock ticks, /proc/PID/stat field 22) still runs. */
-function alive(pid: number, start: string): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] === start;
-  } catch {
-    return false;
-  }
-}
-
-function ownStart(): string {
-  const stat = readFileSync(`/proc/${process.pid}/stat`, 'utf8');
-  return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19]!;
-}
 
 /**
  * Claims a free /28 of 198.51.100.0/24 (16..224) for namespace `ns`: a claim file put in place by
@@ -92,7 +78,7 @@ function ownStart(): string {
 function claimBlock(ns: string): { base: number; release(): void } {
   mkdirSync(CLAIMS, { recursive: true });
   const mine = join(CLAIMS, `.${process.pid}-${randomBytes(4).toString('hex')}`);
-  writeFileSync(mine, `${process.pid} ${ownStart()} ${ns}\n`);
+  writeFileSync(mine, `${ownerToken()} ${ns}\n`);
   try {
     const bases = Array.from({ length: 14 }, (_, i) => 16 * (i + 1)).sort(() => Math.random() - 0.5);
     for (const base of bases) {
@@ -127,8 +113,8 @@ function takeStale(file: string): boolean {
   } catch {
     return true;
   }
-  const [pid, start, owner] = text.trim().split(' ');
-  if (alive(Number(pid), start ?? '')) return false;
+  const [owner, claimedNs] = text.trim().split(' ');
+  if (ownerAlive(owner ?? '')) return false;
   const aside = `${file}.stale-${process.pid}-${randomBytes(4).toString('hex')}`;
   try {
     renameSync(file, aside);
@@ -140,7 +126,7 @@ function takeStale(file: string): boolean {
     renameSync(aside, file);
     return false;
   }
-  removeNet(owner ?? '');
+  removeNet(claimedNs ?? '');
   rmSync(aside, { force: true });
   return true;
 }
