@@ -44,11 +44,18 @@ describeDocker('hibernation on docker', () => {
     expect(job.jobId).toBeTruthy();
     const [a, restart, busy] = await Promise.all(['a', 'restart', 'busy'].map((s) => containerFor(t.installation, `session:${s}`)));
 
-    const hibernated = await waitFor(async () => (await containerState(a!.id))?.running === false && (await containerState(restart!.id))?.running === false, 40_000, 500);
+    // Hibernated means the record says so (written once the engine's stop has answered), not
+    // only that the container stopped: between the two `ls` says "stopped".
+    const stateOf = async (): Promise<Record<string, string>> => Object.fromEntries((await b.listWithState('local')).map((s) => [s.sandboxKey, s.state]));
+    const hibernated = await waitFor(async () => {
+      const s = await stateOf();
+      return s['session:a'] === 'hibernated' && s['session:restart'] === 'hibernated';
+    }, 40_000, 500);
     expect(hibernated).toBe(true);
+    expect((await containerState(a!.id))?.running).toBe(false);
+    expect((await containerState(restart!.id))?.running).toBe(false);
     expect((await containerState(busy!.id))?.running).toBe(true);
-    const states = Object.fromEntries((await b.listWithState('local')).map((s) => [s.sandboxKey, s.state]));
-    expect(states).toMatchObject({ 'session:a': 'hibernated', 'session:restart': 'hibernated' });
+    const states = await stateOf();
     expect(states['session:busy']).toBe('active');
     expect(b.explain({ session: 'a' }).lifecycle).toMatchObject({ whenIdle: 'hibernated', afterSeconds: 10, hibernatedMs: expect.any(Number) });
 

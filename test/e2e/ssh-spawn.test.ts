@@ -132,6 +132,12 @@ describeSsh('spawn as a sandbox account over one channel (real sshd)', () => {
     const acct = await f.account();
     expect((await collect(await bash(f, acct, 'exit 7'))).exit).toEqual({ code: 7, signal: null });
     expect((await collect(await bash(f, acct, 'kill -TERM $$'))).exit).toEqual({ code: null, signal: 'SIGTERM' });
+    // The waiter (root's bash) says nothing of the death on the channel: its "... Killed" line
+    // would be noise on the command's stderr, and a write after a kill closed the channel would
+    // end the waiter by SIGPIPE instead of the command's signal.
+    const killed = await collect(await bash(f, acct, 'kill -KILL $$'));
+    expect(killed.exit).toEqual({ code: null, signal: 'SIGKILL' });
+    expect(killed.err).toBe('');
   });
 
   it('reports the exit of a command that was stopped and continued, as the warden does to a shell', async () => {

@@ -83,7 +83,7 @@ builtin exec -- "$@"
  * namespace fds (the command must not hold them), sets the bound on itself (root is exempt from
  * it; the command inherits it) and gives the fork the channel's stdin (bash would give a
  * background job /dev/null). Core dumps are off for itself only: re-raising a signal such as
- * SIGSEGV must not leave a core of root's bash.
+ * SIGSEGV must not leave a core of root's bash. After the fork its own stderr is /dev/null.
  */
 const WAITER_SCRIPT = `
 set -u
@@ -92,6 +92,10 @@ exec 3<&- 4<&- 5<&-
 (( nproc == 0 )) || ulimit -u "$nproc" || { printf 'E cannot set the process bound %s\\n' "$nproc"; exit 125; }
 ( exec -c setsid setpriv --reuid="$u" --regid="$g" --clear-groups --no-new-privs --inh-caps=-all -- /bin/bash --noprofile --norc -c ${shQuote(STAGE2_SCRIPT)} berth-sandbox "$n" "$h" ) <&0 &
 ulimit -S -c 0
+# bash reports a waited job's death by a signal ("... Killed") on its stderr, the channel's: after
+# a kill the channel may be closed already, and that write would end the waiter by SIGPIPE instead
+# of reporting the command's signal. The waiter has nothing more to say.
+exec 2>/dev/null
 wait "$!"
 s=$?
 # Signals that stop, continue or are ignored by default would not end the waiter: kept as a status.
