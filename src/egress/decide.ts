@@ -1,6 +1,6 @@
 import { ALWAYS_DENIED, cidrContains, cidrWithin, classLabel, deniedClass, formatIp, type DeniedRange, type IpAddress } from './addresses.js';
 import { parseTarget, type Target } from './names.js';
-import type { EgressEntry, EgressPolicy } from './policy.js';
+import { cidrAdmitsPort, type EgressEntry, type EgressPolicy } from './policy.js';
 
 /*
  * The egress decision, pure: (target, port, how it is asked for, the addresses it resolved to)
@@ -37,7 +37,7 @@ export interface EgressDecision {
 /** After `decideName`: refused outright, or look the name up and call `decideAddresses`. */
 export type NameStage =
   | { refused: EgressDecision }
-  | { lookup: true; allowedBy: string | undefined; carry: Carry };
+  | { lookup: true; allowedBy: string | undefined; carry: Carry; port: number };
 
 const NOT_ALLOWED = 'not in egress.allow';
 const NAME_PORTS: Record<Via, number> = { connect: 443, http: 80 };
@@ -53,31 +53,31 @@ export function decideName(policy: EgressPolicy, target: Target, port: number, v
   if (policy.mode === 'none') return { refused: { allowed: false, rule: 'mode none' } };
   if (target.kind === 'ip') {
     const carry: Carry = via === 'http' ? 'http' : 'raw';
-    if (policy.mode === 'open') return { lookup: true, allowedBy: 'mode open', carry };
+    if (policy.mode === 'open') return { lookup: true, allowedBy: 'mode open', carry, port };
     if (!policy.allow.some((e) => e.kind === 'cidr')) {
       return { refused: { allowed: false, rule: NOT_ALLOWED, detail: 'an IP address is reached only through a cidr: entry' } };
     }
-    return { lookup: true, allowedBy: undefined, carry };
+    return { lookup: true, allowedBy: undefined, carry, port };
   }
   const name = target.name;
   const denied = policy.deny.find((e) => nameEntryMatches(e, name, port));
   if (denied !== undefined) return { refused: { allowed: false, rule: `deny ${denied.text}` } };
   if (policy.mode === 'open') {
-    return { lookup: true, allowedBy: 'mode open', carry: via === 'http' ? 'http' : port === 443 ? 'tls' : 'raw' };
+    return { lookup: true, allowedBy: 'mode open', carry: via === 'http' ? 'http' : port === 443 ? 'tls' : 'raw', port };
   }
   if (via === 'connect') {
     const host = policy.allow.find((e) => e.kind === 'host' && e.name === name && e.port === port);
-    if (host !== undefined) return { lookup: true, allowedBy: `allow ${host.text}`, carry: 'raw' };
+    if (host !== undefined) return { lookup: true, allowedBy: `allow ${host.text}`, carry: 'raw', port };
   }
   const byName = policy.allow.find((e) => (e.kind === 'name' || e.kind === 'wildcard') && nameEntryMatches(e, name, port));
   if (byName !== undefined && port === NAME_PORTS[via]) {
-    return { lookup: true, allowedBy: `allow ${byName.text}`, carry: via === 'http' ? 'http' : 'tls' };
+    return { lookup: true, allowedBy: `allow ${byName.text}`, carry: via === 'http' ? 'http' : 'tls', port };
   }
   // A cidr: range is reached by a name the policy knows (egress.hosts, or a name or wildcard entry
   // on another port), never by a lookup of any other: a resolver asked about any name would carry
   // `<secret>.attacker.example` out in the question.
   if (policy.allow.some((e) => e.kind === 'cidr')) {
-    if (policy.hosts.has(name) || byName !== undefined) return { lookup: true, allowedBy: undefined, carry: via === 'http' ? 'http' : 'raw' };
+    if (policy.hosts.has(name) || byName !== undefined) return { lookup: true, allowedBy: undefined, carry: via === 'http' ? 'http' : 'raw', port };
     return {
       refused: {
         allowed: false, rule: NOT_ALLOWED,
@@ -111,15 +111,20 @@ export function decideAddresses(
   for (const ip of addresses) {
     const deny = policy.deny.find((e) => e.kind === 'cidr' && cidrContains(e.range, ip));
     if (deny !== undefined) return { allowed: false, rule: `deny ${deny.text}`, detail: formatIp(ip) };
-    const inRange = allowRanges.find((e) => cidrContains(e.range, ip));
+    // A range with ports admits (and lifts a class for) those ports only.
+    const inRange = allowRanges.find((e) => cidrContains(e.range, ip) && cidrAdmitsPort(e, stage.port));
     const cls = deniedClass(ip, denied);
+    const otherPorts = (): string | undefined => {
+      const r = allowRanges.find((e) => cidrContains(e.range, ip));
+      return r === undefined ? undefined : `${formatIp(ip)} is in ${r.text}, which allows port${r.ports!.length > 1 ? 's' : ''} ${r.ports!.join(', ')} only`;
+    };
     // A range lifts a class only when the operator named something inside it: `cidr: 0.0.0.0/0`
     // opens the public internet, not loopback or the metadata address.
     if (cls !== undefined && (inRange === undefined || !cidrWithin(inRange.range, cls.range))) {
-      return { allowed: false, rule: `always denied: ${classLabel(ip, cls)}`, detail: formatIp(ip) };
+      return { allowed: false, rule: `always denied: ${classLabel(ip, cls)}`, detail: inRange === undefined ? otherPorts() ?? formatIp(ip) : formatIp(ip) };
     }
     if (stage.allowedBy === undefined) {
-      if (inRange === undefined) return { allowed: false, rule: NOT_ALLOWED, detail: `${formatIp(ip)} is in no cidr: entry` };
+      if (inRange === undefined) return { allowed: false, rule: NOT_ALLOWED, detail: otherPorts() ?? `${formatIp(ip)} is in no cidr: entry` };
       byRange ??= `allow ${inRange.text}`;
     }
   }

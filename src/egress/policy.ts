@@ -17,8 +17,11 @@ export type EgressEntry =
   | { kind: 'wildcard'; suffix: string; text: string }
   /** `host: db.internal:5432`: a raw TCP tunnel to that name and port. */
   | { kind: 'host'; name: string; port: number; text: string }
-  /** `cidr: 10.20.0.0/16`: IP targets in the range, and names that resolve into it. */
-  | { kind: 'cidr'; range: Cidr; text: string };
+  /**
+   * `cidr: 10.20.0.0/16`: IP targets in the range, and names that resolve into it; with
+   * `ports: [5432]` (allow entries only) on those ports alone.
+   */
+  | { kind: 'cidr'; range: Cidr; ports?: readonly number[]; text: string };
 
 export interface EgressPolicy {
   mode: EgressMode;
@@ -58,8 +61,8 @@ export function checkEgressPolicy(raw: unknown, path = 'egress'): EgressPolicyRe
   if (typeof mode !== 'string' || !MODES.includes(mode as EgressMode)) {
     issues.push({ path: `${path}.mode`, message: `must be one of ${MODES.join(', ')}` });
   }
-  const allow = parseEntries(raw['allow'], `${path}.allow`, issues);
-  const deny = parseEntries(raw['deny'], `${path}.deny`, issues);
+  const allow = parseEntries(raw['allow'], `${path}.allow`, issues, 'allow');
+  const deny = parseEntries(raw['deny'], `${path}.deny`, issues, 'deny');
   const hosts = parseHosts(raw['hosts'], `${path}.hosts`, issues);
   if (mode !== 'allowlist' && allow.length > 0) {
     issues.push({ path: `${path}.allow`, message: `would do nothing in mode ${String(mode)}; remove it or set mode: allowlist` });
@@ -87,7 +90,7 @@ export function emptyPolicy(mode: EgressMode): EgressPolicy {
   return Object.freeze({ mode, allow: [], deny: [], hosts: new Map() });
 }
 
-function parseEntries(raw: unknown, path: string, issues: EgressIssue[]): readonly EgressEntry[] {
+function parseEntries(raw: unknown, path: string, issues: EgressIssue[], list: 'allow' | 'deny'): readonly EgressEntry[] {
   if (raw === undefined) return [];
   if (!Array.isArray(raw)) {
     issues.push({ path, message: 'must be a list of names, `host: name:port` or `cidr: range` entries' });
@@ -95,7 +98,7 @@ function parseEntries(raw: unknown, path: string, issues: EgressIssue[]): readon
   }
   const out: EgressEntry[] = [];
   raw.forEach((item, i) => {
-    const r = parseEntry(item);
+    const r = parseEntry(item, list);
     if (typeof r === 'string') issues.push({ path: `${path}[${i}]`, message: r });
     else out.push(r);
   });
@@ -103,17 +106,36 @@ function parseEntries(raw: unknown, path: string, issues: EgressIssue[]): readon
 }
 
 /** One entry, or a message naming it and the fix. */
-function parseEntry(item: unknown): EgressEntry | string {
+function parseEntry(item: unknown, list: 'allow' | 'deny'): EgressEntry | string {
   if (typeof item === 'string') return parseNamePattern(item);
-  if (!isRecord(item) || Object.keys(item).length !== 1) {
-    return `${JSON.stringify(item)} is not an entry; write a name ("api.github.com"), a wildcard ("*.example.com"), { host: "name:port" } or { cidr: "10.0.0.0/8" }`;
+  const cidrWithPorts = isRecord(item) && Object.keys(item).length === 2 && 'cidr' in item && 'ports' in item;
+  if (!isRecord(item) || (Object.keys(item).length !== 1 && !cidrWithPorts)) {
+    return `${JSON.stringify(item)} is not an entry; write a name ("api.github.com"), a wildcard ("*.example.com"), { host: "name:port" }, { cidr: "10.0.0.0/8" } or { cidr: "10.0.0.5/32", ports: [5432] }`;
   }
   const [key, value] = Object.entries(item)[0]!;
   if (key !== 'host' && key !== 'cidr') return `"${key}" is not an entry kind; use host: or cidr: (or a plain name)`;
   if (typeof value !== 'string') return `${key}: must be a string`;
   if (key === 'host') return parseHostEntry(value);
   const range = parseCidr(value.trim());
-  return typeof range === 'string' ? `cidr "${value}": ${range}` : { kind: 'cidr', range, text: `cidr:${formatCidr(range)}` };
+  if (typeof range === 'string') return `cidr "${value}": ${range}`;
+  if (!cidrWithPorts) return { kind: 'cidr', range, text: `cidr:${formatCidr(range)}` };
+  if (list === 'deny') return `cidr "${value}": a deny entry refuses every port of its range; remove ports`;
+  const ports = parsePorts(item['ports']);
+  if (typeof ports === 'string') return `cidr "${value}": ports ${ports}`;
+  return { kind: 'cidr', range, ports, text: `cidr:${formatCidr(range)} ports ${ports.join(',')}` };
+}
+
+/** `ports: [5432, 5433]`: a non-empty list of distinct TCP ports, sorted; or what is wrong with it. */
+function parsePorts(raw: unknown): readonly number[] | string {
+  if (!Array.isArray(raw) || raw.length === 0) return 'must be a non-empty list of port numbers, e.g. [5432]';
+  const bad = raw.find((p) => typeof p !== 'number' || !Number.isInteger(p) || p < 1 || p > 65535);
+  if (bad !== undefined) return `has ${JSON.stringify(bad)}, which is not a port (a whole number from 1 to 65535)`;
+  return Object.freeze([...new Set(raw as number[])].sort((a, b) => a - b));
+}
+
+/** Whether a `cidr:` entry admits this port (one without `ports` admits every port). */
+export function cidrAdmitsPort(entry: Extract<EgressEntry, { kind: 'cidr' }>, port: number): boolean {
+  return entry.ports === undefined || entry.ports.includes(port);
 }
 
 /** `api.github.com` or `*.example.com`, as allow/deny entries and credential hosts write them. */
@@ -174,8 +196,11 @@ function unreachableHosts(hosts: ReadonlyMap<string, readonly IpAddress[]>, allo
     for (const ip of ips) {
       const cls = deniedClass(ip, ALWAYS_DENIED);
       if (cls === undefined || allow.some((e) => e.kind === 'cidr' && cidrContains(e.range, ip) && cidrWithin(e.range, cls.range))) continue;
+      // The ports its host: entries tunnel to: a range with no ports would open every port of it.
+      const ports = allow.flatMap((e) => (e.kind === 'host' && e.name === name ? [e.port] : []));
+      const entry = `{ cidr: ${formatIp(ip)}/${ip.family === 4 ? 32 : 128}, ports: [${ports.length > 0 ? ports.join(', ') : 'PORT'}] }`;
       const fix = allowlist
-        ? `add { cidr: ${formatIp(ip)}/${ip.family === 4 ? 32 : 128} } (or its network) to ${path}.allow`
+        ? `add ${entry} to ${path}.allow (${ports.length > 0 ? `the ports its host: entries name` : 'the ports it serves'}; a cidr: entry without ports opens every port of its range)`
         : 'only mode allowlist with a cidr: entry naming it can allow it';
       out.push({ path: `${path}.hosts.${name}`, message: `maps ${name} to ${formatIp(ip)} (${classLabel(ip, cls)}), an address berth always refuses unless a cidr: allow entry names it; ${fix}` });
       break;
@@ -189,9 +214,9 @@ function isRecord(v: unknown): v is Record<string, unknown> {
 }
 
 /** One entry as it is written in the config (`api.github.com`, `{ host: db:5432 }`, `{ cidr: 10.0.0.0/8 }`). */
-function entryView(e: EgressEntry): string | Record<string, string> {
+function entryView(e: EgressEntry): string | Record<string, string | readonly number[]> {
   if (e.kind === 'host') return { host: `${e.name}:${e.port}` };
-  if (e.kind === 'cidr') return { cidr: formatCidr(e.range) };
+  if (e.kind === 'cidr') return e.ports === undefined ? { cidr: formatCidr(e.range) } : { cidr: formatCidr(e.range), ports: e.ports };
   return e.text;
 }
 

@@ -52,8 +52,8 @@ export const Binding = z.object({
   envMissing: z.array(z.string()),
   egress: z.object({
     mode: z.enum(['open', 'allowlist', 'none']).describe('open: any host on the internet; allowlist: only what allow names, through berth\'s proxy; none: no network'),
-    allow: z.array(z.union([z.string(), z.object({ host: z.string() }), z.object({ cidr: z.string() })])).optional()
-      .describe('allowlist entries as the config writes them: a name, "*.name", {host: "name:port"}, {cidr: "a.b.c.d/n"}'),
+    allow: z.array(z.union([z.string(), z.object({ host: z.string() }), z.object({ cidr: z.string(), ports: z.array(z.number().int()).optional() })])).optional()
+      .describe('allowlist entries as the config writes them: a name, "*.name", {host: "name:port"}, {cidr: "a.b.c.d/n"} or {cidr, ports: [n]} (those ports only)'),
     deny: z.array(z.union([z.string(), z.object({ host: z.string() }), z.object({ cidr: z.string() })])).optional().describe('entries that beat allow'),
     hosts: z.record(z.string(), z.array(z.string())).optional().describe('static names the proxy resolves itself'),
     proxy: z.boolean().describe('berth\'s egress proxy serves the sandbox (allowlist mode, or credentials in any mode)'),

@@ -502,3 +502,60 @@ describe('egress proxy bounds (no upstream needed)', () => {
     expect(answer).toContain('berth egress: this is an HTTP proxy');
   });
 });
+
+describe('egress proxy: a cidr: entry with ports (real TCP servers on a loopback address the entry names)', () => {
+  let proxy: EgressProxy;
+  let proxyListener: NetServer;
+  let dir: string;
+  const servers: NetServer[] = [];
+  const events: EgressEvent[] = [];
+
+  /** A TCP server on 127.0.0.2 that greets with its name; its port. */
+  async function greeter(name: string): Promise<number> {
+    const s = createNetServer((socket) => socket.end(`${name}\n`));
+    servers.push(s);
+    await new Promise<void>((resolve) => s.listen(0, '127.0.0.2', () => resolve()));
+    return (s.address() as { port: number }).port;
+  }
+
+  afterAll(async () => {
+    await proxy?.close();
+    proxyListener?.close();
+    for (const s of servers) s.close();
+    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('tunnels to the ports the entry lists and refuses another port of the same address, naming the ports', async () => {
+    const [db, other] = [await greeter('db'), await greeter('other')];
+    dir = mkdtempSync(join(tmpdir(), 'berth-egress-ports-'));
+    proxy = createEgressProxy({ ca: await EgressCa.open(join(dir, 'egress')) });
+    const sandbox: EgressSandbox = {
+      identity: { tenant: 'local', profile: 'default', sandboxKey: 'default' },
+      policy: parseEgressPolicy({
+        mode: 'allowlist',
+        allow: [{ host: `db.internal:${db}` }, { cidr: '127.0.0.2/32', ports: [db] }],
+        hosts: { 'db.internal': '127.0.0.2' },
+      }),
+      credentials: [],
+      onDecision: (e) => events.push(e),
+    };
+    proxyListener = createNetServer((socket) => proxy.handle(socket, sandbox));
+    await new Promise<void>((resolve) => proxyListener.listen(0, '127.0.0.1', () => resolve()));
+    const proxyPort = (proxyListener.address() as { port: number }).port;
+    const through = (target: string): Promise<string> => rawExchange(proxyPort, `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`);
+
+    expect(await through(`db.internal:${db}`)).toMatch(/^HTTP\/1\.1 200 [^\r]*\r\n(?:[^\r]+\r\n)*\r\ndb\n$/);
+    expect(await through(`127.0.0.2:${db}`)).toMatch(/\r\n\r\ndb\n$/);
+    const refused = await through(`127.0.0.2:${other}`);
+    expect(refused).toMatch(/^HTTP\/1\.1 403 /);
+    expect(refused).toContain(`which allows port ${db} only`);
+    expect(refused).not.toContain('other\n');
+    expect(await through(`db.internal:${other}`)).toMatch(/^HTTP\/1\.1 403 /);
+    expect(events.map((e) => [e.port, e.allowed, e.rule])).toEqual([
+      [db, true, `allow host:db.internal:${db}`],
+      [db, true, `allow cidr:127.0.0.2/32 ports ${db}`],
+      [other, false, 'always denied: loopback'],
+      [other, false, 'always denied: loopback'],
+    ]);
+  });
+});

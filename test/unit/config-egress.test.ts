@@ -55,8 +55,12 @@ describe('egress and credentials in the config', () => {
 
   it('a static name mapped to an address berth always refuses, with no cidr: entry naming it, is an error naming the entry to add', () => {
     expect(configProblem({ profiles: { bot: { ...bot, egress: { ...bot.egress, hosts: { 'db.internal': '10.20.1.5' } } } } })).toMatch(
-      /config key "profiles\.bot\.egress\.hosts\.db\.internal": maps db\.internal to 10\.20\.1\.5 \(private\), an address berth always refuses unless a cidr: allow entry names it; add \{ cidr: 10\.20\.1\.5\/32 \}/,
+      /config key "profiles\.bot\.egress\.hosts\.db\.internal": maps db\.internal to 10\.20\.1\.5 \(private\), an address berth always refuses unless a cidr: allow entry names it; add \{ cidr: 10\.20\.1\.5\/32, ports: \[PORT\] \}.*without ports opens every port/,
     );
+    // The fix names the ports the name's host: entries tunnel to, not every port of the address.
+    const withHost = { ...bot.egress, allow: [...bot.egress.allow, { host: 'db.internal:5432' }, { host: 'db.internal:6432' }], hosts: { 'db.internal': '10.20.1.5' } };
+    expect(configProblem({ profiles: { bot: { ...bot, egress: withHost } } })).toMatch(/add \{ cidr: 10\.20\.1\.5\/32, ports: \[5432, 6432\] \} to egress\.allow \(the ports its host: entries name/);
+    expect(configProblem({ profiles: { bot: { ...bot, egress: { ...withHost, allow: [...withHost.allow, { cidr: '10.20.1.5/32', ports: [5432, 6432] }] } } } })).toBe('');
     expect(configProblem({ profiles: { bot: { ...bot, egress: { ...bot.egress, hosts: { meta: '169.254.169.254' } } } } })).toMatch(/maps meta to 169\.254\.169\.254 \(metadata/);
     // A range inside the class lifts it; one that merely covers it (0.0.0.0/0) does not.
     expect(configProblem({ profiles: { bot: { ...bot, egress: { ...bot.egress, allow: [...bot.egress.allow, { cidr: '10.20.0.0/16' }], hosts: { 'db.internal': '10.20.1.5' } } } } })).toBe('');

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { checkCredentials } from '../../src/egress/credentials.js';
 import { decide, decideName } from '../../src/egress/decide.js';
 import { parseTarget } from '../../src/egress/names.js';
-import { checkEgressPolicy, parseEgressPolicy } from '../../src/egress/policy.js';
+import { checkEgressPolicy, parseEgressPolicy, policyView } from '../../src/egress/policy.js';
 import { parseIp } from '../../src/egress/addresses.js';
 import { ConfigError } from '../../src/errors.js';
 
@@ -41,6 +41,11 @@ describe('parseEgressPolicy: entries', () => {
     [{ cidr: 'db.internal/8' }, 'is not an IPv4 or IPv6 address'],
     [{ port: 22 }, '"port" is not an entry kind'],
     [{ host: 'a:1', cidr: '10.0.0.0/8' }, 'is not an entry'],
+    [{ cidr: '10.0.0.5/32', ports: [] }, 'ports must be a non-empty list of port numbers'],
+    [{ cidr: '10.0.0.5/32', ports: 5432 }, 'ports must be a non-empty list of port numbers'],
+    [{ cidr: '10.0.0.5/32', ports: [5432, 70000] }, 'ports has 70000, which is not a port'],
+    [{ cidr: '10.0.0.5/32', ports: ['5432'] }, 'ports has "5432", which is not a port'],
+    [{ host: 'a:1', ports: [1] }, 'is not an entry'],
   ])('refuses %j naming the entry and the fix', (entry, message) => {
     const found = issues({ mode: 'allowlist', allow: [entry] });
     expect(found).toHaveLength(1);
@@ -62,6 +67,12 @@ describe('parseEgressPolicy: entries', () => {
   it('refuses settings that would do nothing', () => {
     expect(issues({ mode: 'open', allow: ['a.example'] })).toEqual(['egress.allow: would do nothing in mode open; remove it or set mode: allowlist']);
     expect(issues({ mode: 'none', deny: ['a.example'] })[0]).toContain('mode none refuses everything');
+  });
+
+  it('a deny cidr: entry takes no ports (it refuses every port of its range)', () => {
+    expect(issues({ mode: 'allowlist', allow: ['a.example'], deny: [{ cidr: '10.0.0.0/8', ports: [22] }] })).toEqual([
+      'egress.deny[0]: cidr "10.0.0.0/8": a deny entry refuses every port of its range; remove ports',
+    ]);
   });
 
   it('throws one ConfigError with every line', () => {
@@ -134,6 +145,28 @@ describe('decide', () => {
     expect(decide(names, { host: '198.51.100.7', port: 443, via: 'connect' })).toMatchObject({
       allowed: false, rule: 'not in egress.allow', detail: 'an IP address is reached only through a cidr: entry',
     });
+  });
+
+  it('a cidr entry with ports admits those ports only, and lifts an always-denied class for those only', () => {
+    const db = parseEgressPolicy({
+      mode: 'allowlist',
+      allow: [{ host: 'db.internal:5432' }, { cidr: '10.20.1.5/32', ports: [5432, 5432, 22] }, { cidr: '203.0.113.0/24', ports: [8443] }],
+      hosts: { 'db.internal': '10.20.1.5' },
+    });
+    expect(db.allow[1]).toMatchObject({ kind: 'cidr', ports: [22, 5432], text: 'cidr:10.20.1.5/32 ports 22,5432' });
+    expect(decide(db, { host: 'db.internal', port: 5432, via: 'connect' })).toEqual({ allowed: true, rule: 'allow host:db.internal:5432', carry: 'raw' });
+    expect(decide(db, { host: '10.20.1.5', port: 5432, via: 'connect' })).toEqual({ allowed: true, rule: 'allow cidr:10.20.1.5/32 ports 22,5432', carry: 'raw' });
+    // Another port of the same private address: still always denied, the refusal says which ports the entry allows.
+    expect(decide(db, { host: '10.20.1.5', port: 6379, via: 'connect' })).toEqual({
+      allowed: false, rule: 'always denied: private', detail: '10.20.1.5 is in cidr:10.20.1.5/32 ports 22,5432, which allows ports 22, 5432 only',
+    });
+    expect(decide(db, { host: 'db.internal', port: 6379, via: 'connect' })).toMatchObject({ allowed: false, rule: 'always denied: private' });
+    // A public range with a port: that port by IP, no other.
+    expect(decide(db, { host: '203.0.113.9', port: 8443, via: 'connect' })).toMatchObject({ allowed: true, rule: 'allow cidr:203.0.113.0/24 ports 8443' });
+    expect(decide(db, { host: '203.0.113.9', port: 443, via: 'connect' })).toEqual({
+      allowed: false, rule: 'not in egress.allow', detail: '203.0.113.9 is in cidr:203.0.113.0/24 ports 8443, which allows port 8443 only',
+    });
+    expect(policyView(db).allow).toContainEqual({ cidr: '10.20.1.5/32', ports: [22, 5432] });
   });
 
   it('every address of a name is checked: one private address refuses the name', () => {

@@ -77,11 +77,19 @@ export function egressNote(egress: Binding['egress']): string {
     case 'none':
       return 'Network: none; commands cannot connect anywhere.';
     case 'allowlist': {
-      const allowed = (egress.allow ?? []).map((e) => (typeof e === 'string' ? e : Object.entries(e as Record<string, string>).map(([k, v]) => `${k}:${v}`).join(''))).join(', ');
+      const allowed = (egress.allow ?? []).map(entryText).join(', ');
       return `Network: only through berth's egress proxy (HTTP(S)_PROXY is set; programs that ignore it cannot connect), to ${allowed === '' ? 'nothing' : allowed}` +
         ' (names: HTTPS on 443, plain HTTP on 80). Anything else gets HTTP 403 from the proxy naming the rule; the operator decides what the sandbox may reach, so do not try to get around it.' + credentials;
     }
     default:
       return egress.proxy ? `Network: open, through berth's egress proxy (HTTP(S)_PROXY is set).${credentials}` : '';
   }
+}
+
+/** An allow entry as `explain` gives it (`api.github.com`, `{ host }`, `{ cidr, ports? }`), in one phrase. */
+function entryText(e: unknown): string {
+  if (typeof e === 'string') return e;
+  const { host, cidr, ports } = e as { host?: string; cidr?: string; ports?: number[] };
+  if (host !== undefined) return `host:${host}`;
+  return ports === undefined ? `cidr:${cidr}` : `cidr:${cidr} (ports ${ports.join(', ')})`;
 }
