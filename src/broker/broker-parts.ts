@@ -33,6 +33,7 @@ import { Observers } from './observer.js';
 import { ownerToken } from './process-owner.js';
 import { Reapers } from './reapers.js';
 import { SandboxEgress } from './sandbox-egress.js';
+import { usesEgressProxy } from './resolve-call.js';
 import { SandboxMeasures } from './sandbox-measures.js';
 import { SandboxPool } from './sandbox-pool.js';
 import { SandboxRecovery } from './sandbox-recovery.js';
@@ -92,6 +93,7 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   assertHostBindsAllowed(hostBindsOf(config), { homeDir, stateDir: berthHome, dockerSockets });
   assertAllowedRootsExist(config);
   assertCredentialSources(config, env, secrets);
+  assertEgressEngineHere(config, env);
   const store = StateStore.open(berthHome, { auditMaxCommandChars: config.audit.maxCommandChars });
 
   const log = opts.log ?? envLogSink(env, 'warn', process.stderr.isTTY, (line) => void process.stderr.write(line)) ?? (() => {});
@@ -186,6 +188,37 @@ function assertCredentialSources(config: BerthConfig, env: NodeJS.ProcessEnv, se
   const places = [{ profile: undefined, ...config.base }, ...Object.entries(config.profiles).map(([profile, s]) => ({ ...s, profile }))];
   const problems = [...new Set(places.flatMap((p) => unsetCredentialSources(p, env, secrets)))];
   if (problems.length > 0) throw new ConfigError(problems.join('; '));
+}
+
+/**
+ * The egress proxy listens inside each sandbox's network namespace on this host: a docker engine
+ * that DOCKER_HOST names on another machine (TCP or SSH to a host that is not loopback) has its
+ * containers' namespaces there, so a place on it that uses the proxy could never serve a call.
+ * Said at start-up rather than at the first call. (TCP to loopback is let through: that engine may
+ * be this host's, which the first call checks.)
+ */
+function assertEgressEngineHere(config: BerthConfig, env: NodeJS.ProcessEnv): void {
+  const dockerHost = env['DOCKER_HOST'] ?? '';
+  if (dockerHost === '' || dockerHost.startsWith('unix://') || loopbackEngine(dockerHost)) return;
+  const places = [{ profile: undefined, ...config.base }, ...Object.entries(config.profiles).map(([profile, s]) => ({ ...s, profile }))];
+  const bad = places.filter((p) => p.backend === 'docker' && usesEgressProxy(p));
+  if (bad.length === 0) return;
+  const where = bad.map((p) => (p.profile === undefined ? 'the top level' : `profile "${p.profile}"`)).join(', ');
+  throw new ConfigError(
+    `${where} use${bad.length === 1 ? 's' : ''} berth's egress proxy (egress mode allowlist or credentials) on backend docker, but DOCKER_HOST=${dockerHost} ` +
+      "names an engine on another machine: the proxy listens inside each container's network namespace on the host berth runs on; " +
+      'run berth on the engine\'s host (unset DOCKER_HOST there), or use egress mode open without credentials for these places',
+  );
+}
+
+/** `tcp://127.0.0.1:2375`, `http://localhost:2375`, `tcp://[::1]:2375`: an engine reached over loopback. */
+function loopbackEngine(dockerHost: string): boolean {
+  try {
+    const host = new URL(dockerHost).hostname.replace(/^\[|\]$/g, '');
+    return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
+  } catch {
+    return false;
+  }
 }
 
 /** The docker engine berth talks to is this machine's (a unix socket), not one over TCP or SSH. */

@@ -28,6 +28,8 @@ export interface EgressProxyOptions {
   /** Ranges refused besides the always-denied ones and the host's own addresses (berth's sandbox networks). */
   extraDenied?: readonly ExtraDenied[];
   limits?: Partial<EgressLimits>;
+  /** How often the host's own addresses are read again (default 30 s; tests shorten it). */
+  hostAddressesMs?: number;
   log?: Logger;
   /**
    * How names not in a policy's `hosts:` are resolved (default: the system resolver). Every
@@ -76,7 +78,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   );
   inner.on('request', (req, res) => onInterceptedRequest(core, req, res));
   inner.on('upgrade', (_req, socket: Socket) => answerSocket(socket, 501, 'berth egress: protocol upgrades are not passed through an intercepted session\n'));
-  return new EgressProxy(core, options.extraDenied ?? []);
+  return new EgressProxy(core, options.extraDenied ?? [], options.hostAddressesMs ?? HOST_ADDRESSES_EVERY_MS);
 }
 
 export class EgressProxy implements AsyncDisposable {
@@ -86,11 +88,12 @@ export class EgressProxy implements AsyncDisposable {
   /** A sandbox's wrong-token refusals: one audited a minute, the others counted into the next. */
   private readonly authRefusals = new RefusalFold(60_000);
   /** The host's addresses read again now and then: an address it gains later (a new bridge, a lease) is its own too. */
-  private readonly rereadAddresses = setInterval(() => this.refreshHostAddresses(), HOST_ADDRESSES_EVERY_MS);
+  private readonly rereadAddresses: NodeJS.Timeout;
   private closed = false;
 
   /** @internal built by `createEgressProxy`. */
-  constructor(private readonly core: ProxyCore, private readonly extraDenied: readonly ExtraDenied[]) {
+  constructor(private readonly core: ProxyCore, private readonly extraDenied: readonly ExtraDenied[], hostAddressesMs: number) {
+    this.rereadAddresses = setInterval(() => this.refreshHostAddresses(), hostAddressesMs);
     this.rereadAddresses.unref();
     this.front = startHeadTimeouts(createServer(serverOptions(core.limits)));
     this.front.on('request', (req, res) => {

@@ -264,18 +264,35 @@ describeNetns('egress proxy with real clients', () => {
     expect(answer).toContain(`refused (always denied: host address: ${net.hostAddress})`);
   });
 
-  it('an address the host gains after the proxy started is the host\'s too once the proxy reads the addresses again (it does at each attach and every 30 s; here by hand)', async () => {
+  it('an address the host gains after the proxy started is the host\'s too once the proxy reads the addresses again: by hand, and by its own timer', async () => {
     const late = '198.51.100.250';
     answersLate['late.alias.egress.test'] = late;
+    // A second proxy that reads the addresses every 100 ms (30 s by default) on its own.
+    const ticking = createEgressProxy({ ca: await EgressCa.open(join(workDir, 'ticking-ca')), hostAddressesMs: 100, resolve: (n) => resolve(n) });
+    const tickingListener = createNetServer((socket) => ticking.handle(socket, {
+      identity: { tenant: 'local', profile: 'default', sandboxKey: 'session:tick' }, policy: parseEgressPolicy({ mode: 'allowlist', allow: ['*.alias.egress.test'] }), credentials: [], onDecision: () => undefined,
+    }));
+    await new Promise<void>((r) => tickingListener.listen(0, '127.0.0.1', () => r()));
+    const tickingPort = (tickingListener.address() as { port: number }).port;
+    const ask = (port: number): Promise<string> => rawExchange(port, 'CONNECT late.alias.egress.test:443 HTTP/1.1\r\n\r\n');
     execFileSync('ip', ['addr', 'add', `${late}/32`, 'dev', 'lo']);
     try {
       // Not read yet: refused only for not being allowed by name (the resolver's answer is public-looking).
-      expect(await rawExchange(proxyPort, 'CONNECT late.alias.egress.test:443 HTTP/1.1\r\n\r\n')).not.toContain('host address');
+      expect(await ask(proxyPort)).not.toContain('host address');
       proxy.refreshHostAddresses();
-      expect(await rawExchange(proxyPort, 'CONNECT late.alias.egress.test:443 HTTP/1.1\r\n\r\n')).toContain(`refused (always denied: host address: ${late})`);
+      expect(await ask(proxyPort)).toContain(`refused (always denied: host address: ${late})`);
+      // Nobody calls the ticking proxy's refresh: its timer reads the new address.
+      let answer = '';
+      for (let i = 0; i < 100 && !answer.includes('host address'); i++) {
+        answer = await ask(tickingPort);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(answer).toContain(`refused (always denied: host address: ${late})`);
     } finally {
       execFileSync('ip', ['addr', 'del', `${late}/32`, 'dev', 'lo']);
       proxy.refreshHostAddresses();
+      await ticking.close();
+      tickingListener.close();
     }
   });
 
