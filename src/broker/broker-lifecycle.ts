@@ -1,7 +1,6 @@
-import type { Server } from 'node:net';
 import { BerthError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
-import type { KeeperStart, KeptSandbox, StartedKeeper } from './egress-keeper.js';
+import type { KeeperStart, KeptSandbox } from './egress-keeper.js';
 import type { LiveSandbox } from './live-sandboxes.js';
 import type { ResolvedCall } from './resolve-call.js';
 
@@ -13,10 +12,7 @@ export interface ClosingParts {
   warm: { close(): Promise<void> };
   removal: { releaseUnusedAtClose(): Promise<void> };
   backends: { closeAll(): Promise<void> };
-  egress: {
-    close(): Promise<void>; holds(ref: string): boolean; heldCall(ref: string): ResolvedCall | undefined;
-    listenerFor(ref: string): { server: Server; ns: string } | undefined; detach(ref: string): Promise<void>;
-  };
+  egress: { close(): Promise<void>; holds(ref: string): boolean; heldCall(ref: string): ResolvedCall | undefined };
   store: { close(): void };
   /** Starts a process that keeps the egress proxies a background job still needs (the CLI's); absent: none is started. */
   keeper: KeeperStart | undefined;
@@ -93,11 +89,10 @@ async function jobsLosingEgress(parts: ClosingParts): Promise<LiveSandbox[]> {
 
 /**
  * Hands the sandboxes a background job still runs in (whose proxy this process serves) to a
- * keeper process (`berth __keep`), which holds them and their proxies until no job is left there:
- * once it is ready, each listening socket is handed to it and this process stops accepting on it,
- * so the port never closes (where a hand-over fails, the keeper listens anew once this process
- * lets go: a moment without a proxy). Connections open through this process end with it. Without a
- * keeper, or when none could start, says on the log that such a job is left without network.
+ * keeper process (`berth __keep`), which holds them and their proxies until no job is left there;
+ * returns once it is ready to take each listener over, so a job loses its proxy for a moment at
+ * most (its connections through this process end with it). Without a keeper, or when none could
+ * start, says on the log that such a job is left without network.
  */
 async function handOff(parts: ClosingParts, stranded: LiveSandbox[]): Promise<void> {
   if (stranded.length === 0) return;
@@ -108,7 +103,7 @@ async function handOff(parts: ClosingParts, stranded: LiveSandbox[]): Promise<vo
     const { token: _token, ...scope } = call.scope;
     kept.push({ scope, digest: live.digest, key: live.record.key });
   }
-  let keeper: StartedKeeper | undefined;
+  let keeper: { pid: number; held: string[] } | undefined;
   let why = '';
   try {
     keeper = kept.length > 0 && parts.keeper !== undefined ? await parts.keeper(kept) : undefined;
@@ -117,7 +112,6 @@ async function handOff(parts: ClosingParts, stranded: LiveSandbox[]): Promise<vo
   }
   for (const live of stranded) {
     if (keeper?.held.includes(live.record.key) === true) {
-      await handListenerOver(parts, keeper, live);
       parts.log.child('berth:egress').info(`sandbox ${live.record.key}: a background job started in it may still run; berth process ${keeper.pid} keeps its egress proxy until no job is left there`);
       continue;
     }
@@ -127,21 +121,5 @@ async function handOff(parts: ClosingParts, stranded: LiveSandbox[]): Promise<vo
         `which ends now${why}: such a job has no network from here on, unless a berth serve or berth mcp of this home has used the sandbox (it ` +
         'takes the proxy over within a second). Start jobs that need the network through berth serve',
     );
-  }
-  keeper?.done?.();
-}
-
-/** Gives the keeper this process's listening socket of `live`, then stops serving it here (see `handOff`). */
-async function handListenerOver(parts: ClosingParts, keeper: StartedKeeper, live: LiveSandbox): Promise<void> {
-  const ref = live.sandbox.ref;
-  const listener = parts.egress.listenerFor(ref);
-  if (listener === undefined || keeper.handOver === undefined) return;
-  const log = parts.log.child('berth:egress');
-  if (await keeper.handOver(ref, listener.server, listener.ns).catch(() => false)) {
-    // The keeper accepts on it now; this process's copy closes (the socket stays open there).
-    await parts.egress.detach(ref).catch((err: unknown) => log.debug(`sandbox ${live.record.key}: after the hand-over: ${String(err)}`));
-    log.debug(`sandbox ${live.record.key}: egress listener handed to berth process ${keeper.pid}`);
-  } else {
-    log.debug(`sandbox ${live.record.key}: the keeper did not take the egress listener; it listens anew once this process lets go`);
   }
 }

@@ -1,4 +1,3 @@
-import type { Server } from 'node:net';
 import type Database from 'better-sqlite3';
 import { defaultBerthHome, loadConfig } from '../setup/load-config.js';
 import { assertParsedConfig } from '../setup/parse-config.js';
@@ -163,16 +162,6 @@ export class Broker implements AsyncDisposable {
   keepEgress(kept: readonly KeptSandbox[], ready?: (heldKeys: string[]) => void): Promise<void> {
     this.parts.lifecycle.assertOpen();
     return this.parts.keeper.keep(kept, ready);
-  }
-
-  /**
-   * Serves the egress listening socket of sandbox `ref` (in network namespace `ns`) that the berth
-   * process whose sandboxes this broker keeps (`keepEgress`) handed over as it ends. False when it
-   * is not one this broker waits to take over (the socket is closed).
-   */
-  adoptEgressListener(ref: string, server: Server, ns: string): Promise<boolean> {
-    this.parts.lifecycle.assertOpen();
-    return this.parts.egress.adopt(ref, server, ns);
   }
 
   /** Removes the call's sandbox (persistent ones too) after closing its shells. */

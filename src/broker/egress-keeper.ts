@@ -1,4 +1,3 @@
-import type { Server } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { BerthError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
@@ -39,27 +38,14 @@ export interface KeptSandbox {
   key: string;
 }
 
-/** A keeper process that got ready (see `KeeperStart`). */
-export interface StartedKeeper {
-  pid: number;
-  /** The keys of the sandboxes it holds (or found with no job left to keep). */
-  held: string[];
-  /**
-   * Hands it sandbox `ref`'s listening socket (in namespace `ns`), so the port never closes
-   * between this process's end and its take-over; true once it serves it.
-   */
-  handOver?(ref: string, server: Server, ns: string): Promise<boolean>;
-  /** Done handing over: the channel to it closes (this process may end). */
-  done?(): void;
-}
-
 /**
  * Starts a process that keeps the egress proxies of `sandboxes` (`berth __keep`) and waits until
- * it holds them; rejects naming why none could start.
+ * it holds them: its pid and the keys of those it holds (or found with no job left to keep);
+ * rejects naming why none could start.
  * Given by the CLI, whose config, environment and cwd the process must share to serve the same
  * egress context.
  */
-export type KeeperStart = (sandboxes: KeptSandbox[]) => Promise<StartedKeeper>;
+export type KeeperStart = (sandboxes: KeptSandbox[]) => Promise<{ pid: number; held: string[] }>;
 
 export interface EgressKeeperOptions {
   resolver: Pick<CallResolver, 'resolve'>;

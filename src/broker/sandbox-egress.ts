@@ -1,6 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import type { Server } from 'node:net';
 import type { Sandbox } from '../backends/backend.js';
 import { egressDeniedOf } from '../backends/module.js';
 import { listenInNetns, EGRESS_PROXY_PORT } from '../egress/netns-listener.js';
@@ -165,7 +164,22 @@ export class SandboxEgress {
     if (this.service === undefined) throw new Error('berth egress was not opened');
     const credential = call.egress.proxyCredential;
     if (credential === undefined && sandbox.netns === undefined) throw new Error(`backend ${call.settings.backend} gives no network namespace for berth's egress proxy`);
-    const context = this.contextOf(call);
+    const context: EgressSandbox = {
+      identity: {
+        tenant: call.scope.tenant, profile: call.scope.profile, sandboxKey: call.binding.sandboxKey,
+        ...(call.scope.session === undefined ? {} : { session: call.scope.session }),
+        ...(call.scope.user === undefined ? {} : { user: call.scope.user }),
+      },
+      policy: call.egress.policy,
+      credentials: call.egress.credentials,
+      onDecision: (e) => {
+        try {
+          this.o.onDecision(e);
+        } catch (err) {
+          this.o.log.debug(`egress decision not recorded: ${(err as Error).message}`);
+        }
+      },
+    };
     if (credential !== undefined) {
       this.service.register(sandbox.ref, credential, context);
       return;
@@ -194,51 +208,6 @@ export class SandboxEgress {
       this.held.delete(ref);
       throw err;
     }
-  }
-
-  /**
-   * Serves the listening socket of sandbox `ref` that the process serving it handed over as it
-   * ends (a CLI call, to its keeper), so the sandbox's job never finds the port closed. Only for a
-   * sandbox this broker waits to take over, in the namespace it finds the sandbox in now; the
-   * store's row follows once that process lets go (the next look takes it). False when refused
-   * (the socket is closed; the take-over then listens anew).
-   */
-  async adopt(ref: string, server: Server, ns: string): Promise<boolean> {
-    const waiting = this.elsewhere.get(ref);
-    const netns = waiting === undefined ? undefined : await waiting.sandbox.netns?.().catch(() => undefined);
-    if (this.service === undefined || waiting === undefined || netns === undefined || netns.ns !== ns) {
-      server.close();
-      return false;
-    }
-    await this.service.attach(ref, netns, this.contextOf(waiting.call), server);
-    this.o.log.info(`sandbox ${waiting.call.binding.sandboxKey}: serving the egress listener the ending berth process handed over`);
-    return true;
-  }
-
-  /** Sandbox `ref`'s listening socket while this broker holds it, and its namespace (see `adopt`). */
-  listenerFor(ref: string): { server: Server; ns: string } | undefined {
-    return this.held.has(ref) ? this.service?.listenerOf(ref) : undefined;
-  }
-
-  /** What the proxy knows of a call's sandbox: who it is, its policy and credentials, where decisions go. */
-  private contextOf(call: ResolvedCall): EgressSandbox {
-    const egress = call.egress!;
-    return {
-      identity: {
-        tenant: call.scope.tenant, profile: call.scope.profile, sandboxKey: call.binding.sandboxKey,
-        ...(call.scope.session === undefined ? {} : { session: call.scope.session }),
-        ...(call.scope.user === undefined ? {} : { user: call.scope.user }),
-      },
-      policy: egress.policy,
-      credentials: egress.credentials,
-      onDecision: (e) => {
-        try {
-          this.o.onDecision(e);
-        } catch (err) {
-          this.o.log.debug(`egress decision not recorded: ${(err as Error).message}`);
-        }
-      },
-    };
   }
 
   /** The sandbox `ref` is going: its listener and connections go. */

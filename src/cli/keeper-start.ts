@@ -1,9 +1,8 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
-import type { Server } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { KeptSandbox, StartedKeeper } from '../broker/egress-keeper.js';
+import type { KeptSandbox } from '../broker/egress-keeper.js';
 import type { CliIo } from './io.js';
 
 /** The keeper's command: internal, in neither the command map nor the help (main.ts runs it). */
@@ -15,9 +14,6 @@ const BERTH_BIN = fileURLToPath(new URL('../../bin/berth.js', import.meta.url));
 /** How long a closing CLI call waits for its keeper to hold the sandboxes: past it, the keeper is ended and the call warns. */
 const READY_WAIT_MS = 30_000;
 
-/** How long a closing CLI call waits for its keeper to take one listening socket over. */
-const HAND_OVER_WAIT_MS = 5_000;
-
 /** Where keepers write their warnings (a keeper has no terminal), in the berth home. */
 export const KEEPER_LOG = 'keeper.log';
 
@@ -27,13 +23,12 @@ export const KEEPER_LOG = 'keeper.log';
  * says it holds them. Its warnings go to `$BERTH_HOME/keeper.log`. Resolves to its pid and the keys
  * of the sandboxes it holds; rejects naming why when it did not get ready (it is then ended).
  */
-export async function startKeeper(io: CliIo, configPath: string | undefined, berthHome: string, sandboxes: KeptSandbox[]): Promise<StartedKeeper> {
+export async function startKeeper(io: CliIo, configPath: string | undefined, berthHome: string, sandboxes: KeptSandbox[]): Promise<{ pid: number; held: string[] }> {
   const log = openSync(join(berthHome, KEEPER_LOG), 'a', 0o600);
   let child;
   try {
-    // fd 3 is the channel the listening sockets are handed over on (`handOver`).
     child = spawn(process.execPath, [BERTH_BIN, KEEPER_COMMAND, ...(configPath === undefined ? [] : ['--config', configPath])], {
-      cwd: io.cwd, env: io.env, detached: true, stdio: ['pipe', 'pipe', log, 'ipc'],
+      cwd: io.cwd, env: io.env, detached: true, stdio: ['pipe', 'pipe', log],
     });
   } finally {
     closeSync(log);
@@ -70,46 +65,11 @@ export async function startKeeper(io: CliIo, configPath: string | undefined, ber
   });
   stdin.on('error', () => undefined);
   stdin.end(JSON.stringify({ sandboxes }));
-  let got: { pid: number; held: string[] };
   try {
-    got = await ready;
-  } catch (err) {
-    if (started.connected) started.disconnect();
-    throw err;
+    return await ready;
   } finally {
     started.removeAllListeners('exit');
     stdout.destroy();
     started.unref();
   }
-  return {
-    ...got,
-    handOver: (ref, server, ns) => handOver(started, ref, server, ns),
-    done: () => {
-      if (started.connected) started.disconnect();
-    },
-  };
-}
-
-/** Sends one listening socket to the keeper and waits (a bounded time) for its answer. */
-function handOver(child: ChildProcess, ref: string, server: Server, ns: string): Promise<boolean> {
-  if (!child.connected) return Promise.resolve(false);
-  return new Promise((resolve) => {
-    const finish = (ok: boolean): void => {
-      clearTimeout(timer);
-      child.off('message', answered);
-      child.off('disconnect', gone);
-      resolve(ok);
-    };
-    const answered = (m: unknown): void => {
-      const a = m as { adopted?: unknown; ok?: unknown } | null;
-      if (a?.adopted === ref) finish(a.ok === true);
-    };
-    const gone = (): void => finish(false);
-    const timer = setTimeout(() => finish(false), HAND_OVER_WAIT_MS);
-    child.on('message', answered);
-    child.once('disconnect', gone);
-    child.send({ adopt: ref, ns }, server, (err) => {
-      if (err !== null) finish(false);
-    });
-  });
 }

@@ -81,11 +81,8 @@ export class EgressService implements AsyncDisposable {
    * Again for the same namespace: only the context is replaced (a later call's credentials); for
    * a new namespace (the sandbox's processes were started again) the old listener goes first.
    * The namespace is compared by identity, never by path (a pid can be reused).
-   *
-   * @param adopted a listening socket another berth process opened in that namespace and handed
-   *   over (a closing CLI call's, to its keeper): served from now on instead of a new one.
    */
-  async attach(ref: string, netns: Netns, sandbox: EgressSandbox, adopted?: Server): Promise<void> {
+  async attach(ref: string, netns: Netns, sandbox: EgressSandbox): Promise<void> {
     for (;;) {
       const pending = this.attaching.get(ref);
       if (pending === undefined) break;
@@ -94,7 +91,6 @@ export class EgressService implements AsyncDisposable {
     const current = this.attached.get(ref);
     if (current !== undefined && current.ns === netns.ns) {
       current.sandbox = sandbox;
-      adopted?.close();
       return;
     }
     const work = (async () => {
@@ -103,8 +99,7 @@ export class EgressService implements AsyncDisposable {
       const proxy = await this.proxyNow();
       // A new sandbox may come with a new bridge whose gateway is this host's: read its addresses now.
       proxy.refreshHostAddresses();
-      if (adopted !== undefined) adopted.maxConnections = this.o.maxConnectionsPerSandbox;
-      const server = adopted ?? await this.o.listen(netns.path, { host: '127.0.0.1', port: this.o.port, maxConnections: this.o.maxConnectionsPerSandbox, expectNs: netns.ns });
+      const server = await this.o.listen(netns.path, { host: '127.0.0.1', port: this.o.port, maxConnections: this.o.maxConnectionsPerSandbox, expectNs: netns.ns });
       const entry: Attached = { ns: netns.ns, server, sandbox };
       server.on('connection', (socket: Socket) => proxy.handle(socket, entry.sandbox));
       server.on('error', (e) => this.o.log.debug(`sandbox ${ref}: egress listener: ${e.message}`));
@@ -113,9 +108,6 @@ export class EgressService implements AsyncDisposable {
     this.attaching.set(ref, work);
     try {
       await work;
-    } catch (err) {
-      if (adopted !== undefined && this.attached.get(ref)?.server !== adopted) adopted.close();
-      throw err;
     } finally {
       this.attaching.delete(ref);
     }
@@ -147,12 +139,6 @@ export class EgressService implements AsyncDisposable {
     this.attached.delete(ref);
     await new Promise<void>((resolve) => a.server.close(() => resolve()));
     if (this.proxy !== undefined) (await this.proxy.catch(() => undefined))?.release(a.sandbox);
-  }
-
-  /** Sandbox `ref`'s listening socket and the namespace it listens in (to hand it to another process). */
-  listenerOf(ref: string): { server: Server; ns: string } | undefined {
-    const a = this.attached.get(ref);
-    return a === undefined ? undefined : { server: a.server, ns: a.ns };
   }
 
   /** How many sandboxes have a listener. */

@@ -181,32 +181,6 @@ describeDocker('egress listeners across berth processes of one installation (doc
     expect((await runBerth(['exec', '--session', 's', '--', 'echo again'], { env: t.env, cwd: t.dir, timeoutMs: 60_000 })).stdout).toBe('again\n');
   }, 180_000);
 
-  it('the hand-over to the keeper leaves no moment without a proxy: a job asking all along never finds the port closed', async () => {
-    const t = reg.track();
-    t.writeConfig(dockerConfigYaml(settings()));
-    // Asks every ~50 ms for ~8 s, from before the call ends until well after the keeper holds the
-    // sandbox: each line is the time (ms) and curl's answer and exit code. Exit 7 (connection
-    // refused) is a moment without a listener: what a keeper that listens anew left (~0.5 s).
-    const loop = 'end=$(( $(date +%s%3N) + 8000 )); while [ "$(date +%s%3N)" -lt "$end" ]; do ' +
-      'echo "$(date +%s%3N) $(curl -s -o /dev/null -w "%{http_code} %{exitcode}" --max-time 5 http://not-allowed.example/)" >> /tmp/asks; sleep 0.05; done; echo done >> /tmp/asks';
-    const r = await runBerth(['exec', '--session', 's', '--', `(${loop}) > /dev/null 2>&1 & echo started`], { env: t.env, cwd: t.dir, timeoutMs: 90_000 });
-    const callEnded = Date.now();
-    expect(r, r.stderr).toMatchObject({ code: 0, stdout: 'started\n', stderr: '' });
-    const keepers = keepersOf(t.home);
-    expect(keepers).toHaveLength(1);
-    const [c] = await t.containers();
-    await vi.waitFor(() => expect(fileIn(c!.id, '/tmp/asks')).toMatch(/\ndone\n$/), { timeout: 30_000, interval: 500 });
-    const asks = fileIn(c!.id, '/tmp/asks').trim().split('\n').slice(0, -1).map((l) => l.split(' '));
-    // Asked before the call ended and after: the loop spanned the hand-over.
-    expect(asks.filter(([at]) => Number(at) < callEnded - 200).length).toBeGreaterThan(0);
-    expect(asks.filter(([at]) => Number(at) > callEnded + 1000).length).toBeGreaterThan(5);
-    expect(asks.filter(([, , exit]) => exit === '7')).toEqual([]);
-    // A request in flight through the call's process as it let go may end with it (reset); every other is the proxy's 403.
-    expect(asks.filter(([, code]) => code === '403').length).toBeGreaterThanOrEqual(asks.length - 2);
-    // The store names the keeper as the listener's holder once the call's process let go.
-    await vi.waitFor(() => expect(listenerHolder(t.home, c!.id)).toBe(String(keepers[0])), { timeout: 10_000, interval: 100 });
-  }, 180_000);
-
   it('a keeper ends when its sandbox is removed (berth rm), however long the job would have run', async () => {
     const t = reg.track();
     t.writeConfig(dockerConfigYaml(settings()));

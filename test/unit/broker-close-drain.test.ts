@@ -28,7 +28,7 @@ function closing(drained: Promise<void>): { parts: ClosingParts; steps: string[]
     closer: { closeHeld: step('sessions') },
     warm: { close: step('warm') },
     removal: { releaseUnusedAtClose: step('release') },
-    egress: { close: step('egress'), holds: () => false, heldCall: () => undefined, listenerFor: () => undefined, detach: step('detach') },
+    egress: { close: step('egress'), holds: () => false, heldCall: () => undefined },
     backends: { closeAll: step('backends') },
     store: { close: () => void steps.push('store') },
     keeper: undefined,
@@ -123,38 +123,6 @@ describe('the close says which sandboxes it leaves without their egress proxy', 
     expect(lines.filter((l) => l.includes('egress proxy'))).toEqual([
       'info berth:egress sandbox session:kept: a background job started in it may still run; berth process 4242 keeps its egress proxy until no job is left there',
     ]);
-  });
-
-  it('with a keeper that takes sockets, each kept sandbox\'s listening socket is handed to it, then closed here before the rest of egress; one it refuses stays until the close', async () => {
-    const kept = withJobs('session:kept', true);
-    const refused = withJobs('session:refused', true);
-    const { parts, steps } = closing(Promise.resolve());
-    parts.lives.all = () => [kept, refused];
-    parts.egress.holds = () => true;
-    parts.egress.heldCall = (ref) => ({ scope: { tenant: 't', profile: 'p', session: ref } }) as unknown as ResolvedCall;
-    const sockets = new Map([['ref-session:kept', {}], ['ref-session:refused', {}]]);
-    parts.egress.listenerFor = (ref) => ({ server: sockets.get(ref) as never, ns: `net:[${ref}]` });
-    const detached: string[] = [];
-    parts.egress.detach = async (ref) => {
-      detached.push(ref);
-      steps.push(`detach ${ref}`);
-    };
-    const handed: [string, unknown, string][] = [];
-    parts.keeper = async () => ({
-      pid: 4242, held: ['session:kept', 'session:refused'],
-      handOver: async (ref, server, ns) => {
-        steps.push(`hand ${ref}`);
-        handed.push([ref, server, ns]);
-        return ref === 'ref-session:kept';
-      },
-      done: () => void steps.push('done'),
-    });
-    await closeParts(parts, 0);
-    expect(handed).toEqual([['ref-session:kept', sockets.get('ref-session:kept'), 'net:[ref-session:kept]'], ['ref-session:refused', sockets.get('ref-session:refused'), 'net:[ref-session:refused]']]);
-    expect(detached).toEqual(['ref-session:kept']);
-    expect(steps.indexOf('detach ref-session:kept')).toBeGreaterThan(steps.indexOf('hand ref-session:kept'));
-    expect(steps.indexOf('done')).toBeGreaterThan(steps.indexOf('hand ref-session:refused'));
-    expect(steps.indexOf('done')).toBeLessThan(steps.indexOf('egress'));
   });
 
   /** The close's egress lines for one sandbox with a job, handed to `keeper`. */

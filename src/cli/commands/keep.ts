@@ -1,6 +1,4 @@
-import { Server } from 'node:net';
 import { z } from 'zod';
-import type { Broker } from '../../broker/broker.js';
 import type { KeptSandbox } from '../../broker/egress-keeper.js';
 import { UsageError } from '../../errors.js';
 import { COMMON_OPTIONS, parseFlags } from '../args.js';
@@ -48,35 +46,12 @@ export async function keepCommand(argv: string[], io: CliIo, input: () => Promis
     const stop = (): void => void broker.close().catch(() => undefined);
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
-    const adopt = (m: unknown, handle: unknown): void => void adoptListener(broker, m, handle);
-    process.on('message', adopt);
-    // The channel from the process that started this one must not keep this one running.
-    process.channel?.unref();
     try {
       await broker.keepEgress(kept, (held) => io.out(`ready ${JSON.stringify(held)}\n`));
     } finally {
       process.off('SIGTERM', stop);
       process.off('SIGINT', stop);
-      process.off('message', adopt);
     }
     return 0;
   }, { reap: false, keeper: false });
-}
-
-const HandOver = z.object({ adopt: z.string(), ns: z.string() }).strict();
-
-/** A listening socket the ending process hands over (`{ adopt: ref, ns }` with the server): served here, and answered `{ adopted: ref, ok }`. */
-async function adoptListener(broker: Broker, message: unknown, handle: unknown): Promise<void> {
-  const m = HandOver.safeParse(message);
-  if (!m.success) return;
-  let ok = false;
-  if (handle instanceof Server) {
-    try {
-      // Refused: the broker has closed the socket.
-      ok = await broker.adoptEgressListener(m.data.adopt, handle, m.data.ns);
-    } catch {
-      handle.close();
-    }
-  }
-  process.send?.({ adopted: m.data.adopt, ok });
 }
