@@ -214,8 +214,9 @@ function assertEgressEngineHere(config: BerthConfig, env: NodeJS.ProcessEnv): vo
 /** `tcp://127.0.0.1:2375`, `http://localhost:2375`, `tcp://[::1]:2375`: an engine reached over loopback. */
 function loopbackEngine(dockerHost: string): boolean {
   try {
-    const host = new URL(dockerHost).hostname.replace(/^\[|\]$/g, '');
-    return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
+    // A tcp: URL's host is not normalised as an http: one's is: LOCALHOST, 127.1.
+    const host = new URL(dockerHost).hostname.replace(/^\[|\]$/g, '').toLowerCase();
+    return host === 'localhost' || host === '::1' || /^127(\.\d+){0,3}$/.test(host);
   } catch {
     return false;
   }

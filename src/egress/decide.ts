@@ -111,9 +111,12 @@ export function decideAddresses(
   for (const ip of addresses) {
     const deny = policy.deny.find((e) => e.kind === 'cidr' && cidrContains(e.range, ip));
     if (deny !== undefined) return { allowed: false, rule: `deny ${deny.text}`, detail: formatIp(ip) };
-    // A range with ports admits (and lifts a class for) those ports only.
-    const inRange = allowRanges.find((e) => cidrContains(e.range, ip) && cidrAdmitsPort(e, stage.port));
+    // A range with ports admits (and lifts a class for) those ports only. Of the ranges that admit
+    // the address, one inside its class is preferred: `cidr: 0.0.0.0/0` listed first must not hide
+    // a `cidr: 10.20.1.5/32` that names a private address.
     const cls = deniedClass(ip, denied);
+    const admitting = allowRanges.filter((e) => cidrContains(e.range, ip) && cidrAdmitsPort(e, stage.port));
+    const inRange = (cls === undefined ? undefined : admitting.find((e) => cidrWithin(e.range, cls.range))) ?? admitting[0];
     const otherPorts = (): string | undefined => {
       const r = allowRanges.find((e) => cidrContains(e.range, ip));
       return r === undefined ? undefined : `${formatIp(ip)} is in ${r.text}, which allows port${r.ports!.length > 1 ? 's' : ''} ${r.ports!.join(', ')} only`;

@@ -112,7 +112,8 @@ function parseEntry(item: unknown, list: 'allow' | 'deny'): EgressEntry | string
   if (!isRecord(item) || (Object.keys(item).length !== 1 && !cidrWithPorts)) {
     return `${JSON.stringify(item)} is not an entry; write a name ("api.github.com"), a wildcard ("*.example.com"), { host: "name:port" }, { cidr: "10.0.0.0/8" } or { cidr: "10.0.0.5/32", ports: [5432] }`;
   }
-  const [key, value] = Object.entries(item)[0]!;
+  // `{ ports, cidr }` in either order: the kind is cidr.
+  const [key, value] = cidrWithPorts ? ['cidr', item['cidr']] : Object.entries(item)[0]!;
   if (key !== 'host' && key !== 'cidr') return `"${key}" is not an entry kind; use host: or cidr: (or a plain name)`;
   if (typeof value !== 'string') return `${key}: must be a string`;
   if (key === 'host') return parseHostEntry(value);

@@ -36,6 +36,8 @@ describe('egress on a docker engine of another machine', () => {
     // (These fail later, reaching no engine: what matters is that it is not this refusal.)
     expect(notOurs(await openWith('tcp://127.0.0.1:1', { backend: 'docker', ...allowlist }))).toBe(true);
     expect(notOurs(await openWith('tcp://[::1]:1', { backend: 'docker', ...allowlist }))).toBe(true);
+    expect(notOurs(await openWith('tcp://LOCALHOST:1', { backend: 'docker', ...allowlist }))).toBe(true);
+    expect(notOurs(await openWith('tcp://127.1:1', { backend: 'docker', ...allowlist }))).toBe(true);
     expect(notOurs(await openWith('tcp://10.1.2.3:2375', { backend: 'docker', egress: { mode: 'open' } }))).toBe(true);
     expect(notOurs(await openWith('tcp://10.1.2.3:2375', { backend: 'local', profiles: { box: { backend: 'bwrap', ...allowlist } } }))).toBe(true);
   });

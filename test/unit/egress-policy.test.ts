@@ -167,6 +167,15 @@ describe('decide', () => {
       allowed: false, rule: 'not in egress.allow', detail: '203.0.113.9 is in cidr:203.0.113.0/24 ports 8443, which allows port 8443 only',
     });
     expect(policyView(db).allow).toContainEqual({ cidr: '10.20.1.5/32', ports: [22, 5432] });
+    // Written ports first, as YAML may order it: the same entry.
+    expect(parseEgressPolicy({ mode: 'allowlist', allow: [{ ports: [5432], cidr: '10.20.1.5/32' }] }).allow[0]).toMatchObject({ kind: 'cidr', ports: [5432] });
+  });
+
+  it('a range inside an always-denied class lifts it even when a wider range is listed first', () => {
+    const wide = parseEgressPolicy({ mode: 'allowlist', allow: [{ cidr: '0.0.0.0/0' }, { cidr: '10.20.1.5/32', ports: [5432] }] });
+    expect(decide(wide, { host: '10.20.1.5', port: 5432, via: 'connect' })).toEqual({ allowed: true, rule: 'allow cidr:10.20.1.5/32 ports 5432', carry: 'raw' });
+    expect(decide(wide, { host: '10.20.1.5', port: 22, via: 'connect' })).toMatchObject({ allowed: false, rule: 'always denied: private' });
+    expect(decide(wide, { host: '203.0.113.9', port: 22, via: 'connect' })).toMatchObject({ allowed: true, rule: 'allow cidr:0.0.0.0/0' });
   });
 
   it('every address of a name is checked: one private address refuses the name', () => {
