@@ -194,16 +194,25 @@ function parseHosts(raw: unknown, path: string, issues: EgressIssue[]): Readonly
 function unreachableHosts(hosts: ReadonlyMap<string, readonly IpAddress[]>, allow: readonly EgressEntry[], allowlist: boolean, path: string): EgressIssue[] {
   const out: EgressIssue[] = [];
   for (const [name, ips] of hosts) {
+    // The ports the policy reaches the name on: its host: entries' ports (each must be open), and
+    // 443 and 80 where a name or wildcard entry allows it (one of them will do: HTTPS alone is a
+    // choice). None: the name is reached through a range alone, on any port.
+    const byName = allow.some((e) => (e.kind === 'name' && e.name === name) || (e.kind === 'wildcard' && name.endsWith(`.${e.suffix}`)));
+    const hostPorts = [...new Set(allow.flatMap((e) => (e.kind === 'host' && e.name === name ? [e.port] : [])))];
+    const ports = [...hostPorts, ...(byName ? [443, 80].filter((p) => !hostPorts.includes(p)) : [])];
     for (const ip of ips) {
       const cls = deniedClass(ip, ALWAYS_DENIED);
-      if (cls === undefined || allow.some((e) => e.kind === 'cidr' && cidrContains(e.range, ip) && cidrWithin(e.range, cls.range))) continue;
-      // The ports its host: entries tunnel to: a range with no ports would open every port of it.
-      const ports = allow.flatMap((e) => (e.kind === 'host' && e.name === name ? [e.port] : []));
+      if (cls === undefined) continue;
+      const lifting = allow.filter((e): e is Extract<EgressEntry, { kind: 'cidr' }> => e.kind === 'cidr' && cidrContains(e.range, ip) && cidrWithin(e.range, cls.range));
+      const open = (port: number): boolean => lifting.some((e) => cidrAdmitsPort(e, port));
+      const unlifted = [...hostPorts.filter((p) => !open(p)), ...(byName && !open(443) && !open(80) ? [443, 80] : [])];
+      if (lifting.length > 0 && unlifted.length === 0) continue;
       const entry = `{ cidr: ${formatIp(ip)}/${ip.family === 4 ? 32 : 128}, ports: [${ports.length > 0 ? ports.join(', ') : 'PORT'}] }`;
       const fix = allowlist
-        ? `add ${entry} to ${path}.allow (${ports.length > 0 ? `the ports its host: entries name` : 'the ports it serves'}; a cidr: entry without ports opens every port of its range)`
+        ? `add ${entry} to ${path}.allow (${ports.length > 0 ? 'the ports the policy reaches it on' : 'the ports it serves'}; a cidr: entry without ports opens every port of its range)`
         : 'only mode allowlist with a cidr: entry naming it can allow it';
-      out.push({ path: `${path}.hosts.${name}`, message: `maps ${name} to ${formatIp(ip)} (${classLabel(ip, cls)}), an address berth always refuses unless a cidr: allow entry names it; ${fix}` });
+      const why = lifting.length === 0 ? 'an address berth always refuses unless a cidr: allow entry names it' : `an address berth always refuses, and the cidr: entries naming it leave out port${unlifted.length > 1 ? 's' : ''} ${unlifted.join(', ')}, which the policy reaches it on`;
+      out.push({ path: `${path}.hosts.${name}`, message: `maps ${name} to ${formatIp(ip)} (${classLabel(ip, cls)}), ${why}; ${fix}` });
       break;
     }
   }

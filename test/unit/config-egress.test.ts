@@ -59,8 +59,16 @@ describe('egress and credentials in the config', () => {
     );
     // The fix names the ports the name's host: entries tunnel to, not every port of the address.
     const withHost = { ...bot.egress, allow: [...bot.egress.allow, { host: 'db.internal:5432' }, { host: 'db.internal:6432' }], hosts: { 'db.internal': '10.20.1.5' } };
-    expect(configProblem({ profiles: { bot: { ...bot, egress: withHost } } })).toMatch(/add \{ cidr: 10\.20\.1\.5\/32, ports: \[5432, 6432\] \} to egress\.allow \(the ports its host: entries name/);
+    expect(configProblem({ profiles: { bot: { ...bot, egress: withHost } } })).toMatch(/add \{ cidr: 10\.20\.1\.5\/32, ports: \[5432, 6432\] \} to egress\.allow \(the ports the policy reaches it on/);
     expect(configProblem({ profiles: { bot: { ...bot, egress: { ...withHost, allow: [...withHost.allow, { cidr: '10.20.1.5/32', ports: [5432, 6432] }] } } } })).toBe('');
+    // A range naming it on other ports than its host: entries' leaves those unreachable: said at start-up, not refused at run time.
+    expect(configProblem({ profiles: { bot: { ...bot, egress: { ...withHost, allow: [...withHost.allow, { cidr: '10.20.1.5/32', ports: [5432, 80] }] } } } }))
+      .toMatch(/maps db\.internal to 10\.20\.1\.5 \(private\), an address berth always refuses, and the cidr: entries naming it leave out port 6432, which the policy reaches it on; add \{ cidr: 10\.20\.1\.5\/32, ports: \[5432, 6432\] \}/);
+    // A name entry reaches it on 443 or 80: one of them open will do; neither is an error naming both.
+    const byName = { ...bot.egress, allow: [...bot.egress.allow, 'db.internal'], hosts: { 'db.internal': '10.20.1.5' } };
+    expect(configProblem({ profiles: { bot: { ...bot, egress: { ...byName, allow: [...byName.allow, { cidr: '10.20.1.5/32', ports: [443] }] } } } })).toBe('');
+    expect(configProblem({ profiles: { bot: { ...bot, egress: { ...byName, allow: [...byName.allow, { cidr: '10.20.1.5/32', ports: [22] }] } } } }))
+      .toMatch(/leave out ports 443, 80, which the policy reaches it on; add \{ cidr: 10\.20\.1\.5\/32, ports: \[443, 80\] \}/);
     expect(configProblem({ profiles: { bot: { ...bot, egress: { ...bot.egress, hosts: { meta: '169.254.169.254' } } } } })).toMatch(/maps meta to 169\.254\.169\.254 \(metadata/);
     // A range inside the class lifts it; one that merely covers it (0.0.0.0/0) does not.
     expect(configProblem({ profiles: { bot: { ...bot, egress: { ...bot.egress, allow: [...bot.egress.allow, { cidr: '10.20.0.0/16' }], hosts: { 'db.internal': '10.20.1.5' } } } } })).toBe('');
