@@ -185,9 +185,14 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
 
 /** Every credential's source is set somewhere berth reads (a `from` nowhere is a start-up error, not a failed request later). */
 function assertCredentialSources(config: BerthConfig, env: NodeJS.ProcessEnv, secrets: ReadonlyMap<string, SecretValues>): void {
-  const places = [{ profile: undefined, ...config.base }, ...Object.entries(config.profiles).map(([profile, s]) => ({ ...s, profile }))];
+  const places = placesOf(config);
   const problems = [...new Set(places.flatMap((p) => unsetCredentialSources(p, env, secrets)))];
   if (problems.length > 0) throw new ConfigError(problems.join('; '));
+}
+
+/** The config's top level (profile undefined) and each profile, with its merged settings. */
+function placesOf(config: BerthConfig) {
+  return [{ profile: undefined, ...config.base }, ...Object.entries(config.profiles).map(([profile, s]) => ({ ...s, profile }))];
 }
 
 /**
@@ -200,7 +205,7 @@ function assertCredentialSources(config: BerthConfig, env: NodeJS.ProcessEnv, se
 function assertEgressEngineHere(config: BerthConfig, env: NodeJS.ProcessEnv): void {
   const dockerHost = env['DOCKER_HOST'] ?? '';
   if (dockerHost === '' || dockerHost.startsWith('unix://') || loopbackEngine(dockerHost)) return;
-  const places = [{ profile: undefined, ...config.base }, ...Object.entries(config.profiles).map(([profile, s]) => ({ ...s, profile }))];
+  const places = placesOf(config);
   const bad = places.filter((p) => p.backend === 'docker' && usesEgressProxy(p));
   if (bad.length === 0) return;
   const where = bad.map((p) => (p.profile === undefined ? 'the top level' : `profile "${p.profile}"`)).join(', ');

@@ -1,6 +1,6 @@
 import { ALWAYS_DENIED, cidrContains, cidrWithin, classLabel, deniedClass, formatIp, type DeniedRange, type IpAddress } from './addresses.js';
 import { parseTarget, type Target } from './names.js';
-import { cidrAdmitsPort, type EgressEntry, type EgressPolicy } from './policy.js';
+import { cidrAdmitsPort, nameEntryMatches, type EgressEntry, type EgressPolicy } from './policy.js';
 
 /*
  * The egress decision, pure: (target, port, how it is asked for, the addresses it resolved to)
@@ -149,14 +149,4 @@ export function decide(
   if ('refused' in stage) return stage.refused;
   const addresses = target.kind === 'ip' ? [target.ip] : request.addresses ?? policy.hosts.get(target.name) ?? [];
   return decideAddresses(policy, stage, addresses, denied);
-}
-
-/** Whether a name, wildcard or host entry names `name` (on `port`, for a host entry). */
-function nameEntryMatches(entry: EgressEntry, name: string, port: number): boolean {
-  switch (entry.kind) {
-    case 'name': return entry.name === name;
-    case 'wildcard': return name.endsWith(`.${entry.suffix}`);
-    case 'host': return entry.name === name && entry.port === port;
-    case 'cidr': return false;
-  }
 }

@@ -139,6 +139,16 @@ export function cidrAdmitsPort(entry: Extract<EgressEntry, { kind: 'cidr' }>, po
   return entry.ports === undefined || entry.ports.includes(port);
 }
 
+/** Whether a name, wildcard or host entry names `name` (on `port`, for a host entry). */
+export function nameEntryMatches(entry: EgressEntry, name: string, port: number): boolean {
+  switch (entry.kind) {
+    case 'name': return entry.name === name;
+    case 'wildcard': return name.endsWith(`.${entry.suffix}`);
+    case 'host': return entry.name === name && entry.port === port;
+    case 'cidr': return false;
+  }
+}
+
 /** `api.github.com` or `*.example.com`, as allow/deny entries and credential hosts write them. */
 export function parseNamePattern(text: string): Extract<EgressEntry, { kind: 'name' | 'wildcard' }> | string {
   const t = text.trim();
@@ -197,7 +207,7 @@ function unreachableHosts(hosts: ReadonlyMap<string, readonly IpAddress[]>, allo
     // The ports the policy reaches the name on: its host: entries' ports (each must be open), and
     // 443 and 80 where a name or wildcard entry allows it (one of them will do: HTTPS alone is a
     // choice). None: the name is reached through a range alone, on any port.
-    const byName = allow.some((e) => (e.kind === 'name' && e.name === name) || (e.kind === 'wildcard' && name.endsWith(`.${e.suffix}`)));
+    const byName = allow.some((e) => (e.kind === 'name' || e.kind === 'wildcard') && nameEntryMatches(e, name, 0));
     const hostPorts = [...new Set(allow.flatMap((e) => (e.kind === 'host' && e.name === name ? [e.port] : [])))];
     const ports = [...hostPorts, ...(byName ? [443, 80].filter((p) => !hostPorts.includes(p)) : [])];
     for (const ip of ips) {
