@@ -3,6 +3,7 @@ import type { Logger } from '../logging/logger.js';
 import type { KeeperStart, KeptSandbox } from './egress-keeper.js';
 import type { LiveSandbox } from './live-sandboxes.js';
 import type { ResolvedCall } from './resolve-call.js';
+import type { PassedListener } from './sandbox-egress.js';
 
 /** What the close asks of the parts, in the order it goes (see `closeParts`). */
 export interface ClosingParts {
@@ -12,7 +13,10 @@ export interface ClosingParts {
   warm: { close(): Promise<void> };
   removal: { releaseUnusedAtClose(): Promise<void> };
   backends: { closeAll(): Promise<void> };
-  egress: { close(): Promise<void>; holds(ref: string): boolean; heldCall(ref: string): ResolvedCall | undefined };
+  egress: {
+    close(): Promise<void>; holds(ref: string): boolean; heldCall(ref: string): ResolvedCall | undefined;
+    listenerFor(ref: string): PassedListener | undefined; stopAccepting(ref: string): void;
+  };
   store: { close(): void };
   /** Starts a process that keeps the egress proxies a background job still needs (the CLI's); absent: none is started. */
   keeper: KeeperStart | undefined;
@@ -89,9 +93,11 @@ async function jobsLosingEgress(parts: ClosingParts): Promise<LiveSandbox[]> {
 
 /**
  * Hands the sandboxes a background job still runs in (whose proxy this process serves) to a
- * keeper process (`berth __keep`), which holds them and their proxies until no job is left there;
- * returns once it is ready to take each listener over, so a job loses its proxy for a moment at
- * most (its connections through this process end with it). Without a keeper, or when none could
+ * keeper process (`berth __keep`), which holds them and their proxies until no job is left there.
+ * Each listening socket is passed to the keeper at its start; once the keeper is ready it serves
+ * that same socket, and this process stops accepting on it: the port never closes (connections
+ * open through this process end with it). Where no socket could be passed, the keeper listens
+ * anew once this process lets go (a moment without a proxy). Without a keeper, or when none could
  * start, says on the log that such a job is left without network.
  */
 async function handOff(parts: ClosingParts, stranded: LiveSandbox[]): Promise<void> {
@@ -101,7 +107,9 @@ async function handOff(parts: ClosingParts, stranded: LiveSandbox[]): Promise<vo
     const call = parts.egress.heldCall(live.sandbox.ref);
     if (call === undefined) continue;
     const { token: _token, ...scope } = call.scope;
-    kept.push({ scope, digest: live.digest, key: live.record.key });
+    const listener = parts.egress.listenerFor(live.sandbox.ref);
+    parts.log.child('berth:egress').debug(`sandbox ${live.record.key}: ${listener === undefined ? 'no egress listener to pass to the keeper' : `passing its egress listener to the keeper`}`);
+    kept.push({ scope, digest: live.digest, key: live.record.key, ...(listener === undefined ? {} : { listener }) });
   }
   let keeper: { pid: number; held: string[] } | undefined;
   let why = '';
@@ -112,6 +120,7 @@ async function handOff(parts: ClosingParts, stranded: LiveSandbox[]): Promise<vo
   }
   for (const live of stranded) {
     if (keeper?.held.includes(live.record.key) === true) {
+      parts.egress.stopAccepting(live.sandbox.ref);
       parts.log.child('berth:egress').info(`sandbox ${live.record.key}: a background job started in it may still run; berth process ${keeper.pid} keeps its egress proxy until no job is left there`);
       continue;
     }

@@ -9,6 +9,7 @@ import type { SandboxHolders } from './sandbox-holders.js';
 import type { BackendByName } from './sandbox-removal.js';
 import type { SessionGate } from './session-gate.js';
 import type { SandboxTable } from './state/sandbox-table.js';
+import type { PassedListener } from './sandbox-egress.js';
 
 /** How often a kept sandbox is looked at: a job still running there, the sandbox still there. */
 const LOOK_EVERY_MS = 2_000;
@@ -36,6 +37,8 @@ export interface KeptSandbox {
   digest: string;
   /** Its key, for messages. */
   key: string;
+  /** Its listening socket, passed to the keeper at its start (absent: the keeper listens anew once the ending process lets go). */
+  listener?: PassedListener;
 }
 
 /**
@@ -56,7 +59,7 @@ export interface EgressKeeperOptions {
   gate: Pick<SessionGate, 'run' | 'acquire'>;
   lives: Pick<LiveSandboxes, 'get' | 'forget'>;
   /** `serves`: the listener is this process's, or it waits to take it over. */
-  egress: { detach(ref: string): Promise<void>; serves(ref: string): boolean };
+  egress: { detach(ref: string): Promise<void>; serves(ref: string): boolean; inherit(passed: PassedListener): void; closeInherited(): void };
   /** Aborted when the broker closes: keeping ends. */
   shutdown: AbortSignal;
   log: Logger;
@@ -74,14 +77,22 @@ export class EgressKeeper {
 
   /**
    * Holds each sandbox of `kept` that is still there, calls `ready` with the keys of those it holds
-   * (the listener of each is this process's as soon as the one that ended lets go of it), and
-   * resolves once none needs keeping any more (or the broker closes).
+   * (the listener of each is served here already where its socket was passed, else as soon as
+   * the one that ended lets go of it), and resolves once none needs keeping any more (or the
+   * broker closes).
    */
   async keep(kept: readonly KeptSandbox[], ready: (heldKeys: string[]) => void = () => undefined): Promise<void> {
-    const held = await Promise.all(kept.map((k) => this.hold(k).catch((err: unknown) => {
-      this.o.log.child('berth:keeper').warn(`sandbox ${k.key}: not kept: ${err instanceof BerthError ? err.message : String(err)}`);
-      return undefined;
-    })));
+    // A passed socket is served as its sandbox is held (its bring-up attaches the egress proxy); the rest close before "ready".
+    for (const k of kept) if (k.listener !== undefined) this.o.egress.inherit(k.listener);
+    let held: Array<Held | 'done' | undefined>;
+    try {
+      held = await Promise.all(kept.map((k) => this.hold(k).catch((err: unknown) => {
+        this.o.log.child('berth:keeper').warn(`sandbox ${k.key}: not kept: ${err instanceof BerthError ? err.message : String(err)}`);
+        return undefined;
+      })));
+    } finally {
+      this.o.egress.closeInherited();
+    }
     // Told as held: those held here, and those no job needs keeping for any more.
     ready(kept.filter((_k, i) => held[i] !== undefined).map((k) => k.key));
     await Promise.all(held.map((h) => (h === undefined || h === 'done' ? undefined : this.watch(h))));

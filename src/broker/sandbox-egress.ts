@@ -1,12 +1,12 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { closeSync, readFileSync } from 'node:fs';
 import type { Sandbox } from '../backends/backend.js';
 import { egressDeniedOf } from '../backends/module.js';
 import { listenInNetns, EGRESS_PROXY_PORT } from '../egress/netns-listener.js';
 import { openPlaceholderSecret } from '../egress/placeholders.js';
 import { parseProxyAddress, type ProxyAddress } from '../egress/proxy-address.js';
 import { caBundle } from '../egress/sandbox-setup.js';
-import { egressDir, EgressService } from '../egress/service.js';
+import { egressDir, EgressService, type Netns } from '../egress/service.js';
 import type { ExtraDenied } from '../egress/target.js';
 import type { EgressEvent, EgressSandbox } from '../egress/types.js';
 import { systemBundlePem } from '../egress/upstream-trust.js';
@@ -51,6 +51,22 @@ function contextDigest(egress: NonNullable<ResolvedCall['egress']>): string {
   return createHash('sha256').update(JSON.stringify({ policy: egress.policy, credentials })).digest('hex');
 }
 
+/**
+ * A sandbox's listening socket an ending berth process passes to the process it starts to keep the
+ * sandbox (a CLI call's, to `berth __keep`), as an inherited descriptor: the keeper serves that
+ * same socket, so the sandbox's port never closes between the two.
+ */
+export interface PassedListener {
+  /** The sandbox's ref. */
+  ref: string;
+  /** The descriptor: the passing process's own in `listenerFor`, the receiving one's in `inherit`. */
+  fd: number;
+  /** The namespace it listens in (`net:[inode]`). */
+  ns: string;
+  /** The passing broker as a listener holder: its row is the receiver's to take. */
+  holder: string;
+}
+
 /** What the egress part asks of the call resolver: the proxy's files, once they are read. */
 export interface EgressFilesSink {
   setEgressFiles(files: EgressFiles): void;
@@ -88,6 +104,8 @@ export class SandboxEgress {
   private readonly held = new Map<string, ResolvedCall>();
   /** Sandboxes another process serves for this broker's calls, to take over when it ends. */
   private readonly elsewhere = new Map<string, { call: ResolvedCall; sandbox: Sandbox }>();
+  /** Listening sockets the process that started this one passed to it, by sandbox ref, until served or closed. */
+  private readonly inherited = new Map<string, PassedListener>();
   private watch: NodeJS.Timeout | undefined;
 
   constructor(private readonly o: SandboxEgressOptions) {
@@ -186,8 +204,11 @@ export class SandboxEgress {
     }
     const ref = sandbox.ref;
     const digest = contextDigest(call.egress);
-    const claim = this.o.listeners.claim(ref, this.holder, digest, Date.now(), holderDead);
+    const passed = await this.passedFor(ref, sandbox, digest);
+    // The process that passed its socket here lets go of the sandbox: its row is taken as a dead holder's.
+    const claim = this.o.listeners.claim(ref, this.holder, digest, Date.now(), (h) => h === passed?.holder || holderDead(h));
     if (claim !== 'mine') {
+      if (passed !== undefined) closeSync(passed.fd);
       if (claim.digest !== digest) {
         throw new ConfigError(
           `sandbox "${call.binding.sandboxKey}"'s egress proxy is served by another berth process of this installation (${holderName(claim.holder)}) ` +
@@ -201,13 +222,64 @@ export class SandboxEgress {
     }
     this.elsewhere.delete(ref);
     try {
-      await this.service.attach(ref, await sandbox.netns!(), context);
+      await this.service.attach(ref, passed?.netns ?? await sandbox.netns!(), context, passed?.fd);
       this.held.set(ref, call);
+      if (passed !== undefined) this.o.log.debug(`sandbox ${call.binding.sandboxKey}: serving the egress listener the berth process that started this one passed to it`);
     } catch (err) {
       this.o.listeners.release(ref, this.holder);
       this.held.delete(ref);
       throw err;
     }
+  }
+
+  /**
+   * Takes sandbox `ref`'s socket that the process which started this one passed to it (see
+   * PassedListener), to serve when the sandbox is attached here; `closeInherited` closes those
+   * not served by then.
+   */
+  inherit(passed: PassedListener): void {
+    const before = this.inherited.get(passed.ref);
+    if (before !== undefined) closeSync(before.fd);
+    this.inherited.set(passed.ref, passed);
+  }
+
+  /** Closes the passed sockets no sandbox attached here took (their sandbox is not kept): the port closes as the passing process ends. */
+  closeInherited(): void {
+    for (const p of this.inherited.values()) closeSync(p.fd);
+    this.inherited.clear();
+  }
+
+  /**
+   * Sandbox `ref`'s socket passed to this process, to serve: only while the sandbox is still in
+   * the namespace it listens in, and the passing process's row serves the same context (else it
+   * is closed and the sandbox is attached as any other).
+   */
+  private async passedFor(ref: string, sandbox: Sandbox, digest: string): Promise<{ fd: number; holder: string; netns: Netns } | undefined> {
+    const passed = this.inherited.get(ref);
+    if (passed === undefined) return undefined;
+    this.inherited.delete(ref);
+    const netns = await sandbox.netns?.().catch(() => undefined);
+    const row = this.o.listeners.get(ref);
+    if (netns?.ns !== passed.ns || (row !== undefined && row.holder === passed.holder && row.digest !== digest)) {
+      closeSync(passed.fd);
+      this.o.log.debug(`sandbox ${ref.slice(0, 12)}: the passed egress listener is not served (${netns?.ns !== passed.ns ? 'the sandbox is in another namespace now' : 'another egress context'})`);
+      return undefined;
+    }
+    return { fd: passed.fd, holder: passed.holder, netns };
+  }
+
+  /**
+   * Sandbox `ref`'s listening socket while this broker holds it, to pass to a process this one
+   * starts (see PassedListener); undefined when it holds none or Node gives no descriptor.
+   */
+  listenerFor(ref: string): PassedListener | undefined {
+    const l = this.held.has(ref) ? this.service?.listenerOf(ref) : undefined;
+    return l === undefined ? undefined : { ref, fd: l.fd, ns: l.ns, holder: this.holder };
+  }
+
+  /** Stops accepting sandbox `ref`'s connections here: the process it was passed to serves its socket (connections open here go on until the close). */
+  stopAccepting(ref: string): void {
+    this.service?.stopAccepting(ref);
   }
 
   /** The sandbox `ref` is going: its listener and connections go. */
@@ -235,6 +307,7 @@ export class SandboxEgress {
   async close(): Promise<void> {
     clearInterval(this.watch);
     this.elsewhere.clear();
+    this.closeInherited();
     try {
       await this.service?.close();
     } finally {

@@ -19,16 +19,19 @@ export const KEEPER_LOG = 'keeper.log';
 
 /**
  * Starts `berth __keep` for `sandboxes`, detached from this process and its terminal, with this
- * command's config, environment and cwd (so it serves the same egress context), and waits until it
- * says it holds them. Its warnings go to `$BERTH_HOME/keeper.log`. Resolves to its pid and the keys
+ * command's config, environment and cwd (so it serves the same egress context), and with the
+ * listening sockets of those that name one (see PassedListener), and waits until it says it holds them. Its warnings go to `$BERTH_HOME/keeper.log`. Resolves to its pid and the keys
  * of the sandboxes it holds; rejects naming why when it did not get ready (it is then ended).
  */
 export async function startKeeper(io: CliIo, configPath: string | undefined, berthHome: string, sandboxes: KeptSandbox[]): Promise<{ pid: number; held: string[] }> {
   const log = openSync(join(berthHome, KEEPER_LOG), 'a', 0o600);
+  // Each passed listening socket is the keeper's descriptor 3, 4, ... (stdin, stdout and stderr first); the JSON names it by that number.
+  const passed: number[] = [];
+  const told = sandboxes.map((k) => (k.listener === undefined ? k : { ...k, listener: { ...k.listener, fd: 3 + passed.push(k.listener.fd) - 1 } }));
   let child;
   try {
     child = spawn(process.execPath, [BERTH_BIN, KEEPER_COMMAND, ...(configPath === undefined ? [] : ['--config', configPath])], {
-      cwd: io.cwd, env: io.env, detached: true, stdio: ['pipe', 'pipe', log],
+      cwd: io.cwd, env: io.env, detached: true, stdio: ['pipe', 'pipe', log, ...passed],
     });
   } finally {
     closeSync(log);
@@ -64,7 +67,7 @@ export async function startKeeper(io: CliIo, configPath: string | undefined, ber
     });
   });
   stdin.on('error', () => undefined);
-  stdin.end(JSON.stringify({ sandboxes }));
+  stdin.end(JSON.stringify({ sandboxes: told }));
   try {
     return await ready;
   } finally {

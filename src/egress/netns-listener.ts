@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { closeSync, fstatSync, openSync } from 'node:fs';
-import type { Server, Socket } from 'node:net';
+import { Server, type Socket } from 'node:net';
 import { BerthError } from '../errors.js';
 
 /*
@@ -121,6 +121,62 @@ export async function listenInNetns(netnsPath: string, options: NetnsListenOptio
         (/Operation not permitted/.test(said) ? '; entering a sandbox\'s network namespace needs root' : ''));
     });
   });
+}
+
+/**
+ * A listening socket one berth process passes to another it starts (a CLI call ending, to the
+ * keeper it starts, `berth __keep`): the socket itself, so the port never closes between the
+ * two. Passed as an inherited descriptor at the child's start, never over a channel afterwards, so
+ * nothing can arrive after the child stopped expecting it.
+ */
+
+/**
+ * The descriptor of a listening `server` in this process (to pass to a child it starts), or
+ * undefined where Node does not give one. Read from the server's handle (`_handle.fd`, which Node
+ * has on Linux for TCP handles, undocumented): the only way to pass an open listening socket to
+ * a process at its start.
+ */
+export function listeningFd(server: Server): number | undefined {
+  const fd = (server as unknown as { _handle?: { fd?: unknown } | null })._handle?.fd;
+  return typeof fd === 'number' && fd >= 0 ? fd : undefined;
+}
+
+/**
+ * Serves the listening socket this process inherited as descriptor `fd` (see listeningFd):
+ * connections that reached it while no process accepted wait in its backlog and are accepted
+ * now. Attach the 'connection' listener right away, as for listenInNetns.
+ *
+ * @throws BerthError `listen_failed` when `fd` is not a socket listening on `host:port` (a socket
+ *   is closed then; anything else is left alone).
+ */
+export async function serveInheritedListener(fd: number, options: { host: string; port: number; maxConnections?: number }): Promise<Server> {
+  const where = `the listening socket passed as descriptor ${fd}`;
+  let isSocket = false;
+  try {
+    isSocket = fstatSync(fd).isSocket();
+  } catch (err) {
+    throw new BerthError('listen_failed', `cannot serve ${where}: ${(err as Error).message}`, { cause: err });
+  }
+  // Not a socket: not what was passed, and not this code's to close.
+  if (!isSocket) throw new BerthError('listen_failed', `cannot serve ${where}: it is not a socket`);
+  const server = new Server();
+  // A failed listen closes the handle it opened on the descriptor (and with it the descriptor).
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen({ fd }, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  }).catch((err: unknown) => {
+    throw new BerthError('listen_failed', `cannot serve ${where}: ${(err as Error).message}`, { cause: err });
+  });
+  const at = server.address();
+  if (typeof at !== 'object' || at === null || at.address !== options.host || at.port !== options.port) {
+    server.close();
+    throw new BerthError('listen_failed', `cannot serve ${where}: it listens on ${typeof at === 'object' && at !== null ? `${at.address}:${at.port}` : String(at)}, not ${options.host}:${options.port}`);
+  }
+  if (options.maxConnections !== undefined) server.maxConnections = options.maxConnections;
+  return server;
 }
 
 /** Opens the namespace file (holding it fixes which namespace the child enters) and checks it. */

@@ -1,6 +1,8 @@
+import { closeSync } from 'node:fs';
 import type { Server, Socket } from 'node:net';
 import { join } from 'node:path';
 import type { Logger } from '../logging/logger.js';
+import { listeningFd, serveInheritedListener } from './netns-listener.js';
 import type { ProxyCredential } from './proxy-credential.js';
 import type { EgressProxy } from './proxy.js';
 import type { SharedEgressListener } from './shared-listener.js';
@@ -81,8 +83,12 @@ export class EgressService implements AsyncDisposable {
    * Again for the same namespace: only the context is replaced (a later call's credentials); for
    * a new namespace (the sandbox's processes were started again) the old listener goes first.
    * The namespace is compared by identity, never by path (a pid can be reused).
+   *
+   * @param inheritedFd a listening socket in that namespace this process inherited from the berth
+   *   process that served the sandbox (see netns-listener.ts): served instead of a new one, and
+   *   closed when the sandbox is served already.
    */
-  async attach(ref: string, netns: Netns, sandbox: EgressSandbox): Promise<void> {
+  async attach(ref: string, netns: Netns, sandbox: EgressSandbox, inheritedFd?: number): Promise<void> {
     for (;;) {
       const pending = this.attaching.get(ref);
       if (pending === undefined) break;
@@ -91,6 +97,7 @@ export class EgressService implements AsyncDisposable {
     const current = this.attached.get(ref);
     if (current !== undefined && current.ns === netns.ns) {
       current.sandbox = sandbox;
+      if (inheritedFd !== undefined) closeSync(inheritedFd);
       return;
     }
     const work = (async () => {
@@ -99,7 +106,8 @@ export class EgressService implements AsyncDisposable {
       const proxy = await this.proxyNow();
       // A new sandbox may come with a new bridge whose gateway is this host's: read its addresses now.
       proxy.refreshHostAddresses();
-      const server = await this.o.listen(netns.path, { host: '127.0.0.1', port: this.o.port, maxConnections: this.o.maxConnectionsPerSandbox, expectNs: netns.ns });
+      const at = { host: '127.0.0.1', port: this.o.port, maxConnections: this.o.maxConnectionsPerSandbox };
+      const server = inheritedFd === undefined ? await this.o.listen(netns.path, { ...at, expectNs: netns.ns }) : await serveInheritedListener(inheritedFd, at);
       const entry: Attached = { ns: netns.ns, server, sandbox };
       server.on('connection', (socket: Socket) => proxy.handle(socket, entry.sandbox));
       server.on('error', (e) => this.o.log.debug(`sandbox ${ref}: egress listener: ${e.message}`));
@@ -139,6 +147,21 @@ export class EgressService implements AsyncDisposable {
     this.attached.delete(ref);
     await new Promise<void>((resolve) => a.server.close(() => resolve()));
     if (this.proxy !== undefined) (await this.proxy.catch(() => undefined))?.release(a.sandbox);
+  }
+
+  /** Sandbox `ref`'s listening socket here (its descriptor) and the namespace it listens in; undefined when it has none or Node gives no descriptor. */
+  listenerOf(ref: string): { fd: number; ns: string } | undefined {
+    const a = this.attached.get(ref);
+    const fd = a === undefined ? undefined : listeningFd(a.server);
+    return a === undefined || fd === undefined ? undefined : { fd, ns: a.ns };
+  }
+
+  /**
+   * Stops accepting connections for sandbox `ref` here (another process serves its socket now);
+   * those open go on until `detach`.
+   */
+  stopAccepting(ref: string): void {
+    this.attached.get(ref)?.server.close();
   }
 
   /** How many sandboxes have a listener. */

@@ -181,6 +181,35 @@ describeDocker('egress listeners across berth processes of one installation (doc
     expect((await runBerth(['exec', '--session', 's', '--', 'echo again'], { env: t.env, cwd: t.dir, timeoutMs: 60_000 })).stdout).toBe('again\n');
   }, 180_000);
 
+  it('the call passes its listening socket to the keeper: a job asking all along never finds the port closed, and the keeper holds the listener as the call ends', async () => {
+    const t = reg.track();
+    t.writeConfig(dockerConfigYaml(settings()));
+    // Asks every ~50 ms from before the call ends until the test says stop (at most 120 s): each
+    // line is the time (ms), the answer's code and curl's exit. Exit 7 (connection refused) is a
+    // moment with no listener: what a keeper listening anew after the call ended left (~0.3 s, 3 asks, measured).
+    const loop = 'end=$(( $(date +%s%3N) + 120000 )); while [ ! -f /tmp/stop ] && [ "$(date +%s%3N)" -lt "$end" ]; do ' +
+      'echo "$(date +%s%3N) $(curl -s -o /dev/null -w "%{http_code} %{exitcode}" --max-time 5 http://not-allowed.example/)" >> /tmp/asks; sleep 0.05; done; echo done >> /tmp/asks';
+    const r = await runBerth(['exec', '--session', 's', '--', `(${loop}) > /dev/null 2>&1 & echo started`], { env: t.env, cwd: t.dir, timeoutMs: 90_000 });
+    const callEnded = Date.now();
+    expect(r, r.stderr).toMatchObject({ code: 0, stdout: 'started\n', stderr: '' });
+    const keepers = keepersOf(t.home);
+    expect(keepers).toHaveLength(1);
+    const [c] = await t.containers();
+    // The keeper took the store's row as it served the passed socket, before the call ended.
+    expect(listenerHolder(t.home, c!.id)).toBe(String(keepers[0]));
+    const after = (): number => fileIn(c!.id, '/tmp/asks').trim().split('\n').filter((l) => Number(l.split(' ')[0]) > callEnded + 1000).length;
+    await vi.waitFor(() => expect(after()).toBeGreaterThan(5), { timeout: 60_000, interval: 500 });
+    execFileSync('docker', ['exec', c!.id, 'touch', '/tmp/stop']);
+    await vi.waitFor(() => expect(fileIn(c!.id, '/tmp/asks')).toMatch(/\ndone\n$/), { timeout: 30_000, interval: 500 });
+    const asks = fileIn(c!.id, '/tmp/asks').trim().split('\n').slice(0, -1).map((l) => l.split(' '));
+    // Asked before the call ended and after: the loop spanned the hand-over.
+    expect(asks.filter(([at]) => Number(at) < callEnded - 200).length).toBeGreaterThan(0);
+    expect(asks.filter(([at]) => Number(at) > callEnded + 1000).length).toBeGreaterThan(5);
+    expect(asks.filter(([, , exit]) => exit === '7')).toEqual([]);
+    // A request in flight through the call's process as it ended may end with it (reset); every other is the proxy's 403.
+    expect(asks.filter(([, code]) => code === '403').length).toBeGreaterThanOrEqual(asks.length - 2);
+  }, 180_000);
+
   it('a keeper ends when its sandbox is removed (berth rm), however long the job would have run', async () => {
     const t = reg.track();
     t.writeConfig(dockerConfigYaml(settings()));

@@ -28,7 +28,7 @@ function closing(drained: Promise<void>): { parts: ClosingParts; steps: string[]
     closer: { closeHeld: step('sessions') },
     warm: { close: step('warm') },
     removal: { releaseUnusedAtClose: step('release') },
-    egress: { close: step('egress'), holds: () => false, heldCall: () => undefined },
+    egress: { close: step('egress'), holds: () => false, heldCall: () => undefined, listenerFor: () => undefined, stopAccepting: () => void steps.push('stop accepting') },
     backends: { closeAll: step('backends') },
     store: { close: () => void steps.push('store') },
     keeper: undefined,
@@ -123,6 +123,37 @@ describe('the close says which sandboxes it leaves without their egress proxy', 
     expect(lines.filter((l) => l.includes('egress proxy'))).toEqual([
       'info berth:egress sandbox session:kept: a background job started in it may still run; berth process 4242 keeps its egress proxy until no job is left there',
     ]);
+  });
+
+  it('each kept sandbox\'s listening socket goes to the keeper with it; once the keeper holds a sandbox this process stops accepting on it, before the shells and the rest of egress close', async () => {
+    const kept = withJobs('session:kept', true);
+    const refused = withJobs('session:refused', true);
+    const { parts, steps } = closing(Promise.resolve());
+    parts.lives.all = () => [kept, refused];
+    parts.egress.holds = () => true;
+    parts.egress.heldCall = (ref) => ({ scope: { tenant: 't', profile: 'p', session: ref } }) as unknown as ResolvedCall;
+    parts.egress.listenerFor = (ref) => ({ ref, fd: ref === 'ref-session:kept' ? 21 : 22, ns: `net:[${ref}]`, holder: '1:2:h' });
+    const stopped: string[] = [];
+    parts.egress.stopAccepting = (ref) => {
+      stopped.push(ref);
+      steps.push(`stop ${ref}`);
+    };
+    let given: KeptSandbox[] = [];
+    parts.keeper = async (k) => {
+      steps.push('keeper');
+      given = k;
+      return { pid: 4242, held: ['session:kept'] };
+    };
+    await closeParts(parts, 0);
+    expect(given.map((k) => k.listener)).toEqual([
+      { ref: 'ref-session:kept', fd: 21, ns: 'net:[ref-session:kept]', holder: '1:2:h' },
+      { ref: 'ref-session:refused', fd: 22, ns: 'net:[ref-session:refused]', holder: '1:2:h' },
+    ]);
+    // The sandbox the keeper could not hold keeps being served here until this process's egress closes.
+    expect(stopped).toEqual(['ref-session:kept']);
+    expect(steps.indexOf('stop ref-session:kept')).toBeGreaterThan(steps.indexOf('keeper'));
+    expect(steps.indexOf('stop ref-session:kept')).toBeLessThan(steps.indexOf('shells'));
+    expect(steps.indexOf('stop ref-session:kept')).toBeLessThan(steps.indexOf('egress'));
   });
 
   /** The close's egress lines for one sandbox with a job, handed to `keeper`. */

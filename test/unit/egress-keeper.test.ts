@@ -32,7 +32,10 @@ function keeper(o: { rec?: object | undefined; running: boolean | undefined; gro
       },
     } as never,
     lives: { get: () => (held ? live : undefined), forget: async () => void calls.push('forget') },
-    egress: { detach: async () => void calls.push('detach'), serves: () => true },
+    egress: {
+      detach: async () => void calls.push('detach'), serves: () => true,
+      inherit: (p: { ref: string; fd: number }) => void calls.push(`inherit ${p.ref} ${p.fd}`), closeInherited: () => void calls.push('close inherited'),
+    },
     shutdown: new AbortController().signal,
     log: Logger.silent(),
   });
@@ -49,7 +52,7 @@ describe('the egress keeper', () => {
     let ready: string[] | undefined;
     await k.keep([K], (held) => (ready = held));
     expect(ready).toEqual(['session:s']);
-    expect(calls).toEqual([]);
+    expect(calls).toEqual(['close inherited']);
   });
 
   it('a sandbox whose processes cannot be read here is not kept, and not told as handled', async () => {
@@ -57,7 +60,7 @@ describe('the egress keeper', () => {
     let ready: string[] | undefined;
     await k.keep([K], (held) => (ready = held));
     expect(ready).toEqual([]);
-    expect(calls).toEqual([]);
+    expect(calls).toEqual(['close inherited']);
   });
 
   it('a running sandbox with a job is held until no process is left in its groups, then let go as it is', async () => {
@@ -67,6 +70,12 @@ describe('the egress keeper', () => {
     await k.keep([K], (held) => (ready = held));
     expect(ready).toEqual(['session:s']);
     expect(left).toBe(0);
-    expect(calls).toEqual(['acquire', 'detach', 'forget']);
+    expect(calls).toEqual(['acquire', 'close inherited', 'detach', 'forget']);
+  }, 20_000);
+
+  it('a passed listening socket is handed to the egress part before the sandbox is brought up (which serves it), and those not served are closed before "ready"', async () => {
+    const { k, calls } = keeper({ rec: { ref: 'c1', hibernatedMs: null }, running: true, groupsRunning: () => false });
+    await k.keep([{ ...K, listener: { ref: 'c1', fd: 7, ns: 'net:[1]', holder: 'h' } }], () => void calls.push('ready'));
+    expect(calls.slice(0, 4)).toEqual(['inherit c1 7', 'acquire', 'close inherited', 'ready']);
   }, 20_000);
 });

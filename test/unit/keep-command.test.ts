@@ -21,4 +21,11 @@ describe('berth __keep input', () => {
     expect(err).toBeInstanceOf(UsageError);
     expect((err as Error).message).toMatch(/^__keep reads the sandboxes to keep as JSON on stdin, as berth writes it \(.+\); it is not meant to be run by hand$/);
   });
+
+  it('a listening socket named by a descriptor this process was not passed is refused before anything opens (it could be one of its own)', async () => {
+    const input = JSON.stringify({ sandboxes: [{ scope: { tenant: 't', profile: 'p' }, digest: 'd', key: 'session:s', listener: { ref: 'c1', fd: 1000, ns: 'net:[1]', holder: 'h' } }] });
+    const err = await keepCommand([], io, () => Promise.resolve(input)).then(() => undefined, (e: unknown) => e);
+    expect(err).toBeInstanceOf(UsageError);
+    expect((err as Error).message).toBe('__keep: descriptor 1000 named for sandbox session:s is not a socket passed to this process; it is not meant to be run by hand');
+  });
 });

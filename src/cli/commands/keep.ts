@@ -1,3 +1,4 @@
+import { fstatSync } from 'node:fs';
 import { z } from 'zod';
 import type { KeptSandbox } from '../../broker/egress-keeper.js';
 import { UsageError } from '../../errors.js';
@@ -20,6 +21,8 @@ const Kept = z.object({
       workspace: z.object({ path: z.string(), source: z.enum(['session', 'process']) }).strict().optional(),
     }).strict(),
     digest: z.string(), key: z.string(),
+    // A listening socket passed as this process's descriptor `fd` (3 and up: after stdin, stdout and stderr).
+    listener: z.object({ ref: z.string(), fd: z.number().int().min(3).max(1023), ns: z.string(), holder: z.string() }).strict().optional(),
   }).strict()),
 }).strict();
 
@@ -42,6 +45,12 @@ export async function keepCommand(argv: string[], io: CliIo, input: () => Promis
   } catch (err) {
     throw new UsageError(`__keep reads the sandboxes to keep as JSON on stdin, as berth writes it (${err instanceof Error ? err.message.split('\n')[0] : String(err)}); it is not meant to be run by hand`);
   }
+  // Checked before this process opens anything: a descriptor named but not passed could be one of its own.
+  for (const k of kept) {
+    if (k.listener !== undefined && !isSocket(k.listener.fd)) {
+      throw new UsageError(`__keep: descriptor ${k.listener.fd} named for sandbox ${k.key} is not a socket passed to this process; it is not meant to be run by hand`);
+    }
+  }
   return withBroker(io, values.config, async (broker) => {
     const stop = (): void => void broker.close().catch(() => undefined);
     process.once('SIGTERM', stop);
@@ -54,4 +63,12 @@ export async function keepCommand(argv: string[], io: CliIo, input: () => Promis
     }
     return 0;
   }, { reap: false, keeper: false });
+}
+
+function isSocket(fd: number): boolean {
+  try {
+    return fstatSync(fd).isSocket();
+  } catch {
+    return false;
+  }
 }
