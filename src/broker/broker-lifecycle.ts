@@ -1,6 +1,6 @@
 import { BerthError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
-import type { KeeperStart, KeptSandbox } from './egress-keeper.js';
+import type { KeeperStart, KeptSandbox, StartedKeeper } from './egress-keeper.js';
 import type { LiveSandbox } from './live-sandboxes.js';
 import type { ResolvedCall } from './resolve-call.js';
 import type { PassedListener } from './sandbox-egress.js';
@@ -111,7 +111,7 @@ async function handOff(parts: ClosingParts, stranded: LiveSandbox[]): Promise<vo
     parts.log.child('berth:egress').debug(`sandbox ${live.record.key}: ${listener === undefined ? 'no egress listener to pass to the keeper' : `passing its egress listener to the keeper`}`);
     kept.push({ scope, digest: live.digest, key: live.record.key, ...(listener === undefined ? {} : { listener }) });
   }
-  let keeper: { pid: number; held: string[] } | undefined;
+  let keeper: StartedKeeper | undefined;
   let why = '';
   try {
     keeper = kept.length > 0 && parts.keeper !== undefined ? await parts.keeper(kept) : undefined;
@@ -120,7 +120,8 @@ async function handOff(parts: ClosingParts, stranded: LiveSandbox[]): Promise<vo
   }
   for (const live of stranded) {
     if (keeper?.held.includes(live.record.key) === true) {
-      parts.egress.stopAccepting(live.sandbox.ref);
+      // Only where the keeper serves the socket itself: elsewhere this process serves until its end, and the keeper listens anew after.
+      if (keeper.serving?.includes(live.record.key) === true) parts.egress.stopAccepting(live.sandbox.ref);
       parts.log.child('berth:egress').info(`sandbox ${live.record.key}: a background job started in it may still run; berth process ${keeper.pid} keeps its egress proxy until no job is left there`);
       continue;
     }

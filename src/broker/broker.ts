@@ -159,7 +159,7 @@ export class Broker implements AsyncDisposable {
    * their egress proxies listen here and none is hibernated, until no job runs in one; calls
    * `ready` with the keys of those it holds. Resolves when none needs keeping, or the broker closes.
    */
-  keepEgress(kept: readonly KeptSandbox[], ready?: (heldKeys: string[]) => void): Promise<void> {
+  keepEgress(kept: readonly KeptSandbox[], ready?: (heldKeys: string[], servingKeys: string[]) => void): Promise<void> {
     this.parts.lifecycle.assertOpen();
     return this.parts.keeper.keep(kept, ready);
   }

@@ -48,7 +48,14 @@ export interface KeptSandbox {
  * Given by the CLI, whose config, environment and cwd the process must share to serve the same
  * egress context.
  */
-export type KeeperStart = (sandboxes: KeptSandbox[]) => Promise<{ pid: number; held: string[] }>;
+export type KeeperStart = (sandboxes: KeptSandbox[]) => Promise<StartedKeeper>;
+
+/** A keeper that got ready: its pid, the keys it holds (or found with no job left), and those whose passed socket it serves. */
+export interface StartedKeeper {
+  pid: number;
+  held: string[];
+  serving?: string[];
+}
 
 export interface EgressKeeperOptions {
   resolver: Pick<CallResolver, 'resolve'>;
@@ -59,7 +66,10 @@ export interface EgressKeeperOptions {
   gate: Pick<SessionGate, 'run' | 'acquire'>;
   lives: Pick<LiveSandboxes, 'get' | 'forget'>;
   /** `serves`: the listener is this process's, or it waits to take it over. */
-  egress: { detach(ref: string): Promise<void>; serves(ref: string): boolean; inherit(passed: PassedListener): void; closeInherited(): void };
+  egress: {
+    detach(ref: string): Promise<void>; serves(ref: string): boolean;
+    inherit(passed: PassedListener): void; closeInherited(): void; servesPassed(ref: string): boolean;
+  };
   /** Aborted when the broker closes: keeping ends. */
   shutdown: AbortSignal;
   log: Logger;
@@ -77,13 +87,17 @@ export class EgressKeeper {
 
   /**
    * Holds each sandbox of `kept` that is still there, calls `ready` with the keys of those it holds
-   * (the listener of each is served here already where its socket was passed, else as soon as
-   * the one that ended lets go of it), and resolves once none needs keeping any more (or the
-   * broker closes).
+   * and of those whose passed socket it serves already (the listener of each other one is this
+   * process's as soon as the one that ended lets go of it), and resolves once none needs keeping
+   * any more (or the broker closes).
    */
-  async keep(kept: readonly KeptSandbox[], ready: (heldKeys: string[]) => void = () => undefined): Promise<void> {
-    // A passed socket is served as its sandbox is held (its bring-up attaches the egress proxy); the rest close before "ready".
+  async keep(kept: readonly KeptSandbox[], ready: (heldKeys: string[], servingKeys: string[]) => void = () => undefined): Promise<void> {
+    // A passed socket is served as its sandbox is held (its bring-up attaches the egress proxy); the
+    // rest close before "ready", or as soon as this process starts ending (a socket no one accepts
+    // on would leave the job's connections hanging instead of refused).
     for (const k of kept) if (k.listener !== undefined) this.o.egress.inherit(k.listener);
+    const closeInherited = (): void => this.o.egress.closeInherited();
+    this.o.shutdown.addEventListener('abort', closeInherited, { once: true });
     let held: Array<Held | 'done' | undefined>;
     try {
       held = await Promise.all(kept.map((k) => this.hold(k).catch((err: unknown) => {
@@ -91,10 +105,12 @@ export class EgressKeeper {
         return undefined;
       })));
     } finally {
-      this.o.egress.closeInherited();
+      this.o.shutdown.removeEventListener('abort', closeInherited);
+      closeInherited();
     }
     // Told as held: those held here, and those no job needs keeping for any more.
-    ready(kept.filter((_k, i) => held[i] !== undefined).map((k) => k.key));
+    const serving = kept.filter((k, i) => typeof held[i] === 'object' && k.listener !== undefined && this.o.egress.servesPassed(k.listener.ref));
+    ready(kept.filter((_k, i) => held[i] !== undefined).map((k) => k.key), serving.map((k) => k.key));
     await Promise.all(held.map((h) => (h === undefined || h === 'done' ? undefined : this.watch(h))));
   }
 

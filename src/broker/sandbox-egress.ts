@@ -15,11 +15,11 @@ import type { Logger } from '../logging/logger.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import { ownerAlive, ownerToken } from './process-owner.js';
 import { usesEgressProxy, type EgressFiles, type ResolvedCall } from './resolve-call.js';
-import type { EgressListenerTable } from './state/egress-listener-table.js';
+import type { EgressListenerTable, ListenerHolder } from './state/egress-listener-table.js';
 
 /**
  * How often a sandbox served by another process is looked at: its holder gone, this one takes
- * over (a keeper taking over from a CLI call that ended leaves a job this long without a proxy).
+ * over (a keeper whose call could not pass it the socket leaves a job this long without a proxy).
  */
 const TAKEOVER_EVERY_MS = 250;
 
@@ -93,8 +93,9 @@ export interface SandboxEgressOptions {
  * state store says whose (`egress_listeners`). A process that finds another live one of the
  * installation serving it the same egress context uses that one's listener; a different context is
  * a configuration error naming the fix; a holder that died is taken over; and a sandbox served by
- * another process is looked at every 250 ms, so that when that process ends (a CLI call, with a
- * job still running) this one listens in its place.
+ * another process is looked at every 250 ms, so that when that process ends this one listens in
+ * its place. A CLI call that leaves a job passes the socket itself to its keeper instead (see
+ * PassedListener), which serves it at once.
  */
 export class SandboxEgress {
   private service: EgressService | undefined;
@@ -106,6 +107,10 @@ export class SandboxEgress {
   private readonly elsewhere = new Map<string, { call: ResolvedCall; sandbox: Sandbox }>();
   /** Listening sockets the process that started this one passed to it, by sandbox ref, until served or closed. */
   private readonly inherited = new Map<string, PassedListener>();
+  /** Sandboxes served on a passed socket. */
+  private readonly servingPassed = new Set<string>();
+  /** Rows taken from the process that passed their socket, to hand back if this one lets go first. */
+  private readonly takenFrom = new Map<string, ListenerHolder>();
   private watch: NodeJS.Timeout | undefined;
 
   constructor(private readonly o: SandboxEgressOptions) {
@@ -205,8 +210,18 @@ export class SandboxEgress {
     const ref = sandbox.ref;
     const digest = contextDigest(call.egress);
     const passed = await this.passedFor(ref, sandbox, digest);
-    // The process that passed its socket here lets go of the sandbox: its row is taken as a dead holder's.
-    const claim = this.o.listeners.claim(ref, this.holder, digest, Date.now(), (h) => h === passed?.holder || holderDead(h));
+    // The process that passed its socket here lets go of the sandbox: its row is taken as a dead
+    // holder's (and handed back if this one lets go first while it lives).
+    let claim: ReturnType<EgressListenerTable['claim']>;
+    let from: ListenerHolder | undefined;
+    try {
+      from = passed === undefined ? undefined : this.o.listeners.get(ref);
+      claim = this.o.listeners.claim(ref, this.holder, digest, Date.now(), (h) => h === passed?.holder || holderDead(h));
+    } catch (err) {
+      if (passed !== undefined) closeSync(passed.fd);
+      throw err;
+    }
+    if (claim === 'mine' && from !== undefined && from.holder === passed?.holder) this.takenFrom.set(ref, from);
     if (claim !== 'mine') {
       if (passed !== undefined) closeSync(passed.fd);
       if (claim.digest !== digest) {
@@ -224,9 +239,12 @@ export class SandboxEgress {
     try {
       await this.service.attach(ref, passed?.netns ?? await sandbox.netns!(), context, passed?.fd);
       this.held.set(ref, call);
-      if (passed !== undefined) this.o.log.debug(`sandbox ${call.binding.sandboxKey}: serving the egress listener the berth process that started this one passed to it`);
+      if (passed !== undefined) {
+        this.servingPassed.add(ref);
+        this.o.log.debug(`sandbox ${call.binding.sandboxKey}: serving the egress listener the berth process that started this one passed to it`);
+      }
     } catch (err) {
-      this.o.listeners.release(ref, this.holder);
+      this.letGoRow(ref);
       this.held.delete(ref);
       throw err;
     }
@@ -277,6 +295,22 @@ export class SandboxEgress {
     return l === undefined ? undefined : { ref, fd: l.fd, ns: l.ns, holder: this.holder };
   }
 
+  /** Whether this broker serves sandbox `ref` on the socket passed to it (see PassedListener). */
+  servesPassed(ref: string): boolean {
+    return this.servingPassed.has(ref);
+  }
+
+  /**
+   * Lets go of sandbox `ref`'s row: back to the process whose row this one took with its passed
+   * socket while that process lives (it still listens), else gone.
+   */
+  private letGoRow(ref: string): void {
+    const from = this.takenFrom.get(ref);
+    this.takenFrom.delete(ref);
+    if (from !== undefined && !holderDead(from.holder) && this.o.listeners.handBack(ref, this.holder, from)) return;
+    this.o.listeners.release(ref, this.holder);
+  }
+
   /** Stops accepting sandbox `ref`'s connections here: the process it was passed to serves its socket (connections open here go on until the close). */
   stopAccepting(ref: string): void {
     this.service?.stopAccepting(ref);
@@ -286,7 +320,8 @@ export class SandboxEgress {
   async detach(ref: string): Promise<void> {
     this.elsewhere.delete(ref);
     await this.service?.detach(ref);
-    if (this.held.delete(ref)) this.o.listeners.release(ref, this.holder);
+    this.servingPassed.delete(ref);
+    if (this.held.delete(ref)) this.letGoRow(ref);
   }
 
   /** Whether this broker serves the listener of sandbox `ref`. */
@@ -311,7 +346,8 @@ export class SandboxEgress {
     try {
       await this.service?.close();
     } finally {
-      for (const ref of this.held.keys()) this.o.listeners.release(ref, this.holder);
+      for (const ref of this.held.keys()) this.letGoRow(ref);
+      this.servingPassed.clear();
       this.held.clear();
       OPEN_HOLDERS.delete(this.holder);
     }

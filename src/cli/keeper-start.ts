@@ -2,7 +2,8 @@ import { spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { KeptSandbox } from '../broker/egress-keeper.js';
+import { z } from 'zod';
+import type { KeptSandbox, StartedKeeper } from '../broker/egress-keeper.js';
 import type { CliIo } from './io.js';
 
 /** The keeper's command: internal, in neither the command map nor the help (main.ts runs it). */
@@ -14,6 +15,9 @@ const BERTH_BIN = fileURLToPath(new URL('../../bin/berth.js', import.meta.url));
 /** How long a closing CLI call waits for its keeper to hold the sandboxes: past it, the keeper is ended and the call warns. */
 const READY_WAIT_MS = 30_000;
 
+/** The keeper's "ready" line: the keys it holds, and those whose passed listening socket it serves. */
+const Ready = z.object({ held: z.array(z.string()), serving: z.array(z.string()) }).strict();
+
 /** Where keepers write their warnings (a keeper has no terminal), in the berth home. */
 export const KEEPER_LOG = 'keeper.log';
 
@@ -23,7 +27,7 @@ export const KEEPER_LOG = 'keeper.log';
  * listening sockets of those that name one (see PassedListener), and waits until it says it holds them. Its warnings go to `$BERTH_HOME/keeper.log`. Resolves to its pid and the keys
  * of the sandboxes it holds; rejects naming why when it did not get ready (it is then ended).
  */
-export async function startKeeper(io: CliIo, configPath: string | undefined, berthHome: string, sandboxes: KeptSandbox[]): Promise<{ pid: number; held: string[] }> {
+export async function startKeeper(io: CliIo, configPath: string | undefined, berthHome: string, sandboxes: KeptSandbox[]): Promise<StartedKeeper> {
   const log = openSync(join(berthHome, KEEPER_LOG), 'a', 0o600);
   // Each passed listening socket is the keeper's descriptor 3, 4, ... (stdin, stdout and stderr first); the JSON names it by that number.
   const passed: number[] = [];
@@ -39,7 +43,7 @@ export async function startKeeper(io: CliIo, configPath: string | undefined, ber
   const started = child;
   const stdout = started.stdout!;
   const stdin = started.stdin!;
-  const ready = new Promise<{ pid: number; held: string[] }>((resolve, reject) => {
+  const ready = new Promise<StartedKeeper>((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => {
       started.kill('SIGTERM');
@@ -55,14 +59,18 @@ export async function startKeeper(io: CliIo, configPath: string | undefined, ber
     });
     stdout.setEncoding('utf8').on('data', (d: string) => {
       out += d;
-      const line = /^ready (\[.*\])\n/m.exec(out);
+      const line = /^ready (\{.*\})\n/m.exec(out);
       if (line !== null && started.pid !== undefined) {
         clearTimeout(timer);
-        try {
-          resolve({ pid: started.pid, held: JSON.parse(line[1]!) as string[] });
-        } catch {
-          reject(new Error(`it answered "${line[0].trim()}", not the sandboxes it holds`));
-        }
+        const said = Ready.safeParse((() => {
+          try {
+            return JSON.parse(line[1]!) as unknown;
+          } catch {
+            return undefined;
+          }
+        })());
+        if (said.success) resolve({ pid: started.pid, ...said.data });
+        else reject(new Error(`it answered "${line[0].trim()}", not the sandboxes it holds`));
       }
     });
   });

@@ -101,17 +101,30 @@ export class EgressService implements AsyncDisposable {
       return;
     }
     const work = (async () => {
-      if (current !== undefined) await this.detach(ref);
-      if (this.closed) throw new Error('berth egress is closed');
-      const proxy = await this.proxyNow();
-      // A new sandbox may come with a new bridge whose gateway is this host's: read its addresses now.
-      proxy.refreshHostAddresses();
-      const at = { host: '127.0.0.1', port: this.o.port, maxConnections: this.o.maxConnectionsPerSandbox };
-      const server = inheritedFd === undefined ? await this.o.listen(netns.path, { ...at, expectNs: netns.ns }) : await serveInheritedListener(inheritedFd, at);
-      const entry: Attached = { ns: netns.ns, server, sandbox };
-      server.on('connection', (socket: Socket) => proxy.handle(socket, entry.sandbox));
-      server.on('error', (e) => this.o.log.debug(`sandbox ${ref}: egress listener: ${e.message}`));
-      this.attached.set(ref, entry);
+      // The passed socket is closed here on any failure before serveInheritedListener owns it.
+      let passed = inheritedFd;
+      try {
+        if (current !== undefined) await this.detach(ref);
+        if (this.closed) throw new Error('berth egress is closed');
+        const proxy = await this.proxyNow();
+        // A new sandbox may come with a new bridge whose gateway is this host's: read its addresses now.
+        proxy.refreshHostAddresses();
+        const at = { host: '127.0.0.1', port: this.o.port, maxConnections: this.o.maxConnectionsPerSandbox };
+        let server: Server;
+        if (passed === undefined) {
+          server = await this.o.listen(netns.path, { ...at, expectNs: netns.ns });
+        } else {
+          const fd = passed;
+          passed = undefined;
+          server = await serveInheritedListener(fd, at);
+        }
+        const entry: Attached = { ns: netns.ns, server, sandbox };
+        server.on('connection', (socket: Socket) => proxy.handle(socket, entry.sandbox));
+        server.on('error', (e) => this.o.log.debug(`sandbox ${ref}: egress listener: ${e.message}`));
+        this.attached.set(ref, entry);
+      } finally {
+        if (passed !== undefined) closeSync(passed);
+      }
     })();
     this.attaching.set(ref, work);
     try {

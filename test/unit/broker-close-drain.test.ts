@@ -125,14 +125,15 @@ describe('the close says which sandboxes it leaves without their egress proxy', 
     ]);
   });
 
-  it('each kept sandbox\'s listening socket goes to the keeper with it; once the keeper holds a sandbox this process stops accepting on it, before the shells and the rest of egress close', async () => {
+  it('each kept sandbox\'s listening socket goes to the keeper with it; where the keeper serves it, this process stops accepting on it, before the shells and the rest of egress close', async () => {
     const kept = withJobs('session:kept', true);
     const refused = withJobs('session:refused', true);
+    const anew = withJobs('session:anew', true);
     const { parts, steps } = closing(Promise.resolve());
-    parts.lives.all = () => [kept, refused];
+    parts.lives.all = () => [kept, refused, anew];
     parts.egress.holds = () => true;
     parts.egress.heldCall = (ref) => ({ scope: { tenant: 't', profile: 'p', session: ref } }) as unknown as ResolvedCall;
-    parts.egress.listenerFor = (ref) => ({ ref, fd: ref === 'ref-session:kept' ? 21 : 22, ns: `net:[${ref}]`, holder: '1:2:h' });
+    parts.egress.listenerFor = (ref) => (ref === 'ref-session:anew' ? undefined : { ref, fd: ref === 'ref-session:kept' ? 21 : 22, ns: `net:[${ref}]`, holder: '1:2:h' });
     const stopped: string[] = [];
     parts.egress.stopAccepting = (ref) => {
       stopped.push(ref);
@@ -142,14 +143,16 @@ describe('the close says which sandboxes it leaves without their egress proxy', 
     parts.keeper = async (k) => {
       steps.push('keeper');
       given = k;
-      return { pid: 4242, held: ['session:kept'] };
+      return { pid: 4242, held: ['session:kept', 'session:anew'], serving: ['session:kept'] };
     };
     await closeParts(parts, 0);
     expect(given.map((k) => k.listener)).toEqual([
       { ref: 'ref-session:kept', fd: 21, ns: 'net:[ref-session:kept]', holder: '1:2:h' },
       { ref: 'ref-session:refused', fd: 22, ns: 'net:[ref-session:refused]', holder: '1:2:h' },
+      undefined,
     ]);
-    // The sandbox the keeper could not hold keeps being served here until this process's egress closes.
+    // The sandbox the keeper could not hold, and the one it holds without serving a passed socket
+    // (it listens anew once this process lets go), are served here until this process's egress closes.
     expect(stopped).toEqual(['ref-session:kept']);
     expect(steps.indexOf('stop ref-session:kept')).toBeGreaterThan(steps.indexOf('keeper'));
     expect(steps.indexOf('stop ref-session:kept')).toBeLessThan(steps.indexOf('shells'));

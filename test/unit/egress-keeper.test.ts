@@ -11,7 +11,7 @@ import { Logger } from '../../src/logging/logger.js';
 
 const K: KeptSandbox = { scope: { tenant: 't', profile: 'p', session: 's' }, digest: 'd1', key: 'session:s' };
 
-function keeper(o: { rec?: object | undefined; running: boolean | undefined; groupsRunning?: () => boolean }) {
+function keeper(o: { rec?: object | undefined; running: boolean | undefined; groupsRunning?: () => boolean; acquired?: Promise<void>; shutdown?: AbortSignal }) {
   const calls: string[] = [];
   const live = {
     digest: 'd1', recreatedUnreported: false,
@@ -26,6 +26,7 @@ function keeper(o: { rec?: object | undefined; running: boolean | undefined; gro
     gate: {
       run: (_call: unknown, fn: (sc: unknown) => Promise<unknown>) => fn({}),
       acquire: async () => {
+        await o.acquired;
         calls.push('acquire');
         held = true;
         return live;
@@ -35,8 +36,9 @@ function keeper(o: { rec?: object | undefined; running: boolean | undefined; gro
     egress: {
       detach: async () => void calls.push('detach'), serves: () => true,
       inherit: (p: { ref: string; fd: number }) => void calls.push(`inherit ${p.ref} ${p.fd}`), closeInherited: () => void calls.push('close inherited'),
+      servesPassed: (ref: string) => ref === 'c1',
     },
-    shutdown: new AbortController().signal,
+    shutdown: o.shutdown ?? new AbortController().signal,
     log: Logger.silent(),
   });
   return { k, calls };
@@ -73,9 +75,28 @@ describe('the egress keeper', () => {
     expect(calls).toEqual(['acquire', 'close inherited', 'detach', 'forget']);
   }, 20_000);
 
-  it('a passed listening socket is handed to the egress part before the sandbox is brought up (which serves it), and those not served are closed before "ready"', async () => {
+  it('a passed listening socket is handed to the egress part before the sandbox is brought up (which serves it), those not served are closed before "ready", which names the sandboxes served on their passed socket', async () => {
     const { k, calls } = keeper({ rec: { ref: 'c1', hibernatedMs: null }, running: true, groupsRunning: () => false });
-    await k.keep([{ ...K, listener: { ref: 'c1', fd: 7, ns: 'net:[1]', holder: 'h' } }], () => void calls.push('ready'));
-    expect(calls.slice(0, 4)).toEqual(['inherit c1 7', 'acquire', 'close inherited', 'ready']);
+    await k.keep([{ ...K, listener: { ref: 'c1', fd: 7, ns: 'net:[1]', holder: 'h' } }], (held, serving) => void calls.push(`ready ${held.join()} serving ${serving.join()}`));
+    expect(calls.slice(0, 4)).toEqual(['inherit c1 7', 'acquire', 'close inherited', 'ready session:s serving session:s']);
+  }, 20_000);
+
+  it('a sandbox held without a passed socket is not told as served on one', async () => {
+    const { k, calls } = keeper({ rec: { ref: 'c1', hibernatedMs: null }, running: true, groupsRunning: () => false });
+    await k.keep([K], (held, serving) => void calls.push(`ready ${held.join()} serving ${serving.join()}`));
+    expect(calls).toContain('ready session:s serving ');
+  }, 20_000);
+
+  it('passed sockets not served yet are closed as soon as the process starts ending, not once the bring-up returns', async () => {
+    const stop = new AbortController();
+    let bringUp!: () => void;
+    const { k, calls } = keeper({ rec: { ref: 'c1', hibernatedMs: null }, running: true, acquired: new Promise<void>((r) => (bringUp = r)), shutdown: stop.signal });
+    const keeping = k.keep([{ ...K, listener: { ref: 'c1', fd: 7, ns: 'net:[1]', holder: 'h' } }]);
+    await expect.poll(() => calls).toEqual(['inherit c1 7']);
+    stop.abort();
+    expect(calls).toEqual(['inherit c1 7', 'close inherited']);
+    bringUp();
+    await keeping;
+    expect(calls.indexOf('acquire')).toBeGreaterThan(1);
   }, 20_000);
 });

@@ -30,4 +30,16 @@ describe('egress_listeners', () => {
     expect(a.get('ref-1')).toBeUndefined();
     expect(a.claim('ref-1', 'A2', 'd3', 5, isDead)).toBe('mine');
   });
+
+  it('a row taken from a holder is handed back only by the one that holds it now, with the digest it had', () => {
+    const home = tempDir();
+    const [a, b] = [open(home).egressListeners, open(home).egressListeners];
+    expect(a.claim('ref-1', 'CALL', 'd1', 1, () => false)).toBe('mine');
+    // The keeper takes the call's row (the call passed its socket: treated as gone).
+    expect(b.claim('ref-1', 'KEEPER', 'd2', 2, (h) => h === 'CALL')).toBe('mine');
+    expect(a.handBack('ref-1', 'OTHER', { holder: 'CALL', digest: 'd1' })).toBe(false);
+    expect(a.get('ref-1')).toEqual({ holder: 'KEEPER', digest: 'd2' });
+    expect(b.handBack('ref-1', 'KEEPER', { holder: 'CALL', digest: 'd1' })).toBe(true);
+    expect(a.get('ref-1')).toEqual({ holder: 'CALL', digest: 'd1' });
+  });
 });

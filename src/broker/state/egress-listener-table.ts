@@ -46,6 +46,12 @@ export class EgressListenerTable {
     return this.sql.q('SELECT holder, digest FROM egress_listeners WHERE ref = ?').get(ref) as ListenerHolder | undefined;
   }
 
+  /** Gives `ref`'s listener back from `holder` to `to` (the holder it was taken from), if `holder` holds it; whether it did. */
+  handBack(ref: string, holder: string, to: ListenerHolder): boolean {
+    return this.sql.q('UPDATE egress_listeners SET holder = ?, digest = ?, updated_ms = ? WHERE ref = ? AND holder = ?')
+      .run(to.holder, to.digest, Date.now(), ref, holder).changes === 1;
+  }
+
   /** Lets go of `ref`'s listener, if `holder` holds it. */
   release(ref: string, holder: string): void {
     this.sql.q('DELETE FROM egress_listeners WHERE ref = ? AND holder = ?').run(ref, holder);

@@ -11,7 +11,7 @@ const KEEP_HELP = `usage: berth __keep [--config FILE]   (internal: started by b
 Keeps the sandboxes a berth command left with a background job (read as JSON on stdin): holds
 each, so its egress proxy listens in this process and it is not hibernated, until no process a
 command started runs in it any more; then lets it go as it is and exits. Prints "ready" and the
-keys of those it holds (JSON) once it holds them. Ends on SIGTERM or SIGINT, leaving the sandboxes as they are.`;
+keys of those it holds and of those whose passed listening socket it serves (JSON) once it holds them. Ends on SIGTERM or SIGINT, leaving the sandboxes as they are.`;
 
 const Kept = z.object({
   sandboxes: z.array(z.object({
@@ -45,18 +45,22 @@ export async function keepCommand(argv: string[], io: CliIo, input: () => Promis
   } catch (err) {
     throw new UsageError(`__keep reads the sandboxes to keep as JSON on stdin, as berth writes it (${err instanceof Error ? err.message.split('\n')[0] : String(err)}); it is not meant to be run by hand`);
   }
-  // Checked before this process opens anything: a descriptor named but not passed could be one of its own.
+  // Before the broker opens: a descriptor named but not passed could be one of this process's own
+  // (node's are not sockets, the broker's would be), and one named twice would be closed twice.
+  const named = new Set<number>();
   for (const k of kept) {
-    if (k.listener !== undefined && !isSocket(k.listener.fd)) {
-      throw new UsageError(`__keep: descriptor ${k.listener.fd} named for sandbox ${k.key} is not a socket passed to this process; it is not meant to be run by hand`);
+    if (k.listener === undefined) continue;
+    if (named.has(k.listener.fd) || !isSocket(k.listener.fd)) {
+      throw new UsageError(`__keep: descriptor ${k.listener.fd} named for sandbox ${k.key} is not a socket passed to this process${named.has(k.listener.fd) ? ' (named twice)' : ''}; it is not meant to be run by hand`);
     }
+    named.add(k.listener.fd);
   }
   return withBroker(io, values.config, async (broker) => {
     const stop = (): void => void broker.close().catch(() => undefined);
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
     try {
-      await broker.keepEgress(kept, (held) => io.out(`ready ${JSON.stringify(held)}\n`));
+      await broker.keepEgress(kept, (held, serving) => io.out(`ready ${JSON.stringify({ held, serving })}\n`));
     } finally {
       process.off('SIGTERM', stop);
       process.off('SIGINT', stop);
