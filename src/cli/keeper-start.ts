@@ -24,8 +24,10 @@ export const KEEPER_LOG = 'keeper.log';
 /**
  * Starts `berth __keep` for `sandboxes`, detached from this process and its terminal, with this
  * command's config, environment and cwd (so it serves the same egress context), and with the
- * listening sockets of those that name one (see PassedListener), and waits until it says it holds them. Its warnings go to `$BERTH_HOME/keeper.log`. Resolves to its pid and the keys
- * of the sandboxes it holds; rejects naming why when it did not get ready (it is then ended).
+ * listening sockets of those that name one (see PassedListener), and waits until it says it holds
+ * them. Its warnings go to `$BERTH_HOME/keeper.log`. Resolves to its pid, the keys of the
+ * sandboxes it holds and of those it serves on their passed socket; rejects naming why when it
+ * did not get ready (it is then ended).
  */
 export async function startKeeper(io: CliIo, configPath: string | undefined, berthHome: string, sandboxes: KeptSandbox[]): Promise<StartedKeeper> {
   const log = openSync(join(berthHome, KEEPER_LOG), 'a', 0o600);

@@ -123,7 +123,7 @@ export async function listenInNetns(netnsPath: string, options: NetnsListenOptio
   });
 }
 
-/**
+/*
  * A listening socket one berth process passes to another it starts (a CLI call ending, to the
  * keeper it starts, `berth __keep`): the socket itself, so the port never closes between the
  * two. Passed as an inherited descriptor at the child's start, never over a channel afterwards, so

@@ -11,7 +11,8 @@ const KEEP_HELP = `usage: berth __keep [--config FILE]   (internal: started by b
 Keeps the sandboxes a berth command left with a background job (read as JSON on stdin): holds
 each, so its egress proxy listens in this process and it is not hibernated, until no process a
 command started runs in it any more; then lets it go as it is and exits. Prints "ready" and the
-keys of those it holds and of those whose passed listening socket it serves (JSON) once it holds them. Ends on SIGTERM or SIGINT, leaving the sandboxes as they are.`;
+keys of those it holds and of those whose passed listening socket it serves (JSON) once it holds
+them. Ends on SIGTERM or SIGINT, leaving the sandboxes as they are.`;
 
 const Kept = z.object({
   sandboxes: z.array(z.object({
