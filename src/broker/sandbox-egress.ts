@@ -213,15 +213,13 @@ export class SandboxEgress {
     // The process that passed its socket here lets go of the sandbox: its row is taken as a dead
     // holder's (and handed back if this one lets go first while it lives).
     let claim: ReturnType<EgressListenerTable['claim']>;
-    let from: ListenerHolder | undefined;
     try {
-      from = passed === undefined ? undefined : this.o.listeners.get(ref);
       claim = this.o.listeners.claim(ref, this.holder, digest, Date.now(), (h) => h === passed?.holder || holderDead(h));
     } catch (err) {
       if (passed !== undefined) closeSync(passed.fd);
       throw err;
     }
-    if (claim === 'mine' && from !== undefined && from.holder === passed?.holder) this.takenFrom.set(ref, from);
+    if (claim === 'mine' && passed?.row !== undefined) this.takenFrom.set(ref, passed.row);
     if (claim !== 'mine') {
       if (passed !== undefined) closeSync(passed.fd);
       if (claim.digest !== digest) {
@@ -269,10 +267,10 @@ export class SandboxEgress {
 
   /**
    * Sandbox `ref`'s socket passed to this process, to serve: only while the sandbox is still in
-   * the namespace it listens in, and the passing process's row serves the same context (else it
-   * is closed and the sandbox is attached as any other).
+   * the namespace it listens in, and not when the passing process's row names another context
+   * (else it is closed and the sandbox is attached as any other). With it, that row, if there is one.
    */
-  private async passedFor(ref: string, sandbox: Sandbox, digest: string): Promise<{ fd: number; holder: string; netns: Netns } | undefined> {
+  private async passedFor(ref: string, sandbox: Sandbox, digest: string): Promise<{ fd: number; holder: string; netns: Netns; row: ListenerHolder | undefined } | undefined> {
     const passed = this.inherited.get(ref);
     if (passed === undefined) return undefined;
     this.inherited.delete(ref);
@@ -283,7 +281,7 @@ export class SandboxEgress {
       this.o.log.debug(`sandbox ${ref.slice(0, 12)}: the passed egress listener is not served (${netns?.ns !== passed.ns ? 'the sandbox is in another namespace now' : 'another egress context'})`);
       return undefined;
     }
-    return { fd: passed.fd, holder: passed.holder, netns };
+    return { fd: passed.fd, holder: passed.holder, netns, row: row?.holder === passed.holder ? row : undefined };
   }
 
   /**
