@@ -5,7 +5,7 @@ import { Broker } from '../src/broker/broker.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
 import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
 import { parseConfig } from '../src/setup/parse-config.js';
-import { engineMemoryPerSandbox } from './docker.js';
+import { BareAttachShell, engineMemoryPerSandbox } from './docker.js';
 import { cpuSnapshot, cpuSpent, type CpuSnapshot } from './process-cpu.js';
 import { fmt, percentile, verdict } from './stats.js';
 
@@ -37,11 +37,55 @@ function dockerdOpenFiles(): number | undefined {
   }
 }
 
+/** `BENCH_SCALE_FLOOR=0` skips the engine-only floor (bare containers, no berth) measured before the first count. */
+const FLOOR = process.env['BENCH_SCALE_FLOOR'] !== '0';
+
 /** Times `fn` (ms). */
 async function timed(fn: () => Promise<unknown>): Promise<number> {
   const t = process.hrtime.bigint();
   await fn();
   return Number(process.hrtime.bigint() - t) / 1e6;
+}
+
+/**
+ * The engine alone, the floor of the all-at-once figure: `count` bare containers of the same image
+ * (an init and `sleep`, on the default bridge), each with one bash exec attached through the Engine
+ * API as berth attaches its shells (stdout and stderr apart, a marker awaited on both), all asked
+ * one `echo` at once. The median of the rounds (ms); the containers are removed before it returns.
+ */
+async function engineOnlyAtOnce(docker: ReturnType<typeof defaultDocker>, count: number): Promise<number> {
+  const label = `berth.bench.scale-floor=${process.pid}`;
+  const shells: BareAttachShell[] = [];
+  const ids: string[] = [];
+  try {
+    const fillMs = await timed(async () => {
+      for (let i = 0; i < count; i += FILL_CONCURRENCY) {
+        await Promise.all(Array.from({ length: Math.min(FILL_CONCURRENCY, count - i) }, async () => {
+          const c = await docker.createContainer({ Image: IMAGE, Cmd: ['sleep', 'infinity'], Labels: { 'berth.bench.scale-floor': String(process.pid) }, HostConfig: { Init: true } });
+          ids.push(c.id);
+          await c.start();
+          const shell = await BareAttachShell.open(docker, c.id, true);
+          await shell.run('true');
+          shells.push(shell);
+        }));
+      }
+    });
+    const rounds: number[] = [];
+    for (let r = 0; r < ALL_AT_ONCE_ROUNDS; r++) rounds.push(await timed(() => Promise.all(shells.map((sh, i) => sh.run(`echo ${i}`)))));
+    const median = percentile(rounds, 50);
+    console.log(`  floor, the engine alone: ${count} bare containers with a bash exec attached (made in ${(fillMs / 1000).toFixed(1)} s) answer one command at once: ` +
+      `${fmt(median)} (median of ${ALL_AT_ONCE_ROUNDS}; ${rounds.map(fmt).join(', ')})`);
+    return median;
+  } finally {
+    for (const sh of shells) sh.close();
+    const t = Date.now();
+    const left = await docker.listContainers({ all: true, filters: { label: [label] } });
+    const all = [...new Set([...ids, ...left.map((c) => c.Id)])];
+    for (let i = 0; i < all.length; i += FILL_CONCURRENCY) {
+      await Promise.all(all.slice(i, i + FILL_CONCURRENCY).map((id) => docker.getContainer(id).remove({ force: true }).catch(() => undefined)));
+    }
+    console.log(`  (the floor's ${all.length} containers removed in ${((Date.now() - t) / 1000).toFixed(1)} s)`);
+  }
 }
 
 /**
@@ -71,6 +115,11 @@ export async function scaleBench(): Promise<void> {
       `~${ENGINE_FDS_PER_SANDBOX} in the engine for its FIFOs and sockets, the shell's exec and the warden's attachment included); start dockerd with a higher ` +
       'limit (docker\'s service unit sets LimitNOFILE=infinity; scripts/ensure-docker.sh raises it where it may) or ask for fewer (BENCH_SESSIONS)');
     return;
+  }
+  let floor: { count: number; ms: number } | undefined;
+  if (FLOOR) {
+    console.log(`\n# scale: the floor, ${COUNTS[0]} bare containers without berth (BENCH_SCALE_FLOOR=0 skips it)`);
+    floor = { count: COUNTS[0]!, ms: await engineOnlyAtOnce(docker, COUNTS[0]!) };
   }
   const home = mkdtempSync(join(tmpdir(), 'berth-bench-scale-'));
   const broker = await Broker.open({
@@ -113,6 +162,7 @@ export async function scaleBench(): Promise<void> {
       }
       const all = percentile(rounds, 50);
       console.log(`  all ${ids.length} answer one command at once: ${fmt(all)} (median of ${ALL_AT_ONCE_ROUNDS}; ${rounds.map(fmt).join(', ')})   ${verdict('< 500 ms', all < 500)}`);
+      if (floor?.count === ids.length) console.log(`  berth / the engine alone (the floor above, same count): ${(all / floor.ms).toFixed(2)}x`);
       // Every round's CPU: the first round after a fill has been the slowest by far.
       rounds.forEach((ms, r) => {
         console.log(`    CPU of round ${r + 1} (${fmt(ms)}; 2 cores give ${(2 * ms / 1000).toFixed(2)} s in it): ${cpuSpent(cpu[r]!.before, cpu[r]!.after)}`);
