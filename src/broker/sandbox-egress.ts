@@ -84,6 +84,25 @@ export interface SandboxEgressOptions {
 }
 
 /**
+ * Whether a socket passed to this process for a sandbox is served here (see PassedListener): only
+ * while the sandbox is still in the namespace the socket listens in (`ns`: the sandbox's now,
+ * undefined when it cannot be read), and not when the passing process's row (`row`, the store's)
+ * names another egress context than this call's `digest`. When served, the passer's row, to hand
+ * back if this process lets go first; a row of a third process is left to the claim.
+ *
+ * @example
+ * passedVerdict({ ns: 'net:[1]', holder: 'a' }, 'net:[2]', undefined, 'd') // → { serve: false, why: 'the sandbox is in another namespace now' }
+ */
+export function passedVerdict(
+  passed: Pick<PassedListener, 'ns' | 'holder'>, ns: string | undefined, row: ListenerHolder | undefined, digest: string,
+): { serve: true; row: ListenerHolder | undefined } | { serve: false; why: string } {
+  if (ns === undefined || ns !== passed.ns) return { serve: false, why: 'the sandbox is in another namespace now' };
+  const passers = row?.holder === passed.holder ? row : undefined;
+  if (passers !== undefined && passers.digest !== digest) return { serve: false, why: 'another egress context' };
+  return { serve: true, row: passers };
+}
+
+/**
  * berth's egress proxy for the broker's sandboxes (docs/egress.md): made at open when a profile
  * uses it (allowlist, or credentials), a listener in each such sandbox's network namespace as the
  * sandbox becomes live (or, for sandboxes that reach it shared, the shared listener opened at open
@@ -275,13 +294,13 @@ export class SandboxEgress {
     if (passed === undefined) return undefined;
     this.inherited.delete(ref);
     const netns = await sandbox.netns?.().catch(() => undefined);
-    const row = this.o.listeners.get(ref);
-    if (netns?.ns !== passed.ns || (row !== undefined && row.holder === passed.holder && row.digest !== digest)) {
+    const verdict = passedVerdict(passed, netns?.ns, this.o.listeners.get(ref), digest);
+    if (netns === undefined || !verdict.serve) {
       closeSync(passed.fd);
-      this.o.log.debug(`sandbox ${ref.slice(0, 12)}: the passed egress listener is not served (${netns?.ns !== passed.ns ? 'the sandbox is in another namespace now' : 'another egress context'})`);
+      this.o.log.debug(`sandbox ${ref.slice(0, 12)}: the passed egress listener is not served (${verdict.serve ? 'no namespace' : verdict.why})`);
       return undefined;
     }
-    return { fd: passed.fd, holder: passed.holder, netns, row: row?.holder === passed.holder ? row : undefined };
+    return { fd: passed.fd, holder: passed.holder, netns, row: verdict.row };
   }
 
   /**
