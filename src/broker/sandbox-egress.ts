@@ -96,7 +96,8 @@ export interface SandboxEgressOptions {
 export function passedVerdict(
   passed: Pick<PassedListener, 'ns' | 'holder'>, ns: string | undefined, row: ListenerHolder | undefined, digest: string,
 ): { serve: true; row: ListenerHolder | undefined } | { serve: false; why: string } {
-  if (ns === undefined || ns !== passed.ns) return { serve: false, why: 'the sandbox is in another namespace now' };
+  if (ns === undefined) return { serve: false, why: 'the sandbox\'s namespace cannot be read' };
+  if (ns !== passed.ns) return { serve: false, why: 'the sandbox is in another namespace now' };
   const passers = row?.holder === passed.holder ? row : undefined;
   if (passers !== undefined && passers.digest !== digest) return { serve: false, why: 'another egress context' };
   return { serve: true, row: passers };
@@ -295,9 +296,9 @@ export class SandboxEgress {
     this.inherited.delete(ref);
     const netns = await sandbox.netns?.().catch(() => undefined);
     const verdict = passedVerdict(passed, netns?.ns, this.o.listeners.get(ref), digest);
-    if (netns === undefined || !verdict.serve) {
+    if (!verdict.serve || netns === undefined) {
       closeSync(passed.fd);
-      this.o.log.debug(`sandbox ${ref.slice(0, 12)}: the passed egress listener is not served (${verdict.serve ? 'no namespace' : verdict.why})`);
+      this.o.log.debug(`sandbox ${ref.slice(0, 12)}: the passed egress listener is not served (${verdict.serve ? 'the sandbox\'s namespace cannot be read' : verdict.why})`);
       return undefined;
     }
     return { fd: passed.fd, holder: passed.holder, netns, row: verdict.row };

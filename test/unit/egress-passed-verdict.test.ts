@@ -20,7 +20,7 @@ describe('passedVerdict: a passed egress socket is served only where it still fi
   });
 
   it("refuses it when the sandbox's namespace cannot be read", () => {
-    expect(passedVerdict(passed, undefined, { holder: 'cli:1', digest: 'ctx' }, 'ctx')).toMatchObject({ serve: false });
+    expect(passedVerdict(passed, undefined, { holder: 'cli:1', digest: 'ctx' }, 'ctx')).toEqual({ serve: false, why: 'the sandbox\'s namespace cannot be read' });
   });
 
   it("refuses it when the passer's row names another egress context (other credentials or policy)", () => {
