@@ -54,14 +54,14 @@ async function timed(fn: () => Promise<unknown>): Promise<number> {
  * one `echo` at once. The median of the rounds (ms); the containers are removed before it returns.
  */
 async function engineOnlyAtOnce(docker: ReturnType<typeof defaultDocker>, count: number): Promise<number> {
-  const label = `berth.bench.scale-floor=${process.pid}`;
+  const labels = { 'berth.bench.scale-floor': String(process.pid) };
   const shells: BareAttachShell[] = [];
   const ids: string[] = [];
   try {
     const fillMs = await timed(async () => {
       for (let i = 0; i < count; i += FILL_CONCURRENCY) {
         await Promise.all(Array.from({ length: Math.min(FILL_CONCURRENCY, count - i) }, async () => {
-          const c = await docker.createContainer({ Image: IMAGE, Cmd: ['sleep', 'infinity'], Labels: { 'berth.bench.scale-floor': String(process.pid) }, HostConfig: { Init: true } });
+          const c = await docker.createContainer({ Image: IMAGE, Cmd: ['sleep', 'infinity'], Labels: labels, HostConfig: { Init: true } });
           ids.push(c.id);
           await c.start();
           const shell = await BareAttachShell.open(docker, c.id, true);
@@ -79,7 +79,7 @@ async function engineOnlyAtOnce(docker: ReturnType<typeof defaultDocker>, count:
   } finally {
     for (const sh of shells) sh.close();
     const t = Date.now();
-    const left = await docker.listContainers({ all: true, filters: { label: [label] } });
+    const left = await docker.listContainers({ all: true, filters: { label: Object.entries(labels).map(([k, v]) => `${k}=${v}`) } });
     const all = [...new Set([...ids, ...left.map((c) => c.Id)])];
     for (let i = 0; i < all.length; i += FILL_CONCURRENCY) {
       await Promise.all(all.slice(i, i + FILL_CONCURRENCY).map((id) => docker.getContainer(id).remove({ force: true }).catch(() => undefined)));

@@ -296,12 +296,13 @@ export class SandboxEgress {
     this.inherited.delete(ref);
     const netns = await sandbox.netns?.().catch(() => undefined);
     const verdict = passedVerdict(passed, netns?.ns, this.o.listeners.get(ref), digest);
-    if (!verdict.serve || netns === undefined) {
+    if (!verdict.serve) {
       closeSync(passed.fd);
-      this.o.log.debug(`sandbox ${ref.slice(0, 12)}: the passed egress listener is not served (${verdict.serve ? 'the sandbox\'s namespace cannot be read' : verdict.why})`);
+      this.o.log.debug(`sandbox ${ref.slice(0, 12)}: the passed egress listener is not served (${verdict.why})`);
       return undefined;
     }
-    return { fd: passed.fd, holder: passed.holder, netns, row: verdict.row };
+    // Served only where the namespace was read (passedVerdict refuses an unreadable one).
+    return { fd: passed.fd, holder: passed.holder, netns: netns!, row: verdict.row };
   }
 
   /**
