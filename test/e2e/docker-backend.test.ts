@@ -1,7 +1,7 @@
 import { volumeSettings } from '../../src/backends/docker/settings.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
@@ -467,6 +467,54 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     eof.stdin.end('echo bye\n');
     expect(await readAll(eof.stdout)).toBe('bye\n');
     expect(await eof.exited).toBe(0);
+  });
+
+  it('a process\'s stdio are FIFOs in its own container\'s stdio dir, read-only inside; a container without one (an older berth\'s) runs through the attach', async () => {
+    const sandbox = await backend.ensure(testSpec(installation, { ephemeral: true }), undefined);
+    const info = await docker.getContainer(sandbox.ref).inspect();
+    const id = info.Config.Labels['berth.stdio'];
+    expect(id, at(sandbox)).toMatch(/^[0-9a-f]{16}$/);
+    const hostDir = path.join(berthHome, 'sandboxes', 'docker', '.stdio', id!);
+    expect(info.Mounts.find((m) => m.Destination === '/run/berth-stdio'), at(sandbox)).toMatchObject({ Type: 'bind', Source: hostDir, RW: false });
+
+    // The shell's own stdio, seen from inside: FIFOs in the dir, not the engine's pipes.
+    const shell = await sandbox.openShell({ env: {}, cwd: '/workspace' });
+    const out = readAll(shell.stdout);
+    shell.stdin.end('for f in 0 1 2; do readlink /proc/$$/fd/$f; done; touch /run/berth-stdio/planted 2>/dev/null && echo wrote; ls -l /run/berth-stdio | grep -c "^p---------"\n');
+    const lines = (await out).trim().split('\n');
+    // (Unlinked once the shell held them: no later process can open them by name.)
+    for (const [fd, line] of lines.slice(0, 3).entries()) expect(line, `fd ${fd} ${at(sandbox)}`).toMatch(new RegExp(`^/run/berth-stdio/[0-9a-f]{16}\\.${fd} \\(deleted\\)$`));
+    // Nothing inside can add to it; the sets made ahead wait unopenable (mode 0000) until taken.
+    expect(lines[3], at(sandbox)).not.toBe('wrote');
+    expect(Number(lines.at(-1)), at(sandbox)).toBeGreaterThan(0);
+    expect(await shell.exited).toBe(0);
+    // Only sets not taken yet are left in the host dir (a used one is unlinked once its process holds it).
+    const files = (await readdir(hostDir)).filter((n) => n.endsWith('.1'));
+    for (const f of files) expect((await stat(path.join(hostDir, f))).mode & 0o777, f).toBe(0);
+
+    // An older berth's container: no stdio dir. Adopted by its ref, its shell goes through the attach.
+    const spec = testSpec(installation, { ephemeral: true });
+    const { Labels, HostConfig, ...rest } = (await docker.getContainer(sandbox.ref).inspect()).Config as unknown as Dockerode.ContainerCreateOptions & { Labels: Record<string, string> };
+    void HostConfig;
+    const { ['berth.stdio']: _gone, ...older } = Labels;
+    const made = await docker.createContainer({
+      ...rest, name: `berth-older-${spec.digest.slice(0, 12)}`, Hostname: undefined,
+      Labels: { ...older, 'berth.identity': spec.digest, 'berth.key': spec.identity.key },
+      HostConfig: { NetworkMode: info.HostConfig.NetworkMode, Init: true, Tmpfs: info.HostConfig.Tmpfs ?? {} },
+    } as Dockerode.ContainerCreateOptions);
+    await made.start();
+    const adopted = await backend.ensure(spec, made.id);
+    expect(adopted.ref).toBe(made.id);
+    const r = await adopted.execOnce(['sh', '-c', 'readlink /proc/$$/fd/1; echo done']);
+    expect(r.stdout.toString(), at(adopted)).toMatch(/^pipe:\[\d+\]\ndone\n$/);
+    const old = await adopted.openShell({ env: {}, cwd: '/workspace' });
+    const oldOut = readAll(old.stdout);
+    old.stdin.end('echo via-attach\n');
+    expect(await oldOut).toBe('via-attach\n');
+    expect(await old.exited).toBe(0);
+    await backend.remove(made.id, undefined);
+    await backend.remove(sandbox.ref, undefined);
+    expect(existsSync(hostDir), 'its stdio dir goes with the container').toBe(false);
   });
 
   it('env values reach the shell but never the container config or any exec argv', async () => {

@@ -229,7 +229,7 @@ describeDocker('trust boundaries on the real docker engine', () => {
     }));
     const r = await b.exec({ workspace: { path: ws, source: 'session' } }, 'id -u; id -g; echo x > /root/f; echo y > /workspace/g; ls -d /root/.berth');
     expect(r.stdout, r.output).toBe('1000\n1001\n/root/.berth\n');
-    const dirs = readdirSync(join(t.home, 'sandboxes', 'docker')).filter((n) => n !== '.disks');
+    const dirs = readdirSync(join(t.home, 'sandboxes', 'docker')).filter((n) => n !== '.disks' && n !== '.stdio');
     expect(dirs).toEqual(['default']);
     const home = statSync(join(t.home, 'sandboxes', 'docker', 'default', 'home'));
     expect({ uid: home.uid, gid: home.gid, mode: home.mode & 0o777 }).toEqual({ uid: 1000, gid: 1001, mode: 0o700 });

@@ -220,8 +220,11 @@ describeDocker('broker on the real docker engine', () => {
     expect(await b.closeSession({ session: 'eph' })).toEqual({ removed: ['session:eph'], kept: [], wasOpen: true });
     expect(await containerState(eph.id), `container ${eph.id.slice(0, 12)} should be gone`).toBeUndefined();
     const dockerDirs = join(t.home, 'sandboxes', 'docker');
-    // (Disk images, where berth makes them, live in `.disks` beside the sandbox dirs.)
-    expect(readdirSync(dockerDirs).filter((n) => n !== '.disks')).toEqual(['default']);
+    // (Disk images, where berth makes them, live in `.disks` beside the sandbox dirs; each
+    // container's stdio dir in `.stdio`, named by its label, and removed with it.)
+    expect(readdirSync(dockerDirs).filter((n) => n !== '.disks' && n !== '.stdio')).toEqual(['default']);
+    const stdioOf = (c: { labels: Record<string, string> }): string => c.labels['berth.stdio'] ?? 'none';
+    expect(readdirSync(join(dockerDirs, '.stdio'))).toEqual([stdioOf(dflt)]);
     expect(await b.closeSession({})).toEqual({ removed: [], kept: ['default'], wasOpen: true });
     expect((await containerState(dflt.id))?.running, `container ${dflt.id.slice(0, 12)}`).toBe(true);
     expect(readFileSync(join(dockerDirs, 'default', 'workspace', 'keep'), 'utf8')).toBe('kept\n');
@@ -230,6 +233,7 @@ describeDocker('broker on the real docker engine', () => {
     const held = await containerFor(t.installation, 'session:held');
     await b.close();
     expect(await containerState(held.id), `container ${held.id.slice(0, 12)} should be gone`).toBeUndefined();
+    expect(readdirSync(join(dockerDirs, '.stdio'))).toEqual([stdioOf(dflt)]);
     expect((await containerState(dflt.id))?.running).toBe(true);
     expect(readFileSync(join(dockerDirs, 'default', 'workspace', 'keep'), 'utf8')).toBe('kept\n');
   });

@@ -94,8 +94,11 @@ describeDocker('reapers and installations on the real docker engine', () => {
       expect(await containerState(c.id), `container ${c.id.slice(0, 12)} should be gone`).toBeUndefined();
     }
     // The persistent sandbox's dir, and its disk image where berth can make one (root).
-    expect(readdirSync(join(t.home, 'sandboxes', 'docker')).filter((n) => n !== '.disks')).toEqual(['default']);
+    expect(readdirSync(join(t.home, 'sandboxes', 'docker')).filter((n) => n !== '.disks' && n !== '.stdio')).toEqual(['default']);
     if (process.getuid?.() === 0) expect(readdirSync(join(t.home, 'sandboxes', 'docker', '.disks'))).toEqual(['default.ext4']);
+    // The reaped containers' stdio dirs went with them (this process never handed them out: their
+    // labels were asked of the engine); the kept one's stays.
+    expect(readdirSync(join(t.home, 'sandboxes', 'docker', '.stdio'))).toEqual([left[0]!.labels['berth.stdio']]);
     expect(b.list('local').map((s) => s.sandboxKey)).toEqual(['default']);
     const p = await b.exec({}, 'cat /workspace/p');
     expect(p).toMatchObject({ exitCode: 0, stdout: 'persist\n' });

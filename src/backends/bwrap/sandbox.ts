@@ -4,7 +4,7 @@ import type { Readable, Writable } from 'node:stream';
 import { BackendUnavailableError, BerthError, TimeoutError } from '../../errors.js';
 import type { SpawnOptions } from '../backend.js';
 import { bwrapArgs } from './bwrap-args.js';
-import { FifoPool } from './fifo.js';
+import { FifoPool } from '../plumbing/fifo-pool.js';
 import { INIT_SCRIPT } from './init-script.js';
 import { readInitEvents, type InitEvent } from './init-events.js';
 import { spawnThroughInit, type InitLoop, type SandboxProcess } from './spawn.js';

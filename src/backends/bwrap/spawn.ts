@@ -2,7 +2,7 @@ import { closeSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { BerthError, TimeoutError } from '../../errors.js';
 import type { SpawnOptions } from '../backend.js';
-import { openHostEnds, streamsOf, unlinkFifos, type FifoPool, type HostEnds, type HostFds } from './fifo.js';
+import { openHostEnds, streamsOf, unlinkFifos, type FifoPool, type HostEnds, type HostFds } from '../plumbing/fifo-pool.js';
 import { parseExitStatus, type InitEvent } from './init-events.js';
 import { encodeKill, encodeSpawn } from './init-script.js';
 import { SANDBOX_WORKSPACE } from './layout.js';

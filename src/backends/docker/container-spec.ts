@@ -6,6 +6,7 @@ import { EGRESS_CA_DIR, type SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
 import { LABEL } from '../labels.js';
 import { HOME, WORKSPACE } from './paths.js';
+import { STDIO_DIR, STDIO_LABEL } from './stdio-dir.js';
 import { WARDEN_RESIDENT, WARDEN_SCRIPT } from '../../shell/warden-script.js';
 
 export { HOME, STATE_DIR, WORKSPACE } from './paths.js';
@@ -145,6 +146,8 @@ export interface CreatePlanInput {
   labels?: Record<string, string> | undefined;
   /** Host dir of the egress proxy's CA files, bound read-only at EGRESS_CA_DIR. */
   egressCaDir?: string | undefined;
+  /** The container's own stdio dir (stdio-dir.ts), bound read-only at STDIO_DIR and named by STDIO_LABEL. */
+  stdio?: { id: string; dir: string } | undefined;
 }
 
 /**
@@ -175,6 +178,7 @@ export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreate
   if (!bound(WORKSPACE)) tmpfs[WORKSPACE] = `rw,exec,nosuid,nodev,size=${ephemeralSize},mode=0755${owner}`;
   const binds = hostBinds.map((b) => `${b.source}:${b.target}${b.readOnly ? ':ro' : ''}`);
   if (input.egressCaDir !== undefined) binds.push(`${input.egressCaDir}:${EGRESS_CA_DIR}:ro`);
+  if (input.stdio !== undefined) binds.push(`${input.stdio.dir}:${STDIO_DIR}:ro`);
 
   return {
     name: input.name,
@@ -183,7 +187,7 @@ export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreate
     // trees when berth asks (it runs as the sandbox's user, as the commands do).
     Cmd: [...RESIDENT_WARDEN_CMD],
     Entrypoint: [],
-    Labels: { ...(input.labels ?? labelsFor(spec)), [WARDEN_LABEL]: 'resident' },
+    Labels: { ...(input.labels ?? labelsFor(spec)), [WARDEN_LABEL]: 'resident', ...(input.stdio === undefined ? {} : { [STDIO_LABEL]: input.stdio.id }) },
     Env: [`HOME=${HOME}`],
     WorkingDir: WORKSPACE,
     User: runAs ? `${runAs.uid}:${runAs.gid}` : undefined,

@@ -56,6 +56,8 @@ import { dockerShapeOf, poolLabels, poolName, poolSpec } from './pool-shape.js';
 import { Logger } from '../../logging/logger.js';
 import type { DockerSettings } from './settings.js';
 import { DockerSnapshots } from './snapshots.js';
+import { FifoPool, sweepStaleFifos } from '../plumbing/fifo-pool.js';
+import { makeStdioDir, removeStdioDir, STDIO_LABEL, sweepStdioDirs, usableStdioDir } from './stdio-dir.js';
 
 const STOP_TIMEOUT_SECONDS = 3;
 /** Inspect/create rounds when racing another process for a persistent name. */
@@ -72,6 +74,10 @@ const ENDED_POLLS = 40;
 const ENDED_POLL_MS = 50;
 /** Stats requests in flight at once for `usage`. */
 const USAGE_PARALLEL = 4;
+/** FIFO sets made ahead this long ago and never taken are an earlier handle's: removed (see sweepStaleFifos). */
+const STALE_FIFO_MS = 10 * 60_000;
+/** A stdio dir no container names is removed once this old (a container may be being made for a younger one). */
+const STALE_STDIO_DIR_MS = 10 * 60_000;
 
 export interface DockerBackendOptions {
   /** Engine client; defaults to `DOCKER_HOST` or the default socket. */
@@ -119,6 +125,10 @@ export class DockerBackend implements Backend<DockerSettings> {
   private cgroupHost: CgroupHostProbe | undefined;
   /** The process groups of the containers this process used, by container id (swept by the orphan reaper). */
   private readonly groups = new Map<string, SandboxCgroups>();
+  /** The stdio dir id of each container this process made or handed out (removed with it). */
+  private readonly stdioIds = new Map<string, string>();
+  /** FIFO pools made with their stdio dirs, primed while the container is created, by stdio id; taken by `sandbox`. */
+  private readonly primedFifos = new Map<string, FifoPool>();
   private readonly warned = new Set<string>();
   private readonly sockets = new Set<Duplex>();
   private readonly networks: SandboxNetworks;
@@ -238,11 +248,23 @@ export class DockerBackend implements Backend<DockerSettings> {
 
   async remove(ref: string, hostDir: string | undefined): Promise<void> {
     assertContainerRef(ref);
+    // Its stdio dir goes with it: known when this process handed it out, else asked of the engine.
+    let stdioId = this.stdioIds.get(ref);
+    if (stdioId === undefined) {
+      try {
+        const info = await this.request(`inspect container ${short(ref)}`, (abortSignal) => this.docker.getContainer(ref).inspect({ abortSignal }));
+        stdioId = info.Config.Labels?.[STDIO_LABEL];
+      } catch (err) {
+        if (statusOf(err) !== 404) throw fromDockerError(this.docker, err, `inspect container ${short(ref)}`);
+      }
+    }
     try {
       await this.request(`remove container ${short(ref)}`, (abortSignal) => this.docker.getContainer(ref).remove({ force: true, v: true, abortSignal }));
     } catch (err) {
       if (statusOf(err) !== 404) throw fromDockerError(this.docker, err, `remove container ${short(ref)}`);
     }
+    removeStdioDir(sandboxesRoot(this.berthHome), stdioId);
+    this.stdioIds.delete(ref);
     if (hostDir !== undefined) {
       // Only ever deletes inside berth's own docker sandbox root; its image is unmounted first.
       await this.disks.destroy(path.resolve(hostDir));
@@ -336,11 +358,25 @@ export class DockerBackend implements Backend<DockerSettings> {
    * the sandbox's next call. The orphan reaper calls it.
    */
   async releaseIdleDisks(): Promise<string[]> {
+    await this.sweepStdioDirs();
     const mounted = await this.disks.imageMounts();
     if (mounted.length === 0) return [];
     const bound = await this.boundOwnDirs();
     const idle = mounted.filter((dir) => !bound.has(dir));
     return idle.length === 0 ? [] : this.disks.releaseUnbound(idle, async (hostDir) => (await this.boundOwnDirs()).has(hostDir));
+  }
+
+  /** Removes the stdio dirs no container names (see `sweepStdioDirs`); one engine list. */
+  private async sweepStdioDirs(): Promise<void> {
+    let list: Dockerode.ContainerInfo[];
+    try {
+      list = await this.request('list containers', (abortSignal) => this.docker.listContainers({ all: true, filters: { label: [STDIO_LABEL] }, abortSignal }));
+    } catch (err) {
+      throw fromDockerError(this.docker, err, 'list containers');
+    }
+    const named = new Set(list.map((c) => c.Labels[STDIO_LABEL]).filter((id): id is string => id !== undefined));
+    const removed = sweepStdioDirs(sandboxesRoot(this.berthHome), named, STALE_STDIO_DIR_MS);
+    if (removed > 0) this.logger.debug(`removed ${removed} stdio dir(s) no container uses`);
   }
 
   /** The host dirs whose `home` or `workspace` a container of this installation binds. */
@@ -539,17 +575,29 @@ export class DockerBackend implements Backend<DockerSettings> {
    * by another process's reaper between join and start (it had no container yet): then again.
    */
   private async createAndStart(spec: SandboxSpec<DockerSettings>, plan: Omit<CreatePlanInput, 'networkMode'>): Promise<Dockerode.ContainerInspectInfo> {
-    for (let attempt = 1; ; attempt++) {
-      const joined = networkOf(spec) === 'none' ? undefined : await this.networks.join(spec.identity.tenant);
-      try {
-        const egressCaDir = spec.egress?.ca === undefined ? undefined : await writeEgressCa(sandboxesRoot(this.berthHome), spec.egress.ca);
-        return await this.createAndStartOnce(spec, createOptions({ ...plan, networkMode: joined?.network.id ?? 'none', egressCaDir }));
-      } catch (err) {
-        if (joined === undefined || attempt >= NETWORK_ATTEMPTS || !isNetworkGone(err)) throw err;
-        this.about(spec).debug(`network ${joined.network.name} was removed while creating; joining again`);
-      } finally {
-        joined?.release();
+    // Its own stdio dir, made before it and removed with it (or now, if it is not made). Its
+    // first FIFOs are made while the engine creates and starts the container.
+    const stdio = makeStdioDir(sandboxesRoot(this.berthHome));
+    this.primedFifos.set(stdio.id, primedPool(stdio.dir));
+    try {
+      for (let attempt = 1; ; attempt++) {
+        const joined = networkOf(spec) === 'none' ? undefined : await this.networks.join(spec.identity.tenant);
+        try {
+          const egressCaDir = spec.egress?.ca === undefined ? undefined : await writeEgressCa(sandboxesRoot(this.berthHome), spec.egress.ca);
+          const info = await this.createAndStartOnce(spec, createOptions({ ...plan, networkMode: joined?.network.id ?? 'none', egressCaDir, stdio }));
+          this.stdioIds.set(info.Id, stdio.id);
+          return info;
+        } catch (err) {
+          if (joined === undefined || attempt >= NETWORK_ATTEMPTS || !isNetworkGone(err)) throw err;
+          this.about(spec).debug(`network ${joined.network.name} was removed while creating; joining again`);
+        } finally {
+          joined?.release();
+        }
       }
+    } catch (err) {
+      this.primedFifos.delete(stdio.id);
+      removeStdioDir(sandboxesRoot(this.berthHome), stdio.id);
+      throw err;
     }
   }
 
@@ -721,7 +769,23 @@ export class DockerBackend implements Backend<DockerSettings> {
     const groups = containerGroups(this.cgroupHost, info, this.about(spec, info.Id));
     if ('unavailable' in groups) this.about(spec, info.Id).debug(`commands are found by tags, not cgroups: ${groups.unavailable}`);
     else this.groups.set(info.Id, groups);
+    const stdio = usableStdioDir(sandboxesRoot(this.berthHome), info);
+    let fifos: FifoPool | undefined;
+    if ('unavailable' in stdio) {
+      this.about(spec, info.Id).debug(`processes' stdio goes through the engine's attach: ${stdio.unavailable}`);
+    } else {
+      const id = info.Config.Labels[STDIO_LABEL]!;
+      this.stdioIds.set(info.Id, id);
+      fifos = this.primedFifos.get(id);
+      this.primedFifos.delete(id);
+      if (fifos === undefined) {
+        // Sets an earlier handle made ahead and never used (the container stopped, or that berth exited).
+        sweepStaleFifos(stdio.dir, STALE_FIFO_MS);
+        fifos = primedPool(stdio.dir);
+      }
+    }
     return new ProcessSandbox(new DockerSandboxHandle({
+      fifos,
       spec,
       info,
       hostDir,
@@ -795,3 +859,13 @@ function isNetworkGone(err: unknown): boolean {
   return statusOf(raw) === 404 && /^network .* not found/i.test(engineMessage(raw));
 }
 
+/**
+ * A FIFO pool for a container's stdio dir, its first batch being made. Its processes may run as
+ * any uid the engine maps (a user namespace), so a taken set opens to all: the dir is that
+ * container's alone.
+ */
+function primedPool(dir: string): FifoPool {
+  const pool = new FifoPool(dir, undefined, 0o666);
+  void pool.prime().catch(() => undefined);
+  return pool;
+}

@@ -8,7 +8,8 @@ import type { NetnsRef, SandboxHandle, SandboxSpec, SpawnOptions } from '../back
 import type { ShellTransport, SpawnedProcess } from '../../shell/transport.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { SHELL_TAG_ENV } from './exec-stream.js';
-import { attachMainProcess, spawnInContainer, type ContainerTarget } from './spawn.js';
+import { attachMainProcess, spawnInContainer, spawnOverFifos, type ContainerTarget } from './spawn.js';
+import type { FifoPool } from '../plumbing/fifo-pool.js';
 import { WARDEN_LABEL } from './container-spec.js';
 import { HOME, STATE_DIR, WORKSPACE } from './paths.js';
 import { containerUsage } from './usage.js';
@@ -25,6 +26,8 @@ export interface DockerSandboxInput {
   track: (socket: Duplex) => () => void;
   /** The container's kernel grouping, when berth manages its cgroups from this host. */
   processGroups?: SandboxCgroups | undefined;
+  /** FIFO sets in the container's stdio dir, when berth can use it from this host (stdio-dir.ts). */
+  fifos?: FifoPool | undefined;
 }
 
 /** How long a new exec's process may take to appear in its container's cgroup. */
@@ -57,6 +60,7 @@ export class DockerSandboxHandle implements SandboxHandle {
   private readonly docker: Dockerode;
   private readonly log: Logger;
   private readonly target: ContainerTarget;
+  private readonly fifos: FifoPool | undefined;
   /** Host binds as the container has them (fixed at create), longest destination first. */
   private readonly binds: { source: string; destination: string }[];
 
@@ -75,6 +79,7 @@ export class DockerSandboxHandle implements SandboxHandle {
     const resident = input.info.Config.Labels?.[WARDEN_LABEL] === 'resident' && input.info.Config.OpenStdin === true;
     this.attachWarden = resident ? () => attachMainProcess(this.target) : undefined;
     this.processGroups = input.processGroups;
+    this.fifos = input.fifos;
     this.binds = (input.info.Mounts ?? [])
       .filter((m) => m.Type === 'bind' && typeof m.Source === 'string' && typeof m.Destination === 'string')
       .map((m) => ({ source: path.resolve(m.Source), destination: path.posix.normalize(m.Destination) }))
@@ -111,8 +116,13 @@ export class DockerSandboxHandle implements SandboxHandle {
     return { path, ns };
   }
 
+  /**
+   * Over FIFOs in the container's stdio dir where there is one berth can use (its input and output
+   * never pass through the engine), else through the exec's attach.
+   */
   async spawn(argv: readonly string[], opts: SpawnOptions): Promise<SpawnedProcess> {
-    const { tag, ...p } = await spawnInContainer(this.target, argv, { ...opts, env: { HOME, ...opts.env } });
+    const o = { ...opts, env: { HOME, ...opts.env } };
+    const { tag, ...p } = this.fifos === undefined ? await spawnInContainer(this.target, argv, o) : await spawnOverFifos(this.target, this.fifos, argv, o);
     const groups = this.processGroups;
     if (groups === undefined) return p;
     // Found on this host by the tag its exec gave it, among the processes in the container's own

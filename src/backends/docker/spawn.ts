@@ -1,13 +1,19 @@
 import { randomBytes } from 'node:crypto';
+import { closeSync, constants } from 'node:fs';
+import { Socket } from 'node:net';
+import { basename } from 'node:path';
 import { PassThrough, Writable, type Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
-import { BerthError } from '../../errors.js';
+import { BerthError, TimeoutError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
 import type { SpawnOptions } from '../backend.js';
 import type { ShellTransport, SpawnedProcess } from '../../shell/transport.js';
 import { execOnce } from '../plumbing/exec-once.js';
+import { openFifo } from '../plumbing/fifo-files.js';
+import { unlinkFifos, type FifoPool } from '../plumbing/fifo-pool.js';
 import { bounded, endedAtStart, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError, hijacked } from './engine.js';
 import { demultiplex, exitCodeOf, SHELL_TAG_ENV } from './exec-stream.js';
+import { STDIO_DIR } from './stdio-dir.js';
 
 /** How long to ask the engine for an exec's exit code once its stream ended. */
 const EXIT_WAIT_MS = 5_000;
@@ -15,6 +21,20 @@ const EXIT_WAIT_MS = 5_000;
 const KILL_TIMEOUT_MS = 5_000;
 /** Output bound of the kill helper: it prints nothing, so anything big is a replaced shell. */
 const KILL_HELPER_OUTPUT_BYTES = 64 * 1024;
+
+/** How long a process started over FIFOs may take to open them (its `sh` wrapper's first step). */
+const FIFO_OPEN_TIMEOUT_MS = 10_000;
+/** How often the exec is asked whether it ended while its wrapper has not said it opened its FIFOs. */
+const FIFO_OPEN_POLL_MS = 50;
+/**
+ * The wrapper of a process started over FIFOs: opens the status FIFO, then the process's stdio
+ * (stdin, stdout, stderr: paths in the container's stdio dir), says so with one byte on the
+ * status FIFO, lets go of it and becomes the process. An open that fails ends it (126) before
+ * that byte. It runs under `bash`, as the sandbox's warden and shells do (every docker sandbox has
+ * it): its `exec` looks the program up on PATH and keeps its name as given, as the engine's exec
+ * would, where busybox's sh would run an applet of that name (`sh`, `tar`, `ps` ...) instead.
+ */
+const FIFO_WRAPPER = 'exec 3>"$4" || exit 126; exec <"$1" >"$2" 2>"$3" || exit 126; builtin printf o >&3; exec 3>&-; shift 4; exec "$@"';
 
 /** Where execs go and how their streams are kept track of. */
 export interface ContainerTarget {
@@ -75,6 +95,126 @@ export async function spawnInContainer(
     return killing;
   };
   return { stdin, stdout, stderr, exited, kill, tag };
+}
+
+/**
+ * Starts `argv` in the container through a detached `docker exec` whose stdio are FIFOs in the
+ * container's stdio dir (see stdio-dir.ts), which berth holds the other ends of: each command's
+ * input and output then go between berth and the process directly, never through the engine
+ * (dockerd and the container's shim copy every byte of an attached exec, and at a thousand
+ * sandboxes answering at once that copying is most of the time). Env, the tag and `kill` are as
+ * `spawnInContainer`'s; the exit code is the exec's, asked once stdout and stderr ended.
+ *
+ * Berth's ends are open before the exec starts: stdin read-write (so the process's open never
+ * waits), stdout and stderr read-only without reading (a FIFO read before its writer opened is
+ * end-of-file), and the status FIFO read-write, on which the wrapper's one byte says the process
+ * holds its stdio; only then are stdout and stderr read. An exec that ends before that byte
+ * (its wrapper could not open a FIFO) fails the spawn, as does one that never says it within
+ * FIFO_OPEN_TIMEOUT_MS (then it is killed). `exited` comes once stdout and stderr ended, so a
+ * caller reads both (every caller does: a process whose output nobody reads blocks on it anyway).
+ */
+export async function spawnOverFifos(
+  target: ContainerTarget, pool: FifoPool, argv: readonly string[], opts: SpawnOptions,
+): Promise<SpawnedProcess & { tag: string }> {
+  const { docker, containerId } = target;
+  const tag = opts.env[SHELL_TAG_ENV] ?? randomBytes(8).toString('hex');
+  const env = Object.entries({ ...opts.env, [SHELL_TAG_ENV]: tag }).map(([name, value]) => `${name}=${value}`);
+  const doing = `run ${JSON.stringify(argv[0] ?? '')} in container ${containerId.slice(0, 12)}`;
+  const set = await pool.take();
+  const opened: number[] = [];
+  const open = (path: string, flags: number): number => openFifo(path, flags | constants.O_NONBLOCK, opened);
+  let handedOver = false;
+  try {
+    const fds = {
+      stdout: open(set.stdout, constants.O_RDONLY),
+      stderr: open(set.stderr, constants.O_RDONLY),
+      status: open(set.status, constants.O_RDWR),
+      stdin: opts.stdin ? open(set.stdin, constants.O_RDWR) : undefined,
+    };
+    const inside = (p: string): string => `${STDIO_DIR}/${basename(p)}`;
+    let exec: Dockerode.Exec;
+    try {
+      exec = await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, (abortSignal) => docker.getContainer(containerId).exec({
+        Cmd: ['bash', '--noprofile', '--norc', '-c', FIFO_WRAPPER, 'berth-stdio', opts.stdin ? inside(set.stdin) : '/dev/null', inside(set.stdout), inside(set.stderr), inside(set.status), ...argv],
+        Env: env,
+        WorkingDir: opts.cwd,
+        AttachStdin: false,
+        AttachStdout: false,
+        AttachStderr: false,
+        Tty: false,
+        abortSignal,
+      }));
+      await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, (abortSignal) => exec.start({ Detach: true, abortSignal }));
+    } catch (err) {
+      throw fromDockerError(docker, err, doing);
+    }
+    const status = new Socket({ fd: fds.status, readable: true, writable: false });
+    opened.splice(opened.indexOf(fds.status), 1);
+    const holds = await wrapperOpened(status, exec, target, tag, doing);
+    if (holds !== true) throw holds;
+    const stdout = new Socket({ fd: fds.stdout, readable: true, writable: false });
+    const stderr = new Socket({ fd: fds.stderr, readable: true, writable: false });
+    const stdin = fds.stdin === undefined ? null : new Socket({ fd: fds.stdin, readable: false, writable: true });
+    handedOver = true;
+    stdin?.on('error', () => undefined);
+    for (const s of [stdout, stderr]) s.on('error', (err) => target.log.debug(`output of ${JSON.stringify(argv[0] ?? '')} failed: ${err.message}`));
+    const closed = (s: Socket): Promise<void> => new Promise((resolve) => (s.closed ? resolve() : s.once('close', () => resolve())));
+    const exited = Promise.all([closed(stdout), closed(stderr)]).then(() => exitCodeOf(exec, EXIT_WAIT_MS));
+    let killing: Promise<void> | undefined;
+    const kill = (): Promise<void> => {
+      killing ??= (async () => {
+        try {
+          await killTagged(target, tag);
+        } catch (err) {
+          target.log.debug(`could not kill the processes of ${JSON.stringify(argv[0] ?? '')}: ${(err as Error).message}`);
+        }
+        stdout.destroy();
+        stderr.destroy();
+        stdin?.destroy();
+      })();
+      return killing;
+    };
+    return { stdin, stdout, stderr, exited, kill, tag };
+  } finally {
+    if (!handedOver) for (const fd of opened) closeSync(fd);
+    unlinkFifos(set);
+  }
+}
+
+/**
+ * True once the wrapper said it holds its stdio (the status FIFO's one byte); else the error to
+ * fail the spawn with: the exec ended first (a FIFO could not be opened), or it said nothing in
+ * time (then its processes are killed). Closes `status` either way.
+ */
+async function wrapperOpened(status: Socket, exec: Dockerode.Exec, target: ContainerTarget, tag: string, doing: string): Promise<true | Error> {
+  let said: () => void = () => undefined;
+  const byte = new Promise<void>((resolve) => (said = resolve));
+  status.once('data', () => said());
+  status.on('error', () => undefined);
+  const deadline = Date.now() + FIFO_OPEN_TIMEOUT_MS;
+  try {
+    for (;;) {
+      const timer = new Promise<'later'>((resolve) => setTimeout(() => resolve('later'), FIFO_OPEN_POLL_MS));
+      if ((await Promise.race([byte.then(() => 'said' as const), timer])) === 'said') return true;
+      let info: Dockerode.ExecInspectInfo | undefined;
+      try {
+        info = await exec.inspect({ abortSignal: AbortSignal.timeout(ENGINE_REQUEST_TIMEOUT_MS) });
+      } catch {
+        // Asked again next round; the deadline bounds it.
+      }
+      if (info !== undefined && !info.Running) {
+        // The byte may have come with the end.
+        if ((await Promise.race([byte.then(() => 'said' as const), new Promise((r) => setImmediate(r))])) === 'said') return true;
+        return new BerthError('spawn_failed', `could not ${doing}: the process could not open its stdio in the container's ${STDIO_DIR} (exit code ${info.ExitCode ?? 'unknown'})`);
+      }
+      if (Date.now() >= deadline) {
+        await killTagged(target, tag).catch(() => undefined);
+        return new TimeoutError(`could not ${doing}: the process did not open its stdio within ${FIFO_OPEN_TIMEOUT_MS} ms`);
+      }
+    }
+  } finally {
+    status.destroy();
+  }
 }
 
 /**

@@ -1,10 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, closeSync, constants, rmSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, constants, readdirSync, rmSync, statSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { join } from 'node:path';
-import { makeFifos, openFifo } from '../plumbing/fifo-files.js';
+import { makeFifos, openFifo } from './fifo-files.js';
 
-/* The FIFOs of one spawned process (its stdio, and its wrapper's status), made on the host in the sandbox's run dir. */
+/*
+ * The FIFOs of one spawned process (its stdio, and its wrapper's status), made on the host in a
+ * dir the sandbox sees read-only: bwrap's run dir, a docker container's stdio dir.
+ */
 
 export interface FifoSet {
   /** The name the init loop opens them by (`<id>.0 .1 .2`). */
@@ -28,11 +31,13 @@ export interface HostEnds {
 const BATCH = 8;
 
 /**
- * FIFO sets made ahead, in batches, in one sandbox's run dir, owned by the sandbox's uid so its
- * processes can open them. They wait with mode 0000 and become 0600 only when taken: the run dir is
- * read-only inside, so no process there can open (or chmod) a FIFO of a process not started yet
- * and keep it to read that process's output or write to its stdin later. Each set is used once: a
- * process left over from an earlier spawn may still hold a FIFO open.
+ * FIFO sets made ahead, in batches, in one sandbox's dir, owned by the sandbox's uid so its
+ * processes can open them (or, where berth cannot know the uid the engine maps them to, opened to
+ * every uid when taken: `openMode` 0o666, in a dir only that one sandbox sees). They wait with
+ * mode 0000 and are opened up only when taken: the dir is read-only inside, so no process there
+ * can open (or chmod) a FIFO of a process not started yet and keep it to read that process's
+ * output or write to its stdin later. Each set is used once: a process left over from an earlier
+ * spawn may still hold a FIFO open.
  */
 export class FifoPool {
   private readonly ready: FifoSet[] = [];
@@ -42,15 +47,26 @@ export class FifoPool {
   constructor(
     private readonly dir: string,
     private readonly owner: { uid: number; gid: number } | undefined,
+    private readonly openMode = 0o600,
   ) {}
 
-  /** A fresh set, opened up for its one use; refills in the background when few are left. */
+  /**
+   * A fresh set, opened up for its one use; refills in the background when few are left. A set
+   * whose files went meanwhile (another process's sweep of stale sets, see `sweepStaleFifos`) is
+   * passed over.
+   */
   async take(): Promise<FifoSet> {
     for (;;) {
       const set = this.ready.shift();
       if (this.ready.length < BATCH / 2) void this.refill().catch(() => undefined);
       if (set !== undefined) {
-        for (const p of [set.stdin, set.stdout, set.stderr, set.status]) chmodSync(p, 0o600);
+        try {
+          for (const p of [set.stdin, set.stdout, set.stderr, set.status]) chmodSync(p, this.openMode);
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+          unlinkFifos(set);
+          continue;
+        }
         return set;
       }
       await this.refill();
@@ -136,4 +152,36 @@ export function streamsOf(fds: HostFds): HostEnds {
 /** Removes the FIFO files (open ends keep working). Never throws. */
 export function unlinkFifos(set: FifoSet): void {
   for (const p of [set.stdin, set.stdout, set.stderr, set.status]) rmSync(p, { force: true });
+}
+
+/** FIFO file names as a pool makes them: `<16 hex>.<0-3>`. */
+const FIFO_NAME = /^[0-9a-f]{16}\.[0-3]$/;
+
+/**
+ * Removes the FIFOs in `dir` older than `olderThanMs` (by their change time: a set's mode changes
+ * when it is taken): the sets a pool made ahead and never used, left by a handle that went (its
+ * sandbox stopped, hibernated, or berth exited). A set is used within seconds of being taken, so
+ * nothing in use is that old. Only names a pool makes are touched. Never throws.
+ */
+export function sweepStaleFifos(dir: string, olderThanMs: number, now = Date.now()): number {
+  let removed = 0;
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return 0;
+  }
+  for (const name of names) {
+    if (!FIFO_NAME.test(name)) continue;
+    const p = join(dir, name);
+    try {
+      const st = statSync(p);
+      if (!st.isFIFO() || now - st.ctimeMs < olderThanMs) continue;
+      rmSync(p, { force: true });
+      removed++;
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return removed;
 }
