@@ -104,7 +104,8 @@ async function bareCreateStartExec(docker: Dockerode, network?: string): Promise
 
 function openBroker(home: string): Promise<Broker> {
   return Broker.open({
-    config: parseConfig({ backend: 'docker', persistent: false, docker: { image: IMAGE } }),
+    // The tenant's default quotas (memory: the host's) stop ~11 sandboxes of 2 GiB; the bench holds 100.
+    config: parseConfig({ backend: 'docker', persistent: false, docker: { image: IMAGE }, limits: { sandboxes: 1_000_000, memoryMb: 1_000_000_000, diskMb: 1_000_000_000 } }),
     berthHome: home, env: { PATH: process.env['PATH'] },
   });
 }

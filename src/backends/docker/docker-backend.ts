@@ -127,8 +127,12 @@ export class DockerBackend implements Backend<DockerSettings> {
   private readonly groups = new Map<string, SandboxCgroups>();
   /** The stdio dir id of each container this process made or handed out (removed with it). */
   private readonly stdioIds = new Map<string, string>();
-  /** FIFO pools made with their stdio dirs, primed while the container is created, by stdio id; taken by `sandbox`. */
-  private readonly primedFifos = new Map<string, FifoPool>();
+  /**
+   * The FIFO pool of each stdio dir this process uses, by its id: made with the dir (primed while
+   * the engine creates the container) or at the first handle, kept for every later handle of the
+   * same container (a warm-pool claim, a resume), dropped when it is removed.
+   */
+  private readonly fifoPools = new Map<string, FifoPool>();
   private readonly warned = new Set<string>();
   private readonly sockets = new Set<Duplex>();
   private readonly networks: SandboxNetworks;
@@ -263,6 +267,7 @@ export class DockerBackend implements Backend<DockerSettings> {
     } catch (err) {
       if (statusOf(err) !== 404) throw fromDockerError(this.docker, err, `remove container ${short(ref)}`);
     }
+    await this.dropStdio(stdioId);
     removeStdioDir(sandboxesRoot(this.berthHome), stdioId);
     this.stdioIds.delete(ref);
     if (hostDir !== undefined) {
@@ -364,6 +369,14 @@ export class DockerBackend implements Backend<DockerSettings> {
     const bound = await this.boundOwnDirs();
     const idle = mounted.filter((dir) => !bound.has(dir));
     return idle.length === 0 ? [] : this.disks.releaseUnbound(idle, async (hostDir) => (await this.boundOwnDirs()).has(hostDir));
+  }
+
+  /** Forgets a stdio dir's FIFO pool, once no batch of it is being made (its dir goes next). */
+  private async dropStdio(id: string | undefined): Promise<void> {
+    const pool = id === undefined ? undefined : this.fifoPools.get(id);
+    if (pool === undefined) return;
+    this.fifoPools.delete(id!);
+    await pool.close();
   }
 
   /** Removes the stdio dirs no container names (see `sweepStdioDirs`); one engine list. */
@@ -578,7 +591,7 @@ export class DockerBackend implements Backend<DockerSettings> {
     // Its own stdio dir, made before it and removed with it (or now, if it is not made). Its
     // first FIFOs are made while the engine creates and starts the container.
     const stdio = makeStdioDir(sandboxesRoot(this.berthHome));
-    this.primedFifos.set(stdio.id, primedPool(stdio.dir));
+    this.fifoPools.set(stdio.id, primedPool(stdio.dir));
     try {
       for (let attempt = 1; ; attempt++) {
         const joined = networkOf(spec) === 'none' ? undefined : await this.networks.join(spec.identity.tenant);
@@ -595,7 +608,7 @@ export class DockerBackend implements Backend<DockerSettings> {
         }
       }
     } catch (err) {
-      this.primedFifos.delete(stdio.id);
+      await this.dropStdio(stdio.id);
       removeStdioDir(sandboxesRoot(this.berthHome), stdio.id);
       throw err;
     }
@@ -776,12 +789,12 @@ export class DockerBackend implements Backend<DockerSettings> {
     } else {
       const id = info.Config.Labels[STDIO_LABEL]!;
       this.stdioIds.set(info.Id, id);
-      fifos = this.primedFifos.get(id);
-      this.primedFifos.delete(id);
+      fifos = this.fifoPools.get(id);
       if (fifos === undefined) {
-        // Sets an earlier handle made ahead and never used (the container stopped, or that berth exited).
+        // Sets another berth process made ahead and never used (it exited, or let the sandbox go).
         sweepStaleFifos(stdio.dir, STALE_FIFO_MS);
         fifos = primedPool(stdio.dir);
+        this.fifoPools.set(id, fifos);
       }
     }
     return new ProcessSandbox(new DockerSandboxHandle({
