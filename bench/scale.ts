@@ -18,11 +18,13 @@ const ALL_AT_ONCE_ROUNDS = 3;
 const PIDS_PER_SANDBOX = 16;
 
 /**
- * Open files the engine holds per running sandbox with its shell and warden attached, measured
- * here (docker 20.10): the main process's 3 FIFOs and the shell exec's 3, each opened twice, the
- * two attach sockets and 3 of the network (embedded DNS, netlink).
+ * Open files the engine holds per running sandbox with its shell and warden running, measured here
+ * (docker 20.10): 11,101 for 1,001 sandboxes on 2026-12-05, ~11 each: the main process's 3 FIFOs
+ * opened twice, the warden's attach socket and 3 of the network (embedded DNS, netlink). The
+ * shell's stdio are FIFOs berth holds itself (docs/design.md §5): its exec holds none of the
+ * engine's once started (an attached shell exec cost 7 more: ~17-18 a sandbox).
  */
-const ENGINE_FDS_PER_SANDBOX = 17;
+const ENGINE_FDS_PER_SANDBOX = 11;
 
 /** dockerd's soft limit on open files, or undefined when it cannot be read (not root, no such process). */
 function dockerdOpenFiles(): number | undefined {
@@ -112,7 +114,7 @@ export async function scaleBench(): Promise<void> {
   const fdsNeeded = COUNTS.at(-1)! * ENGINE_FDS_PER_SANDBOX + 1_000;
   if (fdLimit !== undefined && fdLimit < fdsNeeded) {
     console.log(`\n# scale: SKIPPED: dockerd may hold ${fdLimit} open files, and ${COUNTS.at(-1)} sandboxes need about ${fdsNeeded} (each: ` +
-      `~${ENGINE_FDS_PER_SANDBOX} in the engine for its FIFOs and sockets, the shell's exec and the warden's attachment included); start dockerd with a higher ` +
+      `~${ENGINE_FDS_PER_SANDBOX} in the engine for its FIFOs and sockets, the warden's attachment included); start dockerd with a higher ` +
       'limit (docker\'s service unit sets LimitNOFILE=infinity; scripts/ensure-docker.sh raises it where it may) or ask for fewer (BENCH_SESSIONS)');
     return;
   }

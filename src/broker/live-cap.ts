@@ -34,7 +34,7 @@ interface Waiter {
 /**
  * The bound on the sandboxes this process keeps live at once (`limits.liveSandboxes`, all tenants
  * together): an engine holds a running sandbox's processes, memory and descriptors however idle it
- * is (dockerd here stops near 1,100), while a hibernated one costs its files only. A call that
+ * is (dockerd here stops near 1,700, ~11 descriptors each), while a hibernated one costs its files only. A call that
  * brings one more sandbox up while the bound is reached waits in line while the least recently used
  * idle persistent ones hibernate (no command in flight, no busy shell, no running job, hibernation
  * not turned off for its profile, no other process holding it), as the idle sweep would later,
