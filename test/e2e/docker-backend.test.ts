@@ -517,6 +517,19 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     expect(existsSync(hostDir), 'its stdio dir goes with the container').toBe(false);
   });
 
+  it('the stdio wrapper runs nothing before the program: no BASH_ENV file, while the program still gets the variable', async () => {
+    const sandbox = await backend.ensure(testSpec(installation, { ephemeral: true }), undefined);
+    const plant = await sandbox.execOnce(['/bin/sh', '-c', 'echo "touch /tmp/sourced" > /tmp/benv.sh']);
+    expect(plant.exitCode, at(sandbox)).toBe(0);
+    const p = await sandbox.spawn(['/bin/sh', '-c', 'echo "$BASH_ENV"; ls /tmp'], { env: { BASH_ENV: '/tmp/benv.sh' }, stdin: false });
+    const out = readAll(p.stdout);
+    p.stderr.resume();
+    expect(await p.exited).toBe(0);
+    const [seen, ...files] = (await out).trim().split('\n');
+    expect(seen, at(sandbox)).toBe('/tmp/benv.sh');
+    expect(files, at(sandbox)).not.toContain('sourced');
+  });
+
   it('env values reach the shell but never the container config or any exec argv', async () => {
     const secret = `s3cr3t-${Math.random().toString(16).slice(2)}`;
     const sandbox = await backend.ensure(testSpec(installation, { ephemeral: true }), undefined);

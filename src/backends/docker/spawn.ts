@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { closeSync, constants } from 'node:fs';
 import { Socket } from 'node:net';
 import { basename } from 'node:path';
-import { PassThrough, Writable, type Duplex } from 'node:stream';
+import { PassThrough, Readable, Writable, type Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import { BerthError, TimeoutError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
@@ -32,7 +32,9 @@ const FIFO_OPEN_POLL_MS = 50;
  * status FIFO, lets go of it and becomes the process. An open that fails ends it (126) before
  * that byte. It runs under `bash`, as the sandbox's warden and shells do (every docker sandbox has
  * it): its `exec` looks the program up on PATH and keeps its name as given, as the engine's exec
- * would, where busybox's sh would run an applet of that name (`sh`, `tar`, `ps` ...) instead.
+ * would, where busybox's sh would run an applet of that name (`sh`, `tar`, `ps` ...) instead. In
+ * POSIX mode it reads no startup file, not even BASH_ENV's: nothing runs before the program but
+ * these lines (the variable still reaches the program, as every other of its environment).
  */
 const FIFO_WRAPPER = 'exec 3>"$4" || exit 126; exec <"$1" >"$2" 2>"$3" || exit 126; builtin printf o >&3; exec 3>&-; shift 4; exec "$@"';
 
@@ -135,7 +137,7 @@ export async function spawnOverFifos(
     let exec: Dockerode.Exec;
     try {
       exec = await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, (abortSignal) => docker.getContainer(containerId).exec({
-        Cmd: ['bash', '--noprofile', '--norc', '-c', FIFO_WRAPPER, 'berth-stdio', opts.stdin ? inside(set.stdin) : '/dev/null', inside(set.stdout), inside(set.stderr), inside(set.status), ...argv],
+        Cmd: ['bash', '--posix', '--noprofile', '--norc', '-c', FIFO_WRAPPER, 'berth-stdio', opts.stdin ? inside(set.stdin) : '/dev/null', inside(set.stdout), inside(set.stderr), inside(set.status), ...argv],
         Env: env,
         WorkingDir: opts.cwd,
         AttachStdin: false,
@@ -144,7 +146,10 @@ export async function spawnOverFifos(
         Tty: false,
         abortSignal,
       }));
-      await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, (abortSignal) => exec.start({ Detach: true, abortSignal }));
+      const answer: unknown = await bounded(docker, ENGINE_REQUEST_TIMEOUT_MS, doing, (abortSignal) => exec.start({ Detach: true, abortSignal }));
+      // Its (empty) answer comes as a stream: read to its end, or its connection stays busy and
+      // keeps berth's process alive.
+      if (answer instanceof Readable) answer.resume();
     } catch (err) {
       throw fromDockerError(docker, err, doing);
     }
@@ -156,10 +161,17 @@ export async function spawnOverFifos(
     const stderr = new Socket({ fd: fds.stderr, readable: true, writable: false });
     const stdin = fds.stdin === undefined ? null : new Socket({ fd: fds.stdin, readable: false, writable: true });
     handedOver = true;
+    // Tracked as the attach streams are: the backend's close lets go of them (a job the process
+    // left may hold its output open long after it ended, and an open FIFO keeps berth's process alive).
+    for (const s of [stdout, stderr, stdin]) if (s !== null) s.once('close', target.track(s));
     stdin?.on('error', () => undefined);
     for (const s of [stdout, stderr]) s.on('error', (err) => target.log.debug(`output of ${JSON.stringify(argv[0] ?? '')} failed: ${err.message}`));
     const closed = (s: Socket): Promise<void> => new Promise((resolve) => (s.closed ? resolve() : s.once('close', () => resolve())));
-    const exited = Promise.all([closed(stdout), closed(stderr)]).then(() => exitCodeOf(exec, EXIT_WAIT_MS));
+    const exited = Promise.all([closed(stdout), closed(stderr)]).then(() => {
+      // As an attach stream's stdin goes with its stream: an open FIFO would keep berth's process alive.
+      stdin?.destroy();
+      return exitCodeOf(exec, EXIT_WAIT_MS);
+    });
     let killing: Promise<void> | undefined;
     const kill = (): Promise<void> => {
       killing ??= (async () => {
