@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
@@ -62,8 +62,12 @@ export function root(): { root: string; cleanup: () => void } {
   return { root: r, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
-export async function start(host: BwrapHost, r: string, name: string): Promise<{ sb: BwrapSandbox; shell: StreamShell; remove: () => Promise<void> }> {
+/** A bare sandbox from the backend's building blocks, with bash; `homeFiles` are written into its home first. */
+export async function start(
+  host: BwrapHost, r: string, name: string, homeFiles: Record<string, string> = {},
+): Promise<{ sb: BwrapSandbox; shell: StreamShell; remove: () => Promise<void> }> {
   const placement = placeSandbox({ root: r, name, range: RANGE });
+  for (const [file, text] of Object.entries(homeFiles)) writeFileSync(join(placement.dirs.home, file), text, { mode: 0o644 });
   const sb = await startSandbox({
     ...host,
     dirs: placement.dirs,

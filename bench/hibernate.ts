@@ -115,7 +115,8 @@ function resumeVerdict(berth: { p50: number; p95: number }, floor: { p50: number
 /**
  * A hibernated persistent docker sandbox to its first command's answer, against the floor: a
  * stopped container of the same image on the same network (berth's tenant network) started
- * through the Engine API, a bash exec attached, a first command answered. Interleaved.
+ * through the Engine API, a bash exec attached, the same first command answered (it reads a file
+ * of the container's, as berth's reads the sandbox's). Interleaved.
  */
 async function dockerResume(docker: Dockerode): Promise<void> {
   console.log(`\n# hibernate: docker, hibernated sandbox -> first command answered (n=${RESUME_SAMPLES}, interleaved with the floor)`);
@@ -127,6 +128,11 @@ async function dockerResume(docker: Dockerode): Promise<void> {
     const [network] = await docker.listNetworks({ filters: { label: [`berth.installation=${broker.installationId}`] } });
     if (network === undefined) throw new Error('berth made no tenant network');
     floor = await docker.createContainer({ Image: IMAGE, Cmd: ['sleep', 'infinity'], HostConfig: { Init: true, NetworkMode: network.Id } });
+    await floor.start();
+    const setup = await BareAttachShell.open(docker, floor.id);
+    await setup.run('echo data > ~/file');
+    setup.close();
+    await floor.stop({ t: 0 });
     const ours: number[] = [];
     const bare: number[] = [];
     const hibernate: number[] = [];
@@ -140,7 +146,7 @@ async function dockerResume(docker: Dockerode): Promise<void> {
       const b = performance.now();
       await floor.start();
       const shell = await BareAttachShell.open(docker, floor.id);
-      await shell.run('true');
+      await shell.run('cat ~/file');
       bare.push(performance.now() - b);
       shell.close();
       await floor.stop({ t: 0 });
@@ -160,8 +166,8 @@ async function dockerResume(docker: Dockerode): Promise<void> {
 
 /**
  * A hibernated persistent bwrap sandbox to its first command's answer, against its own floor: a
- * new bwrap sandbox started from the backend's building blocks and a first command through its
- * bash. Interleaved.
+ * new bwrap sandbox started from the backend's building blocks and the same first command through
+ * its bash (reading a file in its home, as berth's does). Interleaved.
  */
 async function bwrapResume(): Promise<void> {
   console.log(`\n# hibernate: bwrap, hibernated sandbox -> first command answered (n=${RESUME_SAMPLES}, interleaved with the floor)`);
@@ -192,8 +198,8 @@ async function bwrapResume(): Promise<void> {
       expectResumed(res, 'bwrap resume');
 
       const b = performance.now();
-      const sb = await startBareBwrap(host, r.root, `floor-${i}`);
-      await sb.shell.run('true');
+      const sb = await startBareBwrap(host, r.root, `floor-${i}`, { file: 'data\n' });
+      await sb.shell.run('cat ~/file');
       bare.push(performance.now() - b);
       await sb.remove();
     }

@@ -125,6 +125,47 @@ describeBwrap('bwrap backend', () => {
     expect(await sh(again, 'cat /workspace/f; cat /tmp/t 2>/dev/null || echo empty')).toBe('kept\nempty\n');
   });
 
+  it('a sandbox started again takes the FIFO sets its last start left: its run dir does not grow, an earlier process\'s stale sets go', async () => {
+    const e = env();
+    const a = e.backend('inst-1');
+    const spec = e.spec('inst-1', 'fifos', false);
+    const s = await a.ensure(spec, undefined);
+    const run = join(s.ref, 'run');
+    const fifos = (): string[] => readdirSync(run).filter((n) => /^[0-9a-f]{16}\.[0-3]$/.test(n)).sort();
+    await sh(s, 'true');
+    const afterFirst = fifos();
+    expect(afterFirst.length).toBeGreaterThan(0);
+    await a.stop(s.ref);
+    await sh(await a.ensure(spec, s.ref), 'true');
+    // The second start made no batch: its process took one of the sets the first left.
+    const afterSecond = fifos();
+    expect(afterSecond).toHaveLength(afterFirst.length - 4);
+    expect(afterFirst).toEqual(expect.arrayContaining(afterSecond));
+    for (let i = 0; i < 10; i++) {
+      await a.stop(s.ref);
+      await sh(await a.ensure(spec, s.ref), 'true');
+    }
+    // Refilled as sets are used, never a batch per start (that left 7 sets, 28 files, a start).
+    const kept = fifos();
+    expect(kept.length).toBeLessThanOrEqual(afterFirst.length + 4);
+
+    // Another process's pool starts on the same dir: sets made ahead longer ago than the stale age
+    // (by their change time, which cannot be set back: the test moves the clock) are swept first,
+    // and the new pool's own sets serve it.
+    await a.stop(s.ref);
+    const b = e.backend('inst-1');
+    const now = Date.now;
+    Date.now = () => now() + 11 * 60_000;
+    let again: Sandbox;
+    try {
+      again = await b.ensure(spec, s.ref);
+    } finally {
+      Date.now = now;
+    }
+    expect(await sh(again, 'echo ok')).toBe('ok\n');
+    expect(fifos().filter((n) => kept.includes(n))).toEqual([]);
+  });
+
   it('a recorded ref outside this installation\'s roots is refused and nothing there is deleted', async () => {
     const e = env();
     const a = e.backend('inst-1');

@@ -10,6 +10,7 @@ import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { installBwrapGuard, keepBwrapGuard } from '../../egress/bwrap-guard.js';
 import type { GuardStatus } from '../../egress/host-guard.js';
 import { writeEgressCa } from '../plumbing/egress-ca.js';
+import { FifoPool, STALE_FIFO_MS, sweepStaleFifos } from '../plumbing/fifo-pool.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
 import { knownRootsFile, readKnownRoots, rememberRoot } from './known-roots.js';
 import { placeSandbox, removeSandbox, type SandboxPlacement } from './placement.js';
@@ -54,6 +55,13 @@ export class BwrapBackend implements Backend<BwrapSettings> {
   readonly name = 'bwrap' as const;
   private readonly running = new Map<string, Running>();
   private readonly starting = new Map<string, Promise<Running>>();
+  /**
+   * The FIFO pool of each sandbox dir this process started, kept while the dir is: a hibernated
+   * or stopped sandbox's next start takes the sets its last one left instead of making a batch
+   * (one host process less on the way to its first command), and no start leaves its unused sets
+   * behind in the run dir.
+   */
+  private readonly fifoPools = new Map<string, FifoPool>();
   private readonly hosts = new Map<string, Promise<BwrapHost>>();
   private readonly preparedRoots = new Set<string>();
   private readonly warned = new Set<string>();
@@ -124,6 +132,7 @@ export class BwrapBackend implements Backend<BwrapSettings> {
       await fill(placement.dirs, placement.user);
       return new ProcessSandbox((await this.start(spec, host, s, root, name, false)).handle);
     } catch (err) {
+      await this.dropFifos(planned.root);
       removeSandbox(root, planned);
       throw err;
     }
@@ -229,6 +238,7 @@ export class BwrapBackend implements Backend<BwrapSettings> {
         workspace: placement.workspace,
         // An allowlist or no network: loopback only (berth's proxy listens there), whatever bwrap.network says.
         network,
+        fifos: this.fifosOf(placement),
         seccomp: s.seccomp ? seccompProgram() : undefined,
         hostname: `berth-${spec.digest.slice(0, 12)}`,
         tmpSizeBytes: s.tmpSizeMb * 1024 * 1024,
@@ -240,7 +250,10 @@ export class BwrapBackend implements Backend<BwrapSettings> {
       await entering;
       if (monitorPid !== undefined && this.cgroups instanceof HostCgroups) await this.cgroups.remove(groupName(monitorPid));
       // A sandbox made for this call goes with its failure (its uid too); an existing one keeps its files.
-      if (fresh) removeSandbox(root, planned);
+      if (fresh) {
+        await this.dropFifos(planned.root);
+        removeSandbox(root, planned);
+      }
       throw err;
     }
     const dir = placement.dirs.root;
@@ -341,8 +354,33 @@ export class BwrapBackend implements Backend<BwrapSettings> {
     }
     await this.running.get(dirs.root)?.sb.stop();
     if (isRealDir(dirs.root)) await killHolders(dirs.root);
+    await this.dropFifos(dirs.root);
     removeSandbox(root, dirs);
     this.log.with({ ref }).debug('removed');
+  }
+
+  /**
+   * The sandbox's FIFO pool (see `fifoPools`), made at its first start in this process, when the
+   * sets an earlier process made ahead and never used are swept from its run dir (a set another
+   * berth process running the same sandbox took is younger than that).
+   */
+  private fifosOf(placement: SandboxPlacement): FifoPool {
+    const { dirs, user } = placement;
+    let pool = this.fifoPools.get(dirs.root);
+    if (pool === undefined) {
+      sweepStaleFifos(dirs.run, STALE_FIFO_MS);
+      pool = new FifoPool(dirs.run, user);
+      this.fifoPools.set(dirs.root, pool);
+    }
+    return pool;
+  }
+
+  /** Forgets a sandbox dir's FIFO pool once no batch of it is being made (the dir goes next). */
+  private async dropFifos(dir: string): Promise<void> {
+    const pool = this.fifoPools.get(dir);
+    if (pool === undefined) return;
+    this.fifoPools.delete(dir);
+    await pool.close();
   }
 
   async reapIdleGroups(): Promise<void> {
@@ -383,6 +421,7 @@ export class BwrapBackend implements Backend<BwrapSettings> {
     await Promise.all([...this.starting.values()].map((p) => p.catch(() => undefined)));
     await Promise.all([...this.running.values()].map((r) => r.sb.stop()));
     this.running.clear();
+    await Promise.all([...this.fifoPools.keys()].map((dir) => this.dropFifos(dir)));
     if (this.cgroups instanceof HostCgroups) await this.cgroups.close();
   }
 

@@ -37,6 +37,12 @@ export interface StartSandboxOptions {
    * start while bwrap sets the sandbox up.
    */
   spawned?: (monitorPid: number) => void;
+  /**
+   * FIFO sets for its processes, made ahead in `dirs.run` by a pool the caller keeps across the
+   * sandbox's starts (a hibernated sandbox's next start takes the sets its last one left unused);
+   * stopping only waits for a batch being made. Absent: a pool of its own, closed when it stops.
+   */
+  fifos?: FifoPool | undefined;
 }
 
 const DEFAULT_START_TIMEOUT_MS = 10_000;
@@ -78,8 +84,8 @@ export async function startSandbox(opts: StartSandboxOptions): Promise<BwrapSand
     stdio: [...stdio],
     ...(opts.user === undefined ? {} : { uid: opts.user.uid, gid: opts.user.gid }),
   });
-  const fifos = new FifoPool(opts.dirs.run, opts.user);
-  const sandbox = new BwrapSandbox(child, fifos);
+  const fifos = opts.fifos ?? new FifoPool(opts.dirs.run, opts.user);
+  const sandbox = new BwrapSandbox(child, fifos, opts.fifos === undefined);
   if (child.pid !== undefined) opts.spawned?.(child.pid);
   try {
     await Promise.all([sandbox.started(opts, opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS), fifos.prime()]);
@@ -115,6 +121,8 @@ export class BwrapSandbox implements AsyncDisposable {
   constructor(
     private readonly child: ChildProcess,
     private readonly fifos: FifoPool,
+    /** The pool is this sandbox's alone: closed when it stops. */
+    private readonly ownsFifos: boolean,
   ) {
     this.monitorPid = child.pid ?? 0;
     const monitorGone = new Promise<void>((resolve) => {
@@ -244,8 +252,9 @@ export class BwrapSandbox implements AsyncDisposable {
       }
     }
     await this.exited;
-    // A batch of FIFOs being made in the run dir ends first: the caller removes that dir next.
-    await this.fifos.close();
+    // A batch of FIFOs being made in the run dir ends first: the caller may remove that dir next.
+    if (this.ownsFifos) await this.fifos.close();
+    else await this.fifos.settle();
   }
 
   /**

@@ -56,7 +56,7 @@ import { dockerShapeOf, poolLabels, poolName, poolSpec } from './pool-shape.js';
 import { Logger } from '../../logging/logger.js';
 import type { DockerSettings } from './settings.js';
 import { DockerSnapshots } from './snapshots.js';
-import { FifoPool, sweepStaleFifos } from '../plumbing/fifo-pool.js';
+import { FifoPool, STALE_FIFO_MS, sweepStaleFifos } from '../plumbing/fifo-pool.js';
 import { makeStdioDir, removeStdioDir, STDIO_LABEL, sweepStdioDirs, usableStdioDir } from './stdio-dir.js';
 
 const STOP_TIMEOUT_SECONDS = 3;
@@ -74,8 +74,6 @@ const ENDED_POLLS = 40;
 const ENDED_POLL_MS = 50;
 /** Stats requests in flight at once for `usage`. */
 const USAGE_PARALLEL = 4;
-/** FIFO sets made ahead this long ago and never taken are an earlier handle's: removed (see sweepStaleFifos). */
-const STALE_FIFO_MS = 10 * 60_000;
 /** A stdio dir no container names is removed once this old (a container may be being made for a younger one). */
 const STALE_STDIO_DIR_MS = 10 * 60_000;
 

@@ -73,9 +73,20 @@ export class FifoPool {
     }
   }
 
-  /** Makes the first batch (call while the sandbox starts). */
+  /**
+   * Has a batch ready (call while the sandbox starts): makes one unless enough sets wait already (a
+   * pool kept from the sandbox's earlier start in this process).
+   */
   prime(): Promise<void> {
-    return this.refill();
+    return this.ready.length >= BATCH / 2 ? this.refilling ?? Promise.resolve() : this.refill();
+  }
+
+  /**
+   * Resolves once no batch is being made, the pool staying usable (its sandbox stopped, its dir
+   * and pool kept for the next start).
+   */
+  async settle(): Promise<void> {
+    await this.refilling?.catch(() => undefined);
   }
 
   /**
@@ -153,6 +164,12 @@ export function streamsOf(fds: HostFds): HostEnds {
 export function unlinkFifos(set: FifoSet): void {
   for (const p of [set.stdin, set.stdout, set.stderr, set.status]) rmSync(p, { force: true });
 }
+
+/**
+ * Sets made ahead this long ago and never taken are an earlier handle's (see `sweepStaleFifos`):
+ * far longer than a taken set waits to be opened.
+ */
+export const STALE_FIFO_MS = 10 * 60_000;
 
 /** FIFO file names as a pool makes them: `<16 hex>.<0-3>`. */
 const FIFO_NAME = /^[0-9a-f]{16}\.[0-3]$/;
