@@ -17,7 +17,7 @@ export interface CommandRunnerOptions {
   /** Registers each command as a call of its session and gets its sandbox. */
   gate: Pick<SessionGate, 'run' | 'acquire'>;
   lives: Pick<LiveSandboxes, 'get' | 'enter' | 'leave' | 'forget'>;
-  shells: Pick<ShellPool, 'shellFor' | 'wardenLater' | 'recordCwd'>;
+  shells: Pick<ShellPool, 'shellFor' | 'wardenLater' | 'commandDone' | 'recordCwd'>;
   recovery: Pick<SandboxRecovery, 'outOfBandState' | 'startedAgainNotice' | 'outOfProcesses' | 'restart'>;
   /** Set once the broker began to close: nothing is re-ensured or restarted after that. */
   shutdown: AbortSignal;
@@ -60,6 +60,7 @@ export class CommandRunner {
         lazyWarden = shells.wardenLater(live.shells);
         const r = await ls.shell.run(command, { timeoutMs, workdir, stdin: opts.stdin, onChunk: opts.onChunk, signal: opts.signal, group: opts.group });
         if (live.diskBreach) throw live.diskBreach;
+        shells.commandDone(live.shells);
         shells.recordCwd(call, ls, r);
         let out: BrokerExecResult = restarted === undefined ? { ...r, sandboxKey: call.binding.sandboxKey }
           : { ...r, stderr: restarted + r.stderr, output: restarted + r.output, sandboxKey: call.binding.sandboxKey };

@@ -29,8 +29,10 @@ export interface LiveShell {
  */
 export class SandboxShells {
   readonly byShell = new Map<string, Promise<LiveShell>>();
-  /** Ends process trees in the sandbox without a new process there; started with the first shell. */
+  /** Ends process trees in the sandbox without a new process there (when it starts: `ShellPool`). */
   readonly warden: Warden;
+  /** This process asked its warden to start (once; it reopens itself at its next use if it died). */
+  wardenAsked = false;
   readonly log: Logger;
   /** A bash started before the sandbox had an owner (warm pool): the first shell opened takes it. */
   private preattached: ShellTransport | undefined;
@@ -125,9 +127,12 @@ export class ShellPool {
     // A long-lived broker opens it with the sandbox's first shell, before a command could take
     // every pid there. Not waited for: a docker engine starts one exec at a time per container,
     // so waiting would add a whole exec to the first call; a bomb that wins the race is handled
-    // by the sandbox restart. A CLI process opens it only for a slow command (see wardenLater):
-    // it lives for one command, and a fast one should not pay for it.
-    if (this.opts.longLived) void this.opts.gate.run(() => shells.warden.start());
+    // by the sandbox restart. Where the kernel's groups end the sandbox's commands, a bomb needs
+    // no warden to end: it starts once the first command answered (see commandDone), not beside
+    // the first shell, whose start and command it slowed (on bwrap: two forks and a bash in the
+    // sandbox, ~10 ms of a resume's first answer). A CLI process opens it only for a slow command
+    // (see wardenLater): it lives for one command, and a fast one should not pay for it.
+    if (this.opts.longLived && sandbox.processGroups === undefined) this.startWarden(shells);
     const p = this.opts.gate.run(() => PersistentShell.start({
       open: (extra) => shells.openShell({ ...call.env, ...extra }),
       execOnce: (argv, o) => sandbox.execOnce(argv, o),
@@ -153,6 +158,17 @@ export class ShellPool {
   /** In a CLI process: the warden starts if the command runs past WARDEN_AFTER_MS (clear the timer when it ends). */
   wardenLater(shells: SandboxShells): NodeJS.Timeout | undefined {
     return this.opts.longLived ? undefined : setTimeout(() => void shells.warden.start(), WARDEN_AFTER_MS);
+  }
+
+  /** After a command answered: a long-lived process's warden starts now if it did not with the first shell. */
+  commandDone(shells: SandboxShells): void {
+    if (this.opts.longLived) this.startWarden(shells);
+  }
+
+  private startWarden(shells: SandboxShells): void {
+    if (shells.wardenAsked) return;
+    shells.wardenAsked = true;
+    void this.opts.gate.run(() => shells.warden.start());
   }
 
   /**
