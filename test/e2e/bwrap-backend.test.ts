@@ -1,5 +1,5 @@
 import { randomBytes, randomInt } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect, it, onTestFinished } from 'vitest';
@@ -164,6 +164,23 @@ describeBwrap('bwrap backend', () => {
     }
     expect(await sh(again, 'echo ok')).toBe('ok\n');
     expect(fifos().filter((n) => kept.includes(n))).toEqual([]);
+  });
+
+  it('a sandbox another process removed and made again under another uid starts: the FIFO pool kept for its dir is not reused', async () => {
+    const e = env();
+    const [a, b] = [e.backend('inst-1'), e.backend('inst-1')];
+    const spec = e.spec('inst-1', 'again', false);
+    const s = await a.ensure(spec, undefined);
+    await sh(s, 'true');
+    const uid = statSync(join(s.ref, 'workspace')).uid;
+    await a.stop(s.ref);
+    await b.remove(s.ref, undefined);
+    // Another sandbox took its uid meanwhile: the one made again gets the next.
+    writeFileSync(join(e.root, 'uids', String(uid)), 'another sandbox');
+    const again = await a.ensure(spec, s.ref);
+    expect(again.ref).toBe(s.ref);
+    expect(statSync(join(again.ref, 'workspace')).uid).not.toBe(uid);
+    expect(await sh(again, 'echo ok')).toBe('ok\n');
   });
 
   it('a recorded ref outside this installation\'s roots is refused and nothing there is deleted', async () => {

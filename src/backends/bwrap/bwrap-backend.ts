@@ -367,6 +367,12 @@ export class BwrapBackend implements Backend<BwrapSettings> {
   private fifosOf(placement: SandboxPlacement): FifoPool {
     const { dirs, user } = placement;
     let pool = this.fifoPools.get(dirs.root);
+    // The dir was removed and made again meanwhile (by another berth process) under another uid:
+    // this pool's sets are gone with the old dir, and the ones it would make would be the old uid's.
+    if (pool !== undefined && (pool.owner?.uid !== user?.uid || pool.owner?.gid !== user?.gid)) {
+      void pool.close();
+      pool = undefined;
+    }
     if (pool === undefined) {
       sweepStaleFifos(dirs.run, STALE_FIFO_MS);
       pool = new FifoPool(dirs.run, user);

@@ -46,7 +46,8 @@ export class FifoPool {
 
   constructor(
     private readonly dir: string,
-    private readonly owner: { uid: number; gid: number } | undefined,
+    /** The uid:gid its FIFOs are made for (undefined: berth's own). */
+    readonly owner: { uid: number; gid: number } | undefined,
     private readonly openMode = 0o600,
   ) {}
 
