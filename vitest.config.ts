@@ -22,10 +22,11 @@ const ALONE = [
 const common = { testTimeout: 60_000, hookTimeout: 120_000, pool: 'forks' as const };
 
 /**
- * How many files run at once (`BERTH_TEST_FORKS`, default 1): two on CI's two cores took the run
- * from ~38 to ~32 minutes (most of a file's time is spent waiting on an engine, an sshd or a
- * sandbox's shell), but the load surfaced timing races in tests that one file at a time never hit;
- * until those are flushed out, CI runs one at a time. The ALONE files always run after, one by one.
+ * How many files run at once (`BERTH_TEST_FORKS`, default 1; CI runs two): two on CI's two cores
+ * take the run from ~39 to ~27 minutes (most of a file's time is spent waiting on an engine, an
+ * sshd or a sandbox's shell). Two at a time once surfaced load races in tests that one file at a
+ * time never hit (two mended in 85a0065; a run on 2026-12-05 met none). The ALONE files always
+ * run after, one by one.
  */
 const forks = Math.max(1, Number(process.env['BERTH_TEST_FORKS'] ?? 1) || 1);
 
