@@ -144,7 +144,7 @@ export class PersistentShell implements AsyncDisposable {
     this.queued += 1;
     const p = this.chain.then(() => {
       if (this.closed) throw closedError();
-      return this.runOne(command, opts);
+      return this.runOne(command, opts, undefined);
     });
     const settled = p.finally(() => {
       this.queued -= 1;
@@ -163,14 +163,18 @@ export class PersistentShell implements AsyncDisposable {
     await this.close();
   }
 
-  private async runOne(command: string, ro: RunOptions): Promise<ExecResult> {
+  /**
+   * `rerun`: the shell this command was sent to had ended before it began; it runs once more in
+   * the shell that took over, the result opening with `rerun.notice`.
+   */
+  private async runOne(command: string, ro: RunOptions, rerun: { notice: string } | undefined): Promise<ExecResult> {
     if (command.includes('\0')) throw new UsageError('the command contains a NUL byte; bash cannot run it');
     if (ro.workdir !== undefined && ro.workdir.includes('\0')) throw new UsageError('workdir contains a NUL byte');
     if (!(ro.timeoutMs > 0)) throw new UsageError(`timeoutMs must be a positive number, got ${ro.timeoutMs}`);
     const startedAt = Date.now();
     this.lastActivityMs = startedAt;
     if (ro.signal?.aborted === true) return this.notRun(startedAt);
-    let replaced = false;
+    let replaced = rerun !== undefined;
     let conn = this.conn;
     if (conn === undefined || conn.isDead) {
       const cwd = this.cwd;
@@ -199,10 +203,11 @@ export class PersistentShell implements AsyncDisposable {
       redactValues: this.opts.redactValues,
       onChunk: ro.onChunk,
     });
+    if (rerun !== undefined) capture.push('stderr', Buffer.from(rerun.notice));
     await this.groupOp(conn, 'enter the command\'s group', (g) => g.prepare(ro.group));
     // bash reports each job a timeout's kill ends ("bash: line 1: 16 Killed ..."): berth's own notice says it once.
     const reports = new JobReportFilter((stream, chunk) => capture.push(stream, chunk));
-    const ex = conn.exchange(frame, nonce, reports.push);
+    const ex = conn.exchange(frame, nonce, reports.push, true);
     this.current = { tag, conn };
 
     let notice: string | undefined;
@@ -261,6 +266,22 @@ export class PersistentShell implements AsyncDisposable {
         this.jobs = [];
         const r = await this.takeOver(conn, oldJobs);
         replaced = replaced || r.replaced;
+        if (outcome.kind === 'dead' && !outcome.began && !this.closed) {
+          // The shell ended before the command began (between commands: berth had not seen it
+          // yet). With its exit seen, nothing of the command ran: it runs once in the shell that
+          // took over. With no shell to take over, the call fails as when no shell could start
+          // before it (the broker then looks for a sandbox removed or stopped out of band). An
+          // end unseen (a lost link) is not proof enough to run the command a second time.
+          this.current = undefined;
+          const why = `${describeEnd(code)} before the command began`;
+          if (!r.replaced) {
+            const ran = code === null ? 'berth saw no sign of the command beginning' : 'the command was not run';
+            throw new BerthError('shell_start_failed', `${why}, and ${r.text}; ${ran}`);
+          }
+          if (code !== null && rerun === undefined) {
+            return this.runOne(command, ro, { notice: `berth: ${why}; ${r.text}; the command ran in the new shell\n` });
+          }
+        }
         // An `exit` whose shell saved its state needs no word beyond `shellReplaced`.
         if (!(r.from === 'saved' && code !== null && code < 128)) notice = `berth: ${describeEnd(code)}; ${r.text}`;
       }

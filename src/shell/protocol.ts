@@ -15,7 +15,7 @@ import { partialSuffix } from '../kit/redaction.js';
  * `read -N` calls (a syscall each, whatever the length) and evals it at top level:
  *
  *   __r\n LLLLLLLL BODY          (LLLLLLLL: BODY's length, 8 decimal digits, no spaces)
- *   BODY = __bs TAG;eval 'CMD';__be $? NONCE [flags]
+ *   BODY = __bs TAG NONCE;eval 'CMD';__be $? NONCE [flags]
  *
  * - BODY is ASCII (non-ASCII bytes travel as `$'\ooo'` escapes), so its length in bytes is
  *   its length in characters whatever the shell's locale (`read -N` counts characters).
@@ -25,6 +25,9 @@ import { partialSuffix } from '../kit/redaction.js';
  *   `export`, `declare -x`, functions and aliases persist as in an interactive shell. A user
  *   who turns aliases off (or removes ours) gets the function `__r` instead, which runs that one
  *   command inside a function and turns them back on.
+ * - `__bs` prints `NONCE^` on stdout before anything of the command runs: a shell that ended
+ *   without it never began the command (it died between commands, and berth had not seen it
+ *   yet), which is safe to run again in a new shell.
  * - `__be` prints on stderr `NONCE~NONCE~`, with the pids of running jobs in between when they
  *   may have changed, then `NONCE~<status> <PWD>NONCE~` on stdout in one write (stderr first,
  *   so both usually reach berth in the same poll; the reader waits for both anyway). The
@@ -139,7 +142,7 @@ export interface FrameInput {
 
 /** The frame that runs one command. */
 export function buildFrame(f: FrameInput): string {
-  let line = `__bs ${f.tag};`;
+  let line = `__bs ${f.tag} ${f.nonce};`;
   let flags = '';
   let redirect = f.stdinIsNull ? '' : '</dev/null';
   if (f.stdinFormat !== undefined) {
@@ -234,9 +237,10 @@ export function buildInit(i: InitInput): string {
   }
   lines.push(`if [ -f ${snap} ]; then . ${snap} 2>/dev/null; fi`);
   lines.push(`__bg=${q(i.shellTag)}; __bk=\${__berth_gen-}; unset -v __berth_gen`);
-  // __bs: per-command prologue (the frame's text is dropped, tag + secrets afresh). Must return 0 (a user may `set -e`).
+  // __bs: per-command prologue (the frame's text is dropped, tag + secrets afresh, the begin
+  // marker when a nonce is given). Must return 0 (a user may `set -e`).
   const reexport = secrets.map((n) => `[ -n "\${__bsv_${n}+x}" ] && builtin export ${n}="$__bsv_${n}";`).join(' ');
-  lines.push(`__bs(){ builtin unset -v __bc __bn; builtin export ${TAG_VAR}=$1; ${reexport} return 0; }`);
+  lines.push(`__bs(){ builtin unset -v __bc __bn; builtin export ${TAG_VAR}=$1; ${reexport} case \${2-} in ?*) builtin printf '%s^' "$2" || builtin :;; esac; return 0; }`);
   // __bw: one-off workdir. A missing one is berth not running the command: 125, as env(1) and
   // timeout(1) answer for their own failures, never a code the command itself could have given.
   lines.push(
@@ -327,6 +331,51 @@ export function parseStderrTrailer(t: Buffer): number[] {
     if (line.trim() !== '' && Number.isInteger(n) && n > 0) pids.push(n);
   }
   return pids;
+}
+
+/** The begin marker `__bs` prints on stdout (`^` from its printf format, never in the frame's text). */
+export function beginKey(nonce: string): Buffer {
+  return Buffer.from(`${nonce}^`);
+}
+
+/**
+ * Drops the begin marker from one stream, the first time it appears, and says whether it did:
+ * everything else goes on to `next` in order (bytes before it are output of background jobs).
+ * Holds back only an end of a chunk that could be the start of the marker.
+ */
+export class BeginScanner {
+  private carry: Buffer = Buffer.alloc(0);
+  seen = false;
+
+  constructor(
+    private readonly key: Buffer,
+    private readonly next: (chunk: Buffer) => void,
+  ) {}
+
+  push(chunk: Buffer): void {
+    if (this.seen) {
+      this.next(chunk);
+      return;
+    }
+    const data = this.carry.length === 0 ? chunk : Buffer.concat([this.carry, chunk]);
+    const at = data.indexOf(this.key);
+    if (at >= 0) {
+      this.seen = true;
+      this.carry = Buffer.alloc(0);
+      if (at > 0) this.next(data.subarray(0, at));
+      if (at + this.key.length < data.length) this.next(data.subarray(at + this.key.length));
+      return;
+    }
+    const emit = data.length - partialSuffix(data, this.key);
+    if (emit > 0) this.next(data.subarray(0, emit));
+    this.carry = Buffer.from(data.subarray(emit));
+  }
+
+  /** Bytes still held back (the stream ended without the marker). */
+  flush(): void {
+    if (this.carry.length > 0) this.next(this.carry);
+    this.carry = Buffer.alloc(0);
+  }
 }
 
 /**

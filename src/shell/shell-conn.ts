@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import type { ShellGroups, ShellTransport } from './transport.js';
-import { MarkerScanner, parseStderrTrailer, parseStdoutTrailer } from './protocol.js';
+import { BeginScanner, MarkerScanner, beginKey, parseStderrTrailer, parseStdoutTrailer } from './protocol.js';
 import type { StreamName } from './output-capture.js';
 
 /** Where the bytes of the running exchange go; at most one at a time. */
@@ -11,7 +11,11 @@ interface Sink {
 
 export type Outcome =
   | { kind: 'ok'; status: number; cwd: string; jobs: number[] }
-  | { kind: 'dead'; code: number | null }
+  /**
+   * `began`: the shell printed the command's begin marker (or the exchange has none: berth cannot
+   * tell). False means the shell ended before anything of the command ran.
+   */
+  | { kind: 'dead'; code: number | null; began: boolean }
   | { kind: 'abandoned' };
 
 export interface Exchange {
@@ -106,12 +110,14 @@ export class ShellConn {
 
   /**
    * Send `frame` and collect until both trailers (keyed by `nonce`) arrived or the shell died.
-   * `onPayload` gets the command's bytes, without markers.
+   * `onPayload` gets the command's bytes, without markers. `begins`: the frame prints the begin
+   * marker (a command's frame does, the init does not).
    */
-  exchange(frame: string, nonce: string, onPayload: (stream: StreamName, chunk: Buffer) => void): Exchange {
+  exchange(frame: string, nonce: string, onPayload: (stream: StreamName, chunk: Buffer) => void, begins = false): Exchange {
     const key = Buffer.from(`${nonce}~`);
     const out = new MarkerScanner(key, (b) => onPayload('stdout', b));
     const err = new MarkerScanner(key, (b) => onPayload('stderr', b));
+    const begin = begins ? new BeginScanner(beginKey(nonce), (b) => out.push(b)) : undefined;
     let settle: (o: Outcome) => void = () => undefined;
     const outcome = new Promise<Outcome>((resolve) => (settle = resolve));
     let settled = false;
@@ -120,6 +126,7 @@ export class ShellConn {
       settled = true;
       if (this.sink === sink) this.sink = undefined;
       if (o.kind !== 'ok') {
+        begin?.flush();
         out.flush();
         err.flush();
       }
@@ -127,17 +134,19 @@ export class ShellConn {
     };
     const sink: Sink = {
       data: (stream, chunk) => {
-        (stream === 'stdout' ? out : err).push(chunk);
+        if (stream === 'stderr') err.push(chunk);
+        else if (begin !== undefined) begin.push(chunk);
+        else out.push(chunk);
         if (out.trailer !== undefined && err.trailer !== undefined) {
           const parsed = parseStdoutTrailer(out.trailer);
           const jobs = parseStderrTrailer(err.trailer);
           finish(parsed === undefined ? { kind: 'ok', status: 1, cwd: '', jobs } : { kind: 'ok', ...parsed, jobs });
         }
       },
-      ended: (code) => finish({ kind: 'dead', code }),
+      ended: (code) => finish({ kind: 'dead', code, began: begin?.seen ?? true }),
     };
     if (this.isDead) {
-      finish({ kind: 'dead', code: null });
+      finish({ kind: 'dead', code: null, began: begin === undefined });
     } else {
       this.sink = sink;
       this.write(frame);

@@ -1,9 +1,11 @@
 import { readFileSync, readdirSync, statSync, mkdirSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { Writable } from 'node:stream';
 import { basename, join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { spillCapBytes } from '../../src/shell/output-capture.js';
 import { PersistentShell, snapshotPathOf } from '../../src/shell/persistent-shell.js';
+import type { ShellTransport } from '../../src/shell/transport.js';
 import { makeFixture, type Fixture } from './shell-local-transport.js';
 
 const T = { timeoutMs: 10_000 };
@@ -327,6 +329,78 @@ describe('PersistentShell (real bash)', () => {
     expect(r.shellReplaced === true || next.shellReplaced === true).toBe(true);
     expect(existsSync(snapshotPathOf(fx.stateDir, 'test-shell'))).toBe(false);
   });
+  describe('a shell that ended before the command began (its end not yet seen)', () => {
+    /**
+     * The fixture's shells, whose next write of a frame, once armed, kills the shell (SIGKILL, its
+     * exit then seen) instead of reaching it: the shell is dead before the command begins, and berth
+     * learns it only after the frame went out. `shellsLeft` bounds the shells that may still start.
+     */
+    function dyingAtNextFrame(): { options: ReturnType<Fixture['options']>; arm(): void; shellsLeft: { n: number } } {
+      const base = fx.options();
+      let armed = false;
+      const shellsLeft = { n: Number.POSITIVE_INFINITY };
+      const options = {
+        ...base,
+        open: async (extra: Readonly<Record<string, string>>) => {
+          if (shellsLeft.n-- <= 0) throw new Error('no shell may start here any more');
+          const t = await base.open(extra);
+          const pid = (await t.pids?.())?.host;
+          if (pid === undefined) throw new Error('the local transport gave no host pid');
+          const stdin = new Writable({
+            write(chunk: Buffer, _enc, cb) {
+              if (armed && chunk.includes('__bs ')) {
+                armed = false;
+                process.kill(pid, 'SIGKILL');
+                cb();
+                return;
+              }
+              t.stdin.write(chunk, cb);
+            },
+            final(cb) {
+              t.stdin.end(cb);
+            },
+          });
+          return Object.assign(Object.create(t) as ShellTransport, { stdin });
+        },
+      };
+      return { options, arm: () => (armed = true), shellsLeft };
+    }
+
+    it('runs the command once in the shell that takes over, and says so', async () => {
+      const d = dyingAtNextFrame();
+      const sh = await PersistentShell.start(d.options);
+      shells.push(sh);
+      await sh.run('export STAY=kept; cd /tmp', T);
+      d.arm();
+      const count = join(fx.dir, 'count');
+      const r = await sh.run(`echo once >> ${count}; echo "[$STAY] $(wc -l < ${count})"; pwd`, T);
+      expect(r.exitCode).toBe(0);
+      // Once, in the new shell, in the old one's cwd (killed, it saved no variables).
+      expect(r.stdout).toMatch(/^\[.*\] 1\n\/tmp\n$/);
+      expect(readFileSync(count, 'utf8')).toBe('once\n');
+      expect(r.shellReplaced).toBe(true);
+      expect(r.stderr).toMatch(/killed by signal 9 .*before the command began; .*the command ran in the new shell/);
+    });
+
+    it('with no shell to take over, the call fails saying the command was not run, and nothing of it ran', async () => {
+      const d = dyingAtNextFrame();
+      const sh = await PersistentShell.start(d.options);
+      shells.push(sh);
+      d.shellsLeft.n = 0;
+      d.arm();
+      const marker = join(fx.dir, 'ran');
+      await expect(sh.run(`touch ${marker}`, T)).rejects.toMatchObject({
+        code: 'shell_start_failed',
+        message: expect.stringMatching(/before the command began, and no new shell could be started .*the command was not run/),
+      });
+      expect(existsSync(marker)).toBe(false);
+      // The next call starts a shell again.
+      d.shellsLeft.n = 1;
+      expect((await sh.run(`touch ${marker}`, T)).exitCode).toBe(0);
+      expect(existsSync(marker)).toBe(true);
+    });
+  });
+
   it('runs non-ASCII text, quotes, backslashes and long lines exactly (the frame is read by length, not by line)', async () => {
     const sh = await start();
     mkdirSync(join(fx.dir, 'dïr ✓'));
