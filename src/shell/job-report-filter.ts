@@ -22,7 +22,7 @@ const MAX_HELD_BYTES = 4096;
  *
  * @example
  * const reports = new JobReportFilter((stream, chunk) => capture.push(stream, chunk));
- * conn.exchange(frame, nonce, reports.push);
+ * conn.exchange(frame, nonce, reports.push, true);
  * reports.arm(); await kill(); reports.flush();
  */
 export class JobReportFilter {

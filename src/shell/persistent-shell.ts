@@ -164,16 +164,18 @@ export class PersistentShell implements AsyncDisposable {
   }
 
   /**
-   * `rerun`: the shell this command was sent to had ended before it began; it runs once more in
-   * the shell that took over, the result opening with `rerun.notice`.
+   * `rerun`: the shell this command was sent to had ended before it began; it is sent once more,
+   * to the shell that took over, within what is left of the timeout, the result opening with
+   * `rerun.notice` and timed from the first attempt's start.
    */
-  private async runOne(command: string, ro: RunOptions, rerun: { notice: string } | undefined): Promise<ExecResult> {
+  private async runOne(command: string, ro: RunOptions, rerun: { notice: string; startedAt: number } | undefined): Promise<ExecResult> {
     if (command.includes('\0')) throw new UsageError('the command contains a NUL byte; bash cannot run it');
     if (ro.workdir !== undefined && ro.workdir.includes('\0')) throw new UsageError('workdir contains a NUL byte');
     if (!(ro.timeoutMs > 0)) throw new UsageError(`timeoutMs must be a positive number, got ${ro.timeoutMs}`);
-    const startedAt = Date.now();
-    this.lastActivityMs = startedAt;
-    if (ro.signal?.aborted === true) return this.notRun(startedAt);
+    const startedAt = rerun?.startedAt ?? Date.now();
+    this.lastActivityMs = Date.now();
+    if (rerun !== undefined) ro = { ...ro, timeoutMs: Math.max(1, ro.timeoutMs - (Date.now() - startedAt)) };
+    if (ro.signal?.aborted === true) return this.notRun(startedAt, rerun?.notice);
     let replaced = rerun !== undefined;
     let conn = this.conn;
     if (conn === undefined || conn.isDead) {
@@ -207,6 +209,8 @@ export class PersistentShell implements AsyncDisposable {
     await this.groupOp(conn, 'enter the command\'s group', (g) => g.prepare(ro.group));
     // bash reports each job a timeout's kill ends ("bash: line 1: 16 Killed ..."): berth's own notice says it once.
     const reports = new JobReportFilter((stream, chunk) => capture.push(stream, chunk));
+    // Known dead before the frame went out: it was never sent.
+    const unsent = conn.isDead;
     const ex = conn.exchange(frame, nonce, reports.push, true);
     this.current = { tag, conn };
 
@@ -266,24 +270,29 @@ export class PersistentShell implements AsyncDisposable {
         this.jobs = [];
         const r = await this.takeOver(conn, oldJobs);
         replaced = replaced || r.replaced;
-        if (outcome.kind === 'dead' && !outcome.began && !this.closed) {
+        const began = outcome.kind !== 'dead' || outcome.began;
+        if (!began) {
           // The shell ended before the command began (between commands: berth had not seen it
-          // yet). With its exit seen, nothing of the command ran: it runs once in the shell that
-          // took over. With no shell to take over, the call fails as when no shell could start
-          // before it (the broker then looks for a sandbox removed or stopped out of band). An
-          // end unseen (a lost link) is not proof enough to run the command a second time.
+          // yet), so nothing of it ran. When the shell cannot have read the frame (its exit seen,
+          // or the frame never sent) the command is sent once more, to the shell that took over;
+          // an end unseen (it may live on and still read it) is never proof enough for that. With
+          // no shell to take over, the call fails as when no shell could start before it (the
+          // broker then looks for a sandbox removed or stopped out of band).
           this.current = undefined;
           const why = `${describeEnd(code)} before the command began`;
-          if (!r.replaced) {
-            const ran = code === null ? 'berth saw no sign of the command beginning' : 'the command was not run';
-            throw new BerthError('shell_start_failed', `${why}, and ${r.text}; ${ran}`);
+          if (!r.replaced) throw new BerthError('shell_start_failed', `${why}, and ${r.text}; the command was not run`);
+          if ((code !== null || unsent) && rerun === undefined) {
+            // Its bytes so far were background jobs' (streamed live already); a spill of them goes.
+            const first = capture.finish();
+            if (first.fullOutputPath !== undefined) rmSync(first.fullOutputPath, { force: true });
+            return this.runOne(command, ro, { notice: `berth: ${why}; ${r.text}; the command was sent to the new shell\n`, startedAt });
           }
-          if (code !== null && rerun === undefined) {
-            return this.runOne(command, ro, { notice: `berth: ${why}; ${r.text}; the command ran in the new shell\n` });
-          }
+          exitCode = 125;
+          notice = `berth: ${why} (it was not run); ${r.text}`;
+        } else if (!(r.from === 'saved' && code !== null && code < 128)) {
+          // An `exit` whose shell saved its state needs no word beyond `shellReplaced`.
+          notice = `berth: ${describeEnd(code)}; ${r.text}`;
         }
-        // An `exit` whose shell saved its state needs no word beyond `shellReplaced`.
-        if (!(r.from === 'saved' && code !== null && code < 128)) notice = `berth: ${describeEnd(code)}; ${r.text}`;
       }
     }
     this.current = undefined;
@@ -311,12 +320,12 @@ export class PersistentShell implements AsyncDisposable {
     return result;
   }
 
-  /** A call cancelled before it started: nothing ran. */
-  private notRun(startedAt: number): ExecResult {
-    const text = 'berth: cancelled before it started (the caller went away); nothing was run\n';
+  /** A call cancelled before it started: nothing ran. `rerun`: the notice of a shell replaced before it. */
+  private notRun(startedAt: number, rerun?: string): ExecResult {
+    const text = `${rerun ?? ''}berth: cancelled before it started (the caller went away); nothing was run\n`;
     return {
       exitCode: 130, stdout: '', stderr: text, output: text, cwd: this.redactor.redactString(this.cwd),
-      durationMs: Date.now() - startedAt, timedOut: false, truncated: false,
+      durationMs: Date.now() - startedAt, timedOut: false, truncated: false, ...(rerun === undefined ? {} : { shellReplaced: true }),
     };
   }
 

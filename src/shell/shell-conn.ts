@@ -12,8 +12,10 @@ interface Sink {
 export type Outcome =
   | { kind: 'ok'; status: number; cwd: string; jobs: number[] }
   /**
-   * `began`: the shell printed the command's begin marker (or the exchange has none: berth cannot
-   * tell). False means the shell ended before anything of the command ran.
+   * `began`: false only when it is certain the shell ended before anything of the command ran: no
+   * begin marker came, and none can have been lost on the way (its exit code was seen, or its
+   * streams are pipes on berth's host, whose bytes all arrive before their end). True also when the
+   * exchange has no begin marker (the init): berth cannot tell.
    */
   | { kind: 'dead'; code: number | null; began: boolean }
   | { kind: 'abandoned' };
@@ -143,7 +145,7 @@ export class ShellConn {
           finish(parsed === undefined ? { kind: 'ok', status: 1, cwd: '', jobs } : { kind: 'ok', ...parsed, jobs });
         }
       },
-      ended: (code) => finish({ kind: 'dead', code, began: begin?.seen ?? true }),
+      ended: (code) => finish({ kind: 'dead', code, began: begin === undefined || begin.seen || (code === null && this.transport.hostPipes !== true) }),
     };
     if (this.isDead) {
       finish({ kind: 'dead', code: null, began: begin === undefined });

@@ -25,6 +25,12 @@ export interface SpawnedProcess {
    * pid comes from code a snapshot can change. Undefined when it cannot tell (the process ended).
    */
   readonly pids?: (() => Promise<ProcessPids | undefined>) | undefined;
+  /**
+   * Its stdout and stderr are pipes or FIFOs on berth's own host (local, bwrap, docker's FIFO
+   * stdio): every byte it wrote before it ended reaches berth before their end, none is lost on a
+   * link. Unset: a stream over a connection (an attach stream, an SSH channel, a WebSocket).
+   */
+  readonly hostPipes?: boolean | undefined;
 }
 
 /** One process's pids: on berth's host (where the backend can tell), and inside its sandbox. */

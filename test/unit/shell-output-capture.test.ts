@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { MIN_SPILL_CAP_BYTES, OutputCapture, TextWindow, spillCapBytes } from '../../src/shell/output-capture.js';
-import { MarkerScanner, buildFrame, printfFormat, shQuote } from '../../src/shell/protocol.js';
+import { BeginScanner, MarkerScanner, beginKey, buildFrame, printfFormat, shQuote } from '../../src/shell/protocol.js';
 
 describe('TextWindow', () => {
   it('returns everything under the limit and head + notice + tail over it', () => {
@@ -83,14 +83,35 @@ describe('protocol', () => {
     expect(s.trailer?.toString()).toBe('0 /tmp');
   });
 
+  it('drops the begin marker once, split anywhere, passing every other byte on in order', () => {
+    const data = 'job out K^cmd K^ again K';
+    for (const size of [1, 2, 3, data.length]) {
+      const got: Buffer[] = [];
+      const s = new BeginScanner(beginKey('K'), (b) => got.push(b));
+      for (let i = 0; i < data.length; i += size) s.push(Buffer.from(data.slice(i, i + size)));
+      expect(s.seen).toBe(true);
+      s.flush();
+      expect(Buffer.concat(got).toString()).toBe('job out cmd K^ again K');
+    }
+    // Without it, nothing is lost: what was held back comes out at the flush.
+    const got: Buffer[] = [];
+    const s = new BeginScanner(beginKey('K'), (b) => got.push(b));
+    s.push(Buffer.from('abc K'));
+    expect(Buffer.concat(got).toString()).toBe('abc ');
+    s.flush();
+    expect(s.seen).toBe(false);
+    expect(Buffer.concat(got).toString()).toBe('abc K');
+  });
+
   it('quotes any text for bash', () => {
     expect(shQuote(`a'b`)).toBe(`'a'\\''b'`);
     expect(printfFormat(Buffer.from([0x25, 0x5c, 0x27, 0, 0x41]))).toBe('%%\\\\\\047\\000A');
   });
 
-  it('never puts the marker key itself in the frame', () => {
+  it('never puts a marker key itself in the frame', () => {
     const f = buildFrame({ command: 'echo hi', nonce: 'N0nce', tag: 't', stdinPath: '/x', stdinIsNull: false, hadJobs: true, workdir: '/w' });
     expect(f).not.toContain('N0nce~');
+    expect(f).not.toContain(beginKey('N0nce').toString());
     expect(f.split('\n')).toHaveLength(2);
   });
 });

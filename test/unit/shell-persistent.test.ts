@@ -335,7 +335,7 @@ describe('PersistentShell (real bash)', () => {
      * exit then seen) instead of reaching it: the shell is dead before the command begins, and berth
      * learns it only after the frame went out. `shellsLeft` bounds the shells that may still start.
      */
-    function dyingAtNextFrame(): { options: ReturnType<Fixture['options']>; arm(): void; shellsLeft: { n: number } } {
+    function dyingAtNextFrame(over: { exitUnseen?: boolean; hostPipes?: boolean } = {}): { options: ReturnType<Fixture['options']>; arm(): void; shellsLeft: { n: number } } {
       const base = fx.options();
       let armed = false;
       const shellsLeft = { n: Number.POSITIVE_INFINITY };
@@ -360,7 +360,10 @@ describe('PersistentShell (real bash)', () => {
               t.stdin.end(cb);
             },
           });
-          return Object.assign(Object.create(t) as ShellTransport, { stdin });
+          // `exitUnseen`: the end is reported without its code, as over a lost link (or bwrap's
+          // status FIFO closed by a killed wrapper); `hostPipes` as the transport says, or not.
+          const exited = over.exitUnseen === true ? t.exited.then(() => null) : t.exited;
+          return Object.assign(Object.create(t) as ShellTransport, { stdin, exited, hostPipes: over.hostPipes ?? t.hostPipes });
         },
       };
       return { options, arm: () => (armed = true), shellsLeft };
@@ -379,7 +382,33 @@ describe('PersistentShell (real bash)', () => {
       expect(r.stdout).toMatch(/^\[.*\] 1\n\/tmp\n$/);
       expect(readFileSync(count, 'utf8')).toBe('once\n');
       expect(r.shellReplaced).toBe(true);
-      expect(r.stderr).toMatch(/killed by signal 9 .*before the command began; .*the command ran in the new shell/);
+      expect(r.stderr).toMatch(/killed by signal 9 .*before the command began; .*the command was sent to the new shell/);
+    });
+
+    it('an end seen without its code on host pipes: the command was not run and is not sent again (the shell may have lived on)', async () => {
+      const d = dyingAtNextFrame({ exitUnseen: true });
+      const sh = await PersistentShell.start(d.options);
+      shells.push(sh);
+      d.arm();
+      const marker = join(fx.dir, 'ran');
+      const r = await sh.run(`touch ${marker}`, T);
+      expect(r.exitCode).toBe(125);
+      expect(r.stderr).toMatch(/ended unexpectedly .*before the command began \(it was not run\); .*a new shell took over/);
+      expect(existsSync(marker)).toBe(false);
+      expect((await sh.run('echo next', T)).stdout).toBe('next\n');
+    });
+
+    it('an end without its code over a link (bytes may be lost on it): nothing is claimed about the command', async () => {
+      const d = dyingAtNextFrame({ exitUnseen: true, hostPipes: false });
+      const sh = await PersistentShell.start(d.options);
+      shells.push(sh);
+      d.shellsLeft.n = 0;
+      d.arm();
+      // No new shell either: still a result, not a "was not run" failure the broker would act on.
+      const r = await sh.run('true', T);
+      expect(r.exitCode).toBe(125);
+      expect(r.stderr).toMatch(/ended unexpectedly \(was the sandbox removed\?\); no new shell could be started/);
+      expect(r.stderr).not.toMatch(/before the command began/);
     });
 
     it('with no shell to take over, the call fails saying the command was not run, and nothing of it ran', async () => {

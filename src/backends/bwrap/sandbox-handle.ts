@@ -76,6 +76,8 @@ export class BwrapSandboxHandle implements SandboxHandle {
       stdout: p.stdout,
       stderr: p.stderr,
       exited: p.exited,
+      // FIFOs on the host, opened by berth.
+      hostPipes: true,
       // Its process group: what it started in the background goes too (the init loop made the group).
       kill: () => p.kill('KILL'),
       // As the init loop (berth's own) reported it, and that process among the sandbox's on the host.

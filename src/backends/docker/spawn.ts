@@ -186,7 +186,7 @@ export async function spawnOverFifos(
       })();
       return killing;
     };
-    return { stdin, stdout, stderr, exited, kill, tag };
+    return { stdin, stdout, stderr, exited, kill, tag, hostPipes: true };
   } finally {
     if (!handedOver) for (const fd of opened) closeSync(fd);
     unlinkFifos(set);

@@ -62,6 +62,7 @@ function startOnHost(
         stdout: child.stdout!,
         stderr: child.stderr!,
         exited,
+        hostPipes: true,
         kill() {
           killing ??= (async () => {
             // One that ended already is left alone, with what it left running (a shell's jobs are the shell layer's).

@@ -18,5 +18,5 @@ export async function openShellVia(spawn: Spawn, opts: { env: Readonly<Record<st
   }
   // A write racing the shell's death must not crash berth; `exited` reports it.
   stdin.on('error', () => undefined);
-  return { stdin, stdout: proc.stdout, stderr: proc.stderr, exited: proc.exited, kill: () => proc.kill(), pids: proc.pids };
+  return { stdin, stdout: proc.stdout, stderr: proc.stderr, exited: proc.exited, kill: () => proc.kill(), pids: proc.pids, hostPipes: proc.hostPipes };
 }
