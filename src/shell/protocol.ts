@@ -26,8 +26,8 @@ import { partialSuffix } from '../kit/redaction.js';
  *   who turns aliases off (or removes ours) gets the function `__r` instead, which runs that one
  *   command inside a function and turns them back on.
  * - `__bs` prints `NONCE^` on stdout before anything of the command runs: a shell that ended
- *   without it never began the command (it died between commands, and berth had not seen it
- *   yet), which is safe to run again in a new shell.
+ *   without it, where no byte can have been lost on the way, never began the command (it died
+ *   between commands, and berth had not seen it yet; see `Outcome` in shell-conn.ts).
  * - `__be` prints on stderr `NONCE~NONCE~`, with the pids of running jobs in between when they
  *   may have changed, then `NONCE~<status> <PWD>NONCE~` on stdout in one write (stderr first,
  *   so both usually reach berth in the same poll; the reader waits for both anyway). The
