@@ -1,9 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, expect, it } from 'vitest';
 import { DockerBackend } from '../../src/backends/docker/docker-backend.js';
 import { defaultDocker } from '../../src/backends/docker/engine.js';
+import { hostViewOf, viewedDir } from '../../src/backends/docker/host-view.js';
+import { Logger } from '../../src/logging/logger.js';
 import { BerthError } from '../../src/errors.js';
 import { UNBOUNDED } from '../conformance/snapshot-conformance.js';
 import { testSpec } from '../helpers/docker.js';
@@ -153,5 +155,48 @@ describeDocker('docker snapshots', () => {
       await backend.remove(s.ref, s.hostDir);
       await backend.snapshots.remove(snap.ref);
     }
+  }, 120_000);
+
+  it('an ephemeral sandbox\'s tmpfs dirs are copied on the host with it paused: links stay links (never followed to the host\'s files), FIFOs stay FIFOs, and a fork\'s are filled on the host', async () => {
+    const install = reg.track();
+    const lines: string[] = [];
+    const backend = new DockerBackend({
+      docker: defaultDocker(), installation: install.installation, berthHome: install.home, log: new Logger((_ns, message) => void lines.push(message), 'berth:docker'),
+    });
+    backends.push(backend);
+    const s = await backend.ensure(testSpec(install.installation, { ephemeral: true }), undefined);
+    await sh(s, 'ln -s /etc/hostname /root/hostlink && ln -s /etc /workspace/etc && mkdir -p /workspace/d && echo kept > /workspace/d/f && mkfifo /root/pipe && chmod 0751 /workspace');
+    const snap = await backend.snapshots.create(s, 'links', [], UNBOUNDED);
+    const copy = join(install.home, 'snapshots', 'docker', 'links');
+    expect(lstatSync(join(copy, 'home', 'hostlink')).isSymbolicLink()).toBe(true);
+    expect(readlinkSync(join(copy, 'home', 'hostlink'))).toBe('/etc/hostname');
+    expect(readlinkSync(join(copy, 'workspace', 'etc'))).toBe('/etc');
+    expect(lstatSync(join(copy, 'home', 'pipe')).isFIFO()).toBe(true);
+    expect(lines.find((l) => l.includes('snapshot links:'))).toContain('tmpfs /root, /workspace copied on the host');
+    const fork = await backend.snapshots.createFrom(testSpec(install.installation, { ephemeral: true }), snap.ref, undefined);
+    try {
+      expect(lines.find((l) => l.includes('from snapshot links:'))).toContain('/root, /workspace filled on the host');
+      expect(await sh(fork, 'readlink /root/hostlink; cat /workspace/d/f; stat -c %a /workspace; test -p /root/pipe && echo fifo; ls /workspace/etc/hostname'))
+        .toBe('/etc/hostname\nkept\n751\nfifo\n/workspace/etc/hostname\n');
+      for (const ref of [s.ref, fork.ref]) expect((await docker.getContainer(ref).inspect()).State.Paused).toBe(false);
+    } finally {
+      await backend.remove(fork.ref, undefined);
+      await backend.snapshots.remove(snap.ref);
+    }
+  }, 120_000);
+
+  it('the host sees a container\'s tmpfs dirs only as dirs of their own mount: a link, a dir of the image, or (to be filled) a dir not empty is refused', async () => {
+    const { install, backend } = setup();
+    const s = await backend.ensure(testSpec(install.installation, { ephemeral: true }), undefined);
+    const view = hostViewOf(join(install.home, 'sandboxes', 'docker'), await docker.getContainer(s.ref).inspect());
+    if (!('root' in view)) throw new Error(`this host should see the container: ${view.unavailable}`);
+    expect(viewedDir(view.root, '/workspace', true)).toEqual({ dir: `${view.root}/workspace` });
+    await sh(s, 'ln -s /etc /lnk && touch /workspace/x');
+    expect(viewedDir(view.root, '/workspace', true)).toEqual({ unavailable: '/workspace is not empty in the new container' });
+    expect(viewedDir(view.root, '/workspace', false)).toEqual({ dir: `${view.root}/workspace` });
+    expect(viewedDir(view.root, '/lnk', false)).toEqual({ unavailable: '/lnk is not a dir in the container' });
+    expect(viewedDir(view.root, '/etc', false)).toEqual({ unavailable: '/etc is not a mount of its own in the container' });
+    expect(viewedDir(view.root, '/root/x', false)).toEqual({ unavailable: '/root/x is not a top-level dir' });
+    await backend.remove(s.ref, undefined);
   }, 120_000);
 });

@@ -6,13 +6,14 @@ import type Dockerode from 'dockerode';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
 import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotBudget, SnapshotCapability, SnapshotRef } from '../backend.js';
-import { findForbidden, forbiddenRefusal, type ScannedTree } from '../plumbing/forbidden-scan.js';
+import { findForbidden, forbiddenRefusal } from '../plumbing/forbidden-scan.js';
 import { apparentBytes, BudgetSpender } from '../plumbing/snapshot-budget.js';
 import {
   assertSnapshotId, checkCopy, copyTree, damagedSnapshot, isEmptyDir, makeSnapshotDir, packDir, removeSnapshotDir, snapshotsRoot, tallies, treeBytes, unpackAs, type TreeTally,
 } from '../plumbing/snapshot-files.js';
-import { ephemeralName, HOME, hostBindsOf, hostDirFor, LABEL, persistentName, WORKSPACE, type CreatePlanInput } from './container-spec.js';
+import { ephemeralName, HOME, hostBindsOf, hostDirFor, LABEL, persistentName, sandboxesRoot, WORKSPACE, type CreatePlanInput } from './container-spec.js';
 import { describeEndpoint, fromDockerError, statusOf } from './engine.js';
+import { hostViewOf, viewedDir, type HostView } from './host-view.js';
 import { POOL_LABEL } from '../labels.js';
 import type { DockerSettings } from './settings.js';
 
@@ -82,15 +83,58 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     const dir = await makeSnapshotDir(this.root, id);
     let image: string | undefined;
     try {
-      const { dirs, excluded } = await this.copyOwnDirs(sandbox, spec, dir, spender);
-      const trees: ScannedTree[] = dirs.map((d) => ({ hostDir: path.join(dir, d), sandboxDir: targetOf(d) }));
-      const hit = await findForbidden(trees, forbidden);
-      if (hit !== undefined) throw forbiddenRefusal(id, hit);
-      image = await this.commit(sandbox.ref, id, forbidden, spender);
-      const meta: SnapshotMeta = { id, installation: this.host.installation, image, dirs, excluded, tally: await tallies(dir, dirs) };
+      const container = this.host.docker.getContainer(sandbox.ref);
+      const info = await this.host.request(`inspect container ${sandbox.ref.slice(0, 12)}`, (abortSignal) => container.inspect({ abortSignal }));
+      const upper = forbidden.length === 0 ? undefined : this.upperDirOf(info, id);
+      const base = await this.host.request(`inspect image ${info.Image}`, () => this.host.docker.getImage(info.Image).inspect());
+      const own = this.ownDirsOf(sandbox, spec);
+      const view = hostViewOf(sandboxesRoot(this.host.berthHome), info);
+      // A tmpfs dir berth cannot see from here comes through the sandbox's archive (a tar the
+      // engine runs in it), so before the pause; the host cannot measure it first, so it flows
+      // through a cap and what it unpacked to (a sparse member's full size) counts after.
+      for (const d of own.filter((o) => o.source === undefined && 'unavailable' in view)) {
+        await unpackAs(await sandbox.getArchive(d.target), path.join(dir, d.name), spender.cap(d.target));
+        spender.spend(d.target, await apparentBytes(path.join(dir, d.name)));
+      }
+      await this.paused(sandbox.ref, async () => {
+        // In one pause: the dirs berth copies on the host, measured first; the writable layer
+        // measured, then committed while it and the copies are read for granted values. What is
+        // measured and read is what the snapshot holds, and no process of the sandbox can swap a
+        // dir for a link meanwhile (`cp` and the scan open paths on the host). A value found
+        // removes the image (below) before it was ever a snapshot; one a crash left is an orphan
+        // the snapshot sweep removes (no record names it).
+        const inLayer = upper === undefined ? Promise.resolve(undefined) : findForbidden([{ hostDir: upper, sandboxDir: '/' }], forbidden);
+        inLayer.catch(() => undefined); // settled below on every path; not unhandled meanwhile
+        const [layerBytes] = await Promise.all([this.writableBytes(sandbox.ref, info), Promise.all(own.filter((o) => o.source !== undefined || 'root' in view).map(async (d) => {
+          const source = d.source ?? this.viewed(view, d.target, false);
+          spender.spend(d.target, await apparentBytes(source));
+          await copyTree(source, path.join(dir, d.name));
+        }))]).catch(async (err: unknown) => {
+          await inLayer.catch(() => undefined);
+          throw err;
+        });
+        spender.spend('its writable layer (files outside its own dirs)', layerBytes);
+        const inDirs = findForbidden(own.map((d) => ({ hostDir: path.join(dir, d.name), sandboxDir: d.target })), forbidden);
+        const [committed, hits] = await Promise.allSettled([
+          this.commit(sandbox.ref, id, base.Config?.User ?? '').then((made) => { image = made; }),
+          Promise.all([inLayer, inDirs]),
+        ]);
+        if (hits.status === 'rejected') throw hits.reason;
+        const hit = hits.value[0] ?? hits.value[1];
+        if (hit !== undefined) throw forbiddenRefusal(id, hit);
+        if (committed.status === 'rejected') throw committed.reason;
+      });
+      if (image === undefined) throw new BerthError('internal', `snapshot ${id}: the commit gave no image`);
+      const dirs = own.map((d) => d.name);
+      const excluded = hostBindsOf(spec, sandbox.hostDir).filter((b) => b.kind !== 'own')
+        .map((b) => `${b.target}: ${b.kind === 'workspace' ? 'the attached workspace' : 'a volume'} ${b.source} is the user's, not part of the snapshot`);
+      const [tally, layerBytes] = await Promise.all([tallies(dir, dirs), this.layerBytes(image)]);
+      const meta: SnapshotMeta = { id, installation: this.host.installation, image, dirs, excluded, tally };
       await writeFile(path.join(dir, META), `${JSON.stringify(meta, null, 2)}\n`, { mode: 0o600 });
-      const bytes = (await this.layerBytes(image)) + (await treeBytes(dir));
-      this.host.log.with({ ref: sandbox.ref }).debug(`snapshot ${id}: image ${image.slice(7, 19)}, dirs ${dirs.join(', ') || 'none'}`);
+      const bytes = layerBytes + (await treeBytes(dir));
+      const tmpfs = own.filter((d) => d.source === undefined).map((d) => d.target);
+      this.host.log.with({ ref: sandbox.ref }).debug(`snapshot ${id}: image ${image.slice(7, 19)}, dirs ${dirs.join(', ') || 'none'}` +
+        `${tmpfs.length === 0 ? '' : `; tmpfs ${tmpfs.join(', ')} ${'root' in view ? 'copied on the host' : `through its archive (${view.unavailable})`}`}`);
       return { ref: `${id}@${image}`, bytes };
     } catch (err) {
       if (image !== undefined) await this.removeImage(image, id).catch((e: unknown) => this.host.log.debug(`could not remove the image of failed snapshot ${id}: ${String(e)}`));
@@ -101,19 +145,19 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
 
   async verify(ref: string): Promise<void> {
     const { id, image } = parseRef(ref);
-    let info: Dockerode.ImageInspectInfo;
-    try {
-      info = await this.host.request(`inspect image ${image}`, () => this.host.docker.getImage(image).inspect());
-    } catch (err) {
-      if (statusOf(err) === 404) throw damagedSnapshot(id, `its image ${image.slice(7, 19)} is gone (removed outside berth)`);
-      throw fromDockerError(this.host.docker, err, `inspect image ${image}`);
+    // Both read at once; the image's absence is told first.
+    const [inspected, read] = await Promise.allSettled([this.host.request(`inspect image ${image}`, () => this.host.docker.getImage(image).inspect()), this.readMeta(id)]);
+    if (inspected.status === 'rejected') {
+      if (statusOf(inspected.reason) === 404) throw damagedSnapshot(id, `its image ${image.slice(7, 19)} is gone (removed outside berth)`);
+      throw fromDockerError(this.host.docker, inspected.reason, `inspect image ${image}`);
     }
+    if (read.status === 'rejected') throw read.reason;
+    const [info, meta] = [inspected.value, read.value];
     const labels = info.Config?.Labels ?? {};
     if (labels[SNAPSHOT_LABEL] !== id || labels[LABEL.installation] !== this.host.installation) {
       throw damagedSnapshot(id, `image ${image.slice(7, 19)} is not this installation's snapshot ${id}`);
     }
-    const meta = await this.readMeta(id);
-    for (const d of meta.dirs) await checkCopy(id, targetOf(d), path.join(this.root, id, d), meta.tally?.[d]);
+    await Promise.all(meta.dirs.map((d) => checkCopy(id, targetOf(d), path.join(this.root, id, d), meta.tally?.[d])));
   }
 
   async createFrom(
@@ -159,34 +203,25 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
   }
 
   /**
-   * Copies the sandbox's own dirs into the snapshot within the budget: host dirs by `cp`, measured
-   * first in the same pause; tmpfs through the sandbox's archive, which the host cannot measure
-   * first, so it flows through a cap and what it unpacked to (a sparse member's full size) counts after.
+   * The sandbox's own dirs a snapshot copies: a persistent one's host dirs (`source`), an
+   * ephemeral one's tmpfs (no source). A workspace the user attached and the operator's volumes
+   * are not its own.
    */
-  private async copyOwnDirs(
-    sandbox: Sandbox, spec: SandboxSpec<DockerSettings>, dir: string, spender: BudgetSpender,
-  ): Promise<{ dirs: OwnDirName[]; excluded: string[] }> {
+  private ownDirsOf(sandbox: Sandbox, spec: SandboxSpec<DockerSettings>): Array<{ name: OwnDirName; target: string; source: string | undefined }> {
     const binds = hostBindsOf(spec, sandbox.hostDir);
-    const dirs: OwnDirName[] = [];
-    const excluded = binds.filter((b) => b.kind !== 'own').map((b) => `${b.target}: ${b.kind === 'workspace' ? 'the attached workspace' : 'a volume'} ${b.source} is the user's, not part of the snapshot`);
+    const own: Array<{ name: OwnDirName; target: string; source: string | undefined }> = [];
     for (const { name, target } of OWN_DIRS) {
       const bind = binds.find((b) => b.target === target);
-      // Copied with the container paused: `cp` opens paths on the host, so a process of the
-      // sandbox swapping a dir for a symlink mid-copy could otherwise point it at host files.
-      if (bind?.kind === 'own') {
-        await this.paused(sandbox.ref, async () => {
-          spender.spend(target, await apparentBytes(bind.source));
-          await copyTree(bind.source, path.join(dir, name));
-        });
-      } else if (bind === undefined) {
-        await unpackAs(await sandbox.getArchive(target), path.join(dir, name), spender.cap(target));
-        spender.spend(target, await apparentBytes(path.join(dir, name)));
-      } else {
-        continue;
-      }
-      dirs.push(name);
+      if (bind === undefined || bind.kind === 'own') own.push({ name, target, source: bind?.source });
     }
-    return { dirs, excluded };
+    return own;
+  }
+
+  /** The host path of the paused container's tmpfs dir `target` under `view`, checked now (see host-view.ts). */
+  private viewed(view: HostView, target: string, empty: boolean): string {
+    const seen = 'root' in view ? viewedDir(view.root, target, empty) : view;
+    if ('unavailable' in seen) throw new BerthError('transfer_failed', `cannot copy the sandbox's ${target} from this host: ${seen.unavailable}`);
+    return seen.dir;
   }
 
   /** Runs `fn` with the container paused (no process of it runs meanwhile), unpausing it after. */
@@ -202,41 +237,25 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
   }
 
   /**
-   * Commits the container with it paused, after measuring its writable layer against the budget
-   * and reading it for forbidden values in the same pause, so what is measured and read is what
-   * the image holds.
+   * Commits the container, which the caller holds paused (after measuring its writable layer and
+   * reading it for granted values in the same pause). The commit keeps the container's config;
+   * its user goes back to the base image's (`baseUser`), so a sandbox made from it runs as its own
+   * spec says (`User` unset means the image's). A claimed warm-pool container's pool labels are
+   * emptied (an image's labels cannot be dropped; empty reads as none): a sandbox made from the
+   * image is no pool's.
    */
-  private async commit(ref: string, id: string, forbidden: readonly ForbiddenValue[], spender: BudgetSpender): Promise<string> {
-    const container = this.host.docker.getContainer(ref);
-    const info = await this.host.request(`inspect container ${ref.slice(0, 12)}`, (abortSignal) => container.inspect({ abortSignal }));
-    const upper = forbidden.length === 0 ? undefined : this.upperDirOf(info, id);
-    const base = await this.host.request(`inspect image ${info.Image}`, () => this.host.docker.getImage(info.Image).inspect());
-    const baseUser = base.Config?.User ?? '';
-    await this.host.request(`pause container ${ref.slice(0, 12)}`, (abortSignal) => container.pause({ abortSignal }));
+  private async commit(ref: string, id: string, baseUser: string): Promise<string> {
+    const changes = [
+      `LABEL ${LABEL.managed}=true ${LABEL.installation}=${this.host.installation} ${SNAPSHOT_LABEL}=${id} ${POOL_LABEL.shape}="" ${POOL_LABEL.owner}=""`,
+      `USER ${baseUser || '0:0'}`,
+    ];
     try {
-      spender.spend('its writable layer (files outside its own dirs)', await this.writableBytes(ref, info));
-      if (upper !== undefined) {
-        const hit = await findForbidden([{ hostDir: upper, sandboxDir: '/' }], forbidden);
-        if (hit !== undefined) throw forbiddenRefusal(id, hit);
-      }
-      // The commit keeps the container's config; its user goes back to the base image's, so a
-      // sandbox made from it runs as its own spec says (`User` unset means the image's). A
-      // claimed warm-pool container's pool labels are emptied (an image's labels cannot be
-      // dropped; empty reads as none): a sandbox made from the image is no pool's.
-      const changes = [
-        `LABEL ${LABEL.managed}=true ${LABEL.installation}=${this.host.installation} ${SNAPSHOT_LABEL}=${id} ${POOL_LABEL.shape}="" ${POOL_LABEL.owner}=""`,
-        `USER ${baseUser || '0:0'}`,
-      ];
-      const out = await this.host.request(`commit container ${ref.slice(0, 12)}`, (abortSignal) => container.commit({
+      const out = await this.host.request(`commit container ${ref.slice(0, 12)}`, (abortSignal) => this.host.docker.getContainer(ref).commit({
         repo: SNAPSHOT_REPO, tag: this.tagOf(id), pause: false, changes, comment: `berth snapshot ${id}`, abortSignal,
       })) as { Id: string };
       return out.Id;
     } catch (err) {
-      if (err instanceof BerthError) throw err;
       throw fromDockerError(this.host.docker, err, `commit container ${ref.slice(0, 12)} as snapshot ${id}`);
-    } finally {
-      await this.host.request(`unpause container ${ref.slice(0, 12)}`, (abortSignal) => container.unpause({ abortSignal }))
-        .catch((e: unknown) => this.host.log.debug(`could not unpause ${ref.slice(0, 12)}: ${String(e)}`));
     }
   }
 
@@ -330,19 +349,46 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     const info = await this.host.createAndStart(spec, { ...plan, name, image });
     const sandbox = this.host.sandboxOf(spec, info, undefined);
     try {
-      const binds = hostBindsOf(spec, undefined);
-      // Each dir through an exec of its own, at once: they are apart, and each exec costs the engine's round trips.
-      // Both settle before a failure removes the sandbox.
-      const puts = await Promise.allSettled(meta.dirs.filter((d) => !binds.some((b) => b.target === targetOf(d)))
-        .map((d) => sandbox.putArchive(targetOf(d), packDir(path.join(this.root, id, d)))));
-      const failed = puts.find((p) => p.status === 'rejected');
-      if (failed !== undefined) throw failed.reason;
+      await this.fillTmpfsDirs(sandbox, info, id, meta.dirs);
     } catch (err) {
       await this.host.removeSandbox(info.Id, undefined).catch((e: unknown) => this.host.log.debug(`could not remove ${name}: ${String(e)}`));
       throw err;
     }
     if (replacing !== undefined) await this.host.removeSandbox(replacing.ref, replacing.hostDir);
     return sandbox;
+  }
+
+  /**
+   * Fills a new sandbox's tmpfs dirs with the snapshot's copies of `dirs`: by `cp` on the host
+   * with the container paused where this host sees them empty (see host-view.ts), else each
+   * through an archive the sandbox unpacks (a tar the engine runs in it), at once.
+   */
+  private async fillTmpfsDirs(sandbox: Sandbox, info: Dockerode.ContainerInspectInfo, id: string, dirs: readonly OwnDirName[]): Promise<void> {
+    const bound = hostBindsOf(sandbox.spec as SandboxSpec<DockerSettings>, undefined);
+    const tmpfs = dirs.filter((d) => !bound.some((b) => b.target === targetOf(d)));
+    const view = hostViewOf(sandboxesRoot(this.host.berthHome), info);
+    const viaArchive: OwnDirName[] = [];
+    if ('root' in view && tmpfs.length > 0) {
+      await this.paused(sandbox.ref, () => Promise.all(tmpfs.map(async (d) => {
+        const seen = viewedDir(view.root, targetOf(d), true);
+        if ('unavailable' in seen) {
+          this.host.log.with({ ref: sandbox.ref }).debug(`snapshot ${id}: ${targetOf(d)} through an archive: ${seen.unavailable}`);
+          viaArchive.push(d);
+          return;
+        }
+        await copyTree(path.join(this.root, id, d), seen.dir);
+      })));
+    } else {
+      viaArchive.push(...tmpfs);
+    }
+    // Each dir through an exec of its own, at once: they are apart, and each exec costs the
+    // engine's round trips. Both settle before a failure removes the sandbox.
+    const puts = await Promise.allSettled(viaArchive.map((d) => sandbox.putArchive(targetOf(d), packDir(path.join(this.root, id, d)))));
+    const failed = puts.find((p) => p.status === 'rejected');
+    if (failed !== undefined) throw failed.reason;
+    const onHost = tmpfs.filter((d) => !viaArchive.includes(d)).map(targetOf);
+    if (tmpfs.length > 0) this.host.log.with({ ref: sandbox.ref }).debug(`from snapshot ${id}: ${[onHost.length > 0 ? `${onHost.join(', ')} filled on the host` : '',
+      viaArchive.length > 0 ? `${viaArchive.map(targetOf).join(', ')} through an archive${'unavailable' in view ? ` (${view.unavailable})` : ''}` : ''].filter((x) => x !== '').join('; ')}`);
   }
 
   /** A new persistent sandbox (a fork): its own dirs must be new, and are copies of the snapshot's. */

@@ -42,7 +42,10 @@ export async function makeSnapshotDir(root: string, id: string): Promise<string>
   return dir;
 }
 
-/** Copies the tree `src` to `dst` (which must not exist), as the module comment says. */
+/**
+ * Copies the tree `src` to `dst`, as the module comment says: `dst` must not exist, or be an empty
+ * dir (which then gets `src`'s owner, mode and times); never one a link could be in.
+ */
 export function copyTree(src: string, dst: string): Promise<void> {
   return run('cp', ['-a', '--reflink=auto', '--no-target-directory', '--', src, dst]);
 }
@@ -76,9 +79,8 @@ export async function treeTally(dir: string): Promise<TreeTally> {
 
 /** The tally of each of `names` under `root`. */
 export async function tallies<N extends string>(root: string, names: readonly N[]): Promise<Partial<Record<N, TreeTally>>> {
-  const out: Partial<Record<N, TreeTally>> = {};
-  for (const n of names) out[n] = await treeTally(path.join(root, n));
-  return out;
+  const counted = await Promise.all(names.map((n) => treeTally(path.join(root, n))));
+  return Object.fromEntries(names.map((n, i) => [n, counted[i]])) as Partial<Record<N, TreeTally>>;
 }
 
 /**
