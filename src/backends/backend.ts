@@ -75,6 +75,11 @@ export interface SpawnOptions {
   cwd?: string | undefined;
   /** Pipe stdin (a shell, `tar -x`); otherwise the process reads end-of-file at once. */
   stdin: boolean;
+  /**
+   * A process meant to live long (a persistent shell). Where a backend must ask whether a process
+   * ended (docker's FIFO stdio), it asks for this one only once its stdout or stderr ended.
+   */
+  lasting?: boolean | undefined;
 }
 
 /**

@@ -27,6 +27,15 @@ const FIFO_OPEN_TIMEOUT_MS = 10_000;
 /** How often the exec is asked whether it ended while its wrapper has not said it opened its FIFOs. */
 const FIFO_OPEN_POLL_MS = 50;
 /**
+ * After a FIFO-stdio exec's process ended, how long its output may still come before berth stops
+ * reading it (an attach stream ends about as long after its exec's process, whatever a process it
+ * left holds open).
+ */
+const DRAIN_AFTER_EXIT_MS = 2_000;
+/** First and longest wait between asking the engine whether such an exec has ended. */
+const EXIT_POLL_FIRST_MS = 250;
+const EXIT_POLL_MAX_MS = 5_000;
+/**
  * The wrapper of a process started over FIFOs: opens the status FIFO, then the process's stdio
  * (stdin, stdout, stderr: paths in the container's stdio dir), says so with one byte on the
  * status FIFO, lets go of it and becomes the process. An open that fails ends it (126) before
@@ -167,7 +176,18 @@ export async function spawnOverFifos(
     stdin?.on('error', () => undefined);
     for (const s of [stdout, stderr]) s.on('error', (err) => target.log.debug(`output of ${JSON.stringify(argv[0] ?? '')} failed: ${err.message}`));
     const closed = (s: Socket): Promise<void> => new Promise((resolve) => (s.closed ? resolve() : s.once('close', () => resolve())));
-    const exited = Promise.all([closed(stdout), closed(stderr)]).then(() => {
+    const bothClosed = Promise.all([closed(stdout), closed(stderr)]);
+    // A process the program left (`cmd &`) may hold its output open after it ended, and a FIFO
+    // ends only when its last writer closes: the exec's end is asked for, and once it ended its
+    // output gets a moment to drain before berth stops reading, as an attach stream's does. A
+    // lasting process (a shell) is asked for only once one of its streams ended.
+    void (opts.lasting === true ? Promise.race([closed(stdout), closed(stderr)]) : Promise.resolve())
+      .then(() => endWhenExited(exec, bothClosed, () => {
+        target.log.debug(`${JSON.stringify(argv[0] ?? '')} in container ${containerId.slice(0, 12)} ended, but a process it left still held its output ${DRAIN_AFTER_EXIT_MS} ms later; stopped reading it`);
+        stdout.destroy();
+        stderr.destroy();
+      }));
+    const exited = bothClosed.then(() => {
       // As an attach stream's stdin goes with its stream: an open FIFO would keep berth's process alive.
       stdin?.destroy();
       return exitCodeOf(exec, EXIT_WAIT_MS);
@@ -191,6 +211,25 @@ export async function spawnOverFifos(
     if (!handedOver) for (const fd of opened) closeSync(fd);
     unlinkFifos(set);
   }
+}
+
+/**
+ * Calls `stop` once `exec` has ended and DRAIN_AFTER_EXIT_MS passed, unless `closed` (its output
+ * ended) came first. Asks the engine at growing intervals meanwhile; a failed ask is asked again.
+ */
+async function endWhenExited(exec: Dockerode.Exec, closed: Promise<unknown>, stop: () => void): Promise<void> {
+  let done = false;
+  void closed.then(() => (done = true));
+  const pause = (ms: number): Promise<unknown> => Promise.race([closed, new Promise((resolve) => setTimeout(resolve, ms).unref())]);
+  for (let wait = EXIT_POLL_FIRST_MS; ; wait = Math.min(wait * 2, EXIT_POLL_MAX_MS)) {
+    await pause(wait);
+    if (done) return;
+    const info = await exec.inspect({ abortSignal: AbortSignal.timeout(ENGINE_REQUEST_TIMEOUT_MS) }).catch(() => undefined);
+    if (done) return;
+    if (info !== undefined && !info.Running) break;
+  }
+  await pause(DRAIN_AFTER_EXIT_MS);
+  if (!done) stop();
 }
 
 /**

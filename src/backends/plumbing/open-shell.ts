@@ -10,7 +10,7 @@ export const SHELL_ARGV = ['bash', '--noprofile', '--norc'] as const;
  * `env` (the granted environment) goes through the spawn's env, never argv.
  */
 export async function openShellVia(spawn: Spawn, opts: { env: Readonly<Record<string, string>>; cwd: string }): Promise<ShellTransport> {
-  const proc = await spawn(SHELL_ARGV, { env: opts.env, cwd: opts.cwd, stdin: true });
+  const proc = await spawn(SHELL_ARGV, { env: opts.env, cwd: opts.cwd, stdin: true, lasting: true });
   const stdin = proc.stdin;
   if (stdin === null) {
     await proc.kill();
