@@ -517,6 +517,34 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     expect(existsSync(hostDir), 'its stdio dir goes with the container').toBe(false);
   });
 
+  it('a berth process that closes leaves no FIFO set of its own in a sandbox\'s stdio dir, and the dirs above the stdio dirs are private (0700)', async () => {
+    const home = await mkdtemp(path.join(os.tmpdir(), 'berth-docker-fifos-'));
+    const first = new DockerBackend({ docker, installation, berthHome: home });
+    try {
+      const spec = testSpec(installation, { ephemeral: true });
+      const sandbox = await first.ensure(spec, undefined);
+      for (const d of ['sandboxes', 'sandboxes/docker']) expect((await stat(path.join(home, d))).mode & 0o777, d).toBe(0o700);
+      const id = (await docker.getContainer(sandbox.ref).inspect()).Config.Labels['berth.stdio']!;
+      const dir = path.join(home, 'sandboxes', 'docker', '.stdio', id);
+      expect((await sandbox.execOnce(['true'])).exitCode).toBe(0);
+      expect((await readdir(dir)).length, 'a batch made ahead').toBeGreaterThan(0);
+      // Each CLI call is a process of its own: what it made ahead and did not use goes with it.
+      await first.close();
+      expect(await readdir(dir)).toEqual([]);
+      const second = new DockerBackend({ docker, installation, berthHome: home });
+      try {
+        const again = await second.ensure(spec, sandbox.ref);
+        expect((await again.execOnce(['sh', '-c', 'echo again'])).stdout.toString()).toBe('again\n');
+        await second.remove(again.ref, undefined);
+      } finally {
+        await second.close();
+      }
+    } finally {
+      await removeInstallationContainers(docker, installation).catch(() => undefined);
+      await rm(home, { recursive: true, force: true });
+    }
+  });
+
   it('the stdio wrapper runs nothing before the program: no BASH_ENV file, while the program still gets the variable', async () => {
     const sandbox = await backend.ensure(testSpec(installation, { ephemeral: true }), undefined);
     const plant = await sandbox.execOnce(['/bin/sh', '-c', 'echo "touch /tmp/sourced" > /tmp/benv.sh']);
@@ -529,6 +557,33 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
     expect(seen, at(sandbox)).toBe('/tmp/benv.sh');
     expect(files, at(sandbox)).not.toContain('sourced');
   });
+
+  it('a process whose output a process it left holds open still ends, with its code and output, once it ended; so does a file put or read by a tar that leaves one behind', async () => {
+    const sandbox = await backend.ensure(testSpec(installation, { ephemeral: true }), undefined);
+    try {
+      // One stream held (the other closed), then both: the process's end decides, as with an exec's attach.
+      expect(await sh(sandbox, '(exec 2>&-; sleep 120) & echo one; exit 3', 60_000)).toEqual({ code: 3, out: 'one\n', err: '' });
+      expect(await sh(sandbox, '(sleep 120) & echo both', 60_000)).toEqual({ code: 0, out: 'both\n', err: '' });
+      // A tar (container root may replace it) that leaves a process holding its output.
+      // (Looked up by bash, as berth's spawn does: busybox's sh names its own applet.)
+      const wrap = await sh(sandbox, 'orig=$(bash -c "command -v tar") && mkdir -p /usr/local/bin && printf \'#!/bin/sh\\n%s "$@"; rc=$?; (sleep 120) & exit $rc\\n\' "$orig" > /usr/local/bin/tar && chmod +x /usr/local/bin/tar && bash -c "command -v tar"');
+      expect(wrap.out, wrap.err).toBe('/usr/local/bin/tar\n');
+      const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-held-'));
+      await writeFile(path.join(dir, 'f.txt'), 'payload\n');
+      const archive = await new Promise<Buffer>((resolve, reject) => {
+        const t = spawn('tar', ['-c', '-f', '-', '-C', dir, 'f.txt'], { stdio: ['ignore', 'pipe', 'inherit'] });
+        const out: Buffer[] = [];
+        t.stdout.on('data', (b: Buffer) => out.push(b));
+        t.once('close', (code) => (code === 0 ? resolve(Buffer.concat(out)) : reject(new Error(`tar ${code}`))));
+      });
+      await rm(dir, { recursive: true, force: true });
+      await sandbox.putArchive('/tmp', archive);
+      expect((await sh(sandbox, 'cat /tmp/f.txt')).out, at(sandbox)).toBe('payload\n');
+      expect(await readAll(await sandbox.getArchive('/tmp/f.txt'), 30_000), at(sandbox)).toContain('payload');
+    } finally {
+      await backend.remove(sandbox.ref, undefined);
+    }
+  }, 120_000);
 
   it('env values reach the shell but never the container config or any exec argv', async () => {
     const secret = `s3cr3t-${Math.random().toString(16).slice(2)}`;

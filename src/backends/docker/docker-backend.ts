@@ -424,6 +424,7 @@ export class DockerBackend implements Backend<DockerSettings> {
     this.closed = true;
     for (const socket of this.sockets) socket.destroy();
     this.sockets.clear();
+    await Promise.all([...this.fifoPools.keys()].map((id) => this.dropStdio(id)));
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

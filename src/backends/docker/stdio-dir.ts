@@ -24,6 +24,8 @@ export function stdioRoot(sandboxesRoot: string): string {
 /** A new, empty stdio dir for a container about to be created. */
 export function makeStdioDir(sandboxesRoot: string): { id: string; dir: string } {
   const root = stdioRoot(sandboxesRoot);
+  // Its parents private as the rest of berth's home (a bind's source needs no way through them).
+  mkdirSync(sandboxesRoot, { recursive: true, mode: 0o700 });
   mkdirSync(root, { recursive: true, mode: 0o711 });
   const id = randomBytes(8).toString('hex');
   const dir = path.join(root, id);

@@ -92,11 +92,14 @@ export class FifoPool {
 
   /**
    * No batch is made from now on, and the one being made has ended when this resolves: no FIFO
-   * appears in the run dir after it, so the dir can be removed.
+   * appears in the run dir after it, so the dir can be removed. The sets still waiting are
+   * removed: no other process takes them (each makes its own), and every process that uses a
+   * sandbox (a CLI call each) would otherwise leave most of a batch in its dir.
    */
   async close(): Promise<void> {
     this.closed = true;
     await this.refilling?.catch(() => undefined);
+    for (const set of this.ready.splice(0)) unlinkFifos(set);
   }
 
   private refill(): Promise<void> {
