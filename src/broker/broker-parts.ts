@@ -30,7 +30,7 @@ import { JobRunner } from './job-runner.js';
 import { LiveCap } from './live-cap.js';
 import { LiveSandboxes } from './live-sandboxes.js';
 import { Observers } from './observer.js';
-import { ownerToken } from './process-owner.js';
+import { ownerToken } from '../kit/process-owner.js';
 import { Reapers } from './reapers.js';
 import { SandboxEgress } from './sandbox-egress.js';
 import { usesEgressProxy } from './resolve-call.js';

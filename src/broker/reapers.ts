@@ -5,7 +5,7 @@ import type { AuditRecorder } from './audit.js';
 import type { Engines } from './engines.js';
 import { inUseNow, type LiveSandbox, type LiveSandboxes } from './live-sandboxes.js';
 import type { BrokerObserver } from './observer.js';
-import { ownerAlive } from './process-owner.js';
+import { ownerAlive } from '../kit/process-owner.js';
 import { claimAbandoned } from './sandbox-claim.js';
 import type { SandboxMeasures } from './sandbox-measures.js';
 import type { SandboxRemoval } from './sandbox-removal.js';

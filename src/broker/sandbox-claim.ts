@@ -1,6 +1,6 @@
 import type { SandboxReservation } from '../backends/module.js';
 import { BerthError, TimeoutError } from '../errors.js';
-import { ownerAlive } from './process-owner.js';
+import { ownerAlive } from '../kit/process-owner.js';
 import type { ResolvedCall } from './resolve-call.js';
 import type { SandboxRecord, SandboxTable, TenantQuota, TenantUsage } from './state/sandbox-table.js';
 

@@ -13,7 +13,7 @@ import { systemBundlePem } from '../egress/upstream-trust.js';
 import { BerthError, ConfigError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
 import type { BerthConfig } from '../setup/berth-config.js';
-import { ownerAlive, ownerToken } from './process-owner.js';
+import { ownerAlive, ownerToken } from '../kit/process-owner.js';
 import { usesEgressProxy, type EgressFiles, type ResolvedCall } from './resolve-call.js';
 import type { EgressListenerTable, ListenerHolder } from './state/egress-listener-table.js';
 

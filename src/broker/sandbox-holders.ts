@@ -1,4 +1,4 @@
-import { ownerAlive, ownerToken } from './process-owner.js';
+import { ownerAlive, ownerToken } from '../kit/process-owner.js';
 import type { SandboxTable } from './state/sandbox-table.js';
 import type { SessionTable } from './state/session-table.js';
 

@@ -5,7 +5,7 @@ import type { BerthConfig } from '../setup/berth-config.js';
 import { PolicyRefusedError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
 import type { LiveSandbox, LiveSandboxes } from './live-sandboxes.js';
-import { ownerToken } from './process-owner.js';
+import { ownerToken } from '../kit/process-owner.js';
 import type { ResolvedCall } from './resolve-call.js';
 import { claimOrAwait } from './sandbox-claim.js';
 import type { BackendByName } from './sandbox-removal.js';

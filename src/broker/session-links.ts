@@ -1,7 +1,7 @@
 import { settingsFor } from '../config/types.js';
 import type { BerthConfig } from '../setup/berth-config.js';
 import type { LiveSandbox } from './live-sandboxes.js';
-import { ownerAlive } from './process-owner.js';
+import { ownerAlive } from '../kit/process-owner.js';
 import type { ResolvedCall } from './resolve-call.js';
 import { sessionKey } from './session-calls.js';
 import type { SandboxRecord } from './state/sandbox-table.js';

@@ -8,7 +8,7 @@ import type { AuditRecorder } from './audit.js';
 import type { CallResolver } from './call-resolver.js';
 import { carryShellState } from './carry-shell-state.js';
 import type { LiveSandboxes } from './live-sandboxes.js';
-import { ownerToken } from './process-owner.js';
+import { ownerToken } from '../kit/process-owner.js';
 import type { ResolvedCall } from './resolve-call.js';
 import { claimOrAwait } from './sandbox-claim.js';
 import type { BackendByName } from './sandbox-removal.js';

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Lease } from '../backends/backend.js';
 import { TimeoutError } from '../errors.js';
 import { KeyedLock } from '../kit/keyed-lock.js';
-import { ownerAlive, ownerToken } from './process-owner.js';
+import { ownerAlive, ownerToken } from '../kit/process-owner.js';
 import type { LeaseTable } from './state/lease-table.js';
 
 const POLL_MS = 25;

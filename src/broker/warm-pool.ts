@@ -8,7 +8,7 @@ import type { BerthConfig, ProfileSettings } from '../setup/berth-config.js';
 import { ConfigError } from '../errors.js';
 import type { Logger } from '../logging/logger.js';
 import { wardenFor, type Warden } from '../shell/warden.js';
-import { ownerToken } from './process-owner.js';
+import { ownerToken } from '../kit/process-owner.js';
 import type { StartGate } from './start-gate.js';
 
 /**

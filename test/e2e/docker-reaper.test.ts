@@ -3,7 +3,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { expect, it } from 'vitest';
-import { ownerToken } from '../../src/broker/process-owner.js';
+import { ownerToken } from '../../src/kit/process-owner.js';
 import { StateStore } from '../../src/broker/state/state-store.js';
 import { REPO } from '../helpers/cli.js';
 import {

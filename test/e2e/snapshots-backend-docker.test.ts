@@ -5,6 +5,7 @@ import { afterEach, expect, it } from 'vitest';
 import { DockerBackend } from '../../src/backends/docker/docker-backend.js';
 import { defaultDocker } from '../../src/backends/docker/engine.js';
 import { hostViewOf, viewedDir } from '../../src/backends/docker/host-view.js';
+import { ownerToken } from '../../src/kit/process-owner.js';
 import { Logger } from '../../src/logging/logger.js';
 import { BerthError } from '../../src/errors.js';
 import { UNBOUNDED } from '../conformance/snapshot-conformance.js';
@@ -198,5 +199,39 @@ describeDocker('docker snapshots', () => {
     expect(viewedDir(view.root, '/etc', false)).toEqual({ unavailable: '/etc is not a mount of its own in the container' });
     expect(viewedDir(view.root, '/root/x', false)).toEqual({ unavailable: '/root/x is not a top-level dir' });
     await backend.remove(s.ref, undefined);
+  }, 120_000);
+
+  it('a snapshot freezes the container through its cgroup and thaws it after; one a berth process that died left frozen is thawed when the next takes the sandbox, one a live process froze is not', async () => {
+    const { install, backend } = setup();
+    const spec = testSpec(install.installation, { ephemeral: true });
+    const s = await backend.ensure(spec, undefined);
+    const info = await docker.getContainer(s.ref).inspect();
+    const line = readFileSync(`/proc/${info.State.Pid}/cgroup`, 'utf8').split('\n').find((l) => l.startsWith('0::'));
+    const unified = readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')).find((f) => f[2] === 'cgroup2')?.[1];
+    const group = join(unified!, line!.slice(3));
+    const freezeFile = join(group, 'cgroup.freeze');
+    const marker = join(install.home, 'sandboxes', 'docker', '.frozen', s.ref);
+    const snap = await backend.snapshots.create(s, 'frozen', [], UNBOUNDED);
+    expect(readFileSync(freezeFile, 'utf8').trim()).toBe('0');
+    expect(existsSync(marker)).toBe(false);
+    expect((await docker.getContainer(s.ref).inspect()).State.Paused).toBe(false);
+    await backend.snapshots.remove(snap.ref);
+
+    // A live process's freeze (a snapshot under way in another berth) is left alone.
+    writeFileSync(freezeFile, '1\n');
+    writeFileSync(marker, `${ownerToken()}\n`);
+    const other = new DockerBackend({ docker: defaultDocker(), installation: install.installation, berthHome: install.home });
+    backends.push(other);
+    await other.ensure(spec, s.ref);
+    expect(readFileSync(freezeFile, 'utf8').trim()).toBe('1');
+    // Its owner died (a pid that is no process): the next berth to take the sandbox thaws it, and it runs.
+    writeFileSync(marker, '999999999:1\n');
+    const third = new DockerBackend({ docker: defaultDocker(), installation: install.installation, berthHome: install.home });
+    backends.push(third);
+    const again = await third.ensure(spec, s.ref);
+    expect(readFileSync(freezeFile, 'utf8').trim()).toBe('0');
+    expect(existsSync(marker)).toBe(false);
+    expect(await sh(again, 'echo thawed')).toBe('thawed\n');
+    await third.remove(s.ref, undefined);
   }, 120_000);
 });

@@ -5,7 +5,7 @@ import type { Server } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'vitest';
-import { ownerAlive, ownerToken } from '../../src/broker/process-owner.js';
+import { ownerAlive, ownerToken } from '../../src/kit/process-owner.js';
 
 /*
  * Test hosts with public-looking addresses, on this machine: a network namespace joined to the

@@ -37,6 +37,7 @@ import {
 } from './engine.js';
 import { DockerSandboxHandle } from './sandbox-handle.js';
 import { containerGroups } from './container-groups.js';
+import { dropFrozenMarker, thawLeftFrozen } from './freeze.js';
 import { probeCgroupHost, type CgroupHostProbe } from '../cgroups/cgroup-host.js';
 import type { SandboxCgroups } from '../cgroups/sandbox-cgroups.js';
 import { ProcessSandbox } from '../plumbing/process-sandbox.js';
@@ -176,6 +177,11 @@ export class DockerBackend implements Backend<DockerSettings> {
       planFor: (spec, hostDir) => this.planFor(spec, hostDir),
       createAndStart: async (spec, plan) => (await Promise.all([this.createAndStart(spec, plan), this.installHostGuard()]))[0],
       sandboxOf: (spec, info, hostDir) => this.sandbox(spec, info, hostDir, false),
+      groupOf: (info) => {
+        this.cgroupHost ??= probeCgroupHost();
+        const groups = this.groups.get(info.Id) ?? containerGroups(this.cgroupHost, info, this.logger.with({ ref: info.Id }));
+        return 'unavailable' in groups ? undefined : groups.dir;
+      },
       withHostDir: (spec, hostDir, fn) => this.disks.hold(hostDir, async () => {
         await this.disks.attach(hostDir, spec.section.diskMb ?? LIMIT_DEFAULTS.diskMb);
         return fn();
@@ -267,6 +273,7 @@ export class DockerBackend implements Backend<DockerSettings> {
     }
     await this.dropStdio(stdioId);
     removeStdioDir(sandboxesRoot(this.berthHome), stdioId);
+    dropFrozenMarker(sandboxesRoot(this.berthHome), ref);
     this.stdioIds.delete(ref);
     if (hostDir !== undefined) {
       // Only ever deletes inside berth's own docker sandbox root; its image is unmounted first.
@@ -781,6 +788,9 @@ export class DockerBackend implements Backend<DockerSettings> {
     const groups = containerGroups(this.cgroupHost, info, this.about(spec, info.Id));
     if ('unavailable' in groups) this.about(spec, info.Id).debug(`commands are found by tags, not cgroups: ${groups.unavailable}`);
     else this.groups.set(info.Id, groups);
+    if (!('unavailable' in groups) && thawLeftFrozen(groups.dir, sandboxesRoot(this.berthHome), info.Id, info.State.Paused)) {
+      this.about(spec, info.Id).warn('thawed: a berth process that froze it for a snapshot ended before it let it run again');
+    }
     const stdio = usableStdioDir(sandboxesRoot(this.berthHome), info);
     let fifos: FifoPool | undefined;
     if ('unavailable' in stdio) {

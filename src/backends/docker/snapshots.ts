@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type Dockerode from 'dockerode';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
@@ -9,11 +9,13 @@ import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotBudget, SnapshotCapa
 import { findForbidden, forbiddenRefusal } from '../plumbing/forbidden-scan.js';
 import { apparentBytes, BudgetSpender } from '../plumbing/snapshot-budget.js';
 import {
-  assertSnapshotId, checkCopy, copyTree, damagedSnapshot, isEmptyDir, makeSnapshotDir, packDir, removeSnapshotDir, snapshotsRoot, tallies, treeBytes, unpackAs, type TreeTally,
+  assertSnapshotId, checkCopies, copyTree, damagedSnapshot, isEmptyDir, makeSnapshotDir, packDir, removeSnapshotDir, snapshotsRoot, tallies, treeBytes, unpackAs, type TreeTally,
 } from '../plumbing/snapshot-files.js';
 import { ephemeralName, HOME, hostBindsOf, hostDirFor, LABEL, persistentName, sandboxesRoot, WORKSPACE, type CreatePlanInput } from './container-spec.js';
 import { describeEndpoint, fromDockerError, statusOf } from './engine.js';
+import { whileFrozen } from './freeze.js';
 import { hostViewOf, viewedDir, type HostView } from './host-view.js';
+import type { CgroupDir } from '../cgroups/cgroup-dir.js';
 import { POOL_LABEL } from '../labels.js';
 import type { DockerSettings } from './settings.js';
 
@@ -62,6 +64,8 @@ export interface DockerSnapshotHost {
   planFor(spec: SandboxSpec<DockerSettings>, hostDir: string | undefined): Promise<Omit<CreatePlanInput, 'networkMode' | 'name' | 'image'>>;
   createAndStart(spec: SandboxSpec<DockerSettings>, plan: Omit<CreatePlanInput, 'networkMode'>): Promise<Dockerode.ContainerInspectInfo>;
   sandboxOf(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): Sandbox;
+  /** The container's own cgroup, where berth manages its groups from this host. */
+  groupOf(info: Dockerode.ContainerInspectInfo): CgroupDir | undefined;
   /** Runs `fn` with the persistent sandbox's own dirs ready (its disk image mounted) and leased. */
   withHostDir<T>(spec: SandboxSpec<DockerSettings>, hostDir: string, fn: () => Promise<T>): Promise<T>;
   /** Makes `dir`'s home and workspace, owned by the user the sandbox runs as. */
@@ -96,6 +100,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
         await unpackAs(await sandbox.getArchive(d.target), path.join(dir, d.name), spender.cap(d.target));
         spender.spend(d.target, await apparentBytes(path.join(dir, d.name)));
       }
+      let counted: [Partial<Record<OwnDirName, TreeTally>>, number] | undefined;
       await this.paused(sandbox.ref, async () => {
         // In one pause: the dirs berth copies on the host, measured first; the writable layer
         // measured, then committed while it and the copies are read for granted values. What is
@@ -115,23 +120,27 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
         });
         spender.spend('its writable layer (files outside its own dirs)', layerBytes);
         const inDirs = findForbidden(own.map((d) => ({ hostDir: path.join(dir, d.name), sandboxDir: d.target })), forbidden);
-        const [committed, hits] = await Promise.allSettled([
+        // The copies are counted meanwhile too (they are berth's, complete, and what a restore checks).
+        const [committed, hits, count] = await Promise.allSettled([
           this.commit(sandbox.ref, id, base.Config?.User ?? '').then((made) => { image = made; }),
           Promise.all([inLayer, inDirs]),
+          Promise.all([tallies(dir, own.map((d) => d.name)), treeBytes(dir)]),
         ]);
         if (hits.status === 'rejected') throw hits.reason;
+        if (count.status === 'rejected') throw count.reason;
+        counted = count.value;
         const hit = hits.value[0] ?? hits.value[1];
         if (hit !== undefined) throw forbiddenRefusal(id, hit);
         if (committed.status === 'rejected') throw committed.reason;
-      });
-      if (image === undefined) throw new BerthError('internal', `snapshot ${id}: the commit gave no image`);
+      }, info);
+      if (image === undefined || counted === undefined) throw new BerthError('internal', `snapshot ${id}: the commit gave no image`);
       const dirs = own.map((d) => d.name);
       const excluded = hostBindsOf(spec, sandbox.hostDir).filter((b) => b.kind !== 'own')
         .map((b) => `${b.target}: ${b.kind === 'workspace' ? 'the attached workspace' : 'a volume'} ${b.source} is the user's, not part of the snapshot`);
-      const [tally, layerBytes] = await Promise.all([tallies(dir, dirs), this.layerBytes(image)]);
+      const [tally, dirBytes] = counted;
       const meta: SnapshotMeta = { id, installation: this.host.installation, image, dirs, excluded, tally };
       await writeFile(path.join(dir, META), `${JSON.stringify(meta, null, 2)}\n`, { mode: 0o600 });
-      const bytes = layerBytes + (await treeBytes(dir));
+      const bytes = (await this.layerBytes(image)) + dirBytes + (await stat(path.join(dir, META))).blocks * 512;
       const tmpfs = own.filter((d) => d.source === undefined).map((d) => d.target);
       this.host.log.with({ ref: sandbox.ref }).debug(`snapshot ${id}: image ${image.slice(7, 19)}, dirs ${dirs.join(', ') || 'none'}` +
         `${tmpfs.length === 0 ? '' : `; tmpfs ${tmpfs.join(', ')} ${'root' in view ? 'copied on the host' : `through its archive (${view.unavailable})`}`}`);
@@ -157,7 +166,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     if (labels[SNAPSHOT_LABEL] !== id || labels[LABEL.installation] !== this.host.installation) {
       throw damagedSnapshot(id, `image ${image.slice(7, 19)} is not this installation's snapshot ${id}`);
     }
-    await Promise.all(meta.dirs.map((d) => checkCopy(id, targetOf(d), path.join(this.root, id, d), meta.tally?.[d])));
+    await checkCopies(id, meta.dirs.map((d) => ({ target: targetOf(d), dir: path.join(this.root, id, d), recorded: meta.tally?.[d] })));
   }
 
   async createFrom(
@@ -224,8 +233,14 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     return seen.dir;
   }
 
-  /** Runs `fn` with the container paused (no process of it runs meanwhile), unpausing it after. */
-  private async paused<T>(ref: string, fn: () => Promise<T>): Promise<T> {
+  /**
+   * Runs `fn` with no process of the container running, and lets them run again after: frozen by
+   * berth where it manages the container's cgroup from this host (see freeze.ts), else paused by
+   * the engine.
+   */
+  private async paused<T>(ref: string, fn: () => Promise<T>, info?: Dockerode.ContainerInspectInfo): Promise<T> {
+    const group = info === undefined ? undefined : this.host.groupOf(info);
+    if (group !== undefined) return whileFrozen(group, sandboxesRoot(this.host.berthHome), ref, 'snapshot the sandbox', fn);
     const container = this.host.docker.getContainer(ref);
     await this.host.request(`pause container ${ref.slice(0, 12)}`, (abortSignal) => container.pause({ abortSignal }));
     try {
@@ -377,7 +392,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
           return;
         }
         await copyTree(path.join(this.root, id, d), seen.dir);
-      })));
+      })), info);
     } else {
       viaArchive.push(...tmpfs);
     }

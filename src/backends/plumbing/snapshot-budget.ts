@@ -24,11 +24,18 @@ export function apparentBytes(dir: string, timeoutMs: number = MEASURE_TIMEOUT_M
  * The figure `du -s -P <flags>` prints for the tree `dir` (links not followed, hard links once);
  * rejects with du's reason: its last line on stderr, or that it did not finish within `timeoutMs`.
  */
-export function duFigure(dir: string, flags: readonly string[], timeoutMs: number): Promise<number> {
+export async function duFigure(dir: string, flags: readonly string[], timeoutMs: number): Promise<number> {
+  return (await duFigures([dir], flags, timeoutMs))[0] ?? 0;
+}
+
+/** `duFigure` of each of `dirs` (trees apart from each other), by one `du`. */
+export function duFigures(dirs: readonly string[], flags: readonly string[], timeoutMs: number): Promise<number[]> {
+  if (dirs.length === 0) return Promise.resolve([]);
   return new Promise((resolve, reject) => {
-    execFile('du', ['-s', ...flags, '-P', '--', dir], { timeout: timeoutMs, maxBuffer: 1 << 16 }, (err, out, stderr) => {
+    execFile('du', ['-s', ...flags, '-P', '--', ...dirs], { timeout: timeoutMs, maxBuffer: 1 << 16 }, (err, out, stderr) => {
       if (err === null) {
-        resolve(Number(out.split(/\s/)[0]) || 0);
+        const lines = out.split('\n').filter((l) => l !== '');
+        resolve(dirs.map((_, i) => Number(lines[i]?.split(/\s/)[0]) || 0));
       } else {
         const why = err.killed ? `it did not finish within ${timeoutMs / 1000} s` : stderr.trim().split('\n').at(-1) || err.message;
         reject(Object.assign(new Error(why), { cause: err }));

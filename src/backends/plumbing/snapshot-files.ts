@@ -5,7 +5,7 @@ import path from 'node:path';
 import { PassThrough, type Readable, type Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { BerthError } from '../../errors.js';
-import { duFigure } from './snapshot-budget.js';
+import { duFigures } from './snapshot-budget.js';
 
 /*
  * The host side of a snapshot: `$BERTH_HOME/snapshots/<backend>/<id>/`, private to berth (0700),
@@ -69,17 +69,22 @@ export interface TreeTally {
 
 /** The tally of `dir`; a tree berth cannot read all of is an error naming it (`transfer_failed`). */
 export async function treeTally(dir: string): Promise<TreeTally> {
+  return (await treeTallies([dir]))[0] as TreeTally;
+}
+
+/** `treeTally` of each of `dirs` (trees apart from each other), by two `du` processes in all. */
+async function treeTallies(dirs: readonly string[]): Promise<TreeTally[]> {
   try {
-    const [bytes, entries] = await Promise.all([duFigure(dir, ['-B1', '--apparent-size'], COPY_TIMEOUT_MS), duFigure(dir, ['--inodes'], COPY_TIMEOUT_MS)]);
-    return { entries, bytes };
+    const [bytes, entries] = await Promise.all([duFigures(dirs, ['-B1', '--apparent-size'], COPY_TIMEOUT_MS), duFigures(dirs, ['--inodes'], COPY_TIMEOUT_MS)]);
+    return dirs.map((_, i) => ({ entries: entries[i] ?? 0, bytes: bytes[i] ?? 0 }));
   } catch (err) {
-    throw new BerthError('transfer_failed', `could not count what ${dir} holds (du: ${(err as Error).message})`, { cause: err });
+    throw new BerthError('transfer_failed', `could not count what ${dirs.join(', ')} hold${dirs.length === 1 ? 's' : ''} (du: ${(err as Error).message})`, { cause: err });
   }
 }
 
 /** The tally of each of `names` under `root`. */
 export async function tallies<N extends string>(root: string, names: readonly N[]): Promise<Partial<Record<N, TreeTally>>> {
-  const counted = await Promise.all(names.map((n) => treeTally(path.join(root, n))));
+  const counted = await treeTallies(names.map((n) => path.join(root, n)));
   return Object.fromEntries(names.map((n, i) => [n, counted[i]])) as Partial<Record<N, TreeTally>>;
 }
 
@@ -89,15 +94,23 @@ export async function tallies<N extends string>(root: string, names: readonly N[
  * that the copy exists is checked).
  */
 export async function checkCopy(id: string, target: string, dir: string, recorded: TreeTally | undefined): Promise<void> {
-  if (!existsSync(dir)) throw damagedSnapshot(id, `its copy of ${target} (${dir}) is gone`);
-  if (recorded === undefined) return;
-  const now = await treeTally(dir).catch((err: unknown) => {
-    throw damagedSnapshot(id, `its copy of ${target} cannot be read whole: ${(err as Error).message}`);
+  await checkCopies(id, [{ target, dir, recorded }]);
+}
+
+/** `checkCopy` of each of `copies`, counted at once. */
+export async function checkCopies(id: string, copies: ReadonlyArray<{ target: string; dir: string; recorded: TreeTally | undefined }>): Promise<void> {
+  for (const c of copies) if (!existsSync(c.dir)) throw damagedSnapshot(id, `its copy of ${c.target} (${c.dir}) is gone`);
+  const counted = copies.filter((c) => c.recorded !== undefined);
+  const now = await treeTallies(counted.map((c) => c.dir)).catch((err: unknown) => {
+    throw damagedSnapshot(id, `its copy of ${counted.map((c) => c.target).join(', ')} cannot be read whole: ${(err as Error).message}`);
   });
-  if (now.entries !== recorded.entries || now.bytes !== recorded.bytes) {
-    throw damagedSnapshot(id, `its copy of ${target} (${dir}) holds ${now.entries} entries and ${now.bytes} bytes where the snapshot recorded ` +
-      `${recorded.entries} and ${recorded.bytes}: files in it were removed or changed outside berth`);
-  }
+  counted.forEach((c, i) => {
+    const [was, is] = [c.recorded as TreeTally, now[i] as TreeTally];
+    if (is.entries !== was.entries || is.bytes !== was.bytes) {
+      throw damagedSnapshot(id, `its copy of ${c.target} (${c.dir}) holds ${is.entries} entries and ${is.bytes} bytes where the snapshot recorded ` +
+        `${was.entries} and ${was.bytes}: files in it were removed or changed outside berth`);
+    }
+  });
 }
 
 /** Whether `dir` is an existing dir with nothing in it (or does not exist). */
