@@ -1,5 +1,6 @@
 import { volumeSettings } from '../../src/backends/docker/settings.js';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chown, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -580,6 +581,23 @@ describeDocker(`docker backend against the real engine${skipReason}`, () => {
       await sandbox.putArchive('/tmp', archive);
       expect((await sh(sandbox, 'cat /tmp/f.txt')).out, at(sandbox)).toBe('payload\n');
       expect(await readAll(await sandbox.getArchive('/tmp/f.txt'), 30_000), at(sandbox)).toContain('payload');
+      // A reader that holds the output back until long after tar ended still gets every byte: 90 KiB
+      // is past what berth reads before it holds back (one 64 KiB read) and within what the FIFO
+      // then takes, so tar ends with its last bytes waiting in the FIFO. (Cut 2 s after tar's end,
+      // the archive came truncated: this failed so.)
+      const sum = (await sh(sandbox, 'head -c 92160 /dev/urandom > /tmp/big && sha256sum /tmp/big')).out.split(' ')[0];
+      const slow = await sandbox.getArchive('/tmp/big');
+      await new Promise((resolve) => setTimeout(resolve, 4_000));
+      const got: Buffer[] = [];
+      for await (const chunk of slow) got.push(chunk as Buffer);
+      const unpacked = await new Promise<Buffer>((resolve, reject) => {
+        const t = spawn('tar', ['-x', '-O', '-f', '-'], { stdio: ['pipe', 'pipe', 'inherit'] });
+        const out: Buffer[] = [];
+        t.stdout.on('data', (b: Buffer) => out.push(b));
+        t.once('close', (code) => (code === 0 ? resolve(Buffer.concat(out)) : reject(new Error(`tar ${code}`))));
+        t.stdin.end(Buffer.concat(got));
+      });
+      expect(createHash('sha256').update(unpacked).digest('hex'), at(sandbox)).toBe(sum);
     } finally {
       await backend.remove(sandbox.ref, undefined);
     }

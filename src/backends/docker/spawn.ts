@@ -27,11 +27,14 @@ const FIFO_OPEN_TIMEOUT_MS = 10_000;
 /** How often the exec is asked whether it ended while its wrapper has not said it opened its FIFOs. */
 const FIFO_OPEN_POLL_MS = 50;
 /**
- * After a FIFO-stdio exec's process ended, how long its output may still come before berth stops
- * reading it (an attach stream ends about as long after its exec's process, whatever a process it
- * left holds open).
+ * After a FIFO-stdio exec's process ended, what is left in its FIFOs is read: berth stops reading
+ * once nothing came for DRAIN_QUIET_MS while it read, or after DRAIN_AFTER_EXIT_MS of reading (a
+ * process it left may write on for ever). Time the reader held the output back does not count: a
+ * slow consumer still gets every byte the program wrote. (An attach stream ends about as soon.)
  */
+const DRAIN_QUIET_MS = 200;
 const DRAIN_AFTER_EXIT_MS = 2_000;
+const DRAIN_LOOK_MS = 50;
 /** First and longest wait between asking the engine whether such an exec has ended. */
 const EXIT_POLL_FIRST_MS = 250;
 const EXIT_POLL_MAX_MS = 5_000;
@@ -178,15 +181,17 @@ export async function spawnOverFifos(
     const closed = (s: Socket): Promise<void> => new Promise((resolve) => (s.closed ? resolve() : s.once('close', () => resolve())));
     const bothClosed = Promise.all([closed(stdout), closed(stderr)]);
     // A process the program left (`cmd &`) may hold its output open after it ended, and a FIFO
-    // ends only when its last writer closes: the exec's end is asked for, and once it ended its
-    // output gets a moment to drain before berth stops reading, as an attach stream's does. A
-    // lasting process (a shell) is asked for only once one of its streams ended.
-    void (opts.lasting === true ? Promise.race([closed(stdout), closed(stderr)]) : Promise.resolve())
-      .then(() => endWhenExited(exec, bothClosed, () => {
-        target.log.debug(`${JSON.stringify(argv[0] ?? '')} in container ${containerId.slice(0, 12)} ended, but a process it left still held its output ${DRAIN_AFTER_EXIT_MS} ms later; stopped reading it`);
+    // ends only when its last writer closes: the exec's end is asked for, and once it ended what
+    // is left in the FIFOs is read before berth stops reading, as an attach stream ends. Not for a
+    // lasting process (a shell): its end shows in its protocol, its timeouts and its warden, and
+    // a thousand live shells cost the engine no polling.
+    if (opts.lasting !== true) {
+      void endWhenExited(exec, bothClosed, [stdout, stderr], () => {
+        target.log.debug(`${JSON.stringify(argv[0] ?? '')} in container ${containerId.slice(0, 12)} ended, but a process it left still held its output; stopped reading it`);
         stdout.destroy();
         stderr.destroy();
-      }));
+      });
+    }
     const exited = bothClosed.then(() => {
       // As an attach stream's stdin goes with its stream: an open FIFO would keep berth's process alive.
       stdin?.destroy();
@@ -214,10 +219,11 @@ export async function spawnOverFifos(
 }
 
 /**
- * Calls `stop` once `exec` has ended and DRAIN_AFTER_EXIT_MS passed, unless `closed` (its output
- * ended) came first. Asks the engine at growing intervals meanwhile; a failed ask is asked again.
+ * Calls `stop` once `exec` has ended and what was left in `streams` was read (see
+ * DRAIN_QUIET_MS), unless `closed` (its output ended) came first. Asks the engine at growing
+ * intervals meanwhile; a failed ask is asked again.
  */
-async function endWhenExited(exec: Dockerode.Exec, closed: Promise<unknown>, stop: () => void): Promise<void> {
+async function endWhenExited(exec: Dockerode.Exec, closed: Promise<unknown>, streams: readonly Socket[], stop: () => void): Promise<void> {
   let done = false;
   void closed.then(() => (done = true));
   const pause = (ms: number): Promise<unknown> => Promise.race([closed, new Promise((resolve) => setTimeout(resolve, ms).unref())]);
@@ -228,8 +234,21 @@ async function endWhenExited(exec: Dockerode.Exec, closed: Promise<unknown>, sto
     if (done) return;
     if (info !== undefined && !info.Running) break;
   }
-  await pause(DRAIN_AFTER_EXIT_MS);
-  if (!done) stop();
+  // Progress read from the sockets' counts (a listener added here would start a stream its
+  // reader has not started, and the bytes would be lost to it).
+  const count = (): number => streams.reduce((n, s) => n + s.bytesRead, 0);
+  let [lastData, lastCount] = [Date.now(), count()];
+  for (let reading = 0; ; ) {
+    await pause(DRAIN_LOOK_MS);
+    if (done) return;
+    const now = count();
+    if (now !== lastCount || streams.some((s) => s.readableFlowing !== true)) [lastData, lastCount] = [Date.now(), now];
+    // Time its reader held the output back does not count.
+    if (streams.some((s) => s.readableFlowing !== true)) continue;
+    reading += DRAIN_LOOK_MS;
+    if (Date.now() - lastData >= DRAIN_QUIET_MS || reading >= DRAIN_AFTER_EXIT_MS) break;
+  }
+  stop();
 }
 
 /**
