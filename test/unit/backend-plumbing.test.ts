@@ -113,7 +113,7 @@ describe('a sandbox is its handle plus the plumbing', () => {
     const { handle, started } = recordingHandle();
     const secret = 'sk-plumbing-0123456789';
     await new ProcessSandbox(handle).openShell({ env: { API_KEY: secret }, cwd: '/w' });
-    expect(started).toEqual([{ argv: ['bash', '--noprofile', '--norc'], opts: { env: { API_KEY: secret }, cwd: '/w', stdin: true } }]);
+    expect(started).toEqual([{ argv: ['bash', '--noprofile', '--norc'], opts: { env: { API_KEY: secret }, cwd: '/w', stdin: true, lasting: true } }]);
     expect(started[0]!.argv.join(' ')).not.toContain(secret);
   });
 

@@ -73,6 +73,31 @@ export class CgroupDir {
     return this.until((e) => /^frozen 1$/m.test(e), timeoutMs);
   }
 
+  /**
+   * Waits until every process in it and in every group below it is frozen (it frozen, they
+   * frozen by it); false when that did not happen within `timeoutMs`. A group's own `frozen 1`
+   * speaks for its own processes only: one in a child group may still be inside a system call
+   * (measured so: a write went on for hundreds of MiB after the parent said frozen). The groups
+   * are listed again after each pass, so one made meanwhile is waited for too.
+   */
+  async subtreeFrozen(timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    for (let seen = new Set<string>(); ;) {
+      const groups = [this, ...this.descendants()];
+      for (const g of groups) if (!(await g.frozen(Math.max(0, deadline - Date.now())))) return false;
+      const paths = new Set(groups.map((g) => g.path));
+      if (paths.size === seen.size && [...paths].every((p) => seen.has(p))) return true;
+      seen = paths;
+    }
+  }
+
+  /** Every group below it, at any depth (one that goes meanwhile is left out). */
+  descendants(): CgroupDir[] {
+    const out: CgroupDir[] = [];
+    for (const child of this.children('')) out.push(child, ...child.descendants());
+    return out;
+  }
+
   /** No process is in it or below it (a group that is gone is empty). */
   isEmpty(): boolean {
     try {

@@ -1,6 +1,6 @@
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { TimeoutError } from '../../errors.js';
+import { BerthError, TimeoutError } from '../../errors.js';
 import { ownerAlive, ownerToken } from '../../kit/process-owner.js';
 import type { CgroupDir } from '../cgroups/cgroup-dir.js';
 
@@ -29,18 +29,35 @@ export async function whileFrozen<T>(group: CgroupDir, sandboxesRoot: string, co
   const marker = markerOf(sandboxesRoot, containerId);
   mkdirSync(path.dirname(marker), { recursive: true, mode: 0o700 });
   writeFileSync(marker, `${ownerToken()}\n`, { mode: 0o600 });
+  let thawed = false;
   try {
-    group.freeze(true);
     try {
-      if (!(await group.frozen(FREEZE_WAIT_MS))) {
+      group.freeze(true);
+    } catch (err) {
+      throw new BerthError('transfer_failed', `could not ${what}: the processes of container ${containerId.slice(0, 12)} could not be frozen ` +
+        `(${(err as NodeJS.ErrnoException).code ?? String(err)}: it stopped meanwhile?); nothing was read`, { cause: err });
+    }
+    try {
+      if (!(await group.subtreeFrozen(FREEZE_WAIT_MS))) {
         throw new TimeoutError(`could not ${what}: the processes of container ${containerId.slice(0, 12)} were not all stopped within ${FREEZE_WAIT_MS} ms (one in uninterruptible sleep?); nothing was read`);
       }
       return await fn();
     } finally {
       group.freeze(false);
+      thawed = true;
     }
   } finally {
-    rmSync(marker, { force: true });
+    // A thaw that failed keeps the marker: the next berth to take the sandbox thaws it.
+    if (thawed || !isFrozen(group)) rmSync(marker, { force: true });
+  }
+}
+
+/** Whether the group is set frozen (its `cgroup.freeze` says 1); a group that is gone is not. */
+function isFrozen(group: CgroupDir): boolean {
+  try {
+    return readFileSync(path.join(group.path, 'cgroup.freeze'), 'latin1').trim() === '1';
+  } catch {
+    return false;
   }
 }
 
@@ -59,12 +76,7 @@ export function thawLeftFrozen(group: CgroupDir, sandboxesRoot: string, containe
     return false;
   }
   if (ownerAlive(owner)) return false;
-  let frozen = false;
-  try {
-    frozen = readFileSync(path.join(group.path, 'cgroup.freeze'), 'latin1').trim() === '1';
-  } catch {
-    // Gone with its container.
-  }
+  const frozen = isFrozen(group);
   if (frozen) group.freeze(false);
   rmSync(marker, { force: true });
   return frozen;

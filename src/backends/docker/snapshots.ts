@@ -111,7 +111,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
         const inLayer = upper === undefined ? Promise.resolve(undefined) : findForbidden([{ hostDir: upper, sandboxDir: '/' }], forbidden);
         inLayer.catch(() => undefined); // settled below on every path; not unhandled meanwhile
         const [layerBytes] = await Promise.all([this.writableBytes(sandbox.ref, info), Promise.all(own.filter((o) => o.source !== undefined || 'root' in view).map(async (d) => {
-          const source = d.source ?? this.viewed(view, d.target, false);
+          const source = d.source ?? this.viewed(view, d.target);
           spender.spend(d.target, await apparentBytes(source));
           await copyTree(source, path.join(dir, d.name));
         }))]).catch(async (err: unknown) => {
@@ -146,7 +146,10 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
         `${tmpfs.length === 0 ? '' : `; tmpfs ${tmpfs.join(', ')} ${'root' in view ? 'copied on the host' : `through its archive (${view.unavailable})`}`}`);
       return { ref: `${id}@${image}`, bytes };
     } catch (err) {
-      if (image !== undefined) await this.removeImage(image, id).catch((e: unknown) => this.host.log.debug(`could not remove the image of failed snapshot ${id}: ${String(e)}`));
+      // By its id when the commit answered, else by its tag: a commit whose answer never came (its
+      // request timed out) may still have made the image, and a value may be in it.
+      await this.removeImage(image ?? `${SNAPSHOT_REPO}:${this.tagOf(id)}`, id)
+        .catch((e: unknown) => this.host.log.warn(`could not remove the image of failed snapshot ${id}: ${String(e)}`));
       await removeSnapshotDir(this.root, id);
       throw err;
     }
@@ -227,8 +230,8 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
   }
 
   /** The host path of the paused container's tmpfs dir `target` under `view`, checked now (see host-view.ts). */
-  private viewed(view: HostView, target: string, empty: boolean): string {
-    const seen = 'root' in view ? viewedDir(view.root, target, empty) : view;
+  private viewed(view: HostView, target: string): string {
+    const seen = 'root' in view ? viewedDir(view, target) : view;
     if ('unavailable' in seen) throw new BerthError('transfer_failed', `cannot copy the sandbox's ${target} from this host: ${seen.unavailable}`);
     return seen.dir;
   }
@@ -364,7 +367,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     const info = await this.host.createAndStart(spec, { ...plan, name, image });
     const sandbox = this.host.sandboxOf(spec, info, undefined);
     try {
-      await this.fillTmpfsDirs(sandbox, info, id, meta.dirs);
+      await this.fillTmpfsDirs(sandbox, id, meta.dirs);
     } catch (err) {
       await this.host.removeSandbox(info.Id, undefined).catch((e: unknown) => this.host.log.debug(`could not remove ${name}: ${String(e)}`));
       throw err;
@@ -374,36 +377,18 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
   }
 
   /**
-   * Fills a new sandbox's tmpfs dirs with the snapshot's copies of `dirs`: by `cp` on the host
-   * with the container paused where this host sees them empty (see host-view.ts), else each
-   * through an archive the sandbox unpacks (a tar the engine runs in it), at once.
+   * Fills a new sandbox's tmpfs dirs with the snapshot's copies of `dirs`, each through an archive
+   * the sandbox unpacks (a tar the engine runs in it), at once. Not by `cp` on the host as a
+   * snapshot copies them out: tmpfs pages count against the memory of the process that writes
+   * them, so the fork's files would count against berth's memory and not the sandbox's limit.
    */
-  private async fillTmpfsDirs(sandbox: Sandbox, info: Dockerode.ContainerInspectInfo, id: string, dirs: readonly OwnDirName[]): Promise<void> {
+  private async fillTmpfsDirs(sandbox: Sandbox, id: string, dirs: readonly OwnDirName[]): Promise<void> {
     const bound = hostBindsOf(sandbox.spec as SandboxSpec<DockerSettings>, undefined);
     const tmpfs = dirs.filter((d) => !bound.some((b) => b.target === targetOf(d)));
-    const view = hostViewOf(sandboxesRoot(this.host.berthHome), info);
-    const viaArchive: OwnDirName[] = [];
-    if ('root' in view && tmpfs.length > 0) {
-      await this.paused(sandbox.ref, () => Promise.all(tmpfs.map(async (d) => {
-        const seen = viewedDir(view.root, targetOf(d), true);
-        if ('unavailable' in seen) {
-          this.host.log.with({ ref: sandbox.ref }).debug(`snapshot ${id}: ${targetOf(d)} through an archive: ${seen.unavailable}`);
-          viaArchive.push(d);
-          return;
-        }
-        await copyTree(path.join(this.root, id, d), seen.dir);
-      })), info);
-    } else {
-      viaArchive.push(...tmpfs);
-    }
-    // Each dir through an exec of its own, at once: they are apart, and each exec costs the
-    // engine's round trips. Both settle before a failure removes the sandbox.
-    const puts = await Promise.allSettled(viaArchive.map((d) => sandbox.putArchive(targetOf(d), packDir(path.join(this.root, id, d)))));
+    // Both settle before a failure removes the sandbox.
+    const puts = await Promise.allSettled(tmpfs.map((d) => sandbox.putArchive(targetOf(d), packDir(path.join(this.root, id, d)))));
     const failed = puts.find((p) => p.status === 'rejected');
     if (failed !== undefined) throw failed.reason;
-    const onHost = tmpfs.filter((d) => !viaArchive.includes(d)).map(targetOf);
-    if (tmpfs.length > 0) this.host.log.with({ ref: sandbox.ref }).debug(`from snapshot ${id}: ${[onHost.length > 0 ? `${onHost.join(', ')} filled on the host` : '',
-      viaArchive.length > 0 ? `${viaArchive.map(targetOf).join(', ')} through an archive${'unavailable' in view ? ` (${view.unavailable})` : ''}` : ''].filter((x) => x !== '').join('; ')}`);
   }
 
   /** A new persistent sandbox (a fork): its own dirs must be new, and are copies of the snapshot's. */

@@ -15,7 +15,7 @@ const MEASURE_TIMEOUT_MS = 60_000;
 
 /** Apparent bytes of the tree `dir` (`du --apparent-size`, links not followed, hard links once). */
 export function apparentBytes(dir: string, timeoutMs: number = MEASURE_TIMEOUT_MS): Promise<number> {
-  return duFigure(dir, ['-B1', '--apparent-size'], timeoutMs).catch((err: Error) => {
+  return duFigure(dir, ['-B1', '--apparent-size', '-x'], timeoutMs).catch((err: Error) => {
     throw new BerthError('transfer_failed', `could not measure ${dir} before the snapshot (du: ${err.message}); nothing was copied`, { cause: err });
   });
 }

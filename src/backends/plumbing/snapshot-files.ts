@@ -43,11 +43,11 @@ export async function makeSnapshotDir(root: string, id: string): Promise<string>
 }
 
 /**
- * Copies the tree `src` to `dst`, as the module comment says: `dst` must not exist, or be an empty
- * dir (which then gets `src`'s owner, mode and times); never one a link could be in.
+ * Copies the tree `src` to `dst` (which must not exist), as the module comment says; a mount
+ * under `src` (an operator's volume) is left out, as its files are not the sandbox's.
  */
 export function copyTree(src: string, dst: string): Promise<void> {
-  return run('cp', ['-a', '--reflink=auto', '--no-target-directory', '--', src, dst]);
+  return run('cp', ['-a', '--reflink=auto', '--one-file-system', '--no-target-directory', '--', src, dst]);
 }
 
 /** Bytes the tree takes on disk (`du`), 0 when it is gone. */
