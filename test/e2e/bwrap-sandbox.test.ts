@@ -92,6 +92,25 @@ describeBwrap('bwrap sandbox: processes share one sandbox', (host) => {
     expect((await sh(sb, 'echo the init loop still serves')).stdout).toBe('the init loop still serves\n');
   });
 
+  it('a program that kills its own watcher at once is still seen to start: it says so itself before it runs', async () => {
+    // The warden's sweep in a sandbox kills its own watcher too. When the watcher alone said
+    // "started", a program that beat it to that line was never seen to start (a 10 s timeout, with
+    // the program left running unseen); under load that happened in CI. The race is the
+    // scheduler's, so this runs it many times.
+    const { sb } = await testSandbox(host, tempRoot(), range, 's1');
+    for (let i = 0; i < 40; i++) {
+      const r = await collect(await sb.spawn(['/bin/sh', '-c', 'kill -9 $PPID; echo alive'], { env: PATH_ENV, stdin: false }));
+      expect(r).toEqual({ code: null, stdout: 'alive\n', stderr: '' });
+    }
+    // A program that cannot be run still ends with a status and a message, as before.
+    const missing = await collect(await sb.spawn(['no-such-program'], { env: PATH_ENV, stdin: false }));
+    expect(missing.code).toBe(127);
+    expect(missing.stderr).toMatch(/no-such-program.*not found/);
+    // A program whose name starts with a dash is a program, not an option of the loop's exec.
+    const dashed = await collect(await sb.spawn(['-c'], { env: PATH_ENV, stdin: false }));
+    expect(dashed.code).toBe(127);
+  });
+
   it("the shell protocol's kill-tree helper, run inside, ends a tagged tree that escaped with setsid and spares the rest", async () => {
     const { sb } = await testSandbox(host, tempRoot(), range, 's1');
     const ns = pidNsOf(sb.hostPid);

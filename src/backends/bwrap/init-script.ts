@@ -27,7 +27,10 @@ import { SANDBOX_RUN } from './layout.js';
  *       stdio are FIFOs <run>/<id>.0 .1 .2, the status FIFO <run>/<id>.3; berth made and opened
  *       them before asking.
  *       -> "P <id> <pid>" once it runs; then "<status>\n" on <id>.3 when it ended (128+n for
- *          signal n), or EOF alone if the wrapper was killed.
+ *          signal n), or EOF alone if the wrapper was killed. The P line is written twice: by the
+ *          process itself before its program runs (a program that kills its watcher at once, as
+ *          the warden's sweep does, is still seen to start) and by the watcher (a process killed
+ *          before it wrote its own is still seen to start and end). berth takes the first.
  *          "E <id> <what>" if it could not start (what: stdio, cwd, env).
  *   kill <pid> <signal>    signal the process group <pid> (the pid a P line gave).
  *
@@ -51,7 +54,7 @@ run() {
   exec 6>"$d/$id.1" 7>"$d/$id.2" 8>"$d/$id.3" || { printf 'E %s stdio\\n' "$id" >&4; exit; }
   cd -- "$cwd" 2>/dev/null || { printf 'E %s cwd\\n' "$id" >&4; exit; }
   for kv in "\${envv[@]}"; do export -- "$kv" 2>/dev/null || { printf 'E %s env\\n' "$id" >&4; exit; }; done
-  "\${argv[@]}" <&5 >&6 2>&7 4>&- 5<&- 6>&- 7>&- 8>&- &
+  { printf 'P %s %s\\n' "$id" "$BASHPID" >&4; exec 4>&- -- "\${argv[@]}"; } <&5 >&6 2>&7 5<&- 6>&- 7>&- 8>&- &
   p=$!
   exec 5<&- 6>&- 7>&-
   printf 'P %s %s\\n' "$id" "$p" >&4
