@@ -77,7 +77,8 @@ export interface SpawnOptions {
   stdin: boolean;
   /**
    * A process meant to live long (a persistent shell). Where a backend must ask whether a process
-   * ended (docker's FIFO stdio), it asks for this one only once its stdout or stderr ended.
+   * ended (docker's FIFO stdio), it does not ask for this one: its end shows in the shell's own
+   * protocol, timeouts and warden.
    */
   lasting?: boolean | undefined;
 }

@@ -68,6 +68,15 @@ export class CgroupDir {
     }
   }
 
+  /** Whether it is set frozen (its `cgroup.freeze` says 1, whether or not every process stopped yet); a group that is gone is not. */
+  get freezeSet(): boolean {
+    try {
+      return readFileSync(join(this.path, 'cgroup.freeze'), 'latin1').trim() === '1';
+    } catch {
+      return false;
+    }
+  }
+
   /** Waits until every process in it is frozen; false when that did not happen within `timeoutMs`. */
   async frozen(timeoutMs: number): Promise<boolean> {
     return this.until((e) => /^frozen 1$/m.test(e), timeoutMs);

@@ -178,8 +178,7 @@ export class DockerBackend implements Backend<DockerSettings> {
       createAndStart: async (spec, plan) => (await Promise.all([this.createAndStart(spec, plan), this.installHostGuard()]))[0],
       sandboxOf: (spec, info, hostDir) => this.sandbox(spec, info, hostDir, false),
       groupOf: (info) => {
-        this.cgroupHost ??= probeCgroupHost();
-        const groups = this.groups.get(info.Id) ?? containerGroups(this.cgroupHost, info, this.logger.with({ ref: info.Id }));
+        const groups = this.groups.get(info.Id) ?? this.groupsOf(info, this.logger.with({ ref: info.Id }));
         return 'unavailable' in groups ? undefined : groups.dir;
       },
       withHostDir: (spec, hostDir, fn) => this.disks.hold(hostDir, async () => {
@@ -304,8 +303,7 @@ export class DockerBackend implements Backend<DockerSettings> {
       throw fromDockerError(this.docker, err, `inspect container ${short(ref)}`);
     }
     if (!info.State.Running) return false;
-    this.cgroupHost ??= probeCgroupHost();
-    const groups = containerGroups(this.cgroupHost, info, this.logger.with({ ref }));
+    const groups = this.groupsOf(info, this.logger.with({ ref }));
     return 'unavailable' in groups ? undefined : groups.commandsRunning();
   }
 
@@ -784,8 +782,7 @@ export class DockerBackend implements Backend<DockerSettings> {
     recreated: boolean,
   ): Sandbox {
     if (recreated) this.about(spec, info.Id).debug('recreated (the one recorded was removed out of band)');
-    this.cgroupHost ??= probeCgroupHost();
-    const groups = containerGroups(this.cgroupHost, info, this.about(spec, info.Id));
+    const groups = this.groupsOf(info, this.about(spec, info.Id));
     if ('unavailable' in groups) this.about(spec, info.Id).debug(`commands are found by tags, not cgroups: ${groups.unavailable}`);
     else this.groups.set(info.Id, groups);
     if (!('unavailable' in groups) && thawLeftFrozen(groups.dir, sandboxesRoot(this.berthHome), info.Id, info.State.Paused)) {
@@ -820,6 +817,12 @@ export class DockerBackend implements Backend<DockerSettings> {
       },
       processGroups: 'unavailable' in groups ? undefined : groups,
     }));
+  }
+
+  /** The kernel's grouping of a running container, where berth manages it from this host (see containerGroups). */
+  private groupsOf(info: Dockerode.ContainerInspectInfo, log: Logger): SandboxCgroups | { unavailable: string } {
+    this.cgroupHost ??= probeCgroupHost();
+    return containerGroups(this.cgroupHost, info, log);
   }
 
   /** Lines about one sandbox: its key, and its container when there is one. */

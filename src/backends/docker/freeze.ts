@@ -5,10 +5,10 @@ import { ownerAlive, ownerToken } from '../../kit/process-owner.js';
 import type { CgroupDir } from '../cgroups/cgroup-dir.js';
 
 /*
- * A container frozen by berth itself while a snapshot reads it or fills a fork: its own cgroup's
- * `cgroup.freeze`, where berth manages the container's groups from this host. A file write and a
- * wait of a few ms, where the engine's pause and unpause are a request each (~27 ms each here,
- * four of them in a snapshot and fork). The engine does not know the container is frozen: a marker
+ * A container frozen by berth itself while a snapshot reads it: its own cgroup's `cgroup.freeze`,
+ * where berth manages the container's groups from this host. A file write and a wait of a few
+ * ms, where the engine's pause and unpause are a request each (~27 ms each here). The wait covers
+ * every group below it (see `CgroupDir.subtreeFrozen`). The engine does not know the container is frozen: a marker
  * (`.frozen/<container id>` under the docker sandboxes' root, holding the freezing process's
  * `pid:starttime`) says who froze it, and a berth that finds the container frozen by a process
  * that is gone (it died mid-snapshot) thaws it when it next takes the sandbox (`thawLeftFrozen`).
@@ -48,16 +48,7 @@ export async function whileFrozen<T>(group: CgroupDir, sandboxesRoot: string, co
     }
   } finally {
     // A thaw that failed keeps the marker: the next berth to take the sandbox thaws it.
-    if (thawed || !isFrozen(group)) rmSync(marker, { force: true });
-  }
-}
-
-/** Whether the group is set frozen (its `cgroup.freeze` says 1); a group that is gone is not. */
-function isFrozen(group: CgroupDir): boolean {
-  try {
-    return readFileSync(path.join(group.path, 'cgroup.freeze'), 'latin1').trim() === '1';
-  } catch {
-    return false;
+    if (thawed || !group.freezeSet) rmSync(marker, { force: true });
   }
 }
 
@@ -76,7 +67,7 @@ export function thawLeftFrozen(group: CgroupDir, sandboxesRoot: string, containe
     return false;
   }
   if (ownerAlive(owner)) return false;
-  const frozen = isFrozen(group);
+  const frozen = group.freezeSet;
   if (frozen) group.freeze(false);
   rmSync(marker, { force: true });
   return frozen;

@@ -1,5 +1,6 @@
 import { lstatSync, readFileSync, statSync } from 'node:fs';
 import type Dockerode from 'dockerode';
+import { cgroupsOf } from '../cgroups/cgroup-host.js';
 import { usableStdioDir } from './stdio-dir.js';
 
 /*
@@ -48,7 +49,7 @@ export function viewedDir(view: { root: string; pid: number; containerId: string
   const dir = `${root}${target}`;
   try {
     // Still the container's process (a pid of a container removed meanwhile may be another's).
-    if (!readFileSync(`/proc/${view.pid}/cgroup`, 'utf8').includes(view.containerId)) return { unavailable: `process ${view.pid} is no longer the container's` };
+    if (cgroupsOf(view.pid)?.unified?.includes(view.containerId) !== true) return { unavailable: `process ${view.pid} is no longer the container's` };
     const st = lstatSync(dir);
     if (!st.isDirectory()) return { unavailable: `${target} is not a dir in the container` };
     if (st.dev === statSync(root).dev) return { unavailable: `${target} is not a mount of its own in the container` };

@@ -241,8 +241,8 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
    * berth where it manages the container's cgroup from this host (see freeze.ts), else paused by
    * the engine.
    */
-  private async paused<T>(ref: string, fn: () => Promise<T>, info?: Dockerode.ContainerInspectInfo): Promise<T> {
-    const group = info === undefined ? undefined : this.host.groupOf(info);
+  private async paused<T>(ref: string, fn: () => Promise<T>, info: Dockerode.ContainerInspectInfo): Promise<T> {
+    const group = this.host.groupOf(info);
     if (group !== undefined) return whileFrozen(group, sandboxesRoot(this.host.berthHome), ref, 'snapshot the sandbox', fn);
     const container = this.host.docker.getContainer(ref);
     await this.host.request(`pause container ${ref.slice(0, 12)}`, (abortSignal) => container.pause({ abortSignal }));
