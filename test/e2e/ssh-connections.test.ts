@@ -1,10 +1,11 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ClientChannel } from 'ssh2';
 import { afterEach, expect, it } from 'vitest';
 import { SshConnectionPool } from '../../src/backends/ssh/connections.js';
 import { ConnectionLostError } from '../../src/backends/ssh/errors.js';
+import { remoteRunner } from '../../src/backends/ssh/remote-exec.js';
 import { BackendUnavailableError, BerthError } from '../../src/errors.js';
 import { waitFor } from '../helpers/docker-e2e.js';
 import { describeSsh, sshTarget } from '../helpers/sshd.js';
@@ -114,6 +115,42 @@ describeSsh('ssh connection pool against a real sshd (MaxSessions 10)', () => {
     const next = await pool.exec(target, 'echo back');
     expect(next.connection.id).not.toBe(connection.id);
     expect((await collect(next.channel)).out).toBe('back\n');
+  });
+
+  it("a root helper whose channel ends without an exit status fails, saying why; never a result with no exit code", async () => {
+    const target = sshTarget();
+    // The connection lost under it: its sshd killed while the helper runs.
+    {
+      await using pool = new SshConnectionPool();
+      const run = remoteRunner(pool, target);
+      const marker = `berth-helper-cut-${process.pid}-a`;
+      const pending = run('echo "$PPID $$" > "/tmp/$1"; exec sleep 1000', [marker]).then((r) => r, (e: unknown) => e);
+      const file = join('/tmp', marker);
+      expect(await waitFor(() => existsSync(file) && readFileSync(file, 'utf8').includes(' '), 20_000, 20)).toBe(true);
+      const [sshdPid, helperPid] = readFileSync(file, 'utf8').trim().split(' ').map(Number) as [number, number];
+      rmSync(file, { force: true });
+      leftovers.push(helperPid);
+      process.kill(sshdPid, 'SIGKILL');
+      const cut = await pending;
+      expect(cut).toBeInstanceOf(ConnectionLostError);
+      expect((cut as Error).message).toContain(`${target.host}:${target.port}`);
+    }
+    // The connection closed by berth (its pool closed) while the helper runs.
+    {
+      const pool = new SshConnectionPool();
+      const run = remoteRunner(pool, target);
+      const marker = `berth-helper-cut-${process.pid}-b`;
+      const pending = run('echo "$$" > "/tmp/$1"; exec sleep 1000', [marker]).then((r) => r, (e: unknown) => e);
+      const file = join('/tmp', marker);
+      expect(await waitFor(() => existsSync(file) && readFileSync(file, 'utf8').trim() !== '', 20_000, 20)).toBe(true);
+      const helperPid = Number(readFileSync(file, 'utf8').trim());
+      rmSync(file, { force: true });
+      leftovers.push(helperPid);
+      await pool.close();
+      const cut = await pending;
+      expect(cut).toBeInstanceOf(BackendUnavailableError);
+      expect((cut as Error).message).toMatch(/berth closed it while a helper still ran on it/);
+    }
   });
 
   it('counts a connection whose peer stopped answering keepalives as lost', async () => {

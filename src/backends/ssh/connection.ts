@@ -1,12 +1,14 @@
 import { readFile } from 'node:fs/promises';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
-import { BerthError, ConfigError } from '../../errors.js';
+import { BackendUnavailableError, BerthError, ConfigError } from '../../errors.js';
 import { Logger } from '../../logging/logger.js';
 import { ConnectionLostError, endpointOf, fromSshError } from './errors.js';
 import { HostKeyCheck } from './host-key-check.js';
 import type { PoolSettings, SshTarget } from './target.js';
 
 
+/** How long a channel that closed without a status waits for its connection to say it closed too. */
+const CHANNEL_END_WORD_MS = 1_000;
 /** How long a closing connection may take to say goodbye before its socket is destroyed. */
 const CLOSE_GRACE_MS = 2_000;
 
@@ -175,6 +177,21 @@ export class SshConnection implements AsyncDisposable {
         onErr(err as Error);
       }
     });
+  }
+
+  /**
+   * Why a channel of this connection closed without an exit status or signal. ssh2 closes a
+   * connection's channels before the connection says it closed, so this waits briefly for that
+   * word: lost (the host or the network), closed on purpose (berth ended it), or neither (the host
+   * ended the channel alone). Never rejects.
+   */
+  async whyChannelEnded(): Promise<BackendUnavailableError> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.endedP, new Promise<void>((resolve) => (timer = setTimeout(resolve, CHANNEL_END_WORD_MS)))]);
+    clearTimeout(timer);
+    if (this.lost !== undefined) return this.lost;
+    if (this.closing) return new ConnectionLostError(this.endpoint, 'berth closed it while a helper still ran on it');
+    return new BackendUnavailableError(`the SSH host ${this.endpoint} ended a channel without an exit status while the connection stayed up`);
   }
 
   /** Ends the connection (its channels end with it). Bounded, idempotent, never throws. */

@@ -69,7 +69,11 @@ export function remoteRunner(pool: SshConnectionPool, target: SshTarget): Remote
       }, timeoutMs);
       channel.once('close', () => {
         clearTimeout(timer);
-        if (failure === undefined && code === null && signal === undefined) failure = connection.lost;
+        if (failure === undefined && code === null && signal === undefined) {
+          // No status: the helper's outcome is unknown, never a result with an exit code of null.
+          void connection.whyChannelEnded().then(reject);
+          return;
+        }
         if (failure !== undefined) reject(failure);
         else resolve({ code, signal, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') });
       });
