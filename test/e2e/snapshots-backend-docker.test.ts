@@ -209,7 +209,18 @@ describeDocker('docker snapshots', () => {
     const group = join(unified!, line!.slice(3));
     const freezeFile = join(group, 'cgroup.freeze');
     const marker = join(install.home, 'sandboxes', 'docker', '.frozen', s.ref);
-    const snap = await backend.snapshots.create(s, 'frozen', [], UNBOUNDED);
+    // Seen while it runs: the cgroup set frozen (berth's freeze), and no pause asked of the engine.
+    const since = Math.floor(Date.now() / 1000) - 1;
+    let sawFrozen = false;
+    const watch = setInterval(() => {
+      if (readFileSync(freezeFile, 'utf8').trim() === '1') sawFrozen = true;
+    }, 2);
+    const snap = await backend.snapshots.create(s, 'frozen', [], UNBOUNDED).finally(() => clearInterval(watch));
+    expect(sawFrozen).toBe(true);
+    const events = await docker.getEvents({ since, until: Math.floor(Date.now() / 1000) + 1, filters: { container: [s.ref], event: ['pause', 'unpause'] } });
+    let said = '';
+    for await (const chunk of events) said += String(chunk);
+    expect(said).toBe('');
     expect(readFileSync(freezeFile, 'utf8').trim()).toBe('0');
     expect(existsSync(marker)).toBe(false);
     expect((await docker.getContainer(s.ref).inspect()).State.Paused).toBe(false);
