@@ -77,13 +77,20 @@ export async function remoteStream(
   const exited = new Promise<StreamedExit>((resolve, reject) => {
     channel.once('close', () => {
       clearTimeout(timer);
-      if (failure === undefined && code === null && signal === undefined) failure = connection.lost;
-      if (failure !== undefined) {
-        stdout.destroy(failure);
-        reject(failure);
-      } else {
-        resolve({ code, signal, stderr: Buffer.concat(err).toString('utf8') });
-      }
+      const settle = (): void => {
+        if (failure !== undefined) {
+          stdout.destroy(failure);
+          reject(failure);
+        } else {
+          resolve({ code, signal, stderr: Buffer.concat(err).toString('utf8') });
+        }
+      };
+      if (failure !== undefined || code !== null || signal !== undefined) return settle();
+      // No status: the helper's outcome is unknown (see remote-exec.ts).
+      void connection.whyChannelEnded().then((why) => {
+        failure = why;
+        settle();
+      });
     });
   });
   exited.catch(() => undefined);

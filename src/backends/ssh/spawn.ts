@@ -110,10 +110,13 @@ export async function spawnAs(ctx: SpawnContext, account: string, argv: readonly
 
 function exitOf(channel: ClientChannel, connection: SshConnection): Promise<RemoteExit> {
   return new Promise<RemoteExit>((resolve) => {
-    channel.once('exit', (code: number | null, signal?: string) => resolve({ code, signal: signal ?? null }));
+    let said = false;
+    channel.once('exit', (code: number | null, signal?: string) => {
+      said = true;
+      resolve({ code, signal: signal ?? null });
+    });
     channel.once('close', () => {
-      const error = connection.lost ?? new BerthError('backend_unavailable', `the channel to ${connection.endpoint} closed without an exit status`);
-      resolve({ code: null, signal: null, error });
+      if (!said) void connection.whyChannelEnded().then((error) => resolve({ code: null, signal: null, error }));
     });
   });
 }
