@@ -102,6 +102,9 @@ describeBwrap('bwrap sandbox: processes share one sandbox', (host) => {
       const r = await collect(await sb.spawn(['/bin/sh', '-c', 'kill -9 $PPID; echo alive'], { env: PATH_ENV, stdin: false }));
       expect(r).toEqual({ code: null, stdout: 'alive\n', stderr: '' });
     }
+    // What a program that is not bash gets: exactly the env asked for, plus bash's SHLVL.
+    const env = await collect(await sb.spawn(['env', '-0'], { env: { ...PATH_ENV, ONLY: 'this' }, stdin: false }));
+    expect(env.stdout.split('\0').filter(Boolean).map((kv) => kv.split('=')[0]).sort()).toEqual(['ONLY', 'PATH', 'SHLVL']);
     // A program that cannot be run still ends with a status and a message, as before.
     const missing = await collect(await sb.spawn(['no-such-program'], { env: PATH_ENV, stdin: false }));
     expect(missing.code).toBe(127);

@@ -9,8 +9,8 @@ import { SANDBOX_RUN } from './layout.js';
  * no_new_privs, no user namespaces. Entering the namespaces from outside (nsenter) would give
  * none of that, and a second bwrap cannot join a pid namespace made under --disable-userns.
  *
- * A started process's environment is exactly the one asked for, plus `_` and `SHLVL`, which bash
- * sets for every program it starts. (The loop's own environment is what bwrap and bash put there:
+ * A started process's environment is exactly the one asked for, plus `SHLVL`, which bash exports
+ * to every program it execs (a program that is bash adds `_` and `PWD` itself). (The loop's own environment is what bwrap and bash put there:
  * bwrap gets an empty one from berth and adds PWD; bash adds SHLVL and OLDPWD. The loop un-exports
  * those without forking.)
  *
