@@ -9,7 +9,7 @@ import type { ForbiddenValue, Sandbox, SandboxSpec, SnapshotBudget, SnapshotCapa
 import { findForbidden, forbiddenRefusal } from '../plumbing/forbidden-scan.js';
 import { apparentBytes, BudgetSpender } from '../plumbing/snapshot-budget.js';
 import {
-  assertSnapshotId, checkCopies, copyTree, damagedSnapshot, isEmptyDir, makeSnapshotDir, packDir, removeSnapshotDir, snapshotsRoot, tallies, treeBytes, unpackAs, type TreeTally,
+  assertSnapshotId, checkCopies, copyTree, damagedSnapshot, isEmptyDir, makeSnapshotDir, packDirs, removeSnapshotDir, snapshotsRoot, tallies, treeBytes, unpackAs, type TreeTally,
 } from '../plumbing/snapshot-files.js';
 import { ephemeralName, HOME, hostBindsOf, hostDirFor, LABEL, persistentName, sandboxesRoot, WORKSPACE, type CreatePlanInput } from './container-spec.js';
 import { describeEndpoint, fromDockerError, statusOf } from './engine.js';
@@ -377,18 +377,17 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
   }
 
   /**
-   * Fills a new sandbox's tmpfs dirs with the snapshot's copies of `dirs`, each through an archive
-   * the sandbox unpacks (a tar the engine runs in it), at once. Not by `cp` on the host as a
-   * snapshot copies them out: tmpfs pages count against the memory of the process that writes
-   * them, so the fork's files would count against berth's memory and not the sandbox's limit.
+   * Fills a new sandbox's tmpfs dirs with the snapshot's copies of `dirs`, all through one archive
+   * the sandbox unpacks at `/` (one tar the engine runs in it; each entry named for its dir there).
+   * Not by `cp` on the host as a snapshot copies them out: tmpfs pages count against the memory of
+   * the process that writes them, so the fork's files would count against berth's memory and not
+   * the sandbox's limit.
    */
   private async fillTmpfsDirs(sandbox: Sandbox, id: string, dirs: readonly OwnDirName[]): Promise<void> {
     const bound = hostBindsOf(sandbox.spec as SandboxSpec<DockerSettings>, undefined);
     const tmpfs = dirs.filter((d) => !bound.some((b) => b.target === targetOf(d)));
-    // Both settle before a failure removes the sandbox.
-    const puts = await Promise.allSettled(tmpfs.map((d) => sandbox.putArchive(targetOf(d), packDir(path.join(this.root, id, d)))));
-    const failed = puts.find((p) => p.status === 'rejected');
-    if (failed !== undefined) throw failed.reason;
+    if (tmpfs.length === 0) return;
+    await sandbox.putArchive('/', packDirs(path.join(this.root, id), tmpfs.map((d) => ({ name: d, as: targetOf(d).slice(1) }))));
   }
 
   /** A new persistent sandbox (a fork): its own dirs must be new, and are copies of the snapshot's. */

@@ -174,8 +174,29 @@ async function untar(archive: Readable, dir: string, through: Transform | undefi
  * came from; it errors when tar could not read all of it.
  */
 export function packDir(dir: string): Readable {
+  return packWith(dir, ['.']);
+}
+
+const DIR_NAME = /^[a-z][a-z0-9]*$/;
+
+/**
+ * One tar stream of several dirs under `parent`, each entry renamed from its dir's name to `as`
+ * (`home/x` as `root/x`), for one `Sandbox.putArchive` at `/`: one process in the sandbox instead
+ * of one per dir. Link targets are never renamed: a link keeps pointing where it pointed.
+ */
+export function packDirs(parent: string, dirs: ReadonlyArray<{ name: string; as: string }>): Readable {
+  const transforms: string[] = [];
+  for (const { name, as } of dirs) {
+    if (!DIR_NAME.test(name) || !DIR_NAME.test(as)) throw new BerthError('internal', `"${name}" -> "${as}" is not a plain dir name pair`);
+    // Anchored on the whole first component, on member and hard-link names, never symlink targets (S).
+    if (name !== as) transforms.push(`--transform=s,^${name}\\(/\\|$\\),${as}\\1,S`);
+  }
+  return packWith(parent, [...transforms, '--', ...dirs.map((d) => d.name)]);
+}
+
+function packWith(dir: string, members: readonly string[]): Readable {
   const out = new PassThrough();
-  const tar = spawn('tar', ['-c', '-f', '-', '-C', dir, '--numeric-owner', '.'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const tar = spawn('tar', ['-c', '-f', '-', '-C', dir, '--numeric-owner', ...members], { stdio: ['ignore', 'pipe', 'pipe'] });
   const stderr: Buffer[] = [];
   tar.stderr.on('data', (b: Buffer) => stderr.push(b));
   tar.stdout.pipe(out, { end: false });
