@@ -10,9 +10,9 @@ import { SANDBOX_RUN } from './layout.js';
  * none of that, and a second bwrap cannot join a pid namespace made under --disable-userns.
  *
  * A started process's environment is exactly the one asked for, plus `SHLVL`, which bash exports
- * to every program it execs (a program that is bash adds `_` and `PWD` itself). (The loop's own environment is what bwrap and bash put there:
- * bwrap gets an empty one from berth and adds PWD; bash adds SHLVL and OLDPWD. The loop un-exports
- * those without forking.)
+ * to every program it execs (a program that is bash adds `_` and `PWD` itself). (The loop's own
+ * environment is what bwrap and bash put there: bwrap gets an empty one from berth and adds PWD;
+ * bash adds SHLVL and OLDPWD. The loop un-exports those without forking.)
  *
  * Requests arrive on fd 3 as NUL-terminated fields (argv and environment values may hold any byte
  * but NUL), so values travel over a pipe and never on an argv; events leave on fd 4, one short line

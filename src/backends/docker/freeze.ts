@@ -8,10 +8,11 @@ import type { CgroupDir } from '../cgroups/cgroup-dir.js';
  * A container frozen by berth itself while a snapshot reads it: its own cgroup's `cgroup.freeze`,
  * where berth manages the container's groups from this host. A file write and a wait of a few
  * ms, where the engine's pause and unpause are a request each (~27 ms each here). The wait covers
- * every group below it (see `CgroupDir.subtreeFrozen`). The engine does not know the container is frozen: a marker
- * (`.frozen/<container id>` under the docker sandboxes' root, holding the freezing process's
- * `pid:starttime`) says who froze it, and a berth that finds the container frozen by a process
- * that is gone (it died mid-snapshot) thaws it when it next takes the sandbox (`thawLeftFrozen`).
+ * every group below it (see `CgroupDir.subtreeFrozen`). The engine does not know the container
+ * is frozen: a marker (`.frozen/<container id>` under the docker sandboxes' root, holding the
+ * freezing process's `pid:starttime`) says who froze it, and a berth that finds the container
+ * frozen by a process that is gone (it died mid-snapshot) thaws it when it next takes the sandbox
+ * (`thawLeftFrozen`).
  */
 
 /** How long the kernel may take to stop every process of the container (one in uninterruptible sleep waits). */

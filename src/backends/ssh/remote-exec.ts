@@ -1,5 +1,6 @@
 import { BerthError, TimeoutError } from '../../errors.js';
 import { shQuote } from '../../shell/protocol.js';
+import { channelStatus } from './channel-status.js';
 import type { SshConnectionPool } from './connections.js';
 import { endpointOf } from './errors.js';
 import type { SshTarget } from './target.js';
@@ -40,13 +41,12 @@ export function remoteRunner(pool: SshConnectionPool, target: SshTarget): Remote
     const cap = opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     const where = endpointOf(target.host, target.port);
     const { channel, connection } = await pool.exec(target, scriptCommand(script, 'berth-admin', args));
+    const status = channelStatus(channel, connection);
     channel.end();
     return new Promise<RemoteResult>((resolve, reject) => {
       const out: Buffer[] = [];
       const err: Buffer[] = [];
       let bytes = 0;
-      let code: number | null = null;
-      let signal: string | undefined;
       let failure: BerthError | undefined;
       const take = (into: Buffer[]) => (c: Buffer): void => {
         bytes += c.length;
@@ -59,23 +59,18 @@ export function remoteRunner(pool: SshConnectionPool, target: SshTarget): Remote
       };
       channel.on('data', take(out));
       channel.stderr.on('data', take(err));
-      channel.once('exit', (c: number | null, s?: string) => {
-        code = c;
-        signal = s ?? undefined;
-      });
       const timer = setTimeout(() => {
         failure ??= new TimeoutError(`berth's helper on ${where} did not finish within ${timeoutMs} ms`);
         channel.close();
       }, timeoutMs);
       channel.once('close', () => {
         clearTimeout(timer);
-        if (failure === undefined && code === null && signal === undefined) {
-          // No status: the helper's outcome is unknown, never a result with an exit code of null.
-          void connection.whyChannelEnded().then(reject);
-          return;
-        }
-        if (failure !== undefined) reject(failure);
-        else resolve({ code, signal, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') });
+        // berth's own reason (time, size) first: no wait for the connection's word.
+        if (failure !== undefined) return reject(failure);
+        void status.then(({ code, signal, error }) => {
+          if (error !== undefined) reject(error);
+          else resolve({ code, signal, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') });
+        });
       });
     });
   };

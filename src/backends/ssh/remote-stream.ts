@@ -1,6 +1,7 @@
 import { PassThrough, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { BerthError, TimeoutError } from '../../errors.js';
+import { channelStatus } from './channel-status.js';
 import type { SshConnectionPool } from './connections.js';
 import { endpointOf } from './errors.js';
 import { scriptCommand } from './remote-exec.js';
@@ -46,12 +47,7 @@ export async function remoteStream(
       errBytes += c.length;
     }
   });
-  let code: number | null = null;
-  let signal: string | undefined;
-  channel.once('exit', (c: number | null, s?: string) => {
-    code = c;
-    signal = s ?? undefined;
-  });
+  const status = channelStatus(channel, connection);
   channel.on('error', (e: Error) => {
     failure ??= new BerthError('transfer_failed', `the channel to ${where} failed: ${e.message}`, { cause: e });
   });
@@ -77,19 +73,15 @@ export async function remoteStream(
   const exited = new Promise<StreamedExit>((resolve, reject) => {
     channel.once('close', () => {
       clearTimeout(timer);
-      const settle = (): void => {
-        if (failure !== undefined) {
-          stdout.destroy(failure);
-          reject(failure);
-        } else {
-          resolve({ code, signal, stderr: Buffer.concat(err).toString('utf8') });
-        }
+      const fail = (why: BerthError): void => {
+        stdout.destroy(why);
+        reject(why);
       };
-      if (failure !== undefined || code !== null || signal !== undefined) return settle();
-      // No status: the helper's outcome is unknown (see remote-exec.ts).
-      void connection.whyChannelEnded().then((why) => {
-        failure = why;
-        settle();
+      // berth's own reason (time, a failed source) first: no wait for the connection's word.
+      if (failure !== undefined) return fail(failure);
+      void status.then((said) => {
+        if (said.error !== undefined) fail(said.error);
+        else resolve({ code: said.code, signal: said.signal, stderr: Buffer.concat(err).toString('utf8') });
       });
     });
   });

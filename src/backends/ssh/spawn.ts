@@ -5,6 +5,7 @@ import { BerthError, SandboxNotFoundError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
 import type { SpawnOptions } from '../backend.js';
 import { isAccountName } from './account-name.js';
+import { channelStatus } from './channel-status.js';
 import type { SshConnectionPool } from './connections.js';
 import type { SshConnection } from './connection.js';
 import { endpointOf } from './errors.js';
@@ -108,17 +109,9 @@ export async function spawnAs(ctx: SpawnContext, account: string, argv: readonly
   return new SpawnedProcess(ctx, account, tag, pid, channel, stdout, stderr, exited);
 }
 
-function exitOf(channel: ClientChannel, connection: SshConnection): Promise<RemoteExit> {
-  return new Promise<RemoteExit>((resolve) => {
-    let said = false;
-    channel.once('exit', (code: number | null, signal?: string) => {
-      said = true;
-      resolve({ code, signal: signal ?? null });
-    });
-    channel.once('close', () => {
-      if (!said) void connection.whyChannelEnded().then((error) => resolve({ code: null, signal: null, error }));
-    });
-  });
+async function exitOf(channel: ClientChannel, connection: SshConnection): Promise<RemoteExit> {
+  const { code, signal, error } = await channelStatus(channel, connection);
+  return error === undefined ? { code, signal: signal ?? null } : { code: null, signal: null, error };
 }
 
 /** Copies `from` into `to` with backpressure (a reader that falls behind pauses the remote writer); ends `to` with it. */

@@ -1,0 +1,27 @@
+import type { ClientChannel } from 'ssh2';
+import type { BackendUnavailableError } from '../../errors.js';
+import type { SshConnection } from './connection.js';
+
+/** What the host said of a process on a channel, or why it said nothing. */
+export type ChannelStatus =
+  | { code: number | null; signal: string | undefined; error?: undefined }
+  | { code?: undefined; signal?: undefined; error: BackendUnavailableError };
+
+/**
+ * How the process on `channel` ended: its exit status or signal as soon as the host says it (the
+ * channel may stay open while a child holds its output), else, once the channel closed without
+ * either, the connection's word on why (`SshConnection.whyChannelEnded`): never a status of null
+ * for an outcome nobody saw. Never rejects. Call it before the channel can close.
+ */
+export function channelStatus(channel: ClientChannel, connection: SshConnection): Promise<ChannelStatus> {
+  return new Promise<ChannelStatus>((resolve) => {
+    let said = false;
+    channel.once('exit', (code: number | null, signal?: string) => {
+      said = true;
+      resolve({ code, signal: signal ?? undefined });
+    });
+    channel.once('close', () => {
+      if (!said) void connection.whyChannelEnded().then((error) => resolve({ error }));
+    });
+  });
+}
