@@ -156,6 +156,23 @@ describeDocker('trust boundaries on the real docker engine', () => {
     expect(attached).toEqual([[nets[0]!.name], [nets[0]!.name], [nets[0]!.name], [nets[0]!.name]]);
   });
 
+  it('a tenant network another process removed after this one listed it is listed again and made anew: the next sandbox still starts', async () => {
+    const t = reg.track();
+    const b = await t.open(dockerConfig({ persistent: false }), { reap: false });
+    // The first makes the network; the second finds it listed (and this process keeps that list a while).
+    for (const session of ['first', 'second']) {
+      await b.exec({ tenant: 'acme', session }, 'true');
+      await b.closeSession({ tenant: 'acme', session });
+    }
+    const [net] = await networksOf(t.installation);
+    // Another process's reaper: the network had no container left.
+    await docker.getNetwork(net!.id).remove();
+    expect((await b.exec({ tenant: 'acme', session: 'third' }, 'echo ok')).stdout).toBe('ok\n');
+    const now = await networksOf(t.installation);
+    expect(now.map((n) => n.name)).toEqual([net!.name]);
+    expect(now[0]!.id).not.toBe(net!.id);
+  });
+
   it('a network of berth\'s name that is not this installation\'s is never joined', async () => {
     const t = reg.track();
     const name = networkName(t.installation, 'acme', 0);

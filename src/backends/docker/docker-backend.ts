@@ -605,7 +605,9 @@ export class DockerBackend implements Backend<DockerSettings> {
           this.stdioIds.set(info.Id, stdio.id);
           return info;
         } catch (err) {
-          if (joined === undefined || attempt >= NETWORK_ATTEMPTS || !isNetworkGone(err)) throw err;
+          if (joined === undefined || !isNetworkGone(err)) throw err;
+          this.networks.forget(spec.identity.tenant);
+          if (attempt >= NETWORK_ATTEMPTS) throw err;
           this.about(spec).debug(`network ${joined.network.name} was removed while creating; joining again`);
         } finally {
           joined?.release();

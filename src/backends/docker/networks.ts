@@ -8,6 +8,9 @@ import { bounded, ENGINE_REQUEST_TIMEOUT_MS, engineMessage, fromDockerError, sta
 import { chooseShard, isTenantNetwork, networkName, SHARD_LABEL, shardCapacity, ShardCounts } from './network-shards.js';
 import type { DockerSettings } from './settings.js';
 
+/** How long a listing of a tenant's networks is reused by the creates that follow it. */
+const SHARDS_FRESH_MS = 10_000;
+
 /** A lease that serialises the callers of this process only, per name. */
 export function localLease(): Lease {
   const locks = new KeyedLock();
@@ -45,6 +48,12 @@ export class SandboxNetworks {
   private readonly creating = new Map<string, Promise<NetworkRef>>();
   /** Shard member counts per tenant, reused between creates (see ShardCounts). */
   private readonly counts = new Map<string, ShardCounts>();
+  /**
+   * Each tenant's shard networks as last listed, reused for SHARDS_FRESH_MS: a burst of creates
+   * asks the engine once. One another process removed meanwhile fails its create (404), and the
+   * caller forgets the list and joins again (`forget`); one this process creates or removes drops it.
+   */
+  private readonly listed = new Map<string, { at: number; shards: Shard[] }>();
 
   constructor(
     private readonly o: { docker: Dockerode; installation: string; lease: Lease; log: (msg: string) => void },
@@ -143,17 +152,13 @@ export class SandboxNetworks {
       }
       return network;
     } catch (err) {
+      this.forget(tenant);
       throw fromDockerError(this.o.docker, err, `move container ${containerId.slice(0, 12)} onto network ${network.name}`);
     } finally {
       release();
     }
   }
 
-  /**
-   * Removes this installation's networks that no container (running or not) is attached to and
-   * no create of this process is about to use. Returns their names. `timeoutMs` bounds each
-   * request (a closing process asks with a short one).
-   */
   /**
    * This installation's networks whose bridge the host guard does not match (made by a berth
    * before bridges were named `bth…`): a sandbox on one reaches the host's services.
@@ -167,6 +172,11 @@ export class SandboxNetworks {
     }
   }
 
+  /**
+   * Removes this installation's networks that no container (running or not) is attached to and
+   * no create of this process is about to use. Returns their names. `timeoutMs` bounds each
+   * request (a closing process asks with a short one).
+   */
   async reapIdle(timeoutMs = ENGINE_REQUEST_TIMEOUT_MS): Promise<string[]> {
     let networks: Dockerode.NetworkInspectInfo[];
     let containers: Dockerode.ContainerInfo[];
@@ -184,6 +194,7 @@ export class SandboxNetworks {
       if (n.Labels?.[LABEL.installation] !== this.o.installation || used.has(n.Name) || this.pending.has(n.Name)) continue;
       try {
         await this.req(`remove network ${n.Name}`, (abortSignal) => this.o.docker.getNetwork(n.Id).remove({ abortSignal }), timeoutMs);
+        this.listed.clear();
         removed.push(n.Name);
         this.o.log(`removed idle network ${n.Name}`);
       } catch (err) {
@@ -214,8 +225,19 @@ export class SandboxNetworks {
     return members;
   }
 
-  /** The tenant's shard networks as the engine has them (one per shard: the lowest id wins a duplicate). */
+  /** Drops what this process knows of `tenant`'s networks: the next join lists them again. */
+  forget(tenant: string): void {
+    this.listed.delete(tenant);
+  }
+
+  /**
+   * The tenant's shard networks as the engine has them (one per shard: the lowest id wins a
+   * duplicate), as listed at most SHARDS_FRESH_MS ago.
+   */
   private async shardsOf(tenant: string): Promise<Shard[]> {
+    const known = this.listed.get(tenant);
+    if (known !== undefined && Date.now() - known.at < SHARDS_FRESH_MS) return known.shards;
+    const at = Date.now();
     let list: Dockerode.NetworkInspectInfo[];
     try {
       list = await this.req('list networks', (abortSignal) => this.o.docker.listNetworks({
@@ -233,13 +255,18 @@ export class SandboxNetworks {
       if (!this.isOurs(n, tenant) || shards.has(shard)) continue;
       shards.set(shard, { id: n.Id, name: n.Name, shard, capacity: shardCapacity((n.IPAM?.Config ?? []).map((c) => c.Subnet ?? '')) });
     }
-    return [...shards.values()];
+    const found = [...shards.values()];
+    this.listed.set(tenant, { at, shards: found });
+    return found;
   }
 
   private created(tenant: string, shard: number, name: string): Promise<NetworkRef> {
     let p = this.creating.get(name);
     if (p === undefined) {
-      p = this.o.lease(`docker-network:${name}`, () => this.create(tenant, shard, name)).finally(() => this.creating.delete(name));
+      p = this.o.lease(`docker-network:${name}`, () => this.create(tenant, shard, name)).finally(() => {
+        this.creating.delete(name);
+        this.forget(tenant);
+      });
       this.creating.set(name, p);
     }
     return p;
