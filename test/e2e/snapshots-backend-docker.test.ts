@@ -185,6 +185,41 @@ describeDocker('docker snapshots', () => {
     }
   }, 120_000);
 
+  it('a fork unpacks its tmpfs dirs as it starts, before its warden answers, and keeps no archive; one whose files do not fit fails saying what tar said, leaving no container and the snapshot whole', async () => {
+    const { install, backend } = setup();
+    const s = await backend.ensure(testSpec(install.installation, { ephemeral: true }), undefined);
+    await sh(s, 'head -c 3145728 /dev/zero > /workspace/three-mib && echo home > /root/h');
+    const snap = await backend.snapshots.create(s, 'fill', [], UNBOUNDED);
+    const stdioRoot = join(install.home, 'sandboxes', 'docker', '.stdio');
+    const archives = (): string[] => readdirSync(stdioRoot).filter((d) => existsSync(join(stdioRoot, d, 'fill.tar')));
+
+    // 1 MiB tmpfs dirs cannot hold the 3 MiB file: the start fails with tar's words.
+    const small = testSpec(install.installation, { ephemeral: true, docker: { ephemeralSizeMb: 1 } });
+    const err = await backend.snapshots.createFrom(small, snap.ref, undefined).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BerthError);
+    expect((err as Error).message).toContain('could not unpack its files as it started');
+    expect((err as Error).message).toMatch(/No space left on device/);
+    expect((await backend.listManaged()).map((m) => m.ref)).toEqual([s.ref]);
+    expect(readdirSync(stdioRoot)).toHaveLength(1); // the source's: the failed fork's went with it
+    await backend.snapshots.verify(snap.ref);
+
+    // The same snapshot into a sandbox it fits: its files are there at its first command, as its user.
+    const fork = await backend.snapshots.createFrom(testSpec(install.installation, { ephemeral: true }), snap.ref, undefined);
+    try {
+      expect(await sh(fork, 'stat -c %s /workspace/three-mib; cat /root/h; stat -c %u /workspace/three-mib')).toBe(`3145728\nhome\n${await sh(fork, 'id -u')}`);
+      expect(archives()).toEqual([]);
+      // Its main process, the init's one child, is the bash that unpacked them and then became the warden.
+      const init = (await docker.getContainer(fork.ref).inspect()).State.Pid;
+      const children = readFileSync(`/proc/${init}/task/${init}/children`, 'utf8').trim().split(' ');
+      expect(children).toHaveLength(1);
+      expect(readFileSync(`/proc/${children[0]}/cmdline`, 'utf8').split('\0').filter((a) => a !== '').at(-1)).toBe('berth-warden');
+    } finally {
+      await backend.remove(fork.ref, undefined);
+      await backend.remove(s.ref, undefined);
+      await backend.snapshots.remove(snap.ref);
+    }
+  }, 120_000);
+
   it('the host sees a container\'s tmpfs dirs only as dirs of their own mount, through a process that is still the container\'s: a link, a dir of the image or another process is refused', async () => {
     const { install, backend } = setup();
     const s = await backend.ensure(testSpec(install.installation, { ephemeral: true }), undefined);

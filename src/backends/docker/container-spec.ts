@@ -1,9 +1,11 @@
 import path from 'node:path';
+import type { Readable } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { VolumeSettings, DockerSettings } from './settings.js';
 import { volumesForTenant } from '../../policy/volumes.js';
 import { EGRESS_CA_DIR, type SandboxSpec } from '../backend.js';
 import { LIMIT_DEFAULTS, type LimitPlan } from './limits.js';
+import { BerthError } from '../../errors.js';
 import { LABEL } from '../labels.js';
 import { HOME, WORKSPACE } from './paths.js';
 import { STDIO_DIR, STDIO_LABEL } from './stdio-dir.js';
@@ -55,6 +57,29 @@ export const WARDEN_LABEL = 'berth.warden';
 
 /** The main process of a sandbox container: the warden, reading operations on its stdin. */
 const RESIDENT_WARDEN_CMD: readonly string[] = ['bash', '--noprofile', '--norc', '-c', `${WARDEN_SCRIPT}${WARDEN_RESIDENT}`, 'berth-warden'];
+
+/** The archive a new sandbox unpacks at `/` as it starts (`CreatePlanInput.fill`), by this name in its stdio dir. */
+export const FILL_ARCHIVE = 'fill.tar';
+
+/** What the main process prints, on its own line, when the fill archive could not be unpacked (then it exits). */
+export const FILL_FAILED = 'fill-failed';
+
+/**
+ * Before the main process becomes the warden: `tar -x` of the fill archive at `/`, as the
+ * sandbox's user, with its limits and in its memory (tmpfs pages count against the process that
+ * writes them). Only while the archive is there: berth removes it once the warden answered, so a
+ * later start of the same container unpacks nothing. A failure is one line (tar's words, at most
+ * 400 characters) and an exit: no warden line ever follows it.
+ */
+const FILL_PREFIX = `
+__f=${STDIO_DIR}/${FILL_ARCHIVE}
+if [[ -f $__f ]] && ! __e=$(tar -x -o -f "$__f" -C / 2>&1); then
+  __e=\${__e//[$'\\n\\r']/ }
+  builtin printf '${FILL_FAILED} %s\\n' "\${__e:0:400}"
+  exit 71
+fi
+unset __f __e
+`;
 
 function labelsFor(spec: SandboxSpec<DockerSettings>): Record<string, string> {
   return {
@@ -148,7 +173,17 @@ export interface CreatePlanInput {
   egressCaDir?: string | undefined;
   /** The container's own stdio dir (stdio-dir.ts), bound read-only at STDIO_DIR and named by STDIO_LABEL. */
   stdio?: { id: string; dir: string } | undefined;
+  /** Its stdio dir holds FILL_ARCHIVE, which the main process unpacks at `/` before it becomes the warden. */
+  fill?: boolean | undefined;
 }
+
+/** What a container's start is given besides its plan (both for a sandbox made from a snapshot). */
+export type StartPlan = Omit<CreatePlanInput, 'networkMode' | 'fill'> & {
+  /** Makes an archive to unpack in it as it starts (a fork's tmpfs dirs); called once, by the start. */
+  fill?: (() => Readable) | undefined;
+  /** A check that must pass before it starts (the snapshot's), made while the engine creates it: its failure is the error told. */
+  ready?: Promise<unknown> | undefined;
+};
 
 /**
  * The full `POST /containers/create` body for a sandbox. Pure.
@@ -165,6 +200,7 @@ export interface CreatePlanInput {
 export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreateOptions {
   const { spec, hostDir, runAs } = input;
   const docker = spec.section;
+  if (input.fill === true && input.stdio === undefined) throw new BerthError('internal', 'a sandbox filled as it starts needs its stdio dir, where the archive is');
   // tmpfs defaults to noexec in docker; builds, test runners and installers execute from /tmp
   // and the workspace, so exec stays on while nosuid/nodev keep setuid binaries and devices out.
   const owner = runAs ? `,uid=${runAs.uid},gid=${runAs.gid}` : '';
@@ -185,7 +221,7 @@ export function createOptions(input: CreatePlanInput): Dockerode.ContainerCreate
     Image: input.image,
     // Commands run through exec; the main process keeps the container alive and ends process
     // trees when berth asks (it runs as the sandbox's user, as the commands do).
-    Cmd: [...RESIDENT_WARDEN_CMD],
+    Cmd: input.fill === true ? ['bash', '--noprofile', '--norc', '-c', `${FILL_PREFIX}${WARDEN_SCRIPT}${WARDEN_RESIDENT}`, 'berth-warden'] : [...RESIDENT_WARDEN_CMD],
     Entrypoint: [],
     Labels: { ...(input.labels ?? labelsFor(spec)), [WARDEN_LABEL]: 'resident', ...(input.stdio === undefined ? {} : { [STDIO_LABEL]: input.stdio.id }) },
     Env: [`HOME=${HOME}`],

@@ -1,16 +1,20 @@
 import { randomBytes } from 'node:crypto';
-import { chown, mkdir } from 'node:fs/promises';
+import { createWriteStream } from 'node:fs';
+import { chown, mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type Dockerode from 'dockerode';
-import { BackendUnavailableError, BerthError, ConfigError, PolicyRefusedError } from '../../errors.js';
+import { BackendUnavailableError, BerthError, ConfigError, PolicyRefusedError, TimeoutError } from '../../errors.js';
 import { networkOf, type Backend, type Lease, type ManagedSandbox, type PoolShape, type Sandbox, type SandboxSpec, type SandboxUsage, type WarmCapability } from '../backend.js';
 import {
   LABEL,
   WORKSPACE,
   createOptions,
   type CreatePlanInput,
+  FILL_ARCHIVE,
+  type StartPlan,
   ephemeralName,
   expectedWorkspaceSource,
   hostDirFor,
@@ -70,6 +74,8 @@ const NETWORK_ATTEMPTS = 3;
  * past it the inspect alone decides. Bash prints it at once; a busy engine may take seconds.
  */
 const WARDEN_LINE_BOUND_MS = 20_000;
+/** The same for a sandbox filled as it starts (its archive unpacked first); past it the start failed. */
+const FILL_BOUND_MS = 300_000;
 /** After a warden's output ended at its start: inspects until the engine shows the exit (~2 s at most). */
 const ENDED_POLLS = 40;
 const ENDED_POLL_MS = 50;
@@ -191,7 +197,7 @@ export class DockerBackend implements Backend<DockerSettings> {
   }
 
   /** What `ensure` would create for `spec` with its host dir: its limits and the user it runs as. */
-  private async planFor(spec: SandboxSpec<DockerSettings>, hostDir: string | undefined): Promise<Omit<CreatePlanInput, 'networkMode' | 'name' | 'image'>> {
+  private async planFor(spec: SandboxSpec<DockerSettings>, hostDir: string | undefined): Promise<Omit<CreatePlanInput, 'networkMode' | 'name' | 'image' | 'fill'>> {
     this.assertOpen();
     this.assertOwn(spec);
     const caps = await this.probe();
@@ -590,18 +596,38 @@ export class DockerBackend implements Backend<DockerSettings> {
   /**
    * Create and start on a network of the sandbox's tenant (or none). The network may be removed
    * by another process's reaper between join and start (it had no container yet): then again.
+   * With `plan.fill`, an archive (a fork's tmpfs dirs) is unpacked at `/` in the sandbox as it
+   * starts, before its warden answers (see `FILL_PREFIX`): the archive waits in its stdio dir and
+   * goes once the warden answered.
    */
-  private async createAndStart(spec: SandboxSpec<DockerSettings>, plan: Omit<CreatePlanInput, 'networkMode'>): Promise<Dockerode.ContainerInspectInfo> {
+  private async createAndStart(spec: SandboxSpec<DockerSettings>, plan: StartPlan): Promise<Dockerode.ContainerInspectInfo> {
     // Its own stdio dir, made before it and removed with it (or now, if it is not made). Its
     // first FIFOs are made while the engine creates and starts the container.
+    const { fill, ready, ...rest } = plan;
+    ready?.catch(() => undefined); // told below (or moot, when this fails first)
     const stdio = makeStdioDir(sandboxesRoot(this.berthHome));
     this.fifoPools.set(stdio.id, primedPool(stdio.dir));
+    // Both made while the engine creates the container, and waited for before its start; a failed
+    // check is told before a failed archive (made from what it checks). The archive is readable
+    // by the sandbox's user (the dir is bound into this container alone).
+    const before = (async () => {
+      const writing = fill && pipeline(fill(), createWriteStream(path.join(stdio.dir, FILL_ARCHIVE), { flags: 'wx', mode: 0o444 }));
+      const [checked, written] = await Promise.allSettled([ready, writing]);
+      if (checked.status === 'rejected') throw checked.reason;
+      if (written.status === 'rejected') throw written.reason;
+    })();
+    before.catch(() => undefined); // awaited on every path below
     try {
       for (let attempt = 1; ; attempt++) {
         const joined = networkOf(spec) === 'none' ? undefined : await this.networks.join(spec.identity.tenant);
         try {
           const egressCaDir = spec.egress?.ca === undefined ? undefined : await writeEgressCa(sandboxesRoot(this.berthHome), spec.egress.ca);
-          const info = await this.createAndStartOnce(spec, createOptions({ ...plan, networkMode: joined?.network.id ?? 'none', egressCaDir, stdio }));
+          const options = createOptions({ ...rest, networkMode: joined?.network.id ?? 'none', egressCaDir, stdio, fill: fill !== undefined });
+          const info = await this.createAndStartOnce(spec, options, { filled: fill !== undefined, before });
+          if (fill !== undefined) {
+            await rm(path.join(stdio.dir, FILL_ARCHIVE), { force: true })
+              .catch((e: unknown) => this.about(spec, info.Id).debug(`could not remove its fill archive (the stdio dir's removal takes it): ${String(e)}`));
+          }
           this.stdioIds.set(info.Id, stdio.id);
           return info;
         } catch (err) {
@@ -614,29 +640,37 @@ export class DockerBackend implements Backend<DockerSettings> {
         }
       }
     } catch (err) {
+      await before.catch(() => undefined);
       await this.dropStdio(stdio.id);
       removeStdioDir(sandboxesRoot(this.berthHome), stdio.id);
       throw err;
     }
   }
 
-  /** Create and start; a failed start removes what was created and rethrows the original error. */
+  /**
+   * Create and start; a failed start removes what was created and rethrows the original error.
+   * `before` must resolve before the start (its failure, told before any of the engine's, removes
+   * the container); `filled`: the container unpacks an archive as it starts.
+   */
   private async createAndStartOnce(
     spec: SandboxSpec<DockerSettings>,
     options: Dockerode.ContainerCreateOptions,
+    start: { filled: boolean; before: Promise<unknown> },
   ): Promise<Dockerode.ContainerInspectInfo> {
     const image = spec.section.image;
+    const { filled, before } = start;
     let container: Dockerode.Container;
     try {
       container = await this.request(`create container ${options.name ?? ''}`, (abortSignal) => this.docker.createContainer({ ...options, abortSignal }));
     } catch (err) {
+      await before;
       if (options.HostConfig?.StorageOpt !== undefined && isStorageOptRefusal(err)) {
         // The driver looked able to cap a writable layer (overlay2 on xfs without pquota is not):
         // the periodic check alone bounds it from now on.
         this.storageQuotaRefused = engineMessage(err);
         this.logger.debug(`warning: the engine refused a writable layer's size (${this.storageQuotaRefused}); sandboxes' writable layers get the periodic disk check only`);
         const { StorageOpt: _refused, ...hostConfig } = options.HostConfig;
-        return this.createAndStartOnce(spec, { ...options, HostConfig: hostConfig });
+        return this.createAndStartOnce(spec, { ...options, HostConfig: hostConfig }, start);
       }
       const status = statusOf(err);
       if (status === 404) throw imageMissingError(image, err);
@@ -645,9 +679,10 @@ export class DockerBackend implements Backend<DockerSettings> {
     }
     let watch: Awaited<ReturnType<typeof watchWardenStart>> | undefined;
     try {
+      await before;
       // A resident warden says when its bash runs; without bash it ends a moment after the start,
       // which the inspect below would often miss (and the first command then fail unclearly).
-      if (options.Labels?.[WARDEN_LABEL] === 'resident') watch = await watchWardenStart(this.docker, container.id, WARDEN_LINE_BOUND_MS);
+      if (options.Labels?.[WARDEN_LABEL] === 'resident') watch = await watchWardenStart(this.docker, container.id, filled ? FILL_BOUND_MS : WARDEN_LINE_BOUND_MS);
       let startedHere = true;
       try {
         await this.request(`start container ${short(container.id)}`, (abortSignal) => container.start({ abortSignal }));
@@ -658,6 +693,11 @@ export class DockerBackend implements Backend<DockerSettings> {
         startedHere = false;
       }
       const ran = startedHere ? await watch?.started : undefined;
+      const fillFailure = watch?.fillFailure();
+      if (fillFailure !== undefined) throw new BerthError('transfer_failed', `the new sandbox could not unpack its files as it started: ${fillFailure}`);
+      if (filled && ran !== true) {
+        throw new TimeoutError(`the new sandbox did not unpack its files and start its warden within ${FILL_BOUND_MS} ms`);
+      }
       const inspect = (): Promise<Dockerode.ContainerInspectInfo> =>
         this.request(`inspect container ${short(container.id)}`, (abortSignal) => container.inspect({ abortSignal }));
       let info = await inspect();

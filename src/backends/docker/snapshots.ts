@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import type { Readable } from 'node:stream';
 import type Dockerode from 'dockerode';
 import { BerthError, PolicyRefusedError } from '../../errors.js';
 import type { Logger } from '../../logging/logger.js';
@@ -11,7 +12,7 @@ import { apparentBytes, BudgetSpender } from '../plumbing/snapshot-budget.js';
 import {
   assertSnapshotId, checkCopies, copyTree, damagedSnapshot, isEmptyDir, makeSnapshotDir, packDirs, removeSnapshotDir, snapshotsRoot, tallies, treeBytes, unpackAs, type TreeTally,
 } from '../plumbing/snapshot-files.js';
-import { ephemeralName, HOME, hostBindsOf, hostDirFor, LABEL, persistentName, sandboxesRoot, WORKSPACE, type CreatePlanInput } from './container-spec.js';
+import { ephemeralName, HOME, hostBindsOf, hostDirFor, LABEL, persistentName, sandboxesRoot, WORKSPACE, type CreatePlanInput, type StartPlan } from './container-spec.js';
 import { describeEndpoint, fromDockerError, statusOf } from './engine.js';
 import { whileFrozen } from './freeze.js';
 import { hostViewOf, viewedDir, type HostView } from './host-view.js';
@@ -61,8 +62,9 @@ export interface DockerSnapshotHost {
   /** One bounded engine request (the backend's `request`). */
   request<T>(doing: string, run: (abortSignal: AbortSignal) => Promise<T>): Promise<T>;
   /** What `ensure` would create for `spec` (limits, user), with `image` and `name` in place of its own. */
-  planFor(spec: SandboxSpec<DockerSettings>, hostDir: string | undefined): Promise<Omit<CreatePlanInput, 'networkMode' | 'name' | 'image'>>;
-  createAndStart(spec: SandboxSpec<DockerSettings>, plan: Omit<CreatePlanInput, 'networkMode'>): Promise<Dockerode.ContainerInspectInfo>;
+  planFor(spec: SandboxSpec<DockerSettings>, hostDir: string | undefined): Promise<Omit<CreatePlanInput, 'networkMode' | 'name' | 'image' | 'fill'>>;
+  /** Creates and starts a container; `plan.fill`, an archive, is unpacked at `/` in it as it starts. */
+  createAndStart(spec: SandboxSpec<DockerSettings>, plan: StartPlan): Promise<Dockerode.ContainerInspectInfo>;
   sandboxOf(spec: SandboxSpec<DockerSettings>, info: Dockerode.ContainerInspectInfo, hostDir: string | undefined): Sandbox;
   /** The container's own cgroup, where berth manages its groups from this host. */
   groupOf(info: Dockerode.ContainerInspectInfo): CgroupDir | undefined;
@@ -102,35 +104,39 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
       }
       let counted: [Partial<Record<OwnDirName, TreeTally>>, number] | undefined;
       await this.paused(sandbox.ref, async () => {
-        // In one pause: the dirs berth copies on the host, measured first; the writable layer
-        // measured, then committed while it and the copies are read for granted values. What is
-        // measured and read is what the snapshot holds, and no process of the sandbox can swap a
-        // dir for a link meanwhile (`cp` and the scan open paths on the host). A value found
-        // removes the image (below) before it was ever a snapshot; one a crash left is an orphan
-        // the snapshot sweep removes (no record names it).
+        // In one pause: the writable layer measured (one over the budget is never committed), then
+        // committed while the dirs berth copies on the host are measured and copied, and the layer
+        // and the copies are read for granted values. What is measured and read is what the
+        // snapshot holds, and no process of the sandbox can swap a dir for a link meanwhile (`cp`
+        // and the scan open paths on the host). The commit is waited for on every path (it reads
+        // the layer while the pause holds it); a value found, or dirs over the budget, remove the
+        // image (below) before it was ever a snapshot; one a crash left is an orphan the snapshot
+        // sweep removes (no record names it).
         const inLayer = upper === undefined ? Promise.resolve(undefined) : findForbidden([{ hostDir: upper, sandboxDir: '/' }], forbidden);
         inLayer.catch(() => undefined); // settled below on every path; not unhandled meanwhile
-        const [layerBytes] = await Promise.all([this.writableBytes(sandbox.ref, info), Promise.all(own.filter((o) => o.source !== undefined || 'root' in view).map(async (d) => {
+        try {
+          spender.spend('its writable layer (files outside its own dirs)', await this.writableBytes(sandbox.ref, info));
+        } catch (err) {
+          await inLayer.catch(() => undefined);
+          throw err;
+        }
+        const committing = this.commit(sandbox.ref, id, base.Config?.User ?? '').then((made) => { image = made; });
+        const copied = Promise.all(own.filter((o) => o.source !== undefined || 'root' in view).map(async (d) => {
           const source = d.source ?? this.viewed(view, d.target);
           spender.spend(d.target, await apparentBytes(source));
           await copyTree(source, path.join(dir, d.name));
-        }))]).catch(async (err: unknown) => {
-          await inLayer.catch(() => undefined);
-          throw err;
+        }));
+        // The copies are read and counted once made (they are berth's, complete, and what a restore checks).
+        const checked = copied.then(async () => {
+          const inDirs = findForbidden(own.map((d) => ({ hostDir: path.join(dir, d.name), sandboxDir: d.target })), forbidden);
+          const [hits, count] = await Promise.all([Promise.all([inLayer, inDirs]), Promise.all([tallies(dir, own.map((d) => d.name)), treeBytes(dir)] as const)]);
+          return { hit: hits[0] ?? hits[1], count };
         });
-        spender.spend('its writable layer (files outside its own dirs)', layerBytes);
-        const inDirs = findForbidden(own.map((d) => ({ hostDir: path.join(dir, d.name), sandboxDir: d.target })), forbidden);
-        // The copies are counted meanwhile too (they are berth's, complete, and what a restore checks).
-        const [committed, hits, count] = await Promise.allSettled([
-          this.commit(sandbox.ref, id, base.Config?.User ?? '').then((made) => { image = made; }),
-          Promise.all([inLayer, inDirs]),
-          Promise.all([tallies(dir, own.map((d) => d.name)), treeBytes(dir)]),
-        ]);
-        if (hits.status === 'rejected') throw hits.reason;
-        if (count.status === 'rejected') throw count.reason;
-        counted = count.value;
-        const hit = hits.value[0] ?? hits.value[1];
-        if (hit !== undefined) throw forbiddenRefusal(id, hit);
+        const [committed, done] = await Promise.allSettled([committing, checked]);
+        await inLayer.catch(() => undefined);
+        if (done.status === 'rejected') throw done.reason;
+        counted = done.value.count;
+        if (done.value.hit !== undefined) throw forbiddenRefusal(id, done.value.hit);
         if (committed.status === 'rejected') throw committed.reason;
       }, info);
       if (image === undefined || counted === undefined) throw new BerthError('internal', `snapshot ${id}: the commit gave no image`);
@@ -175,10 +181,10 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
   async createFrom(
     spec: SandboxSpec<DockerSettings>, ref: string, replacing: { ref: string; hostDir: string | undefined } | undefined,
   ): Promise<Sandbox> {
-    await this.verify(ref);
     const { id, image } = parseRef(ref);
+    if (spec.ephemeral) return this.ephemeralFrom(spec, ref, id, image, replacing);
+    await this.verify(ref);
     const meta = await this.readMeta(id);
-    if (spec.ephemeral) return this.ephemeralFrom(spec, id, image, meta, replacing);
     const hostDir = hostDirFor(this.host.berthHome, spec);
     return this.host.withHostDir(spec, hostDir, () => (replacing === undefined
       ? this.persistentFrom(spec, id, image, meta, hostDir)
@@ -358,36 +364,35 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     return `${this.host.installation.replace(/[^A-Za-z0-9_.-]/g, '').slice(0, 12)}-${id}`;
   }
 
-  /** An ephemeral sandbox: its own dirs are tmpfs, filled from the snapshot once it runs. */
+  /**
+   * An ephemeral sandbox: its own dirs are tmpfs, filled from the snapshot as it starts. The
+   * snapshot is checked while the engine creates the container: a failed check, like a failed
+   * fill, is a failed start (the container goes, the snapshot stays), and it is the error told.
+   */
   private async ephemeralFrom(
-    spec: SandboxSpec<DockerSettings>, id: string, image: string, meta: SnapshotMeta, replacing: { ref: string; hostDir: string | undefined } | undefined,
+    spec: SandboxSpec<DockerSettings>, ref: string, id: string, image: string, replacing: { ref: string; hostDir: string | undefined } | undefined,
   ): Promise<Sandbox> {
     const plan = await this.host.planFor(spec, undefined);
     const name = ephemeralName(spec.digest, randomBytes(4).toString('hex'));
-    const info = await this.host.createAndStart(spec, { ...plan, name, image });
+    const meta = await this.readMeta(id);
+    const info = await this.host.createAndStart(spec, { ...plan, name, image, ready: this.verify(ref), fill: this.tmpfsArchiveOf(spec, id, meta.dirs) });
     const sandbox = this.host.sandboxOf(spec, info, undefined);
-    try {
-      await this.fillTmpfsDirs(sandbox, id, meta.dirs);
-    } catch (err) {
-      await this.host.removeSandbox(info.Id, undefined).catch((e: unknown) => this.host.log.debug(`could not remove ${name}: ${String(e)}`));
-      throw err;
-    }
     if (replacing !== undefined) await this.host.removeSandbox(replacing.ref, replacing.hostDir);
     return sandbox;
   }
 
   /**
-   * Fills a new sandbox's tmpfs dirs with the snapshot's copies of `dirs`, all through one archive
-   * the sandbox unpacks at `/` (one tar the engine runs in it; each entry named for its dir there).
-   * Not by `cp` on the host as a snapshot copies them out: tmpfs pages count against the memory of
-   * the process that writes them, so the fork's files would count against berth's memory and not
-   * the sandbox's limit.
+   * The snapshot's copies of a new sandbox's tmpfs dirs, as one archive it unpacks at `/` as it
+   * starts (each entry named for its dir there), as its own user, before its warden answers. Not
+   * by `cp` on the host as a snapshot copies them out: tmpfs pages count against the memory of the
+   * process that writes them, so the fork's files would count against berth's memory and not the
+   * sandbox's limit. Undefined when no dir of `dirs` is a tmpfs there.
    */
-  private async fillTmpfsDirs(sandbox: Sandbox, id: string, dirs: readonly OwnDirName[]): Promise<void> {
-    const bound = hostBindsOf(sandbox.spec as SandboxSpec<DockerSettings>, undefined);
+  private tmpfsArchiveOf(spec: SandboxSpec<DockerSettings>, id: string, dirs: readonly OwnDirName[]): (() => Readable) | undefined {
+    const bound = hostBindsOf(spec, undefined);
     const tmpfs = dirs.filter((d) => !bound.some((b) => b.target === targetOf(d)));
-    if (tmpfs.length === 0) return;
-    await sandbox.putArchive('/', packDirs(path.join(this.root, id), tmpfs.map((d) => ({ name: d, as: targetOf(d).slice(1) }))));
+    if (tmpfs.length === 0) return undefined;
+    return () => packDirs(path.join(this.root, id), tmpfs.map((d) => ({ name: d, as: targetOf(d).slice(1) })));
   }
 
   /** A new persistent sandbox (a fork): its own dirs must be new, and are copies of the snapshot's. */

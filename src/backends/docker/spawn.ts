@@ -11,6 +11,7 @@ import type { ShellTransport, SpawnedProcess } from '../../shell/transport.js';
 import { execOnce } from '../plumbing/exec-once.js';
 import { openFifo } from '../plumbing/fifo-files.js';
 import { unlinkFifos, type FifoPool } from '../plumbing/fifo-pool.js';
+import { FILL_FAILED } from './container-spec.js';
 import { bounded, endedAtStart, ENGINE_REQUEST_TIMEOUT_MS, fromDockerError, hijacked } from './engine.js';
 import { demultiplex, exitCodeOf, SHELL_TAG_ENV } from './exec-stream.js';
 import { STDIO_DIR } from './stdio-dir.js';
@@ -330,13 +331,15 @@ export async function attachMainProcess(target: ContainerTarget): Promise<ShellT
  * only), `started` is true once the warden's first line (`warden PID`) came, so its bash runs, and
  * false when the output ended first: the main process ended as it started (no bash in the image,
  * say). An inspect right after the start cannot tell, since the init may fail a moment later.
- * Past `boundMs` without either, `started` is undefined: not known.
+ * Past `boundMs` without either, `started` is undefined: not known. A sandbox filled as it starts
+ * that could not unpack its archive says so in a line of its own: `started` is false and
+ * `fillFailure()` is what tar said.
  */
 export async function watchWardenStart(
   docker: Dockerode,
   containerId: string,
   boundMs: number,
-): Promise<{ started: Promise<boolean | undefined>; close(): void }> {
+): Promise<{ started: Promise<boolean | undefined>; fillFailure(): string | undefined; close(): void }> {
   const doing = `attach to container ${containerId.slice(0, 12)} before its start`;
   let stream: Duplex;
   try {
@@ -351,13 +354,19 @@ export async function watchWardenStart(
   demultiplex(stream, stdout, stderr);
   stderr.resume();
   let timer: NodeJS.Timeout | undefined;
+  let fillFailure: string | undefined;
   const started = new Promise<boolean | undefined>((resolve) => {
     timer = setTimeout(() => resolve(undefined), boundMs);
     timer.unref();
     let seen = '';
     stdout.on('data', (chunk: Buffer) => {
-      seen = (seen + chunk.toString('latin1')).slice(-256);
+      seen = (seen + chunk.toString('latin1')).slice(-1024);
       if (/(^|\n)warden \d+\n/.test(seen)) resolve(true);
+      const failed = new RegExp(`(?:^|\n)${FILL_FAILED} ([^\n]*)\n`).exec(seen);
+      if (failed !== null) {
+        fillFailure = Buffer.from(failed[1]!, 'latin1').toString('utf8').trim() || 'tar said nothing';
+        resolve(false);
+      }
     });
     stdout.once('end', () => resolve(false));
     stream.once('close', () => resolve(false));
@@ -366,6 +375,7 @@ export async function watchWardenStart(
   void started.then(() => clearTimeout(timer));
   return {
     started,
+    fillFailure: () => fillFailure,
     close: () => {
       clearTimeout(timer);
       stream.destroy();
