@@ -6,12 +6,12 @@ import type { SshConnection } from '../../src/backends/ssh/connection.js';
 import { BackendUnavailableError } from '../../src/errors.js';
 
 /** A channel's events alone, and a connection that counts how often it was asked why. */
-function parts() {
+function parts(decided?: () => boolean) {
   const channel = new EventEmitter();
   let asked = 0;
   const why = new BackendUnavailableError('the host ended a channel without an exit status');
   const connection = { whyChannelEnded: () => (asked++, Promise.resolve(why)) };
-  return { channel, why, asked: () => asked, status: channelStatus(channel as unknown as ClientChannel, connection as unknown as SshConnection) };
+  return { channel, why, asked: () => asked, status: channelStatus(channel as unknown as ClientChannel, connection as unknown as SshConnection, decided) };
 }
 
 describe('a channel\'s status (ssh)', () => {
@@ -36,5 +36,15 @@ describe('a channel\'s status (ssh)', () => {
     expect(said.error).toBe(p.why);
     expect(said.code).toBeUndefined();
     expect(p.asked()).toBe(1);
+  });
+
+  it('does not ask the connection (nor wait for its word) when the caller closed the channel for a reason of its own', async () => {
+    let failed = false;
+    const p = parts(() => failed);
+    failed = true;
+    p.channel.emit('close');
+    const said = await p.status;
+    expect(said.error?.message).toContain('closed by berth');
+    expect(p.asked()).toBe(0);
   });
 });

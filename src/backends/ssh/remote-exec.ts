@@ -41,13 +41,13 @@ export function remoteRunner(pool: SshConnectionPool, target: SshTarget): Remote
     const cap = opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     const where = endpointOf(target.host, target.port);
     const { channel, connection } = await pool.exec(target, scriptCommand(script, 'berth-admin', args));
-    const status = channelStatus(channel, connection);
-    channel.end();
     return new Promise<RemoteResult>((resolve, reject) => {
       const out: Buffer[] = [];
       const err: Buffer[] = [];
       let bytes = 0;
       let failure: BerthError | undefined;
+      const status = channelStatus(channel, connection, () => failure !== undefined);
+      channel.end();
       const take = (into: Buffer[]) => (c: Buffer): void => {
         bytes += c.length;
         if (bytes > cap) {

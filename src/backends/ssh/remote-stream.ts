@@ -47,7 +47,7 @@ export async function remoteStream(
       errBytes += c.length;
     }
   });
-  const status = channelStatus(channel, connection);
+  const status = channelStatus(channel, connection, () => failure !== undefined);
   channel.on('error', (e: Error) => {
     failure ??= new BerthError('transfer_failed', `the channel to ${where} failed: ${e.message}`, { cause: e });
   });
