@@ -198,10 +198,19 @@ describeDocker('docker snapshots', () => {
     const err = await backend.snapshots.createFrom(small, snap.ref, undefined).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BerthError);
     expect((err as Error).message).toContain('could not unpack its files as it started');
-    expect((err as Error).message).toMatch(/No space left on device/);
+    expect((err as Error).message).toMatch(/tar exited [1-9][0-9]*: .*No space left on device/);
     expect((await backend.listManaged()).map((m) => m.ref)).toEqual([s.ref]);
     expect(readdirSync(stdioRoot)).toHaveLength(1); // the source's: the failed fork's went with it
     await backend.snapshots.verify(snap.ref);
+
+    // Its record edited outside berth (valid JSON, nothing in it): refused as damaged, nothing made.
+    const metaFile = join(install.home, 'snapshots', 'docker', 'fill', 'meta.json');
+    const meta = readFileSync(metaFile, 'utf8');
+    writeFileSync(metaFile, '{}');
+    const damaged = await backend.snapshots.createFrom(testSpec(install.installation, { ephemeral: true }), snap.ref, undefined).catch((e: unknown) => e);
+    expect((damaged as Error).message).toContain('does not say what the snapshot holds');
+    expect((await backend.listManaged()).map((m) => m.ref)).toEqual([s.ref]);
+    writeFileSync(metaFile, meta);
 
     // The same snapshot into a sandbox it fits: its files are there at its first command, as its user.
     const fork = await backend.snapshots.createFrom(testSpec(install.installation, { ephemeral: true }), snap.ref, undefined);

@@ -68,15 +68,17 @@ export const FILL_FAILED = 'fill-failed';
  * Before the main process becomes the warden: `tar -x` of the fill archive at `/`, as the
  * sandbox's user, with its limits and in its memory (tmpfs pages count against the process that
  * writes them). Only while the archive is there: berth removes it once the warden answered, so a
- * later start of the same container unpacks nothing. A failure is one line (tar's words, at most
- * 400 characters) and an exit: no warden line ever follows it.
+ * later start of the same container unpacks nothing. A failure is one line (tar's status and
+ * words, at most 400 characters: 1,600 bytes in UTF-8) and an exit: no warden line ever follows it.
  */
 const FILL_PREFIX = `
 __f=${STDIO_DIR}/${FILL_ARCHIVE}
-if [[ -f $__f ]] && ! __e=$(tar -x -o -f "$__f" -C / 2>&1); then
-  __e=\${__e//[$'\\n\\r']/ }
-  builtin printf '${FILL_FAILED} %s\\n' "\${__e:0:400}"
-  exit 71
+if [[ -f $__f ]]; then
+  __e=$(tar -x -o -f "$__f" -C / 2>&1) || {
+    __s=$? __e=\${__e//[$'\\n\\r']/ }
+    builtin printf '${FILL_FAILED} tar exited %s: %s\\n' "$__s" "\${__e:0:400}"
+    exit 71
+  }
 fi
 unset __f __e
 `;

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { chown, mkdir, rm } from 'node:fs/promises';
+import { chmod, chown, mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -53,7 +53,7 @@ import { SandboxDisks } from './sandbox-disk.js';
 import { installDockerGuard, keepDockerGuard } from '../../egress/docker-guard.js';
 import type { GuardStatus } from '../../egress/host-guard.js';
 import { writeEgressCa } from '../plumbing/egress-ca.js';
-import { localLease, SandboxNetworks } from './networks.js';
+import { isNetworkGone, localLease, SandboxNetworks } from './networks.js';
 import { assertRunsAs, runAsFor } from './run-as.js';
 import { containerUsageWithDisk } from './usage.js';
 import { POOL_LABEL } from '../labels.js';
@@ -611,7 +611,8 @@ export class DockerBackend implements Backend<DockerSettings> {
     // check is told before a failed archive (made from what it checks). The archive is readable
     // by the sandbox's user (the dir is bound into this container alone).
     const before = (async () => {
-      const writing = fill && pipeline(fill(), createWriteStream(path.join(stdio.dir, FILL_ARCHIVE), { flags: 'wx', mode: 0o444 }));
+      const archive = path.join(stdio.dir, FILL_ARCHIVE);
+      const writing = fill && pipeline(fill(), createWriteStream(archive, { flags: 'wx', mode: 0o444 })).then(() => chmod(archive, 0o444));
       const [checked, written] = await Promise.allSettled([ready, writing]);
       if (checked.status === 'rejected') throw checked.reason;
       if (written.status === 'rejected') throw written.reason;
@@ -640,10 +641,11 @@ export class DockerBackend implements Backend<DockerSettings> {
         }
       }
     } catch (err) {
-      await before.catch(() => undefined);
+      // A failed check (a damaged snapshot) is told before what failed after it (the network, the engine).
+      const checkFailure = await before.then(() => undefined, (e: unknown) => e);
       await this.dropStdio(stdio.id);
       removeStdioDir(sandboxesRoot(this.berthHome), stdio.id);
-      throw err;
+      throw checkFailure ?? err;
     }
   }
 
@@ -695,7 +697,7 @@ export class DockerBackend implements Backend<DockerSettings> {
       const ran = startedHere ? await watch?.started : undefined;
       const fillFailure = watch?.fillFailure();
       if (fillFailure !== undefined) throw new BerthError('transfer_failed', `the new sandbox could not unpack its files as it started: ${fillFailure}`);
-      if (filled && ran !== true) {
+      if (filled && ran === undefined) {
         throw new TimeoutError(`the new sandbox did not unpack its files and start its warden within ${FILL_BOUND_MS} ms`);
       }
       const inspect = (): Promise<Dockerode.ContainerInspectInfo> =>
@@ -707,6 +709,7 @@ export class DockerBackend implements Backend<DockerSettings> {
         info = await inspect();
       }
       if (!info.State.Running) throw endedAtStart(image, info.State);
+      if (filled && ran !== true) throw new BerthError('sandbox_start_failed', 'the new sandbox\'s main process ended its output before its files were unpacked and its warden started');
       this.about(spec, container.id).debug(`created ${options.name ?? ''}`);
       return info;
     } catch (err) {
@@ -918,12 +921,6 @@ function isClaimedPoolContainer(spec: SandboxSpec<DockerSettings>, info: Dockero
 
 function sameRef(known: string, id: string): boolean {
   return known === id || (known.length >= 12 && id.startsWith(known));
-}
-
-/** A start that failed because the container's network no longer exists (404 "network … not found"). */
-function isNetworkGone(err: unknown): boolean {
-  const raw = err instanceof BerthError && err.cause !== undefined ? err.cause : err;
-  return statusOf(raw) === 404 && /^network .* not found/i.test(engineMessage(raw));
 }
 
 /**

@@ -49,9 +49,11 @@ export class SandboxNetworks {
   /** Shard member counts per tenant, reused between creates (see ShardCounts). */
   private readonly counts = new Map<string, ShardCounts>();
   /**
-   * Each tenant's shard networks as last listed, reused for SHARDS_FRESH_MS: a burst of creates
-   * asks the engine once. One another process removed meanwhile fails its create (404), and the
-   * caller forgets the list and joins again (`forget`); one this process creates or removes drops it.
+   * Each tenant's shard networks as last listed, reused for SHARDS_FRESH_MS: the creates that
+   * follow a listing ask the engine no more (those started together before it each ask). One
+   * another process removed meanwhile fails its create or move (404), and the caller forgets the
+   * list and joins again (`forget`); a shard missing from it is listed again before it is joined
+   * or made; a network this process creates or removes drops the list.
    */
   private readonly listed = new Map<string, { at: number; shards: Shard[] }>();
 
@@ -64,15 +66,28 @@ export class SandboxNetworks {
    * container exists or its create failed: until then this process never reaps that network.
    */
   async join(tenant: string): Promise<{ network: NetworkRef; release: () => void }> {
-    const shards = await this.shardsOf(tenant);
-    const counts = this.countsOf(tenant);
-    let shard = counts.choose(shards, Date.now());
-    if (shard === undefined) {
-      const members = await this.membersOf(tenant);
-      for (const [name, n] of this.pending) members.set(name, (members.get(name) ?? 0) + n);
-      counts.counted(members, Date.now());
-      shard = chooseShard(shards.map((s) => ({ shard: s.shard, capacity: s.capacity, members: members.get(s.name) ?? 0 })));
+    let fromMemory = this.knownFresh(tenant);
+    let shards = await this.shardsOf(tenant);
+    let shard: number;
+    for (;;) {
+      const counts = this.countsOf(tenant);
+      let chosen = counts.choose(shards, Date.now());
+      if (chosen === undefined) {
+        const members = await this.membersOf(tenant);
+        for (const [name, n] of this.pending) members.set(name, (members.get(name) ?? 0) + n);
+        counts.counted(members, Date.now());
+        chosen = chooseShard(shards.map((s) => ({ shard: s.shard, capacity: s.capacity, members: members.get(s.name) ?? 0 })));
+      }
+      // A shard the list from memory lacks may have been made (and filled) by another process since: ask the engine.
+      if (!fromMemory || shards.some((s) => s.shard === chosen)) {
+        shard = chosen;
+        break;
+      }
+      this.forget(tenant);
+      shards = await this.shardsOf(tenant);
+      fromMemory = false;
     }
+    const counts = this.countsOf(tenant);
     const name = networkName(this.o.installation, tenant, shard);
     counts.joined(name);
     this.pending.set(name, (this.pending.get(name) ?? 0) + 1);
@@ -144,9 +159,20 @@ export class SandboxNetworks {
    * reach each other) onto a network of its tenant, and off the networks named in `leave`.
    */
   private async moveTo(containerId: string, tenant: string, leave: readonly string[]): Promise<NetworkRef> {
-    const { network, release } = await this.join(tenant);
+    let { network, release } = await this.join(tenant);
     try {
-      await this.req(`connect to network ${network.name}`, (abortSignal) => this.o.docker.getNetwork(network.id).connect({ Container: containerId, abortSignal } as Dockerode.NetworkConnectOptions));
+      const connect = (n: NetworkRef): Promise<unknown> =>
+        this.req(`connect to network ${n.name}`, (abortSignal) => this.o.docker.getNetwork(n.id).connect({ Container: containerId, abortSignal } as Dockerode.NetworkConnectOptions));
+      try {
+        await connect(network);
+      } catch (err) {
+        // Removed by another process since this one listed it: listed and joined once more.
+        if (!isNetworkGone(err)) throw err;
+        this.forget(tenant);
+        release();
+        ({ network, release } = await this.join(tenant));
+        await connect(network);
+      }
       for (const name of leave) {
         await this.req(`disconnect from network ${name}`, (abortSignal) => this.o.docker.getNetwork(name).disconnect({ Container: containerId, Force: true, abortSignal } as object));
       }
@@ -230,13 +256,19 @@ export class SandboxNetworks {
     this.listed.delete(tenant);
   }
 
+  /** Whether `tenant`'s networks are known from a listing young enough to be used. */
+  private knownFresh(tenant: string): boolean {
+    const known = this.listed.get(tenant);
+    return known !== undefined && Date.now() - known.at < SHARDS_FRESH_MS;
+  }
+
   /**
    * The tenant's shard networks as the engine has them (one per shard: the lowest id wins a
    * duplicate), as listed at most SHARDS_FRESH_MS ago.
    */
   private async shardsOf(tenant: string): Promise<Shard[]> {
     const known = this.listed.get(tenant);
-    if (known !== undefined && Date.now() - known.at < SHARDS_FRESH_MS) return known.shards;
+    if (known !== undefined && this.knownFresh(tenant)) return known.shards;
     const at = Date.now();
     let list: Dockerode.NetworkInspectInfo[];
     try {
@@ -341,4 +373,10 @@ export class SandboxNetworks {
     const l = n.Labels ?? {};
     return l[LABEL.managed] === 'true' && l[LABEL.installation] === this.o.installation && l[LABEL.tenant] === tenant;
   }
+}
+
+/** An engine refusal because a network no longer exists (404 "network … not found"). */
+export function isNetworkGone(err: unknown): boolean {
+  const raw = err instanceof BerthError && err.cause !== undefined ? err.cause : err;
+  return statusOf(raw) === 404 && /^network .* not found/i.test(engineMessage(raw));
 }

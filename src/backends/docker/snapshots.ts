@@ -121,11 +121,14 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
           throw err;
         }
         const committing = this.commit(sandbox.ref, id, base.Config?.User ?? '').then((made) => { image = made; });
-        const copied = Promise.all(own.filter((o) => o.source !== undefined || 'root' in view).map(async (d) => {
+        // Each copy settles before this does: none still writes while a failed snapshot's dir goes.
+        const copied = Promise.allSettled(own.filter((o) => o.source !== undefined || 'root' in view).map(async (d) => {
           const source = d.source ?? this.viewed(view, d.target);
           spender.spend(d.target, await apparentBytes(source));
           await copyTree(source, path.join(dir, d.name));
-        }));
+        })).then((all) => {
+          for (const r of all) if (r.status === 'rejected') throw r.reason;
+        });
         // The copies are read and counted once made (they are berth's, complete, and what a restore checks).
         const checked = copied.then(async () => {
           const inDirs = findForbidden(own.map((d) => ({ hostDir: path.join(dir, d.name), sandboxDir: d.target })), forbidden);
@@ -352,11 +355,18 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
     const file = path.join(this.root, id, META);
     const text = await readFile(file, 'utf8').catch(() => undefined);
     if (text === undefined) throw damagedSnapshot(id, `its files ${path.join(this.root, id)} are gone`);
+    let meta: Partial<SnapshotMeta> | null;
     try {
-      return JSON.parse(text) as SnapshotMeta;
+      meta = JSON.parse(text) as Partial<SnapshotMeta> | null;
     } catch {
       throw damagedSnapshot(id, `${file} is not valid JSON`);
     }
+    // What a fork reads of it: a file edited or cut short outside berth says so here, not as a TypeError later.
+    const names: readonly string[] = OWN_DIRS.map((d) => d.name);
+    if (typeof meta?.image !== 'string' || !Array.isArray(meta.dirs) || !meta.dirs.every((d) => names.includes(d))) {
+      throw damagedSnapshot(id, `${file} does not say what the snapshot holds (its image and dirs)`);
+    }
+    return meta as SnapshotMeta;
   }
 
   /** `<installation>-<id>`: berth's and this installation's at a glance in `docker images`. */
@@ -374,8 +384,8 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
   ): Promise<Sandbox> {
     const plan = await this.host.planFor(spec, undefined);
     const name = ephemeralName(spec.digest, randomBytes(4).toString('hex'));
-    const meta = await this.readMeta(id);
-    const info = await this.host.createAndStart(spec, { ...plan, name, image, ready: this.verify(ref), fill: this.tmpfsArchiveOf(spec, id, meta.dirs) });
+    const fill = this.tmpfsArchiveOf(spec, id, (await this.readMeta(id)).dirs);
+    const info = await this.host.createAndStart(spec, { ...plan, name, image, fill, ready: this.verify(ref) });
     const sandbox = this.host.sandboxOf(spec, info, undefined);
     if (replacing !== undefined) await this.host.removeSandbox(replacing.ref, replacing.hostDir);
     return sandbox;

@@ -360,11 +360,12 @@ export async function watchWardenStart(
     timer.unref();
     let seen = '';
     stdout.on('data', (chunk: Buffer) => {
-      seen = (seen + chunk.toString('latin1')).slice(-1024);
+      // Room for the longest failure line (FILL_PREFIX: 400 characters of up to 4 bytes, and its head).
+      seen = (seen + chunk.toString('latin1')).slice(-4096);
       if (/(^|\n)warden \d+\n/.test(seen)) resolve(true);
       const failed = new RegExp(`(?:^|\n)${FILL_FAILED} ([^\n]*)\n`).exec(seen);
       if (failed !== null) {
-        fillFailure = Buffer.from(failed[1]!, 'latin1').toString('utf8').trim() || 'tar said nothing';
+        fillFailure = Buffer.from(failed[1]!, 'latin1').toString('utf8').trim();
         resolve(false);
       }
     });
