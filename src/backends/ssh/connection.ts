@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
 import { BackendUnavailableError, BerthError, ConfigError } from '../../errors.js';
 import { Logger } from '../../logging/logger.js';
+import { watchExit } from './channel-status.js';
 import { ConnectionLostError, endpointOf, fromSshError } from './errors.js';
 import { HostKeyCheck } from './host-key-check.js';
 import type { PoolSettings, SshTarget } from './target.js';
@@ -172,7 +173,12 @@ export class SshConnection implements AsyncDisposable {
         reject(Object.assign(fromSshError(err, this.target, 'open a channel'), { refused: err.reason !== undefined }));
       };
       try {
-        this.client.exec(command, (err, channel) => (err ? onErr(err) : resolve(channel)));
+        this.client.exec(command, (err, channel) => {
+          if (err) return onErr(err);
+          // Now, not after the caller's await: the status may be in the same read as this answer.
+          watchExit(channel);
+          resolve(channel);
+        });
       } catch (err) {
         onErr(err as Error);
       }
