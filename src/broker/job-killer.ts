@@ -6,7 +6,7 @@ import type { JobRecord, JobTable } from './state/job-table.js';
 import type { Logger } from '../logging/logger.js';
 
 export interface JobKillerOptions {
-  jobs: Pick<JobTable, 'runningIn' | 'end'>;
+  jobs: Pick<JobTable, 'runningIn' | 'endKilled'>;
   ledger: Pick<JobLedger, 'settle'>;
   probe: Pick<JobProbe, 'probe'>;
   log: Logger;
@@ -26,6 +26,7 @@ export class JobKiller {
    */
   async kill(job: JobRecord, sandbox: Sandbox): Promise<boolean> {
     const { ledger, probe } = this.opts;
+    const startedMs = Date.now();
     // Its group goes first where the sandbox has one: the look below starts a process in the
     // sandbox, and the job may have left it no pid (a fork bomb).
     const grouped = await this.endGroup(job, sandbox);
@@ -38,13 +39,13 @@ export class JobKiller {
       ledger.settle(job, 'unknown', null);
       return false;
     }
-    return this.killIn(job, sandbox);
+    return this.killIn(job, sandbox, startedMs);
   }
 
   /** Kills every running job of a sandbox that is about to be removed (host backends: a dir takes no process with it). */
   async killAllIn(digest: string, sandbox: Sandbox): Promise<void> {
     for (const job of this.opts.jobs.runningIn(digest)) {
-      await this.killIn(job, sandbox);
+      await this.killIn(job, sandbox, Date.now());
     }
   }
 
@@ -66,8 +67,9 @@ export class JobKiller {
   /**
    * Kills the job's tree: its process group whole where the sandbox has one, then what the tags
    * find; false when it had ended on its own just before (its exit code is then recorded).
+   * `startedMs`: when this kill began (an end a reader recorded as unknown since then is its own).
    */
-  private async killIn(job: JobRecord, sandbox: Sandbox): Promise<boolean> {
+  private async killIn(job: JobRecord, sandbox: Sandbox, startedMs: number): Promise<boolean> {
     const { jobs, ledger, probe, log } = this.opts;
     await this.endGroup(job, sandbox);
     const r = await sandbox.execOnce(['sh', '-c', KILL_SCRIPT, 'sh', job.dir, tagOf(job.id)], { timeoutMs: HELPER_TIMEOUT_MS });
@@ -78,7 +80,7 @@ export class JobKiller {
       ledger.settle(job, after?.exitCode != null ? 'exited' : 'unknown', after?.exitCode ?? null);
       return false;
     }
-    jobs.end(job.id, 'killed', null, Date.now());
+    jobs.endKilled(job.id, Date.now(), startedMs);
     return true;
   }
 }

@@ -135,7 +135,18 @@ export function sessionConformance(target: SessionTarget): void {
     expect(await b.jobs.list()).toEqual([]);
     await expect(b.jobs.read(running.jobId)).rejects.toMatchObject({ code: 'job_not_found' });
     await expect(b.jobs.kill(running.jobId)).rejects.toMatchObject({ code: 'job_not_found' });
+    // Reads while the kill runs find the job's processes gone before the kill records its end (an
+    // end they would call unknown): the kill's word stands.
+    let killing = true;
+    const reads = (async () => {
+      let n = 0;
+      for (; killing; n++) await a.jobs.read(running.jobId, { maxBytes: 0 });
+      return n;
+    })();
     expect(await a.jobs.kill(running.jobId)).toEqual({ killed: true });
+    killing = false;
+    expect(await reads).toBeGreaterThan(0);
+    expect(await a.jobs.read(running.jobId)).toMatchObject({ status: 'killed', done: true, exitCode: null });
     expect(await a.jobs.kill(done.jobId)).toEqual({ killed: false });
     expect((await inst.auditKinds('a')).filter((k) => k === 'job')).toHaveLength(2);
   });

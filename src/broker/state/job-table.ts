@@ -109,6 +109,16 @@ export class JobTable {
       .run(status, exitCode, nowMs, id);
   }
 
+  /**
+   * Records that berth killed a job: over a running one, and over an `unknown` end recorded since
+   * `killStartedMs`. A reader that found the job's processes gone and no exit code while the kill
+   * ran recorded the kill's own doing as unknown; the kill knows better.
+   */
+  endKilled(id: string, nowMs: number, killStartedMs: number): void {
+    this.sql.q("UPDATE jobs SET status = 'killed', exit_code = NULL, ended_ms = ? WHERE id = ? AND (status = 'running' OR (status = 'unknown' AND ended_ms >= ?))")
+      .run(nowMs, id, killStartedMs);
+  }
+
   delete(id: string): void {
     this.sql.q('DELETE FROM jobs WHERE id = ?').run(id);
   }
