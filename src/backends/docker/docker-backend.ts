@@ -610,8 +610,8 @@ export class DockerBackend implements Backend<DockerSettings> {
     // Both made while the engine creates the container, and waited for before its start; a failed
     // check is told before a failed archive (made from what it checks). The archive is readable
     // by the sandbox's user (the dir is bound into this container alone).
+    const archive = path.join(stdio.dir, FILL_ARCHIVE);
     const before = (async () => {
-      const archive = path.join(stdio.dir, FILL_ARCHIVE);
       const writing = fill && pipeline(fill(), createWriteStream(archive, { flags: 'wx', mode: 0o444 })).then(() => chmod(archive, 0o444));
       const [checked, written] = await Promise.allSettled([ready, writing]);
       if (checked.status === 'rejected') throw checked.reason;
@@ -626,7 +626,7 @@ export class DockerBackend implements Backend<DockerSettings> {
           const options = createOptions({ ...rest, networkMode: joined?.network.id ?? 'none', egressCaDir, stdio, fill: fill !== undefined });
           const info = await this.createAndStartOnce(spec, options, { filled: fill !== undefined, before });
           if (fill !== undefined) {
-            await rm(path.join(stdio.dir, FILL_ARCHIVE), { force: true })
+            await rm(archive, { force: true })
               .catch((e: unknown) => this.about(spec, info.Id).debug(`could not remove its fill archive (the stdio dir's removal takes it): ${String(e)}`));
           }
           this.stdioIds.set(info.Id, stdio.id);

@@ -87,6 +87,7 @@ export class SandboxNetworks {
       shards = await this.shardsOf(tenant);
       fromMemory = false;
     }
+    // Looked up again: another tenant's join may have dropped this entry as stale while this one awaited.
     const counts = this.countsOf(tenant);
     const name = networkName(this.o.installation, tenant, shard);
     counts.joined(name);
@@ -288,6 +289,8 @@ export class SandboxNetworks {
       shards.set(shard, { id: n.Id, name: n.Name, shard, capacity: shardCapacity((n.IPAM?.Config ?? []).map((c) => c.Subnet ?? '')) });
     }
     const found = [...shards.values()];
+    // Lists gone stale are dropped here: one entry per tenant seen recently, not per tenant ever seen.
+    for (const [t, l] of this.listed) if (Date.now() - l.at >= SHARDS_FRESH_MS) this.listed.delete(t);
     this.listed.set(tenant, { at, shards: found });
     return found;
   }

@@ -165,9 +165,14 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
   }
 
   async verify(ref: string): Promise<void> {
+    await this.checked(ref);
+  }
+
+  /** `verify`, and the snapshot's record it read (`record`: that record, read already). */
+  private async checked(ref: string, record?: Promise<SnapshotMeta>): Promise<SnapshotMeta> {
     const { id, image } = parseRef(ref);
     // Both read at once; the image's absence is told first.
-    const [inspected, read] = await Promise.allSettled([this.host.request(`inspect image ${image}`, () => this.host.docker.getImage(image).inspect()), this.readMeta(id)]);
+    const [inspected, read] = await Promise.allSettled([this.host.request(`inspect image ${image}`, () => this.host.docker.getImage(image).inspect()), record ?? this.readMeta(id)]);
     if (inspected.status === 'rejected') {
       if (statusOf(inspected.reason) === 404) throw damagedSnapshot(id, `its image ${image.slice(7, 19)} is gone (removed outside berth)`);
       throw fromDockerError(this.host.docker, inspected.reason, `inspect image ${image}`);
@@ -179,6 +184,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
       throw damagedSnapshot(id, `image ${image.slice(7, 19)} is not this installation's snapshot ${id}`);
     }
     await checkCopies(id, meta.dirs.map((d) => ({ target: targetOf(d), dir: path.join(this.root, id, d), recorded: meta.tally?.[d] })));
+    return meta;
   }
 
   async createFrom(
@@ -186,8 +192,7 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
   ): Promise<Sandbox> {
     const { id, image } = parseRef(ref);
     if (spec.ephemeral) return this.ephemeralFrom(spec, ref, id, image, replacing);
-    await this.verify(ref);
-    const meta = await this.readMeta(id);
+    const meta = await this.checked(ref);
     const hostDir = hostDirFor(this.host.berthHome, spec);
     return this.host.withHostDir(spec, hostDir, () => (replacing === undefined
       ? this.persistentFrom(spec, id, image, meta, hostDir)
@@ -384,8 +389,9 @@ export class DockerSnapshots implements SnapshotCapability<DockerSettings> {
   ): Promise<Sandbox> {
     const plan = await this.host.planFor(spec, undefined);
     const name = ephemeralName(spec.digest, randomBytes(4).toString('hex'));
-    const fill = this.tmpfsArchiveOf(spec, id, (await this.readMeta(id)).dirs);
-    const info = await this.host.createAndStart(spec, { ...plan, name, image, fill, ready: this.verify(ref) });
+    const record = this.readMeta(id);
+    const fill = this.tmpfsArchiveOf(spec, id, (await record).dirs);
+    const info = await this.host.createAndStart(spec, { ...plan, name, image, fill, ready: this.checked(ref, record) });
     const sandbox = this.host.sandboxOf(spec, info, undefined);
     if (replacing !== undefined) await this.host.removeSandbox(replacing.ref, replacing.hostDir);
     return sandbox;
