@@ -1,6 +1,5 @@
 import type { ClientChannel } from 'ssh2';
 import { BackendUnavailableError } from '../../errors.js';
-import type { SshConnection } from './connection.js';
 
 /** What the host said of a process on a channel, or why it said nothing. */
 export type ChannelStatus =
@@ -8,6 +7,11 @@ export type ChannelStatus =
   | { code?: undefined; signal?: undefined; error: BackendUnavailableError };
 
 type Said = { code: number | null; signal: string | undefined };
+
+/** What a channel's status asks of its connection (`SshConnection`, which opens channels through `watchExit`). */
+export interface ChannelConnection {
+  whyChannelEnded(): Promise<BackendUnavailableError>;
+}
 
 /** Exit statuses said before anyone asked (see `watchExit`). */
 const early = new WeakMap<ClientChannel, Said>();
@@ -32,7 +36,7 @@ export function watchExit(channel: ClientChannel): void {
  * rejects. Call it before the channel's output is read to its end; a status said earlier counts
  * when the channel came from `SshConnection.exec` (`watchExit`).
  */
-export function channelStatus(channel: ClientChannel, connection: SshConnection, decided?: () => boolean): Promise<ChannelStatus> {
+export function channelStatus(channel: ClientChannel, connection: ChannelConnection, decided?: () => boolean): Promise<ChannelStatus> {
   return new Promise<ChannelStatus>((resolve) => {
     const before = early.get(channel);
     if (before !== undefined) {
