@@ -15,7 +15,8 @@ export interface ScopeResolver {
 /**
  * The store's index of jobs, with its rules: a job is found only by calls of its own session and
  * user (another user's job is not found, exactly like an unknown id); its starting call is
- * resolved again from its record; an end, once recorded, stays the truth.
+ * resolved again from its record; an end, once recorded, stays the truth (but for an unknown end
+ * recorded while berth was killing the job: its kill records it as killed, `JobTable.endKilled`).
  */
 export class JobLedger {
   constructor(private readonly opts: { jobs: Pick<JobTable, 'get' | 'end'>; resolver: ScopeResolver }) {}

@@ -56,10 +56,11 @@ describe('an exit status in the same read as the exec\'s answer (ssh, ssh2 serve
     try {
       for (let i = 0; i < 20; i++) {
         const channel = await conn.exec(`exit ${i + 1}`);
+        const status = channelStatus(channel, conn);
         // As every caller does: read the output (the close waits for it).
         channel.resume();
         channel.stderr.resume();
-        const said = await channelStatus(channel, conn);
+        const said = await status;
         expect(said).toEqual({ code: i + 1, signal: undefined });
       }
     } finally {

@@ -1,0 +1,75 @@
+import { describe, expect, it } from 'vitest';
+import type { Sandbox } from '../../src/backends/backend.js';
+import { JobKiller } from '../../src/broker/job-killer.js';
+import { JobLedger } from '../../src/broker/job-ledger.js';
+import type { JobState } from '../../src/broker/job-probe.js';
+import type { JobRecord } from '../../src/broker/state/job-table.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
+import { Logger } from '../../src/logging/logger.js';
+import { tempDir } from '../helpers/temp-dir.js';
+
+/*
+ * A kill and a read of the same job at once (a real SQLite file; the sandbox is a stand-in that
+ * answers berth's helper scripts): the read finds the job's processes gone with no exit code
+ * while the kill runs, and records its end as unknown before the kill records it.
+ */
+
+function job(over: Partial<JobRecord> = {}): JobRecord {
+  return {
+    id: 'job_0123456789abcdef', tenant: 'acme', profile: 'default', session: 's1', user: null, digest: 'd1', sandboxKey: 'session:s1',
+    scope: '{}', command: 'sleep 300', dir: '/tmp/berth/jobs/job_0123456789abcdef', startedMs: Date.now() - 1_000,
+    status: 'running', exitCode: null, endedMs: null, ...over,
+  };
+}
+
+/** A killer over a real store whose sandbox runs `duringKill` while its kill script runs. */
+function setUp(duringKill: (ledger: JobLedger, j: JobRecord) => void) {
+  const store = StateStore.open(tempDir('berth-job-killer-'));
+  const ledger = new JobLedger({ jobs: store.jobs, resolver: { resolve: () => { throw new Error('not asked'); } } });
+  const gone: JobState = { exitCode: null, alive: false, size: 0, bytes: Buffer.alloc(0) };
+  const killer = new JobKiller({ jobs: store.jobs, ledger, probe: { probe: () => Promise.resolve(gone) }, log: Logger.silent() });
+  const j = job();
+  store.jobs.put(j);
+  const sandbox = {
+    processGroups: { killGroup: () => Promise.resolve(1) },
+    execOnce: () => {
+      duringKill(ledger, j);
+      return Promise.resolve({ stdout: Buffer.from('1\n'), stderr: Buffer.alloc(0), exitCode: 0 });
+    },
+  } as unknown as Sandbox;
+  const row = (): JobRecord | undefined => store.jobs.get(j.tenant, j.profile, j.session, j.user, j.id);
+  return { store, killer, sandbox, j, row };
+}
+
+describe('a job killed while it is read', () => {
+  it('is killed, not unknown, when a read during the kill recorded its end first', async () => {
+    const t = setUp((ledger, j) => ledger.settle(j, 'unknown', null));
+    try {
+      expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
+      expect(t.row()).toMatchObject({ status: 'killed', exitCode: null });
+    } finally {
+      t.store.close();
+    }
+  });
+
+  it('keeps an exit code a read recorded during the kill (the job ended on its own)', async () => {
+    const t = setUp((ledger, j) => ledger.settle(j, 'exited', 3));
+    try {
+      await t.killer.kill(t.j, t.sandbox);
+      expect(t.row()).toMatchObject({ status: 'exited', exitCode: 3 });
+    } finally {
+      t.store.close();
+    }
+  });
+
+  it('keeps an unknown end recorded before the kill began (its sandbox had vanished then)', async () => {
+    const t = setUp(() => undefined);
+    try {
+      t.store.jobs.end(t.j.id, 'unknown', null, Date.now() - 5_000);
+      await t.killer.kill(t.j, t.sandbox);
+      expect(t.row()).toMatchObject({ status: 'unknown', exitCode: null });
+    } finally {
+      t.store.close();
+    }
+  });
+});
