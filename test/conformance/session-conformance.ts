@@ -136,9 +136,8 @@ export function sessionConformance(target: SessionTarget): void {
     await expect(b.jobs.read(running.jobId)).rejects.toMatchObject({ code: 'job_not_found' });
     await expect(b.jobs.kill(running.jobId)).rejects.toMatchObject({ code: 'job_not_found' });
     // Reads while the kill runs find the job's processes gone before the kill records its end (an
-    // end they would call unknown): the kill's word stands.
-    // A smoke test through each surface: whether a read lands inside the kill is timing
-    // (test/unit/job-killer.test.ts pins the rule).
+    // end they would call unknown): the kill's word stands. A smoke test through each surface, as
+    // whether a read lands inside the kill is timing; test/unit/job-killer.test.ts pins the rule.
     let killing = true;
     const reads = (async () => {
       while (killing) await a.jobs.read(running.jobId, { maxBytes: 0 });

@@ -104,7 +104,7 @@ export class JobTable {
   }
 
   /** Records a job's end; only a running job changes (the first observed end wins; see `endKilled` for the one exception). */
-  end(id: string, status: 'exited' | 'killed' | 'unknown', exitCode: number | null, nowMs: number): void {
+  end(id: string, status: 'exited' | 'unknown', exitCode: number | null, nowMs: number): void {
     this.sql.q("UPDATE jobs SET status = ?, exit_code = ?, ended_ms = ? WHERE id = ? AND status = 'running'")
       .run(status, exitCode, nowMs, id);
   }
