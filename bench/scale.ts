@@ -1,3 +1,4 @@
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -90,6 +91,58 @@ async function engineOnlyAtOnce(docker: ReturnType<typeof defaultDocker>, count:
   }
 }
 
+/** One bash process on the host with pipes, asked as `BareAttachShell` asks: the marker on stderr, then on stdout, both awaited. */
+class HostShell {
+  private seq = 0;
+  private readonly proc: ChildProcessWithoutNullStreams;
+
+  constructor() {
+    this.proc = spawn('bash', ['--norc', '--noprofile'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  }
+
+  run(cmd: string): Promise<void> {
+    const nonce = `m${++this.seq}x${Math.random().toString(36).slice(2)}`;
+    const seen = (stream: NodeJS.ReadableStream): Promise<void> => new Promise((resolve) => {
+      let text = '';
+      const onData = (chunk: Buffer): void => {
+        text += chunk.toString('latin1');
+        if (!text.includes(`${nonce}~`)) return;
+        stream.off('data', onData);
+        resolve();
+      };
+      stream.on('data', onData);
+    });
+    const both = Promise.all([seen(this.proc.stderr), seen(this.proc.stdout)]);
+    this.proc.stdin.write(`${cmd};printf '%s~' '${nonce}' >&2;printf '%s~' '${nonce}'\n`);
+    return both.then(() => undefined);
+  }
+
+  close(): void {
+    this.proc.kill('SIGKILL');
+  }
+}
+
+/**
+ * The floor under every engine: `count` bash processes on the host (no container, no engine, no
+ * berth), each behind pipes, all asked one `echo` at once by this process. What the kernel, bash
+ * and one Node thread cost for that many commands at once on this machine; the median of the
+ * rounds (ms).
+ */
+async function processesAloneAtOnce(count: number): Promise<number> {
+  const shells = Array.from({ length: count }, () => new HostShell());
+  try {
+    await Promise.all(shells.map((sh) => sh.run('true')));
+    const rounds: number[] = [];
+    for (let r = 0; r < ALL_AT_ONCE_ROUNDS; r++) rounds.push(await timed(() => Promise.all(shells.map((sh, i) => sh.run(`echo ${i}`)))));
+    const median = percentile(rounds, 50);
+    console.log(`  floor, the processes alone: ${count} bash processes on the host behind pipes (no engine, no berth) answer one command at once: ` +
+      `${fmt(median)} (median of ${ALL_AT_ONCE_ROUNDS}; ${rounds.map(fmt).join(', ')})`);
+    return median;
+  } finally {
+    for (const sh of shells) sh.close();
+  }
+}
+
 /**
  * Many concurrent idle docker sessions in one berth process (issue 12): the time to create them,
  * berth's heap per session, the engine's memory per sandbox, and the time for all of them to
@@ -118,6 +171,8 @@ export async function scaleBench(): Promise<void> {
       'limit (docker\'s service unit sets LimitNOFILE=infinity; scripts/ensure-docker.sh raises it where it may) or ask for fewer (BENCH_SESSIONS)');
     return;
   }
+  console.log(`\n# scale: the floor under any engine, ${COUNTS[0]} bash processes on the host`);
+  const processFloor = { count: COUNTS[0]!, ms: await processesAloneAtOnce(COUNTS[0]!) };
   let floor: { count: number; ms: number } | undefined;
   if (FLOOR) {
     console.log(`\n# scale: the floor, ${COUNTS[0]} bare containers without berth (BENCH_SCALE_FLOOR=0 skips it)`);
@@ -165,6 +220,7 @@ export async function scaleBench(): Promise<void> {
       const all = percentile(rounds, 50);
       console.log(`  all ${ids.length} answer one command at once: ${fmt(all)} (median of ${ALL_AT_ONCE_ROUNDS}; ${rounds.map(fmt).join(', ')})   ${verdict('< 500 ms', all < 500)}`);
       if (floor?.count === ids.length) console.log(`  berth / the engine alone (the floor above, same count): ${(all / floor.ms).toFixed(2)}x`);
+      if (processFloor.count === ids.length) console.log(`  berth / the processes alone (same count): ${(all / processFloor.ms).toFixed(2)}x`);
       // Every round's CPU: the first round after a fill has been the slowest by far.
       rounds.forEach((ms, r) => {
         console.log(`    CPU of round ${r + 1} (${fmt(ms)}; 2 cores give ${(2 * ms / 1000).toFixed(2)} s in it): ${cpuSpent(cpu[r]!.before, cpu[r]!.after)}`);
