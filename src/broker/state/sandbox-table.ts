@@ -1,5 +1,6 @@
 import type Database from 'better-sqlite3';
 import type { Statements } from './statements.js';
+import { WriteQueue } from './write-queue.js';
 
 /** A sandbox this installation created, as the store remembers it. */
 export interface SandboxRecord {
@@ -98,6 +99,9 @@ export function migrateSandboxColumns(db: Database.Database): void {
 
 /** The sandboxes of this installation and the creation claims on them. Scoped by tenant where a tenant is involved. */
 export class SandboxTable {
+  /** `touch`es not yet written; see `touch`. */
+  private readonly touches = new WriteQueue<{ digest: string; nowMs: number }>((batch) => this.writeTouches(batch));
+
   constructor(private readonly sql: Statements) {}
 
   get(digest: string): SandboxRecord | undefined {
@@ -189,8 +193,26 @@ export class SandboxTable {
       .run(nowMs, owner, digest, claimedMs).changes === 1;
   }
 
+  /**
+   * Moves a sandbox's `last_used_ms` forward to `nowMs`, within the write queue's delay (one
+   * transaction for many; `flushTouches` at close). Never moves it back: a record written meanwhile
+   * (a bring-up, a hibernation) keeps a newer time.
+   */
   touch(digest: string, nowMs: number): void {
-    this.sql.q('UPDATE sandboxes SET last_used_ms = ? WHERE digest = ?').run(nowMs, digest);
+    this.touches.add({ digest, nowMs });
+  }
+
+  /** Writes the queued touches now. */
+  flushTouches(): void {
+    this.touches.flush();
+  }
+
+  private writeTouches(batch: ReadonlyArray<{ digest: string; nowMs: number }>): void {
+    if (!this.sql.db.open) return;
+    const update = this.sql.q('UPDATE sandboxes SET last_used_ms = max(last_used_ms, ?) WHERE digest = ?');
+    this.sql.db.transaction(() => {
+      for (const t of batch) update.run(t.nowMs, t.digest);
+    })();
   }
 
   /**

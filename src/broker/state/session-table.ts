@@ -1,4 +1,5 @@
 import type { Statements } from './statements.js';
+import { WriteQueue } from './write-queue.js';
 
 export interface SessionRecord {
   tenant: string;
@@ -36,6 +37,9 @@ function toSession(r: SessionRow): SessionRecord {
 
 /** The sessions of this installation, who holds each, and the sandboxes each is linked to. */
 export class SessionTable {
+  /** `touch`es not yet written; see `touch`. */
+  private readonly touches = new WriteQueue<{ tenant: string; profile: string; session: string; nowMs: number }>((batch) => this.writeTouches(batch));
+
   constructor(private readonly sql: Statements) {}
 
   /** Opens (or re-opens) a session and links it to a sandbox. */
@@ -52,9 +56,26 @@ export class SessionTable {
     })();
   }
 
+  /**
+   * Moves a session's `last_seen_ms` forward to `nowMs`, within the write queue's delay (one
+   * transaction for many, not a disk write per call; `flushTouches` at close). Never moves it back,
+   * so a late write cannot undo a newer one.
+   */
   touch(tenant: string, profile: string, session: string, nowMs: number): void {
-    this.sql.q('UPDATE sessions SET last_seen_ms = ? WHERE tenant = ? AND profile = ? AND session = ?')
-      .run(nowMs, tenant, profile, session);
+    this.touches.add({ tenant, profile, session, nowMs });
+  }
+
+  /** Writes the queued touches now. */
+  flushTouches(): void {
+    this.touches.flush();
+  }
+
+  private writeTouches(batch: ReadonlyArray<{ tenant: string; profile: string; session: string; nowMs: number }>): void {
+    if (!this.sql.db.open) return;
+    const update = this.sql.q('UPDATE sessions SET last_seen_ms = max(last_seen_ms, ?) WHERE tenant = ? AND profile = ? AND session = ?');
+    this.sql.db.transaction(() => {
+      for (const t of batch) update.run(t.nowMs, t.tenant, t.profile, t.session);
+    })();
   }
 
   get(tenant: string, profile: string, session: string): SessionRecord | undefined {

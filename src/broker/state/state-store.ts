@@ -88,6 +88,8 @@ export class StateStore {
     if (!this.db.open) return;
     this.audit.flush();
     this.egress.flush();
+    this.sessions.flushTouches();
+    this.sandboxes.flushTouches();
     this.db.close();
   }
 }

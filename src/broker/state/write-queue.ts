@@ -4,9 +4,10 @@ const MAX_QUEUED = 200;
 const FLUSH_AFTER_MS = 50;
 
 /**
- * Rows of a log table (the audit, the egress audit) queued and written in one transaction within
- * FLUSH_AFTER_MS (and at close, and before any read), so recording one costs the hot path no disk
- * write of its own. `write` gets each batch; it runs inside the table's transaction.
+ * Rows of a log table (the audit, the egress audit), or freshness stamps (a session's last seen, a
+ * sandbox's last use), queued and written in one transaction within FLUSH_AFTER_MS (and at close;
+ * a log's before any read of it), so recording one costs the hot path no disk write of its own.
+ * `write` gets each batch; it runs inside the table's transaction.
  *
  * @example
  * const queue = new WriteQueue<Row>((batch) => db.transaction(() => batch.forEach(insert))());

@@ -1,0 +1,59 @@
+import { describe, expect, it } from 'vitest';
+import type { SandboxRecord } from '../../src/broker/state/sandbox-table.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
+import { tempDir } from '../helpers/temp-dir.js';
+
+function record(lastUsedMs: number): SandboxRecord {
+  return {
+    digest: 'd1', backend: 'docker', tenant: 'acme', profile: 'default', key: 'session:s1', rule: 'auto:5', ephemeral: false,
+    ref: 'c1', name: 'berth-c1', hostDir: null, mount: null, createdMs: 1, lastUsedMs, heldBy: 'p:1',
+  };
+}
+
+const lastSeen = (store: StateStore): number | undefined => store.sessions.get('acme', 'default', 's1')?.lastSeenMs;
+const lastUsed = (store: StateStore): number | undefined => store.sandboxes.get('d1')?.lastUsedMs;
+
+// A call's touches go through a write queue (one transaction for many, on a real SQLite file):
+// written at a flush (the queue's timer, or close), never moved back by a late one.
+describe('touches of sessions and sandboxes', () => {
+  it('are written in a batch, not by the call itself, and land at the flush', () => {
+    const store = StateStore.open(tempDir('berth-touches-'));
+    store.sandboxes.put(record(1_000));
+    store.sessions.open('acme', 'default', 's1', 'd1', null, 1_000);
+    store.sessions.touch('acme', 'default', 's1', 9_000);
+    store.sandboxes.touch('d1', 9_000);
+    expect([lastSeen(store), lastUsed(store)]).toEqual([1_000, 1_000]);
+    store.sessions.flushTouches();
+    store.sandboxes.flushTouches();
+    expect([lastSeen(store), lastUsed(store)]).toEqual([9_000, 9_000]);
+    store.close();
+  });
+
+  it('never move a time back: a touch queued before a newer write keeps the newer time', () => {
+    const store = StateStore.open(tempDir('berth-touches-'));
+    store.sandboxes.put(record(1_000));
+    store.sessions.open('acme', 'default', 's1', 'd1', null, 1_000);
+    store.sessions.touch('acme', 'default', 's1', 5_000);
+    store.sandboxes.touch('d1', 5_000);
+    // Written meanwhile: a bring-up's record, a session opened again.
+    store.sandboxes.put(record(7_000));
+    store.sessions.open('acme', 'default', 's1', 'd1', null, 7_000);
+    store.sessions.flushTouches();
+    store.sandboxes.flushTouches();
+    expect([lastSeen(store), lastUsed(store)]).toEqual([7_000, 7_000]);
+    store.close();
+  });
+
+  it('queued at close are written before the file closes', () => {
+    const home = tempDir('berth-touches-');
+    const store = StateStore.open(home);
+    store.sandboxes.put(record(1_000));
+    store.sessions.open('acme', 'default', 's1', 'd1', null, 1_000);
+    store.sessions.touch('acme', 'default', 's1', 9_000);
+    store.sandboxes.touch('d1', 9_000);
+    store.close();
+    const again = StateStore.open(home);
+    expect([lastSeen(again), lastUsed(again)]).toEqual([9_000, 9_000]);
+    again.close();
+  });
+});
