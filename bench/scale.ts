@@ -95,9 +95,17 @@ async function engineOnlyAtOnce(docker: ReturnType<typeof defaultDocker>, count:
 class HostShell {
   private seq = 0;
   private readonly proc: ChildProcessWithoutNullStreams;
+  /** Rejects when bash could not start or ended: a round fails instead of waiting forever. */
+  private readonly gone: Promise<never>;
 
   constructor() {
     this.proc = spawn('bash', ['--norc', '--noprofile'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.proc.stdin.on('error', () => undefined);
+    this.gone = new Promise<never>((_, reject) => {
+      this.proc.once('error', reject);
+      this.proc.once('exit', (code, sig) => reject(new Error(`a floor's bash ended (${code ?? sig})`)));
+    });
+    this.gone.catch(() => undefined);
   }
 
   run(cmd: string): Promise<void> {
@@ -114,7 +122,7 @@ class HostShell {
     });
     const both = Promise.all([seen(this.proc.stderr), seen(this.proc.stdout)]);
     this.proc.stdin.write(`${cmd};printf '%s~' '${nonce}' >&2;printf '%s~' '${nonce}'\n`);
-    return both.then(() => undefined);
+    return Promise.race([both.then(() => undefined), this.gone]);
   }
 
   close(): void {

@@ -1,3 +1,5 @@
+import Database from 'better-sqlite3';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { SandboxRecord } from '../../src/broker/state/sandbox-table.js';
 import { StateStore } from '../../src/broker/state/state-store.js';
@@ -41,6 +43,24 @@ describe('touches of sessions and sandboxes', () => {
     store.sessions.flushTouches();
     store.sandboxes.flushTouches();
     expect([lastSeen(store), lastUsed(store)]).toEqual([7_000, 7_000]);
+    store.close();
+  });
+
+  it('that fail to write are dropped, never thrown at the call or the timer that flushes them', () => {
+    const home = tempDir('berth-touches-');
+    const store = StateStore.open(home);
+    store.sandboxes.put(record(1_000));
+    store.sessions.open('acme', 'default', 's1', 'd1', null, 1_000);
+    // Another connection makes every update of the two tables fail, as a broken file would.
+    const other = new Database(join(home, 'state.db'));
+    other.exec(`CREATE TRIGGER no_sessions BEFORE UPDATE ON sessions BEGIN SELECT RAISE(ABORT, 'refused'); END;
+      CREATE TRIGGER no_sandboxes BEFORE UPDATE ON sandboxes BEGIN SELECT RAISE(ABORT, 'refused'); END;`);
+    other.close();
+    store.sessions.touch('acme', 'default', 's1', 9_000);
+    store.sandboxes.touch('d1', 9_000);
+    expect(() => store.sessions.flushTouches()).not.toThrow();
+    expect(() => store.sandboxes.flushTouches()).not.toThrow();
+    expect([lastSeen(store), lastUsed(store)]).toEqual([1_000, 1_000]);
     store.close();
   });
 

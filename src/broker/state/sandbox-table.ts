@@ -210,9 +210,13 @@ export class SandboxTable {
   private writeTouches(batch: ReadonlyArray<{ digest: string; nowMs: number }>): void {
     if (!this.sql.db.open) return;
     const update = this.sql.q('UPDATE sandboxes SET last_used_ms = max(last_used_ms, ?) WHERE digest = ?');
-    this.sql.db.transaction(() => {
-      for (const t of batch) update.run(t.nowMs, t.digest);
-    })();
+    try {
+      this.sql.db.transaction(() => {
+        for (const t of batch) update.run(t.nowMs, t.digest);
+      })();
+    } catch {
+      // As a session's touches (session-table.ts): a stamp is dropped, never a call or the process failed.
+    }
   }
 
   /**

@@ -59,7 +59,8 @@ export class SessionTable {
   /**
    * Moves a session's `last_seen_ms` forward to `nowMs`, within the write queue's delay (one
    * transaction for many, not a disk write per call; `flushTouches` at close). Never moves it back,
-   * so a late write cannot undo a newer one.
+   * so a late write cannot undo a newer one. Reads do not wait for the queue: the stamp is already
+   * up to `SESSION_TOUCH_MS` old by design (session-links.ts), and no decision of this process reads it.
    */
   touch(tenant: string, profile: string, session: string, nowMs: number): void {
     this.touches.add({ tenant, profile, session, nowMs });
@@ -73,9 +74,14 @@ export class SessionTable {
   private writeTouches(batch: ReadonlyArray<{ tenant: string; profile: string; session: string; nowMs: number }>): void {
     if (!this.sql.db.open) return;
     const update = this.sql.q('UPDATE sessions SET last_seen_ms = max(last_seen_ms, ?) WHERE tenant = ? AND profile = ? AND session = ?');
-    this.sql.db.transaction(() => {
-      for (const t of batch) update.run(t.nowMs, t.tenant, t.profile, t.session);
-    })();
+    try {
+      this.sql.db.transaction(() => {
+        for (const t of batch) update.run(t.nowMs, t.tenant, t.profile, t.session);
+      })();
+    } catch {
+      // A busy or full file: the batch is dropped, as a later touch writes a newer time. A stamp is
+      // never worth failing a call (a flush at 200 runs in one) or the process (the timer's).
+    }
   }
 
   get(tenant: string, profile: string, session: string): SessionRecord | undefined {
