@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import type { Statements } from './statements.js';
-import { WriteQueue } from './write-queue.js';
+import { StampQueue } from './write-queue.js';
 
 /** A sandbox this installation created, as the store remembers it. */
 export interface SandboxRecord {
@@ -100,9 +100,11 @@ export function migrateSandboxColumns(db: Database.Database): void {
 /** The sandboxes of this installation and the creation claims on them. Scoped by tenant where a tenant is involved. */
 export class SandboxTable {
   /** `touch`es not yet written; see `touch`. */
-  private readonly touches = new WriteQueue<{ digest: string; nowMs: number }>((batch) => this.writeTouches(batch));
+  private readonly touches: StampQueue<[nowMs: number, digest: string]>;
 
-  constructor(private readonly sql: Statements) {}
+  constructor(private readonly sql: Statements) {
+    this.touches = new StampQueue(sql, 'UPDATE sandboxes SET last_used_ms = max(last_used_ms, ?) WHERE digest = ?');
+  }
 
   get(digest: string): SandboxRecord | undefined {
     const row = this.sql.q('SELECT * FROM sandboxes WHERE digest = ?').get(digest) as SandboxRow | undefined;
@@ -199,24 +201,12 @@ export class SandboxTable {
    * (a bring-up, a hibernation) keeps a newer time.
    */
   touch(digest: string, nowMs: number): void {
-    this.touches.add({ digest, nowMs });
+    this.touches.add(nowMs, digest);
   }
 
   /** Writes the queued touches now. */
   flushTouches(): void {
     this.touches.flush();
-  }
-
-  private writeTouches(batch: ReadonlyArray<{ digest: string; nowMs: number }>): void {
-    if (!this.sql.db.open) return;
-    const update = this.sql.q('UPDATE sandboxes SET last_used_ms = max(last_used_ms, ?) WHERE digest = ?');
-    try {
-      this.sql.db.transaction(() => {
-        for (const t of batch) update.run(t.nowMs, t.digest);
-      })();
-    } catch {
-      // As a session's touches (session-table.ts): a stamp is dropped, never a call or the process failed.
-    }
   }
 
   /**

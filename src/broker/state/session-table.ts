@@ -1,5 +1,5 @@
 import type { Statements } from './statements.js';
-import { WriteQueue } from './write-queue.js';
+import { StampQueue } from './write-queue.js';
 
 export interface SessionRecord {
   tenant: string;
@@ -38,9 +38,11 @@ function toSession(r: SessionRow): SessionRecord {
 /** The sessions of this installation, who holds each, and the sandboxes each is linked to. */
 export class SessionTable {
   /** `touch`es not yet written; see `touch`. */
-  private readonly touches = new WriteQueue<{ tenant: string; profile: string; session: string; nowMs: number }>((batch) => this.writeTouches(batch));
+  private readonly touches: StampQueue<[nowMs: number, tenant: string, profile: string, session: string]>;
 
-  constructor(private readonly sql: Statements) {}
+  constructor(private readonly sql: Statements) {
+    this.touches = new StampQueue(sql, 'UPDATE sessions SET last_seen_ms = max(last_seen_ms, ?) WHERE tenant = ? AND profile = ? AND session = ?');
+  }
 
   /** Opens (or re-opens) a session and links it to a sandbox. */
   open(tenant: string, profile: string, session: string, digest: string, owner: string | null, nowMs: number): void {
@@ -63,25 +65,12 @@ export class SessionTable {
    * up to `SESSION_TOUCH_MS` old by design (session-links.ts), and no decision of this process reads it.
    */
   touch(tenant: string, profile: string, session: string, nowMs: number): void {
-    this.touches.add({ tenant, profile, session, nowMs });
+    this.touches.add(nowMs, tenant, profile, session);
   }
 
   /** Writes the queued touches now. */
   flushTouches(): void {
     this.touches.flush();
-  }
-
-  private writeTouches(batch: ReadonlyArray<{ tenant: string; profile: string; session: string; nowMs: number }>): void {
-    if (!this.sql.db.open) return;
-    const update = this.sql.q('UPDATE sessions SET last_seen_ms = max(last_seen_ms, ?) WHERE tenant = ? AND profile = ? AND session = ?');
-    try {
-      this.sql.db.transaction(() => {
-        for (const t of batch) update.run(t.nowMs, t.tenant, t.profile, t.session);
-      })();
-    } catch {
-      // A busy or full file: the batch is dropped, as a later touch writes a newer time. A stamp is
-      // never worth failing a call (a flush at 200 runs in one) or the process (the timer's).
-    }
   }
 
   get(tenant: string, profile: string, session: string): SessionRecord | undefined {

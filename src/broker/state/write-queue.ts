@@ -1,3 +1,5 @@
+import type { Statements } from './statements.js';
+
 /** Entries queued at most before they are written at once. */
 const MAX_QUEUED = 200;
 /** How long an entry may wait in the queue. */
@@ -36,5 +38,37 @@ export class WriteQueue<T> {
     if (batch.length === 0) return;
     this.queue = [];
     this.write(batch);
+  }
+}
+
+/**
+ * Freshness stamps (a session's last seen, a sandbox's last use): the parameters of one UPDATE,
+ * queued (`WriteQueue`) and run for each in one transaction. A batch that fails to write (a busy or
+ * full file) is dropped: a later stamp writes a newer time, and a stamp is never worth failing a
+ * call (a flush at MAX_QUEUED runs in one) or the process (the timer's flush).
+ */
+export class StampQueue<P extends unknown[]> {
+  private readonly queue = new WriteQueue<P>((batch) => this.write(batch));
+
+  constructor(private readonly sql: Statements, private readonly update: string) {}
+
+  add(...params: P): void {
+    this.queue.add(params);
+  }
+
+  flush(): void {
+    this.queue.flush();
+  }
+
+  private write(batch: readonly P[]): void {
+    if (!this.sql.db.open) return;
+    const update = this.sql.q(this.update);
+    try {
+      this.sql.db.transaction(() => {
+        for (const params of batch) update.run(...params);
+      })();
+    } catch {
+      // Dropped, as said above.
+    }
   }
 }
