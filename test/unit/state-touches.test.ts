@@ -12,6 +12,19 @@ function record(lastUsedMs: number): SandboxRecord {
   };
 }
 
+/** A store in `home` holding sandbox d1 and its session s1, both last used at 1,000. */
+function seeded(home: string): StateStore {
+  const store = StateStore.open(home);
+  store.sandboxes.put(record(1_000));
+  store.sessions.open('acme', 'default', 's1', 'd1', null, 1_000);
+  return store;
+}
+
+function touchBoth(store: StateStore, nowMs: number): void {
+  store.sessions.touch('acme', 'default', 's1', nowMs);
+  store.sandboxes.touch('d1', nowMs);
+}
+
 const lastSeen = (store: StateStore): number | undefined => store.sessions.get('acme', 'default', 's1')?.lastSeenMs;
 const lastUsed = (store: StateStore): number | undefined => store.sandboxes.get('d1')?.lastUsedMs;
 
@@ -19,11 +32,8 @@ const lastUsed = (store: StateStore): number | undefined => store.sandboxes.get(
 // written at a flush (the queue's timer, or close), never moved back by a late one.
 describe('touches of sessions and sandboxes', () => {
   it('are written in a batch, not by the call itself, and land at the flush', () => {
-    const store = StateStore.open(tempDir('berth-touches-'));
-    store.sandboxes.put(record(1_000));
-    store.sessions.open('acme', 'default', 's1', 'd1', null, 1_000);
-    store.sessions.touch('acme', 'default', 's1', 9_000);
-    store.sandboxes.touch('d1', 9_000);
+    const store = seeded(tempDir('berth-touches-'));
+    touchBoth(store, 9_000);
     expect([lastSeen(store), lastUsed(store)]).toEqual([1_000, 1_000]);
     store.sessions.flushTouches();
     store.sandboxes.flushTouches();
@@ -32,11 +42,8 @@ describe('touches of sessions and sandboxes', () => {
   });
 
   it('never move a time back: a touch queued before a newer write keeps the newer time', () => {
-    const store = StateStore.open(tempDir('berth-touches-'));
-    store.sandboxes.put(record(1_000));
-    store.sessions.open('acme', 'default', 's1', 'd1', null, 1_000);
-    store.sessions.touch('acme', 'default', 's1', 5_000);
-    store.sandboxes.touch('d1', 5_000);
+    const store = seeded(tempDir('berth-touches-'));
+    touchBoth(store, 5_000);
     // Written meanwhile: a bring-up's record, a session opened again.
     store.sandboxes.put(record(7_000));
     store.sessions.open('acme', 'default', 's1', 'd1', null, 7_000);
@@ -48,16 +55,13 @@ describe('touches of sessions and sandboxes', () => {
 
   it('that fail to write are dropped, never thrown at the call or the timer that flushes them', () => {
     const home = tempDir('berth-touches-');
-    const store = StateStore.open(home);
-    store.sandboxes.put(record(1_000));
-    store.sessions.open('acme', 'default', 's1', 'd1', null, 1_000);
+    const store = seeded(home);
     // Another connection makes every update of the two tables fail, as a broken file would.
     const other = new Database(join(home, 'state.db'));
     other.exec(`CREATE TRIGGER no_sessions BEFORE UPDATE ON sessions BEGIN SELECT RAISE(ABORT, 'refused'); END;
       CREATE TRIGGER no_sandboxes BEFORE UPDATE ON sandboxes BEGIN SELECT RAISE(ABORT, 'refused'); END;`);
     other.close();
-    store.sessions.touch('acme', 'default', 's1', 9_000);
-    store.sandboxes.touch('d1', 9_000);
+    touchBoth(store, 9_000);
     expect(() => store.sessions.flushTouches()).not.toThrow();
     expect(() => store.sandboxes.flushTouches()).not.toThrow();
     expect([lastSeen(store), lastUsed(store)]).toEqual([1_000, 1_000]);
@@ -66,11 +70,8 @@ describe('touches of sessions and sandboxes', () => {
 
   it('queued at close are written before the file closes', () => {
     const home = tempDir('berth-touches-');
-    const store = StateStore.open(home);
-    store.sandboxes.put(record(1_000));
-    store.sessions.open('acme', 'default', 's1', 'd1', null, 1_000);
-    store.sessions.touch('acme', 'default', 's1', 9_000);
-    store.sandboxes.touch('d1', 9_000);
+    const store = seeded(home);
+    touchBoth(store, 9_000);
     store.close();
     const again = StateStore.open(home);
     expect([lastSeen(again), lastUsed(again)]).toEqual([9_000, 9_000]);
