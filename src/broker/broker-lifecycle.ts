@@ -56,23 +56,36 @@ export class BrokerLifecycle {
  * deadline); the sessions this process holds are closed (their ephemeral sandboxes removed); the
  * warm pools empty; every shell closes (a shell's state snapshot is kept in its sandbox; the rest
  * of the sandboxes stay as they are); the engine objects left unused by this process's removals
- * go; the engines and the store are let go.
+ * go; the engines and the store are let go. A step that fails does not stop the ones after it (a
+ * session that would not close still leaves the shells to close, the engines and the store to be
+ * let go, the store's queued rows to be written): it is said on the log, and the close rejects with
+ * the first such failure once every step has run.
  */
 export async function closeParts(parts: ClosingParts, graceMs: number): Promise<void> {
-  await parts.reapers.stop();
+  const failures: unknown[] = [];
+  const step = async (what: string, run: () => Promise<void> | void): Promise<void> => {
+    try {
+      await run();
+    } catch (err) {
+      failures.push(err);
+      parts.log.child('berth:broker').warn(`close: ${what} failed (the close goes on): ${err instanceof Error ? err.message : String(err)}`);
+    }
+  };
+  await step('stopping the reapers', () => parts.reapers.stop());
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([parts.lives.drained(), new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)))]);
   clearTimeout(timer);
   // Seen before the sessions close (their shells know their jobs); said of those that stay.
   const stranded = await jobsLosingEgress(parts);
-  await parts.closer.closeHeld();
+  await step('closing the sessions this process holds', () => parts.closer.closeHeld());
   await parts.warm.close().catch((e: unknown) => parts.log.child('berth:pool').warn(`warm pools at close: ${String(e)}`));
-  await handOff(parts, stranded.filter((l) => parts.lives.all().includes(l)));
-  await parts.lives.closeAll();
-  await parts.removal.releaseUnusedAtClose();
+  await step('handing jobs to a keeper', () => handOff(parts, stranded.filter((l) => parts.lives.all().includes(l))));
+  await step('closing the shells', () => parts.lives.closeAll());
+  await step('releasing unused engine objects', () => parts.removal.releaseUnusedAtClose());
   await parts.egress.close().catch((e: unknown) => parts.log.child('berth:egress').warn(`egress at close: ${String(e)}`));
-  await parts.backends.closeAll();
-  parts.store.close();
+  await step('letting the engines go', () => parts.backends.closeAll());
+  await step('closing the store', () => parts.store.close());
+  if (failures.length > 0) throw failures[0];
 }
 
 /**

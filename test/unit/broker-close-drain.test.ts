@@ -75,6 +75,22 @@ describe('the close waits for the calls in flight', () => {
   });
 });
 
+describe('a step of the close that fails', () => {
+  it('does not stop the steps after it: the shells, the engines and the store are still let go, the log says what failed, and the close rejects with that failure', async () => {
+    const lines: string[] = [];
+    const { parts, steps } = closing(Promise.resolve());
+    parts.closer.closeHeld = () => Promise.reject(new Error('engine refused the removal'));
+    parts.backends.closeAll = () => Promise.reject(new Error('second failure'));
+    parts.log = new Logger((ns, msg, record) => void lines.push(`${record?.level ?? '?'} ${ns} ${msg}`));
+    await expect(closeParts(parts, 0)).rejects.toThrow('engine refused the removal');
+    expect(steps).toEqual(['reapers', 'drained', 'warm', 'shells', 'release', 'egress', 'store']);
+    expect(lines).toEqual([
+      'warn berth:broker close: closing the sessions this process holds failed (the close goes on): engine refused the removal',
+      'warn berth:broker close: letting the engines go failed (the close goes on): second failure',
+    ]);
+  });
+});
+
 describe('the close says which sandboxes it leaves without their egress proxy', () => {
   /** A live sandbox whose shells did (or did not) report a background job. */
   const withJobs = (key: string, jobs: boolean): LiveSandbox =>
