@@ -94,10 +94,12 @@ export function buildParts(config: BerthConfig, berthHome: string, opts: BrokerO
   assertAllowedRootsExist(config);
   assertCredentialSources(config, env, secrets);
   assertEgressEngineHere(config, env);
-  const store = StateStore.open(berthHome, { auditMaxCommandChars: config.audit.maxCommandChars });
-
   const log = opts.log ?? envLogSink(env, 'warn', process.stderr.isTTY, (line) => void process.stderr.write(line)) ?? (() => {});
   const logger = new Logger(log);
+  const store = StateStore.open(berthHome, {
+    auditMaxCommandChars: config.audit.maxCommandChars,
+    onWriteFailure: (line) => logger.child('berth:state').error(line),
+  });
   const lifecycle = new BrokerLifecycle();
   const owner = opts.holdSessions === false ? null : ownerToken();
   // What explain says of the kill (the backends check each sandbox again as they start it).

@@ -1,7 +1,7 @@
 import type Database from 'better-sqlite3';
 import { capAuditText } from './audit-text.js';
 import type { Statements } from './statements.js';
-import { WriteQueue } from './write-queue.js';
+import { LOG_ENTRIES_KEPT, WriteQueue, type WriteEvent } from './write-queue.js';
 
 export interface AuditEntry {
   timeMs: number;
@@ -48,13 +48,16 @@ const AUDIT_COLUMNS = `time_ms AS timeMs, tenant, profile, user, session, sandbo
  * so recording a call costs the hot path no disk write of its own.
  */
 export class AuditTable {
-  private readonly queue = new WriteQueue<AuditEntry>((batch) => this.write(batch));
+  private readonly queue: WriteQueue<AuditEntry>;
 
   /**
    * @param maxCommandChars `audit.maxCommandChars`: a recorded command text longer than this is
    * cut, the cut marked (`… [N more chars]`). Texts arrive redacted.
+   * @param report told when entries cannot be written (`WriteQueue`: they are kept, up to LOG_ENTRIES_KEPT, and tried again)
    */
-  constructor(private readonly sql: Statements, private readonly maxCommandChars: number) {}
+  constructor(private readonly sql: Statements, private readonly maxCommandChars: number, report?: (e: WriteEvent) => void) {
+    this.queue = new WriteQueue((batch) => this.write(batch), { keep: LOG_ENTRIES_KEPT, ...(report === undefined ? {} : { report }) });
+  }
 
   add(e: AuditEntry): void {
     const command = e.command === null ? null : capAuditText(e.command, this.maxCommandChars);
@@ -63,6 +66,11 @@ export class AuditTable {
 
   flush(): void {
     this.queue.flush();
+  }
+
+  /** Writes what is queued (the store closes next); what cannot be written is lost, and reported. */
+  close(): void {
+    this.queue.close();
   }
 
   private write(batch: readonly AuditEntry[]): void {

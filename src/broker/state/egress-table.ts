@@ -1,5 +1,5 @@
 import type { Statements } from './statements.js';
-import { WriteQueue } from './write-queue.js';
+import { LOG_ENTRIES_KEPT, WriteQueue, type WriteEvent } from './write-queue.js';
 
 /**
  * One decision of berth's egress proxy as the audit keeps it: who asked, what for, how it was
@@ -62,9 +62,12 @@ type Row = Omit<EgressAuditEntry, 'allowed' | 'credentials'> & { allowed: number
  * audit (`WriteQueue`) so a busy tunnel's decisions cost the proxy no disk write of their own.
  */
 export class EgressTable {
-  private readonly queue = new WriteQueue<EgressAuditEntry>((batch) => this.write(batch));
+  private readonly queue: WriteQueue<EgressAuditEntry>;
 
-  constructor(private readonly sql: Statements) {}
+  /** @param report told when entries cannot be written (`WriteQueue`: they are kept, up to LOG_ENTRIES_KEPT, and tried again) */
+  constructor(private readonly sql: Statements, report?: (e: WriteEvent) => void) {
+    this.queue = new WriteQueue((batch) => this.write(batch), { keep: LOG_ENTRIES_KEPT, ...(report === undefined ? {} : { report }) });
+  }
 
   add(e: EgressAuditEntry): void {
     this.queue.add(e);
@@ -72,6 +75,11 @@ export class EgressTable {
 
   flush(): void {
     this.queue.flush();
+  }
+
+  /** Writes what is queued (the store closes next); what cannot be written is lost, and reported. */
+  close(): void {
+    this.queue.close();
   }
 
   /** `audit.retentionDays`: deletes decisions made before `beforeMs`. Returns how many went. */

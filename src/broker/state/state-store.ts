@@ -11,6 +11,7 @@ import { SCOPE_RECORDS_SCHEMA, ScopeRecords } from './scope-records.js';
 import { SESSION_SCHEMA, SessionTable } from './session-table.js';
 import { SNAPSHOT_SCHEMA, SnapshotTable } from './snapshot-table.js';
 import { Statements } from './statements.js';
+import { describeWriteEvent, type WriteEvent } from './write-queue.js';
 
 const META_SCHEMA = 'CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);';
 
@@ -20,6 +21,8 @@ export interface StateStoreOptions {
    * (`… [N more chars]`). Texts arrive redacted. Default: not cut (the broker always passes it).
    */
   auditMaxCommandChars?: number | undefined;
+  /** Told, as one line for an operator, when the audit's or the egress audit's entries cannot be written (kept in memory, tried again). */
+  onWriteFailure?: ((line: string) => void) | undefined;
 }
 
 /**
@@ -49,8 +52,10 @@ export class StateStore {
     this.sandboxes = new SandboxTable(sql);
     this.sessions = new SessionTable(sql);
     this.scopes = new ScopeRecords(sql);
-    this.audit = new AuditTable(sql, opts.auditMaxCommandChars ?? Number.POSITIVE_INFINITY);
-    this.egress = new EgressTable(sql);
+    const told = opts.onWriteFailure;
+    const report = (what: string) => (told === undefined ? undefined : (e: WriteEvent) => told(describeWriteEvent(what, e)));
+    this.audit = new AuditTable(sql, opts.auditMaxCommandChars ?? Number.POSITIVE_INFINITY, report('the audit'));
+    this.egress = new EgressTable(sql, report('the egress audit'));
     this.egressListeners = new EgressListenerTable(sql);
     this.jobs = new JobTable(sql);
     this.leases = new LeaseTable(sql);
@@ -86,8 +91,8 @@ export class StateStore {
 
   close(): void {
     if (!this.db.open) return;
-    this.audit.flush();
-    this.egress.flush();
+    this.audit.close();
+    this.egress.close();
     this.sessions.flushTouches();
     this.sandboxes.flushTouches();
     this.db.close();

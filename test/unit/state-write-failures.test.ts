@@ -1,0 +1,52 @@
+import Database from 'better-sqlite3';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import type { AuditEntry } from '../../src/broker/state/audit-table.js';
+import { StateStore } from '../../src/broker/state/state-store.js';
+import { tempDir } from '../helpers/temp-dir.js';
+
+const entry = (command: string): AuditEntry => ({
+  timeMs: 1, tenant: 'acme', profile: 'default', user: null, session: 's1', sandboxKey: 'session:s1', kind: 'exec', command, exitCode: 0, durationMs: 1,
+});
+
+/** Runs `sql` on the store's file from a second connection, as another process (or a broken disk) would. */
+function fromOutside(home: string, sql: string): void {
+  const other = new Database(join(home, 'state.db'));
+  other.exec(sql);
+  other.close();
+}
+
+const REFUSE = `CREATE TRIGGER refuse BEFORE INSERT ON audit BEGIN SELECT RAISE(ABORT, 'refused'); END;`;
+
+// On a real SQLite file: the audit's rows are written in batches; one that cannot be written never
+// fails a call or the process, is kept, and is said on the log.
+describe('audit entries that cannot be written', () => {
+  it('are kept and written once the file takes them, and the log says both', () => {
+    const home = tempDir('berth-audit-fail-');
+    const lines: string[] = [];
+    const store = StateStore.open(home, { onWriteFailure: (line) => void lines.push(line) });
+    fromOutside(home, REFUSE);
+    store.audit.add(entry('echo one'));
+    expect(() => store.audit.flush()).not.toThrow();
+    expect(lines).toEqual([expect.stringMatching(/^the audit could not be written to state\.db \(refused\); its 1 newest entries are kept in memory/)]);
+    // A read while it fails answers what is written.
+    expect(store.audit.list({ tenant: 'acme' })).toEqual([]);
+    fromOutside(home, 'DROP TRIGGER refuse');
+    store.audit.add(entry('echo two'));
+    store.audit.flush();
+    expect(store.audit.list({ tenant: 'acme' }).map((e) => e.command)).toEqual(['echo two', 'echo one']);
+    expect(lines.at(-1)).toBe('the audit is written to state.db again');
+    store.close();
+  });
+
+  it('still refused at close are reported lost, and the store closes', () => {
+    const home = tempDir('berth-audit-fail-');
+    const lines: string[] = [];
+    const store = StateStore.open(home, { onWriteFailure: (line) => void lines.push(line) });
+    fromOutside(home, REFUSE);
+    store.audit.add(entry('echo one'));
+    store.audit.add(entry('echo two'));
+    expect(() => store.close()).not.toThrow();
+    expect(lines.at(-1)).toBe('the audit could not be written to state.db at close: 2 entries are lost');
+  });
+});

@@ -1,0 +1,87 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describeWriteEvent, WriteQueue, type WriteEvent } from '../../src/broker/state/write-queue.js';
+
+/** A queue over a write the test can make refuse; what it wrote, in batches, and what it reported. */
+function queue(keep: number) {
+  const batches: number[][] = [];
+  const events: WriteEvent[] = [];
+  let refusing = false;
+  let tries = 0;
+  const q = new WriteQueue<number>((batch) => {
+    tries++;
+    if (refusing) throw new Error('database or disk is full');
+    batches.push([...batch]);
+  }, { keep, report: (e) => void events.push(e) });
+  return { q, batches, events, refuse: (on: boolean) => void (refusing = on), tries: () => tries };
+}
+
+const addAll = (q: WriteQueue<number>, from: number, to: number) => {
+  for (let i = from; i < to; i++) q.add(i);
+};
+
+describe('a write queue whose writes fail', () => {
+  beforeEach(() => void vi.useFakeTimers());
+  afterEach(() => void vi.useRealTimers());
+
+  it('keeps what it could not write, never throws at the caller or from its timer, and writes it once the write takes it', () => {
+    const { q, batches, events, refuse } = queue(100);
+    refuse(true);
+    addAll(q, 0, 3);
+    expect(() => vi.advanceTimersByTime(50)).not.toThrow();
+    expect(events).toEqual([{ kind: 'failing', error: new Error('database or disk is full'), waiting: 3, dropped: 0 }]);
+    expect(() => q.flush()).not.toThrow();
+    refuse(false);
+    q.add(3);
+    vi.advanceTimersByTime(1_000);
+    expect(batches).toEqual([[0, 1, 2, 3]]);
+    expect(events.at(-1)).toEqual({ kind: 'recovered', dropped: 0 });
+  });
+
+  it('while failing, a call never writes (only the retry does, once a second), and past `keep` the oldest go, reported at the next try', () => {
+    const { q, batches, events, refuse, tries } = queue(100);
+    refuse(true);
+    q.add(0);
+    vi.advanceTimersByTime(50);
+    expect(tries()).toBe(1);
+    // 500 more: past the 200 at which a healthy queue writes at once, and past what is kept.
+    addAll(q, 1, 501);
+    expect(tries()).toBe(1);
+    vi.advanceTimersByTime(1_000);
+    expect(tries()).toBe(2);
+    expect(events.at(-1)).toEqual({ kind: 'dropping', waiting: 100, dropped: 401 });
+    refuse(false);
+    vi.advanceTimersByTime(1_000);
+    expect(batches).toEqual([Array.from({ length: 100 }, (_, i) => 401 + i)]);
+    expect(events.at(-1)).toEqual({ kind: 'recovered', dropped: 0 });
+  });
+
+  it('keeping none (stamps): a failed batch goes, and the next entries are written as usual', () => {
+    const { q, batches, refuse } = queue(0);
+    refuse(true);
+    addAll(q, 0, 2);
+    vi.advanceTimersByTime(50);
+    refuse(false);
+    q.add(2);
+    vi.advanceTimersByTime(50);
+    expect(batches).toEqual([[2]]);
+  });
+
+  it('closed while failing: it tries once more, and what it still cannot write is reported lost (what was dropped before, as dropped)', () => {
+    const { q, events, refuse } = queue(2);
+    refuse(true);
+    q.add(0);
+    vi.advanceTimersByTime(50);
+    addAll(q, 1, 4);
+    q.close();
+    expect(events.slice(1)).toEqual([{ kind: 'dropping', waiting: 2, dropped: 2 }, { kind: 'lost', dropped: 2 }]);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('says what failed, what is kept, what was lost and what to do', () => {
+    expect(describeWriteEvent('the audit', { kind: 'failing', error: new Error('database or disk is full'), waiting: 10, dropped: 2 })).toBe(
+      'the audit could not be written to state.db (database or disk is full); its 10 newest entries are kept in memory and tried again every 1 s; ' +
+        "2 entries were dropped (the oldest, past what is kept). Free the disk or fix the file's permissions (berth home, state.db)",
+    );
+    expect(describeWriteEvent('the audit', { kind: 'lost', dropped: 5 })).toBe('the audit could not be written to state.db at close: 5 entries are lost');
+  });
+});
