@@ -1,6 +1,5 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { PassThrough, type Duplex } from 'node:stream';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +9,7 @@ import { parseConfig } from '../src/setup/parse-config.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
 import { NETWORK_OPTIONS } from '../src/backends/docker/networks.js';
 import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
+import { MarkerShell } from './marker-shell.js';
 import { fmt, interleaved, percentile, row, verdict, timeMany } from './stats.js';
 
 
@@ -19,56 +19,6 @@ function dockerCliExec(container: string): Promise<void> {
     c.on('error', reject);
     c.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`docker exec exited ${code}`))));
   });
-}
-
-/**
- * The floor for a warm command: a bare bash in the same container over the same kind of stream
- * berth uses (an exec attached through the Engine API, stdout and stderr multiplexed), a nonce
- * printed after each command, nothing else.
- */
-export class BareAttachShell {
-  private buf = '';
-  private errBuf = '';
-  private waiter: { key: string; resolve: () => void } | undefined;
-
-  /** `bothStreams`: the marker goes to stderr and then stdout, and both are awaited (as berth keeps the streams apart). */
-  private constructor(private readonly stream: Duplex, private readonly bothStreams: boolean) {}
-
-  static async open(docker: Dockerode, container: string, bothStreams = false): Promise<BareAttachShell> {
-    const exec = await docker.getContainer(container).exec({ Cmd: ['bash', '--noprofile', '--norc'], AttachStdin: true, AttachStdout: true, AttachStderr: true });
-    const stream = await exec.start({ hijack: true, stdin: true }) as Duplex;
-    const out = new PassThrough();
-    const err = new PassThrough();
-    docker.modem.demuxStream(stream, out, err);
-    const shell = new BareAttachShell(stream, bothStreams);
-    out.setEncoding('latin1').on('data', (d: string) => shell.onData(d, false));
-    err.setEncoding('latin1').on('data', (d: string) => shell.onData(d, true));
-    return shell;
-  }
-
-  run(cmd: string): Promise<void> {
-    const key = `${randomBytes(12).toString('base64url')}~`;
-    return new Promise((resolve) => {
-      this.waiter = { key, resolve };
-      const nonce = key.slice(0, -1);
-      this.stream.write(this.bothStreams ? `${cmd};printf '%s~' '${nonce}' >&2;printf '%s~' '${nonce}'\n` : `${cmd};printf '%s~' '${nonce}'\n`);
-    });
-  }
-
-  close(): void {
-    this.stream.end();
-  }
-
-  private onData(d: string, fromStderr: boolean): void {
-    if (fromStderr) this.errBuf += d;
-    else this.buf += d;
-    const w = this.waiter;
-    if (w === undefined || !this.buf.includes(w.key) || (this.bothStreams && !this.errBuf.includes(w.key))) return;
-    this.buf = '';
-    this.errBuf = '';
-    this.waiter = undefined;
-    w.resolve();
-  }
 }
 
 /** The median memory the engine counts for these containers (cgroup usage minus page cache), in bytes. */
@@ -168,8 +118,8 @@ export async function dockerBench(): Promise<void> {
     const session = broker.session({ session: 'bench' });
     await session.exec('true');
     const container = broker.list('local')[0]!.name;
-    const floorShell = await BareAttachShell.open(docker, container);
-    const floor2Shell = await BareAttachShell.open(docker, container, true);
+    const floorShell = await MarkerShell.attach(docker, container);
+    const floor2Shell = await MarkerShell.attach(docker, container, true);
     const [bareS, bare2S, berthS] = await interleaved(1000, [() => floorShell.run('true'), () => floor2Shell.run('true'), () => session.exec('true')]);
     floorShell.close();
     floor2Shell.close();

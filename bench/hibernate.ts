@@ -14,7 +14,7 @@ import { probeBwrap, type BwrapHost } from '../src/backends/bwrap/probe.js';
 import { seccompProgram } from '../src/backends/bwrap/seccomp.js';
 import { parseConfig } from '../src/setup/parse-config.js';
 import { root as bwrapRoot, start as startBareBwrap } from './bwrap.js';
-import { BareAttachShell } from './docker.js';
+import { MarkerShell } from './marker-shell.js';
 import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
 import { fmt, percentile, row, verdict } from './stats.js';
 
@@ -129,7 +129,7 @@ async function dockerResume(docker: Dockerode): Promise<void> {
     if (network === undefined) throw new Error('berth made no tenant network');
     floor = await docker.createContainer({ Image: IMAGE, Cmd: ['sleep', 'infinity'], HostConfig: { Init: true, NetworkMode: network.Id } });
     await floor.start();
-    const setup = await BareAttachShell.open(docker, floor.id);
+    const setup = await MarkerShell.attach(docker, floor.id);
     await setup.run('echo data > ~/file');
     setup.close();
     await floor.stop({ t: 0 });
@@ -145,7 +145,7 @@ async function dockerResume(docker: Dockerode): Promise<void> {
 
       const b = performance.now();
       await floor.start();
-      const shell = await BareAttachShell.open(docker, floor.id);
+      const shell = await MarkerShell.attach(docker, floor.id);
       await shell.run('cat ~/file');
       bare.push(performance.now() - b);
       shell.close();

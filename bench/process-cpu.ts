@@ -1,4 +1,5 @@
 import { readdirSync, readFileSync } from 'node:fs';
+import { PerformanceObserver } from 'node:perf_hooks';
 
 /*
  * CPU time by process group on this machine, read from /proc (Linux): which part of a burst of
@@ -48,4 +49,17 @@ export function cpuSpent(before: CpuSnapshot, after: CpuSnapshot): string {
   return (Object.keys(before) as CpuGroup[])
     .map((g) => `${g === 'other' ? 'sandboxes and the rest' : g} ${Math.max(0, after[g] - before[g]).toFixed(2)} s`)
     .join(', ');
+}
+
+/**
+ * This process's garbage-collection pauses, summed: call the returned function for the total so
+ * far (ms), `stop` when done. Part of berth's CPU above, told apart.
+ */
+export function gcClock(): { ms(): number; stop(): void } {
+  let total = 0;
+  const observer = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) total += e.duration;
+  });
+  observer.observe({ entryTypes: ['gc'] });
+  return { ms: () => total, stop: () => observer.disconnect() };
 }

@@ -1,4 +1,3 @@
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,8 +5,9 @@ import { Broker } from '../src/broker/broker.js';
 import { defaultDocker } from '../src/backends/docker/engine.js';
 import { BENCH_IMAGE as IMAGE, dockerUnavailable } from './engine-check.js';
 import { parseConfig } from '../src/setup/parse-config.js';
-import { BareAttachShell, engineMemoryPerSandbox } from './docker.js';
-import { cpuSnapshot, cpuSpent, type CpuSnapshot } from './process-cpu.js';
+import { engineMemoryPerSandbox } from './docker.js';
+import { MarkerShell } from './marker-shell.js';
+import { cpuSnapshot, cpuSpent, gcClock, type CpuSnapshot } from './process-cpu.js';
 import { fmt, percentile, verdict } from './stats.js';
 
 /** `BENCH_SESSIONS=1000,2000`: the session counts to hold (each run adds sessions to the previous one's). */
@@ -58,7 +58,7 @@ async function timed(fn: () => Promise<unknown>): Promise<number> {
  */
 async function engineOnlyAtOnce(docker: ReturnType<typeof defaultDocker>, count: number): Promise<number> {
   const labels = { 'berth.bench.scale-floor': String(process.pid) };
-  const shells: BareAttachShell[] = [];
+  const shells: MarkerShell[] = [];
   const ids: string[] = [];
   try {
     const fillMs = await timed(async () => {
@@ -67,7 +67,7 @@ async function engineOnlyAtOnce(docker: ReturnType<typeof defaultDocker>, count:
           const c = await docker.createContainer({ Image: IMAGE, Cmd: ['sleep', 'infinity'], Labels: labels, HostConfig: { Init: true } });
           ids.push(c.id);
           await c.start();
-          const shell = await BareAttachShell.open(docker, c.id, true);
+          const shell = await MarkerShell.attach(docker, c.id, true);
           await shell.run('true');
           shells.push(shell);
         }));
@@ -91,45 +91,6 @@ async function engineOnlyAtOnce(docker: ReturnType<typeof defaultDocker>, count:
   }
 }
 
-/** One bash process on the host with pipes, asked as `BareAttachShell` asks: the marker on stderr, then on stdout, both awaited. */
-class HostShell {
-  private seq = 0;
-  private readonly proc: ChildProcessWithoutNullStreams;
-  /** Rejects when bash could not start or ended: a round fails instead of waiting forever. */
-  private readonly gone: Promise<never>;
-
-  constructor() {
-    this.proc = spawn('bash', ['--norc', '--noprofile'], { stdio: ['pipe', 'pipe', 'pipe'] });
-    this.proc.stdin.on('error', () => undefined);
-    this.gone = new Promise<never>((_, reject) => {
-      this.proc.once('error', reject);
-      this.proc.once('exit', (code, sig) => reject(new Error(`a floor's bash ended (${code ?? sig})`)));
-    });
-    this.gone.catch(() => undefined);
-  }
-
-  run(cmd: string): Promise<void> {
-    const nonce = `m${++this.seq}x${Math.random().toString(36).slice(2)}`;
-    const seen = (stream: NodeJS.ReadableStream): Promise<void> => new Promise((resolve) => {
-      let text = '';
-      const onData = (chunk: Buffer): void => {
-        text += chunk.toString('latin1');
-        if (!text.includes(`${nonce}~`)) return;
-        stream.off('data', onData);
-        resolve();
-      };
-      stream.on('data', onData);
-    });
-    const both = Promise.all([seen(this.proc.stderr), seen(this.proc.stdout)]);
-    this.proc.stdin.write(`${cmd};printf '%s~' '${nonce}' >&2;printf '%s~' '${nonce}'\n`);
-    return Promise.race([both.then(() => undefined), this.gone]);
-  }
-
-  close(): void {
-    this.proc.kill('SIGKILL');
-  }
-}
-
 /**
  * The floor under every engine: `count` bash processes on the host (no container, no engine, no
  * berth), each behind pipes, all asked one `echo` at once by this process. What the kernel, bash
@@ -137,7 +98,7 @@ class HostShell {
  * rounds (ms).
  */
 async function processesAloneAtOnce(count: number): Promise<number> {
-  const shells = Array.from({ length: count }, () => new HostShell());
+  const shells = Array.from({ length: count }, () => MarkerShell.onHost());
   try {
     await Promise.all(shells.map((sh) => sh.run('true')));
     const rounds: number[] = [];
@@ -214,15 +175,17 @@ export async function scaleBench(): Promise<void> {
       console.log(`  engine memory per idle sandbox (median of 20): ${((await engineMemoryPerSandbox(docker, mine.slice(0, 20).map((s) => s.name))) / 1024 / 1024).toFixed(2)} MiB`);
       console.log(`  berth heap per open session: ${(heapPer / 1024).toFixed(0)} KiB after GC${gc ? '' : ' (run with --expose-gc)'}; rss ${(process.memoryUsage().rss / 1024 / 1024).toFixed(0)} MiB`);
       const rounds: number[] = [];
-      const cpu: Array<{ before: CpuSnapshot; after: CpuSnapshot }> = [];
+      const cpu: Array<{ before: CpuSnapshot; after: CpuSnapshot; gcMs: number }> = [];
+      const gcs = gcClock();
       for (let r = 0; r < ALL_AT_ONCE_ROUNDS; r++) {
         let wrong = 0;
+        const gc0 = gcs.ms();
         const before = cpuSnapshot();
         rounds.push(await timed(async () => {
           const results = await Promise.all(ids.map((id) => broker.exec({ session: id }, `echo ${id}`)));
           wrong = results.filter((res, i) => res.stdout !== `${ids[i]}\n`).length;
         }));
-        cpu.push({ before, after: cpuSnapshot() });
+        cpu.push({ before, after: cpuSnapshot(), gcMs: gcs.ms() - gc0 });
         if (wrong > 0) console.log(`  !! ${wrong} of ${ids.length} answers were wrong`);
       }
       const all = percentile(rounds, 50);
@@ -231,8 +194,10 @@ export async function scaleBench(): Promise<void> {
       if (processFloor.count === ids.length) console.log(`  berth / the processes alone (same count): ${(all / processFloor.ms).toFixed(2)}x`);
       // Every round's CPU: the first round after a fill has been the slowest by far.
       rounds.forEach((ms, r) => {
-        console.log(`    CPU of round ${r + 1} (${fmt(ms)}; 2 cores give ${(2 * ms / 1000).toFixed(2)} s in it): ${cpuSpent(cpu[r]!.before, cpu[r]!.after)}`);
+        console.log(`    CPU of round ${r + 1} (${fmt(ms)}; 2 cores give ${(2 * ms / 1000).toFixed(2)} s in it): ${cpuSpent(cpu[r]!.before, cpu[r]!.after)}; ` +
+          `berth's garbage collection ${fmt(cpu[r]!.gcMs)} of it`);
       });
+      gcs.stop();
     }
   } finally {
     const t = Date.now();
