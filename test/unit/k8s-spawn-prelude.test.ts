@@ -33,7 +33,11 @@ function run(shell: string[], req: SpawnRequest, after: Buffer | string = '', en
   child.stdin.write(plan.prelude);
   child.stdin.write(after);
   if (end) child.stdin.end();
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+  // A shell missing here (busybox-static not installed: .ci/run installs it) fails at once, naming it.
+  return new Promise((resolve, reject) => {
+    child.on('error', (err) => reject(new Error(`${shell.join(' ')}: ${err.message} (apt-get install -y busybox-static)`)));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
 }
 
 const HOSTILE = {
