@@ -52,8 +52,10 @@ export function cpuSpent(before: CpuSnapshot, after: CpuSnapshot): string {
 }
 
 /**
- * This process's garbage-collection pauses, summed: call the returned function for the total so
- * far (ms), `stop` when done. Part of berth's CPU above, told apart.
+ * This process's garbage-collection pauses, summed (the bench's own driving too; berth runs in
+ * it): `ms()` for the total so far, `stop` when done. Part of the "berth" CPU above, told apart.
+ * Entries arrive a moment after each pause, so a pause at the very end of a round may count in
+ * the next.
  */
 export function gcClock(): { ms(): number; stop(): void } {
   let total = 0;

@@ -154,6 +154,7 @@ export async function scaleBench(): Promise<void> {
   });
   const gc = (globalThis as { gc?: () => void }).gc;
   const ids: string[] = [];
+  const gcs = gcClock();
   try {
     await broker.exec({ session: 'scale-warm' }, 'true');
     gc?.();
@@ -176,7 +177,6 @@ export async function scaleBench(): Promise<void> {
       console.log(`  berth heap per open session: ${(heapPer / 1024).toFixed(0)} KiB after GC${gc ? '' : ' (run with --expose-gc)'}; rss ${(process.memoryUsage().rss / 1024 / 1024).toFixed(0)} MiB`);
       const rounds: number[] = [];
       const cpu: Array<{ before: CpuSnapshot; after: CpuSnapshot; gcMs: number }> = [];
-      const gcs = gcClock();
       for (let r = 0; r < ALL_AT_ONCE_ROUNDS; r++) {
         let wrong = 0;
         const gc0 = gcs.ms();
@@ -195,11 +195,11 @@ export async function scaleBench(): Promise<void> {
       // Every round's CPU: the first round after a fill has been the slowest by far.
       rounds.forEach((ms, r) => {
         console.log(`    CPU of round ${r + 1} (${fmt(ms)}; 2 cores give ${(2 * ms / 1000).toFixed(2)} s in it): ${cpuSpent(cpu[r]!.before, cpu[r]!.after)}; ` +
-          `berth's garbage collection ${fmt(cpu[r]!.gcMs)} of it`);
+          `garbage collection in berth's process ${fmt(cpu[r]!.gcMs)} of it`);
       });
-      gcs.stop();
     }
   } finally {
+    gcs.stop();
     const t = Date.now();
     for (let i = 0; i < ids.length; i += 4) await Promise.all(ids.slice(i, i + 4).map((id) => broker.closeSession({ session: id }).catch(() => undefined)));
     await broker.closeSession({ session: 'scale-warm' }).catch(() => undefined);

@@ -113,10 +113,15 @@ export class LiveSandboxes {
     return new Promise((resolve) => this.drainedWaiters.push(resolve));
   }
 
-  /** Closes every shell and forgets every sandbox (they stay as they are). */
+  /**
+   * Closes every shell and forgets every sandbox (they stay as they are). A shell that fails to
+   * close does not keep the others open: each is tried, then the first failure is thrown.
+   */
   async closeAll(): Promise<void> {
-    for (const live of this.live.values()) await live.shells.close();
+    const failures: unknown[] = [];
+    for (const live of this.live.values()) await live.shells.close().catch((err: unknown) => void failures.push(err));
     for (const digest of this.live.keys()) this.released(digest);
     this.live.clear();
+    if (failures.length > 0) throw failures[0];
   }
 }

@@ -91,6 +91,21 @@ describe('a step of the close that fails', () => {
   });
 });
 
+describe('closing every shell', () => {
+  it('a shell that fails to close does not keep the others open: each is closed, each sandbox let go, then the failure is thrown', async () => {
+    const closed: string[] = [];
+    const released: string[] = [];
+    const lives = new LiveSandboxes((d) => void released.push(d));
+    const withShells = (digest: string, close: () => Promise<void>) => ({ digest, shells: { close } }) as unknown as LiveSandbox;
+    lives.add(withShells('a', () => Promise.reject(new Error('shell a would not close'))), {} as never);
+    lives.add(withShells('b', async () => void closed.push('b')), {} as never);
+    await expect(lives.closeAll()).rejects.toThrow('shell a would not close');
+    expect(closed).toEqual(['b']);
+    expect(released).toEqual(['a', 'b']);
+    expect(lives.all()).toEqual([]);
+  });
+});
+
 describe('the close says which sandboxes it leaves without their egress proxy', () => {
   /** A live sandbox whose shells did (or did not) report a background job. */
   const withJobs = (key: string, jobs: boolean): LiveSandbox =>

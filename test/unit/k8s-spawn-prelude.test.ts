@@ -35,7 +35,7 @@ function run(shell: string[], req: SpawnRequest, after: Buffer | string = '', en
   if (end) child.stdin.end();
   // A shell missing here (busybox-static not installed: .ci/run installs it) fails at once, naming it.
   return new Promise((resolve, reject) => {
-    child.on('error', (err) => reject(new Error(`${shell.join(' ')}: ${err.message} (apt-get install -y busybox-static)`)));
+    child.on('error', (err) => reject(new Error(`${shell.join(' ')}: ${err.message}${shell[0]?.endsWith('busybox') === true ? ' (apt-get install -y busybox-static)' : ''}`)));
     child.on('close', (code) => resolve({ code, stdout, stderr }));
   });
 }

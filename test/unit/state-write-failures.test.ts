@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { AuditEntry } from '../../src/broker/state/audit-table.js';
 import { StateStore } from '../../src/broker/state/state-store.js';
 import { tempDir } from '../helpers/temp-dir.js';
@@ -21,21 +21,41 @@ const REFUSE = `CREATE TRIGGER refuse BEFORE INSERT ON audit BEGIN SELECT RAISE(
 // On a real SQLite file: the audit's rows are written in batches; one that cannot be written never
 // fails a call or the process, is kept, and is said on the log.
 describe('audit entries that cannot be written', () => {
+  beforeEach(() => void vi.useFakeTimers());
+  afterEach(() => void vi.useRealTimers());
+
   it('are kept and written once the file takes them, and the log says both', () => {
     const home = tempDir('berth-audit-fail-');
     const lines: string[] = [];
     const store = StateStore.open(home, { onWriteFailure: (line) => void lines.push(line) });
     fromOutside(home, REFUSE);
     store.audit.add(entry('echo one'));
-    expect(() => store.audit.flush()).not.toThrow();
+    expect(() => vi.advanceTimersByTime(50)).not.toThrow();
     expect(lines).toEqual([expect.stringMatching(/^the audit could not be written to state\.db \(refused\); its 1 newest entries are kept in memory/)]);
-    // A read while it fails answers what is written.
+    // A read while it fails answers what is on disk, and does not try the write itself.
     expect(store.audit.list({ tenant: 'acme' })).toEqual([]);
     fromOutside(home, 'DROP TRIGGER refuse');
     store.audit.add(entry('echo two'));
-    store.audit.flush();
+    vi.advanceTimersByTime(1_000);
     expect(store.audit.list({ tenant: 'acme' }).map((e) => e.command)).toEqual(['echo two', 'echo one']);
     expect(lines.at(-1)).toBe('the audit is written to state.db again');
+    store.close();
+  });
+
+  it('of the egress audit are kept and said the same way, named as the egress audit', () => {
+    const home = tempDir('berth-audit-fail-');
+    const lines: string[] = [];
+    const store = StateStore.open(home, { onWriteFailure: (line) => void lines.push(line) });
+    fromOutside(home, `CREATE TRIGGER refuse BEFORE INSERT ON egress_audit BEGIN SELECT RAISE(ABORT, 'refused'); END;`);
+    store.egress.add({
+      timeMs: 1, tenant: 'acme', profile: 'default', session: 's1', user: null, sandboxKey: 'session:s1', host: 'example.com', port: 443,
+      channel: 'connect', allowed: false, rule: 'deny', detail: null, bytesUp: 0, bytesDown: 0, credentials: [], status: null,
+    });
+    vi.advanceTimersByTime(50);
+    expect(lines).toEqual([expect.stringMatching(/^the egress audit could not be written to state\.db \(refused\); its 1 newest entries are kept/)]);
+    fromOutside(home, 'DROP TRIGGER refuse');
+    vi.advanceTimersByTime(1_000);
+    expect(store.egress.list({ tenant: 'acme' }).map((e) => e.host)).toEqual(['example.com']);
     store.close();
   });
 

@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { describeWriteEvent, WriteQueue, type WriteEvent } from '../../src/broker/state/write-queue.js';
 
 /** A queue over a write the test can make refuse; what it wrote, in batches, and what it reported. */
-function queue(keep: number) {
+function queue(keep: number, size?: (n: number) => number) {
   const batches: number[][] = [];
   const events: WriteEvent[] = [];
   let refusing = false;
@@ -11,7 +11,7 @@ function queue(keep: number) {
     tries++;
     if (refusing) throw new Error('database or disk is full');
     batches.push([...batch]);
-  }, { keep, report: (e) => void events.push(e) });
+  }, { keep, ...(size === undefined ? {} : { size }), report: (e) => void events.push(e) });
   return { q, batches, events, refuse: (on: boolean) => void (refusing = on), tries: () => tries };
 }
 
@@ -53,6 +53,65 @@ describe('a write queue whose writes fail', () => {
     vi.advanceTimersByTime(1_000);
     expect(batches).toEqual([Array.from({ length: 100 }, (_, i) => 401 + i)]);
     expect(events.at(-1)).toEqual({ kind: 'recovered', dropped: 0 });
+  });
+
+  it('while failing, a read\'s flush writes nothing (only the retry does): no read waits on a file that refuses', () => {
+    const { q, refuse, tries } = queue(100);
+    refuse(true);
+    q.add(0);
+    vi.advanceTimersByTime(50);
+    q.flush();
+    q.flush();
+    expect(tries()).toBe(1);
+  });
+
+  it('drops are said at most once a minute, counted in between', () => {
+    const { q, events, refuse } = queue(1);
+    refuse(true);
+    q.add(0);
+    vi.advanceTimersByTime(50);
+    q.add(1);
+    vi.advanceTimersByTime(1_000);
+    expect(events.at(-1)).toEqual({ kind: 'dropping', waiting: 1, dropped: 1 });
+    q.add(2);
+    q.add(3);
+    vi.advanceTimersByTime(30_000);
+    expect(events).toHaveLength(2);
+    vi.advanceTimersByTime(30_000);
+    expect(events.at(-1)).toEqual({ kind: 'dropping', waiting: 1, dropped: 2 });
+  });
+
+  it('keeps by size where it is given one: the oldest go until what is kept fits', () => {
+    const { q, batches, refuse } = queue(10, (n) => n);
+    refuse(true);
+    q.add(6);
+    vi.advanceTimersByTime(50);
+    q.add(3);
+    q.add(4);
+    refuse(false);
+    vi.advanceTimersByTime(1_000);
+    expect(batches).toEqual([[3, 4]]);
+  });
+
+  it('a report that reads or adds finds the queue settled: no second try from inside it, and its entry is written', () => {
+    const batches: number[][] = [];
+    let refusing = true;
+    let tries = 0;
+    const q: WriteQueue<number> = new WriteQueue<number>((batch) => {
+      tries++;
+      if (refusing) throw new Error('busy');
+      batches.push([...batch]);
+    }, { keep: 100, report: (e) => {
+      q.flush();
+      if (e.kind === 'recovered') q.add(99);
+    } });
+    q.add(0);
+    vi.advanceTimersByTime(50);
+    expect(tries).toBe(1);
+    refusing = false;
+    vi.advanceTimersByTime(1_000);
+    vi.advanceTimersByTime(50);
+    expect(batches).toEqual([[0], [99]]);
   });
 
   it('keeping none (stamps): a failed batch goes, and the next entries are written as usual', () => {

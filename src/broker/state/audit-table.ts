@@ -1,7 +1,7 @@
 import type Database from 'better-sqlite3';
 import { capAuditText } from './audit-text.js';
 import type { Statements } from './statements.js';
-import { LOG_ENTRIES_KEPT, WriteQueue, type WriteEvent } from './write-queue.js';
+import { entryBytes, LOG_BYTES_KEPT, WriteQueue, type WriteEvent } from './write-queue.js';
 
 export interface AuditEntry {
   timeMs: number;
@@ -53,10 +53,10 @@ export class AuditTable {
   /**
    * @param maxCommandChars `audit.maxCommandChars`: a recorded command text longer than this is
    * cut, the cut marked (`… [N more chars]`). Texts arrive redacted.
-   * @param report told when entries cannot be written (`WriteQueue`: they are kept, up to LOG_ENTRIES_KEPT, and tried again)
+   * @param report told when entries cannot be written (`WriteQueue`: the newest are kept, up to LOG_BYTES_KEPT, and tried again)
    */
   constructor(private readonly sql: Statements, private readonly maxCommandChars: number, report?: (e: WriteEvent) => void) {
-    this.queue = new WriteQueue((batch) => this.write(batch), { keep: LOG_ENTRIES_KEPT, ...(report === undefined ? {} : { report }) });
+    this.queue = new WriteQueue<AuditEntry>((batch) => this.write(batch), { keep: LOG_BYTES_KEPT, size: entryBytes, ...(report === undefined ? {} : { report }) });
   }
 
   add(e: AuditEntry): void {

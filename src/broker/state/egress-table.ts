@@ -1,5 +1,5 @@
 import type { Statements } from './statements.js';
-import { LOG_ENTRIES_KEPT, WriteQueue, type WriteEvent } from './write-queue.js';
+import { entryBytes, LOG_BYTES_KEPT, WriteQueue, type WriteEvent } from './write-queue.js';
 
 /**
  * One decision of berth's egress proxy as the audit keeps it: who asked, what for, how it was
@@ -64,9 +64,9 @@ type Row = Omit<EgressAuditEntry, 'allowed' | 'credentials'> & { allowed: number
 export class EgressTable {
   private readonly queue: WriteQueue<EgressAuditEntry>;
 
-  /** @param report told when entries cannot be written (`WriteQueue`: they are kept, up to LOG_ENTRIES_KEPT, and tried again) */
+  /** @param report told when entries cannot be written (`WriteQueue`: the newest are kept, up to LOG_BYTES_KEPT, and tried again) */
   constructor(private readonly sql: Statements, report?: (e: WriteEvent) => void) {
-    this.queue = new WriteQueue((batch) => this.write(batch), { keep: LOG_ENTRIES_KEPT, ...(report === undefined ? {} : { report }) });
+    this.queue = new WriteQueue<EgressAuditEntry>((batch) => this.write(batch), { keep: LOG_BYTES_KEPT, size: entryBytes, ...(report === undefined ? {} : { report }) });
   }
 
   add(e: EgressAuditEntry): void {

@@ -91,10 +91,14 @@ export class StateStore {
 
   close(): void {
     if (!this.db.open) return;
-    this.audit.close();
-    this.egress.close();
-    this.sessions.flushTouches();
-    this.sandboxes.flushTouches();
-    this.db.close();
+    try {
+      this.audit.close();
+      this.egress.close();
+      this.sessions.flushTouches();
+      this.sandboxes.flushTouches();
+    } finally {
+      // A report that throws (a log sink's) never leaves the file open.
+      this.db.close();
+    }
   }
 }

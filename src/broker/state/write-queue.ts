@@ -4,96 +4,136 @@ import type { Statements } from './statements.js';
 const MAX_QUEUED = 200;
 /** How long an entry may wait in the queue. */
 const FLUSH_AFTER_MS = 50;
-/** A log's entries kept in memory while its writes fail (`WriteFailures.keep`), about 10 MB at most. */
-export const LOG_ENTRIES_KEPT = 10_000;
+/** What a log keeps in memory while its writes fail (`WriteFailures.keep`, in `entryBytes`). */
+export const LOG_BYTES_KEPT = 16 * 1024 * 1024;
 /** How long after a failed write the entries kept from it are tried again. */
 const RETRY_AFTER_MS = 1_000;
+/** While entries are dropped, how often that is said (they are counted in between). */
+const DROPPING_SAID_EVERY_MS = 60_000;
 
 /** What a queue tells of its failed writes (`WriteFailures.report`). */
 export type WriteEvent =
   /** Writing began to fail: `waiting` entries are kept for the next try, `dropped` went (past `keep`). */
   | { kind: 'failing'; error: unknown; waiting: number; dropped: number }
-  /** Still failing, at a retry: `dropped` more went since the last report. */
+  /** Still failing: `dropped` more went since the last report (said at most once a minute). */
   | { kind: 'dropping'; waiting: number; dropped: number }
   /** Written again; `dropped` went since the last report. */
   | { kind: 'recovered'; dropped: number }
-  /** Closed while failing: the `dropped` entries still waiting are lost. */
+  /** Closed while failing: the `dropped` entries still waiting (and any dropped since the last report) are lost. */
   | { kind: 'lost'; dropped: number };
 
 /** What a queue does with a batch it could not write. */
-export interface WriteFailures {
-  /** At most this many entries are kept for the next write; past it the oldest go. 0: a failed batch goes. */
+export interface WriteFailures<T> {
+  /** At most this much (`size` of each, summed) is kept for the next write; past it the oldest go. 0: a failed batch goes. */
   keep: number;
+  /** An entry's share of `keep` (default 1: `keep` counts entries). */
+  size?: (entry: T) => number;
   report?: (e: WriteEvent) => void;
+}
+
+/** About what an entry of a log holds in memory, in bytes: its strings (two bytes a character at most) and a little more. */
+export function entryBytes(entry: object): number {
+  let bytes = 64;
+  for (const v of Object.values(entry)) {
+    if (typeof v === 'string') bytes += 2 * v.length;
+    else if (Array.isArray(v)) bytes += v.reduce((n: number, x: unknown) => n + (typeof x === 'string' ? 2 * x.length : 8), 0);
+    else bytes += 8;
+  }
+  return bytes;
 }
 
 /**
  * Rows of a log table (the audit, the egress audit), or freshness stamps (a session's last seen, a
  * sandbox's last use), queued and written in one transaction within FLUSH_AFTER_MS (and at close;
  * a log's before any read of it), so recording one costs the hot path no disk write of its own.
- * `write` gets each batch; it runs inside the table's transaction. A batch that fails to write (a
- * busy, full or read-only file) never throws at the caller or from the timer: up to
- * `failures.keep` entries are kept and tried again every RETRY_AFTER_MS (meanwhile no call writes:
- * none waits on a file that refuses), the oldest past it dropped, and `failures.report` is told at
- * most once a try.
+ * `write` gets each batch; it runs inside the table's transaction.
+ *
+ * A batch that fails to write (a busy, full or read-only file) never throws at the caller or from
+ * the timer. Up to `failures.keep` of it is kept, the oldest past it dropped, and tried again every
+ * RETRY_AFTER_MS. Meanwhile only that retry (and the close) writes: no call or read waits on a file
+ * that refuses, and a read shows what is on disk. `failures.report` is told when it begins to
+ * fail, of drops (at most once a minute), when it writes again, and of what the close could not write.
  *
  * @example
- * const queue = new WriteQueue<Row>((batch) => db.transaction(() => batch.forEach(insert))(), { keep: 10_000, report });
+ * const queue = new WriteQueue<Row>((batch) => db.transaction(() => batch.forEach(insert))(), { keep: LOG_BYTES_KEPT, size: entryBytes, report });
  * queue.add(row);
  */
 export class WriteQueue<T> {
   private queue: T[] = [];
+  /** `size` of what is queued, summed. */
+  private held = 0;
   private timer: NodeJS.Timeout | undefined;
-  /** Entries are kept from a failed write: only the retry timer writes. */
+  /** Entries are kept from a failed write: only the retry timer (and the close) writes. */
   private failing = false;
   /** Dropped since the last report. */
   private dropped = 0;
+  private droppingSaidMs = 0;
 
-  constructor(private readonly write: (batch: readonly T[]) => void, private readonly failures: WriteFailures = { keep: 0 }) {}
+  constructor(private readonly write: (batch: readonly T[]) => void, private readonly failures: WriteFailures<T> = { keep: 0 }) {}
 
-  add(row: T): void {
-    this.queue.push(row);
+  add(entry: T): void {
+    this.queue.push(entry);
+    this.held += this.sizeOf(entry);
     if (this.failing) this.dropPastKeep();
-    else if (this.queue.length >= MAX_QUEUED) this.flush();
+    else if (this.queue.length >= MAX_QUEUED) this.tryWrite();
     else this.schedule(FLUSH_AFTER_MS);
   }
 
-  /** Writes what is queued now; what fails to write is kept or dropped as `failures` says. */
+  /** Writes what is queued now (a read's, so it sees it); while writes fail, only the retry does. */
   flush(): void {
+    if (!this.failing) this.tryWrite();
+  }
+
+  /** Tries once more; what still cannot be written is lost, and said so. */
+  close(): void {
+    this.tryWrite();
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    const lost = this.dropped + this.queue.length;
+    this.queue = [];
+    this.held = 0;
+    this.failing = false;
+    if (lost > 0) this.tell({ kind: 'lost', dropped: lost });
+  }
+
+  private tryWrite(): void {
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timer = undefined;
     const batch = this.queue;
     if (batch.length === 0) return;
     this.queue = [];
+    const held = this.held;
+    this.held = 0;
     try {
       this.write(batch);
     } catch (error) {
       this.queue = batch;
+      this.held = held;
       this.dropPastKeep();
-      const waiting = this.queue.length;
-      if (!this.failing) this.tell({ kind: 'failing', error, waiting, dropped: this.dropped });
-      else if (this.dropped > 0) this.tell({ kind: 'dropping', waiting, dropped: this.dropped });
-      this.failing = waiting > 0;
+      const began = !this.failing;
+      // The queue's state first, then the report: a report that reads or adds finds it settled.
+      this.failing = this.queue.length > 0;
       if (this.failing) this.schedule(RETRY_AFTER_MS);
+      if (began) this.tell({ kind: 'failing', error, waiting: this.queue.length, dropped: this.dropped });
+      else if (this.dropped > 0 && Date.now() - this.droppingSaidMs >= DROPPING_SAID_EVERY_MS) {
+        this.droppingSaidMs = Date.now();
+        this.tell({ kind: 'dropping', waiting: this.queue.length, dropped: this.dropped });
+      }
       return;
     }
-    if (this.failing) this.tell({ kind: 'recovered', dropped: this.dropped });
+    const recovered = this.failing;
     this.failing = false;
+    if (recovered) this.tell({ kind: 'recovered', dropped: this.dropped });
   }
 
-  /** Flushes; what still cannot be written is lost, and said so. */
-  close(): void {
-    this.flush();
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    this.timer = undefined;
-    if (this.queue.length > 0) this.tell({ kind: 'lost', dropped: this.dropped + this.queue.length });
-    this.queue = [];
-    this.failing = false;
+  private sizeOf(entry: T): number {
+    return this.failures.size?.(entry) ?? 1;
   }
 
   private dropPastKeep(): void {
-    const over = this.queue.length - this.failures.keep;
-    if (over <= 0) return;
+    let over = 0;
+    while (over < this.queue.length && this.held > this.failures.keep) this.held -= this.sizeOf(this.queue[over++] as T);
+    if (over === 0) return;
     this.queue = this.queue.slice(over);
     this.dropped += over;
   }
@@ -105,7 +145,7 @@ export class WriteQueue<T> {
 
   private schedule(afterMs: number): void {
     if (this.timer !== undefined) return;
-    this.timer = setTimeout(() => this.flush(), afterMs);
+    this.timer = setTimeout(() => this.tryWrite(), afterMs);
     this.timer.unref();
   }
 }
