@@ -198,8 +198,8 @@ export async function scaleBench(): Promise<void> {
         const results = await Promise.all(ids.map((id) => broker.exec({ session: id }, `echo ${id}`)));
         wrong += results.filter((res, i) => res.stdout !== `${ids[i]}\n`).length;
       }, {
-        before: () => void (start = { cpu: cpuSnapshot(), gcMs: gcs.ms() }),
-        after: () => void cpu.push({ before: start!.cpu, after: cpuSnapshot(), gcMs: gcs.ms() - start!.gcMs }),
+        before: () => void (start = { cpu: cpuSnapshot('end'), gcMs: gcs.ms() }),
+        after: () => void cpu.push({ before: start!.cpu, after: cpuSnapshot('start'), gcMs: gcs.ms() - start!.gcMs }),
       });
       if (wrong > 0) console.log(`  !! ${wrong} of ${ids.length * rounds.length} answers were wrong`);
       console.log(`  all ${ids.length} answer one command at once: ${text}   ${verdict('< 500 ms', all < 500)}`);
