@@ -63,16 +63,38 @@ export class SandboxShells {
     return this.sandbox.openShell({ env, cwd: this.sandbox.defaultCwd });
   }
 
-  /** Whether a shell runs a command or holds background jobs (the idle reaper leaves such a sandbox). */
+  /** Whether a shell runs a command or a background job runs (see `hasBackgroundJobs`): the idle reaper leaves such a sandbox. */
   async busy(): Promise<boolean> {
     const shells = await this.settled();
-    return shells.some((s) => s !== undefined && (s.shell.busy || s.shell.backgroundJobCount() > 0));
+    return shells.some((s) => s?.shell.busy === true) || this.jobsIn(shells);
   }
 
-  /** Whether a shell holds background jobs (they may write to disk between calls). */
+  /**
+   * Whether a background job runs: one a shell reported after its last command, or, where the
+   * sandbox's command groups can be read from berth's host, any process a command left running
+   * outside its shell's job table (`(cmd &)`, `setsid`, `disown`, a daemon) or a shell of another
+   * berth process. It may write to disk between calls, and a hibernation would kill it.
+   */
   async hasBackgroundJobs(): Promise<boolean> {
-    const shells = await this.settled();
-    return shells.some((s) => s !== undefined && s.shell.backgroundJobCount() > 0);
+    return this.jobsIn(await this.settled());
+  }
+
+  private jobsIn(shells: Array<LiveShell | undefined>): boolean {
+    if (shells.some((s) => s !== undefined && s.shell.backgroundJobCount() > 0)) return true;
+    const groups = this.sandbox.processGroups;
+    if (groups?.commandsRunning === undefined) return false;
+    const own = new Set<number>();
+    for (const s of shells) {
+      const pid = s?.shell.hostPid;
+      if (pid !== undefined) own.add(pid);
+    }
+    try {
+      return groups.commandsRunning(own);
+    } catch (err) {
+      // Unreadable counts as running, as a job whose state cannot be read does: nothing is killed on a guess.
+      this.log.debug(`could not read the sandbox's command groups: ${String(err)}`);
+      return true;
+    }
   }
 
   /** Closes the shells of one session (a session's close). */

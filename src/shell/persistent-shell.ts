@@ -130,6 +130,11 @@ export class PersistentShell implements AsyncDisposable {
     return (this.conn?.loadedFrom ?? '') !== '';
   }
 
+  /** The running shell's pid on berth's host, where its backend can tell; undefined when it has none now. */
+  get hostPid(): number | undefined {
+    return this.conn === undefined || this.conn.isDead ? undefined : this.conn.hostPid;
+  }
+
   /** Running background jobs started by earlier commands, as last reported by the shell. */
   backgroundJobCount(): number {
     return this.jobs.length;
@@ -508,6 +513,7 @@ export class PersistentShell implements AsyncDisposable {
     const pids = await this.pidsOf(transport, t.startTimeoutMs);
     // In its group before its init runs: the init sources a snapshot the sandbox can write.
     conn.group = await this.adopt(pids);
+    conn.hostPid = pids?.host;
     const nonce = this.tokens.next(NONCE_BYTES);
     const init = buildInit({
       nonce,

@@ -36,6 +36,8 @@ const EXIT_AFTER_EOF_MS = 1000;
 export class ShellConn {
   /** The shell's pid inside the sandbox, known once the init exchange completed. */
   pid = 0;
+  /** Its pid on berth's host, where its backend can tell (a process in the sandbox's command groups that is the shell, not a command's). */
+  hostPid: number | undefined;
   /** fd 0 of the shell is /dev/null (it re-executed onto the control pipe). */
   stdinIsNull = false;
   /** Tag of the shell whose snapshot this one loaded at start ('' if none). */

@@ -86,9 +86,10 @@ export interface ProcessGroups {
   killGroup(name: string): Promise<number | undefined>;
   /**
    * Whether a process a command started is still in one of the sandbox's groups (a job left
-   * running, or a live shell); absent where the groups cannot be read from here.
+   * running, a daemon, or a live shell), leaving out the live shells whose host pids are `shells`
+   * (each sits in the group of its last command); absent where the groups cannot be read from here.
    */
-  commandsRunning?(): boolean;
+  commandsRunning?(shells?: ReadonlySet<number>): boolean;
 }
 
 /** The groups of one shell (see `ProcessGroups.adopt`); the shell layer calls them in this order. */

@@ -9,7 +9,8 @@ import { createToken, ServeProcess, stopAll } from '../helpers/serve.js';
 /*
  * Hibernation on real engines: a persistent sandbox idle for `hibernateSeconds` is stopped with
  * its files and its shells' saved state; the next call resumes it and says what came back and what
- * did not; a sandbox with a running job never hibernates; a sandbox whose process ended (a CLI
+ * did not; a sandbox with a running job never hibernates, nor one where a command left a process
+ * outside its shell's job table; a sandbox whose process ended (a CLI
  * call) is hibernated by a long-lived berth; a berth restart resumes it. 10 s is the shortest
  * hibernateSeconds, so each test waits about that long.
  */
@@ -22,6 +23,8 @@ const HIBERNATING = { scope: 'session', persistent: true, lifecycle: { idleSecon
 
 /** Leaves cwd, an exported variable, a function, an alias, an unexported variable and a file. */
 const SET_UP = "mkdir -p ~/sub && cd ~/sub && export KEEP=kept && f() { echo fn-ok; } && alias al='echo alias-ok' && LOCAL=lost && echo data > file";
+/** Leaves a process that no shell's job table lists (`(cmd &)`: the subshell ends, its child is the sandbox's init's). */
+const LEAVE_DAEMON = '(sleep 120 > /dev/null 2>&1 < /dev/null &); sleep 0.2; [ -z "$(jobs -p)" ] && echo no jobs';
 /** Prints what survived, one line each. */
 const CHECK = 'pwd; echo "$KEEP"; f; al; echo "[${LOCAL-}]"; cat file';
 
@@ -39,10 +42,13 @@ describeDocker('hibernation on docker', () => {
     // Its sessions outlive it (as a CLI's or a crashed server's do): a closing broker that holds
     // them closes them, and a closed session starts again in the default cwd.
     const b = await t.open(dockerConfig(HIBERNATING), { holdSessions: false });
+    // A process left outside the shell's job table (a subshell's `&`, as a daemon forks) runs too.
+    // Used first, so it is idle longer than the ones that hibernate by the time they do.
+    expect((await b.exec({ session: 'daemon' }, LEAVE_DAEMON)).stdout).toBe('no jobs\n');
     for (const session of ['a', 'restart']) expect((await b.exec({ session }, SET_UP)).exitCode).toBe(0);
     const job = await b.session({ session: 'busy' }).jobs.start('sleep 120');
     expect(job.jobId).toBeTruthy();
-    const [a, restart, busy] = await Promise.all(['a', 'restart', 'busy'].map((s) => containerFor(t.installation, `session:${s}`)));
+    const [a, restart, busy, daemon] = await Promise.all(['a', 'restart', 'busy', 'daemon'].map((s) => containerFor(t.installation, `session:${s}`)));
 
     // Hibernated means the record says so (written once the engine's stop has answered), not
     // only that the container stopped: between the two `ls` says "stopped".
@@ -55,8 +61,11 @@ describeDocker('hibernation on docker', () => {
     expect((await containerState(a!.id))?.running).toBe(false);
     expect((await containerState(restart!.id))?.running).toBe(false);
     expect((await containerState(busy!.id))?.running).toBe(true);
+    expect((await containerState(daemon!.id))?.running).toBe(true);
     const states = await stateOf();
     expect(states['session:busy']).toBe('active');
+    expect(states['session:daemon']).toBe('active');
+    expect((await b.exec({ session: 'daemon' }, 'cat /proc/[0-9]*/comm 2>/dev/null | grep -qx sleep && echo alive')).stdout).toBe('alive\n');
     expect(b.explain({ session: 'a' }).lifecycle).toMatchObject({ whenIdle: 'hibernated', afterSeconds: 10, hibernatedMs: expect.any(Number) });
 
     const resumed = await b.exec({ session: 'a' }, CHECK);
@@ -179,10 +188,12 @@ describeBwrap('hibernation on bwrap', () => {
   it('an idle persistent sandbox hibernates (its processes end, its dir stays) and resumes with files and shell state; one with a job never does', async () => {
     const install = bwrapInstall('berth-hib-bwrap-', testRange());
     const b = await install.open(HIBERNATING);
+    expect((await b.exec({ session: 'daemon' }, LEAVE_DAEMON)).stdout).toBe('no jobs\n');
     expect((await b.exec({ session: 'a' }, SET_UP)).exitCode).toBe(0);
     await b.session({ session: 'busy' }).jobs.start('sleep 120');
     expect(await waitFor(async () => (await b.listWithState('local')).find((s) => s.sandboxKey === 'session:a')?.state === 'hibernated', 40_000, 500)).toBe(true);
     expect((await b.listWithState('local')).find((s) => s.sandboxKey === 'session:busy')?.state).toBe('active');
+    expect((await b.listWithState('local')).find((s) => s.sandboxKey === 'session:daemon')?.state).toBe('active');
     const home = (await b.exec({ session: 'busy' }, 'echo ~')).stdout.trim();
     const r = await b.exec({ session: 'a' }, CHECK);
     expectResumedWithState(r, home);

@@ -12,6 +12,21 @@ import { CgroupShell } from './shell-cgroups.js';
 /** Every group berth makes starts so; nothing else under a sandbox's cgroup is ever touched. */
 export const GROUP_PREFIX = 'berth-';
 
+/**
+ * Whether `group` holds a process not in `shells`, or a group of its own that holds any (one a
+ * process there made, where the sandbox may). One that went meanwhile holds nothing.
+ */
+function holdsOtherThan(group: CgroupDir, shells: ReadonlySet<number>): boolean {
+  let pids: number[];
+  try {
+    pids = group.procs();
+  } catch (err) {
+    if (errnoOf(err) === 'ENOENT') return false;
+    throw err;
+  }
+  return pids.some((p) => !shells.has(p)) || group.children('').some((c) => !c.isEmpty());
+}
+
 /** Bound on each wait for the kernel (a group to freeze, a killed group to empty). */
 const DEFAULT_WAIT_MS = 5_000;
 
@@ -159,10 +174,11 @@ export class SandboxCgroups implements ProcessGroups {
 
   /**
    * Whether some process is still in one of berth's groups: what a command started and left
-   * running (a `cmd &`), or a shell of a berth process. Read from the kernel's files alone.
+   * running (a `cmd &`, a `setsid` daemon: nothing a command starts can leave its group), or a
+   * shell of a berth process other than `shells` (host pids). Read from the kernel's files alone.
    */
-  commandsRunning(): boolean {
-    return this.dir.children(GROUP_PREFIX).some((g) => !g.isEmpty());
+  commandsRunning(shells?: ReadonlySet<number>): boolean {
+    return this.dir.children(GROUP_PREFIX).some((g) => !g.isEmpty() && (shells === undefined || holdsOtherThan(g, shells)));
   }
 
   /** Removes berth's groups that no process is in any more (ended jobs, a crashed berth's). */
