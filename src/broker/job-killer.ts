@@ -6,7 +6,7 @@ import type { JobRecord, JobTable } from './state/job-table.js';
 import type { Logger } from '../logging/logger.js';
 
 export interface JobKillerOptions {
-  jobs: Pick<JobTable, 'runningIn' | 'endKilled'>;
+  jobs: Pick<JobTable, 'runningIn' | 'endKilled' | 'markKilling' | 'clearKilling'>;
   ledger: Pick<JobLedger, 'settle'>;
   probe: Pick<JobProbe, 'probe'>;
   log: Logger;
@@ -25,8 +25,12 @@ export class JobKiller {
    * recorded) or nothing of it was left to kill.
    */
   async kill(job: JobRecord, sandbox: Sandbox): Promise<boolean> {
-    const { ledger, probe } = this.opts;
     const startedMs = Date.now();
+    return this.marked(job, startedMs, () => this.killFound(job, sandbox, startedMs));
+  }
+
+  private async killFound(job: JobRecord, sandbox: Sandbox, startedMs: number): Promise<boolean> {
+    const { ledger, probe } = this.opts;
     // Its group goes first where the sandbox has one: the look below starts a process in the
     // sandbox, and the job may have left it no pid (a fork bomb).
     const grouped = await this.endGroup(job, sandbox);
@@ -45,7 +49,18 @@ export class JobKiller {
   /** Kills every running job of a sandbox that is about to be removed (host backends: a dir takes no process with it). */
   async killAllIn(digest: string, sandbox: Sandbox): Promise<void> {
     for (const job of this.opts.jobs.runningIn(digest)) {
-      await this.killIn(job, sandbox, Date.now());
+      const startedMs = Date.now();
+      await this.marked(job, startedMs, () => this.killIn(job, sandbox, startedMs));
+    }
+  }
+
+  /** Runs a kill with the job marked as being killed in the store (`JobLedger.settleGone`), the mark cleared after however it went. */
+  private async marked<T>(job: JobRecord, startedMs: number, kill: () => Promise<T>): Promise<T> {
+    this.opts.jobs.markKilling(job.id, startedMs);
+    try {
+      return await kill();
+    } finally {
+      this.opts.jobs.clearKilling(job.id);
     }
   }
 

@@ -5,6 +5,12 @@ import type { JobRecord, JobTable } from './state/job-table.js';
 
 const JOB_ID_RE = /^job_[0-9a-f]{16}$/;
 
+/**
+ * How long a kill's mark keeps readers from recording a job's end: longer than a kill takes at
+ * most (its group's wait, then three helpers in the sandbox of `HELPER_TIMEOUT_MS` each).
+ */
+export const KILL_PENDING_MS = 60_000;
+
 export type JobStatus = JobRecord['status'];
 
 /** What the ledger asks of the call resolver: a stored (normalised) scope resolved again. */
@@ -19,7 +25,7 @@ export interface ScopeResolver {
  * recorded while berth was killing the job: its kill records it as killed, `JobTable.endKilled`).
  */
 export class JobLedger {
-  constructor(private readonly opts: { jobs: Pick<JobTable, 'get' | 'end'>; resolver: ScopeResolver }) {}
+  constructor(private readonly opts: { jobs: Pick<JobTable, 'get' | 'end' | 'killStartedMs'>; resolver: ScopeResolver }) {}
 
   /** A job of the caller's session and user. */
   find(scope: CallScope, jobId: string): JobRecord {
@@ -43,6 +49,21 @@ export class JobLedger {
     } catch {
       return undefined;
     }
+  }
+
+  /**
+   * A reader found the job's processes gone (or its sandbox) and no exit code: its end is
+   * `unknown`, recorded, unless a kill of it is under way (`JobKiller` marks it in the store, for
+   * readers of any berth process): then nothing is recorded and it still reads as running, so no
+   * reader is told `done` with an interim answer; the kill records `killed` in a moment. A mark
+   * older than `KILL_PENDING_MS` is a kill whose process died: the end is then `unknown`.
+   */
+  settleGone(job: JobRecord): { status: JobStatus; exitCode: number | null } {
+    if (job.status === 'running') {
+      const killing = this.opts.jobs.killStartedMs(job.id);
+      if (killing !== undefined && Date.now() - killing < KILL_PENDING_MS) return { status: 'running', exitCode: null };
+    }
+    return this.settle(job, 'unknown', null);
   }
 
   /** Records an end unless one was recorded before; returns the recorded truth (killed stays killed). */

@@ -35,7 +35,7 @@ export interface SecretSources {
 }
 
 export interface JobReaderOptions {
-  ledger: Pick<JobLedger, 'find' | 'callOf' | 'settle'>;
+  ledger: Pick<JobLedger, 'find' | 'callOf' | 'settle' | 'settleGone'>;
   probe: Pick<JobProbe, 'probe'>;
   sandboxes: SandboxFinder;
   resolver: SecretSources;
@@ -68,8 +68,8 @@ export class JobReader {
     const state = sandbox === undefined ? undefined : await probe.probe(job, sandbox, from, maxBytes === 0 ? 0 : (offset - from) + maxBytes + edge);
     if (state === undefined) {
       // The sandbox (or the job's files) vanished. An end observed before is still the truth.
-      const ended = ledger.settle(job, 'unknown', null);
-      return { output: '', nextOffset: offset, done: true, exitCode: ended.exitCode, status: ended.status };
+      const ended = ledger.settleGone(job);
+      return { output: '', nextOffset: offset, done: ended.status !== 'running', exitCode: ended.exitCode, status: ended.status };
     }
     if (offset > state.size) {
       // An offset no read handed out: answering it as valid would hide a client's bookkeeping bug.
@@ -83,8 +83,8 @@ export class JobReader {
     } else if (state.alive) {
       status = 'running';
     } else {
-      // Not running and no exit code: killed by us, or its processes died with the sandbox (restart).
-      ({ status, exitCode } = ledger.settle(job, 'unknown', null));
+      // Not running and no exit code: killed by us (a kill under way records it), or its processes died with the sandbox (restart).
+      ({ status, exitCode } = ledger.settleGone(job));
     }
     const ended = status !== 'running';
     if (secrets === undefined && state.bytes.length > offset - from) {

@@ -118,12 +118,17 @@ describe('background jobs: users and secrets (local backend)', () => {
       const row = db.prepare(`INSERT INTO jobs VALUES (?, 'local', 'default', 'group', 'd', 'k', ?, 'true', '/nowhere', 1, 'exited', 0, 2)`);
       row.run('job_00000000000000a1', JSON.stringify({ tenant: 'local', profile: 'default', session: 'group', user: ANA }));
       row.run('job_00000000000000a2', JSON.stringify({ tenant: 'local', profile: 'default', session: 'group' }));
+      db.prepare(`INSERT INTO jobs VALUES (?, 'local', 'default', 'group', 'd', 'k', ?, 'sleep 9', '/nowhere', 1, 'running', NULL, NULL)`)
+        .run('job_00000000000000a3', JSON.stringify({ tenant: 'local', profile: 'default', session: 'group' }));
       db.close();
     }
     const store = StateStore.open(h);
     try {
+      // It also gained the column a kill marks itself in (from before kills were marked).
+      store.jobs.markKilling('job_00000000000000a3', 1234);
+      expect(store.jobs.killStartedMs('job_00000000000000a3')).toBe(1234);
       expect(store.jobs.list('local', 'default', 'group', ANA).map((j) => j.id)).toEqual(['job_00000000000000a1']);
-      expect(store.jobs.list('local', 'default', 'group', null).map((j) => j.id)).toEqual(['job_00000000000000a2']);
+      expect(store.jobs.list('local', 'default', 'group', null).map((j) => j.id)).toEqual(['job_00000000000000a2', 'job_00000000000000a3']);
       expect(store.jobs.list('local', 'default', 'group', BEN)).toEqual([]);
       expect(store.jobs.get('local', 'default', 'group', BEN, 'job_00000000000000a1')).toBeUndefined();
     } finally {

@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import type { Sandbox } from '../../src/backends/backend.js';
 import { JobKiller } from '../../src/broker/job-killer.js';
-import { JobLedger } from '../../src/broker/job-ledger.js';
+import { JobLedger, KILL_PENDING_MS } from '../../src/broker/job-ledger.js';
 import type { JobState } from '../../src/broker/job-probe.js';
+import { JobReader, type JobReadResult } from '../../src/broker/job-reader.js';
 import type { JobRecord } from '../../src/broker/state/job-table.js';
 import { StateStore } from '../../src/broker/state/state-store.js';
 import { Logger } from '../../src/logging/logger.js';
@@ -23,7 +24,7 @@ function job(over: Partial<JobRecord> = {}): JobRecord {
 }
 
 /** A killer over a real store whose sandbox runs `duringKill` while its kill script runs. */
-function setUp(duringKill: (ledger: JobLedger, j: JobRecord) => void) {
+function setUp(duringKill: (ledger: JobLedger, j: JobRecord) => unknown) {
   const store = StateStore.open(tempDir('berth-job-killer-'));
   const ledger = new JobLedger({ jobs: store.jobs, resolver: { resolve: () => { throw new Error('not asked'); } } });
   const gone: JobState = { exitCode: null, alive: false, size: 0, bytes: Buffer.alloc(0) };
@@ -32,14 +33,60 @@ function setUp(duringKill: (ledger: JobLedger, j: JobRecord) => void) {
   store.jobs.put(j);
   const sandbox = {
     processGroups: { killGroup: () => Promise.resolve(1) },
-    execOnce: () => {
-      duringKill(ledger, j);
-      return Promise.resolve({ stdout: Buffer.from('1\n'), stderr: Buffer.alloc(0), exitCode: 0 });
+    execOnce: async () => {
+      await duringKill(ledger, j);
+      return { stdout: Buffer.from('1\n'), stderr: Buffer.alloc(0), exitCode: 0 };
     },
   } as unknown as Sandbox;
   const row = (): JobRecord | undefined => store.jobs.get(j.tenant, j.profile, j.session, j.user, j.id);
-  return { store, killer, sandbox, j, row };
+  // A reader as a berth process's job reads are served (any process of the home: the mark is in the store).
+  const reader = new JobReader({
+    ledger, probe: { probe: () => Promise.resolve(gone) }, sandboxes: { existing: () => Promise.resolve(sandbox) },
+    resolver: { resolve: () => { throw new Error('not asked'); }, policy: () => { throw new Error('not asked'); } },
+  });
+  const read = (): Promise<JobReadResult> => reader.read({ tenant: j.tenant, profile: j.profile, session: j.session }, j.id, { maxBytes: 0 });
+  return { store, killer, sandbox, j, row, read };
 }
+
+describe('a job read while it is killed', () => {
+  it('reads as running, not done, while the kill runs (nothing recorded), then as killed', async () => {
+    let during: JobReadResult | undefined;
+    const t = setUp(async () => {
+      during = await t.read();
+    });
+    try {
+      expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
+      expect(during).toMatchObject({ status: 'running', done: false, exitCode: null });
+      expect(await t.read()).toMatchObject({ status: 'killed', done: true, exitCode: null });
+    } finally {
+      t.store.close();
+    }
+  });
+
+  it('a kill that failed leaves no mark: the next read records the end as unknown', async () => {
+    const t = setUp(() => {
+      throw new Error('the sandbox went');
+    });
+    try {
+      await expect(t.killer.kill(t.j, t.sandbox)).rejects.toThrow('the sandbox went');
+      expect(await t.read()).toMatchObject({ status: 'unknown', done: true });
+    } finally {
+      t.store.close();
+    }
+  });
+
+  it('a mark older than a kill can take (its process died mid-kill) is not waited on', async () => {
+    const t = setUp(() => undefined);
+    try {
+      t.store.jobs.markKilling(t.j.id, Date.now() - 1_000);
+      expect(await t.read()).toMatchObject({ status: 'running', done: false });
+      t.store.jobs.markKilling(t.j.id, Date.now() - KILL_PENDING_MS - 1_000);
+      expect(await t.read()).toMatchObject({ status: 'unknown', done: true });
+    } finally {
+      t.store.close();
+    }
+  });
+});
 
 describe('a job killed while it is read', () => {
   it('is killed, not unknown, when a read during the kill recorded its end first', async () => {

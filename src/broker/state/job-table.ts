@@ -27,7 +27,7 @@ export const JOB_SCHEMA = `
 CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY, tenant TEXT NOT NULL, profile TEXT NOT NULL, session TEXT NOT NULL, user TEXT, digest TEXT NOT NULL,
   sandbox_key TEXT NOT NULL, scope TEXT NOT NULL, command TEXT NOT NULL, dir TEXT NOT NULL, started_ms INTEGER NOT NULL,
-  status TEXT NOT NULL, exit_code INTEGER, ended_ms INTEGER);
+  status TEXT NOT NULL, exit_code INTEGER, ended_ms INTEGER, kill_started_ms INTEGER);
 CREATE INDEX IF NOT EXISTS jobs_session ON jobs (tenant, profile, session);
 CREATE INDEX IF NOT EXISTS jobs_digest ON jobs (digest, status);
 `;
@@ -47,16 +47,19 @@ function toJob(r: JobRow): JobRecord {
 
 /**
  * Stores made before jobs carried their user get the column, filled from each job's stored scope
- * (so an old job stays its own user's). Under an immediate transaction: concurrent openers add it once.
+ * (so an old job stays its own user's); those made before kills were marked get `kill_started_ms`.
+ * Under an immediate transaction: concurrent openers add each once.
  */
 export function migrateJobs(db: Database.Database): void {
-  const hasUser = () => (db.prepare('PRAGMA table_info(jobs)').all() as Array<{ name: string }>).some((c) => c.name === 'user');
-  if (hasUser()) return;
+  const has = (name: string) => (db.prepare('PRAGMA table_info(jobs)').all() as Array<{ name: string }>).some((c) => c.name === name);
+  if (has('user') && has('kill_started_ms')) return;
   db.transaction(() => {
-    if (hasUser()) return;
-    db.exec('ALTER TABLE jobs ADD COLUMN user TEXT');
-    // A scope that does not parse gets '', which no caller has (scopes drop empty strings): not found for all.
-    db.exec("UPDATE jobs SET user = CASE WHEN json_valid(scope) THEN json_extract(scope, '$.user') ELSE '' END");
+    if (!has('user')) {
+      db.exec('ALTER TABLE jobs ADD COLUMN user TEXT');
+      // A scope that does not parse gets '', which no caller has (scopes drop empty strings): not found for all.
+      db.exec("UPDATE jobs SET user = CASE WHEN json_valid(scope) THEN json_extract(scope, '$.user') ELSE '' END");
+    }
+    if (!has('kill_started_ms')) db.exec('ALTER TABLE jobs ADD COLUMN kill_started_ms INTEGER');
   }).immediate();
 }
 
@@ -117,6 +120,22 @@ export class JobTable {
   endKilled(id: string, nowMs: number, killStartedMs: number): void {
     this.sql.q("UPDATE jobs SET status = 'killed', exit_code = NULL, ended_ms = ? WHERE id = ? AND (status = 'running' OR (status = 'unknown' AND ended_ms >= ?))")
       .run(nowMs, id, killStartedMs);
+  }
+
+  /** Marks a running job as being killed from `nowMs` (a reader that finds its processes gone meanwhile leaves its end to the kill). */
+  markKilling(id: string, nowMs: number): void {
+    this.sql.q("UPDATE jobs SET kill_started_ms = ? WHERE id = ? AND status = 'running'").run(nowMs, id);
+  }
+
+  /** The kill of a job has ended, however it went. */
+  clearKilling(id: string): void {
+    this.sql.q('UPDATE jobs SET kill_started_ms = NULL WHERE id = ?').run(id);
+  }
+
+  /** When the kill under way of a running job began, or undefined when none is (or it has ended). */
+  killStartedMs(id: string): number | undefined {
+    const row = this.sql.q("SELECT kill_started_ms AS k FROM jobs WHERE id = ? AND status = 'running'").get(id) as { k: number | null } | undefined;
+    return row?.k ?? undefined;
   }
 
   delete(id: string): void {
