@@ -6,6 +6,7 @@ import type { CallScopeInput } from '../scope/call-scope.js';
 import type { GuardStatus } from '../egress/host-guard.js';
 import type { AuditFilter } from './audit.js';
 import type { EgressAuditEntry, EgressAuditFilter } from './state/egress-table.js';
+import type { StateStore } from './state/state-store.js';
 import { closeParts } from './broker-lifecycle.js';
 import { buildParts, type BrokerParts } from './broker-parts.js';
 import type { BrokerExecResult, BrokerOptions, ExecOptions, Inventory, Overview, SandboxInfo, StoreOverview } from './broker-types.js';
@@ -233,6 +234,11 @@ export class Broker implements AsyncDisposable {
    */
   inventory(): Promise<Inventory> {
     return this.parts.views.inventory();
+  }
+
+  /** What the audit logs hold in memory because state.db refuses their writes, and dropped in all (the server's metrics). */
+  stateBacklog(): ReturnType<StateStore['writeBacklog']> {
+    return this.parts.store.writeBacklog();
   }
 
   /**

@@ -66,6 +66,10 @@ export class ServerMetrics implements BrokerObserver {
   private readonly connectionsRefused: Counter;
   private readonly egressRequests: Counter;
   private readonly egressBytes: Counter;
+  private readonly stateUnwritten: Gauge;
+  private readonly stateDropped: Counter;
+  /** Each log's dropped count as last scraped: the counter goes up by the difference. */
+  private readonly droppedSeen = new Map<string, number>();
 
   constructor(private readonly broker: Broker) {
     this.perTenant = broker.config.server.metrics.perTenant;
@@ -106,6 +110,17 @@ export class ServerMetrics implements BrokerObserver {
       help: 'Bytes through berth\'s egress proxy, up (from sandboxes) and down (to them): on the wire for tunnels, bodies for HTTP requests',
     });
     if (!this.perTenant) for (const direction of ['up', 'down']) this.egressBytes.inc({ direction }, 0);
+    this.stateUnwritten = new Gauge({
+      name: 'berth_state_unwritten_entries',
+      help: 'Entries of a log (audit, egress_audit) held in memory because state.db refuses their writes (a full disk, a read-only file); 0 while writes succeed',
+      labelNames: ['log'], registers,
+    });
+    this.stateDropped = new Counter({
+      name: 'berth_state_dropped_entries_total',
+      help: 'Entries of a log (audit, egress_audit) dropped while state.db refused writes, past the ~16 MiB a log keeps in memory',
+      labelNames: ['log'], registers,
+    });
+    for (const log of ['audit', 'egress_audit']) this.stateDropped.inc({ log }, 0);
     this.poolReady = new Gauge({ name: 'berth_warm_pool_ready', help: "Sandboxes this server's warm pools hold ready now, by backend", labelNames: ['backend'], registers });
     this.poolTarget = new Gauge({ name: 'berth_warm_pool_target', help: "The number of ready sandboxes this server's warm pools are kept at, by backend", labelNames: ['backend'], registers });
     new Gauge({ name: 'berth_build_info', help: 'Always 1; the berth version this server runs, as a label', labelNames: ['version'], registers }).set({ version: BERTH_VERSION }, 1);
@@ -165,6 +180,12 @@ export class ServerMetrics implements BrokerObserver {
     for (const p of this.broker.warmPools()) {
       this.poolReady.inc({ backend: p.backend }, p.ready);
       this.poolTarget.inc({ backend: p.backend }, p.size);
+    }
+    for (const b of this.broker.stateBacklog()) {
+      this.stateUnwritten.set({ log: b.log }, b.unwritten);
+      const more = b.dropped - (this.droppedSeen.get(b.log) ?? 0);
+      if (more > 0) this.stateDropped.inc({ log: b.log }, more);
+      this.droppedSeen.set(b.log, b.dropped);
     }
     this.inflight.set(now.inflight);
     this.mcpSessions.set(now.mcpSessions);

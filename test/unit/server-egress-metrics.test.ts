@@ -17,6 +17,7 @@ function metrics(perTenant: boolean): ServerMetrics {
     config: { server: { metrics: { perTenant } } },
     inventory: async () => ({ sandboxes: [], sessions: [] }),
     warmPools: () => [],
+    stateBacklog: () => [],
   } as unknown as Broker;
   return new ServerMetrics(broker);
 }

@@ -138,6 +138,7 @@ describe('/v1: a berth error answers the status of its category', () => {
       },
       inventory: async () => ({ sandboxes: [], sessions: [] }),
       warmPools: () => [],
+      stateBacklog: () => [],
     });
     const { url, token } = await startStubServer(broker, onTestFinished);
     const tokens = TokenStore.open(broker.berthHome);

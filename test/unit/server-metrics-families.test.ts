@@ -14,11 +14,15 @@ import { parsePrometheusText, sampleValue } from '../helpers/prom-text.js';
  * The broker is a stand-in holding only what render() reads.
  */
 
+/** What the state's logs hold back (`Broker.stateBacklog`), as the stand-in answers it now. */
+let backlog = [{ log: 'audit', unwritten: 0, dropped: 0 }, { log: 'egress_audit', unwritten: 0, dropped: 0 }];
+
 function metrics(): ServerMetrics {
   const broker = {
     config: { server: { metrics: { perTenant: false } } },
     inventory: async () => ({ sandboxes: [{ backend: 'docker', state: 'active', persistent: false, tenant: 'acme' }], sessions: [{ open: true, tenant: 'acme' }] }),
     warmPools: () => [{ backend: 'docker', ready: 2, size: 3 }],
+    stateBacklog: () => backlog,
   } as unknown as Broker;
   const m = new ServerMetrics(broker);
   m.callEnded({ kind: 'exec', tenant: 'acme', profile: 'default', backend: 'docker', durationMs: 0.3, cold: false, timedOut: false, errorCode: undefined });
@@ -52,6 +56,27 @@ describe('/metrics families', () => {
     const families = parsePrometheusText((await metrics().render({ inflight: 1, mcpSessions: 0 })).body);
     expect(families.get('berth_warm_pool_ready')?.samples).toEqual([{ name: 'berth_warm_pool_ready', labels: { backend: 'docker' }, value: 2 }]);
     expect(families.get('berth_warm_pool_target')?.samples).toEqual([{ name: 'berth_warm_pool_target', labels: { backend: 'docker' }, value: 3 }]);
+  });
+
+  it('the audit logs held back while state.db refuses writes: a gauge of what waits, a counter of what was dropped, by log', async () => {
+    const m = metrics();
+    const read = async () => parsePrometheusText((await m.render({ inflight: 1, mcpSessions: 0 })).body);
+    let families = await read();
+    // Both logs are there from the start, at 0: an alert on them never reads a missing series as fine.
+    for (const log of ['audit', 'egress_audit']) {
+      expect(sampleValue(families, 'berth_state_unwritten_entries', { log })).toBe(0);
+      expect(sampleValue(families, 'berth_state_dropped_entries_total', { log })).toBe(0);
+    }
+    backlog = [{ log: 'audit', unwritten: 120, dropped: 7 }, { log: 'egress_audit', unwritten: 0, dropped: 0 }];
+    families = await read();
+    expect(sampleValue(families, 'berth_state_unwritten_entries', { log: 'audit' })).toBe(120);
+    expect(sampleValue(families, 'berth_state_dropped_entries_total', { log: 'audit' })).toBe(7);
+    // The store's count is a running total: the counter follows it, not adding it twice.
+    backlog = [{ log: 'audit', unwritten: 0, dropped: 9 }, { log: 'egress_audit', unwritten: 0, dropped: 0 }];
+    families = await read();
+    expect(sampleValue(families, 'berth_state_unwritten_entries', { log: 'audit' })).toBe(0);
+    expect(sampleValue(families, 'berth_state_dropped_entries_total', { log: 'audit' })).toBe(9);
+    backlog = [{ log: 'audit', unwritten: 0, dropped: 0 }, { log: 'egress_audit', unwritten: 0, dropped: 0 }];
   });
 
   it('promtool check metrics accepts the whole body', async (ctx) => {

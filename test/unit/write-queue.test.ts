@@ -49,10 +49,37 @@ describe('a write queue whose writes fail', () => {
     vi.advanceTimersByTime(1_000);
     expect(tries()).toBe(2);
     expect(events.at(-1)).toEqual({ kind: 'dropping', waiting: 100, dropped: 401 });
+    expect(q.backlog).toEqual({ unwritten: 100, dropped: 401 });
     refuse(false);
     vi.advanceTimersByTime(1_000);
     expect(batches).toEqual([Array.from({ length: 100 }, (_, i) => 401 + i)]);
     expect(events.at(-1)).toEqual({ kind: 'recovered', dropped: 0 });
+    // What it dropped stays counted (a counter's source); nothing is held back any more.
+    expect(q.backlog).toEqual({ unwritten: 0, dropped: 401 });
+  });
+
+  it('sizes entries only while writes fail: a healthy call pays nothing for the bound', () => {
+    let sized = 0;
+    const { q, batches, refuse } = queue(10, (n) => {
+      sized++;
+      return n;
+    });
+    addAll(q, 1, 4);
+    vi.advanceTimersByTime(50);
+    expect(sized).toBe(0);
+    refuse(true);
+    q.add(6);
+    q.add(4);
+    vi.advanceTimersByTime(50);
+    expect(sized).toBe(2);
+    q.add(3);
+    expect(sized).toBe(4);
+    refuse(false);
+    vi.advanceTimersByTime(1_000);
+    expect(batches).toEqual([[1, 2, 3], [4, 3]]);
+    q.add(9);
+    vi.advanceTimersByTime(50);
+    expect(sized).toBe(4);
   });
 
   it('while failing, a read\'s flush writes nothing (only the retry does): no read waits on a file that refuses', () => {
@@ -134,6 +161,7 @@ describe('a write queue whose writes fail', () => {
     q.close();
     expect(events.slice(1)).toEqual([{ kind: 'dropping', waiting: 2, dropped: 2 }, { kind: 'lost', dropped: 2 }]);
     expect(vi.getTimerCount()).toBe(0);
+    expect(q.backlog).toEqual({ unwritten: 0, dropped: 4 });
   });
 
   it('says what failed, what is kept, what was lost and what to do', () => {

@@ -1,7 +1,7 @@
 import type Database from 'better-sqlite3';
 import { capAuditText } from './audit-text.js';
 import type { Statements } from './statements.js';
-import { entryBytes, LOG_BYTES_KEPT, WriteQueue, type WriteEvent } from './write-queue.js';
+import { entryBytes, LOG_BYTES_KEPT, WriteQueue, type WriteBacklog, type WriteEvent } from './write-queue.js';
 
 export interface AuditEntry {
   timeMs: number;
@@ -66,6 +66,11 @@ export class AuditTable {
 
   flush(): void {
     this.queue.flush();
+  }
+
+  /** What its queue holds back while writes fail, and dropped in all. */
+  get backlog(): WriteBacklog {
+    return this.queue.backlog;
   }
 
   /** Writes what is queued (the store closes next); what cannot be written is lost, and reported. */

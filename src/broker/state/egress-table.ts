@@ -1,5 +1,5 @@
 import type { Statements } from './statements.js';
-import { entryBytes, LOG_BYTES_KEPT, WriteQueue, type WriteEvent } from './write-queue.js';
+import { entryBytes, LOG_BYTES_KEPT, WriteQueue, type WriteBacklog, type WriteEvent } from './write-queue.js';
 
 /**
  * One decision of berth's egress proxy as the audit keeps it: who asked, what for, how it was
@@ -75,6 +75,11 @@ export class EgressTable {
 
   flush(): void {
     this.queue.flush();
+  }
+
+  /** What its queue holds back while writes fail, and dropped in all. */
+  get backlog(): WriteBacklog {
+    return this.queue.backlog;
   }
 
   /** Writes what is queued (the store closes next); what cannot be written is lost, and reported. */

@@ -11,7 +11,7 @@ import { SCOPE_RECORDS_SCHEMA, ScopeRecords } from './scope-records.js';
 import { SESSION_SCHEMA, SessionTable } from './session-table.js';
 import { SNAPSHOT_SCHEMA, SnapshotTable } from './snapshot-table.js';
 import { Statements } from './statements.js';
-import { describeWriteEvent, type WriteEvent } from './write-queue.js';
+import { describeWriteEvent, type WriteBacklog, type WriteEvent } from './write-queue.js';
 
 const META_SCHEMA = 'CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);';
 
@@ -87,6 +87,11 @@ export class StateStore {
    */
   get connection(): Database.Database {
     return this.db;
+  }
+
+  /** What the audit's and the egress audit's queues hold back while writes fail, and dropped in all (`berth_state_*` metrics). */
+  writeBacklog(): Array<WriteBacklog & { log: 'audit' | 'egress_audit' }> {
+    return [{ log: 'audit', ...this.audit.backlog }, { log: 'egress_audit', ...this.egress.backlog }];
   }
 
   close(): void {

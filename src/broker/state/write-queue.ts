@@ -22,6 +22,14 @@ export type WriteEvent =
   /** Closed while failing: the `dropped` entries still waiting (and any dropped since the last report) are lost. */
   | { kind: 'lost'; dropped: number };
 
+/** What a queue holds back while its writes fail, and what it dropped in all (`WriteQueue.backlog`). */
+export interface WriteBacklog {
+  /** Entries kept in memory, not yet written, while writes fail (0 while they succeed). */
+  unwritten: number;
+  /** Entries dropped since the queue was made: past what is kept, or still unwritten at its close. */
+  dropped: number;
+}
+
 /** What a queue does with a batch it could not write. */
 export interface WriteFailures<T> {
   /** At most this much (`size` of each, summed) is kept for the next write; past it the oldest go. 0: a failed batch goes. */
@@ -60,22 +68,24 @@ export function entryBytes(entry: object): number {
  */
 export class WriteQueue<T> {
   private queue: T[] = [];
-  /** `size` of what is queued, summed. */
+  /** `size` of what is queued, summed: counted only while writes fail (the bound applies then alone). */
   private held = 0;
   private timer: NodeJS.Timeout | undefined;
   /** Entries are kept from a failed write: only the retry timer (and the close) writes. */
   private failing = false;
   /** Dropped since the last report. */
   private dropped = 0;
+  private droppedTotal = 0;
   private droppingSaidMs = 0;
 
   constructor(private readonly write: (batch: readonly T[]) => void, private readonly failures: WriteFailures<T> = { keep: 0 }) {}
 
   add(entry: T): void {
     this.queue.push(entry);
-    this.held += this.sizeOf(entry);
-    if (this.failing) this.dropPastKeep();
-    else if (this.queue.length >= MAX_QUEUED) this.tryWrite();
+    if (this.failing) {
+      this.held += this.sizeOf(entry);
+      this.dropPastKeep();
+    } else if (this.queue.length >= MAX_QUEUED) this.tryWrite();
     else this.schedule(FLUSH_AFTER_MS);
   }
 
@@ -84,12 +94,18 @@ export class WriteQueue<T> {
     if (!this.failing) this.tryWrite();
   }
 
+  /** What it holds back and dropped, for a gauge an operator can alert on. */
+  get backlog(): WriteBacklog {
+    return { unwritten: this.failing ? this.queue.length : 0, dropped: this.droppedTotal };
+  }
+
   /** Tries once more; what still cannot be written is lost, and said so. */
   close(): void {
     this.tryWrite();
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timer = undefined;
     const lost = this.dropped + this.queue.length;
+    this.droppedTotal += this.queue.length;
     this.queue = [];
     this.held = 0;
     this.failing = false;
@@ -102,13 +118,12 @@ export class WriteQueue<T> {
     const batch = this.queue;
     if (batch.length === 0) return;
     this.queue = [];
-    const held = this.held;
-    this.held = 0;
     try {
       this.write(batch);
     } catch (error) {
       this.queue = batch;
-      this.held = held;
+      // Kept up while failing (add, dropPastKeep); summed once when it begins.
+      if (!this.failing) this.held = batch.reduce((n, e) => n + this.sizeOf(e), 0);
       this.dropPastKeep();
       const began = !this.failing;
       // The queue's state first, then the report: a report that reads or adds finds it settled.
@@ -123,6 +138,7 @@ export class WriteQueue<T> {
     }
     const recovered = this.failing;
     this.failing = false;
+    this.held = 0;
     if (recovered) this.tell({ kind: 'recovered', dropped: this.dropped });
   }
 
@@ -136,6 +152,7 @@ export class WriteQueue<T> {
     if (over === 0) return;
     this.queue = this.queue.slice(over);
     this.dropped += over;
+    this.droppedTotal += over;
   }
 
   private tell(e: WriteEvent): void {
