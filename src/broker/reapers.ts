@@ -14,6 +14,7 @@ import type { SessionLinks } from './session-links.js';
 import type { JobTable } from './state/job-table.js';
 import type { SandboxRecord, SandboxTable } from './state/sandbox-table.js';
 import type { SessionTable } from './state/session-table.js';
+import { STAMP_AHEAD_MS } from './state/write-queue.js';
 import type { Logger } from '../logging/logger.js';
 
 /** How long a reaped mark waits for its session to come back (`SandboxTable.markReaped`): the audit's default retention. */
@@ -53,8 +54,8 @@ export interface WarmKeeper {
 
 export interface ReapersOptions {
   config: BerthConfig;
-  sandboxes: Pick<SandboxTable, 'list' | 'get' | 'delete' | 'markReaped' | 'pruneReaped' | 'pruneHolders'>;
-  sessions: Pick<SessionTable, 'ofSandbox' | 'sandboxCountOf'>;
+  sandboxes: Pick<SandboxTable, 'list' | 'get' | 'delete' | 'markReaped' | 'pruneReaped' | 'pruneHolders' | 'stampsBack'>;
+  sessions: Pick<SessionTable, 'ofSandbox' | 'sandboxCountOf' | 'stampsBack'>;
   lives: Pick<LiveSandboxes, 'get' | 'all'>;
   engines: Pick<Engines, 'names' | 'listManaged' | 'reapIdleNetworks' | 'releaseIdleDisks' | 'reapIdleGroups' | 'hostGuard'>;
   removal: Pick<SandboxRemoval, 'remove' | 'removeManaged' | 'hibernate' | 'hibernateUnheld'>;
@@ -224,6 +225,7 @@ export class Reapers implements BrokerReapers {
 
   private async sweepOnce(): Promise<void> {
     const { sessions, lives, removal, closer, measures, shutdown, log } = this.opts;
+    this.stampsBack(Date.now());
     await measures.enforceDiskLimits().catch((e: unknown) => log.child('berth:reaper').warn(`disk check failed: ${String(e)}`));
     for (const live of lives.all()) {
       if (shutdown.aborted) return;
@@ -257,6 +259,17 @@ export class Reapers implements BrokerReapers {
     this.opts.sandboxes.pruneHolders((owner) => !ownerAlive(owner));
     this.opts.audit.prune();
     if (this.opts.reap) await this.reapOrphans().catch((e) => log.child('berth:reaper').warn(String(e)));
+  }
+
+  /**
+   * Stamps from before the wall clock stepped back (more than STAMP_AHEAD_MS ahead of now) are set
+   * to now, in the store and in this process: else they would keep their sandboxes and sessions
+   * from going idle until the clock caught up (a touch replaces one too, but an idle one gets none).
+   */
+  private stampsBack(nowMs: number): void {
+    this.opts.sandboxes.stampsBack(nowMs);
+    this.opts.sessions.stampsBack(nowMs);
+    for (const live of this.opts.lives.all()) if (live.lastActivityMs > nowMs + STAMP_AHEAD_MS) live.lastActivityMs = nowMs;
   }
 
   /** Marks a sandbox about to be reaped whose sessions are not all closed: the next call on it hears it was recreated. */

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { SandboxRecord } from '../../src/broker/state/sandbox-table.js';
 import { StateStore } from '../../src/broker/state/state-store.js';
+import { STAMP_AHEAD_MS } from '../../src/broker/state/write-queue.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 function record(lastUsedMs: number): SandboxRecord {
@@ -50,6 +51,37 @@ describe('touches of sessions and sandboxes', () => {
     store.sessions.flushTouches();
     store.sandboxes.flushTouches();
     expect([lastSeen(store), lastUsed(store)]).toEqual([7_000, 7_000]);
+    store.close();
+  });
+
+  it('after the wall clock stepped back (more than STAMP_AHEAD_MS), a touch replaces the time ahead of it; a late write by less does not', () => {
+    const store = seeded(tempDir('berth-touches-'));
+    const flush = (): void => {
+      store.sessions.flushTouches();
+      store.sandboxes.flushTouches();
+    };
+    const t = 10 * STAMP_AHEAD_MS;
+    touchBoth(store, t);
+    flush();
+    // A touch a moment older that landed later (two processes, a queue's delay): the newer stays.
+    touchBoth(store, t - 2_000);
+    flush();
+    expect([lastSeen(store), lastUsed(store)]).toEqual([t, t]);
+    // The clock set back by an hour: the next touch is the truth, else the sandbox could not go idle for an hour.
+    touchBoth(store, t - STAMP_AHEAD_MS - 1);
+    flush();
+    expect([lastSeen(store), lastUsed(store)]).toEqual([t - STAMP_AHEAD_MS - 1, t - STAMP_AHEAD_MS - 1]);
+    store.close();
+  });
+
+  it('ahead of now by more than STAMP_AHEAD_MS are set back to now by the sweep\'s pass (an idle one gets no touch); nearer ones stay', () => {
+    const store = seeded(tempDir('berth-touches-'));
+    const now = 10 * STAMP_AHEAD_MS;
+    store.sandboxes.put(record(now + STAMP_AHEAD_MS + 1));
+    store.sessions.open('acme', 'default', 's1', 'd1', null, now + STAMP_AHEAD_MS - 1);
+    store.sandboxes.stampsBack(now);
+    store.sessions.stampsBack(now);
+    expect([lastSeen(store), lastUsed(store)]).toEqual([now + STAMP_AHEAD_MS - 1, now]);
     store.close();
   });
 

@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import type { Statements } from './statements.js';
-import { StampQueue } from './write-queue.js';
+import { STAMP_AHEAD_MS, StampQueue, stampParams, stampSql } from './write-queue.js';
 
 /** A sandbox this installation created, as the store remembers it. */
 export interface SandboxRecord {
@@ -100,10 +100,10 @@ export function migrateSandboxColumns(db: Database.Database): void {
 /** The sandboxes of this installation and the creation claims on them. Scoped by tenant where a tenant is involved. */
 export class SandboxTable {
   /** `touch`es not yet written; see `touch`. */
-  private readonly touches: StampQueue<[nowMs: number, digest: string]>;
+  private readonly touches: StampQueue<[...stamp: ReturnType<typeof stampParams>, digest: string]>;
 
   constructor(private readonly sql: Statements) {
-    this.touches = new StampQueue(sql, 'UPDATE sandboxes SET last_used_ms = max(last_used_ms, ?) WHERE digest = ?');
+    this.touches = new StampQueue(sql, `UPDATE sandboxes SET last_used_ms = ${stampSql('last_used_ms')} WHERE digest = ?`);
   }
 
   get(digest: string): SandboxRecord | undefined {
@@ -198,10 +198,17 @@ export class SandboxTable {
   /**
    * Moves a sandbox's `last_used_ms` forward to `nowMs`, within the write queue's delay (one
    * transaction for many; `flushTouches` at close). Never moves it back: a record written meanwhile
-   * (a bring-up, a hibernation) keeps a newer time.
+   * (a bring-up, a hibernation) keeps a newer time; but for one more than STAMP_AHEAD_MS ahead,
+   * from before the wall clock stepped back, which would keep it from going idle until the clock
+   * caught up.
    */
   touch(digest: string, nowMs: number): void {
-    this.touches.add(nowMs, digest);
+    this.touches.add(...stampParams(nowMs), digest);
+  }
+
+  /** Sets every `last_used_ms` more than STAMP_AHEAD_MS ahead of `nowMs` (the wall clock stepped back since) to `nowMs`. */
+  stampsBack(nowMs: number): void {
+    this.sql.q('UPDATE sandboxes SET last_used_ms = ? WHERE last_used_ms > ?').run(nowMs, nowMs + STAMP_AHEAD_MS);
   }
 
   /** Writes the queued touches now. */

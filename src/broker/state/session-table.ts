@@ -1,5 +1,5 @@
 import type { Statements } from './statements.js';
-import { StampQueue } from './write-queue.js';
+import { STAMP_AHEAD_MS, StampQueue, stampParams, stampSql } from './write-queue.js';
 
 export interface SessionRecord {
   tenant: string;
@@ -38,10 +38,10 @@ function toSession(r: SessionRow): SessionRecord {
 /** The sessions of this installation, who holds each, and the sandboxes each is linked to. */
 export class SessionTable {
   /** `touch`es not yet written; see `touch`. */
-  private readonly touches: StampQueue<[nowMs: number, tenant: string, profile: string, session: string]>;
+  private readonly touches: StampQueue<[...stamp: ReturnType<typeof stampParams>, tenant: string, profile: string, session: string]>;
 
   constructor(private readonly sql: Statements) {
-    this.touches = new StampQueue(sql, 'UPDATE sessions SET last_seen_ms = max(last_seen_ms, ?) WHERE tenant = ? AND profile = ? AND session = ?');
+    this.touches = new StampQueue(sql, `UPDATE sessions SET last_seen_ms = ${stampSql('last_seen_ms')} WHERE tenant = ? AND profile = ? AND session = ?`);
   }
 
   /** Opens (or re-opens) a session and links it to a sandbox. */
@@ -61,11 +61,17 @@ export class SessionTable {
   /**
    * Moves a session's `last_seen_ms` forward to `nowMs`, within the write queue's delay (one
    * transaction for many, not a disk write per call; `flushTouches` at close). Never moves it back,
-   * so a late write cannot undo a newer one. Reads do not wait for the queue: the stamp is already
+   * so a late write cannot undo a newer one (but for a stamp from before the wall clock stepped
+   * back, see `SandboxTable.touch`). Reads do not wait for the queue: the stamp is already
    * up to `SESSION_TOUCH_MS` old by design (session-links.ts), and no decision of this process reads it.
    */
   touch(tenant: string, profile: string, session: string, nowMs: number): void {
-    this.touches.add(nowMs, tenant, profile, session);
+    this.touches.add(...stampParams(nowMs), tenant, profile, session);
+  }
+
+  /** Sets every `last_seen_ms` more than STAMP_AHEAD_MS ahead of `nowMs` (the wall clock stepped back since) to `nowMs`. */
+  stampsBack(nowMs: number): void {
+    this.sql.q('UPDATE sessions SET last_seen_ms = ? WHERE last_seen_ms > ?').run(nowMs, nowMs + STAMP_AHEAD_MS);
   }
 
   /** Writes the queued touches now. */

@@ -168,6 +168,27 @@ export class WriteQueue<T> {
 }
 
 /**
+ * A stored freshness stamp further ahead of a new one than this is from before the wall clock
+ * stepped back (a VM restored, a clock set by hand): the new one replaces it. Nearer, it is a
+ * later write that landed first, and the newer time stays. Writers of one home are never minutes
+ * apart: a stamp waits at most a queue's delay and a retry.
+ */
+export const STAMP_AHEAD_MS = 5 * 60_000;
+
+/**
+ * `column = ` the newer of it and a stamp, or the stamp where the column is more than
+ * STAMP_AHEAD_MS ahead of it (see there): the SQL, whose parameters are `stampParams(nowMs)`.
+ */
+export function stampSql(column: string): string {
+  return `CASE WHEN ${column} > ? THEN ? ELSE max(${column}, ?) END`;
+}
+
+/** The parameters of `stampSql` for a stamp of `nowMs`. */
+export function stampParams(nowMs: number): [number, number, number] {
+  return [nowMs + STAMP_AHEAD_MS, nowMs, nowMs];
+}
+
+/**
  * Freshness stamps (a session's last seen, a sandbox's last use): the parameters of one UPDATE,
  * queued (`WriteQueue`) and run for each in one transaction. A batch that fails to write (a busy or
  * full file) is dropped: a later stamp writes a newer time, and a stamp is never worth failing a
