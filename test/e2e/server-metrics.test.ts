@@ -86,7 +86,7 @@ describeDocker('GET /metrics on berth serve (docker)', () => {
     for (const secret of [session, '998877', 'cmd-marker', 'acme', tenantToken, mToken, 'mcp-']) expect(text).not.toContain(secret);
     const labelNames = new Set([...families.values()].flatMap((f) => f.samples.flatMap((s) => Object.keys(s.labels))));
     // berth's own labels, the runtime metrics' (node's version, heap space, gc type) and build info's version: never an id.
-    const allowed = ['backend', 'code', 'cold', 'direction', 'kind', 'le', 'lifecycle', 'major', 'minor', 'patch', 'reason', 'space', 'state', 'type', 'version'];
+    const allowed = ['backend', 'code', 'cold', 'direction', 'kind', 'le', 'lifecycle', 'log', 'major', 'minor', 'patch', 'reason', 'space', 'state', 'type', 'version'];
     expect([...labelNames].sort()).toEqual(allowed.filter((l) => labelNames.has(l)));
     expect(labelNames.has('tenant')).toBe(false);
 
