@@ -2,14 +2,15 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { PassThrough, type Duplex, type Readable, type Writable } from 'node:stream';
 import type Dockerode from 'dockerode';
+import type { ClientChannel } from 'ssh2';
 
 /**
  * A bare bash behind its three streams, asked one command at a time with the marker protocol at
  * its simplest: after the command, a random marker on stdout (and first on stderr, when both
  * streams are awaited, as berth keeps them apart); the command has answered once the marker has
  * come on each. The floors of the bench: opened on a docker exec's attach stream (`attach`: the
- * engine's own path, stdout and stderr multiplexed) or on a process of this host behind pipes
- * (`onHost`: no engine at all). A shell whose stream or process ends fails its command instead of
+ * engine's own path, stdout and stderr multiplexed), on an ssh channel (`onChannel`), or on a
+ * process of this host behind pipes (`onHost`: no engine at all). A shell whose stream or process ends fails its command instead of
  * leaving a round waiting forever.
  *
  * @example
@@ -40,6 +41,13 @@ export class MarkerShell {
     docker.modem.demuxStream(stream, out, err);
     const shell = new MarkerShell(stream, out, err, bothStreams, () => stream.end());
     stream.once('close', () => shell.fail(new Error(`the attached bash in ${container} ended`)));
+    return shell;
+  }
+
+  /** A bash already started on an ssh2 exec channel (`exec bash --noprofile --norc`): its stdout and stderr as ssh carries them. */
+  static onChannel(channel: ClientChannel, bothStreams = false): MarkerShell {
+    const shell = new MarkerShell(channel, channel, channel.stderr, bothStreams, () => channel.end());
+    channel.once('close', () => shell.fail(new Error('the bash on an ssh channel ended')));
     return shell;
   }
 

@@ -21,6 +21,7 @@ import { DEFAULT_POOL_SETTINGS, type SshTarget } from '../src/backends/ssh/targe
 import { Broker } from '../src/broker/broker.js';
 import { StateStore } from '../src/broker/state/state-store.js';
 import { parseConfig } from '../src/setup/parse-config.js';
+import { MarkerShell } from './marker-shell.js';
 import { fmt, interleaved, percentile, row, timeMany, verdict } from './stats.js';
 
 const N = Number(process.env['BENCH_SSH_N'] ?? 200);
@@ -39,48 +40,6 @@ function targetFromEnv(): SshTarget | string {
     knownHostsFile: need('BERTH_TEST_SSH_KNOWN_HOSTS'),
     trustOnFirstUse: false,
   };
-}
-
-/**
- * The floor: a bare bash on one ssh2 channel, a marker per command, nothing else. With
- * `bothStreams` the marker is printed on stderr, then stdout, and both are awaited: the shape of
- * berth's trailer, which costs a second SSH message per command.
- */
-class BareChannelShell {
-  private out = '';
-  private err = '';
-  private waiter: { marker: string; resolve: () => void } | undefined;
-
-  constructor(private readonly channel: ClientChannel, private readonly bothStreams: boolean) {
-    channel.setEncoding('utf8');
-    channel.stderr.setEncoding('utf8');
-    channel.on('data', (d: string) => {
-      this.out += d;
-      this.check();
-    });
-    channel.stderr.on('data', (d: string) => {
-      this.err += d;
-      this.check();
-    });
-  }
-
-  run(cmd: string): Promise<void> {
-    const marker = `__END_${randomBytes(12).toString('hex')}__`;
-    const tail = this.bothStreams ? `printf '%s' '${marker}' >&2; printf '%s' '${marker}'` : `printf '%s' '${marker}'`;
-    return new Promise((resolve) => {
-      this.waiter = { marker, resolve };
-      this.channel.write(`${cmd}\n${tail}\n`);
-    });
-  }
-
-  private check(): void {
-    const w = this.waiter;
-    if (w === undefined || !this.out.includes(w.marker) || (this.bothStreams && !this.err.includes(w.marker))) return;
-    this.out = '';
-    this.err = '';
-    this.waiter = undefined;
-    w.resolve();
-  }
 }
 
 function untilClosed(channel: ClientChannel): Promise<void> {
@@ -141,9 +100,9 @@ export async function sshBench(): Promise<void> {
     await accounts.check();
     console.log(`\n# ssh: one command, loopback sshd ${target.host}:${target.port} (n=${N})`);
     const { channel: bareCh } = await pool.exec(target, 'exec bash --noprofile --norc');
-    const bare = new BareChannelShell(bareCh, false);
+    const bare = MarkerShell.onChannel(bareCh, false);
     const { channel: bare2Ch } = await pool.exec(target, 'exec bash --noprofile --norc');
-    const bare2 = new BareChannelShell(bare2Ch, true);
+    const bare2 = MarkerShell.onChannel(bare2Ch, true);
     const session = broker.session({ session: 'bench' });
     await session.exec('true');
     const [floorS, floor2S, berthS] = await interleaved(N, [() => bare.run('true'), () => bare2.run('true'), () => session.exec('true')]);
