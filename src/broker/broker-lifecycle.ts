@@ -90,10 +90,11 @@ export async function closeParts(parts: ClosingParts, graceMs: number): Promise<
 
 /**
  * The live sandboxes whose egress proxy this process serves, whose processes outlive it (a
- * container's; bwrap's end with it) and whose shells reported a background job after their last
- * command (what the shells know, without asking the sandbox: a close never waits on an engine for
- * it): such a job would lose its network when the process ends (the proxy listens in them from
- * here), so they go to a keeper, or the close says so on the log (a CLI call's stderr).
+ * container's; bwrap's end with it) and where a background job runs: one their shells reported
+ * after their last command, or a process a command left outside the job table, read from the
+ * sandbox's command groups on this host (kernel files: a close never waits on an engine for it).
+ * Such a job would lose its network when the process ends (the proxy listens in them from here),
+ * so they go to a keeper, or the close says so on the log (a CLI call's stderr).
  */
 async function jobsLosingEgress(parts: ClosingParts): Promise<LiveSandbox[]> {
   const out: LiveSandbox[] = [];

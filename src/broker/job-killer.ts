@@ -54,13 +54,24 @@ export class JobKiller {
     }
   }
 
-  /** Runs a kill with the job marked as being killed in the store (`JobLedger.settleGone`), the mark cleared after however it went. */
+  /**
+   * Runs a kill with the job marked as being killed in the store (`JobLedger.settleGone`), the mark
+   * cleared after however it went. A store that refuses the mark (a full disk, a lock held too
+   * long) never stops the kill: readers may then answer `unknown` for its moment, as before marks.
+   */
   private async marked<T>(job: JobRecord, startedMs: number, kill: () => Promise<T>): Promise<T> {
-    this.opts.jobs.markKilling(job.id, startedMs);
+    const mark = (what: string, write: () => void): void => {
+      try {
+        write();
+      } catch (err) {
+        this.opts.log.warn(`job ${job.id} in ${job.sandboxKey}: could not ${what} in state.db (${String(err)}); the kill goes on`);
+      }
+    };
+    mark('mark it as being killed', () => this.opts.jobs.markKilling(job.id, startedMs));
     try {
       return await kill();
     } finally {
-      this.opts.jobs.clearKilling(job.id);
+      mark('clear its kill mark', () => this.opts.jobs.clearKilling(job.id));
     }
   }
 

@@ -6,10 +6,13 @@ import type { JobRecord, JobTable } from './state/job-table.js';
 const JOB_ID_RE = /^job_[0-9a-f]{16}$/;
 
 /**
- * How long a kill's mark keeps readers from recording a job's end: longer than a kill takes at
- * most (its group's wait, then three helpers in the sandbox of `HELPER_TIMEOUT_MS` each).
+ * How long a kill's mark keeps readers from recording a job's end: about twice what a kill's
+ * bounded steps take together (two group kills of 5 s, 10 s each on a kernel without
+ * `cgroup.kill`; three helpers in the sandbox of `HELPER_TIMEOUT_MS`, 15 s, each: 65 s). A step
+ * the engine or the ssh agent holds before its own timer starts can take longer; a read past the
+ * mark answers `unknown`, and the kill still records `killed` when it ends.
  */
-export const KILL_PENDING_MS = 60_000;
+export const KILL_PENDING_MS = 120_000;
 
 export type JobStatus = JobRecord['status'];
 

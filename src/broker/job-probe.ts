@@ -17,7 +17,7 @@ export interface JobState {
 
 /** What a job's sandbox says of it: its state and output, and whether a sandbox still runs any (the idle reaper asks). */
 export class JobProbe {
-  constructor(private readonly opts: { jobs: Pick<JobTable, 'runningIn'>; ledger: Pick<JobLedger, 'settle'> }) {}
+  constructor(private readonly opts: { jobs: Pick<JobTable, 'runningIn'>; ledger: Pick<JobLedger, 'settle' | 'settleGone'> }) {}
 
   /** The job's state and up to `maxBytes` of its output from `offset`; undefined when the sandbox or the job's dir is gone. */
   async probe(job: JobRecord, sandbox: Sandbox, offset: number, maxBytes: number): Promise<JobState | undefined> {
@@ -58,14 +58,12 @@ export class JobProbe {
       const p = await this.probe(job, sandbox, 0, 0).catch(() => 'error' as const);
       if (p === 'error') {
         active = true; // cannot tell: do not reap on a guess
-      } else if (p === undefined) {
-        ledger.settle(job, 'unknown', null);
-      } else if (p.exitCode !== null) {
+      } else if (p !== undefined && p.exitCode !== null) {
         ledger.settle(job, 'exited', p.exitCode);
-      } else if (p.alive) {
+      } else if (p?.alive === true) {
         active = true;
-      } else {
-        ledger.settle(job, 'unknown', null);
+      } else if (ledger.settleGone(job).status === 'running') {
+        active = true; // being killed: the kill records its end
       }
     }
     return active;

@@ -67,7 +67,7 @@ export class SnapshotTaker {
   /** A snapshot's call runs on an idle sandbox: no command, no shell's background job, no job. */
   async assertIdle(call: ResolvedCall, live: LiveSandbox, verb: string): Promise<void> {
     this.assertNotHeldElsewhere(call, verb);
-    if (live.inflight > 0 || (await live.shells.busy())) throw busy(call, verb, 'a command or a background job of its shell runs in it');
+    if (live.inflight > 0 || (await live.shells.busy())) throw busy(call, verb, 'a command or a background job runs in it (one its shell lists, or a process a command left running: a daemon too)');
     if (await this.opts.jobs.activeIn(live.digest, live.sandbox).catch(() => true)) throw busy(call, verb, 'a job runs in it (berth jobs)');
   }
 

@@ -202,7 +202,7 @@ describe('snapshot and restore on the fake backend', () => {
     await runs;
     const e = await codeOf(broker.snapshots.create(S1, { name: 'busy' }));
     expect(e.code).toBe('sandbox_busy');
-    expect(e.message).toMatch(/cannot be snapshotted now: a command or a background job of its shell runs in it/);
+    expect(e.message).toMatch(/cannot be snapshotted now: a command or a background job runs in it \(one its shell lists, or a process a command left running: a daemon too\)/);
     expect((await running).exitCode).toBe(0);
     expect(broker.snapshots.list('local')).toEqual([]);
     expect(existsSync(join(home, 'snapshots', 'fake')) ? readdirSync(join(home, 'snapshots', 'fake')) : []).toEqual([]);

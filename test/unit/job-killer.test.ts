@@ -1,8 +1,10 @@
-import { describe, expect, it } from 'vitest';
+import Database from 'better-sqlite3';
+import { join } from 'node:path';
+import { describe, expect, it, vi } from 'vitest';
 import type { Sandbox } from '../../src/backends/backend.js';
 import { JobKiller } from '../../src/broker/job-killer.js';
 import { JobLedger, KILL_PENDING_MS } from '../../src/broker/job-ledger.js';
-import type { JobState } from '../../src/broker/job-probe.js';
+import { JobProbe, type JobState } from '../../src/broker/job-probe.js';
 import { JobReader, type JobReadResult } from '../../src/broker/job-reader.js';
 import type { JobRecord } from '../../src/broker/state/job-table.js';
 import { StateStore } from '../../src/broker/state/state-store.js';
@@ -25,7 +27,8 @@ function job(over: Partial<JobRecord> = {}): JobRecord {
 
 /** A killer over a real store whose sandbox runs `duringKill` while its kill script runs. */
 function setUp(duringKill: (ledger: JobLedger, j: JobRecord) => unknown) {
-  const store = StateStore.open(tempDir('berth-job-killer-'));
+  const home = tempDir('berth-job-killer-');
+  const store = StateStore.open(home);
   const ledger = new JobLedger({ jobs: store.jobs, resolver: { resolve: () => { throw new Error('not asked'); } } });
   const gone: JobState = { exitCode: null, alive: false, size: 0, bytes: Buffer.alloc(0) };
   const killer = new JobKiller({ jobs: store.jobs, ledger, probe: { probe: () => Promise.resolve(gone) }, log: Logger.silent() });
@@ -45,7 +48,11 @@ function setUp(duringKill: (ledger: JobLedger, j: JobRecord) => unknown) {
     resolver: { resolve: () => { throw new Error('not asked'); }, policy: () => { throw new Error('not asked'); } },
   });
   const read = (): Promise<JobReadResult> => reader.read({ tenant: j.tenant, profile: j.profile, session: j.session }, j.id, { maxBytes: 0 });
-  return { store, killer, sandbox, j, row, read };
+  // The idle reaper's look at the sandbox's jobs (JobProbe.activeIn), its probe answering "gone".
+  const jobProbe = new JobProbe({ jobs: store.jobs, ledger });
+  vi.spyOn(jobProbe, 'probe').mockResolvedValue(gone);
+  const activeIn = (): Promise<boolean> => jobProbe.activeIn(j.digest, sandbox);
+  return { store, killer, sandbox, j, row, read, home, activeIn };
 }
 
 describe('a job read while it is killed', () => {
@@ -58,6 +65,39 @@ describe('a job read while it is killed', () => {
       expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
       expect(during).toMatchObject({ status: 'running', done: false, exitCode: null });
       expect(await t.read()).toMatchObject({ status: 'killed', done: true, exitCode: null });
+    } finally {
+      t.store.close();
+    }
+  });
+
+  it("the idle reaper's look during the kill counts the job as running and records nothing", async () => {
+    let during: boolean | undefined;
+    const t = setUp(async () => {
+      during = await t.activeIn();
+    });
+    try {
+      expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
+      expect(during).toBe(true);
+      expect(t.row()).toMatchObject({ status: 'killed' });
+      expect(await t.activeIn()).toBe(false);
+    } finally {
+      t.store.close();
+    }
+  });
+
+  it('a store that refuses the mark does not stop the kill', async () => {
+    let killScriptRan = false;
+    const t = setUp(() => {
+      killScriptRan = true;
+    });
+    try {
+      // Only the mark's column is refused (as a full disk would refuse it); the end is still recorded.
+      const other = new Database(join(t.home, 'state.db'));
+      other.exec("CREATE TRIGGER refuse BEFORE UPDATE OF kill_started_ms ON jobs BEGIN SELECT RAISE(ABORT, 'refused'); END;");
+      other.close();
+      expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
+      expect(killScriptRan).toBe(true);
+      expect(t.row()).toMatchObject({ status: 'killed' });
     } finally {
       t.store.close();
     }
