@@ -86,8 +86,9 @@ export interface ProcessGroups {
   killGroup(name: string): Promise<number | undefined>;
   /**
    * Whether a process a command started is still in one of the sandbox's groups (a job left
-   * running, a daemon, or a live shell), leaving out the live shells whose host pids are `shells`
-   * (each sits in the group of its last command); absent where the groups cannot be read from here.
+   * running, a daemon, or a live shell); with `shells` (the host pids of this process's live shells,
+   * each in the group of its last command), shells are left out; absent where the groups cannot be
+   * read from here.
    */
   commandsRunning?(shells?: ReadonlySet<number>): boolean;
 }

@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,6 +12,12 @@ import { Logger } from '../../src/logging/logger.js';
  * (`(cmd &)`, `setsid`, a daemon). A live shell sits in the group of its last command and is left
  * out by its host pid. The kernel's files laid out in a plain dir: the logic, not the kernel's.
  */
+
+/**
+ * Pids no process has (past the kernel's pid_max): their parent cannot be read, so they count as a
+ * command's (the careful answer), as a process in the sandbox would.
+ */
+const GONE = 4_194_304;
 
 const roots: string[] = [];
 afterEach(() => {
@@ -39,7 +46,7 @@ it('a group that holds only a live shell is not a command running; one more proc
   expect(cgroups.commandsRunning(new Set([10]))).toBe(false);
   // Asked without the live shells (no process holds the sandbox): the shell counts.
   expect(cgroups.commandsRunning()).toBe(true);
-  group('berth-a', [10, 20]);
+  group('berth-a', [10, GONE + 20]);
   expect(cgroups.commandsRunning(new Set([10]))).toBe(true);
 });
 
@@ -48,14 +55,14 @@ it("a process in a group no live shell is in (an ended shell's, another berth pr
   group('berth-a', [10]);
   group('berth-old', []);
   expect(cgroups.commandsRunning(new Set([10]))).toBe(false);
-  group('berth-old', [30]);
+  group('berth-old', [GONE + 30]);
   expect(cgroups.commandsRunning(new Set([10]))).toBe(true);
 });
 
 it('a populated group below a shell\'s group counts, though the shell is its only process', () => {
   const { cgroups, group } = sandbox();
   group('berth-a', [10]);
-  group('berth-a/inner', [40]);
+  group('berth-a/inner', [GONE + 40]);
   expect(cgroups.commandsRunning(new Set([10]))).toBe(true);
 });
 
@@ -64,4 +71,20 @@ it('processes in the sandbox\'s own cgroup (the warden, helpers) or in a group n
   group('.', [1, 2, 3]);
   group('other', [50]);
   expect(cgroups.commandsRunning(new Set())).toBe(false);
+});
+
+it("a process whose parent is outside the sandbox (a shell berth started, another berth process's) is not a command's", async () => {
+  const { cgroups, group } = sandbox();
+  // A real process whose parent is this test's: outside the sandbox's cgroup, as a shell's parent
+  // is the engine's shim (docker) or berth itself (local). A command's processes are parented inside.
+  const child = spawn('sleep', ['30'], { stdio: 'ignore' });
+  try {
+    await new Promise((r) => child.once('spawn', r));
+    group('berth-other', [child.pid!]);
+    expect(cgroups.commandsRunning(new Set([10]))).toBe(false);
+    group('berth-other', [child.pid!, GONE + 50]);
+    expect(cgroups.commandsRunning(new Set([10]))).toBe(true);
+  } finally {
+    child.kill('SIGKILL');
+  }
 });

@@ -12,21 +12,6 @@ import { CgroupShell } from './shell-cgroups.js';
 /** Every group berth makes starts so; nothing else under a sandbox's cgroup is ever touched. */
 export const GROUP_PREFIX = 'berth-';
 
-/**
- * Whether `group` holds a process not in `shells`, or a group of its own that holds any (one a
- * process there made, where the sandbox may). One that went meanwhile holds nothing.
- */
-function holdsOtherThan(group: CgroupDir, shells: ReadonlySet<number>): boolean {
-  let pids: number[];
-  try {
-    pids = group.procs();
-  } catch (err) {
-    if (errnoOf(err) === 'ENOENT') return false;
-    throw err;
-  }
-  return pids.some((p) => !shells.has(p)) || group.children('').some((c) => !c.isEmpty());
-}
-
 /** Bound on each wait for the kernel (a group to freeze, a killed group to empty). */
 const DEFAULT_WAIT_MS = 5_000;
 
@@ -174,11 +159,42 @@ export class SandboxCgroups implements ProcessGroups {
 
   /**
    * Whether some process is still in one of berth's groups: what a command started and left
-   * running (a `cmd &`, a `setsid` daemon: nothing a command starts can leave its group), or a
-   * shell of a berth process other than `shells` (host pids). Read from the kernel's files alone.
+   * running (a `cmd &`, a `setsid` daemon: nothing a command starts can leave its group), or, when
+   * `shells` is not given, a shell of a berth process; given, the live shells it names (host pids)
+   * and any shell berth started (see `holdsCommands`) are left out. Read from the kernel's files alone.
    */
   commandsRunning(shells?: ReadonlySet<number>): boolean {
-    return this.dir.children(GROUP_PREFIX).some((g) => !g.isEmpty() && (shells === undefined || holdsOtherThan(g, shells)));
+    return this.dir.children(GROUP_PREFIX).some((g) => !g.isEmpty() && (shells === undefined || this.holdsCommands(g, shells)));
+  }
+
+  /**
+   * Whether `group` holds a process a command started: one not in `shells` whose parent is in the
+   * sandbox (a shell berth started, another berth process's too, has its parent outside: the
+   * engine's shim, berth itself; nothing a command starts can be parented outside), or a group of
+   * its own that holds any. A process whose parent cannot be read counts. One that went meanwhile
+   * holds nothing.
+   */
+  private holdsCommands(group: CgroupDir, shells: ReadonlySet<number>): boolean {
+    let pids: number[];
+    try {
+      pids = group.procs();
+    } catch (err) {
+      if (errnoOf(err) === 'ENOENT') return false;
+      throw err;
+    }
+    return pids.some((p) => !shells.has(p) && !this.startedFromOutside(p)) || group.children('').some((c) => !c.isEmpty());
+  }
+
+  /** Whether host process `hostPid`'s parent is outside the sandbox (false when it cannot be read). */
+  private startedFromOutside(hostPid: number): boolean {
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${hostPid}/stat`, 'latin1');
+    } catch {
+      return false;
+    }
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    return Number.isInteger(ppid) && ppid > 0 && cgroupsOf(ppid) !== undefined && !this.holds(ppid);
   }
 
   /** Removes berth's groups that no process is in any more (ended jobs, a crashed berth's). */
