@@ -73,7 +73,8 @@ export class SandboxShells {
    * Whether a background job runs: one a shell reported after its last command, or, where the
    * sandbox's command groups can be read from berth's host, any process a command left running
    * outside its shell's job table (`(cmd &)`, `setsid`, `disown`, a daemon); not a shell, this
-   * process's (by host pid) or another's (`SandboxCgroups.commandsRunning`). It may write to disk between calls, and a hibernation would kill it.
+   * process's (by host pid) or another's (`SandboxCgroups.commandsRunning`). It may write to disk
+   * between calls, and a hibernation would kill it.
    */
   async hasBackgroundJobs(): Promise<boolean> {
     return this.jobsIn(await this.settled());
