@@ -131,8 +131,12 @@ export class SandboxCgroups implements ProcessGroups {
   /** Whether host process `hostPid` is one of this sandbox's: in its cgroup or one of berth's groups there. */
   holds(hostPid: number): boolean {
     const path = cgroupsOf(hostPid)?.unified;
-    const ours = `${this.opts.base === '/' ? '' : this.opts.base}/${GROUP_PREFIX}`;
-    return path !== undefined && (path === this.opts.base || path.startsWith(ours));
+    return path !== undefined && this.inSandbox(path);
+  }
+
+  /** Whether cgroup `path` is the sandbox's own or one of berth's groups there. */
+  private inSandbox(path: string): boolean {
+    return path === this.opts.base || path.startsWith(`${this.opts.base === '/' ? '' : this.opts.base}/${GROUP_PREFIX}`);
   }
 
   /** The sandbox's pids in use and limit, where a pids cgroup bounds it. */
@@ -194,7 +198,9 @@ export class SandboxCgroups implements ProcessGroups {
       return false;
     }
     const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-    return Number.isInteger(ppid) && ppid > 0 && cgroupsOf(ppid) !== undefined && !this.holds(ppid);
+    if (!Number.isInteger(ppid) || ppid <= 0) return false;
+    const path = cgroupsOf(ppid)?.unified;
+    return path !== undefined && !this.inSandbox(path);
   }
 
   /** Removes berth's groups that no process is in any more (ended jobs, a crashed berth's). */
