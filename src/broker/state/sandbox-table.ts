@@ -1,6 +1,6 @@
 import type Database from 'better-sqlite3';
 import type { Statements } from './statements.js';
-import { STAMP_AHEAD_MS, StampQueue, stampParams, stampSql } from './write-queue.js';
+import { StampQueue, stampParams, stampsBack, stampSql } from './write-queue.js';
 
 /** A sandbox this installation created, as the store remembers it. */
 export interface SandboxRecord {
@@ -208,9 +208,7 @@ export class SandboxTable {
 
   /** Sets every `last_used_ms` more than STAMP_AHEAD_MS ahead of `nowMs` (the wall clock stepped back since) to `nowMs`. */
   stampsBack(nowMs: number): void {
-    // Looked for first: an UPDATE takes the file's write lock even when it changes nothing.
-    if (this.sql.q('SELECT 1 FROM sandboxes WHERE last_used_ms > ? LIMIT 1').get(nowMs + STAMP_AHEAD_MS) === undefined) return;
-    this.sql.q('UPDATE sandboxes SET last_used_ms = ? WHERE last_used_ms > ?').run(nowMs, nowMs + STAMP_AHEAD_MS);
+    stampsBack(this.sql, 'sandboxes', 'last_used_ms', nowMs);
   }
 
   /** Writes the queued touches now. */

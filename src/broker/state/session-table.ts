@@ -1,5 +1,5 @@
 import type { Statements } from './statements.js';
-import { STAMP_AHEAD_MS, StampQueue, stampParams, stampSql } from './write-queue.js';
+import { StampQueue, stampParams, stampsBack, stampSql } from './write-queue.js';
 
 export interface SessionRecord {
   tenant: string;
@@ -71,9 +71,7 @@ export class SessionTable {
 
   /** Sets every `last_seen_ms` more than STAMP_AHEAD_MS ahead of `nowMs` (the wall clock stepped back since) to `nowMs`. */
   stampsBack(nowMs: number): void {
-    // Looked for first: an UPDATE takes the file's write lock even when it changes nothing.
-    if (this.sql.q('SELECT 1 FROM sessions WHERE last_seen_ms > ? LIMIT 1').get(nowMs + STAMP_AHEAD_MS) === undefined) return;
-    this.sql.q('UPDATE sessions SET last_seen_ms = ? WHERE last_seen_ms > ?').run(nowMs, nowMs + STAMP_AHEAD_MS);
+    stampsBack(this.sql, 'sessions', 'last_seen_ms', nowMs);
   }
 
   /** Writes the queued touches now. */

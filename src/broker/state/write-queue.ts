@@ -188,6 +188,13 @@ export function stampParams(nowMs: number): [number, number, number] {
   return [nowMs + STAMP_AHEAD_MS, nowMs, nowMs];
 }
 
+/** Sets every `column` of `table` more than STAMP_AHEAD_MS ahead of `nowMs` (the wall clock stepped back since) to `nowMs`. */
+export function stampsBack(sql: Statements, table: string, column: string, nowMs: number): void {
+  // Looked for first: an UPDATE takes the file's write lock even when it changes nothing.
+  if (sql.q(`SELECT 1 FROM ${table} WHERE ${column} > ? LIMIT 1`).get(nowMs + STAMP_AHEAD_MS) === undefined) return;
+  sql.q(`UPDATE ${table} SET ${column} = ? WHERE ${column} > ?`).run(nowMs, nowMs + STAMP_AHEAD_MS);
+}
+
 /**
  * Freshness stamps (a session's last seen, a sandbox's last use): the parameters of one UPDATE,
  * queued (`WriteQueue`) and run for each in one transaction. A batch that fails to write (a busy or
