@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { join } from 'node:path';
-import { describe, expect, it, vi } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Sandbox } from '../../src/backends/backend.js';
 import { JobKiller } from '../../src/broker/job-killer.js';
 import { JobLedger, KILL_PENDING_MS } from '../../src/broker/job-ledger.js';
@@ -25,10 +25,17 @@ function job(over: Partial<JobRecord> = {}): JobRecord {
   };
 }
 
+/** The stores the tests opened, closed after each. */
+const stores: StateStore[] = [];
+afterEach(() => {
+  for (const store of stores.splice(0)) store.close();
+});
+
 /** A killer over a real store whose sandbox runs `duringKill` while its kill script runs. */
 function setUp(duringKill: (ledger: JobLedger, j: JobRecord) => unknown) {
   const home = tempDir('berth-job-killer-');
   const store = StateStore.open(home);
+  stores.push(store);
   const ledger = new JobLedger({ jobs: store.jobs, resolver: { resolve: () => { throw new Error('not asked'); } } });
   const gone: JobState = { exitCode: null, alive: false, size: 0, bytes: Buffer.alloc(0) };
   const killer = new JobKiller({ jobs: store.jobs, ledger, probe: { probe: () => Promise.resolve(gone) }, log: Logger.silent() });
@@ -61,13 +68,9 @@ describe('a job read while it is killed', () => {
     const t = setUp(async () => {
       during = await t.read();
     });
-    try {
-      expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
-      expect(during).toMatchObject({ status: 'running', done: false, exitCode: null });
-      expect(await t.read()).toMatchObject({ status: 'killed', done: true, exitCode: null });
-    } finally {
-      t.store.close();
-    }
+    expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
+    expect(during).toMatchObject({ status: 'running', done: false, exitCode: null });
+    expect(await t.read()).toMatchObject({ status: 'killed', done: true, exitCode: null });
   });
 
   it("the idle reaper's look during the kill counts the job as running and records nothing", async () => {
@@ -75,14 +78,10 @@ describe('a job read while it is killed', () => {
     const t = setUp(async () => {
       during = await t.activeIn();
     });
-    try {
-      expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
-      expect(during).toBe(true);
-      expect(t.row()).toMatchObject({ status: 'killed' });
-      expect(await t.activeIn()).toBe(false);
-    } finally {
-      t.store.close();
-    }
+    expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
+    expect(during).toBe(true);
+    expect(t.row()).toMatchObject({ status: 'killed' });
+    expect(await t.activeIn()).toBe(false);
   });
 
   it('a store that refuses the mark does not stop the kill', async () => {
@@ -90,73 +89,49 @@ describe('a job read while it is killed', () => {
     const t = setUp(() => {
       killScriptRan = true;
     });
-    try {
-      // Only the mark's column is refused (as a full disk would refuse it); the end is still recorded.
-      const other = new Database(join(t.home, 'state.db'));
-      other.exec("CREATE TRIGGER refuse BEFORE UPDATE OF kill_started_ms ON jobs BEGIN SELECT RAISE(ABORT, 'refused'); END;");
-      other.close();
-      expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
-      expect(killScriptRan).toBe(true);
-      expect(t.row()).toMatchObject({ status: 'killed' });
-    } finally {
-      t.store.close();
-    }
+    // Only the mark's column is refused (as a full disk would refuse it); the end is still recorded.
+    const other = new Database(join(t.home, 'state.db'));
+    other.exec("CREATE TRIGGER refuse BEFORE UPDATE OF kill_started_ms ON jobs BEGIN SELECT RAISE(ABORT, 'refused'); END;");
+    other.close();
+    expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
+    expect(killScriptRan).toBe(true);
+    expect(t.row()).toMatchObject({ status: 'killed' });
   });
 
   it('a kill that failed leaves no mark: the next read records the end as unknown', async () => {
     const t = setUp(() => {
       throw new Error('the sandbox went');
     });
-    try {
-      await expect(t.killer.kill(t.j, t.sandbox)).rejects.toThrow('the sandbox went');
-      expect(await t.read()).toMatchObject({ status: 'unknown', done: true });
-    } finally {
-      t.store.close();
-    }
+    await expect(t.killer.kill(t.j, t.sandbox)).rejects.toThrow('the sandbox went');
+    expect(await t.read()).toMatchObject({ status: 'unknown', done: true });
   });
 
   it('a mark older than a kill can take (its process died mid-kill) is not waited on', async () => {
     const t = setUp(() => undefined);
-    try {
-      t.store.jobs.markKilling(t.j.id, Date.now() - 1_000);
-      expect(await t.read()).toMatchObject({ status: 'running', done: false });
-      t.store.jobs.markKilling(t.j.id, Date.now() - KILL_PENDING_MS - 1_000);
-      expect(await t.read()).toMatchObject({ status: 'unknown', done: true });
-    } finally {
-      t.store.close();
-    }
+    t.store.jobs.markKilling(t.j.id, Date.now() - 1_000);
+    expect(await t.read()).toMatchObject({ status: 'running', done: false });
+    t.store.jobs.markKilling(t.j.id, Date.now() - KILL_PENDING_MS - 1_000);
+    expect(await t.read()).toMatchObject({ status: 'unknown', done: true });
   });
 });
 
 describe('a job killed while it is read', () => {
   it('is killed, not unknown, when a read during the kill recorded its end first', async () => {
     const t = setUp((ledger, j) => ledger.settle(j, 'unknown', null));
-    try {
-      expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
-      expect(t.row()).toMatchObject({ status: 'killed', exitCode: null });
-    } finally {
-      t.store.close();
-    }
+    expect(await t.killer.kill(t.j, t.sandbox)).toBe(true);
+    expect(t.row()).toMatchObject({ status: 'killed', exitCode: null });
   });
 
   it('keeps an exit code a read recorded during the kill (the job ended on its own)', async () => {
     const t = setUp((ledger, j) => ledger.settle(j, 'exited', 3));
-    try {
-      await t.killer.kill(t.j, t.sandbox);
-      expect(t.row()).toMatchObject({ status: 'exited', exitCode: 3 });
-    } finally {
-      t.store.close();
-    }
+    await t.killer.kill(t.j, t.sandbox);
+    expect(t.row()).toMatchObject({ status: 'exited', exitCode: 3 });
   });
 
   it('keeps an unknown end recorded before the kill began (its sandbox had vanished then)', async () => {
     const t = setUp(() => undefined);
-    try {
-      t.store.jobs.end(t.j.id, 'unknown', null, Date.now() - 5_000);
-      await t.killer.kill(t.j, t.sandbox);
-      expect(t.row()).toMatchObject({ status: 'unknown', exitCode: null });
-    } finally {
-      t.store.close();
-    }
+    t.store.jobs.end(t.j.id, 'unknown', null, Date.now() - 5_000);
+    await t.killer.kill(t.j, t.sandbox);
+    expect(t.row()).toMatchObject({ status: 'unknown', exitCode: null });
   });
 });
