@@ -73,6 +73,28 @@ describe('a job read while it is killed', () => {
     expect(await t.read()).toMatchObject({ status: 'killed', done: true, exitCode: null });
   });
 
+  it('a sandbox\'s removal kills its jobs marked the same way (killAllIn): running while killed, then killed, no mark left', async () => {
+    let during: JobReadResult | undefined;
+    let mark: unknown;
+    const markOf = (): unknown => {
+      const db = new Database(join(t.home, 'state.db'), { readonly: true });
+      try {
+        return (db.prepare('SELECT kill_started_ms AS m FROM jobs').get() as { m: unknown }).m;
+      } finally {
+        db.close();
+      }
+    };
+    const t = setUp(async () => {
+      mark = markOf();
+      during = await t.read();
+    });
+    await t.killer.killAllIn(t.j.digest, t.sandbox);
+    expect(mark).toEqual(expect.any(Number));
+    expect(during).toMatchObject({ status: 'running', done: false });
+    expect(t.row()).toMatchObject({ status: 'killed' });
+    expect(markOf()).toBeNull();
+  });
+
   it("the idle reaper's look during the kill counts the job as running and records nothing", async () => {
     let during: boolean | undefined;
     const t = setUp(async () => {
