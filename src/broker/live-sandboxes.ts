@@ -4,6 +4,7 @@ import type { BerthError } from '../errors.js';
 import { KeyedLock } from '../kit/keyed-lock.js';
 import type { SandboxShells } from './shell-pool.js';
 import type { SandboxRecord } from './state/sandbox-table.js';
+import { STAMP_AHEAD_MS } from './state/write-queue.js';
 
 /** A sandbox this process holds, with what its calls, shells and reapers track about it. */
 export interface LiveSandbox {
@@ -105,6 +106,17 @@ export class LiveSandboxes {
     live.inflight--;
     live.lastActivityMs = Date.now();
     if (--this.inflight === 0) for (const wake of this.drainedWaiters.splice(0)) wake();
+  }
+
+  /**
+   * Sets to `nowMs` the last activity of the sandboxes stamped more than STAMP_AHEAD_MS ahead of it
+   * (before the wall clock stepped back), as the store's `stampsBack` does for its rows: else they
+   * would not go idle until the clock caught up. Which sandboxes it set.
+   */
+  stampsBack(nowMs: number): LiveSandbox[] {
+    const ahead = this.all().filter((live) => live.lastActivityMs > nowMs + STAMP_AHEAD_MS);
+    for (const live of ahead) live.lastActivityMs = nowMs;
+    return ahead;
   }
 
   /** Resolves once no call is in flight on any sandbox of this process (at once when none is). */

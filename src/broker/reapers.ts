@@ -14,7 +14,6 @@ import type { SessionLinks } from './session-links.js';
 import type { JobTable } from './state/job-table.js';
 import type { SandboxRecord, SandboxTable } from './state/sandbox-table.js';
 import type { SessionTable } from './state/session-table.js';
-import { STAMP_AHEAD_MS } from './state/write-queue.js';
 import type { Logger } from '../logging/logger.js';
 
 /** How long a reaped mark waits for its session to come back (`SandboxTable.markReaped`): the audit's default retention. */
@@ -56,7 +55,7 @@ export interface ReapersOptions {
   config: BerthConfig;
   sandboxes: Pick<SandboxTable, 'list' | 'get' | 'delete' | 'markReaped' | 'pruneReaped' | 'pruneHolders' | 'stampsBack'>;
   sessions: Pick<SessionTable, 'ofSandbox' | 'sandboxCountOf' | 'stampsBack'>;
-  lives: Pick<LiveSandboxes, 'get' | 'all'>;
+  lives: Pick<LiveSandboxes, 'get' | 'all' | 'stampsBack'>;
   engines: Pick<Engines, 'names' | 'listManaged' | 'reapIdleNetworks' | 'releaseIdleDisks' | 'reapIdleGroups' | 'hostGuard'>;
   removal: Pick<SandboxRemoval, 'remove' | 'removeManaged' | 'hibernate' | 'hibernateUnheld'>;
   /** The jobs the store says still run in a sandbox (one never hibernates with a job running). */
@@ -269,7 +268,7 @@ export class Reapers implements BrokerReapers {
   private stampsBack(nowMs: number): void {
     this.opts.sandboxes.stampsBack(nowMs);
     this.opts.sessions.stampsBack(nowMs);
-    for (const live of this.opts.lives.all()) if (live.lastActivityMs > nowMs + STAMP_AHEAD_MS) live.lastActivityMs = nowMs;
+    this.opts.lives.stampsBack(nowMs);
   }
 
   /** Marks a sandbox about to be reaped whose sessions are not all closed: the next call on it hears it was recreated. */

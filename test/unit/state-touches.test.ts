@@ -1,6 +1,8 @@
 import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import type { Backend } from '../../src/backends/backend.js';
+import { LiveSandboxes, type LiveSandbox } from '../../src/broker/live-sandboxes.js';
 import type { SandboxRecord } from '../../src/broker/state/sandbox-table.js';
 import { StateStore } from '../../src/broker/state/state-store.js';
 import { STAMP_AHEAD_MS } from '../../src/broker/state/write-queue.js';
@@ -83,6 +85,18 @@ describe('touches of sessions and sandboxes', () => {
     store.sessions.stampsBack(now);
     expect([lastSeen(store), lastUsed(store)]).toEqual([now + STAMP_AHEAD_MS - 1, now]);
     store.close();
+  });
+
+  it('held in this process (a live sandbox\'s last activity) ahead of now by more than STAMP_AHEAD_MS are set back to now; nearer ones stay', () => {
+    const lives = new LiveSandboxes();
+    const now = 10 * STAMP_AHEAD_MS;
+    const live = (digest: string, lastActivityMs: number): LiveSandbox => ({ digest, lastActivityMs } as unknown as LiveSandbox);
+    const ahead = live('ahead', now + STAMP_AHEAD_MS + 1);
+    const near = live('near', now + STAMP_AHEAD_MS);
+    const past = live('past', now - 1);
+    for (const l of [ahead, near, past]) lives.add(l, {} as Backend);
+    expect(lives.stampsBack(now).map((l) => l.digest)).toEqual(['ahead']);
+    expect([ahead, near, past].map((l) => l.lastActivityMs)).toEqual([now, now + STAMP_AHEAD_MS, now - 1]);
   });
 
   it('that fail to write are dropped, never thrown at the call or the timer that flushes them', () => {
