@@ -128,9 +128,12 @@ export class SnapshotCalls {
       const { lives, sandboxes } = this.opts;
       return this.opts.gate.run(call, () => lives.underLock(call.spec.digest, () => this.holding(snap, async () => {
         const live = lives.get(call.spec.digest);
-        if (live !== undefined) await this.opts.taker.assertIdle(call, live, 'restored');
-        else this.opts.taker.assertNotHeldElsewhere(call, 'restored');
         const untouched = `sandbox "${call.binding.sandboxKey}" and snapshot "${name}" are as they were`;
+        if (live !== undefined) await this.opts.taker.assertIdle(call, live, 'restored');
+        else {
+          this.opts.taker.assertNotHeldElsewhere(call, 'restored');
+          await this.assertNoneLeftRunning(call, untouched);
+        }
         await caps.verify(snap.ref).catch((err: unknown) => {
           throw failed(`snapshot "${name}" cannot be restored`, err, untouched);
         });
@@ -156,6 +159,23 @@ export class SnapshotCalls {
         return { name, sandboxKey: call.binding.sandboxKey, cwd };
       })));
     });
+  }
+
+  /**
+   * A sandbox no process holds may still run a process a command left there (`(cmd &)`, a daemon a
+   * CLI call started): a restore replaces the sandbox and would end it unseen, so it is refused, as
+   * for a held one. Where the backend cannot tell (ssh, kubernetes, a remote engine), nothing is refused.
+   */
+  private async assertNoneLeftRunning(call: ResolvedCall, untouched: string): Promise<void> {
+    const rec = this.opts.sandboxes.get(call.spec.digest);
+    if (rec === undefined || rec.ref === '') return;
+    let running: boolean | undefined;
+    try {
+      running = await (await this.opts.backends.get(rec.backend)).commandsRunning?.(rec.ref);
+    } catch (err) {
+      throw failed(`could not tell whether a process still runs in sandbox "${call.binding.sandboxKey}"`, err, untouched);
+    }
+    if (running === true) throw busy(call, 'restored', 'a process a command left running (a daemon too) still runs in it');
   }
 
   /**

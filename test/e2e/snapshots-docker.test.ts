@@ -82,6 +82,25 @@ describeDocker('snapshots, restore and fork (docker)', () => {
     for (const s of ['s1', 's2', 's3']) expect(await berth('close', '--session', s)).toMatchObject({ code: 0 });
   }, 300_000);
 
+  it('CLI: a restore is refused while a process a command left runs in the sandbox (no berth process holds it), and changes nothing', async () => {
+    const t = track();
+    t.writeConfig(dockerConfigYaml({ persistent: false }));
+    const berth = (...args: string[]) => runBerth(args, { env: t.env, cwd: t.dir, timeoutMs: 120_000 });
+    expect(await berth('exec', '--session', 'd', '--', STATE)).toMatchObject({ code: 0 });
+    expect((await berth('snapshot', 'create', '--session', 'd', '--name', 'one')).code).toBe(0);
+    // Outside the shell's job table: the CLI process that started it is gone when the restore comes.
+    expect(await berth('exec', '--session', 'd', '--', 'echo two > "$HOME/file"; (sleep 300 & echo $! > "$HOME/daemon")')).toMatchObject({ code: 0 });
+    const refused = await berth('snapshot', 'restore', '--session', 'd', 'one');
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/sandbox "session:d" cannot be restored now: a process a command left running \(a daemon too\) still runs in it/);
+    expect((await berth('exec', '--session', 'd', '--', 'cat "$HOME/file"; kill -0 "$(cat "$HOME/daemon")" && echo alive')).stdout).toBe('two\nalive\n');
+    expect(await berth('exec', '--session', 'd', '--', 'kill "$(cat "$HOME/daemon")"')).toMatchObject({ code: 0 });
+    const restored = await berth('snapshot', 'restore', '--session', 'd', 'one');
+    expect(restored.code, restored.stderr).toBe(0);
+    expect((await berth('exec', '--session', 'd', '--', 'cat "$HOME/file"')).stdout).toBe('one\n');
+    expect(await berth('close', '--session', 'd')).toMatchObject({ code: 0 });
+  }, 180_000);
+
   it('HTTP with two tokens: tenant B neither lists nor restores tenant A\'s snapshots; a granted secret written to a file is refused', async () => {
     const t = track();
     t.writeConfig(dockerConfigYaml({ persistent: false, env: { forward: ['API_TOKEN'] } }));
