@@ -3,6 +3,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { PerformanceObserver } from 'node:perf_hooks';
 import type Dockerode from 'dockerode';
 import { Broker } from '../src/broker/broker.js';
 import type { LiveSandboxes } from '../src/broker/live-sandboxes.js';
@@ -214,20 +215,68 @@ async function bwrapResume(): Promise<void> {
   }
 }
 
-/** The summed RSS (bytes) of the engine's processes: dockerd, containerd and every containerd-shim. */
-function engineRss(): number {
+/**
+ * The engine's memory (bytes): the summed PSS of dockerd, containerd and every containerd-shim, so
+ * the pages the shims share (one binary, a thousand processes) count once, not once per shim as
+ * their RSS would (14.5 MiB a sandbox at 1,000 by RSS, on 2026-12-06).
+ */
+function engineMemory(): number {
   let kb = 0;
   for (const pid of readdirSync('/proc')) {
     if (!/^\d+$/.test(pid)) continue;
     try {
-      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-      const name = /^Name:\s+(\S+)/m.exec(status)?.[1] ?? '';
-      if (name === 'dockerd' || name === 'containerd' || name.startsWith('containerd-shim')) kb += Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1] ?? 0);
+      const name = /^Name:\s+(\S+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? '';
+      if (name !== 'dockerd' && name !== 'containerd' && !name.startsWith('containerd-shim')) continue;
+      kb += Number(/^Pss:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))?.[1] ?? 0);
     } catch {
       // the process ended meanwhile
     }
   }
   return kb * 1024;
+}
+
+/**
+ * The engine's own cost of a swap at the live count it has now: AT_ONCE lanes, each stopping one
+ * running bare container and starting a stopped one (same image, on berth's tenant network) whose
+ * bash exec then answers a command, for `rounds` rounds; ms per swap (the rounds' time over the
+ * swaps made), as berth's swaps are counted.
+ */
+async function bareSwapMs(docker: Dockerode, network: string, rounds: number): Promise<number> {
+  const make = () => docker.createContainer({ Image: IMAGE, Cmd: ['sleep', 'infinity'], Labels: { 'berth.bench': 'swap-floor' }, HostConfig: { Init: true, NetworkMode: network } });
+  const lanes = await Promise.all(Array.from({ length: AT_ONCE }, async () => ({ up: await make(), down: await make() })));
+  try {
+    await Promise.all(lanes.map((l) => l.up.start()));
+    const ms = await timed(async () => {
+      for (let r = 0; r < rounds; r++) {
+        await Promise.all(lanes.map(async (l) => {
+          await l.up.stop({ t: 0 });
+          await l.down.start();
+          const shell = await MarkerShell.attach(docker, l.down.id);
+          await shell.run('true');
+          shell.close();
+          [l.up, l.down] = [l.down, l.up];
+        }));
+      }
+    });
+    return ms / (rounds * AT_ONCE);
+  } finally {
+    await Promise.all(lanes.flatMap((l) => [l.up, l.down]).map((c) => c.remove({ force: true }).catch(() => undefined)));
+  }
+}
+
+/** Watches this process's GC pauses until `stop`: how many, their sum and the longest. */
+function gcPauses(): { stop(): { n: number; totalMs: number; maxMs: number } } {
+  const pauses: number[] = [];
+  const obs = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) pauses.push(e.duration);
+  });
+  obs.observe({ entryTypes: ['gc'] });
+  return {
+    stop: () => {
+      obs.disconnect();
+      return { n: pauses.length, totalMs: pauses.reduce((a, b) => a + b, 0), maxMs: Math.max(0, ...pauses) };
+    },
+  };
 }
 
 const mib = (bytes: number): string => `${(bytes / 1024 / 1024).toFixed(2)} MiB`;
@@ -252,7 +301,7 @@ async function density(docker: Dockerode): Promise<void> {
     await broker.exec({ session: 'density-warm' }, 'true');
     gc?.();
     const rss0 = process.memoryUsage().rss;
-    const engine0 = engineRss();
+    const engine0 = engineMemory();
     for (const count of STEPS.filter((n) => n <= MAX)) {
       const live = Math.min(LIVE, count);
       console.log(`\n# hibernate: density, ${count} docker sandboxes, at most ${live} live (limits.liveSandboxes ${LIVE})`);
@@ -261,10 +310,10 @@ async function density(docker: Dockerode): Promise<void> {
       ids.push(...fresh);
       gc?.();
       const rss = process.memoryUsage().rss;
-      const engine = engineRss();
+      const engine = engineMemory();
       const up = await liveCount();
       console.log(`  brought up ${fresh.length} more in ${(fillMs / 1000).toFixed(1)} s (${AT_ONCE} at a time); ${up} live, ${ids.length + 1 - up} hibernated`);
-      console.log(`  berth RSS ${mib(rss)} (${((rss - rss0) / 1024 / count).toFixed(0)} KiB per sandbox over the start); engine (dockerd + containerd + shims) RSS ${mib(engine)} ` +
+      console.log(`  berth RSS ${mib(rss)} (${((rss - rss0) / 1024 / count).toFixed(0)} KiB per sandbox over the start); engine (dockerd + containerd + shims) PSS ${mib(engine)} ` +
         `(${((engine - engine0) / 1024 / count).toFixed(0)} KiB per sandbox over the start)`);
       let wrong = 0;
       let resumed = 0;
@@ -278,13 +327,24 @@ async function density(docker: Dockerode): Promise<void> {
       });
       console.log(`  every one answers one command (asked at once, ${resumed} by resuming): ${(allMs / 1000).toFixed(1)} s` +
         `${wrong > 0 ? `; !! ${wrong} wrong answers` : ''}${failed.length > 0 ? `; !! ${failed.length} failed, the first: ${String(failed[0])}` : ''}`);
+      if (resumed > 0) {
+        // Each resume was a swap (one live sandbox hibernated to make room); the engine's bare swap at this live count.
+        const [network] = await docker.listNetworks({ filters: { label: [`berth.installation=${broker.installationId}`] } });
+        const floor = await bareSwapMs(docker, network!.Id, 3);
+        const each = allMs / resumed;
+        console.log(`  a swap: berth ${fmt(each)} each (the answers' time over the resumes); engine floor, bare stop + start + bash exec answering ${AT_ONCE} at a time ` +
+          `on the same network at this live count: ${fmt(floor)} each; ${(each / floor).toFixed(2)}x`);
+      }
       const recent = ids.slice(-live);
       await Promise.all(recent.map((s) => broker.exec({ session: s }, 'true')));
       const rounds: number[] = [];
-      for (let r = 0; r < 3; r++) rounds.push(await timed(() => Promise.all(recent.map((s) => broker.exec({ session: s }, 'true')))));
+      const gcs = gcPauses();
+      for (let r = 0; r < 5; r++) rounds.push(await timed(() => Promise.all(recent.map((s) => broker.exec({ session: s }, 'true')))));
+      const paused = gcs.stop();
       const p50 = percentile(rounds, 50);
-      console.log(`  the ${live} live answer one command at once: ${fmt(p50)} (median of 3; ${rounds.map(fmt).join(', ')}) ${verdict('< 500 ms', p50 < 500)}; ` +
+      console.log(`  the ${live} live answer one command at once: ${fmt(p50)} (median of 5; ${rounds.map(fmt).join(', ')}) ${verdict('< 500 ms', p50 < 500)}; ` +
         `${await liveCount()} live; load average ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+      console.log(`    berth's GC in those rounds: ${paused.n} pauses, ${fmt(paused.totalMs)} in all, the longest ${fmt(paused.maxMs)}`);
     }
   } finally {
     const t = performance.now();
