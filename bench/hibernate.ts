@@ -242,9 +242,16 @@ function engineMemory(): number {
  * swaps made), as berth's swaps are counted.
  */
 async function bareSwapMs(docker: Dockerode, network: string, rounds: number): Promise<number> {
-  const make = () => docker.createContainer({ Image: IMAGE, Cmd: ['sleep', 'infinity'], Labels: { 'berth.bench': 'swap-floor' }, HostConfig: { Init: true, NetworkMode: network } });
-  const lanes = await Promise.all(Array.from({ length: AT_ONCE }, async () => ({ up: await make(), down: await make() })));
+  const made: Dockerode.Container[] = [];
+  const make = async (): Promise<Dockerode.Container> => {
+    const c = await docker.createContainer({ Image: IMAGE, Cmd: ['sleep', 'infinity'], Labels: { 'berth.bench': 'swap-floor' }, HostConfig: { Init: true, NetworkMode: network } });
+    made.push(c);
+    return c;
+  };
   try {
+    // One at a time, each kept for the removal below as it is made: a failed create leaves none behind.
+    const lanes: Array<{ up: Dockerode.Container; down: Dockerode.Container }> = [];
+    for (let i = 0; i < AT_ONCE; i++) lanes.push({ up: await make(), down: await make() });
     await Promise.all(lanes.map((l) => l.up.start()));
     const ms = await timed(async () => {
       for (let r = 0; r < rounds; r++) {
@@ -260,7 +267,7 @@ async function bareSwapMs(docker: Dockerode, network: string, rounds: number): P
     });
     return ms / (rounds * AT_ONCE);
   } finally {
-    await Promise.all(lanes.flatMap((l) => [l.up, l.down]).map((c) => c.remove({ force: true }).catch(() => undefined)));
+    await Promise.all(made.map((c) => c.remove({ force: true }).catch(() => undefined)));
   }
 }
 
